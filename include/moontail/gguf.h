@@ -1,0 +1,149 @@
+/* gguf.h - reading and writing GGUF model files.
+ *
+ * The reader maps the file read-only and never trusts it: every count,
+ * length, offset, type and shape is checked against the file size before
+ * use, and failures name the file and the field. Tensor data and string
+ * values are zero-copy views into the mapping; they live until gguf_close.
+ * The writer collects metadata and tensors in memory and writes a file with
+ * the same layout rules ggml uses (aligned, offsets in info order). */
+#ifndef MOONTAIL_GGUF_H
+#define MOONTAIL_GGUF_H
+
+#include "moontail/error.h"
+#include "moontail/tensor_type.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GGUF_MAGIC 0x46554747u /* "GGUF" read as little-endian u32 */
+#define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MAX_DIMS 4
+
+typedef enum gguf_value_type {
+    GGUF_TYPE_UINT8 = 0,
+    GGUF_TYPE_INT8 = 1,
+    GGUF_TYPE_UINT16 = 2,
+    GGUF_TYPE_INT16 = 3,
+    GGUF_TYPE_UINT32 = 4,
+    GGUF_TYPE_INT32 = 5,
+    GGUF_TYPE_FLOAT32 = 6,
+    GGUF_TYPE_BOOL = 7,
+    GGUF_TYPE_STRING = 8,
+    GGUF_TYPE_ARRAY = 9,
+    GGUF_TYPE_UINT64 = 10,
+    GGUF_TYPE_INT64 = 11,
+    GGUF_TYPE_FLOAT64 = 12,
+    GGUF_TYPE_COUNT
+} gguf_value_type;
+
+/* A string inside the file: not NUL-terminated. */
+typedef struct gguf_str {
+    const char *ptr;
+    uint64_t len;
+} gguf_str;
+
+typedef struct gguf_value {
+    gguf_value_type type;
+    union {
+        uint64_t u;  /* UINT8..UINT64 (zero-extended), BOOL */
+        int64_t i;   /* INT8..INT64 (sign-extended) */
+        double f;    /* FLOAT32, FLOAT64 */
+        gguf_str str;
+        struct {
+            gguf_value_type type; /* element type; never ARRAY (nested arrays are rejected) */
+            uint64_t n;
+            const uint8_t *data; /* packed elements (for numbers) */
+            gguf_str *strs;      /* n entries, for arrays of strings */
+        } arr;
+    };
+} gguf_value;
+
+typedef struct gguf_kv {
+    char *key; /* NUL-terminated copy */
+    gguf_value value;
+} gguf_kv;
+
+typedef struct gguf_tensor {
+    char *name; /* NUL-terminated copy */
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS]; /* ne[0] fastest; missing dims are 1 */
+    size_t nb[GGUF_MAX_DIMS];  /* byte strides */
+    mt_type type;
+    uint64_t offset;  /* relative to the data section */
+    size_t nbytes;    /* whole tensor */
+    const void *data; /* view into the mapping */
+} gguf_tensor;
+
+typedef struct gguf_file {
+    char *path;
+    const uint8_t *base; /* mapping (or caller's buffer) */
+    size_t size;
+    bool mapped;
+    uint32_t version;
+    uint32_t alignment;
+    size_t data_offset;
+    uint64_t n_kv;
+    gguf_kv *kv;
+    uint64_t n_tensors;
+    gguf_tensor *tensors;
+} gguf_file;
+
+/* ------------------------------------------------------------- reading */
+
+/* Opens and validates a GGUF file. Returns NULL with err filled on failure. */
+gguf_file *gguf_open(const char *path, mt_error *err);
+
+/* Same checks on a caller-owned buffer (kept, not copied); `name` is used in
+ * messages. For tests and fuzzing. */
+gguf_file *gguf_open_buffer(const void *buf, size_t size, const char *name, mt_error *err);
+
+void gguf_close(gguf_file *f);
+
+const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+
+/* Typed getters. They return true and set *out when the key exists and holds
+ * a value convertible without loss (any integer width for integers, F32/F64
+ * for floats); false when absent. A key of the wrong kind is an error:
+ * they return false and fill err (if err is non-NULL) so callers can tell
+ * "absent" (err->msg[0] == 0) from "malformed". */
+bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out, mt_error *err);
+bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, mt_error *err);
+bool gguf_get_f32(const gguf_file *f, const char *key, float *out, mt_error *err);
+bool gguf_get_bool(const gguf_file *f, const char *key, bool *out, mt_error *err);
+/* Returns a NUL-terminated heap copy (caller frees), or NULL. */
+char *gguf_get_string(const gguf_file *f, const char *key, mt_error *err);
+
+/* Printable name of a value type ("uint32", ...). */
+const char *gguf_type_name(gguf_value_type t);
+
+/* ------------------------------------------------------------- writing */
+
+typedef struct gguf_writer gguf_writer;
+
+gguf_writer *gguf_writer_new(void);
+void gguf_writer_free(gguf_writer *w);
+
+void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
+void gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
+void gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
+void gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
+void gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
+void gguf_writer_set_string(gguf_writer *w, const char *key, const char *v);
+/* Numeric array: `n` elements of `type`, packed little-endian at `data`. */
+void gguf_writer_set_array(gguf_writer *w, const char *key, gguf_value_type type,
+                           const void *data, uint64_t n);
+void gguf_writer_set_string_array(gguf_writer *w, const char *key, const char *const *v,
+                                  uint64_t n);
+/* Raw byte-level copy of a value read from another file (for shard cutting). */
+void gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v);
+
+/* Adds a tensor. The data (nbytes = row size * rows) is copied. */
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, mt_type type, uint32_t n_dims,
+                           const int64_t *ne, const void *data, mt_error *err);
+
+/* Writes the file (alignment GGUF_DEFAULT_ALIGNMENT). Returns 0 or -1. */
+int gguf_writer_write(gguf_writer *w, const char *path, mt_error *err);
+
+#endif

@@ -1,0 +1,32 @@
+/* matmul.h - weight matrix times a batch of activation rows.
+ *
+ * `mt_matrix` is a 2-D view of (part of) a GGUF tensor: n_rows rows of
+ * n_cols elements (ggml ne[1] rows of ne[0]), row_bytes apart. An expert of a
+ * merged `_exps` tensor is such a view at offset e * nb2. */
+#ifndef MOONTAIL_MATMUL_H
+#define MOONTAIL_MATMUL_H
+
+#include "moontail/tensor_type.h"
+#include "moontail/threadpool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mt_matrix {
+    mt_type type;
+    int64_t n_cols;   /* ne[0], elements per row */
+    int64_t n_rows;   /* ne[1] */
+    size_t row_bytes; /* mt_type_row_size(type, n_cols) */
+    const void *data; /* n_rows * row_bytes bytes */
+} mt_matrix;
+
+/* y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tok, r < n_rows.
+ * x is (n_tok, n_cols) row-major f32, y is (n_tok, n_rows). Each y element is
+ * computed by one quant_vec_dot call, so y does not depend on n_tok or the
+ * pool size. */
+void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_pool *pool);
+
+/* Row r of w decoded to f32 (n_cols floats), e.g. an embedding lookup. */
+void mt_matrix_get_row(const mt_matrix *w, int64_t r, float *dst);
+
+#endif

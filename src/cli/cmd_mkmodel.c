@@ -1,0 +1,116 @@
+/* cmd_mkmodel.c - `moontail mkmodel`: writes a deterministic synthetic GGUF
+ * model (see synth_model.h) with the chosen architecture, type and sizes. */
+#include "cli.h"
+#include "moontail/synth_model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: moontail mkmodel -o FILE [--arch ARCH] [--type TYPE] [--seed N] [options]\n"
+    "\n"
+    "  -o FILE              where to write the model\n"
+    "  --arch ARCH          llama | qwen2moe | qwen3moe | deepseek2 (default qwen3moe)\n"
+    "  --type TYPE          f32 f16 bf16 q8_0 q4_0 q4_k q6_k mxfp4 (default f32)\n"
+    "  --seed N             weight seed (default 1)\n"
+    "  --vocab V            'bytes' (default) or the path of a tokenizer.json\n"
+    "  --pre NAME           pre-tokenizer name written to the vocabulary\n"
+    "  --layers N --embd N --heads N --heads-kv N --head-dim N --ff N --ctx N\n"
+    "  --experts N --experts-used N --ff-exp N --shared-experts N\n"
+    "  --dense-layers N     deepseek2: leading dense layers\n"
+    "  --groups N --groups-used N            deepseek2 expert groups\n"
+    "  --q-lora N --kv-lora N --nope N --rope N --v-dim N   deepseek2 MLA sizes\n"
+    "  --yarn FACTOR --yarn-ctx N            YaRN RoPE scaling\n"
+    "  --dense              llama without experts\n"
+    "  --tied               no output.weight (the head reuses token_embd)\n"
+    "  --logit-gain X       output head scale (default 5; larger = more peaked)\n";
+
+int cmd_mkmodel(int argc, char **argv) {
+    const char *arch = "qwen3moe", *out = NULL;
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--arch") == 0) arch = argv[i + 1];
+    mt_synth_params p = mt_synth_default_params(arch);
+    static const struct {
+        const char *opt;
+        size_t off;
+        int64_t lo, hi;
+    } ints[] = {
+        {"--layers", offsetof(mt_synth_params, n_layer), 1, 256},
+        {"--embd", offsetof(mt_synth_params, n_embd), 32, 16384},
+        {"--heads", offsetof(mt_synth_params, n_head), 1, 256},
+        {"--heads-kv", offsetof(mt_synth_params, n_head_kv), 1, 256},
+        {"--head-dim", offsetof(mt_synth_params, head_dim), 2, 1024},
+        {"--ff", offsetof(mt_synth_params, n_ff), 32, 65536},
+        {"--ctx", offsetof(mt_synth_params, n_ctx_train), 1, 1 << 24},
+        {"--experts", offsetof(mt_synth_params, n_expert), 1, 1024},
+        {"--experts-used", offsetof(mt_synth_params, n_expert_used), 1, 1024},
+        {"--ff-exp", offsetof(mt_synth_params, n_ff_exp), 32, 65536},
+        {"--shared-experts", offsetof(mt_synth_params, n_expert_shared), 0, 64},
+        {"--dense-layers", offsetof(mt_synth_params, n_leading_dense), 0, 255},
+        {"--groups", offsetof(mt_synth_params, n_group), 0, 256},
+        {"--groups-used", offsetof(mt_synth_params, n_group_used), 0, 256},
+        {"--q-lora", offsetof(mt_synth_params, q_lora), 0, 65536},
+        {"--kv-lora", offsetof(mt_synth_params, kv_lora), 32, 65536},
+        {"--nope", offsetof(mt_synth_params, qk_nope), 2, 1024},
+        {"--rope", offsetof(mt_synth_params, qk_rope), 2, 1024},
+        {"--v-dim", offsetof(mt_synth_params, v_dim), 2, 1024},
+        {"--yarn-ctx", offsetof(mt_synth_params, yarn_orig_ctx), 1, 1 << 24},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int64_t n;
+        bool matched = false;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+            if (strcmp(a, ints[k].opt) != 0) continue;
+            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, ints[k].lo, ints[k].hi, &n)) return 2;
+            *(int32_t *)((char *)&p + ints[k].off) = (int32_t)n;
+            matched = true;
+        }
+        if (matched) continue;
+        if (strcmp(a, "-o") == 0) {
+            if (!(out = cli_value(argc, argv, &i))) return 2;
+        } else if (strcmp(a, "--arch") == 0) {
+            if (!cli_value(argc, argv, &i)) return 2;
+        } else if (strcmp(a, "--type") == 0) {
+            if (!(v = cli_value(argc, argv, &i))) return 2;
+            int t = mt_type_from_name(v);
+            if (t < 0) {
+                fprintf(stderr, "moontail mkmodel: unknown type '%s'\n", v);
+                return 2;
+            }
+            p.type = (mt_type)t;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 0, INT64_MAX, &n)) return 2;
+            p.seed = (uint64_t)n;
+        } else if (strcmp(a, "--vocab") == 0) {
+            if (!(p.vocab = cli_value(argc, argv, &i))) return 2;
+        } else if (strcmp(a, "--pre") == 0) {
+            if (!(p.pre = cli_value(argc, argv, &i))) return 2;
+        } else if (strcmp(a, "--yarn") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_float(a, v, &p.yarn_factor)) return 2;
+        } else if (strcmp(a, "--logit-gain") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_float(a, v, &p.logit_gain)) return 2;
+        } else if (strcmp(a, "--dense") == 0) {
+            p.dense = true;
+        } else if (strcmp(a, "--tied") == 0) {
+            p.tied_output = true;
+        } else {
+            fprintf(stderr, "moontail mkmodel: unknown option '%s'; see 'moontail mkmodel --help'\n", a);
+            return 2;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "moontail mkmodel: -o FILE is required\n");
+        return 2;
+    }
+    mt_error err = {{0}};
+    if (mt_synth_write(&p, out, &err)) {
+        fprintf(stderr, "moontail mkmodel: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* main.c - the `moontail` command: dispatches to one subcommand per file. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: moontail <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run       generate text from a prompt (default: a built-in synthetic model)\n"
+    "  tokenize  print the token ids of a text\n"
+    "  eval      evaluate a token sequence and print the top logits at each position\n"
+    "  mkmodel   write a deterministic synthetic GGUF model\n"
+    "\n"
+    "'moontail <command> --help' describes each command's options.\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = {{"run", cmd_run}, {"tokenize", cmd_tokenize}, {"eval", cmd_eval}, {"mkmodel", cmd_mkmodel}};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,30 @@
+/* model_source.c - opens the model a subcommand was asked for: a GGUF path,
+ * or with no -m the built-in default, a small synthetic qwen3moe model that
+ * is generated on the fly (deterministic, so every machine gets the same). */
+#include "cli.h"
+#include "model_source.h"
+#include "moontail/synth_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+mt_model *cli_open_model(const char *path, mt_error *err) {
+    if (path) return mt_model_load(path, err);
+    mt_synth_params p = mt_synth_default_params("qwen3moe");
+    p.type = MT_TYPE_Q8_0;
+    p.seed = 42;
+    const char *dir = getenv("TMPDIR");
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s/moontail-default-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        mt_error_set(err, "cannot create a temporary file for the built-in model in %s",
+                     dir && *dir ? dir : "/tmp");
+        return NULL;
+    }
+    close(fd);
+    mt_model *m = mt_synth_write(&p, tmp, err) == 0 ? mt_model_load(tmp, err) : NULL;
+    unlink(tmp); /* the mapping stays valid after the name is gone */
+    return m;
+}

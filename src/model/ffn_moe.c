@@ -1,0 +1,155 @@
+/* ffn_moe.c - the routed Mixture-of-Experts block and its router.
+ *
+ *   z   = router . u                    (n_expert scores per token)
+ *   p   = softmax(z) or sigmoid(z)
+ *   sel = p + exp_probs_b               (bias steers selection only)
+ *   groups: keep the n_group_used groups with the largest sum of their top-2
+ *   idx = top-k(sel);  w = p[idx];  w /= sum(w) if normalised;  w *= scale
+ *   out = sum_j w_j . Expert_idx_j(u)   (+ shared expert, sigmoid-gated in qwen2moe)
+ *
+ * Experts run one at a time over the tokens routed to them; each output row
+ * depends only on its own token, and a token's expert outputs are summed in
+ * its top-k order, so batching never changes a result. */
+#include "model_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- router */
+
+/* Indices of the k largest values of v[0..n), largest first; ties go to the
+ * lower index. */
+static void top_k(const float *v, int32_t n, int32_t k, int32_t *idx) {
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < n; e++) {
+            bool taken = false;
+            for (int32_t q = 0; q < j; q++) taken |= idx[q] == e;
+            if (!taken && (best < 0 || v[e] > v[best])) best = e;
+        }
+        idx[j] = best;
+    }
+}
+
+/* Chooses experts and weights for one token from its router scores z. */
+void mt_moe_route(const mt_hparams *hp, const float *exp_probs_b, const float *z, int32_t *idx,
+                  float *w, float *scratch /* 2 * n_expert */) {
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    float *p = scratch, *sel = scratch + X;
+    if (hp->gating == MT_GATING_SIGMOID) {
+        for (int32_t e = 0; e < X; e++) p[e] = 1.0f / (1.0f + expf(-z[e]));
+    } else {
+        float max = -INFINITY;
+        for (int32_t e = 0; e < X; e++) max = fmaxf(max, z[e]);
+        double sum = 0.0;
+        for (int32_t e = 0; e < X; e++) sum += (double)(p[e] = expf(z[e] - max));
+        float inv = (float)(1.0 / sum);
+        for (int32_t e = 0; e < X; e++) p[e] *= inv;
+    }
+    for (int32_t e = 0; e < X; e++) sel[e] = exp_probs_b ? p[e] + exp_probs_b[e] : p[e];
+
+    if (hp->n_group > 1) {
+        const int32_t G = hp->n_group, per = X / G;
+        float gscore[256];
+        int32_t two[2], keep[256];
+        for (int32_t g = 0; g < G; g++) {
+            top_k(sel + g * per, per, per >= 2 ? 2 : 1, two);
+            gscore[g] = sel[g * per + two[0]] + (per >= 2 ? sel[g * per + two[1]] : 0.0f);
+        }
+        top_k(gscore, G, hp->n_group_used, keep);
+        for (int32_t g = 0; g < G; g++) {
+            bool kept = false;
+            for (int32_t q = 0; q < hp->n_group_used; q++) kept |= keep[q] == g;
+            if (!kept)
+                for (int32_t e = 0; e < per; e++) sel[g * per + e] = -INFINITY;
+        }
+    }
+    top_k(sel, X, K, idx);
+    float sum = 0.0f;
+    for (int32_t j = 0; j < K; j++) sum += (w[j] = p[idx[j]]);
+    if (hp->expert_weights_norm) {
+        if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
+        for (int32_t j = 0; j < K; j++) w[j] /= sum;
+    }
+    if (hp->expert_weights_scale != 0.0f)
+        for (int32_t j = 0; j < K; j++) w[j] *= hp->expert_weights_scale;
+}
+
+/* --------------------------------------------------------------- experts */
+
+static mt_matrix expert_matrix(const mt_experts *x, int32_t e) {
+    mt_matrix m = x->m;
+    m.data = (const char *)m.data + (size_t)e * x->expert_bytes;
+    return m;
+}
+
+int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t n_tok, const float *u, float *out,
+               mt_pool *pool, mt_error *err) {
+    const mt_hparams *hp = &m->hp;
+    const int32_t X = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd;
+    const size_t T = (size_t)n_tok;
+    if (hp->n_group > 256) return mt_error_set(err, "MoE: %d expert groups (max 256)", hp->n_group);
+
+    float *z = malloc(T * X * sizeof(float));
+    float *scratch = malloc(2 * (size_t)X * sizeof(float));
+    int32_t *idx = malloc(T * K * sizeof(int32_t));
+    float *w = malloc(T * K * sizeof(float));
+    float *ys = malloc(T * K * E * sizeof(float)); /* (n_tok, K, n_embd) expert outputs */
+    float *xin = malloc(T * E * sizeof(float));    /* rows routed to one expert */
+    float *yout = malloc(T * E * sizeof(float));
+    int32_t *rows = malloc(T * 2 * sizeof(int32_t)); /* (token, slot) per gathered row */
+    int rc = 0;
+    if (!z || !scratch || !idx || !w || !ys || !xin || !yout || !rows) {
+        rc = mt_error_set(err, "MoE: out of memory for %d tokens", n_tok);
+        goto done;
+    }
+
+    mt_matmul(&l->router, u, n_tok, z, pool);
+    for (size_t t = 0; t < T; t++)
+        mt_moe_route(hp, l->exp_probs_b, z + t * X, idx + t * K, w + t * K, scratch);
+
+    for (int32_t e = 0; e < X; e++) {
+        size_t n = 0;
+        for (size_t t = 0; t < T; t++)
+            for (int32_t j = 0; j < K; j++)
+                if (idx[t * K + j] == e) {
+                    memcpy(xin + n * E, u + t * E, (size_t)E * sizeof(float));
+                    rows[2 * n] = (int32_t)t;
+                    rows[2 * n + 1] = j;
+                    n++;
+                }
+        if (n == 0) continue;
+        mt_matrix g = expert_matrix(&l->gate_exps, e), up = expert_matrix(&l->up_exps, e),
+                  dn = expert_matrix(&l->down_exps, e);
+        if ((rc = mt_ffn_dense(&g, &up, &dn, (int32_t)n, xin, yout, pool, err))) goto done;
+        for (size_t r = 0; r < n; r++)
+            memcpy(ys + ((size_t)rows[2 * r] * K + rows[2 * r + 1]) * E, yout + r * E,
+                   (size_t)E * sizeof(float));
+    }
+    for (size_t t = 0; t < T; t++) {
+        float *o = out + t * E;
+        for (int32_t d = 0; d < E; d++) o[d] = ys[(t * K) * E + d] * w[t * K];
+        for (int32_t j = 1; j < K; j++) {
+            const float *y = ys + (t * K + j) * E;
+            for (int32_t d = 0; d < E; d++) o[d] += y[d] * w[t * K + j];
+        }
+    }
+
+    if (l->has_shexp) {
+        if ((rc = mt_ffn_dense(&l->gate_shexp, &l->up_shexp, &l->down_shexp, n_tok, u, yout, pool,
+                               err)))
+            goto done;
+        for (size_t t = 0; t < T; t++) {
+            float gate = 1.0f;
+            if (l->shexp_gate_inp.data) {
+                float gz;
+                mt_matmul(&l->shexp_gate_inp, u + t * E, 1, &gz, NULL);
+                gate = 1.0f / (1.0f + expf(-gz));
+            }
+            for (int32_t d = 0; d < E; d++) out[t * E + d] += yout[t * E + d] * gate;
+        }
+    }
+done:
+    free(z), free(scratch), free(idx), free(w), free(ys), free(xin), free(yout), free(rows);
+    return rc;
+}

@@ -1,0 +1,82 @@
+/* forward.c - the forward pass: embeddings, "run layers [a, b) on these
+ * hidden states", and the output head. Local generation and (later) every
+ * distributed stage call exactly these functions.
+ *
+ * Per layer (all four architectures):
+ *   h  = x + Attn(rmsnorm(x, attn_norm))
+ *   x' = h + FFN(rmsnorm(h, ffn_norm))     FFN = dense SwiGLU or MoE */
+#include "model_internal.h"
+
+#include <string.h>
+
+int mt_model_embed(const mt_model *m, const int32_t *tokens, int32_t n_tok, float *hidden,
+                   mt_error *err) {
+    for (int32_t t = 0; t < n_tok; t++) {
+        if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
+            return mt_error_set(err, "token id %d at index %d is outside the vocabulary [0, %d)",
+                                tokens[t], t, m->hp.n_vocab);
+        mt_matrix_get_row(&m->tok_embd, tokens[t], hidden + (size_t)t * m->hp.n_embd);
+    }
+    return 0;
+}
+
+static int check_positions(const mt_kv_cache *kv, const int32_t *pos, int32_t n_tok,
+                           mt_error *err) {
+    for (int32_t t = 0; t < n_tok; t++)
+        if (pos[t] < 0 || pos[t] >= kv->n_ctx)
+            return mt_error_set(err,
+                                "position %d of token %d is outside the context [0, %d); start a"
+                                " new session or use a larger context",
+                                pos[t], t, kv->n_ctx);
+    return 0;
+}
+
+int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32_t b,
+                            const int32_t *pos, int32_t n_tok, float *hidden, mt_pool *pool,
+                            mt_error *err) {
+    const mt_hparams *hp = &m->hp;
+    if (a < kv->layer_begin || b > kv->layer_end || a > b)
+        return mt_error_set(err, "layers [%d, %d) are not covered by the cache's [%d, %d)", a, b,
+                            kv->layer_begin, kv->layer_end);
+    if (n_tok <= 0) return mt_error_set(err, "forward: no tokens given");
+    if (check_positions(kv, pos, n_tok, err)) return -1;
+    const size_t E = (size_t)hp->n_embd, T = (size_t)n_tok;
+    float *x_norm = malloc(T * E * sizeof(float));
+    float *out = malloc(T * E * sizeof(float));
+    int rc = 0;
+    if (!x_norm || !out) {
+        rc = mt_error_set(err, "forward: out of memory for %d tokens", n_tok);
+        goto done;
+    }
+    for (int32_t il = a; il < b && rc == 0; il++) {
+        const mt_layer *l = &m->layers[il];
+        for (size_t t = 0; t < T; t++) mt_rmsnorm(hidden + t * E, l->attn_norm, (int64_t)E, hp->eps, x_norm + t * E);
+        rc = hp->arch == MT_ARCH_DEEPSEEK2
+                 ? mt_attn_mla(m, l, kv, il, pos, n_tok, x_norm, out, pool, err)
+                 : mt_attn_gqa(m, l, kv, il, pos, n_tok, x_norm, out, pool, err);
+        if (rc) break;
+        for (size_t i = 0; i < T * E; i++) hidden[i] += out[i];
+
+        for (size_t t = 0; t < T; t++) mt_rmsnorm(hidden + t * E, l->ffn_norm, (int64_t)E, hp->eps, x_norm + t * E);
+        rc = l->is_moe ? mt_ffn_moe(m, l, n_tok, x_norm, out, pool, err)
+                       : mt_ffn_dense(&l->ffn_gate, &l->ffn_up, &l->ffn_down, n_tok, x_norm, out,
+                                      pool, err);
+        if (rc) break;
+        for (size_t i = 0; i < T * E; i++) hidden[i] += out[i];
+    }
+done:
+    free(x_norm);
+    free(out);
+    return rc;
+}
+
+void mt_model_head(const mt_model *m, const float *hidden, int32_t n_tok, float *logits,
+                   mt_pool *pool) {
+    const size_t E = (size_t)m->hp.n_embd;
+    float *x = malloc((size_t)n_tok * E * sizeof(float));
+    if (!x) abort(); /* n_tok * n_embd floats; the logits buffer is far larger */
+    for (int32_t t = 0; t < n_tok; t++)
+        mt_rmsnorm(hidden + t * E, m->output_norm, (int64_t)E, m->hp.eps, x + t * E);
+    mt_matmul(&m->output, x, n_tok, logits, pool);
+    free(x);
+}

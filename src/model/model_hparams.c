@@ -1,0 +1,308 @@
+/* model_hparams.c - reads an architecture's hyperparameters from GGUF
+ * metadata (`<arch>.*` keys), applying llama.cpp's defaults, and derives the
+ * RoPE/YaRN and attention scales the forward pass needs. */
+#include "model_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct hp_reader {
+    const gguf_file *f;
+    const char *arch;
+    mt_error *err;
+    int failed;
+} hp_reader;
+
+static const char *key_of(hp_reader *r, const char *suffix, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s.%s", r->arch, suffix);
+    return buf;
+}
+
+/* Reads an integer key that may also be stored as a per-layer array whose
+ * entries are all equal (what llama.cpp calls get_key_or_arr). */
+static bool get_int(hp_reader *r, const char *suffix, int32_t *out, bool required) {
+    char key[128];
+    key_of(r, suffix, key, sizeof key);
+    const gguf_kv *kv = gguf_find_kv(r->f, key);
+    if (!kv) {
+        if (required && !r->failed) {
+            mt_error_set(r->err, "%s: required key '%s' is missing", r->f->path, key);
+            r->failed = 1;
+        }
+        return false;
+    }
+    uint64_t v = 0;
+    if (kv->value.type == GGUF_TYPE_ARRAY) {
+        const gguf_value *a = &kv->value;
+        size_t es = a->arr.type == GGUF_TYPE_UINT32 || a->arr.type == GGUF_TYPE_INT32 ? 4 : 0;
+        if (es == 0 || a->arr.n == 0) {
+            if (!r->failed) mt_error_set(r->err, "%s: key '%s' is an array of %s; expected int32/uint32",
+                                         r->f->path, key, gguf_type_name(a->arr.type));
+            r->failed = 1;
+            return false;
+        }
+        uint32_t first, x;
+        memcpy(&first, a->arr.data, 4);
+        for (uint64_t i = 1; i < a->arr.n; i++) {
+            memcpy(&x, a->arr.data + 4 * i, 4);
+            if (x != first) {
+                if (!r->failed)
+                    mt_error_set(r->err,
+                                 "%s: key '%s' differs between layers (%u vs %u); per-layer"
+                                 " values are not supported yet",
+                                 r->f->path, key, first, x);
+                r->failed = 1;
+                return false;
+            }
+        }
+        v = first;
+    } else if (!gguf_get_u64(r->f, key, &v, r->err)) {
+        r->failed = 1;
+        return false;
+    }
+    if (v > (1u << 30)) {
+        if (!r->failed) mt_error_set(r->err, "%s: key '%s' = %llu is implausibly large", r->f->path,
+                                     key, (unsigned long long)v);
+        r->failed = 1;
+        return false;
+    }
+    *out = (int32_t)v;
+    return true;
+}
+
+static bool get_float(hp_reader *r, const char *suffix, float *out, bool required) {
+    char key[128];
+    key_of(r, suffix, key, sizeof key);
+    mt_error e = {{0}};
+    if (gguf_get_f32(r->f, key, out, &e)) return true;
+    if (e.msg[0] || required) {
+        if (!r->failed) {
+            if (e.msg[0]) *r->err = e;
+            else mt_error_set(r->err, "%s: required key '%s' is missing", r->f->path, key);
+        }
+        r->failed = 1;
+    }
+    return false;
+}
+
+static bool get_bool(hp_reader *r, const char *suffix, bool *out) {
+    char key[128];
+    key_of(r, suffix, key, sizeof key);
+    mt_error e = {{0}};
+    if (gguf_get_bool(r->f, key, out, &e)) return true;
+    if (e.msg[0]) {
+        if (!r->failed) *r->err = e;
+        r->failed = 1;
+    }
+    return false;
+}
+
+/* YaRN ramp/mscale conventions as llama.cpp applies them (see
+ * ENGINE-REFERENCE 2.2 and 2.6): get_mscale(s, m) = 1 + 0.1*m*ln s for s > 1. */
+static float get_mscale(float s, float m) { return s <= 1.0f ? 1.0f : 0.1f * m * logf(s) + 1.0f; }
+
+int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_error *err) {
+    memset(hp, 0, sizeof *hp);
+    mt_error e = {{0}};
+    char *arch = gguf_get_string(f, "general.architecture", &e);
+    if (!arch)
+        return mt_error_set(err, "%s: %s", f->path,
+                            e.msg[0] ? e.msg : "key 'general.architecture' is missing");
+    static const struct {
+        const char *name;
+        mt_arch arch;
+    } archs[] = {{"llama", MT_ARCH_LLAMA},
+                 {"qwen2moe", MT_ARCH_QWEN2MOE},
+                 {"qwen3moe", MT_ARCH_QWEN3MOE},
+                 {"deepseek2", MT_ARCH_DEEPSEEK2}};
+    int found = -1;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(arch, archs[i].name) == 0) found = (int)i;
+    if (found < 0) {
+        mt_error_set(err,
+                     "%s: architecture '%s' is not supported (supported: llama, qwen2moe,"
+                     " qwen3moe, deepseek2)",
+                     f->path, arch);
+        free(arch);
+        return -1;
+    }
+    free(arch);
+    hp->arch = archs[found].arch;
+    hp->arch_name = archs[found].name;
+    hp->n_vocab = (int32_t)n_vocab;
+
+    hp_reader r = {f, hp->arch_name, err, 0};
+    get_int(&r, "embedding_length", &hp->n_embd, true);
+    get_int(&r, "block_count", &hp->n_layer, true);
+    hp->n_ctx_train = 4096;
+    get_int(&r, "context_length", &hp->n_ctx_train, false);
+    get_int(&r, "attention.head_count", &hp->n_head, true);
+    hp->n_head_kv = hp->n_head;
+    get_int(&r, "attention.head_count_kv", &hp->n_head_kv, false);
+    get_float(&r, "attention.layer_norm_rms_epsilon", &hp->eps, true);
+    if (r.failed) return -1;
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
+        hp->n_head % hp->n_head_kv != 0)
+        return mt_error_set(err,
+                            "%s: bad shape: n_embd %d, n_layer %d, n_head %d, n_head_kv %d"
+                            " (all must be > 0 and n_head a multiple of n_head_kv)",
+                            f->path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv);
+    hp->head_dim_k = hp->n_embd / hp->n_head;
+    hp->head_dim_v = hp->head_dim_k;
+    get_int(&r, "attention.key_length", &hp->head_dim_k, false);
+    get_int(&r, "attention.value_length", &hp->head_dim_v, false);
+    hp->n_rot = hp->head_dim_k;
+    get_int(&r, "rope.dimension_count", &hp->n_rot, false);
+    hp->rope_base = 10000.0f;
+    get_float(&r, "rope.freq_base", &hp->rope_base, false);
+
+    /* RoPE scaling */
+    float factor = 0.0f, rope_attn_factor = 1.0f;
+    char scaling[32] = "linear";
+    {
+        char key[128];
+        char *s = gguf_get_string(f, key_of(&r, "rope.scaling.type", key, sizeof key), &e);
+        if (s) {
+            snprintf(scaling, sizeof scaling, "%s", s);
+            free(s);
+        } else if (e.msg[0]) {
+            *err = e;
+            return -1;
+        }
+    }
+    if (strcmp(scaling, "none") && strcmp(scaling, "linear") && strcmp(scaling, "yarn"))
+        return mt_error_set(err, "%s: rope scaling type '%s' is not supported (none, linear, yarn)",
+                            f->path, scaling);
+    if (!get_float(&r, "rope.scaling.factor", &factor, false)) get_float(&r, "rope.scale_linear", &factor, false);
+    get_float(&r, "rope.scaling.attn_factor", &rope_attn_factor, false);
+    hp->rope_freq_scale = (factor == 0.0f || strcmp(scaling, "none") == 0) ? 1.0f : 1.0f / factor;
+    hp->rope_yarn = strcmp(scaling, "yarn") == 0;
+    hp->yarn_orig_ctx = hp->n_ctx_train;
+    get_int(&r, "rope.scaling.original_context_length", &hp->yarn_orig_ctx, false);
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    if (hp->arch != MT_ARCH_DEEPSEEK2) { /* llama.cpp's deepseek2 ignores these keys */
+        get_float(&r, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, false);
+        get_float(&r, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, false);
+    }
+    float log_mul = 0.0f;
+    if (get_float(&r, "rope.scaling.yarn_log_multiplier", &log_mul, false) &&
+        hp->arch == MT_ARCH_DEEPSEEK2)
+        log_mul /= 0.1f; /* stored as 0.1 * mscale_all_dim */
+
+    /* attn_factor as llama.cpp hands it to ggml's rope, which multiplies it
+     * again by (1 + 0.1 ln s) when YaRN is on. */
+    float s = 1.0f / hp->rope_freq_scale;
+    float attn_factor = 1.0f;
+    if (hp->rope_yarn) {
+        if (log_mul != 0.0f) {
+            float m = (hp->arch == MT_ARCH_DEEPSEEK2 && log_mul != 1.0f) ? log_mul : 1.0f;
+            attn_factor = get_mscale(s, m) / get_mscale(s, log_mul);
+        } else {
+            attn_factor = get_mscale(s, 1.0f);
+        }
+        attn_factor *= 1.0f / (1.0f + 0.1f * logf(s));
+    }
+    attn_factor *= rope_attn_factor;
+    hp->rope_mscale = hp->rope_yarn ? attn_factor * (1.0f + 0.1f * logf(s)) : attn_factor;
+
+    /* FFN and routing */
+    get_int(&r, "feed_forward_length", &hp->n_ff, false);
+    get_int(&r, "expert_count", &hp->n_expert, false);
+    get_int(&r, "expert_used_count", &hp->n_expert_used, false);
+    get_int(&r, "expert_feed_forward_length", &hp->n_ff_exp, false);
+    get_int(&r, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false);
+    get_int(&r, "expert_shared_count", &hp->n_expert_shared, false);
+    get_int(&r, "leading_dense_block_count", &hp->n_leading_dense, false);
+    get_float(&r, "expert_weights_scale", &hp->expert_weights_scale, false);
+    get_bool(&r, "expert_weights_norm", &hp->expert_weights_norm);
+    int32_t gating = 0;
+    get_int(&r, "expert_gating_func", &gating, false);
+    get_int(&r, "expert_group_count", &hp->n_group, false);
+    get_int(&r, "expert_group_used_count", &hp->n_group_used, false);
+    if (r.failed) return -1;
+
+    switch (hp->arch) {
+    case MT_ARCH_LLAMA:
+        hp->rope_neox = false;
+        hp->gating = MT_GATING_SOFTMAX;
+        hp->expert_weights_norm = true;
+        hp->expert_weights_scale = 0.0f;
+        break;
+    case MT_ARCH_QWEN2MOE:
+        hp->rope_neox = true;
+        hp->gating = MT_GATING_SOFTMAX;
+        hp->expert_weights_norm = false;
+        hp->expert_weights_scale = 0.0f;
+        if (hp->n_ff_shexp == 0) hp->n_ff_shexp = hp->n_ff;
+        break;
+    case MT_ARCH_QWEN3MOE:
+        hp->rope_neox = true;
+        hp->gating = MT_GATING_SOFTMAX;
+        hp->expert_weights_norm = true;
+        break;
+    case MT_ARCH_DEEPSEEK2: {
+        hp->rope_neox = false;
+        hp->gating = gating == 2 ? MT_GATING_SIGMOID : MT_GATING_SOFTMAX;
+        if (gating != 0 && gating != 1 && gating != 2)
+            return mt_error_set(err, "%s: expert_gating_func %d is not supported (1 softmax, 2 sigmoid)",
+                                f->path, gating);
+        get_int(&r, "attention.q_lora_rank", &hp->q_lora_rank, false);
+        get_int(&r, "attention.kv_lora_rank", &hp->kv_lora_rank, true);
+        int32_t k_mla = 0, v_mla = 0;
+        bool has_k = get_int(&r, "attention.key_length_mla", &k_mla, false);
+        bool has_v = get_int(&r, "attention.value_length_mla", &v_mla, false);
+        if (r.failed) return -1;
+        if (!has_k) k_mla = hp->head_dim_k; /* legacy files store the true sizes */
+        if (!has_v) v_mla = hp->head_dim_v;
+        hp->qk_rope = hp->n_rot;
+        hp->qk_nope = k_mla - hp->n_rot;
+        hp->v_head_dim = v_mla;
+        hp->head_dim_k = k_mla;
+        hp->head_dim_v = v_mla;
+        hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
+        if (hp->qk_nope < 1 || hp->v_head_dim < 1 || hp->kv_lora_rank < 1)
+            return mt_error_set(err, "%s: bad MLA sizes: nope %d, rope %d, v %d, kv_lora %d",
+                                f->path, hp->qk_nope, hp->qk_rope, hp->v_head_dim,
+                                hp->kv_lora_rank);
+        break;
+    }
+    }
+    if (hp->expert_weights_scale == 1.0f) hp->expert_weights_scale = 0.0f;
+    if ((hp->arch == MT_ARCH_QWEN2MOE || hp->arch == MT_ARCH_QWEN3MOE) && hp->n_ff_exp == 0 &&
+        hp->n_expert_used > 0)
+        hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+    if (hp->n_expert < 0 || hp->n_expert_used > hp->n_expert || hp->n_expert > 4096 ||
+        (hp->n_expert > 0 && hp->n_expert_used < 1))
+        return mt_error_set(err, "%s: bad expert counts: %d used of %d", f->path, hp->n_expert_used,
+                            hp->n_expert);
+    if (hp->n_group > 1) {
+        if (hp->n_expert % hp->n_group != 0 || hp->n_group_used < 1 ||
+            hp->n_group_used > hp->n_group ||
+            hp->n_group_used * (hp->n_expert / hp->n_group) < hp->n_expert_used)
+            return mt_error_set(err,
+                                "%s: bad expert groups: %d groups, %d used, %d experts, %d per token",
+                                f->path, hp->n_group, hp->n_group_used, hp->n_expert,
+                                hp->n_expert_used);
+    }
+    if (hp->n_rot <= 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim_k)
+        return mt_error_set(err, "%s: rope dimension %d must be even and at most the head size %d",
+                            f->path, hp->n_rot, hp->head_dim_k);
+    if (hp->n_rot > 1024)
+        return mt_error_set(err, "%s: rope dimension %d is larger than 1024", f->path, hp->n_rot);
+    if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0)
+        return mt_error_set(err, "%s: bad head sizes k %d v %d", f->path, hp->head_dim_k,
+                            hp->head_dim_v);
+
+    /* softmax scale */
+    if (hp->arch == MT_ARCH_DEEPSEEK2) {
+        float attn_factor_org = attn_factor * (1.0f + 0.1f * logf(s));
+        float mscale = attn_factor_org * (1.0f + 0.1f * log_mul * logf(s));
+        hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_k);
+    } else {
+        hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    }
+    return 0;
+}

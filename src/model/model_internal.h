@@ -1,0 +1,57 @@
+/* model_internal.h - declarations shared by the files of the model layer
+ * (hyperparameters, layer kinds, RoPE) but not part of the public API. */
+#ifndef MOONTAIL_MODEL_INTERNAL_H
+#define MOONTAIL_MODEL_INTERNAL_H
+
+#include "moontail/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Fills hp from f's metadata; n_vocab comes from the embedding tensor. */
+int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_error *err);
+
+/* ------------------------------------------------------------ building blocks */
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] for one vector of n. */
+void mt_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out);
+
+static inline float mt_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* Per-position rotation table for one RoPE configuration: for pair i of a
+ * token at pos, cos/sin of the (YaRN-corrected) angle times mscale. */
+void mt_rope_apply(const mt_hparams *hp, const float *freq_divisors, int32_t pos, float *x,
+                   int32_t head_dim, int32_t n_heads);
+
+/* ------------------------------------------------------------ layer kinds */
+
+/* Scratch buffers sized for one forward call; owned by the caller. */
+typedef struct mt_scratch {
+    float *a; /* (n_tok, n_embd) normalised input of the current block */
+    float *o; /* (n_tok, n_embd) output of the current block */
+} mt_scratch;
+
+int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t il,
+                const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
+                mt_error *err);
+int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t il,
+                const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
+                mt_error *err);
+int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down,
+                 int32_t n_tok, const float *u, float *out, mt_pool *pool, mt_error *err);
+int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t n_tok, const float *u, float *out,
+               mt_pool *pool, mt_error *err);
+
+/* Picks the experts (idx, largest selection score first) and their weights w
+ * for one token from its router scores z (n_expert); scratch holds 2 * n_expert. */
+void mt_moe_route(const mt_hparams *hp, const float *exp_probs_b, const float *z, int32_t *idx,
+                  float *w, float *scratch);
+
+/* Causal attention of n_q query rows against cache rows [0, pos+1) for one
+ * head: out = softmax(scale * q.K^T) . V. K rows are k_stride floats apart
+ * (width dk), V rows v_stride apart (width dv). Fixed summation order. */
+void mt_attend_one(const float *q, const float *k, size_t k_stride, int32_t dk, const float *v,
+                   size_t v_stride, int32_t dv, int32_t n_pos, float scale, float *scores,
+                   float *out);
+
+#endif

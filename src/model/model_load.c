@@ -1,0 +1,297 @@
+/* model_load.c - binds a GGUF file's tensors to an mt_model.
+ *
+ * Every tensor the architecture needs is looked up by its llama.cpp name and
+ * checked for shape and type before use: a missing, misshapen or
+ * unsupported tensor is reported by name with what was expected. Matrices
+ * stay zero-copy views into the mapping; 1-D vectors (norms, biases) are
+ * decoded to f32 copies owned by the model. */
+#include "model_internal.h"
+#include "moontail/quant.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- binder */
+
+typedef struct binder {
+    mt_model *m;
+    const gguf_file *f;
+    mt_error *err;
+    int failed;
+    float **owned; /* decoded vectors, freed with the model */
+    size_t n_owned, cap_owned;
+} binder;
+
+typedef struct model_priv {
+    mt_model pub;
+    float **owned;
+    size_t n_owned;
+} model_priv;
+
+static void fail(binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(binder *b, const char *fmt, ...) {
+    if (b->failed) return;
+    va_list ap;
+    va_start(ap, fmt);
+    mt_error_vset(b->err, fmt, ap);
+    va_end(ap);
+    mt_error_prefix(b->err, "%s", b->f->path);
+    b->failed = 1;
+}
+
+static void tname(char *buf, size_t cap, const char *pattern, int il) {
+    if (il >= 0) snprintf(buf, cap, "blk.%d.%s", il, pattern);
+    else snprintf(buf, cap, "%s", pattern);
+}
+
+/* Finds a tensor and checks its shape; ne[i] < 0 means "any". */
+static const gguf_tensor *find(binder *b, const char *pattern, int il, bool required, int n_dims,
+                               int64_t ne0, int64_t ne1, int64_t ne2) {
+    char name[96];
+    tname(name, sizeof name, pattern, il);
+    const gguf_tensor *t = gguf_find_tensor(b->f, name);
+    if (!t) {
+        if (required) fail(b, "tensor '%s' is missing; the %s loader needs it", name, b->m->hp.arch_name);
+        return NULL;
+    }
+    int64_t want[3] = {ne0, ne1, ne2};
+    bool ok = true;
+    for (int d = 0; d < 3; d++) {
+        int64_t w = d < n_dims ? want[d] : 1;
+        if (w >= 0 && t->ne[d] != w) ok = false;
+    }
+    if (t->ne[3] != 1) ok = false;
+    if (!ok) {
+        fail(b, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+             (long long)ne0, (long long)(n_dims > 1 ? ne1 : 1), (long long)(n_dims > 2 ? ne2 : 1));
+        return NULL;
+    }
+    const mt_type_traits *tr = mt_type_traits_get(t->type);
+    if (!tr->supported || t->type == MT_TYPE_Q8_K) {
+        fail(b,
+             "tensor '%s' has type %s, which the engine cannot compute with yet (supported: F32,"
+             " F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4)",
+             name, tr->name);
+        return NULL;
+    }
+    return t;
+}
+
+static mt_matrix matrix_of(const gguf_tensor *t) {
+    mt_matrix mm = {t->type, t->ne[0], t->ne[1], t->nb[1], t->data};
+    return mm;
+}
+
+static void bind_matrix(binder *b, mt_matrix *out, const char *pattern, int il, bool required,
+                        int64_t ne0, int64_t ne1) {
+    memset(out, 0, sizeof *out);
+    const gguf_tensor *t = find(b, pattern, il, required, 2, ne0, ne1, 1);
+    if (t) *out = matrix_of(t);
+}
+
+static void bind_experts(binder *b, mt_experts *out, const char *pattern, int il, int64_t ne0,
+                         int64_t ne1, int64_t n_expert) {
+    memset(out, 0, sizeof *out);
+    const gguf_tensor *t = find(b, pattern, il, true, 3, ne0, ne1, n_expert);
+    if (!t) return;
+    out->m = matrix_of(t);
+    out->expert_bytes = t->nb[2];
+    out->n_expert = (int32_t)t->ne[2];
+}
+
+static float *bind_vector(binder *b, const char *pattern, int il, bool required, int64_t n) {
+    const gguf_tensor *t = find(b, pattern, il, required, 1, n, 1, 1);
+    if (!t) return NULL;
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v || (b->n_owned == b->cap_owned &&
+               !(b->owned = realloc(b->owned, (b->cap_owned = 2 * b->cap_owned + 16) * sizeof(float *))))) {
+        free(v);
+        fail(b, "out of memory");
+        return NULL;
+    }
+    quant_dequantize_row(t->type, t->data, v, n);
+    b->owned[b->n_owned++] = v;
+    return v;
+}
+
+/* ---------------------------------------------------------------- layers */
+
+static void bind_gqa(binder *b, mt_layer *l, int il) {
+    const mt_hparams *hp = &b->m->hp;
+    int64_t E = hp->n_embd, nq = (int64_t)hp->n_head * hp->head_dim_k,
+            nk = (int64_t)hp->n_head_kv * hp->head_dim_k, nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    char name[96];
+    tname(name, sizeof name, "attn_qkv.weight", il);
+    if (gguf_find_tensor(b->f, name))
+        fail(b, "tensor '%s': fused QKV projections are not supported yet", name);
+    bind_matrix(b, &l->wq, "attn_q.weight", il, true, E, nq);
+    bind_matrix(b, &l->wk, "attn_k.weight", il, true, E, nk);
+    bind_matrix(b, &l->wv, "attn_v.weight", il, true, E, nv);
+    bind_matrix(b, &l->wo, "attn_output.weight", il, true, (int64_t)hp->n_head * hp->head_dim_v, E);
+    l->bq = bind_vector(b, "attn_q.bias", il, false, nq);
+    l->bk = bind_vector(b, "attn_k.bias", il, false, nk);
+    l->bv = bind_vector(b, "attn_v.bias", il, false, nv);
+    if (hp->arch == MT_ARCH_QWEN3MOE) {
+        l->q_norm = bind_vector(b, "attn_q_norm.weight", il, true, hp->head_dim_k);
+        l->k_norm = bind_vector(b, "attn_k_norm.weight", il, true, hp->head_dim_k);
+    }
+}
+
+static void bind_mla(binder *b, mt_layer *l, int il) {
+    const mt_hparams *hp = &b->m->hp;
+    int64_t E = hp->n_embd, H = hp->n_head, kv = hp->kv_lora_rank, qk = hp->qk_nope + hp->qk_rope;
+    if (hp->q_lora_rank > 0) {
+        bind_matrix(b, &l->wq_a, "attn_q_a.weight", il, true, E, hp->q_lora_rank);
+        l->q_a_norm = bind_vector(b, "attn_q_a_norm.weight", il, true, hp->q_lora_rank);
+        bind_matrix(b, &l->wq_b, "attn_q_b.weight", il, true, hp->q_lora_rank, H * qk);
+    } else {
+        bind_matrix(b, &l->wq, "attn_q.weight", il, true, E, H * qk);
+    }
+    bind_matrix(b, &l->wkv_a, "attn_kv_a_mqa.weight", il, true, E, kv + hp->qk_rope);
+    l->kv_a_norm = bind_vector(b, "attn_kv_a_norm.weight", il, true, kv);
+    char name[96];
+    tname(name, sizeof name, "attn_k_b.weight", il);
+    l->mla_absorbed = gguf_find_tensor(b->f, name) != NULL;
+    if (l->mla_absorbed) {
+        bind_experts(b, &l->wk_b, "attn_k_b.weight", il, hp->qk_nope, kv, H);
+        bind_experts(b, &l->wv_b, "attn_v_b.weight", il, kv, hp->v_head_dim, H);
+    } else {
+        bind_matrix(b, &l->wkv_b, "attn_kv_b.weight", il, true, kv, H * (hp->qk_nope + hp->v_head_dim));
+    }
+    bind_matrix(b, &l->wo, "attn_output.weight", il, true, H * hp->v_head_dim, E);
+}
+
+static void bind_moe(binder *b, mt_layer *l, int il) {
+    const mt_hparams *hp = &b->m->hp;
+    int64_t E = hp->n_embd, X = hp->n_expert, F = hp->n_ff_exp;
+    if (X <= 0 || hp->n_expert_used <= 0) {
+        fail(b, "layer %d has a router but expert_count/expert_used_count are not set", il);
+        return;
+    }
+    if (F <= 0) {
+        /* llama and deepseek need the width from the expert tensor itself */
+        char name[96];
+        tname(name, sizeof name, "ffn_down_exps.weight", il);
+        const gguf_tensor *t = gguf_find_tensor(b->f, name);
+        F = t ? t->ne[0] : -1;
+    }
+    bind_matrix(b, &l->router, "ffn_gate_inp.weight", il, true, E, X);
+    l->exp_probs_b = bind_vector(b, "exp_probs_b.bias", il, false, X);
+    char name[96];
+    tname(name, sizeof name, "ffn_gate_up_exps.weight", il);
+    if (gguf_find_tensor(b->f, name)) {
+        /* fused: rows [0, F) of each expert are gate, [F, 2F) are up */
+        bind_experts(b, &l->gate_exps, "ffn_gate_up_exps.weight", il, E, 2 * F, X);
+        l->up_exps = l->gate_exps;
+        l->gate_exps.m.n_rows = F;
+        l->up_exps.m.n_rows = F;
+        l->up_exps.m.data = (const char *)l->up_exps.m.data + (size_t)F * l->up_exps.m.row_bytes;
+    } else {
+        bind_experts(b, &l->gate_exps, "ffn_gate_exps.weight", il, E, F, X);
+        bind_experts(b, &l->up_exps, "ffn_up_exps.weight", il, E, F, X);
+    }
+    bind_experts(b, &l->down_exps, "ffn_down_exps.weight", il, F, E, X);
+
+    int64_t S = hp->arch == MT_ARCH_DEEPSEEK2 ? F * hp->n_expert_shared : hp->n_ff_shexp;
+    if (hp->arch == MT_ARCH_QWEN2MOE || (hp->arch == MT_ARCH_DEEPSEEK2 && S > 0)) {
+        l->has_shexp = true;
+        bind_matrix(b, &l->gate_shexp, "ffn_gate_shexp.weight", il, true, E, S);
+        bind_matrix(b, &l->up_shexp, "ffn_up_shexp.weight", il, true, E, S);
+        bind_matrix(b, &l->down_shexp, "ffn_down_shexp.weight", il, true, S, E);
+        if (hp->arch == MT_ARCH_QWEN2MOE) {
+            const gguf_tensor *t = find(b, "ffn_gate_inp_shexp.weight", il, true, 1, E, 1, 1);
+            if (t) l->shexp_gate_inp = (mt_matrix){t->type, E, 1, t->nb[1], t->data};
+        }
+    }
+}
+
+static void bind_layer(binder *b, int il) {
+    const mt_hparams *hp = &b->m->hp;
+    mt_layer *l = &b->m->layers[il];
+    int64_t E = hp->n_embd;
+    l->attn_norm = bind_vector(b, "attn_norm.weight", il, true, E);
+    l->ffn_norm = bind_vector(b, "ffn_norm.weight", il, true, E);
+    if (hp->arch == MT_ARCH_DEEPSEEK2) bind_mla(b, l, il);
+    else bind_gqa(b, l, il);
+
+    char name[96];
+    tname(name, sizeof name, "ffn_gate_inp.weight", il);
+    switch (hp->arch) {
+    case MT_ARCH_LLAMA: l->is_moe = gguf_find_tensor(b->f, name) != NULL; break;
+    case MT_ARCH_DEEPSEEK2: l->is_moe = il >= hp->n_leading_dense; break;
+    default: l->is_moe = true;
+    }
+    if (l->is_moe) {
+        bind_moe(b, l, il);
+    } else {
+        int64_t F = hp->n_ff;
+        if (F <= 0) fail(b, "layer %d is dense but feed_forward_length is not set", il);
+        bind_matrix(b, &l->ffn_gate, "ffn_gate.weight", il, true, E, F);
+        bind_matrix(b, &l->ffn_up, "ffn_up.weight", il, true, E, F);
+        bind_matrix(b, &l->ffn_down, "ffn_down.weight", il, true, F, E);
+    }
+}
+
+/* ------------------------------------------------------------------ load */
+
+mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
+    model_priv *mp = calloc(1, sizeof *mp);
+    if (!mp) {
+        gguf_close(f);
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    mt_model *m = &mp->pub;
+    m->gguf = f;
+    binder b = {m, f, err, 0, NULL, 0, 0};
+
+    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    if (!emb || emb->n_dims != 2) {
+        fail(&b, "tensor 'token_embd.weight' is %s", emb ? "not 2-D" : "missing");
+        goto fail;
+    }
+    if (mt_hparams_read(f, emb->ne[1], &m->hp, err)) goto fail;
+    const mt_hparams *hp = &m->hp;
+    const gguf_tensor *te = find(&b, "token_embd.weight", -1, true, 2, hp->n_embd, -1, 1);
+    if (!te) goto fail;
+    m->tok_embd = matrix_of(te);
+    m->output_norm = bind_vector(&b, "output_norm.weight", -1, true, hp->n_embd);
+    bind_matrix(&b, &m->output, "output.weight", -1, hp->arch == MT_ARCH_QWEN2MOE, hp->n_embd,
+                hp->n_vocab);
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if (hp->arch == MT_ARCH_LLAMA)
+        m->rope_freqs = bind_vector(&b, "rope_freqs.weight", -1, false, hp->n_rot / 2);
+    if (b.failed) goto fail;
+
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        fail(&b, "out of memory for %d layers", hp->n_layer);
+        goto fail;
+    }
+    for (int il = 0; il < hp->n_layer && !b.failed; il++) bind_layer(&b, il);
+    if (b.failed) goto fail;
+    mp->owned = b.owned;
+    mp->n_owned = b.n_owned;
+    return m;
+fail:
+    mp->owned = b.owned;
+    mp->n_owned = b.n_owned;
+    mt_model_free(m);
+    return NULL;
+}
+
+mt_model *mt_model_load(const char *path, mt_error *err) {
+    gguf_file *f = gguf_open(path, err);
+    return f ? mt_model_from_gguf(f, err) : NULL;
+}
+
+void mt_model_free(mt_model *m) {
+    if (!m) return;
+    model_priv *mp = (model_priv *)m;
+    for (size_t i = 0; i < mp->n_owned; i++) free(mp->owned[i]);
+    free(mp->owned);
+    free(m->layers);
+    gguf_close(m->gguf);
+    free(mp);
+}

@@ -1,0 +1,319 @@
+/* synth_model.c - writes deterministic synthetic GGUF models (`moontail
+ * mkmodel`, the test models and the built-in default).
+ *
+ * Every tensor gets its own splitmix64 stream seeded from (seed, tensor
+ * name), so a file does not depend on the order tensors are written in.
+ * Weights are uniform in [-s, s] with s = gain * sqrt(3 / n_in): each matmul
+ * output then has a standard deviation near `gain`, which keeps the residual
+ * stream stable, the router's choice clear and the head's logits peaked. */
+#include "moontail/synth_model.h"
+#include "moontail/gguf.h"
+#include "moontail/quant.h"
+#include "moontail/tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- params */
+
+mt_synth_params mt_synth_default_params(const char *arch) {
+    mt_synth_params p = {0};
+    p.arch = arch;
+    p.type = MT_TYPE_F32;
+    p.seed = 1;
+    p.vocab = "bytes";
+    p.n_layer = 2;
+    p.n_embd = 256;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.head_dim = 64;
+    p.n_ff = 512;
+    p.n_ctx_train = 4096;
+    p.n_expert = 8;
+    p.n_expert_used = 2;
+    p.n_ff_exp = 256;
+    p.logit_gain = 5.0f;
+    if (strcmp(arch, "qwen2moe") == 0) {
+        p.n_expert_used = 2;
+        p.n_expert_shared = 1;
+    } else if (strcmp(arch, "deepseek2") == 0) {
+        p.n_layer = 3;
+        p.n_head = 4;
+        p.n_head_kv = 1;
+        p.n_expert = 16;
+        p.n_expert_used = 4;
+        p.n_expert_shared = 1;
+        p.n_leading_dense = 1;
+        p.n_group = 4;
+        p.n_group_used = 2;
+        p.q_lora = 256;
+        p.kv_lora = 256;
+        p.qk_nope = 64;
+        p.qk_rope = 32;
+        p.v_dim = 64;
+        p.yarn_factor = 4.0f;
+        p.yarn_orig_ctx = 64;
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------- rng */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t stream_seed(uint64_t seed, const char *name) {
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    return h;
+}
+
+/* Uniform in [-1, 1) from the top 24 bits: exact in f32 on every machine. */
+static float uniform(uint64_t *s) {
+    return (float)(splitmix64(s) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+typedef struct synth {
+    const mt_synth_params *p;
+    gguf_writer *w;
+    mt_error *err;
+    int failed;
+    char arch_key[64];
+} synth;
+
+static const char *akey(synth *s, const char *suffix) {
+    snprintf(s->arch_key, sizeof s->arch_key, "%s.%s", s->p->arch, suffix);
+    return s->arch_key;
+}
+
+/* The type a matrix of row length n gets: the requested type if its block
+ * divides n, else Q8_0, else F32 (what llama.cpp's quantizer falls back to). */
+static mt_type fit_type(mt_type want, int64_t n) {
+    if (n % mt_type_traits_get(want)->blck == 0) return want;
+    return n % 32 == 0 ? MT_TYPE_Q8_0 : MT_TYPE_F32;
+}
+
+/* Adds a tensor of shape ne (n_dims <= 3) filled with offset + U(-scale, scale). */
+static void add(synth *s, const char *name, mt_type type, int n_dims, int64_t ne0, int64_t ne1,
+                int64_t ne2, float scale, float offset) {
+    if (s->failed) return;
+    int64_t ne[3] = {ne0, ne1, ne2};
+    type = fit_type(type, ne0);
+    int64_t rows = ne1 * ne2;
+    size_t row_bytes = mt_type_row_size(type, ne0);
+    float *row = malloc((size_t)ne0 * sizeof(float));
+    uint8_t *data = malloc(row_bytes * (size_t)rows);
+    if (!row || !data) {
+        free(row);
+        free(data);
+        s->failed = mt_error_set(s->err, "mkmodel: out of memory for tensor '%s'", name);
+        return;
+    }
+    uint64_t st = stream_seed(s->p->seed, name);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < ne0; i++) row[i] = offset + scale * uniform(&st);
+        quant_quantize_row(type, row, data + (size_t)r * row_bytes, ne0);
+    }
+    if (gguf_writer_add_tensor(s->w, name, type, (uint32_t)n_dims, ne, data, s->err)) s->failed = 1;
+    free(row);
+    free(data);
+}
+
+/* A matrix {n_in, n_out(, n_mat)} whose products have std ~ gain. */
+static void add_matrix(synth *s, const char *name, int n_dims, int64_t n_in, int64_t n_out,
+                       int64_t n_mat, float gain) {
+    add(s, name, s->p->type, n_dims, n_in, n_out, n_mat, gain * sqrtf(3.0f / (float)n_in), 0.0f);
+}
+
+static void add_f32(synth *s, const char *name, int64_t n, float scale, float offset) {
+    add(s, name, MT_TYPE_F32, 1, n, 1, 1, scale, offset);
+}
+
+static const char *lname(char *buf, int il, const char *suffix) {
+    snprintf(buf, 96, "blk.%d.%s", il, suffix);
+    return buf;
+}
+
+static void add_swiglu(synth *s, int il, const char *kind, int64_t E, int64_t F, int64_t X) {
+    char n[96], nm[64];
+    int dims = X > 1 ? 3 : 2;
+    snprintf(nm, sizeof nm, "ffn_gate%s.weight", kind);
+    add_matrix(s, lname(n, il, nm), dims, E, F, X, 1.0f);
+    snprintf(nm, sizeof nm, "ffn_up%s.weight", kind);
+    add_matrix(s, lname(n, il, nm), dims, E, F, X, 1.0f);
+    snprintf(nm, sizeof nm, "ffn_down%s.weight", kind);
+    add_matrix(s, lname(n, il, nm), dims, F, E, X, 0.5f);
+}
+
+static void add_layer(synth *s, int il) {
+    const mt_synth_params *p = s->p;
+    const int64_t E = p->n_embd, H = p->n_head, Hkv = p->n_head_kv, hd = p->head_dim;
+    char n[96];
+    bool ds = strcmp(p->arch, "deepseek2") == 0, q2 = strcmp(p->arch, "qwen2moe") == 0,
+         q3 = strcmp(p->arch, "qwen3moe") == 0;
+    add_f32(s, lname(n, il, "attn_norm.weight"), E, 0.2f, 1.0f);
+    add_f32(s, lname(n, il, "ffn_norm.weight"), E, 0.2f, 1.0f);
+    if (ds) {
+        int64_t qk = p->qk_nope + p->qk_rope;
+        add_matrix(s, lname(n, il, "attn_q_a.weight"), 2, E, p->q_lora, 1, 1.0f);
+        add_f32(s, lname(n, il, "attn_q_a_norm.weight"), p->q_lora, 0.2f, 1.0f);
+        add_matrix(s, lname(n, il, "attn_q_b.weight"), 2, p->q_lora, H * qk, 1, 1.0f);
+        add_matrix(s, lname(n, il, "attn_kv_a_mqa.weight"), 2, E, p->kv_lora + p->qk_rope, 1, 1.0f);
+        add_f32(s, lname(n, il, "attn_kv_a_norm.weight"), p->kv_lora, 0.2f, 1.0f);
+        add_matrix(s, lname(n, il, "attn_k_b.weight"), 3, p->qk_nope, p->kv_lora, H, 1.0f);
+        add_matrix(s, lname(n, il, "attn_v_b.weight"), 3, p->kv_lora, p->v_dim, H, 1.0f);
+        add_matrix(s, lname(n, il, "attn_output.weight"), 2, H * p->v_dim, E, 1, 0.7f);
+    } else {
+        add_matrix(s, lname(n, il, "attn_q.weight"), 2, E, H * hd, 1, 1.2f);
+        add_matrix(s, lname(n, il, "attn_k.weight"), 2, E, Hkv * hd, 1, 1.2f);
+        add_matrix(s, lname(n, il, "attn_v.weight"), 2, E, Hkv * hd, 1, 1.0f);
+        add_matrix(s, lname(n, il, "attn_output.weight"), 2, H * hd, E, 1, 0.7f);
+        if (q2) {
+            add_f32(s, lname(n, il, "attn_q.bias"), H * hd, 0.1f, 0.0f);
+            add_f32(s, lname(n, il, "attn_k.bias"), Hkv * hd, 0.1f, 0.0f);
+            add_f32(s, lname(n, il, "attn_v.bias"), Hkv * hd, 0.1f, 0.0f);
+        }
+        if (q3) {
+            add_f32(s, lname(n, il, "attn_q_norm.weight"), hd, 0.2f, 1.0f);
+            add_f32(s, lname(n, il, "attn_k_norm.weight"), hd, 0.2f, 1.0f);
+        }
+    }
+    bool moe = !p->dense && !(ds && il < p->n_leading_dense);
+    if (!moe) {
+        add_swiglu(s, il, "", E, p->n_ff, 1);
+        return;
+    }
+    /* routers stay F32, as llama.cpp's quantizer leaves them */
+    add(s, lname(n, il, "ffn_gate_inp.weight"), MT_TYPE_F32, 2, E, p->n_expert, 1,
+        2.5f * sqrtf(3.0f / (float)E), 0.0f);
+    if (ds) add_f32(s, lname(n, il, "exp_probs_b.bias"), p->n_expert, 0.2f, 0.0f);
+    add_swiglu(s, il, "_exps", E, p->n_ff_exp, p->n_expert);
+    if (q2) {
+        add_f32(s, lname(n, il, "ffn_gate_inp_shexp.weight"), E, 2.0f * sqrtf(3.0f / (float)E), 0.0f);
+        add_swiglu(s, il, "_shexp", E, p->n_ff, 1);
+    } else if (ds && p->n_expert_shared > 0) {
+        add_swiglu(s, il, "_shexp", E, (int64_t)p->n_ff_exp * p->n_expert_shared, 1);
+    }
+}
+
+static void write_hparams(synth *s) {
+    const mt_synth_params *p = s->p;
+    gguf_writer *w = s->w;
+    bool ds = strcmp(p->arch, "deepseek2") == 0, q2 = strcmp(p->arch, "qwen2moe") == 0;
+    gguf_writer_set_u32(w, akey(s, "context_length"), (uint32_t)p->n_ctx_train);
+    gguf_writer_set_u32(w, akey(s, "embedding_length"), (uint32_t)p->n_embd);
+    gguf_writer_set_u32(w, akey(s, "block_count"), (uint32_t)p->n_layer);
+    gguf_writer_set_u32(w, akey(s, "feed_forward_length"), (uint32_t)p->n_ff);
+    gguf_writer_set_u32(w, akey(s, "attention.head_count"), (uint32_t)p->n_head);
+    gguf_writer_set_u32(w, akey(s, "attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    gguf_writer_set_f32(w, akey(s, "attention.layer_norm_rms_epsilon"), 1e-6f);
+    gguf_writer_set_f32(w, akey(s, "rope.freq_base"), 10000.0f);
+    if (ds) {
+        gguf_writer_set_u32(w, akey(s, "rope.dimension_count"), (uint32_t)p->qk_rope);
+        gguf_writer_set_u32(w, akey(s, "attention.key_length"), (uint32_t)(p->kv_lora + p->qk_rope));
+        gguf_writer_set_u32(w, akey(s, "attention.value_length"), (uint32_t)p->kv_lora);
+        gguf_writer_set_u32(w, akey(s, "attention.key_length_mla"), (uint32_t)(p->qk_nope + p->qk_rope));
+        gguf_writer_set_u32(w, akey(s, "attention.value_length_mla"), (uint32_t)p->v_dim);
+        gguf_writer_set_u32(w, akey(s, "attention.q_lora_rank"), (uint32_t)p->q_lora);
+        gguf_writer_set_u32(w, akey(s, "attention.kv_lora_rank"), (uint32_t)p->kv_lora);
+        gguf_writer_set_u32(w, akey(s, "leading_dense_block_count"), (uint32_t)p->n_leading_dense);
+        gguf_writer_set_u32(w, akey(s, "expert_shared_count"), (uint32_t)p->n_expert_shared);
+        gguf_writer_set_f32(w, akey(s, "expert_weights_scale"), 2.5f);
+        gguf_writer_set_bool(w, akey(s, "expert_weights_norm"), true);
+        gguf_writer_set_u32(w, akey(s, "expert_gating_func"), 2);
+        gguf_writer_set_u32(w, akey(s, "expert_group_count"), (uint32_t)p->n_group);
+        gguf_writer_set_u32(w, akey(s, "expert_group_used_count"), (uint32_t)p->n_group_used);
+    } else {
+        gguf_writer_set_u32(w, akey(s, "rope.dimension_count"), (uint32_t)p->head_dim);
+        gguf_writer_set_u32(w, akey(s, "attention.key_length"), (uint32_t)p->head_dim);
+        gguf_writer_set_u32(w, akey(s, "attention.value_length"), (uint32_t)p->head_dim);
+    }
+    if (p->yarn_factor > 1.0f) {
+        gguf_writer_set_string(w, akey(s, "rope.scaling.type"), "yarn");
+        gguf_writer_set_f32(w, akey(s, "rope.scaling.factor"), p->yarn_factor);
+        gguf_writer_set_u32(w, akey(s, "rope.scaling.original_context_length"),
+                            (uint32_t)p->yarn_orig_ctx);
+        if (ds) gguf_writer_set_f32(w, akey(s, "rope.scaling.yarn_log_multiplier"), 0.1f);
+    }
+    if (!p->dense) {
+        gguf_writer_set_u32(w, akey(s, "expert_count"), (uint32_t)p->n_expert);
+        gguf_writer_set_u32(w, akey(s, "expert_used_count"), (uint32_t)p->n_expert_used);
+        gguf_writer_set_u32(w, akey(s, "expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
+        if (q2) gguf_writer_set_u32(w, akey(s, "expert_shared_feed_forward_length"), (uint32_t)p->n_ff);
+    }
+}
+
+static int check_params(const mt_synth_params *p, mt_error *err) {
+    const char *archs[] = {"llama", "qwen2moe", "qwen3moe", "deepseek2"};
+    bool known = false;
+    for (int i = 0; i < 4; i++) known |= strcmp(p->arch, archs[i]) == 0;
+    if (!known)
+        return mt_error_set(err, "mkmodel: unknown architecture '%s' (llama, qwen2moe, qwen3moe, deepseek2)",
+                            p->arch);
+    const mt_type_traits *tr = mt_type_traits_get(p->type);
+    if (!tr || !tr->supported || p->type == MT_TYPE_Q8_K)
+        return mt_error_set(err, "mkmodel: type %s cannot be written", tr ? tr->name : "?");
+    if (p->n_layer < 1 || p->n_layer > 256 || p->n_embd < 32 || p->n_embd > 16384 ||
+        p->n_embd % 32 || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
+        p->head_dim < 2 || p->head_dim % 2 || p->n_ff < 32 || p->n_ff % 32)
+        return mt_error_set(err, "mkmodel: bad sizes (layers 1-256, embd and ff multiples of 32,"
+                                 " heads a multiple of kv heads, even head size)");
+    bool ds = strcmp(p->arch, "deepseek2") == 0;
+    if (!p->dense && (p->n_expert < 1 || p->n_expert_used < 1 || p->n_expert_used > p->n_expert ||
+                      p->n_expert > 1024 || p->n_ff_exp < 32 || p->n_ff_exp % 32))
+        return mt_error_set(err, "mkmodel: bad expert sizes (1 <= used <= experts <= 1024, ff_exp"
+                                 " a multiple of 32)");
+    if (p->dense && strcmp(p->arch, "llama") != 0)
+        return mt_error_set(err, "mkmodel: --dense is only meaningful for llama");
+    if (ds && (p->q_lora % 32 || p->kv_lora % 32 || p->kv_lora < 32 || p->qk_nope < 2 ||
+               p->qk_rope < 2 || p->qk_rope % 2 || p->v_dim < 2 || p->n_head_kv != 1 ||
+               p->n_leading_dense >= p->n_layer))
+        return mt_error_set(err, "mkmodel: bad deepseek2 sizes (lora ranks multiples of 32, even"
+                                 " rope dim, 1 kv head, fewer dense layers than layers)");
+    if (ds && p->n_group > 1 && (p->n_expert % p->n_group || p->n_group_used < 1 ||
+                                 p->n_group_used > p->n_group ||
+                                 p->n_group_used * (p->n_expert / p->n_group) < p->n_expert_used))
+        return mt_error_set(err, "mkmodel: bad expert groups");
+    return 0;
+}
+
+int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
+    if (check_params(p, err)) return -1;
+    synth s = {p, gguf_writer_new(), err, 0, {0}};
+    if (!s.w) return mt_error_set(err, "mkmodel: out of memory");
+    bool llama = strcmp(p->arch, "llama") == 0;
+    gguf_writer_set_string(s.w, "general.architecture", p->arch);
+    char name[96];
+    snprintf(name, sizeof name, "moontail-synthetic-%s-%s", p->arch, mt_type_traits_get(p->type)->name);
+    gguf_writer_set_string(s.w, "general.name", name);
+    gguf_writer_set_u32(s.w, "general.quantization_version", 2);
+    write_hparams(&s);
+
+    int32_t n_vocab;
+    if (strcmp(p->vocab, "bytes") == 0) {
+        const char *pre = p->pre ? p->pre : llama ? "llama-bpe" : "qwen2";
+        n_vocab = mt_vocab_write_bytes(s.w, pre, llama);
+    } else {
+        n_vocab = mt_vocab_write_hf_json(s.w, p->vocab, p->pre ? p->pre : "qwen2", err);
+        if (n_vocab < 0) {
+            gguf_writer_free(s.w);
+            return -1;
+        }
+    }
+
+    add(&s, "token_embd.weight", p->type, 2, p->n_embd, n_vocab, 1, 1.0f, 0.0f);
+    add_f32(&s, "output_norm.weight", p->n_embd, 0.2f, 1.0f);
+    if (!p->tied_output) add_matrix(&s, "output.weight", 2, p->n_embd, n_vocab, 1, p->logit_gain);
+    for (int il = 0; il < p->n_layer && !s.failed; il++) add_layer(&s, il);
+    int rc = s.failed ? -1 : gguf_writer_write(s.w, path, err);
+    gguf_writer_free(s.w);
+    return rc;
+}
