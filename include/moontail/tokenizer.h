@@ -1,10 +1,12 @@
 /* tokenizer.h - text <-> token ids, from the vocabulary stored in a GGUF file.
  *
  * Supports `tokenizer.ggml.model = gpt2` (byte-level BPE) with the
- * pre-tokenizers qwen2, deepseek-v3, kimi-k2, llama-bpe and default (regexes
- * run with PCRE2), special tokens (control tokens matched only when asked,
- * user-defined tokens always), BOS/EOS rules as llama.cpp applies them, and
- * a detokenizer that streams only complete UTF-8 characters. */
+ * pre-tokenizers qwen2, deepseek-v3, kimi-k2, llama-bpe, gpt-2 and default
+ * (regexes run with PCRE2) and `llama` (SentencePiece BPE, e.g. Mixtral),
+ * special tokens (control tokens matched only when asked, user-defined
+ * tokens always), BOS/EOS/EOG rules as llama.cpp applies them, and a
+ * detokenizer that streams only complete UTF-8 characters. The goal is
+ * llama.cpp's exact token ids; see src/model/tokenize*.c for the details. */
 #ifndef MOONTAIL_TOKENIZER_H
 #define MOONTAIL_TOKENIZER_H
 
@@ -18,7 +20,10 @@
 typedef struct mt_vocab mt_vocab;
 
 /* Loads and validates the tokenizer.* keys of f. The vocab copies what it
- * needs; f may be closed afterwards. */
+ * needs; f may be closed afterwards. Other tokenizer models than gpt2 and
+ * pre-tokenizer names without a regex table are refused ("not supported
+ * yet"); malformed keys, count mismatches and out-of-range ids are errors
+ * naming the file and key. */
 mt_vocab *mt_vocab_load(const gguf_file *f, mt_error *err);
 void mt_vocab_free(mt_vocab *v);
 
@@ -29,11 +34,25 @@ bool mt_vocab_add_bos(const mt_vocab *v);
 bool mt_vocab_is_eog(const mt_vocab *v, int32_t id); /* end of generation */
 const char *mt_vocab_pre_name(const mt_vocab *v);
 
+bool mt_vocab_add_eos(const mt_vocab *v);
+bool mt_vocab_is_control(const mt_vocab *v, int32_t id);
+/* Raw text of a token as stored in the file (byte-level alphabet for
+ * normal gpt2 tokens), NUL-terminated; NULL for an id out of range. */
+const char *mt_vocab_token_text(const mt_vocab *v, int32_t id, size_t *len);
+/* Id of the token whose raw text is exactly text[0..len), or -1. */
+int32_t mt_vocab_find(const mt_vocab *v, const char *text, size_t len);
+
+/* Longest text mt_tokenize accepts (1 GiB). */
+#define MT_TOKENIZE_MAX_BYTES (1 << 30)
+
 /* Tokenizes len bytes of text. add_special: prepend BOS (and append EOS)
  * when the vocabulary's metadata asks for it. parse_special: match control
  * tokens' text (user-defined tokens always match). Returns the number of
- * ids written to *out (malloc'd, caller frees), or -1 with err filled
- * (e.g. invalid UTF-8 is NOT an error: bytes go through byte-level BPE). */
+ * ids written to *out (malloc'd even when 0, caller frees), or -1 with err
+ * filled. Invalid UTF-8 is not an error: as in llama.cpp, each byte that
+ * does not start a decodable sequence is replaced by U+FFFD before
+ * pre-tokenization (so such input does not round-trip). Thread-safe: a
+ * vocabulary may be used by several threads at once. */
 int64_t mt_tokenize(const mt_vocab *v, const char *text, size_t len, bool add_special,
                     bool parse_special, int32_t **out, mt_error *err);
 

@@ -11,23 +11,23 @@
  * every block_* struct there). Ids 4, 5 (removed Q4_2/Q4_3) and 31-33, 36-38
  * (removed or repacked layouts) are absent. */
 static const mt_type_traits type_table[MT_TYPE_COUNT] = {
-    [0] = {"F32", 1, 4, true},         [1] = {"F16", 1, 2, true},
-    [2] = {"Q4_0", 32, 18, true},      [3] = {"Q4_1", 32, 20, false},
-    [6] = {"Q5_0", 32, 22, false},     [7] = {"Q5_1", 32, 24, false},
-    [8] = {"Q8_0", 32, 34, true},      [9] = {"Q8_1", 32, 36, false},
-    [10] = {"Q2_K", 256, 84, false},   [11] = {"Q3_K", 256, 110, false},
-    [12] = {"Q4_K", 256, 144, true},   [13] = {"Q5_K", 256, 176, false},
-    [14] = {"Q6_K", 256, 210, true},   [15] = {"Q8_K", 256, 292, true},
+    [0] = {"F32", 1, 4, true},          [1] = {"F16", 1, 2, true},
+    [2] = {"Q4_0", 32, 18, true},       [3] = {"Q4_1", 32, 20, false},
+    [6] = {"Q5_0", 32, 22, false},      [7] = {"Q5_1", 32, 24, false},
+    [8] = {"Q8_0", 32, 34, true},       [9] = {"Q8_1", 32, 36, false},
+    [10] = {"Q2_K", 256, 84, false},    [11] = {"Q3_K", 256, 110, false},
+    [12] = {"Q4_K", 256, 144, true},    [13] = {"Q5_K", 256, 176, false},
+    [14] = {"Q6_K", 256, 210, true},    [15] = {"Q8_K", 256, 292, true},
     [16] = {"IQ2_XXS", 256, 66, false}, [17] = {"IQ2_XS", 256, 74, false},
     [18] = {"IQ3_XXS", 256, 98, false}, [19] = {"IQ1_S", 256, 50, false},
-    [20] = {"IQ4_NL", 32, 18, false},  [21] = {"IQ3_S", 256, 110, false},
-    [22] = {"IQ2_S", 256, 82, false},  [23] = {"IQ4_XS", 256, 136, false},
-    [24] = {"I8", 1, 1, false},        [25] = {"I16", 1, 2, false},
-    [26] = {"I32", 1, 4, false},       [27] = {"I64", 1, 8, false},
-    [28] = {"F64", 1, 8, false},       [29] = {"IQ1_M", 256, 56, false},
-    [30] = {"BF16", 1, 2, true},       [34] = {"TQ1_0", 256, 54, false},
-    [35] = {"TQ2_0", 256, 66, false},  [39] = {"MXFP4", 32, 17, true},
-    [40] = {"NVFP4", 64, 36, false},   [41] = {"Q1_0", 128, 18, false},
+    [20] = {"IQ4_NL", 32, 18, false},   [21] = {"IQ3_S", 256, 110, false},
+    [22] = {"IQ2_S", 256, 82, false},   [23] = {"IQ4_XS", 256, 136, false},
+    [24] = {"I8", 1, 1, false},         [25] = {"I16", 1, 2, false},
+    [26] = {"I32", 1, 4, false},        [27] = {"I64", 1, 8, false},
+    [28] = {"F64", 1, 8, false},        [29] = {"IQ1_M", 256, 56, false},
+    [30] = {"BF16", 1, 2, true},        [34] = {"TQ1_0", 256, 54, false},
+    [35] = {"TQ2_0", 256, 66, false},   [39] = {"MXFP4", 32, 17, true},
+    [40] = {"NVFP4", 64, 36, false},    [41] = {"Q1_0", 128, 18, false},
     [42] = {"Q2_0", 64, 18, false},
 };
 
@@ -88,7 +88,7 @@ uint16_t mt_f32_to_f16(float f) {
     if (absx >= 0x7f800000u) /* inf or nan (keep nan quiet) */
         return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
     if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to >= 65520: inf */
-    if (absx < 0x38800000u) {                                    /* below 2^-14: subnormal half */
+    if (absx < 0x38800000u) {                                  /* below 2^-14: subnormal half */
         /* round(|f| * 2^24) to nearest even; adding 0.5 (2^-1 in units) is done in f32
          * arithmetic by the magic-number trick: |f| + 0.5 aligns the mantissa. */
         float v = bits_f32(absx) + 0.5f;
@@ -99,7 +99,9 @@ uint16_t mt_f32_to_f16(float f) {
     return (uint16_t)(sign | (absx >> 13));
 }
 
-float mt_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+float mt_bf16_to_f32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
 
 uint16_t mt_f32_to_bf16(float f) {
     uint32_t x = f32_bits(f);

@@ -1,0 +1,93 @@
+/* matmul.c - weight matrix times a batch of activation rows (ggml's
+ * mul_mat on the CPU, without its repacked or BLAS paths).
+ *
+ * Each activation row is converted once to the weight type's vec-dot
+ * partner (Q8_0, Q8_K, F16, ...) into a scratch buffer; then the weight rows
+ * are split among the pool's threads in contiguous chunks and every output
+ * element is one quant_vec_dot call. Because an element never depends on
+ * which thread computed it, on the chunking, or on the other rows of the
+ * batch, y is bit-identical for every pool size and batch composition. */
+#include "moontail/matmul.h"
+
+#include "moontail/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Tiles of the row loop: RB weight rows stay in cache while TB converted
+ * activation rows stream past them. Only speed depends on these. */
+enum { ROW_TILE = 16, TOK_TILE = 32 };
+
+typedef struct matmul_job {
+    const mt_matrix *w;
+    const float *x; /* (n_tok, n_cols) f32 */
+    int64_t n_tok;
+    mt_type vt;          /* quant_vec_dot_type(w->type) */
+    uint8_t *xc;         /* (n_tok, xc_row_bytes): x converted to vt */
+    size_t xc_row_bytes; /* mt_type_row_size(vt, n_cols) */
+    quant_vec_dot_fn dot;
+    float *y; /* (n_tok, n_rows) */
+} matmul_job;
+
+/* ------------------------------------------------------------ stages */
+
+static void convert_rows(void *ctx, int64_t begin, int64_t end) {
+    matmul_job *job = ctx;
+    const int64_t n_cols = job->w->n_cols;
+    for (int64_t t = begin; t < end; t++)
+        quant_convert_activations(job->vt, job->x + t * n_cols, job->xc + t * job->xc_row_bytes,
+                                  n_cols);
+}
+
+static void dot_rows(void *ctx, int64_t begin, int64_t end) {
+    const matmul_job *job = ctx;
+    const mt_matrix *w = job->w;
+    const uint8_t *wd = w->data;
+    for (int64_t r0 = begin; r0 < end; r0 += ROW_TILE) {
+        const int64_t r1 = r0 + ROW_TILE < end ? r0 + ROW_TILE : end;
+        for (int64_t t0 = 0; t0 < job->n_tok; t0 += TOK_TILE) {
+            const int64_t t1 = t0 + TOK_TILE < job->n_tok ? t0 + TOK_TILE : job->n_tok;
+            for (int64_t r = r0; r < r1; r++) {
+                const uint8_t *w_row = wd + (size_t)r * w->row_bytes;
+                for (int64_t t = t0; t < t1; t++)
+                    job->y[t * w->n_rows + r] =
+                        job->dot(w->n_cols, w_row, job->xc + (size_t)t * job->xc_row_bytes);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------ entry points */
+
+void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_pool *pool) {
+    if (n_tok <= 0 || w->n_rows <= 0) return;
+    matmul_job job = {
+        .w = w,
+        .x = x,
+        .n_tok = n_tok,
+        .vt = quant_vec_dot_type(w->type),
+        .dot = quant_vec_dot_get(w->type), /* aborts on an unsupported type */
+        .y = y,
+    };
+    job.xc_row_bytes = mt_type_row_size(job.vt, w->n_cols);
+    uint8_t *scratch = NULL;
+    if (job.vt == MT_TYPE_F32) {
+        job.xc = (uint8_t *)(uintptr_t)x; /* already in the vec-dot format; only read */
+    } else {
+        scratch = malloc((size_t)n_tok * job.xc_row_bytes);
+        if (!scratch) {
+            fprintf(stderr, "moontail: mt_matmul: out of memory (%lld x %zu bytes)\n",
+                    (long long)n_tok, job.xc_row_bytes);
+            abort();
+        }
+        job.xc = scratch;
+        mt_pool_run(pool, n_tok, convert_rows, &job);
+    }
+    mt_pool_run(pool, w->n_rows, dot_rows, &job);
+    free(scratch);
+}
+
+void mt_matrix_get_row(const mt_matrix *w, int64_t r, float *dst) {
+    quant_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes, dst,
+                         w->n_cols);
+}

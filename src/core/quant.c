@@ -1,0 +1,149 @@
+/* quant.c - the public quant_* entry points.
+ *
+ * Every call goes through one kernel table (quant_kernels.h). The table is
+ * built once: the portable reference kernels, then any SIMD kernels this CPU
+ * can run laid over them. MT_KERNELS=reference (or avx2) in the environment
+ * forces a set; tests switch sets with quant_kernels_select to check that
+ * every set gives bit-identical results. */
+#include "quant_kernels.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ------------------------------------------------------ kernel sets */
+
+static quant_kernel_set set_reference;
+static quant_kernel_set set_avx2;
+static bool have_avx2;
+static _Atomic(const quant_kernel_set *) active;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+void quant_ref_kernels(quant_kernel_set *ks) {
+    memset(ks, 0, sizeof *ks);
+    ks->name = "reference";
+    for (int t = 0; t < MT_TYPE_COUNT; t++) ks->vec_dot_type[t] = MT_TYPE_COUNT;
+
+#define SET(T, deq, q, conv, vdt, dot)                                                             \
+    do {                                                                                           \
+        ks->dequantize[T] = deq;                                                                   \
+        ks->quantize[T] = q;                                                                       \
+        ks->convert[T] = conv;                                                                     \
+        ks->vec_dot_type[T] = vdt;                                                                 \
+        ks->vec_dot[T] = dot;                                                                      \
+    } while (0)
+    /* type           dequantize              quantize              convert (activations) */
+    SET(MT_TYPE_F32, quant_f32_dequantize, quant_f32_quantize, quant_f32_quantize, MT_TYPE_F32,
+        quant_f32_vec_dot);
+    SET(MT_TYPE_F16, quant_f16_dequantize, quant_f16_quantize, quant_f16_quantize, MT_TYPE_F16,
+        quant_f16_vec_dot);
+    SET(MT_TYPE_BF16, quant_bf16_dequantize, quant_bf16_quantize, quant_bf16_quantize, MT_TYPE_BF16,
+        quant_bf16_vec_dot);
+    SET(MT_TYPE_Q8_0, quant_q8_0_dequantize, quant_q8_0_quantize, quant_q8_0_convert, MT_TYPE_Q8_0,
+        quant_q8_0_vec_dot);
+    SET(MT_TYPE_Q4_0, quant_q4_0_dequantize, quant_q4_0_quantize, NULL, MT_TYPE_Q8_0,
+        quant_q4_0_vec_dot);
+    SET(MT_TYPE_MXFP4, quant_mxfp4_dequantize, quant_mxfp4_quantize, NULL, MT_TYPE_Q8_0,
+        quant_mxfp4_vec_dot);
+    SET(MT_TYPE_Q4_K, quant_q4_k_dequantize, quant_q4_k_quantize, NULL, MT_TYPE_Q8_K,
+        quant_q4_k_vec_dot);
+    SET(MT_TYPE_Q6_K, quant_q6_k_dequantize, quant_q6_k_quantize, NULL, MT_TYPE_Q8_K,
+        quant_q6_k_vec_dot);
+    /* Q8_K only ever holds activations: "quantizing" to it is the conversion. */
+    SET(MT_TYPE_Q8_K, quant_q8_k_dequantize, quant_q8_k_convert, quant_q8_k_convert, MT_TYPE_COUNT,
+        NULL);
+#undef SET
+}
+
+static bool select_by_name(const char *name) {
+    if (strcmp(name, "reference") == 0) {
+        atomic_store(&active, &set_reference);
+        return true;
+    }
+    if (strcmp(name, "avx2") == 0 && have_avx2) {
+        atomic_store(&active, &set_avx2);
+        return true;
+    }
+    return false;
+}
+
+static void init_sets(void) {
+    quant_ref_kernels(&set_reference);
+    quant_ref_kernels(&set_avx2);
+    have_avx2 = quant_avx2_install(&set_avx2);
+    atomic_store(&active, have_avx2 ? &set_avx2 : &set_reference);
+    const char *env = getenv("MT_KERNELS");
+    if (env && *env && !select_by_name(env))
+        fprintf(stderr, "moontail: MT_KERNELS=%s is not available here; using %s kernels\n", env,
+                atomic_load(&active)->name);
+}
+
+static inline const quant_kernel_set *kernels(void) {
+    pthread_once(&init_once, init_sets);
+    return atomic_load_explicit(&active, memory_order_acquire);
+}
+
+const char *quant_kernel_name(void) {
+    return kernels()->name;
+}
+
+int quant_kernels_select(const char *name) {
+    kernels();
+    return select_by_name(name) ? 0 : -1;
+}
+
+/* ------------------------------------------------------- entry points */
+
+/* Misuse (an unsupported type, a partial block) is a bug in the caller, which
+ * must validate types and shapes when it loads a model. */
+static _Noreturn void misuse(const char *fn, mt_type t, int64_t n) {
+    const mt_type_traits *tr = mt_type_traits_get((uint32_t)t);
+    fprintf(stderr, "moontail: %s: type %d (%s) with n=%lld is not supported\n", fn, (int)t,
+            tr ? tr->name : "unknown", (long long)n);
+    abort();
+}
+
+static inline void check_n(const char *fn, mt_type t, int64_t n) {
+    const mt_type_traits *tr = mt_type_traits_get((uint32_t)t);
+    if (!tr || n < 0 || n % tr->blck != 0) misuse(fn, t, n);
+}
+
+void quant_dequantize_row(mt_type t, const void *src, float *dst, int64_t n) {
+    const quant_kernel_set *ks = kernels();
+    if ((unsigned)t >= MT_TYPE_COUNT || !ks->dequantize[t]) misuse(__func__, t, n);
+    check_n(__func__, t, n);
+    ks->dequantize[t](src, dst, n);
+}
+
+size_t quant_quantize_row(mt_type t, const float *src, void *dst, int64_t n) {
+    const quant_kernel_set *ks = kernels();
+    if ((unsigned)t >= MT_TYPE_COUNT || !ks->quantize[t]) misuse(__func__, t, n);
+    check_n(__func__, t, n);
+    return ks->quantize[t](src, dst, n);
+}
+
+mt_type quant_vec_dot_type(mt_type t) {
+    if ((unsigned)t >= MT_TYPE_COUNT) return MT_TYPE_COUNT;
+    return kernels()->vec_dot_type[t];
+}
+
+size_t quant_convert_activations(mt_type vt, const float *x, void *dst, int64_t n) {
+    const quant_kernel_set *ks = kernels();
+    if ((unsigned)vt >= MT_TYPE_COUNT || !ks->convert[vt]) misuse(__func__, vt, n);
+    check_n(__func__, vt, n);
+    return ks->convert[vt](x, dst, n);
+}
+
+quant_vec_dot_fn quant_vec_dot_get(mt_type t) {
+    const quant_kernel_set *ks = kernels();
+    if ((unsigned)t >= MT_TYPE_COUNT || !ks->vec_dot[t]) misuse(__func__, t, 0);
+    return ks->vec_dot[t];
+}
+
+float quant_vec_dot(mt_type t, int64_t n, const void *w_row, const void *x_conv) {
+    const quant_kernel_set *ks = kernels();
+    if ((unsigned)t >= MT_TYPE_COUNT || !ks->vec_dot[t]) misuse(__func__, t, n);
+    check_n(__func__, t, n);
+    return ks->vec_dot[t](n, w_row, x_conv);
+}

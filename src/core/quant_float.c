@@ -1,0 +1,83 @@
+/* quant_float.c - reference kernels of the unquantized formats F32, F16, BF16.
+ *
+ * Activations meet a float weight row in the same format (ggml converts them
+ * to F16 for F16 weights and to BF16 for BF16 weights). The dot products are
+ * ggml's scalar ones: each product is rounded to f32, then the products are
+ * summed in double from index 0 upwards, and the sum is rounded to f32 once. */
+#include "quant_kernels.h"
+
+/* ---------------------------------------------------------------- F32 */
+
+void quant_f32_dequantize(const void *src, float *dst, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+size_t quant_f32_quantize(const float *src, void *dst, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+    return (size_t)n * sizeof(float);
+}
+
+float quant_f32_vec_dot(int64_t n, const void *w, const void *x) {
+    const uint8_t *wb = w, *xb = x; /* (n) f32 each, any alignment */
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float p = quant_load_f32(wb + 4 * i) * quant_load_f32(xb + 4 * i);
+        sum += (double)p;
+    }
+    return (float)sum;
+}
+
+/* ---------------------------------------------------------------- F16 */
+
+void quant_f16_dequantize(const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = quant_load_f16(s + 2 * i);
+}
+
+size_t quant_f16_quantize(const float *src, void *dst, int64_t n) {
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) quant_store_f16(d + 2 * i, src[i]);
+    return (size_t)n * 2;
+}
+
+float quant_f16_vec_dot(int64_t n, const void *w, const void *x) {
+    const uint8_t *wb = w, *xb = x;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float p = quant_load_f16(wb + 2 * i) * quant_load_f16(xb + 2 * i);
+        sum += (double)p;
+    }
+    return (float)sum;
+}
+
+/* --------------------------------------------------------------- BF16 */
+
+static inline float load_bf16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return mt_bf16_to_f32(h);
+}
+
+void quant_bf16_dequantize(const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = load_bf16(s + 2 * i);
+}
+
+size_t quant_bf16_quantize(const float *src, void *dst, int64_t n) {
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = mt_f32_to_bf16(src[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
+    return (size_t)n * 2;
+}
+
+float quant_bf16_vec_dot(int64_t n, const void *w, const void *x) {
+    const uint8_t *wb = w, *xb = x;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float p = load_bf16(wb + 2 * i) * load_bf16(xb + 2 * i);
+        sum += (double)p;
+    }
+    return (float)sum;
+}

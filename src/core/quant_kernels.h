@@ -1,0 +1,182 @@
+/* quant_kernels.h - private to the quant_* files: block layouts, the kernel
+ * function table, and the portable reference kernels of every format.
+ *
+ * Blocks are addressed as bytes at the offsets of ENGINE-REFERENCE.md 1.4
+ * (never through struct pointers), so a row may start at any address. Scalars
+ * inside blocks are little-endian, as on every host MoonTail targets.
+ *
+ * A kernel set is a table indexed by mt_type. quant.c starts from the
+ * reference set (quant_ref_kernels) and lets a SIMD file replace entries
+ * (quant_avx2_install); a SIMD entry must return bit-identical results. */
+#ifndef MOONTAIL_QUANT_KERNELS_H
+#define MOONTAIL_QUANT_KERNELS_H
+
+#include "moontail/quant.h"
+#include "moontail/tensor_type.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ geometry */
+
+enum {
+    QK_32 = 32, /* elements per block of Q8_0, Q4_0, MXFP4 */
+    QK_K = 256, /* elements per super-block of the K-quants and Q8_K */
+
+    Q8_0_BYTES = 34, /* d f16 @0; qs[32] int8 @2 */
+    Q8_0_QS = 2,
+
+    Q4_0_BYTES = 18, /* d f16 @0; qs[16] @2 (low nibbles: j, high nibbles: j+16) */
+    Q4_0_QS = 2,
+
+    MXFP4_BYTES = 17, /* e (E8M0) @0; qs[16] @1 */
+    MXFP4_QS = 1,
+
+    Q4_K_BYTES = 144, /* d f16 @0; dmin f16 @2; scales[12] @4; qs[128] @16 */
+    Q4_K_DMIN = 2,
+    Q4_K_SCALES = 4,
+    Q4_K_QS = 16,
+
+    Q6_K_BYTES = 210, /* ql[128] @0; qh[64] @128; scales[16] int8 @192; d f16 @208 */
+    Q6_K_QH = 128,
+    Q6_K_SCALES = 192,
+    Q6_K_D = 208,
+
+    Q8_K_BYTES = 292, /* d f32 @0; qs[256] int8 @4; bsums[16] int16 @260 (sum of each 16 qs) */
+    Q8_K_QS = 4,
+    Q8_K_BSUMS = 260,
+};
+
+/* ----------------------------------------------------- scalar helpers */
+
+/* mt_f16_to_f32, inline (the kernels decode a half per block or element):
+ * normal, inf and NaN by rebiasing the exponent, subnormals as m * 2^-24. */
+static inline float quant_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fffu;
+    uint32_t bits;
+    if (em >= 0x7c00u) {
+        bits = sign | 0x7f800000u | ((em & 0x3ffu) << 13);
+    } else if (em >= 0x0400u) {
+        bits = sign | ((em << 13) + (112u << 23));
+    } else {
+        float v = (float)em * (1.0f / 16777216.0f); /* exact */
+        memcpy(&bits, &v, 4);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline float quant_load_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return quant_f16_to_f32(h);
+}
+
+static inline void quant_store_f16(uint8_t *p, float f) {
+    uint16_t h = mt_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+static inline float quant_load_f32(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+/* Round to nearest, ties to even, for |f| <= 2^22: adding 1.5 * 2^23 leaves
+ * the integer in the low mantissa bits (the same trick as ggml's nearest_int). */
+static inline int quant_nearest_int(float f) {
+    float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* 2^(e-128), the value ggml uses for an E8M0 exponent (half the MX scale;
+ * the FP4 table is doubled to match). e = 0 and 1 are f32 subnormals. */
+static inline float quant_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Doubled E2M1 values of the 16 FP4 codes. */
+extern const int8_t quant_mxfp4_values[16];
+
+/* Q4_K / Q5_K: 6-bit scale and min of sub-block s (0..7) from scales[12]. */
+static inline void quant_k4_scale_min(const uint8_t *scales, int s, int *sc, int *m) {
+    if (s < 4) {
+        *sc = scales[s] & 63;
+        *m = scales[s + 4] & 63;
+    } else {
+        *sc = (scales[s + 4] & 0xF) | ((scales[s - 4] >> 6) << 4);
+        *m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
+    }
+}
+
+/* ---------------------------------------------------------- the table */
+
+typedef void (*quant_row_fn)(const void *src, float *dst, int64_t n);
+typedef size_t (*quant_encode_fn)(const float *src, void *dst, int64_t n);
+
+typedef struct quant_kernel_set {
+    const char *name;
+    quant_row_fn dequantize[MT_TYPE_COUNT];  /* decode a row of this type */
+    quant_encode_fn quantize[MT_TYPE_COUNT]; /* weights: simple round-to-nearest */
+    quant_encode_fn convert[MT_TYPE_COUNT];  /* activations, as ggml's CPU matmul */
+    mt_type vec_dot_type[MT_TYPE_COUNT];     /* MT_TYPE_COUNT: no vec_dot */
+    quant_vec_dot_fn vec_dot[MT_TYPE_COUNT]; /* weight row . converted activations */
+} quant_kernel_set;
+
+/* Fills `ks` with the portable kernels (quant.c). */
+void quant_ref_kernels(quant_kernel_set *ks);
+
+/* Replaces entries of `ks` with AVX2 kernels if this CPU has AVX2; returns
+ * whether it did (quant_avx2.c; a stub elsewhere). */
+bool quant_avx2_install(quant_kernel_set *ks);
+
+/* ------------------------------------------------ reference kernels */
+
+/* quant_float.c */
+void quant_f32_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_f32_quantize(const float *src, void *dst, int64_t n);
+float quant_f32_vec_dot(int64_t n, const void *w, const void *x);
+void quant_f16_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_f16_quantize(const float *src, void *dst, int64_t n);
+float quant_f16_vec_dot(int64_t n, const void *w, const void *x);
+void quant_bf16_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_bf16_quantize(const float *src, void *dst, int64_t n);
+float quant_bf16_vec_dot(int64_t n, const void *w, const void *x);
+
+/* quant_q8_0.c */
+void quant_q8_0_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q8_0_quantize(const float *src, void *dst, int64_t n);
+size_t quant_q8_0_convert(const float *src, void *dst, int64_t n);
+float quant_q8_0_vec_dot(int64_t n, const void *w, const void *x);
+
+/* quant_q4_0.c */
+void quant_q4_0_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q4_0_quantize(const float *src, void *dst, int64_t n);
+float quant_q4_0_vec_dot(int64_t n, const void *w, const void *x);
+
+/* quant_mxfp4.c */
+void quant_mxfp4_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_mxfp4_quantize(const float *src, void *dst, int64_t n);
+float quant_mxfp4_vec_dot(int64_t n, const void *w, const void *x);
+
+/* quant_k.c */
+void quant_q4_k_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q4_k_quantize(const float *src, void *dst, int64_t n);
+float quant_q4_k_vec_dot(int64_t n, const void *w, const void *x);
+void quant_q6_k_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q6_k_quantize(const float *src, void *dst, int64_t n);
+float quant_q6_k_vec_dot(int64_t n, const void *w, const void *x);
+void quant_q8_k_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q8_k_convert(const float *src, void *dst, int64_t n);
+
+#endif
