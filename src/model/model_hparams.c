@@ -58,9 +58,13 @@ static bool get_int(hp_reader *r, const char *suffix, int32_t *out, bool require
             }
         }
         v = first;
-    } else if (!gguf_get_u64(r->f, key, &v, r->err)) {
-        r->failed = 1;
-        return false;
+    } else {
+        mt_error e = {{0}};
+        if (!gguf_get_u64(r->f, key, &v, &e)) {
+            if (!r->failed) *r->err = e;
+            r->failed = 1;
+            return false;
+        }
     }
     if (v > (1u << 30)) {
         if (!r->failed) mt_error_set(r->err, "%s: key '%s' = %llu is implausibly large", r->f->path,
@@ -242,6 +246,7 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
         hp->rope_neox = true;
         hp->gating = MT_GATING_SOFTMAX;
         hp->expert_weights_norm = true;
+        hp->expert_weights_scale = 0.0f; /* llama.cpp's qwen3moe does not read the key */
         break;
     case MT_ARCH_DEEPSEEK2: {
         hp->rope_neox = false;

@@ -211,7 +211,9 @@ static void write_hparams(synth *s) {
     gguf_writer_set_u32(w, akey(s, "context_length"), (uint32_t)p->n_ctx_train);
     gguf_writer_set_u32(w, akey(s, "embedding_length"), (uint32_t)p->n_embd);
     gguf_writer_set_u32(w, akey(s, "block_count"), (uint32_t)p->n_layer);
-    gguf_writer_set_u32(w, akey(s, "feed_forward_length"), (uint32_t)p->n_ff);
+    /* llama.cpp's llama loader takes the expert width from feed_forward_length */
+    bool llama_moe = strcmp(p->arch, "llama") == 0 && !p->dense;
+    gguf_writer_set_u32(w, akey(s, "feed_forward_length"), (uint32_t)(llama_moe ? p->n_ff_exp : p->n_ff));
     gguf_writer_set_u32(w, akey(s, "attention.head_count"), (uint32_t)p->n_head);
     gguf_writer_set_u32(w, akey(s, "attention.head_count_kv"), (uint32_t)p->n_head_kv);
     gguf_writer_set_f32(w, akey(s, "attention.layer_norm_rms_epsilon"), 1e-6f);
@@ -246,7 +248,7 @@ static void write_hparams(synth *s) {
     if (!p->dense) {
         gguf_writer_set_u32(w, akey(s, "expert_count"), (uint32_t)p->n_expert);
         gguf_writer_set_u32(w, akey(s, "expert_used_count"), (uint32_t)p->n_expert_used);
-        gguf_writer_set_u32(w, akey(s, "expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
+        if (!llama_moe) gguf_writer_set_u32(w, akey(s, "expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
         if (q2) gguf_writer_set_u32(w, akey(s, "expert_shared_feed_forward_length"), (uint32_t)p->n_ff);
     }
 }
