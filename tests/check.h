@@ -3,6 +3,7 @@
 #ifndef MOONTAIL_TEST_CHECK_H
 #define MOONTAIL_TEST_CHECK_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

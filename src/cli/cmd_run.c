@@ -59,6 +59,16 @@ static int parse(int argc, char **argv, run_opts *o) {
         }
         if (!strcmp(a, "--json")) { o->json = true; continue; }
         if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
+        static const char *with_value[] = {
+            "-m", "-p", "-f", "-n", "-t", "--ctx", "--ubatch", "--temp", "--top-k", "--top-p",
+            "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty",
+            "--presence-penalty", "--seed"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "moontail run: unknown option '%s'; see 'moontail run --help'\n", a);
+            return -1;
+        }
         if (!(v = cli_value(argc, argv, &i))) return -1;
         if (!strcmp(a, "-m")) o->model = v;
         else if (!strcmp(a, "-p")) o->prompt = v;
@@ -76,10 +86,6 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--frequency-penalty")) { if (!cli_float(a, v, &o->sp.freq_penalty)) return -1; }
         else if (!strcmp(a, "--presence-penalty")) { if (!cli_float(a, v, &o->sp.presence_penalty)) return -1; }
         else if (!strcmp(a, "--seed")) { if (!cli_int(a, v, 0, UINT32_MAX, &n)) return -1; o->sp.seed = (uint64_t)n; }
-        else {
-            fprintf(stderr, "moontail run: unknown option '%s'; see 'moontail run --help'\n", a);
-            return -1;
-        }
     }
     if (o->prompt && o->prompt_file) {
         fprintf(stderr, "moontail run: give either -p or -f, not both\n");
