@@ -10,6 +10,7 @@ typedef struct variant {
     const char *arch;
     mt_type type;
     bool dense;
+    bool mla_legacy;
 } variant;
 
 /* Evaluates ids with the given threads/ubatch; returns all logits (malloc). */
@@ -29,6 +30,7 @@ static void check_variant(const variant *v) {
     mt_synth_params p = mt_synth_default_params(v->arch);
     p.type = v->type;
     p.dense = v->dense;
+    p.mla_legacy = v->mla_legacy;
     p.seed = 99;
     const char *path = check_tmp(".gguf");
     mt_error err = {{0}};
@@ -67,12 +69,12 @@ static void check_variant(const variant *v) {
 
 int main(void) {
     static const variant variants[] = {
-        {"qwen3moe", MT_TYPE_F32, false}, {"qwen3moe", MT_TYPE_Q4_K, false},
-        {"qwen2moe", MT_TYPE_F32, false}, {"qwen2moe", MT_TYPE_Q8_0, false},
-        {"deepseek2", MT_TYPE_F32, false}, {"deepseek2", MT_TYPE_MXFP4, false},
-        {"llama", MT_TYPE_F32, false},    {"llama", MT_TYPE_Q6_K, true},
-        {"llama", MT_TYPE_BF16, false},   {"qwen3moe", MT_TYPE_F16, false},
-        {"qwen3moe", MT_TYPE_Q4_0, false},
+        {"qwen3moe", MT_TYPE_F32, false, false}, {"qwen3moe", MT_TYPE_Q4_K, false, false},
+        {"qwen2moe", MT_TYPE_F32, false, false}, {"qwen2moe", MT_TYPE_Q8_0, false, false},
+        {"deepseek2", MT_TYPE_F32, false, false}, {"deepseek2", MT_TYPE_MXFP4, false, false},
+        {"llama", MT_TYPE_F32, false, false},    {"llama", MT_TYPE_Q6_K, true, false},
+        {"llama", MT_TYPE_BF16, false, false},   {"qwen3moe", MT_TYPE_F16, false, false},
+        {"qwen3moe", MT_TYPE_Q4_0, false, false}, {"deepseek2", MT_TYPE_Q8_0, false, true},
     };
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) check_variant(&variants[i]);
     return check_report("test_determinism");

@@ -25,6 +25,7 @@ typedef struct mt_synth_params {
     int32_t yarn_orig_ctx;
     bool tied_output;      /* no output.weight: the head reuses token_embd */
     bool dense;            /* llama only: no experts at all */
+    bool mla_legacy;       /* deepseek2: one attn_kv_b instead of attn_k_b/attn_v_b */
     float logit_gain;      /* scale of the output head; larger = more peaked */
 } mt_synth_params;
 

@@ -22,6 +22,7 @@ static const char usage[] =
     "  --q-lora N --kv-lora N --nope N --rope N --v-dim N   deepseek2 MLA sizes\n"
     "  --yarn FACTOR --yarn-ctx N            YaRN RoPE scaling\n"
     "  --dense              llama without experts\n"
+    "  --mla-legacy         deepseek2 with one attn_kv_b (older converters)\n"
     "  --tied               no output.weight (the head reuses token_embd)\n"
     "  --logit-gain X       output head scale (default 5; larger = more peaked)\n";
 
@@ -96,6 +97,8 @@ int cmd_mkmodel(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_float(a, v, &p.logit_gain)) return 2;
         } else if (strcmp(a, "--dense") == 0) {
             p.dense = true;
+        } else if (strcmp(a, "--mla-legacy") == 0) {
+            p.mla_legacy = true;
         } else if (strcmp(a, "--tied") == 0) {
             p.tied_output = true;
         } else {

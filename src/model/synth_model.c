@@ -168,8 +168,12 @@ static void add_layer(synth *s, int il) {
         add_matrix(s, lname(n, il, "attn_q_b.weight"), 2, p->q_lora, H * qk, 1, 1.0f);
         add_matrix(s, lname(n, il, "attn_kv_a_mqa.weight"), 2, E, p->kv_lora + p->qk_rope, 1, 1.0f);
         add_f32(s, lname(n, il, "attn_kv_a_norm.weight"), p->kv_lora, 0.2f, 1.0f);
-        add_matrix(s, lname(n, il, "attn_k_b.weight"), 3, p->qk_nope, p->kv_lora, H, 1.0f);
-        add_matrix(s, lname(n, il, "attn_v_b.weight"), 3, p->kv_lora, p->v_dim, H, 1.0f);
+        if (p->mla_legacy) {
+            add_matrix(s, lname(n, il, "attn_kv_b.weight"), 2, p->kv_lora, H * (p->qk_nope + p->v_dim), 1, 1.0f);
+        } else {
+            add_matrix(s, lname(n, il, "attn_k_b.weight"), 3, p->qk_nope, p->kv_lora, H, 1.0f);
+            add_matrix(s, lname(n, il, "attn_v_b.weight"), 3, p->kv_lora, p->v_dim, H, 1.0f);
+        }
         add_matrix(s, lname(n, il, "attn_output.weight"), 2, H * p->v_dim, E, 1, 0.7f);
     } else {
         add_matrix(s, lname(n, il, "attn_q.weight"), 2, E, H * hd, 1, 1.2f);
@@ -220,10 +224,15 @@ static void write_hparams(synth *s) {
     gguf_writer_set_f32(w, akey(s, "rope.freq_base"), 10000.0f);
     if (ds) {
         gguf_writer_set_u32(w, akey(s, "rope.dimension_count"), (uint32_t)p->qk_rope);
-        gguf_writer_set_u32(w, akey(s, "attention.key_length"), (uint32_t)(p->kv_lora + p->qk_rope));
-        gguf_writer_set_u32(w, akey(s, "attention.value_length"), (uint32_t)p->kv_lora);
-        gguf_writer_set_u32(w, akey(s, "attention.key_length_mla"), (uint32_t)(p->qk_nope + p->qk_rope));
-        gguf_writer_set_u32(w, akey(s, "attention.value_length_mla"), (uint32_t)p->v_dim);
+        if (p->mla_legacy) { /* older converters: true head sizes, no _mla keys */
+            gguf_writer_set_u32(w, akey(s, "attention.key_length"), (uint32_t)(p->qk_nope + p->qk_rope));
+            gguf_writer_set_u32(w, akey(s, "attention.value_length"), (uint32_t)p->v_dim);
+        } else {
+            gguf_writer_set_u32(w, akey(s, "attention.key_length"), (uint32_t)(p->kv_lora + p->qk_rope));
+            gguf_writer_set_u32(w, akey(s, "attention.value_length"), (uint32_t)p->kv_lora);
+            gguf_writer_set_u32(w, akey(s, "attention.key_length_mla"), (uint32_t)(p->qk_nope + p->qk_rope));
+            gguf_writer_set_u32(w, akey(s, "attention.value_length_mla"), (uint32_t)p->v_dim);
+        }
         gguf_writer_set_u32(w, akey(s, "attention.q_lora_rank"), (uint32_t)p->q_lora);
         gguf_writer_set_u32(w, akey(s, "attention.kv_lora_rank"), (uint32_t)p->kv_lora);
         gguf_writer_set_u32(w, akey(s, "leading_dense_block_count"), (uint32_t)p->n_leading_dense);

