@@ -61,6 +61,8 @@ expect_fail 1 "/nonexistent/m.gguf" "$BIN" run -m /nonexistent/m.gguf -p x
 expect_fail 2 "whole number" "$BIN" run -n abc
 expect_fail 2 "unknown command" "$BIN" frobnicate
 expect_fail 2 "unknown option" "$BIN" run --frob
+expect_fail 2 "unknown option" "$BIN" eval --frob
+expect_fail 2 "unknown option" "$BIN" tokenize --frob
 expect_fail 2 "needs a value" "$BIN" run -p
 head -c 1000 "$tmp/m.gguf" >"$tmp/cut.gguf"
 expect_fail 1 "truncated" "$BIN" run -m "$tmp/cut.gguf" -p x

@@ -74,3 +74,9 @@ char *cli_read_file(const char *path, size_t *len) {
     if (len) *len = n;
     return buf;
 }
+
+bool cli_is_one_of(const char *a, const char *const *names) {
+    for (; *names; names++)
+        if (strcmp(a, *names) == 0) return true;
+    return false;
+}

@@ -56,6 +56,11 @@ int cmd_eval(int argc, char **argv) {
             fputs(usage, stdout);
             return 0;
         }
+        static const char *const with_value[] = {"-m", "-p", "--ids", "--dump", "--top", "--ubatch", "-t", NULL};
+        if (!cli_is_one_of(a, with_value)) {
+            fprintf(stderr, "moontail eval: unknown option '%s'; see 'moontail eval --help'\n", a);
+            return 2;
+        }
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "-p")) text = v;
@@ -64,10 +69,6 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--top")) { if (!cli_int(a, v, 1, 1000, &top)) return 2; }
         else if (!strcmp(a, "--ubatch")) { if (!cli_int(a, v, 1, 1 << 24, &ubatch)) return 2; }
         else if (!strcmp(a, "-t")) { if (!cli_int(a, v, 1, 1024, &threads)) return 2; }
-        else {
-            fprintf(stderr, "moontail eval: unknown option '%s'; see 'moontail eval --help'\n", a);
-            return 2;
-        }
     }
     if (!!text == !!ids_arg) {
         fprintf(stderr, "moontail eval: give exactly one of -p TEXT or --ids LIST\n");

@@ -59,13 +59,11 @@ static int parse(int argc, char **argv, run_opts *o) {
         }
         if (!strcmp(a, "--json")) { o->json = true; continue; }
         if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
-        static const char *with_value[] = {
+        static const char *const with_value[] = {
             "-m", "-p", "-f", "-n", "-t", "--ctx", "--ubatch", "--temp", "--top-k", "--top-p",
             "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty",
-            "--presence-penalty", "--seed"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
-        if (!known) {
+            "--presence-penalty", "--seed", NULL};
+        if (!cli_is_one_of(a, with_value)) {
             fprintf(stderr, "moontail run: unknown option '%s'; see 'moontail run --help'\n", a);
             return -1;
         }
