@@ -115,6 +115,9 @@ bool gguf_get_bool(const gguf_file *f, const char *key, bool *out, mt_error *err
 /* Returns a NUL-terminated heap copy (caller frees), or NULL. */
 char *gguf_get_string(const gguf_file *f, const char *key, mt_error *err);
 
+/* Bytes of one scalar of type t (0 for STRING, ARRAY and invalid ids). */
+size_t gguf_type_size(gguf_value_type t);
+
 /* Printable name of a value type ("uint32", ...). */
 const char *gguf_type_name(gguf_value_type t);
 

@@ -119,7 +119,7 @@ typedef struct gguf_file_priv {
 
 /* --------------------------------------------------------------- values */
 
-static size_t scalar_size(gguf_value_type t) {
+size_t gguf_type_size(gguf_value_type t) {
     switch (t) {
     case GGUF_TYPE_UINT8:
     case GGUF_TYPE_INT8:
@@ -196,7 +196,7 @@ static int read_value(cursor *c, gguf_value *v, const char *key) {
     if (t == GGUF_TYPE_STRING) return cur_str(c, &v->str, UINT64_MAX, "a string value");
     if (t != GGUF_TYPE_ARRAY) {
         uint8_t buf[8];
-        size_t sz = scalar_size(v->type);
+        size_t sz = gguf_type_size(v->type);
         if (cur_read(c, buf, sz, "a scalar value")) return -1;
         if (decode_scalar(v->type, buf, v))
             return mt_error_set(c->err, "%s: key '%s' holds bool byte %u (must be 0 or 1)", c->name,
@@ -225,7 +225,7 @@ static int read_value(cursor *c, gguf_value *v, const char *key) {
             if (cur_str(c, &v->arr.strs[i], UINT64_MAX, "an array string")) return -1;
         return 0;
     }
-    size_t esz = scalar_size(v->arr.type);
+    size_t esz = gguf_type_size(v->arr.type);
     if (n > cur_left(c) / esz)
         return mt_error_set(c->err,
                             "%s: key '%s' claims %llu elements of %s but only %zu bytes remain;"

@@ -135,27 +135,13 @@ void gguf_writer_set_string(gguf_writer *w, const char *key, const char *v) {
     put_str(b, v, strlen(v));
 }
 
-static size_t elem_size(gguf_value_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8:
-    case GGUF_TYPE_INT8:
-    case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16:
-    case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT64:
-    case GGUF_TYPE_INT64:
-    case GGUF_TYPE_FLOAT64: return 8;
-    default: return 4;
-    }
-}
-
 void gguf_writer_set_array(gguf_writer *w, const char *key, gguf_value_type type,
                            const void *data, uint64_t n) {
     bytes *b = slot(w, key);
     put_u32(b, GGUF_TYPE_ARRAY);
     put_u32(b, type);
     put_u64(b, n);
-    bytes_put(b, data, (size_t)n * elem_size(type));
+    bytes_put(b, data, (size_t)n * gguf_type_size(type));
 }
 
 void gguf_writer_set_string_array(gguf_writer *w, const char *key, const char *const *v,
@@ -178,7 +164,7 @@ void gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v)
         if (v->arr.type == GGUF_TYPE_STRING)
             for (uint64_t i = 0; i < v->arr.n; i++) put_str(b, v->arr.strs[i].ptr, v->arr.strs[i].len);
         else
-            bytes_put(b, v->arr.data, (size_t)v->arr.n * elem_size(v->arr.type));
+            bytes_put(b, v->arr.data, (size_t)v->arr.n * gguf_type_size(v->arr.type));
     } else {
         /* Re-encode the scalar at its own width, little-endian. */
         uint64_t raw = v->type == GGUF_TYPE_FLOAT32   ? 0
@@ -190,7 +176,7 @@ void gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v)
         } else if (v->type == GGUF_TYPE_FLOAT64) {
             memcpy(&raw, &v->f, 8);
         }
-        bytes_put(b, &raw, elem_size(v->type));
+        bytes_put(b, &raw, gguf_type_size(v->type));
     }
 }
 

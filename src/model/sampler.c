@@ -189,34 +189,27 @@ static void apply_penalties(const mt_sampler *s, cand *c) {
     }
 }
 
+/* Restores the heap c[0..k) below j; the root is the worst kept candidate. */
+static void sift_down(cand *c, int32_t k, int32_t j) {
+    for (;;) {
+        int32_t w = j, l = 2 * j + 1, r = l + 1;
+        if (l < k && better(&c[w], &c[l])) w = l;
+        if (r < k && better(&c[w], &c[r])) w = r;
+        if (w == j) return;
+        cand t = c[j];
+        c[j] = c[w];
+        c[w] = t;
+        j = w;
+    }
+}
+
 /* Moves the k best of c[0..n) to c[0..k), sorted best first. O(n log k). */
 static void top_k_select(cand *c, int32_t n, int32_t k) {
-    /* c[0..k) is a heap whose root is the worst kept candidate. */
-    for (int32_t i = k / 2 - 1; i >= 0; i--) {
-        for (int32_t j = i;;) {
-            int32_t w = j, l = 2 * j + 1, r = l + 1;
-            if (l < k && better(&c[w], &c[l])) w = l;
-            if (r < k && better(&c[w], &c[r])) w = r;
-            if (w == j) break;
-            cand t = c[j];
-            c[j] = c[w];
-            c[w] = t;
-            j = w;
-        }
-    }
+    for (int32_t i = k / 2 - 1; i >= 0; i--) sift_down(c, k, i);
     for (int32_t i = k; i < n; i++) {
         if (!better(&c[i], &c[0])) continue;
         c[0] = c[i];
-        for (int32_t j = 0;;) {
-            int32_t w = j, l = 2 * j + 1, r = l + 1;
-            if (l < k && better(&c[w], &c[l])) w = l;
-            if (r < k && better(&c[w], &c[r])) w = r;
-            if (w == j) break;
-            cand t = c[j];
-            c[j] = c[w];
-            c[w] = t;
-            j = w;
-        }
+        sift_down(c, k, 0);
     }
     qsort(c, (size_t)k, sizeof *c, cmp_cand);
 }
