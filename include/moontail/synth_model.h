@@ -27,6 +27,8 @@ typedef struct mt_synth_params {
     bool dense;            /* llama only: no experts at all */
     bool mla_legacy;       /* deepseek2: one attn_kv_b instead of attn_k_b/attn_v_b */
     float logit_gain;      /* scale of the output head; larger = more peaked */
+    bool readable;         /* byte vocab: damp the head's rows for bytes other than
+                              letters, digits, space and common punctuation */
 } mt_synth_params;
 
 /* Defaults for an architecture (small: n_embd 256, 2-3 layers, 8 experts). */

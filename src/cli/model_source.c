@@ -14,6 +14,7 @@ mt_model *cli_open_model(const char *path, mt_error *err) {
     mt_synth_params p = mt_synth_default_params("qwen3moe");
     p.type = MT_TYPE_Q8_0;
     p.seed = 42;
+    p.readable = true;
     const char *dir = getenv("TMPDIR");
     char tmp[512];
     snprintf(tmp, sizeof tmp, "%s/moontail-default-XXXXXX", dir && *dir ? dir : "/tmp");

@@ -11,6 +11,7 @@
 #include "moontail/quant.h"
 #include "moontail/tokenizer.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,9 +102,10 @@ static mt_type fit_type(mt_type want, int64_t n) {
     return n % 32 == 0 ? MT_TYPE_Q8_0 : MT_TYPE_F32;
 }
 
-/* Adds a tensor of shape ne (n_dims <= 3) filled with offset + U(-scale, scale). */
-static void add(synth *s, const char *name, mt_type type, int n_dims, int64_t ne0, int64_t ne1,
-                int64_t ne2, float scale, float offset) {
+/* Adds a tensor of shape ne (n_dims <= 3) filled with offset + U(-scale, scale),
+ * row r further multiplied by row_scale[r] when row_scale is given. */
+static void add_scaled(synth *s, const char *name, mt_type type, int n_dims, int64_t ne0,
+                       int64_t ne1, int64_t ne2, float scale, float offset, const float *row_scale) {
     if (s->failed) return;
     int64_t ne[3] = {ne0, ne1, ne2};
     type = fit_type(type, ne0);
@@ -119,12 +121,18 @@ static void add(synth *s, const char *name, mt_type type, int n_dims, int64_t ne
     }
     uint64_t st = stream_seed(s->p->seed, name);
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t i = 0; i < ne0; i++) row[i] = offset + scale * uniform(&st);
+        float rs = row_scale ? row_scale[r] : 1.0f;
+        for (int64_t i = 0; i < ne0; i++) row[i] = (offset + scale * uniform(&st)) * rs;
         quant_quantize_row(type, row, data + (size_t)r * row_bytes, ne0);
     }
     if (gguf_writer_add_tensor(s->w, name, type, (uint32_t)n_dims, ne, data, s->err)) s->failed = 1;
     free(row);
     free(data);
+}
+
+static void add(synth *s, const char *name, mt_type type, int n_dims, int64_t ne0, int64_t ne1,
+                int64_t ne2, float scale, float offset) {
+    add_scaled(s, name, type, n_dims, ne0, ne1, ne2, scale, offset, NULL);
 }
 
 /* A matrix {n_in, n_out(, n_mat)} whose products have std ~ gain. */
@@ -322,7 +330,16 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
 
     add(&s, "token_embd.weight", p->type, 2, p->n_embd, n_vocab, 1, 1.0f, 0.0f);
     add_f32(&s, "output_norm.weight", p->n_embd, 0.2f, 1.0f);
-    if (!p->tied_output) add_matrix(&s, "output.weight", 2, p->n_embd, n_vocab, 1, p->logit_gain);
+    if (!p->tied_output) {
+        float *rs = NULL;
+        if (p->readable && strcmp(p->vocab, "bytes") == 0 && (rs = malloc((size_t)n_vocab * sizeof *rs))) {
+            for (int32_t i = 0; i < n_vocab; i++)
+                rs[i] = i < 256 && (isalnum(i) || strchr(" .,'!?", i)) && i != 0 ? 1.0f : 0.05f;
+        }
+        add_scaled(&s, "output.weight", p->type, 2, p->n_embd, n_vocab, 1,
+                   p->logit_gain * sqrtf(3.0f / (float)p->n_embd), 0.0f, rs);
+        free(rs);
+    }
     for (int il = 0; il < p->n_layer && !s.failed; il++) add_layer(&s, il);
     int rc = s.failed ? -1 : gguf_writer_write(s.w, path, err);
     gguf_writer_free(s.w);
