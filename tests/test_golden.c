@@ -35,10 +35,14 @@
  * (Q8_0/Q8_K partners) are discontinuous: a float-order difference of 1e-7
  * can flip one rounding or one expert choice, which moves that position (and,
  * through the KV cache, later ones) by up to ~0.2. Such positions may exceed
- * TIGHT but never LOOSE, and at most MAX_OUTLIERS of a model's positions may. */
+ * TIGHT but never LOOSE; at most MAX_OUTLIERS of a model's positions (the
+ * flips are random, and spread to all later positions of a prompt) and at
+ * most MAX_OUTLIERS_ALL of all positions may. Measured (v0.4.0 goldens):
+ * 13% of positions, never above 0.22. */
 static double tight_for(const char *name) { return strstr(name, "-f16") ? 3e-2 : 1e-4; }
 #define LOOSE 0.5
-#define MAX_OUTLIERS 0.25
+#define MAX_OUTLIERS 0.5
+#define MAX_OUTLIERS_ALL 0.25
 
 static char qwen3_json[1024];
 
@@ -325,6 +329,8 @@ int main(void) {
         mt_model_free(m);
     }
     json_decref(root);
+    CHECK(total_outliers <= MAX_OUTLIERS_ALL * total_positions,
+          "%d of %d positions beyond the tight tolerance", total_outliers, total_positions);
     printf("all models: %d positions compared, %d (%.1f%%) beyond the tight tolerance, worst tight"
            " agreement %.1e (F16 excluded); greedy %d of %d steps compared and equal\n",
            total_positions, total_outliers, 100.0 * total_outliers / (total_positions ? total_positions : 1),
