@@ -227,7 +227,8 @@ static void write_hparams(synth *s) {
     bool llama_moe = strcmp(p->arch, "llama") == 0 && !p->dense;
     gguf_writer_set_u32(w, akey(s, "feed_forward_length"), (uint32_t)(llama_moe ? p->n_ff_exp : p->n_ff));
     gguf_writer_set_u32(w, akey(s, "attention.head_count"), (uint32_t)p->n_head);
-    gguf_writer_set_u32(w, akey(s, "attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    /* legacy MLA files describe the expanded attention: one K/V head per head */
+    gguf_writer_set_u32(w, akey(s, "attention.head_count_kv"), (uint32_t)(p->mla_legacy ? p->n_head : p->n_head_kv));
     gguf_writer_set_f32(w, akey(s, "attention.layer_norm_rms_epsilon"), 1e-6f);
     gguf_writer_set_f32(w, akey(s, "rope.freq_base"), 10000.0f);
     if (ds) {
