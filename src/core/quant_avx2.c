@@ -123,13 +123,7 @@ AVX2 static float q4_k_vec_dot(int64_t n, const void *w, const void *x) {
     float sum = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++, wb += Q4_K_BYTES, xb += Q8_K_BYTES) {
         int sc[8], m[8];
-        for (int s = 0; s < 8; s++) quant_k4_scale_min(wb + Q4_K_SCALES, s, &sc[s], &m[s]);
-        int32_t summ = 0;
-        for (int j = 0; j < 16; j++) {
-            int16_t bs;
-            memcpy(&bs, xb + Q8_K_BSUMS + 2 * j, 2);
-            summ += bs * m[j / 2];
-        }
+        int32_t summ = quant_q4_k_scales_and_min_sum(wb, xb, sc, m);
         __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) { /* sub-blocks 2c (low nibbles) and 2c+1 (high) */
             const __m256i q = _mm256_loadu_si256((const __m256i *)(wb + Q4_K_QS + 32 * c));

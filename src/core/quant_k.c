@@ -133,14 +133,7 @@ float quant_q4_k_vec_dot(int64_t n, const void *w, const void *x) {
                 a[64 * c + 32 + l] = wq[32 * c + l] >> 4;
             }
         int sc[8], m[8];
-        for (int s = 0; s < 8; s++) quant_k4_scale_min(wb + Q4_K_SCALES, s, &sc[s], &m[s]);
-
-        int32_t summ = 0;
-        for (int j = 0; j < 16; j++) {
-            int16_t bs;
-            memcpy(&bs, xb + Q8_K_BSUMS + 2 * j, 2);
-            summ += bs * m[j / 2];
-        }
+        int32_t summ = quant_q4_k_scales_and_min_sum(wb, xb, sc, m);
         int32_t acc[8] = {0};
         for (int e = 0; e < QK_K; e++) acc[e & 7] += sc[e / 32] * (xq[e] * a[e]);
 

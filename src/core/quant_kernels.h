@@ -119,6 +119,21 @@ static inline void quant_k4_scale_min(const uint8_t *scales, int s, int *sc, int
     }
 }
 
+/* One Q4_K block against one Q8_K block: unpacks the 8 sub-block scales and
+ * mins, and returns sum_j bsums[j] * min[j/2], the integer part of the
+ * dmin correction that the dot product subtracts. */
+static inline int32_t quant_q4_k_scales_and_min_sum(const uint8_t *wb, const uint8_t *xb, int sc[8],
+                                                    int m[8]) {
+    for (int s = 0; s < 8; s++) quant_k4_scale_min(wb + Q4_K_SCALES, s, &sc[s], &m[s]);
+    int32_t summ = 0;
+    for (int j = 0; j < 16; j++) {
+        int16_t bs;
+        memcpy(&bs, xb + Q8_K_BSUMS + 2 * j, 2);
+        summ += bs * m[j / 2];
+    }
+    return summ;
+}
+
 /* ---------------------------------------------------------- the table */
 
 typedef void (*quant_row_fn)(const void *src, float *dst, int64_t n);
