@@ -69,11 +69,11 @@ static void check_variant(const variant *v) {
 
 int main(void) {
     static const variant variants[] = {
-        {"qwen3moe", MT_TYPE_F32, false, false}, {"qwen3moe", MT_TYPE_Q4_K, false, false},
-        {"qwen2moe", MT_TYPE_F32, false, false}, {"qwen2moe", MT_TYPE_Q8_0, false, false},
+        {"qwen3moe", MT_TYPE_F32, false, false},  {"qwen3moe", MT_TYPE_Q4_K, false, false},
+        {"qwen2moe", MT_TYPE_F32, false, false},  {"qwen2moe", MT_TYPE_Q8_0, false, false},
         {"deepseek2", MT_TYPE_F32, false, false}, {"deepseek2", MT_TYPE_MXFP4, false, false},
-        {"llama", MT_TYPE_F32, false, false},    {"llama", MT_TYPE_Q6_K, true, false},
-        {"llama", MT_TYPE_BF16, false, false},   {"qwen3moe", MT_TYPE_F16, false, false},
+        {"llama", MT_TYPE_F32, false, false},     {"llama", MT_TYPE_Q6_K, true, false},
+        {"llama", MT_TYPE_BF16, false, false},    {"qwen3moe", MT_TYPE_F16, false, false},
         {"qwen3moe", MT_TYPE_Q4_0, false, false}, {"deepseek2", MT_TYPE_Q8_0, false, true},
     };
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) check_variant(&variants[i]);

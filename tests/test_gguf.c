@@ -23,8 +23,12 @@ static void put(raw *r, const void *p, size_t n) {
     memcpy(r->b + r->n, p, n);
     r->n += n;
 }
-static void u32(raw *r, uint32_t v) { put(r, &v, 4); }
-static void u64(raw *r, uint64_t v) { put(r, &v, 8); }
+static void u32(raw *r, uint32_t v) {
+    put(r, &v, 4);
+}
+static void u64(raw *r, uint64_t v) {
+    put(r, &v, 8);
+}
 static void str(raw *r, const char *s) {
     u64(r, strlen(s));
     put(r, s, strlen(s));
@@ -54,7 +58,8 @@ static void expect_error(const raw *r, const char *want, const char *what) {
     gguf_file *f = gguf_open_buffer(r->b, r->n, "hostile.gguf", &err);
     CHECK(f == NULL, "%s: accepted", what);
     if (f) gguf_close(f);
-    CHECK(strstr(err.msg, "hostile.gguf") != NULL, "%s: message does not name the file: %s", what, err.msg);
+    CHECK(strstr(err.msg, "hostile.gguf") != NULL, "%s: message does not name the file: %s", what,
+          err.msg);
     CHECK(strstr(err.msg, want) != NULL, "%s: message lacks '%s': %s", what, want, err.msg);
 }
 
@@ -82,9 +87,11 @@ static void test_round_trip(void) {
     for (size_t i = 0; i < sizeof q8; i++) q8[i] = (uint8_t)(i * 7);
     int64_t ne2[1] = {64};
     CHECK(gguf_writer_add_tensor(w, "t.q8", MT_TYPE_Q8_0, 1, ne2, q8, &err) == 0, "%s", err.msg);
-    CHECK(gguf_writer_add_tensor(w, "t.q8", MT_TYPE_Q8_0, 1, ne2, q8, &err) != 0, "duplicate tensor accepted");
+    CHECK(gguf_writer_add_tensor(w, "t.q8", MT_TYPE_Q8_0, 1, ne2, q8, &err) != 0,
+          "duplicate tensor accepted");
     int64_t bad[1] = {33};
-    CHECK(gguf_writer_add_tensor(w, "t.bad", MT_TYPE_Q8_0, 1, bad, q8, &err) != 0, "row 33 of Q8_0 accepted");
+    CHECK(gguf_writer_add_tensor(w, "t.bad", MT_TYPE_Q8_0, 1, bad, q8, &err) != 0,
+          "row 33 of Q8_0 accepted");
     CHECK(gguf_writer_write(w, path, &err) == 0, "write: %s", err.msg);
     gguf_writer_free(w);
 
@@ -99,8 +106,10 @@ static void test_round_trip(void) {
           (unsigned long long)f->n_tensors);
     CHECK(gguf_get_u32(f, "a.u32", &u, NULL) && u == 17, "u32 %u", u);
     CHECK(gguf_get_u64(f, "a.u64", &u6, NULL) && u6 == (1ull << 40), "u64");
-    CHECK(!gguf_get_u32(f, "a.u64", &u, &err) && strstr(err.msg, "32 bits"), "u64 into u32: %s", err.msg);
-    CHECK(!gguf_get_u64(f, "a.i32", &u6, &err) && strstr(err.msg, "non-negative"), "negative as u64");
+    CHECK(!gguf_get_u32(f, "a.u64", &u, &err) && strstr(err.msg, "32 bits"), "u64 into u32: %s",
+          err.msg);
+    CHECK(!gguf_get_u64(f, "a.i32", &u6, &err) && strstr(err.msg, "non-negative"),
+          "negative as u64");
     CHECK(gguf_get_f32(f, "a.f32", &fl, NULL) && fl == 0.25f, "f32");
     CHECK(gguf_get_bool(f, "a.bool", &b, NULL) && b, "bool");
     CHECK(!gguf_get_bool(f, "a.f32", &b, &err) && strstr(err.msg, "expected bool"), "f32 as bool");
@@ -304,7 +313,8 @@ static void test_hostile(void) {
     CHECK(f != NULL, "valid hand-built file refused: %s", err.msg);
     if (f) {
         const gguf_tensor *t = gguf_find_tensor(f, "t");
-        CHECK(t && (const uint8_t *)t->data == r.b + data_at && ((const float *)t->data)[63] == 63.0f,
+        CHECK(t && (const uint8_t *)t->data == r.b + data_at &&
+                  ((const float *)t->data)[63] == 63.0f,
               "tensor view");
         gguf_close(f);
     }

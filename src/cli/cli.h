@@ -12,14 +12,27 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 
+/* One command-line option: a flag (bool), a string, a whole number in
+ * [lo, hi] (int64_t) or a finite number (float). */
+typedef enum cli_opt_kind { CLI_FLAG, CLI_STRING, CLI_INT, CLI_FLOAT } cli_opt_kind;
+typedef struct cli_opt {
+    const char *name;
+    cli_opt_kind kind;
+    void *dst; /* bool *, const char **, int64_t *, float * */
+    int64_t lo, hi;
+} cli_opt;
+
+/* Parses argv[1..argc) against opts (terminated by a NULL name). --help/-h
+ * prints usage and returns 1; an unknown option, a missing or bad value
+ * prints what is wrong and returns -1; success returns 0. */
+int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const char *usage);
+
 /* Parses a whole decimal integer in [lo, hi] from the value of option opt;
  * prints a clear message and returns false otherwise. */
 bool cli_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool cli_float(const char *opt, const char *s, float *out);
 /* The value after option argv[*i], advancing *i; NULL (with a message) if missing. */
 const char *cli_value(int argc, char **argv, int *i);
-/* Whether option a is one of the NULL-terminated names. */
-bool cli_is_one_of(const char *a, const char *const *names);
 /* Reads a whole file into a NUL-terminated heap buffer; NULL with a message on error. */
 char *cli_read_file(const char *path, size_t *len);
 

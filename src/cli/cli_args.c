@@ -75,8 +75,32 @@ char *cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-bool cli_is_one_of(const char *a, const char *const *names) {
-    for (; *names; names++)
-        if (strcmp(a, *names) == 0) return true;
-    return false;
+int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const char *usage) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            return 1;
+        }
+        const cli_opt *o = opts;
+        while (o->name && strcmp(o->name, a) != 0) o++;
+        if (!o->name) {
+            fprintf(stderr, "moontail %s: unknown option '%s'; see 'moontail %s --help'\n", cmd, a,
+                    cmd);
+            return -1;
+        }
+        if (o->kind == CLI_FLAG) {
+            *(bool *)o->dst = true;
+            continue;
+        }
+        const char *v = cli_value(argc, argv, &i);
+        if (!v) return -1;
+        if (o->kind == CLI_STRING)
+            *(const char **)o->dst = v;
+        else if (o->kind == CLI_INT && !cli_int(a, v, o->lo, o->hi, (int64_t *)o->dst))
+            return -1;
+        else if (o->kind == CLI_FLOAT && !cli_float(a, v, (float *)o->dst))
+            return -1;
+    }
+    return 0;
 }

@@ -50,26 +50,14 @@ static int parse_ids(const char *s, int32_t **out, int64_t *n) {
 int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *ids_arg = NULL, *dump = NULL;
     int64_t top = 8, ubatch = 0, threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage, stdout);
-            return 0;
-        }
-        static const char *const with_value[] = {"-m", "-p", "--ids", "--dump", "--top", "--ubatch", "-t", NULL};
-        if (!cli_is_one_of(a, with_value)) {
-            fprintf(stderr, "moontail eval: unknown option '%s'; see 'moontail eval --help'\n", a);
-            return 2;
-        }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m")) model = v;
-        else if (!strcmp(a, "-p")) text = v;
-        else if (!strcmp(a, "--ids")) ids_arg = v;
-        else if (!strcmp(a, "--dump")) dump = v;
-        else if (!strcmp(a, "--top")) { if (!cli_int(a, v, 1, 1000, &top)) return 2; }
-        else if (!strcmp(a, "--ubatch")) { if (!cli_int(a, v, 1, 1 << 24, &ubatch)) return 2; }
-        else if (!strcmp(a, "-t")) { if (!cli_int(a, v, 1, 1024, &threads)) return 2; }
-    }
+    const cli_opt opts[] = {
+        {"-m", CLI_STRING, &model, 0, 0},      {"-p", CLI_STRING, &text, 0, 0},
+        {"--ids", CLI_STRING, &ids_arg, 0, 0}, {"--dump", CLI_STRING, &dump, 0, 0},
+        {"--top", CLI_INT, &top, 1, 1000},     {"--ubatch", CLI_INT, &ubatch, 1, 1 << 24},
+        {"-t", CLI_INT, &threads, 1, 1024},    {NULL, CLI_FLAG, NULL, 0, 0},
+    };
+    int prc = cli_parse("eval", argc, argv, opts, usage);
+    if (prc) return prc > 0 ? 0 : 2;
     if (!!text == !!ids_arg) {
         fprintf(stderr, "moontail eval: give exactly one of -p TEXT or --ids LIST\n");
         return 2;
@@ -127,7 +115,8 @@ int cmd_eval(int argc, char **argv) {
         }
         json_t *row = json_array();
         for (int64_t k = 0; k < top; k++)
-            json_array_append_new(row, json_pack("[i,f]", best[k], (double)(l[best[k]] - l[best[0]])));
+            json_array_append_new(row,
+                                  json_pack("[i,f]", best[k], (double)(l[best[k]] - l[best[0]])));
         json_array_append_new(pos, row);
     }
     free(best);

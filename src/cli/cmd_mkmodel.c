@@ -67,7 +67,8 @@ int cmd_mkmodel(int argc, char **argv) {
         }
         for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
             if (strcmp(a, ints[k].opt) != 0) continue;
-            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, ints[k].lo, ints[k].hi, &n)) return 2;
+            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, ints[k].lo, ints[k].hi, &n))
+                return 2;
             *(int32_t *)((char *)&p + ints[k].off) = (int32_t)n;
             matched = true;
         }
@@ -102,7 +103,8 @@ int cmd_mkmodel(int argc, char **argv) {
         } else if (strcmp(a, "--tied") == 0) {
             p.tied_output = true;
         } else {
-            fprintf(stderr, "moontail mkmodel: unknown option '%s'; see 'moontail mkmodel --help'\n", a);
+            fprintf(stderr,
+                    "moontail mkmodel: unknown option '%s'; see 'moontail mkmodel --help'\n", a);
             return 2;
         }
     }

@@ -44,47 +44,42 @@ static json_t *ids_json(const int32_t *ids, size_t n) {
 
 typedef struct run_opts {
     const char *model, *prompt, *prompt_file;
-    int64_t n_predict, threads, ctx, ubatch;
+    int64_t n_predict, threads, ctx, ubatch, top_k, repeat_last_n, seed;
     bool json, ignore_eos;
     mt_sampler_params sp;
 } run_opts;
 
+/* Returns 0 to go on, 1 after --help, -1 on a bad command line. */
 static int parse(int argc, char **argv, run_opts *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int64_t n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage, stdout);
-            exit(0);
-        }
-        if (!strcmp(a, "--json")) { o->json = true; continue; }
-        if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
-        static const char *const with_value[] = {
-            "-m", "-p", "-f", "-n", "-t", "--ctx", "--ubatch", "--temp", "--top-k", "--top-p",
-            "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty",
-            "--presence-penalty", "--seed", NULL};
-        if (!cli_is_one_of(a, with_value)) {
-            fprintf(stderr, "moontail run: unknown option '%s'; see 'moontail run --help'\n", a);
-            return -1;
-        }
-        if (!(v = cli_value(argc, argv, &i))) return -1;
-        if (!strcmp(a, "-m")) o->model = v;
-        else if (!strcmp(a, "-p")) o->prompt = v;
-        else if (!strcmp(a, "-f")) o->prompt_file = v;
-        else if (!strcmp(a, "-n")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_predict)) return -1; }
-        else if (!strcmp(a, "-t")) { if (!cli_int(a, v, 1, 1024, &o->threads)) return -1; }
-        else if (!strcmp(a, "--ctx")) { if (!cli_int(a, v, 1, 1 << 24, &o->ctx)) return -1; }
-        else if (!strcmp(a, "--ubatch")) { if (!cli_int(a, v, 1, 1 << 24, &o->ubatch)) return -1; }
-        else if (!strcmp(a, "--temp")) { if (!cli_float(a, v, &o->sp.temp)) return -1; }
-        else if (!strcmp(a, "--top-k")) { if (!cli_int(a, v, 0, 1 << 30, &n)) return -1; o->sp.top_k = (int32_t)n; }
-        else if (!strcmp(a, "--top-p")) { if (!cli_float(a, v, &o->sp.top_p)) return -1; }
-        else if (!strcmp(a, "--min-p")) { if (!cli_float(a, v, &o->sp.min_p)) return -1; }
-        else if (!strcmp(a, "--repeat-penalty")) { if (!cli_float(a, v, &o->sp.repeat_penalty)) return -1; }
-        else if (!strcmp(a, "--repeat-last-n")) { if (!cli_int(a, v, 0, 1 << 24, &n)) return -1; o->sp.repeat_last_n = (int32_t)n; }
-        else if (!strcmp(a, "--frequency-penalty")) { if (!cli_float(a, v, &o->sp.freq_penalty)) return -1; }
-        else if (!strcmp(a, "--presence-penalty")) { if (!cli_float(a, v, &o->sp.presence_penalty)) return -1; }
-        else if (!strcmp(a, "--seed")) { if (!cli_int(a, v, 0, UINT32_MAX, &n)) return -1; o->sp.seed = (uint64_t)n; }
-    }
+    o->top_k = o->sp.top_k;
+    o->repeat_last_n = o->sp.repeat_last_n;
+    o->seed = (int64_t)o->sp.seed;
+    const cli_opt opts[] = {
+        {"-m", CLI_STRING, &o->model, 0, 0},
+        {"-p", CLI_STRING, &o->prompt, 0, 0},
+        {"-f", CLI_STRING, &o->prompt_file, 0, 0},
+        {"-n", CLI_INT, &o->n_predict, 0, 1 << 24},
+        {"-t", CLI_INT, &o->threads, 1, 1024},
+        {"--ctx", CLI_INT, &o->ctx, 1, 1 << 24},
+        {"--ubatch", CLI_INT, &o->ubatch, 1, 1 << 24},
+        {"--temp", CLI_FLOAT, &o->sp.temp, 0, 0},
+        {"--top-k", CLI_INT, &o->top_k, 0, 1 << 30},
+        {"--top-p", CLI_FLOAT, &o->sp.top_p, 0, 0},
+        {"--min-p", CLI_FLOAT, &o->sp.min_p, 0, 0},
+        {"--repeat-penalty", CLI_FLOAT, &o->sp.repeat_penalty, 0, 0},
+        {"--repeat-last-n", CLI_INT, &o->repeat_last_n, -1, 1 << 24},
+        {"--frequency-penalty", CLI_FLOAT, &o->sp.freq_penalty, 0, 0},
+        {"--presence-penalty", CLI_FLOAT, &o->sp.presence_penalty, 0, 0},
+        {"--seed", CLI_INT, &o->seed, 0, UINT32_MAX},
+        {"--json", CLI_FLAG, &o->json, 0, 0},
+        {"--ignore-eos", CLI_FLAG, &o->ignore_eos, 0, 0},
+        {NULL, CLI_FLAG, NULL, 0, 0},
+    };
+    int rc = cli_parse("run", argc, argv, opts, usage);
+    if (rc) return rc;
+    o->sp.top_k = (int32_t)o->top_k;
+    o->sp.repeat_last_n = (int32_t)o->repeat_last_n;
+    o->sp.seed = (uint64_t)o->seed;
     if (o->prompt && o->prompt_file) {
         fprintf(stderr, "moontail run: give either -p or -f, not both\n");
         return -1;
@@ -94,7 +89,8 @@ static int parse(int argc, char **argv, run_opts *o) {
 
 int cmd_run(int argc, char **argv) {
     run_opts o = {.n_predict = 32, .sp = mt_sampler_default_params()};
-    if (parse(argc, argv, &o)) return 2;
+    int prc = parse(argc, argv, &o);
+    if (prc) return prc > 0 ? 0 : 2;
     char *prompt_buf = NULL;
     size_t prompt_len;
     const char *prompt = o.prompt;
@@ -192,7 +188,8 @@ int cmd_run(int argc, char **argv) {
         text = t;
         if (nb > 0) memcpy(text + text_len, piece, (size_t)nb), text_len += (size_t)nb;
         json_t *root = json_object();
-        json_object_set_new(root, "model", json_string(o.model ? o.model : "(built-in synthetic qwen3moe)"));
+        json_object_set_new(root, "model",
+                            json_string(o.model ? o.model : "(built-in synthetic qwen3moe)"));
         json_object_set_new(root, "prompt_tokens", ids_json(prompt_ids, (size_t)n_prompt));
         json_object_set_new(root, "tokens", ids_json(gen, (size_t)n_gen));
         json_object_set_new(root, "text", json_stringn(text, text_len));
@@ -201,7 +198,8 @@ int cmd_run(int argc, char **argv) {
         json_object_set_new(tm, "load_ms", json_real(t1 - t0));
         json_object_set_new(tm, "prompt_ms", json_real(t2 - t1));
         json_object_set_new(tm, "generate_ms", json_real(t3 - t2));
-        json_object_set_new(tm, "prompt_tokens_per_s", json_real(n_prompt * 1e3 / (t2 - t1 + 1e-9)));
+        json_object_set_new(tm, "prompt_tokens_per_s",
+                            json_real(n_prompt * 1e3 / (t2 - t1 + 1e-9)));
         json_object_set_new(tm, "generate_tokens_per_s", json_real(n_gen * 1e3 / (t3 - t2 + 1e-9)));
         json_object_set_new(tm, "threads", json_integer(mt_pool_size(s->pool)));
         json_object_set_new(root, "timings", tm);
@@ -212,8 +210,10 @@ int cmd_run(int argc, char **argv) {
     } else {
         if (nb > 0) fwrite(piece, 1, (size_t)nb, stdout);
         fputc('\n', stdout);
-        fprintf(stderr, "moontail: prompt %lld tokens in %.1f ms, generated %lld in %.1f ms (%.1f tok/s)\n",
-                (long long)n_prompt, t2 - t1, (long long)n_gen, t3 - t2, n_gen * 1e3 / (t3 - t2 + 1e-9));
+        fprintf(stderr,
+                "moontail: prompt %lld tokens in %.1f ms, generated %lld in %.1f ms (%.1f tok/s)\n",
+                (long long)n_prompt, t2 - t1, (long long)n_gen, t3 - t2,
+                n_gen * 1e3 / (t3 - t2 + 1e-9));
     }
     rc = 0;
 fail:

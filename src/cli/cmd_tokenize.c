@@ -22,23 +22,16 @@ static const char usage[] =
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL;
-    bool json = false, add_special = true, parse_special = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--no-bos")) add_special = false;
-        else if (!strcmp(a, "--no-special")) parse_special = false;
-        else if (!strcmp(a, "-m")) { if (!(model = cli_value(argc, argv, &i))) return 2; }
-        else if (!strcmp(a, "-p")) { if (!(text = cli_value(argc, argv, &i))) return 2; }
-        else if (!strcmp(a, "-f")) { if (!(file = cli_value(argc, argv, &i))) return 2; }
-        else {
-            fprintf(stderr, "moontail tokenize: unknown option '%s'; see 'moontail tokenize --help'\n", a);
-            return 2;
-        }
-    }
+    bool json = false, no_bos = false, no_special = false;
+    const cli_opt opts[] = {
+        {"-m", CLI_STRING, &model, 0, 0},      {"-p", CLI_STRING, &text, 0, 0},
+        {"-f", CLI_STRING, &file, 0, 0},       {"--json", CLI_FLAG, &json, 0, 0},
+        {"--no-bos", CLI_FLAG, &no_bos, 0, 0}, {"--no-special", CLI_FLAG, &no_special, 0, 0},
+        {NULL, CLI_FLAG, NULL, 0, 0},
+    };
+    int prc = cli_parse("tokenize", argc, argv, opts, usage);
+    if (prc) return prc > 0 ? 0 : 2;
+    const bool add_special = !no_bos, parse_special = !no_special;
     if (!!text == !!file) {
         fprintf(stderr, "moontail tokenize: give exactly one of -p TEXT or -f FILE\n");
         return 2;
@@ -57,8 +50,10 @@ int cmd_tokenize(int argc, char **argv) {
     mt_vocab *v = NULL;
     int32_t *ids = NULL;
     int64_t n = -1;
-    if (model) f = gguf_open(model, &err);
-    else if ((m = cli_open_model(NULL, &err))) f = m->gguf;
+    if (model)
+        f = gguf_open(model, &err);
+    else if ((m = cli_open_model(NULL, &err)))
+        f = m->gguf;
     if (f && (v = mt_vocab_load(f, &err)))
         n = mt_tokenize(v, text, len, add_special, parse_special, &ids, &err);
     if (n >= 0) {
@@ -80,7 +75,9 @@ int cmd_tokenize(int argc, char **argv) {
     free(ids);
     free(buf);
     mt_vocab_free(v);
-    if (m) mt_model_free(m);
-    else gguf_close(f);
+    if (m)
+        mt_model_free(m);
+    else
+        gguf_close(f);
     return n >= 0 ? 0 : 1;
 }

@@ -23,7 +23,8 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } cmds[] = {{"run", cmd_run}, {"tokenize", cmd_tokenize}, {"eval", cmd_eval}, {"mkmodel", cmd_mkmodel}};
+    } cmds[] = {
+        {"run", cmd_run}, {"tokenize", cmd_tokenize}, {"eval", cmd_eval}, {"mkmodel", cmd_mkmodel}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

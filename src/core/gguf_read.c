@@ -28,7 +28,9 @@ typedef struct cursor {
     mt_error *err;
 } cursor;
 
-static size_t cur_left(const cursor *c) { return c->size - c->pos; }
+static size_t cur_left(const cursor *c) {
+    return c->size - c->pos;
+}
 
 static int cur_read(cursor *c, void *dst, size_t n, const char *what) {
     if (n > cur_left(c))
@@ -41,8 +43,12 @@ static int cur_read(cursor *c, void *dst, size_t n, const char *what) {
     return 0;
 }
 
-static int cur_u32(cursor *c, uint32_t *v, const char *what) { return cur_read(c, v, 4, what); }
-static int cur_u64(cursor *c, uint64_t *v, const char *what) { return cur_read(c, v, 8, what); }
+static int cur_u32(cursor *c, uint32_t *v, const char *what) {
+    return cur_read(c, v, 4, what);
+}
+static int cur_u64(cursor *c, uint64_t *v, const char *what) {
+    return cur_read(c, v, 8, what);
+}
 
 /* Reads a gguf string (u64 length + bytes) as a view. */
 static int cur_str(cursor *c, gguf_str *s, uint64_t max_len, const char *what) {
@@ -54,9 +60,8 @@ static int cur_str(cursor *c, gguf_str *s, uint64_t max_len, const char *what) {
                             " the file is truncated or corrupt",
                             c->name, what, c->pos - 8, (unsigned long long)len, cur_left(c));
     if (len > max_len)
-        return mt_error_set(c->err, "%s: %s at offset %zu is %llu bytes long (limit %llu)",
-                            c->name, what, c->pos - 8, (unsigned long long)len,
-                            (unsigned long long)max_len);
+        return mt_error_set(c->err, "%s: %s at offset %zu is %llu bytes long (limit %llu)", c->name,
+                            what, c->pos - 8, (unsigned long long)len, (unsigned long long)max_len);
     s->ptr = (const char *)c->base + c->pos;
     s->len = len;
     c->pos += len;
@@ -94,8 +99,12 @@ static int index_init(name_index *ix, uint64_t n) {
 }
 
 typedef const char *(*name_of_fn)(const gguf_file *f, uint32_t i);
-static const char *kv_name(const gguf_file *f, uint32_t i) { return f->kv[i].key; }
-static const char *tensor_name(const gguf_file *f, uint32_t i) { return f->tensors[i].name; }
+static const char *kv_name(const gguf_file *f, uint32_t i) {
+    return f->kv[i].key;
+}
+static const char *tensor_name(const gguf_file *f, uint32_t i) {
+    return f->tensors[i].name;
+}
 
 /* Returns the index of `name`, or -1; with insert >= 0, inserts it unless present. */
 static int64_t index_lookup(const name_index *ix, const gguf_file *f, name_of_fn name_of,
@@ -123,23 +132,28 @@ size_t gguf_type_size(gguf_value_type t) {
     switch (t) {
     case GGUF_TYPE_UINT8:
     case GGUF_TYPE_INT8:
-    case GGUF_TYPE_BOOL: return 1;
+    case GGUF_TYPE_BOOL:
+        return 1;
     case GGUF_TYPE_UINT16:
-    case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_INT16:
+        return 2;
     case GGUF_TYPE_UINT32:
     case GGUF_TYPE_INT32:
-    case GGUF_TYPE_FLOAT32: return 4;
+    case GGUF_TYPE_FLOAT32:
+        return 4;
     case GGUF_TYPE_UINT64:
     case GGUF_TYPE_INT64:
-    case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
+    case GGUF_TYPE_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
 const char *gguf_type_name(gguf_value_type t) {
-    static const char *names[GGUF_TYPE_COUNT] = {
-        "uint8", "int8",   "uint16", "int16",  "uint32", "int32", "float32",
-        "bool",  "string", "array",  "uint64", "int64",  "float64"};
+    static const char *names[GGUF_TYPE_COUNT] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                                 "int32",  "float32", "bool",   "string", "array",
+                                                 "uint64", "int64",   "float64"};
     return (unsigned)t < GGUF_TYPE_COUNT ? names[t] : "invalid";
 }
 
@@ -147,8 +161,12 @@ const char *gguf_type_name(gguf_value_type t) {
 static int decode_scalar(gguf_value_type t, const uint8_t *p, gguf_value *v) {
     v->type = t;
     switch (t) {
-    case GGUF_TYPE_UINT8: v->u = p[0]; break;
-    case GGUF_TYPE_INT8: v->i = (int8_t)p[0]; break;
+    case GGUF_TYPE_UINT8:
+        v->u = p[0];
+        break;
+    case GGUF_TYPE_INT8:
+        v->i = (int8_t)p[0];
+        break;
     case GGUF_TYPE_BOOL:
         if (p[0] > 1) return -1;
         v->u = p[0];
@@ -178,10 +196,17 @@ static int decode_scalar(gguf_value_type t, const uint8_t *p, gguf_value *v) {
         memcpy(&x, p, 4);
         v->f = x;
     } break;
-    case GGUF_TYPE_UINT64: memcpy(&v->u, p, 8); break;
-    case GGUF_TYPE_INT64: memcpy(&v->i, p, 8); break;
-    case GGUF_TYPE_FLOAT64: memcpy(&v->f, p, 8); break;
-    default: return -1;
+    case GGUF_TYPE_UINT64:
+        memcpy(&v->u, p, 8);
+        break;
+    case GGUF_TYPE_INT64:
+        memcpy(&v->i, p, 8);
+        break;
+    case GGUF_TYPE_FLOAT64:
+        memcpy(&v->f, p, 8);
+        break;
+    default:
+        return -1;
     }
     return 0;
 }
@@ -207,7 +232,8 @@ static int read_value(cursor *c, gguf_value *v, const char *key) {
     uint64_t n;
     if (cur_u32(c, &et, "an array element type") || cur_u64(c, &n, "an array length")) return -1;
     if (et >= GGUF_TYPE_COUNT || et == GGUF_TYPE_ARRAY)
-        return mt_error_set(c->err, "%s: key '%s' is an array of %s (type %u), which is not allowed",
+        return mt_error_set(c->err,
+                            "%s: key '%s' is an array of %s (type %u), which is not allowed",
                             c->name, key, et == GGUF_TYPE_ARRAY ? "arrays" : "an unknown type", et);
     v->arr.type = (gguf_value_type)et;
     v->arr.n = n;
@@ -236,7 +262,8 @@ static int read_value(cursor *c, gguf_value *v, const char *key) {
     if (et == GGUF_TYPE_BOOL)
         for (uint64_t i = 0; i < n; i++)
             if (v->arr.data[i] > 1)
-                return mt_error_set(c->err, "%s: key '%s' element %llu is bool byte %u (must be 0/1)",
+                return mt_error_set(c->err,
+                                    "%s: key '%s' element %llu is bool byte %u (must be 0/1)",
                                     c->name, key, (unsigned long long)i, v->arr.data[i]);
     c->pos += n * esz;
     return 0;
@@ -307,7 +334,8 @@ static int parse(gguf_file_priv *fp, mt_error *err) {
     if (f->size < 4 || cur_u32(&c, &magic, "the magic"))
         return mt_error_set(err, "%s: file is %zu bytes, too short to be GGUF", f->path, f->size);
     if (magic != GGUF_MAGIC)
-        return mt_error_set(err, "%s: not a GGUF file (magic bytes %02x %02x %02x %02x, want 'GGUF')",
+        return mt_error_set(err,
+                            "%s: not a GGUF file (magic bytes %02x %02x %02x %02x, want 'GGUF')",
                             f->path, f->base[0], f->base[1], f->base[2], f->base[3]);
     if (cur_u32(&c, &f->version, "the version")) return -1;
     if ((f->version & 0xffff) == 0)
@@ -319,10 +347,12 @@ static int parse(gguf_file_priv *fp, mt_error *err) {
         return -1;
     /* A key/value record takes at least 8+4+1 bytes and a tensor info 8+4+8+4+8. */
     if (f->n_kv > cur_left(&c) / 13)
-        return mt_error_set(err, "%s: header claims %llu metadata keys, more than the file can hold",
+        return mt_error_set(err,
+                            "%s: header claims %llu metadata keys, more than the file can hold",
                             f->path, (unsigned long long)f->n_kv);
     if (f->n_kv >= UINT32_MAX || f->n_tensors >= UINT32_MAX)
-        return mt_error_set(err, "%s: header counts (%llu keys, %llu tensors) are implausibly large",
+        return mt_error_set(err,
+                            "%s: header counts (%llu keys, %llu tensors) are implausibly large",
                             f->path, (unsigned long long)f->n_kv, (unsigned long long)f->n_tensors);
     if (f->n_tensors > cur_left(&c) / 32)
         return mt_error_set(err, "%s: header claims %llu tensors, more than the file can hold",
@@ -376,15 +406,17 @@ static int parse(gguf_file_priv *fp, mt_error *err) {
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         if (t->offset % a != 0)
-            return mt_error_set(err, "%s: tensor '%s' offset %llu is not a multiple of the alignment %zu",
-                                f->path, t->name, (unsigned long long)t->offset, a);
+            return mt_error_set(
+                err, "%s: tensor '%s' offset %llu is not a multiple of the alignment %zu", f->path,
+                t->name, (unsigned long long)t->offset, a);
         size_t room = f->size - f->data_offset;
         if (t->offset > room || t->nbytes > room - t->offset)
             return mt_error_set(err,
                                 "%s: tensor '%s' data [%llu, %llu) lies past the end of the data"
                                 " section (%zu bytes); the file is truncated or corrupt",
                                 f->path, t->name, (unsigned long long)t->offset,
-                                (unsigned long long)t->offset + (unsigned long long)t->nbytes, room);
+                                (unsigned long long)t->offset + (unsigned long long)t->nbytes,
+                                room);
         t->data = f->base + f->data_offset + t->offset;
     }
     return 0;

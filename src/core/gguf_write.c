@@ -32,8 +32,12 @@ static void bytes_put(bytes *b, const void *src, size_t n) {
     b->n += n;
 }
 
-static void put_u32(bytes *b, uint32_t v) { bytes_put(b, &v, 4); }
-static void put_u64(bytes *b, uint64_t v) { bytes_put(b, &v, 8); }
+static void put_u32(bytes *b, uint32_t v) {
+    bytes_put(b, &v, 4);
+}
+static void put_u64(bytes *b, uint64_t v) {
+    bytes_put(b, &v, 8);
+}
 static void put_str(bytes *b, const char *s, size_t len) {
     put_u64(b, len);
     bytes_put(b, s, len);
@@ -60,7 +64,9 @@ struct gguf_writer {
     size_t n_t, cap_t;
 };
 
-gguf_writer *gguf_writer_new(void) { return calloc(1, sizeof(gguf_writer)); }
+gguf_writer *gguf_writer_new(void) {
+    return calloc(1, sizeof(gguf_writer));
+}
 
 void gguf_writer_free(gguf_writer *w) {
     if (!w) return;
@@ -135,8 +141,8 @@ void gguf_writer_set_string(gguf_writer *w, const char *key, const char *v) {
     put_str(b, v, strlen(v));
 }
 
-void gguf_writer_set_array(gguf_writer *w, const char *key, gguf_value_type type,
-                           const void *data, uint64_t n) {
+void gguf_writer_set_array(gguf_writer *w, const char *key, gguf_value_type type, const void *data,
+                           uint64_t n) {
     bytes *b = slot(w, key);
     put_u32(b, GGUF_TYPE_ARRAY);
     put_u32(b, type);
@@ -162,14 +168,13 @@ void gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v)
         put_u32(b, v->arr.type);
         put_u64(b, v->arr.n);
         if (v->arr.type == GGUF_TYPE_STRING)
-            for (uint64_t i = 0; i < v->arr.n; i++) put_str(b, v->arr.strs[i].ptr, v->arr.strs[i].len);
+            for (uint64_t i = 0; i < v->arr.n; i++)
+                put_str(b, v->arr.strs[i].ptr, v->arr.strs[i].len);
         else
             bytes_put(b, v->arr.data, (size_t)v->arr.n * gguf_type_size(v->arr.type));
     } else {
         /* Re-encode the scalar at its own width, little-endian. */
-        uint64_t raw = v->type == GGUF_TYPE_FLOAT32   ? 0
-                       : v->type == GGUF_TYPE_FLOAT64 ? 0
-                                                      : v->u;
+        uint64_t raw = v->type == GGUF_TYPE_FLOAT32 ? 0 : v->type == GGUF_TYPE_FLOAT64 ? 0 : v->u;
         if (v->type == GGUF_TYPE_FLOAT32) {
             float f = (float)v->f;
             memcpy(&raw, &f, 4);
@@ -225,7 +230,9 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, mt_type type, uint3
 
 /* ---------------------------------------------------------------- write */
 
-static size_t pad_to(size_t n, size_t a) { return (a - n % a) % a; }
+static size_t pad_to(size_t n, size_t a) {
+    return (a - n % a) % a;
+}
 
 int gguf_writer_write(gguf_writer *w, const char *path, mt_error *err) {
     const size_t align = GGUF_DEFAULT_ALIGNMENT;

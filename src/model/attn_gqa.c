@@ -32,8 +32,9 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; task++) {
         int64_t t = task / hp->n_head, h = task % hp->n_head, g = h / group;
         mt_attend_one(j->q + (t * hp->n_head + h) * dk, j->kcache + g * dk,
-                      (size_t)hp->n_head_kv * dk, dk, j->vcache + g * dv, (size_t)hp->n_head_kv * dv,
-                      dv, j->pos[t] + 1, hp->attn_scale, scores, j->o + (t * hp->n_head + h) * dv);
+                      (size_t)hp->n_head_kv * dk, dk, j->vcache + g * dv,
+                      (size_t)hp->n_head_kv * dv, dv, j->pos[t] + 1, hp->attn_scale, scores,
+                      j->o + (t * hp->n_head + h) * dv);
     }
     free(scores);
 }

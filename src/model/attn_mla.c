@@ -64,7 +64,8 @@ static int mla_expanded(const mt_model *m, const mt_layer *l, const float *cache
         free(c), free(kvb), free(K), free(V), free(scores);
         return mt_error_set(err, "MLA attention: out of memory for %d positions", n_pos);
     }
-    for (int32_t s = 0; s < n_pos; s++) memcpy(c + (size_t)s * lora, cache + (size_t)s * w, lora * sizeof(float));
+    for (int32_t s = 0; s < n_pos; s++)
+        memcpy(c + (size_t)s * lora, cache + (size_t)s * w, lora * sizeof(float));
     mt_matmul(&l->wkv_b, c, n_pos, kvb, pool);
     for (int32_t h = 0; h < H; h++) {
         for (int32_t s = 0; s < n_pos; s++) {

@@ -50,14 +50,16 @@ int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32
     }
     for (int32_t il = a; il < b && rc == 0; il++) {
         const mt_layer *l = &m->layers[il];
-        for (size_t t = 0; t < T; t++) mt_rmsnorm(hidden + t * E, l->attn_norm, (int64_t)E, hp->eps, x_norm + t * E);
+        for (size_t t = 0; t < T; t++)
+            mt_rmsnorm(hidden + t * E, l->attn_norm, (int64_t)E, hp->eps, x_norm + t * E);
         rc = hp->arch == MT_ARCH_DEEPSEEK2
                  ? mt_attn_mla(m, l, kv, il, pos, n_tok, x_norm, out, pool, err)
                  : mt_attn_gqa(m, l, kv, il, pos, n_tok, x_norm, out, pool, err);
         if (rc) break;
         for (size_t i = 0; i < T * E; i++) hidden[i] += out[i];
 
-        for (size_t t = 0; t < T; t++) mt_rmsnorm(hidden + t * E, l->ffn_norm, (int64_t)E, hp->eps, x_norm + t * E);
+        for (size_t t = 0; t < T; t++)
+            mt_rmsnorm(hidden + t * E, l->ffn_norm, (int64_t)E, hp->eps, x_norm + t * E);
         rc = l->is_moe ? mt_ffn_moe(m, l, n_tok, x_norm, out, pool, err)
                        : mt_ffn_dense(&l->ffn_gate, &l->ffn_up, &l->ffn_down, n_tok, x_norm, out,
                                       pool, err);

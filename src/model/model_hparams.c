@@ -38,8 +38,9 @@ static bool get_int(hp_reader *r, const char *suffix, int32_t *out, bool require
         const gguf_value *a = &kv->value;
         size_t es = a->arr.type == GGUF_TYPE_UINT32 || a->arr.type == GGUF_TYPE_INT32 ? 4 : 0;
         if (es == 0 || a->arr.n == 0) {
-            if (!r->failed) mt_error_set(r->err, "%s: key '%s' is an array of %s; expected int32/uint32",
-                                         r->f->path, key, gguf_type_name(a->arr.type));
+            if (!r->failed)
+                mt_error_set(r->err, "%s: key '%s' is an array of %s; expected int32/uint32",
+                             r->f->path, key, gguf_type_name(a->arr.type));
             r->failed = 1;
             return false;
         }
@@ -67,8 +68,9 @@ static bool get_int(hp_reader *r, const char *suffix, int32_t *out, bool require
         }
     }
     if (v > (1u << 30)) {
-        if (!r->failed) mt_error_set(r->err, "%s: key '%s' = %llu is implausibly large", r->f->path,
-                                     key, (unsigned long long)v);
+        if (!r->failed)
+            mt_error_set(r->err, "%s: key '%s' = %llu is implausibly large", r->f->path, key,
+                         (unsigned long long)v);
         r->failed = 1;
         return false;
     }
@@ -83,8 +85,10 @@ static bool get_float(hp_reader *r, const char *suffix, float *out, bool require
     if (gguf_get_f32(r->f, key, out, &e)) return true;
     if (e.msg[0] || required) {
         if (!r->failed) {
-            if (e.msg[0]) *r->err = e;
-            else mt_error_set(r->err, "%s: required key '%s' is missing", r->f->path, key);
+            if (e.msg[0])
+                *r->err = e;
+            else
+                mt_error_set(r->err, "%s: required key '%s' is missing", r->f->path, key);
         }
         r->failed = 1;
     }
@@ -105,7 +109,9 @@ static bool get_bool(hp_reader *r, const char *suffix, bool *out) {
 
 /* YaRN ramp/mscale conventions as llama.cpp applies them (see
  * ENGINE-REFERENCE 2.2 and 2.6): get_mscale(s, m) = 1 + 0.1*m*ln s for s > 1. */
-static float get_mscale(float s, float m) { return s <= 1.0f ? 1.0f : 0.1f * m * logf(s) + 1.0f; }
+static float get_mscale(float s, float m) {
+    return s <= 1.0f ? 1.0f : 0.1f * m * logf(s) + 1.0f;
+}
 
 int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_error *err) {
     memset(hp, 0, sizeof *hp);
@@ -179,7 +185,8 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     if (strcmp(scaling, "none") && strcmp(scaling, "linear") && strcmp(scaling, "yarn"))
         return mt_error_set(err, "%s: rope scaling type '%s' is not supported (none, linear, yarn)",
                             f->path, scaling);
-    if (!get_float(&r, "rope.scaling.factor", &factor, false)) get_float(&r, "rope.scale_linear", &factor, false);
+    if (!get_float(&r, "rope.scaling.factor", &factor, false))
+        get_float(&r, "rope.scale_linear", &factor, false);
     get_float(&r, "rope.scaling.attn_factor", &rope_attn_factor, false);
     hp->rope_freq_scale = (factor == 0.0f || strcmp(scaling, "none") == 0) ? 1.0f : 1.0f / factor;
     hp->rope_yarn = strcmp(scaling, "yarn") == 0;
@@ -252,7 +259,8 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
         hp->rope_neox = false;
         hp->gating = gating == 2 ? MT_GATING_SIGMOID : MT_GATING_SOFTMAX;
         if (gating != 0 && gating != 1 && gating != 2)
-            return mt_error_set(err, "%s: expert_gating_func %d is not supported (1 softmax, 2 sigmoid)",
+            return mt_error_set(err,
+                                "%s: expert_gating_func %d is not supported (1 softmax, 2 sigmoid)",
                                 f->path, gating);
         get_int(&r, "attention.q_lora_rank", &hp->q_lora_rank, false);
         get_int(&r, "attention.kv_lora_rank", &hp->kv_lora_rank, true);
@@ -287,10 +295,9 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
         if (hp->n_expert % hp->n_group != 0 || hp->n_group_used < 1 ||
             hp->n_group_used > hp->n_group ||
             hp->n_group_used * (hp->n_expert / hp->n_group) < hp->n_expert_used)
-            return mt_error_set(err,
-                                "%s: bad expert groups: %d groups, %d used, %d experts, %d per token",
-                                f->path, hp->n_group, hp->n_group_used, hp->n_expert,
-                                hp->n_expert_used);
+            return mt_error_set(
+                err, "%s: bad expert groups: %d groups, %d used, %d experts, %d per token", f->path,
+                hp->n_group, hp->n_group_used, hp->n_expert, hp->n_expert_used);
     }
     if (hp->n_rot <= 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim_k)
         return mt_error_set(err, "%s: rope dimension %d must be even and at most the head size %d",

@@ -16,7 +16,9 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] for one vector of n. */
 void mt_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out);
 
-static inline float mt_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float mt_silu(float x) {
+    return x / (1.0f + expf(-x));
+}
 
 /* Per-position rotation table for one RoPE configuration: for pair i of a
  * token at pos, cos/sin of the (YaRN-corrected) angle times mscale. */
@@ -37,8 +39,8 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t i
 int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err);
-int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down,
-                 int32_t n_tok, const float *u, float *out, mt_pool *pool, mt_error *err);
+int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down, int32_t n_tok,
+                 const float *u, float *out, mt_pool *pool, mt_error *err);
 int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t n_tok, const float *u, float *out,
                mt_pool *pool, mt_error *err);
 

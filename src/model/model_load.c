@@ -40,8 +40,10 @@ static void fail(binder *b, const char *fmt, ...) {
 }
 
 static void tname(char *buf, size_t cap, const char *pattern, int il) {
-    if (il >= 0) snprintf(buf, cap, "blk.%d.%s", il, pattern);
-    else snprintf(buf, cap, "%s", pattern);
+    if (il >= 0)
+        snprintf(buf, cap, "blk.%d.%s", il, pattern);
+    else
+        snprintf(buf, cap, "%s", pattern);
 }
 
 /* Finds a tensor and checks its shape; ne[i] < 0 means "any". */
@@ -51,7 +53,8 @@ static const gguf_tensor *find(binder *b, const char *pattern, int il, bool requ
     tname(name, sizeof name, pattern, il);
     const gguf_tensor *t = gguf_find_tensor(b->f, name);
     if (!t) {
-        if (required) fail(b, "tensor '%s' is missing; the %s loader needs it", name, b->m->hp.arch_name);
+        if (required)
+            fail(b, "tensor '%s' is missing; the %s loader needs it", name, b->m->hp.arch_name);
         return NULL;
     }
     int64_t want[3] = {ne0, ne1, ne2};
@@ -105,7 +108,8 @@ static float *bind_vector(binder *b, const char *pattern, int il, bool required,
     if (!t) return NULL;
     float *v = malloc((size_t)n * sizeof *v);
     if (!v || (b->n_owned == b->cap_owned &&
-               !(b->owned = realloc(b->owned, (b->cap_owned = 2 * b->cap_owned + 16) * sizeof(float *))))) {
+               !(b->owned = realloc(b->owned,
+                                    (b->cap_owned = 2 * b->cap_owned + 16) * sizeof(float *))))) {
         free(v);
         fail(b, "out of memory");
         return NULL;
@@ -120,7 +124,8 @@ static float *bind_vector(binder *b, const char *pattern, int il, bool required,
 static void bind_gqa(binder *b, mt_layer *l, int il) {
     const mt_hparams *hp = &b->m->hp;
     int64_t E = hp->n_embd, nq = (int64_t)hp->n_head * hp->head_dim_k,
-            nk = (int64_t)hp->n_head_kv * hp->head_dim_k, nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
+            nk = (int64_t)hp->n_head_kv * hp->head_dim_k,
+            nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
     char name[96];
     tname(name, sizeof name, "attn_qkv.weight", il);
     if (gguf_find_tensor(b->f, name))
@@ -157,7 +162,8 @@ static void bind_mla(binder *b, mt_layer *l, int il) {
         bind_experts(b, &l->wk_b, "attn_k_b.weight", il, hp->qk_nope, kv, H);
         bind_experts(b, &l->wv_b, "attn_v_b.weight", il, kv, hp->v_head_dim, H);
     } else {
-        bind_matrix(b, &l->wkv_b, "attn_kv_b.weight", il, true, kv, H * (hp->qk_nope + hp->v_head_dim));
+        bind_matrix(b, &l->wkv_b, "attn_kv_b.weight", il, true, kv,
+                    H * (hp->qk_nope + hp->v_head_dim));
     }
     bind_matrix(b, &l->wo, "attn_output.weight", il, true, H * hp->v_head_dim, E);
 }
@@ -212,15 +218,22 @@ static void bind_layer(binder *b, int il) {
     int64_t E = hp->n_embd;
     l->attn_norm = bind_vector(b, "attn_norm.weight", il, true, E);
     l->ffn_norm = bind_vector(b, "ffn_norm.weight", il, true, E);
-    if (hp->arch == MT_ARCH_DEEPSEEK2) bind_mla(b, l, il);
-    else bind_gqa(b, l, il);
+    if (hp->arch == MT_ARCH_DEEPSEEK2)
+        bind_mla(b, l, il);
+    else
+        bind_gqa(b, l, il);
 
     char name[96];
     tname(name, sizeof name, "ffn_gate_inp.weight", il);
     switch (hp->arch) {
-    case MT_ARCH_LLAMA: l->is_moe = gguf_find_tensor(b->f, name) != NULL; break;
-    case MT_ARCH_DEEPSEEK2: l->is_moe = il >= hp->n_leading_dense; break;
-    default: l->is_moe = true;
+    case MT_ARCH_LLAMA:
+        l->is_moe = gguf_find_tensor(b->f, name) != NULL;
+        break;
+    case MT_ARCH_DEEPSEEK2:
+        l->is_moe = il >= hp->n_leading_dense;
+        break;
+    default:
+        l->is_moe = true;
     }
     if (l->is_moe) {
         bind_moe(b, l, il);

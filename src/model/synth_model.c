@@ -105,7 +105,8 @@ static mt_type fit_type(mt_type want, int64_t n) {
 /* Adds a tensor of shape ne (n_dims <= 3) filled with offset + U(-scale, scale),
  * row r further multiplied by row_scale[r] when row_scale is given. */
 static void add_scaled(synth *s, const char *name, mt_type type, int n_dims, int64_t ne0,
-                       int64_t ne1, int64_t ne2, float scale, float offset, const float *row_scale) {
+                       int64_t ne1, int64_t ne2, float scale, float offset,
+                       const float *row_scale) {
     if (s->failed) return;
     int64_t ne[3] = {ne0, ne1, ne2};
     type = fit_type(type, ne0);
@@ -177,7 +178,8 @@ static void add_layer(synth *s, int il) {
         add_matrix(s, lname(n, il, "attn_kv_a_mqa.weight"), 2, E, p->kv_lora + p->qk_rope, 1, 1.0f);
         add_f32(s, lname(n, il, "attn_kv_a_norm.weight"), p->kv_lora, 0.2f, 1.0f);
         if (p->mla_legacy) {
-            add_matrix(s, lname(n, il, "attn_kv_b.weight"), 2, p->kv_lora, H * (p->qk_nope + p->v_dim), 1, 1.0f);
+            add_matrix(s, lname(n, il, "attn_kv_b.weight"), 2, p->kv_lora,
+                       H * (p->qk_nope + p->v_dim), 1, 1.0f);
         } else {
             add_matrix(s, lname(n, il, "attn_k_b.weight"), 3, p->qk_nope, p->kv_lora, H, 1.0f);
             add_matrix(s, lname(n, il, "attn_v_b.weight"), 3, p->kv_lora, p->v_dim, H, 1.0f);
@@ -209,7 +211,8 @@ static void add_layer(synth *s, int il) {
     if (ds) add_f32(s, lname(n, il, "exp_probs_b.bias"), p->n_expert, 0.2f, 0.0f);
     add_swiglu(s, il, "_exps", E, p->n_ff_exp, p->n_expert);
     if (q2) {
-        add_f32(s, lname(n, il, "ffn_gate_inp_shexp.weight"), E, 2.0f * sqrtf(3.0f / (float)E), 0.0f);
+        add_f32(s, lname(n, il, "ffn_gate_inp_shexp.weight"), E, 2.0f * sqrtf(3.0f / (float)E),
+                0.0f);
         add_swiglu(s, il, "_shexp", E, p->n_ff, 1);
     } else if (ds && p->n_expert_shared > 0) {
         add_swiglu(s, il, "_shexp", E, (int64_t)p->n_ff_exp * p->n_expert_shared, 1);
@@ -225,21 +228,26 @@ static void write_hparams(synth *s) {
     gguf_writer_set_u32(w, akey(s, "block_count"), (uint32_t)p->n_layer);
     /* llama.cpp's llama loader takes the expert width from feed_forward_length */
     bool llama_moe = strcmp(p->arch, "llama") == 0 && !p->dense;
-    gguf_writer_set_u32(w, akey(s, "feed_forward_length"), (uint32_t)(llama_moe ? p->n_ff_exp : p->n_ff));
+    gguf_writer_set_u32(w, akey(s, "feed_forward_length"),
+                        (uint32_t)(llama_moe ? p->n_ff_exp : p->n_ff));
     gguf_writer_set_u32(w, akey(s, "attention.head_count"), (uint32_t)p->n_head);
     /* legacy MLA files describe the expanded attention: one K/V head per head */
-    gguf_writer_set_u32(w, akey(s, "attention.head_count_kv"), (uint32_t)(p->mla_legacy ? p->n_head : p->n_head_kv));
+    gguf_writer_set_u32(w, akey(s, "attention.head_count_kv"),
+                        (uint32_t)(p->mla_legacy ? p->n_head : p->n_head_kv));
     gguf_writer_set_f32(w, akey(s, "attention.layer_norm_rms_epsilon"), 1e-6f);
     gguf_writer_set_f32(w, akey(s, "rope.freq_base"), 10000.0f);
     if (ds) {
         gguf_writer_set_u32(w, akey(s, "rope.dimension_count"), (uint32_t)p->qk_rope);
         if (p->mla_legacy) { /* older converters: true head sizes, no _mla keys */
-            gguf_writer_set_u32(w, akey(s, "attention.key_length"), (uint32_t)(p->qk_nope + p->qk_rope));
+            gguf_writer_set_u32(w, akey(s, "attention.key_length"),
+                                (uint32_t)(p->qk_nope + p->qk_rope));
             gguf_writer_set_u32(w, akey(s, "attention.value_length"), (uint32_t)p->v_dim);
         } else {
-            gguf_writer_set_u32(w, akey(s, "attention.key_length"), (uint32_t)(p->kv_lora + p->qk_rope));
+            gguf_writer_set_u32(w, akey(s, "attention.key_length"),
+                                (uint32_t)(p->kv_lora + p->qk_rope));
             gguf_writer_set_u32(w, akey(s, "attention.value_length"), (uint32_t)p->kv_lora);
-            gguf_writer_set_u32(w, akey(s, "attention.key_length_mla"), (uint32_t)(p->qk_nope + p->qk_rope));
+            gguf_writer_set_u32(w, akey(s, "attention.key_length_mla"),
+                                (uint32_t)(p->qk_nope + p->qk_rope));
             gguf_writer_set_u32(w, akey(s, "attention.value_length_mla"), (uint32_t)p->v_dim);
         }
         gguf_writer_set_u32(w, akey(s, "attention.q_lora_rank"), (uint32_t)p->q_lora);
@@ -266,8 +274,10 @@ static void write_hparams(synth *s) {
     if (!p->dense) {
         gguf_writer_set_u32(w, akey(s, "expert_count"), (uint32_t)p->n_expert);
         gguf_writer_set_u32(w, akey(s, "expert_used_count"), (uint32_t)p->n_expert_used);
-        if (!llama_moe) gguf_writer_set_u32(w, akey(s, "expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
-        if (q2) gguf_writer_set_u32(w, akey(s, "expert_shared_feed_forward_length"), (uint32_t)p->n_ff);
+        if (!llama_moe)
+            gguf_writer_set_u32(w, akey(s, "expert_feed_forward_length"), (uint32_t)p->n_ff_exp);
+        if (q2)
+            gguf_writer_set_u32(w, akey(s, "expert_shared_feed_forward_length"), (uint32_t)p->n_ff);
     }
 }
 
@@ -276,8 +286,9 @@ static int check_params(const mt_synth_params *p, mt_error *err) {
     bool known = false;
     for (int i = 0; i < 4; i++) known |= strcmp(p->arch, archs[i]) == 0;
     if (!known)
-        return mt_error_set(err, "mkmodel: unknown architecture '%s' (llama, qwen2moe, qwen3moe, deepseek2)",
-                            p->arch);
+        return mt_error_set(
+            err, "mkmodel: unknown architecture '%s' (llama, qwen2moe, qwen3moe, deepseek2)",
+            p->arch);
     const mt_type_traits *tr = mt_type_traits_get(p->type);
     if (!tr || !tr->supported || p->type == MT_TYPE_Q8_K)
         return mt_error_set(err, "mkmodel: type %s cannot be written", tr ? tr->name : "?");
@@ -293,14 +304,14 @@ static int check_params(const mt_synth_params *p, mt_error *err) {
                                  " a multiple of 32)");
     if (p->dense && strcmp(p->arch, "llama") != 0)
         return mt_error_set(err, "mkmodel: --dense is only meaningful for llama");
-    if (ds && (p->q_lora % 32 || p->kv_lora % 32 || p->kv_lora < 32 || p->qk_nope < 2 ||
-               p->qk_rope < 2 || p->qk_rope % 2 || p->v_dim < 2 || p->n_head_kv != 1 ||
-               p->n_leading_dense >= p->n_layer))
+    if (ds &&
+        (p->q_lora % 32 || p->kv_lora % 32 || p->kv_lora < 32 || p->qk_nope < 2 || p->qk_rope < 2 ||
+         p->qk_rope % 2 || p->v_dim < 2 || p->n_head_kv != 1 || p->n_leading_dense >= p->n_layer))
         return mt_error_set(err, "mkmodel: bad deepseek2 sizes (lora ranks multiples of 32, even"
                                  " rope dim, 1 kv head, fewer dense layers than layers)");
-    if (ds && p->n_group > 1 && (p->n_expert % p->n_group || p->n_group_used < 1 ||
-                                 p->n_group_used > p->n_group ||
-                                 p->n_group_used * (p->n_expert / p->n_group) < p->n_expert_used))
+    if (ds && p->n_group > 1 &&
+        (p->n_expert % p->n_group || p->n_group_used < 1 || p->n_group_used > p->n_group ||
+         p->n_group_used * (p->n_expert / p->n_group) < p->n_expert_used))
         return mt_error_set(err, "mkmodel: bad expert groups");
     return 0;
 }
@@ -312,7 +323,8 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     bool llama = strcmp(p->arch, "llama") == 0;
     gguf_writer_set_string(s.w, "general.architecture", p->arch);
     char name[96];
-    snprintf(name, sizeof name, "moontail-synthetic-%s-%s", p->arch, mt_type_traits_get(p->type)->name);
+    snprintf(name, sizeof name, "moontail-synthetic-%s-%s", p->arch,
+             mt_type_traits_get(p->type)->name);
     gguf_writer_set_string(s.w, "general.name", name);
     gguf_writer_set_u32(s.w, "general.quantization_version", 2);
     write_hparams(&s);
@@ -333,7 +345,8 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     add_f32(&s, "output_norm.weight", p->n_embd, 0.2f, 1.0f);
     if (!p->tied_output) {
         float *rs = NULL;
-        if (p->readable && strcmp(p->vocab, "bytes") == 0 && (rs = malloc((size_t)n_vocab * sizeof *rs))) {
+        if (p->readable && strcmp(p->vocab, "bytes") == 0 &&
+            (rs = malloc((size_t)n_vocab * sizeof *rs))) {
             for (int32_t i = 0; i < n_vocab; i++)
                 rs[i] = i < 256 && (isalnum(i) || strchr(" .,'!?", i)) && i != 0 ? 1.0f : 0.05f;
         }
