@@ -118,6 +118,15 @@ typedef struct mt_layer {
 typedef struct mt_model {
     gguf_file *gguf;
     mt_hparams hp;
+    /* What this file holds: a whole model, or a shard (moontail.shard.* keys):
+     * layers [layer_begin, layer_end), their attention part (norms, attention,
+     * router, shared and dense FFN) and/or routed experts, and the head. */
+    int32_t layer_begin, layer_end;
+    bool has_head;
+    bool has_attention;
+    bool has_experts;
+    int32_t n_local_experts; /* experts held per MoE layer */
+    int32_t *expert_slot;    /* (n_expert) local slot of each expert id, -1 = not held */
     mt_matrix tok_embd; /* (n_vocab, n_embd) */
     float *output_norm; /* (n_embd) */
     mt_matrix output;   /* (n_vocab, n_embd); tok_embd when tied */
@@ -125,8 +134,14 @@ typedef struct mt_model {
     mt_layer *layers;   /* n_layer */
 } mt_model;
 
+/* Local slot of expert e in this model's expert tensors, or -1 if not held. */
+static inline int32_t mt_model_expert_slot(const mt_model *m, int32_t e) {
+    return e >= 0 && e < m->hp.n_expert ? m->expert_slot[e] : -1;
+}
+
 /* Loads hyperparameters and binds every tensor, checking names, shapes and
- * types. The model keeps the gguf_file open (weights are views into it). */
+ * types. The model keeps the gguf_file open (weights are views into it).
+ * A shard binds only what it holds; using a part it lacks is an error. */
 mt_model *mt_model_load(const char *path, mt_error *err);
 mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err); /* takes ownership of f */
 void mt_model_free(mt_model *m);
@@ -154,15 +169,33 @@ void mt_kv_cache_free(mt_kv_cache *kv);
 int mt_model_embed(const mt_model *m, const int32_t *tokens, int32_t n_tok, float *hidden,
                    mt_error *err);
 
+/* Where the routed experts of MoE layers run. run() computes, for each of n
+ * rows, y[r] = Expert_ids[r](u[r]) of layer il: the unweighted SwiGLU output,
+ * n_embd floats per row. The caller weights and sums the rows of a token in
+ * its top-k order, so any backend that computes each row exactly gives
+ * bit-identical results (a local model, an expert shard, a remote server). */
+typedef struct mt_expert_backend {
+    int (*run)(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u, float *y,
+               mt_pool *pool, mt_error *err);
+    void *ctx;
+} mt_expert_backend;
+
+/* The experts this model (or shard) holds, as an mt_expert_backend run():
+ * ctx is the mt_model. Rows whose expert is not held are an error. */
+int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids, const float *u,
+                         float *y, mt_pool *pool, mt_error *err);
+
 /* Runs layers [a, b) on hidden (n_tok, n_embd), in place. Token i sits at
  * position pos[i]; it attends to cache positions [0, pos[i]], and its K/V
  * is written at pos[i]. Positions must be < kv->n_ctx and a token may only
- * see positions already filled (by this call or earlier ones). */
+ * see positions already filled (by this call or earlier ones). Routed
+ * experts run on `experts` (NULL: this model's own). */
 int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32_t b,
-                            const int32_t *pos, int32_t n_tok, float *hidden, mt_pool *pool,
-                            mt_error *err);
+                            const int32_t *pos, int32_t n_tok, float *hidden,
+                            const mt_expert_backend *experts, mt_pool *pool, mt_error *err);
 
-/* logits (n_tok, n_vocab) <- output · rmsnorm(hidden, output_norm). */
+/* logits (n_tok, n_vocab) <- output · rmsnorm(hidden, output_norm). The
+ * model must hold the head (m->has_head). */
 void mt_model_head(const mt_model *m, const float *hidden, int32_t n_tok, float *logits,
                    mt_pool *pool);
 

@@ -77,55 +77,84 @@ void mt_moe_route(const mt_hparams *hp, const float *exp_probs_b, const float *z
 
 /* --------------------------------------------------------------- experts */
 
-static mt_matrix expert_matrix(const mt_experts *x, int32_t e) {
+static mt_matrix expert_matrix(const mt_experts *x, int32_t slot) {
     mt_matrix m = x->m;
-    m.data = (const char *)m.data + (size_t)e * x->expert_bytes;
+    m.data = (const char *)m.data + (size_t)slot * x->expert_bytes;
     return m;
 }
 
-int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t n_tok, const float *u, float *out,
-               mt_pool *pool, mt_error *err) {
+/* Rows are grouped by expert so each expert's weights stream once; every
+ * row's result is independent of its group, so grouping never changes a bit. */
+int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids, const float *u,
+                         float *y, mt_pool *pool, mt_error *err) {
+    const mt_model *m = model;
+    const mt_hparams *hp = &m->hp;
+    const size_t E = (size_t)hp->n_embd;
+    if (il < 0 || il >= hp->n_layer || !m->layers[il].is_moe || !m->layers[il].gate_exps.m.data)
+        return mt_error_set(err, "layer %d has no routed experts here", il);
+    const mt_layer *l = &m->layers[il];
+    for (int32_t r = 0; r < n; r++)
+        if (ids[r] < 0 || ids[r] >= hp->n_expert || mt_model_expert_slot(m, ids[r]) < 0)
+            return mt_error_set(err, "expert %d of layer %d is not held here (this shard holds %d"
+                                     " of %d experts)",
+                                ids[r], il, l->gate_exps.n_expert, hp->n_expert);
+    float *xin = malloc((size_t)n * E * sizeof(float));
+    float *yout = malloc((size_t)n * E * sizeof(float));
+    int32_t *rows = malloc((size_t)n * sizeof(int32_t));
+    int rc = 0;
+    if (!xin || !yout || !rows) {
+        rc = mt_error_set(err, "experts: out of memory for %d rows", n);
+        goto done;
+    }
+    for (int32_t e = 0; e < hp->n_expert && rc == 0; e++) {
+        int32_t k = 0;
+        for (int32_t r = 0; r < n; r++)
+            if (ids[r] == e) {
+                memcpy(xin + (size_t)k * E, u + (size_t)r * E, E * sizeof(float));
+                rows[k++] = r;
+            }
+        if (k == 0) continue;
+        int32_t slot = mt_model_expert_slot(m, e);
+        mt_matrix g = expert_matrix(&l->gate_exps, slot), up = expert_matrix(&l->up_exps, slot),
+                  dn = expert_matrix(&l->down_exps, slot);
+        rc = mt_ffn_dense(&g, &up, &dn, k, xin, yout, pool, err);
+        for (int32_t i = 0; rc == 0 && i < k; i++)
+            memcpy(y + (size_t)rows[i] * E, yout + (size_t)i * E, E * sizeof(float));
+    }
+done:
+    free(xin), free(yout), free(rows);
+    return rc;
+}
+
+int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, const float *u,
+               float *out, const mt_expert_backend *experts, mt_pool *pool, mt_error *err) {
     const mt_hparams *hp = &m->hp;
     const int32_t X = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd;
     const size_t T = (size_t)n_tok;
     if (hp->n_group > 256) return mt_error_set(err, "MoE: %d expert groups (max 256)", hp->n_group);
+    mt_expert_backend local = {mt_model_run_experts, (void *)m};
+    if (!experts) experts = &local;
 
     float *z = malloc(T * X * sizeof(float));
     float *scratch = malloc(2 * (size_t)X * sizeof(float));
     int32_t *idx = malloc(T * K * sizeof(int32_t));
     float *w = malloc(T * K * sizeof(float));
+    float *uk = malloc(T * K * E * sizeof(float)); /* (n_tok, K, n_embd): u once per slot */
     float *ys = malloc(T * K * E * sizeof(float)); /* (n_tok, K, n_embd) expert outputs */
-    float *xin = malloc(T * E * sizeof(float));    /* rows routed to one expert */
-    float *yout = malloc(T * E * sizeof(float));
-    int32_t *rows = malloc(T * 2 * sizeof(int32_t)); /* (token, slot) per gathered row */
     int rc = 0;
-    if (!z || !scratch || !idx || !w || !ys || !xin || !yout || !rows) {
+    if (!z || !scratch || !idx || !w || !uk || !ys) {
         rc = mt_error_set(err, "MoE: out of memory for %d tokens", n_tok);
         goto done;
     }
 
     mt_matmul(&l->router, u, n_tok, z, pool);
-    for (size_t t = 0; t < T; t++)
+    for (size_t t = 0; t < T; t++) {
         mt_moe_route(hp, l->exp_probs_b, z + t * X, idx + t * K, w + t * K, scratch);
-
-    for (int32_t e = 0; e < X; e++) {
-        size_t n = 0;
-        for (size_t t = 0; t < T; t++)
-            for (int32_t j = 0; j < K; j++)
-                if (idx[t * K + j] == e) {
-                    memcpy(xin + n * E, u + t * E, (size_t)E * sizeof(float));
-                    rows[2 * n] = (int32_t)t;
-                    rows[2 * n + 1] = j;
-                    n++;
-                }
-        if (n == 0) continue;
-        mt_matrix g = expert_matrix(&l->gate_exps, e), up = expert_matrix(&l->up_exps, e),
-                  dn = expert_matrix(&l->down_exps, e);
-        if ((rc = mt_ffn_dense(&g, &up, &dn, (int32_t)n, xin, yout, pool, err))) goto done;
-        for (size_t r = 0; r < n; r++)
-            memcpy(ys + ((size_t)rows[2 * r] * K + rows[2 * r + 1]) * E, yout + r * E,
-                   (size_t)E * sizeof(float));
+        for (int32_t j = 0; j < K; j++) memcpy(uk + (t * K + j) * E, u + t * E, (size_t)E * sizeof(float));
     }
+    if ((rc = experts->run(experts->ctx, il, (int32_t)(T * K), idx, uk, ys, pool, err))) goto done;
+
+    /* weighted sum in each token's top-k order */
     for (size_t t = 0; t < T; t++) {
         float *o = out + t * E;
         for (int32_t d = 0; d < E; d++) o[d] = ys[(t * K) * E + d] * w[t * K];
@@ -136,7 +165,8 @@ int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t n_tok, const float 
     }
 
     if (l->has_shexp) {
-        if ((rc = mt_ffn_dense(&l->gate_shexp, &l->up_shexp, &l->down_shexp, n_tok, u, yout, pool,
+        float *sh = uk; /* reuse: n_tok * n_embd floats are enough */
+        if ((rc = mt_ffn_dense(&l->gate_shexp, &l->up_shexp, &l->down_shexp, n_tok, u, sh, pool,
                                err)))
             goto done;
         for (size_t t = 0; t < T; t++) {
@@ -146,10 +176,10 @@ int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t n_tok, const float 
                 mt_matmul(&l->shexp_gate_inp, u + t * E, 1, &gz, NULL);
                 gate = 1.0f / (1.0f + expf(-gz));
             }
-            for (int32_t d = 0; d < E; d++) out[t * E + d] += yout[t * E + d] * gate;
+            for (int32_t d = 0; d < E; d++) out[t * E + d] += sh[t * E + d] * gate;
         }
     }
 done:
-    free(z), free(scratch), free(idx), free(w), free(ys), free(xin), free(yout), free(rows);
+    free(z), free(scratch), free(idx), free(w), free(uk), free(ys);
     return rc;
 }

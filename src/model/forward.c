@@ -11,6 +11,9 @@
 
 int mt_model_embed(const mt_model *m, const int32_t *tokens, int32_t n_tok, float *hidden,
                    mt_error *err) {
+    if (!m->has_head)
+        return mt_error_set(err, "%s is a shard without the head (embeddings); the requester"
+                                 " holds it", m->gguf->path);
     for (int32_t t = 0; t < n_tok; t++) {
         if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
             return mt_error_set(err, "token id %d at index %d is outside the vocabulary [0, %d)",
@@ -32,13 +35,17 @@ static int check_positions(const mt_kv_cache *kv, const int32_t *pos, int32_t n_
 }
 
 int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32_t b,
-                            const int32_t *pos, int32_t n_tok, float *hidden, mt_pool *pool,
-                            mt_error *err) {
+                            const int32_t *pos, int32_t n_tok, float *hidden,
+                            const mt_expert_backend *experts, mt_pool *pool, mt_error *err) {
     const mt_hparams *hp = &m->hp;
     if (a < kv->layer_begin || b > kv->layer_end || a > b)
         return mt_error_set(err, "layers [%d, %d) are not covered by the cache's [%d, %d)", a, b,
                             kv->layer_begin, kv->layer_end);
     if (n_tok <= 0) return mt_error_set(err, "forward: no tokens given");
+    if (a < m->layer_begin || b > m->layer_end || !m->has_attention)
+        return mt_error_set(err, "%s holds %s of layers [%d, %d); layers [%d, %d) were asked for",
+                            m->gguf->path, m->has_attention ? "the attention" : "no attention part",
+                            m->layer_begin, m->layer_end, a, b);
     if (check_positions(kv, pos, n_tok, err)) return -1;
     const size_t E = (size_t)hp->n_embd, T = (size_t)n_tok;
     float *x_norm = malloc(T * E * sizeof(float));
@@ -60,7 +67,7 @@ int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32
 
         for (size_t t = 0; t < T; t++)
             mt_rmsnorm(hidden + t * E, l->ffn_norm, (int64_t)E, hp->eps, x_norm + t * E);
-        rc = l->is_moe ? mt_ffn_moe(m, l, n_tok, x_norm, out, pool, err)
+        rc = l->is_moe ? mt_ffn_moe(m, l, il, n_tok, x_norm, out, experts, pool, err)
                        : mt_ffn_dense(&l->ffn_gate, &l->ffn_up, &l->ffn_down, n_tok, x_norm, out,
                                       pool, err);
         if (rc) break;

@@ -41,8 +41,8 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t i
                 mt_error *err);
 int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down, int32_t n_tok,
                  const float *u, float *out, mt_pool *pool, mt_error *err);
-int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t n_tok, const float *u, float *out,
-               mt_pool *pool, mt_error *err);
+int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, const float *u,
+               float *out, const mt_expert_backend *experts, mt_pool *pool, mt_error *err);
 
 /* Picks the experts (idx, largest selection score first) and their weights w
  * for one token from its router scores z (n_expert); scratch holds 2 * n_expert. */

@@ -168,22 +168,41 @@ static void bind_mla(binder *b, mt_layer *l, int il) {
     bind_matrix(b, &l->wo, "attn_output.weight", il, true, H * hp->v_head_dim, E);
 }
 
-static void bind_moe(binder *b, mt_layer *l, int il) {
+/* Expert width: from the metadata, or (llama, deepseek2 without the key)
+ * from an expert or router-side tensor of the layer. */
+static int64_t expert_width(binder *b, int il) {
+    if (b->m->hp.n_ff_exp > 0) return b->m->hp.n_ff_exp;
+    char name[96];
+    tname(name, sizeof name, "ffn_down_exps.weight", il);
+    const gguf_tensor *t = gguf_find_tensor(b->f, name);
+    if (t) return t->ne[0];
+    return b->m->hp.arch == MT_ARCH_LLAMA ? b->m->hp.n_ff : -1;
+}
+
+/* Router, selection bias and shared expert: the part of an MoE layer that
+ * stays with the attention holder. */
+static void bind_moe_router(binder *b, mt_layer *l, int il) {
     const mt_hparams *hp = &b->m->hp;
-    int64_t E = hp->n_embd, X = hp->n_expert, F = hp->n_ff_exp;
-    if (X <= 0 || hp->n_expert_used <= 0) {
-        fail(b, "layer %d has a router but expert_count/expert_used_count are not set", il);
-        return;
-    }
-    if (F <= 0) {
-        /* llama and deepseek need the width from the expert tensor itself */
-        char name[96];
-        tname(name, sizeof name, "ffn_down_exps.weight", il);
-        const gguf_tensor *t = gguf_find_tensor(b->f, name);
-        F = t ? t->ne[0] : -1;
-    }
+    int64_t E = hp->n_embd, X = hp->n_expert, F = expert_width(b, il);
     bind_matrix(b, &l->router, "ffn_gate_inp.weight", il, true, E, X);
     l->exp_probs_b = bind_vector(b, "exp_probs_b.bias", il, false, X);
+    int64_t S = hp->arch == MT_ARCH_DEEPSEEK2 ? F * hp->n_expert_shared : hp->n_ff_shexp;
+    if (hp->arch == MT_ARCH_QWEN2MOE || (hp->arch == MT_ARCH_DEEPSEEK2 && S > 0)) {
+        l->has_shexp = true;
+        bind_matrix(b, &l->gate_shexp, "ffn_gate_shexp.weight", il, true, E, S);
+        bind_matrix(b, &l->up_shexp, "ffn_up_shexp.weight", il, true, E, S);
+        bind_matrix(b, &l->down_shexp, "ffn_down_shexp.weight", il, true, S, E);
+        if (hp->arch == MT_ARCH_QWEN2MOE) {
+            const gguf_tensor *t = find(b, "ffn_gate_inp_shexp.weight", il, true, 1, E, 1, 1);
+            if (t) l->shexp_gate_inp = (mt_matrix){t->type, E, 1, t->nb[1], t->data};
+        }
+    }
+}
+
+/* The routed experts this file holds (all, or a shard's subset). */
+static void bind_moe_experts(binder *b, mt_layer *l, int il) {
+    const mt_hparams *hp = &b->m->hp;
+    int64_t E = hp->n_embd, X = b->m->n_local_experts, F = expert_width(b, il);
     char name[96];
     tname(name, sizeof name, "ffn_gate_up_exps.weight", il);
     if (gguf_find_tensor(b->f, name)) {
@@ -198,52 +217,112 @@ static void bind_moe(binder *b, mt_layer *l, int il) {
         bind_experts(b, &l->up_exps, "ffn_up_exps.weight", il, E, F, X);
     }
     bind_experts(b, &l->down_exps, "ffn_down_exps.weight", il, F, E, X);
-
-    int64_t S = hp->arch == MT_ARCH_DEEPSEEK2 ? F * hp->n_expert_shared : hp->n_ff_shexp;
-    if (hp->arch == MT_ARCH_QWEN2MOE || (hp->arch == MT_ARCH_DEEPSEEK2 && S > 0)) {
-        l->has_shexp = true;
-        bind_matrix(b, &l->gate_shexp, "ffn_gate_shexp.weight", il, true, E, S);
-        bind_matrix(b, &l->up_shexp, "ffn_up_shexp.weight", il, true, E, S);
-        bind_matrix(b, &l->down_shexp, "ffn_down_shexp.weight", il, true, S, E);
-        if (hp->arch == MT_ARCH_QWEN2MOE) {
-            const gguf_tensor *t = find(b, "ffn_gate_inp_shexp.weight", il, true, 1, E, 1, 1);
-            if (t) l->shexp_gate_inp = (mt_matrix){t->type, E, 1, t->nb[1], t->data};
-        }
-    }
 }
 
 static void bind_layer(binder *b, int il) {
-    const mt_hparams *hp = &b->m->hp;
-    mt_layer *l = &b->m->layers[il];
+    mt_model *m = b->m;
+    const mt_hparams *hp = &m->hp;
+    mt_layer *l = &m->layers[il];
     int64_t E = hp->n_embd;
-    l->attn_norm = bind_vector(b, "attn_norm.weight", il, true, E);
-    l->ffn_norm = bind_vector(b, "ffn_norm.weight", il, true, E);
-    if (hp->arch == MT_ARCH_DEEPSEEK2)
-        bind_mla(b, l, il);
-    else
-        bind_gqa(b, l, il);
-
-    char name[96];
-    tname(name, sizeof name, "ffn_gate_inp.weight", il);
     switch (hp->arch) {
-    case MT_ARCH_LLAMA:
-        l->is_moe = gguf_find_tensor(b->f, name) != NULL;
-        break;
-    case MT_ARCH_DEEPSEEK2:
-        l->is_moe = il >= hp->n_leading_dense;
-        break;
-    default:
-        l->is_moe = true;
+    case MT_ARCH_LLAMA: l->is_moe = hp->n_expert > 0; break; /* as llama.cpp: all or none */
+    case MT_ARCH_DEEPSEEK2: l->is_moe = il >= hp->n_leading_dense; break;
+    default: l->is_moe = true;
     }
-    if (l->is_moe) {
-        bind_moe(b, l, il);
+    if (l->is_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0)) {
+        fail(b, "layer %d is MoE but expert_count/expert_used_count are not set", il);
+        return;
+    }
+    if (m->has_attention) {
+        l->attn_norm = bind_vector(b, "attn_norm.weight", il, true, E);
+        l->ffn_norm = bind_vector(b, "ffn_norm.weight", il, true, E);
+        if (hp->arch == MT_ARCH_DEEPSEEK2)
+            bind_mla(b, l, il);
+        else
+            bind_gqa(b, l, il);
+        if (l->is_moe) {
+            bind_moe_router(b, l, il);
+        } else {
+            int64_t F = hp->n_ff;
+            if (F <= 0) fail(b, "layer %d is dense but feed_forward_length is not set", il);
+            bind_matrix(b, &l->ffn_gate, "ffn_gate.weight", il, true, E, F);
+            bind_matrix(b, &l->ffn_up, "ffn_up.weight", il, true, E, F);
+            bind_matrix(b, &l->ffn_down, "ffn_down.weight", il, true, F, E);
+        }
+    }
+    if (l->is_moe && m->has_experts) bind_moe_experts(b, l, il);
+}
+
+/* Reads the moontail.shard.* keys (absent: a whole model). */
+static int read_shard_keys(binder *b) {
+    mt_model *m = b->m;
+    const gguf_file *f = b->f;
+    const mt_hparams *hp = &m->hp;
+    mt_error e = {{0}};
+    uint32_t version = 0, lb = 0, le = 0;
+    m->layer_begin = 0;
+    m->layer_end = hp->n_layer;
+    m->has_head = m->has_attention = m->has_experts = true;
+    m->n_local_experts = hp->n_expert;
+    if (!gguf_get_u32(f, "moontail.shard.version", &version, &e)) {
+        if (e.msg[0]) return mt_error_set(b->err, "%s", e.msg);
     } else {
-        int64_t F = hp->n_ff;
-        if (F <= 0) fail(b, "layer %d is dense but feed_forward_length is not set", il);
-        bind_matrix(b, &l->ffn_gate, "ffn_gate.weight", il, true, E, F);
-        bind_matrix(b, &l->ffn_up, "ffn_up.weight", il, true, E, F);
-        bind_matrix(b, &l->ffn_down, "ffn_down.weight", il, true, F, E);
+        if (version != 1)
+            return mt_error_set(b->err, "%s: shard format version %u is not supported (1 is)",
+                                f->path, version);
+        if (!gguf_get_u32(f, "moontail.shard.layer_begin", &lb, &e) ||
+            !gguf_get_u32(f, "moontail.shard.layer_end", &le, &e) ||
+            !gguf_get_bool(f, "moontail.shard.attention", &m->has_attention, &e) ||
+            !gguf_get_bool(f, "moontail.shard.head", &m->has_head, &e))
+            return mt_error_set(b->err, "%s: %s", f->path,
+                                e.msg[0] ? e.msg : "a moontail.shard.* key is missing");
+        if (lb > le || le > (uint32_t)hp->n_layer)
+            return mt_error_set(b->err, "%s: shard layers [%u, %u) are outside the model's [0, %d)",
+                                f->path, lb, le, hp->n_layer);
+        m->layer_begin = (int32_t)lb;
+        m->layer_end = (int32_t)le;
     }
+    m->expert_slot = malloc((size_t)(hp->n_expert > 0 ? hp->n_expert : 1) * sizeof(int32_t));
+    if (!m->expert_slot) return mt_error_set(b->err, "out of memory");
+    for (int32_t x = 0; x < hp->n_expert; x++) m->expert_slot[x] = x;
+    const gguf_kv *kv = gguf_find_kv(f, "moontail.shard.experts");
+    if (version && kv) {
+        const gguf_value *v = &kv->value;
+        if (v->type != GGUF_TYPE_ARRAY || v->arr.type != GGUF_TYPE_UINT32)
+            return mt_error_set(b->err, "%s: moontail.shard.experts must be an array of uint32",
+                                f->path);
+        for (int32_t x = 0; x < hp->n_expert; x++) m->expert_slot[x] = -1;
+        for (uint64_t i = 0; i < v->arr.n; i++) {
+            uint32_t id;
+            memcpy(&id, v->arr.data + 4 * i, 4);
+            if (id >= (uint32_t)hp->n_expert || m->expert_slot[id] >= 0)
+                return mt_error_set(b->err, "%s: moontail.shard.experts entry %llu (%u) is out of"
+                                            " range or repeated",
+                                    f->path, (unsigned long long)i, id);
+            m->expert_slot[id] = (int32_t)i;
+        }
+        m->n_local_experts = (int32_t)v->arr.n;
+    }
+    if (version) {
+        /* a shard holds routed experts when its first MoE layer has an expert tensor */
+        m->has_experts = false;
+        for (int32_t il = m->layer_begin; il < m->layer_end && !m->has_experts; il++) {
+            char name[96];
+            tname(name, sizeof name, "ffn_down_exps.weight", il);
+            m->has_experts = gguf_find_tensor(f, name) != NULL;
+        }
+        if (m->n_local_experts == 0) m->has_experts = false;
+    }
+    return 0;
+}
+
+/* Vocabulary size: from the embedding if the file has it, else from the
+ * tokenizer (a shard without the head). */
+static int64_t vocab_size(const gguf_file *f) {
+    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    if (emb) return emb->n_dims == 2 ? emb->ne[1] : -1;
+    const gguf_kv *kv = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    return kv && kv->value.type == GGUF_TYPE_ARRAY ? (int64_t)kv->value.arr.n : -1;
 }
 
 /* ------------------------------------------------------------------ load */
@@ -259,21 +338,25 @@ mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
     m->gguf = f;
     binder b = {m, f, err, 0, NULL, 0, 0};
 
-    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
-    if (!emb || emb->n_dims != 2) {
-        fail(&b, "tensor 'token_embd.weight' is %s", emb ? "not 2-D" : "missing");
+    int64_t n_vocab = vocab_size(f);
+    if (n_vocab <= 0 || n_vocab > INT32_MAX) {
+        fail(&b, "cannot tell the vocabulary size: 'token_embd.weight' is missing or not 2-D and"
+                 " there is no tokenizer.ggml.tokens");
         goto fail;
     }
-    if (mt_hparams_read(f, emb->ne[1], &m->hp, err)) goto fail;
+    if (mt_hparams_read(f, n_vocab, &m->hp, err)) goto fail;
     const mt_hparams *hp = &m->hp;
-    const gguf_tensor *te = find(&b, "token_embd.weight", -1, true, 2, hp->n_embd, -1, 1);
-    if (!te) goto fail;
-    m->tok_embd = matrix_of(te);
-    m->output_norm = bind_vector(&b, "output_norm.weight", -1, true, hp->n_embd);
-    bind_matrix(&b, &m->output, "output.weight", -1, hp->arch == MT_ARCH_QWEN2MOE, hp->n_embd,
-                hp->n_vocab);
-    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
-    if (hp->arch == MT_ARCH_LLAMA)
+    if (read_shard_keys(&b)) goto fail;
+    if (m->has_head) {
+        const gguf_tensor *te = find(&b, "token_embd.weight", -1, true, 2, hp->n_embd, hp->n_vocab, 1);
+        if (!te) goto fail;
+        m->tok_embd = matrix_of(te);
+        m->output_norm = bind_vector(&b, "output_norm.weight", -1, true, hp->n_embd);
+        bind_matrix(&b, &m->output, "output.weight", -1, hp->arch == MT_ARCH_QWEN2MOE, hp->n_embd,
+                    hp->n_vocab);
+        if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    }
+    if (hp->arch == MT_ARCH_LLAMA && (m->has_head || m->has_attention))
         m->rope_freqs = bind_vector(&b, "rope_freqs.weight", -1, false, hp->n_rot / 2);
     if (b.failed) goto fail;
 
@@ -282,7 +365,7 @@ mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
         fail(&b, "out of memory for %d layers", hp->n_layer);
         goto fail;
     }
-    for (int il = 0; il < hp->n_layer && !b.failed; il++) bind_layer(&b, il);
+    for (int il = m->layer_begin; il < m->layer_end && !b.failed; il++) bind_layer(&b, il);
     if (b.failed) goto fail;
     mp->owned = b.owned;
     mp->n_owned = b.n_owned;
@@ -305,6 +388,7 @@ void mt_model_free(mt_model *m) {
     for (size_t i = 0; i < mp->n_owned; i++) free(mp->owned[i]);
     free(mp->owned);
     free(m->layers);
+    free(m->expert_slot);
     gguf_close(m->gguf);
     free(mp);
 }
