@@ -1,7 +1,8 @@
 /* test_determinism.c - invariant 1 of DESIGN.md on one machine: logits are
- * bit-identical whatever the thread count and whether tokens are evaluated
- * one at a time, in micro-batches, or all at once. Checked for every
- * architecture on F32 and on quantized weights. */
+ * bit-identical whatever the thread count, whether tokens are evaluated one
+ * at a time, in micro-batches, or all at once, and whether a session's tokens
+ * share a batch with other sessions'. Checked for every architecture on F32
+ * and on quantized weights. */
 #include "check.h"
 #include "moontail/session.h"
 #include "moontail/synth_model.h"
@@ -54,6 +55,49 @@ static void check_variant(const variant *v) {
               "%s %s: logits differ with %d threads, micro-batch %d", v->arch,
               mt_type_traits_get(v->type)->name, runs[r].threads, runs[r].ubatch);
         free(got);
+    }
+    /* Several sessions in one batch: token rows of sessions A (6 tokens), B (3)
+     * and C (2) interleaved in one forward call give each session's logits
+     * bit for bit (A alone is `ref`; B and C alone computed here). */
+    if (ref) {
+        const int32_t V = m->hp.n_vocab, E = m->hp.n_embd;
+        enum { NA = 6, NB = 3, NC = 2, NT = NA + NB + NC };
+        int32_t idsB[NB] = {7, 3, 9}, idsC[NC] = {11, 2};
+        mt_error err = {{0}};
+        float *solo_b = eval(m, idsB, NB, 1, 0), *solo_c = eval(m, idsC, NC, 2, 1);
+        mt_kv_cache *ka = mt_kv_cache_new(m, 0, m->hp.n_layer, NA, &err),
+                    *kb = mt_kv_cache_new(m, 0, m->hp.n_layer, NB, &err),
+                    *kc = mt_kv_cache_new(m, 0, m->hp.n_layer, NC, &err);
+        /* interleave: A0 B0 A1 C0 B1 A2 A3 C1 B2 A4 A5 */
+        static const char who[NT] = {'a', 'b', 'a', 'c', 'b', 'a', 'a', 'c', 'b', 'a', 'a'};
+        int32_t toks[NT], pos[NT], na = 0, nb = 0, nc = 0;
+        mt_kv_cache *kvs[NT];
+        for (int t = 0; t < NT; t++) {
+            if (who[t] == 'a') toks[t] = ids[na], pos[t] = na++, kvs[t] = ka;
+            if (who[t] == 'b') toks[t] = idsB[nb], pos[t] = nb++, kvs[t] = kb;
+            if (who[t] == 'c') toks[t] = idsC[nc], pos[t] = nc++, kvs[t] = kc;
+        }
+        float *hidden = malloc((size_t)NT * E * sizeof(float));
+        float *logits = malloc((size_t)NT * V * sizeof(float));
+        mt_pool *pool = mt_pool_create(3);
+        int rc = mt_model_embed(m, toks, NT, hidden, &err);
+        if (rc == 0)
+            rc =
+                mt_model_forward_batch(m, kvs, 0, m->hp.n_layer, pos, NT, hidden, NULL, pool, &err);
+        CHECK(rc == 0, "%s: mixed batch: %s", v->arch, err.msg);
+        if (rc == 0) mt_model_head(m, hidden, NT, logits, pool);
+        bool same = rc == 0 && solo_b && solo_c;
+        for (int t = 0; same && t < NT; t++) {
+            const float *want = who[t] == 'a'   ? ref + (size_t)pos[t] * V
+                                : who[t] == 'b' ? solo_b + (size_t)pos[t] * V
+                                                : solo_c + (size_t)pos[t] * V;
+            same = memcmp(want, logits + (size_t)t * V, (size_t)V * sizeof(float)) == 0;
+        }
+        CHECK(same, "%s %s: a session's logits change when batched with other sessions", v->arch,
+              mt_type_traits_get(v->type)->name);
+        mt_pool_free(pool);
+        free(hidden), free(logits), free(solo_b), free(solo_c);
+        mt_kv_cache_free(ka), mt_kv_cache_free(kb), mt_kv_cache_free(kc);
     }
     /* The logits must also be finite and not all equal (a dead model would
      * pass the comparisons above trivially). */

@@ -127,11 +127,11 @@ typedef struct mt_model {
     bool has_experts;
     int32_t n_local_experts; /* experts held per MoE layer */
     int32_t *expert_slot;    /* (n_expert) local slot of each expert id, -1 = not held */
-    mt_matrix tok_embd; /* (n_vocab, n_embd) */
-    float *output_norm; /* (n_embd) */
-    mt_matrix output;   /* (n_vocab, n_embd); tok_embd when tied */
-    float *rope_freqs;  /* (n_rot/2) divisors, optional */
-    mt_layer *layers;   /* n_layer */
+    mt_matrix tok_embd;      /* (n_vocab, n_embd) */
+    float *output_norm;      /* (n_embd) */
+    mt_matrix output;        /* (n_vocab, n_embd); tok_embd when tied */
+    float *rope_freqs;       /* (n_rot/2) divisors, optional */
+    mt_layer *layers;        /* n_layer */
 } mt_model;
 
 /* Local slot of expert e in this model's expert tensors, or -1 if not held. */
@@ -193,6 +193,13 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
 int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32_t b,
                             const int32_t *pos, int32_t n_tok, float *hidden,
                             const mt_expert_backend *experts, mt_pool *pool, mt_error *err);
+
+/* The same for a batch mixing sessions: token t sits at pos[t] of the
+ * session cached in kv[t] (tokens of one session in position order). Every
+ * token's result is the same as if its session ran alone. */
+int mt_model_forward_batch(const mt_model *m, mt_kv_cache *const *kv, int32_t a, int32_t b,
+                           const int32_t *pos, int32_t n_tok, float *hidden,
+                           const mt_expert_backend *experts, mt_pool *pool, mt_error *err);
 
 /* logits (n_tok, n_vocab) <- output · rmsnorm(hidden, output_norm). The
  * model must hold the head (m->has_head). */

@@ -14,12 +14,12 @@
 
 typedef struct attn_job {
     const mt_hparams *hp;
-    const float *q;      /* (n_tok, n_head * dk) */
-    const float *kcache; /* (n_ctx, n_head_kv * dk) for this layer */
-    const float *vcache; /* (n_ctx, n_head_kv * dv) */
+    const float *q;         /* (n_tok, n_head * dk) */
+    mt_kv_cache *const *kv; /* (n_tok) each token's session cache */
+    int32_t il;
     const int32_t *pos;
     float *o; /* (n_tok, n_head * dv) */
-    int32_t n_ctx;
+    int32_t max_pos;
 } attn_job;
 
 /* Task index = t * n_head + h. */
@@ -27,14 +27,14 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end) {
     const attn_job *j = ctx;
     const mt_hparams *hp = j->hp;
     const int32_t dk = hp->head_dim_k, dv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
-    float *scores = malloc((size_t)j->n_ctx * sizeof *scores);
+    float *scores = malloc((size_t)(j->max_pos + 1) * sizeof *scores);
     if (!scores) abort(); /* a few KiB per thread; cannot continue without it */
     for (int64_t task = begin; task < end; task++) {
         int64_t t = task / hp->n_head, h = task % hp->n_head, g = h / group;
-        mt_attend_one(j->q + (t * hp->n_head + h) * dk, j->kcache + g * dk,
-                      (size_t)hp->n_head_kv * dk, dk, j->vcache + g * dv,
-                      (size_t)hp->n_head_kv * dv, dv, j->pos[t] + 1, hp->attn_scale, scores,
-                      j->o + (t * hp->n_head + h) * dv);
+        const float *kc = mt_kv_layer_k(j->kv[t], j->il), *vc = mt_kv_layer_v(j->kv[t], j->il);
+        mt_attend_one(j->q + (t * hp->n_head + h) * dk, kc + g * dk, (size_t)hp->n_head_kv * dk, dk,
+                      vc + g * dv, (size_t)hp->n_head_kv * dv, dv, j->pos[t] + 1, hp->attn_scale,
+                      scores, j->o + (t * hp->n_head + h) * dv);
     }
     free(scores);
 }
@@ -45,7 +45,7 @@ static void add_bias(float *x, const float *b, int32_t n_tok, int64_t n) {
         for (int64_t i = 0; i < n; i++) x[t * n + i] += b[i];
 }
 
-int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t il,
+int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err) {
     const mt_hparams *hp = &m->hp;
@@ -62,9 +62,10 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t i
     add_bias(k, l->bk, n_tok, nk);
     add_bias(v, l->bv, n_tok, nv);
 
-    float *kc = kv->k + (size_t)(il - kv->layer_begin) * kv->n_ctx * kv->k_width;
-    float *vc = kv->v + (size_t)(il - kv->layer_begin) * kv->n_ctx * kv->v_width;
+    int32_t max_pos = 0;
     for (int32_t t = 0; t < n_tok; t++) {
+        float *kc = mt_kv_layer_k(kv[t], il), *vc = mt_kv_layer_v(kv[t], il);
+        if (pos[t] > max_pos) max_pos = pos[t];
         float *qt = q + (size_t)t * nq, *kt = k + (size_t)t * nk;
         if (l->q_norm) {
             for (int32_t h = 0; h < hp->n_head; h++)
@@ -74,11 +75,12 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t i
         }
         mt_rope_apply(hp, m->rope_freqs, pos[t], qt, (int32_t)dk, hp->n_head);
         mt_rope_apply(hp, m->rope_freqs, pos[t], kt, (int32_t)dk, hp->n_head_kv);
-        memcpy(kc + (size_t)pos[t] * kv->k_width, kt, (size_t)nk * sizeof(float));
-        memcpy(vc + (size_t)pos[t] * kv->v_width, v + (size_t)t * nv, (size_t)nv * sizeof(float));
+        memcpy(kc + (size_t)pos[t] * kv[t]->k_width, kt, (size_t)nk * sizeof(float));
+        memcpy(vc + (size_t)pos[t] * kv[t]->v_width, v + (size_t)t * nv,
+               (size_t)nv * sizeof(float));
     }
 
-    attn_job job = {hp, q, kc, vc, pos, o, kv->n_ctx};
+    attn_job job = {hp, q, kv, il, pos, o, max_pos};
     mt_pool_run(pool, (int64_t)n_tok * hp->n_head, attn_heads, &job);
     mt_matmul(&l->wo, o, n_tok, out, pool);
     free(q);

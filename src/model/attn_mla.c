@@ -15,24 +15,25 @@
 
 typedef struct mla_job {
     const mt_hparams *hp;
-    const float *qa;    /* (n_tok, n_head, kv_lora + rope): absorbed queries */
-    const float *cache; /* (n_ctx, kv_lora + rope) */
+    const float *qa;        /* (n_tok, n_head, kv_lora + rope): absorbed queries */
+    mt_kv_cache *const *kv; /* (n_tok) each token's session cache */
+    int32_t il;
     const int32_t *pos;
     float *lat; /* (n_tok, n_head, kv_lora) */
-    int32_t n_ctx;
+    int32_t max_pos;
 } mla_job;
 
 static void mla_heads(void *ctx, int64_t begin, int64_t end) {
     const mla_job *j = ctx;
     const mt_hparams *hp = j->hp;
     const int32_t w = hp->kv_lora_rank + hp->qk_rope;
-    float *scores = malloc((size_t)j->n_ctx * sizeof *scores);
+    float *scores = malloc((size_t)(j->max_pos + 1) * sizeof *scores);
     if (!scores) abort();
     for (int64_t task = begin; task < end; task++) {
         int64_t t = task / hp->n_head;
-        mt_attend_one(j->qa + task * w, j->cache, (size_t)w, w, j->cache, (size_t)w,
-                      hp->kv_lora_rank, j->pos[t] + 1, hp->attn_scale, scores,
-                      j->lat + task * hp->kv_lora_rank);
+        const float *cache = mt_kv_layer_k(j->kv[t], j->il);
+        mt_attend_one(j->qa + task * w, cache, (size_t)w, w, cache, (size_t)w, hp->kv_lora_rank,
+                      j->pos[t] + 1, hp->attn_scale, scores, j->lat + task * hp->kv_lora_rank);
     }
     free(scores);
 }
@@ -82,7 +83,7 @@ static int mla_expanded(const mt_model *m, const mt_layer *l, const float *cache
     return 0;
 }
 
-int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t il,
+int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err) {
     const mt_hparams *hp = &m->hp;
@@ -110,8 +111,10 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t i
     }
     mt_matmul(&l->wkv_a, a, n_tok, kva, pool);
 
-    float *cache = kv->k + (size_t)(il - kv->layer_begin) * kv->n_ctx * kv->k_width;
+    int32_t max_pos = 0;
     for (size_t t = 0; t < T; t++) {
+        float *cache = mt_kv_layer_k(kv[t], il);
+        if (pos[t] > max_pos) max_pos = pos[t];
         float *kt = kva + t * w;
         mt_rmsnorm(kt, l->kv_a_norm, lora, hp->eps, kt);
         mt_rope_apply(hp, NULL, pos[t], kt + lora, rope, 1);
@@ -120,7 +123,12 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t i
     }
 
     if (!l->mla_absorbed) {
-        rc = mla_expanded(m, l, cache, kv->n_ctx, q, pos, n_tok, o, pool, err);
+        /* one expansion per run of tokens from the same session */
+        for (size_t t0 = 0, t1; rc == 0 && t0 < T; t0 = t1) {
+            for (t1 = t0 + 1; t1 < T && kv[t1] == kv[t0];) t1++;
+            rc = mla_expanded(m, l, mt_kv_layer_k(kv[t0], il), kv[t0]->n_ctx, q + t0 * H * qk,
+                              pos + t0, (int32_t)(t1 - t0), o + t0 * H * dv, pool, err);
+        }
     } else {
         /* q~_h = Wk_b[h] q_nope_h, then append q_pe_h; one matmul per head over all tokens */
         for (int32_t h = 0; h < H; h++) {
@@ -134,7 +142,7 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t i
                 memcpy(dst + lora, q + (t * H + h) * qk + nope, (size_t)rope * sizeof(float));
             }
         }
-        mla_job job = {hp, qabs, cache, pos, lat, kv->n_ctx};
+        mla_job job = {hp, qabs, kv, il, pos, lat, max_pos};
         mt_pool_run(pool, (int64_t)T * H, mla_heads, &job);
         for (int32_t h = 0; h < H; h++) {
             mt_matrix vb = head_matrix(&l->wv_b, h);

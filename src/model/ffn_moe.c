@@ -95,8 +95,9 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
     const mt_layer *l = &m->layers[il];
     for (int32_t r = 0; r < n; r++)
         if (ids[r] < 0 || ids[r] >= hp->n_expert || mt_model_expert_slot(m, ids[r]) < 0)
-            return mt_error_set(err, "expert %d of layer %d is not held here (this shard holds %d"
-                                     " of %d experts)",
+            return mt_error_set(err,
+                                "expert %d of layer %d is not held here (this shard holds %d"
+                                " of %d experts)",
                                 ids[r], il, l->gate_exps.n_expert, hp->n_expert);
     float *xin = malloc((size_t)n * E * sizeof(float));
     float *yout = malloc((size_t)n * E * sizeof(float));
@@ -150,7 +151,8 @@ int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, 
     mt_matmul(&l->router, u, n_tok, z, pool);
     for (size_t t = 0; t < T; t++) {
         mt_moe_route(hp, l->exp_probs_b, z + t * X, idx + t * K, w + t * K, scratch);
-        for (int32_t j = 0; j < K; j++) memcpy(uk + (t * K + j) * E, u + t * E, (size_t)E * sizeof(float));
+        for (int32_t j = 0; j < K; j++)
+            memcpy(uk + (t * K + j) * E, u + t * E, (size_t)E * sizeof(float));
     }
     if ((rc = experts->run(experts->ctx, il, (int32_t)(T * K), idx, uk, ys, pool, err))) goto done;
 

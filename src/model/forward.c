@@ -12,8 +12,10 @@
 int mt_model_embed(const mt_model *m, const int32_t *tokens, int32_t n_tok, float *hidden,
                    mt_error *err) {
     if (!m->has_head)
-        return mt_error_set(err, "%s is a shard without the head (embeddings); the requester"
-                                 " holds it", m->gguf->path);
+        return mt_error_set(err,
+                            "%s is a shard without the head (embeddings); the requester"
+                            " holds it",
+                            m->gguf->path);
     for (int32_t t = 0; t < n_tok; t++) {
         if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
             return mt_error_set(err, "token id %d at index %d is outside the vocabulary [0, %d)",
@@ -23,30 +25,31 @@ int mt_model_embed(const mt_model *m, const int32_t *tokens, int32_t n_tok, floa
     return 0;
 }
 
-static int check_positions(const mt_kv_cache *kv, const int32_t *pos, int32_t n_tok,
-                           mt_error *err) {
-    for (int32_t t = 0; t < n_tok; t++)
-        if (pos[t] < 0 || pos[t] >= kv->n_ctx)
+static int check_positions(mt_kv_cache *const *kv, const int32_t *pos, int32_t n_tok, int32_t a,
+                           int32_t b, mt_error *err) {
+    for (int32_t t = 0; t < n_tok; t++) {
+        if (!kv[t] || a < kv[t]->layer_begin || b > kv[t]->layer_end)
+            return mt_error_set(
+                err, "token %d: layers [%d, %d) are not covered by its session's cache", t, a, b);
+        if (pos[t] < 0 || pos[t] >= kv[t]->n_ctx)
             return mt_error_set(err,
                                 "position %d of token %d is outside the context [0, %d); start a"
                                 " new session or use a larger context",
-                                pos[t], t, kv->n_ctx);
+                                pos[t], t, kv[t]->n_ctx);
+    }
     return 0;
 }
 
-int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32_t b,
-                            const int32_t *pos, int32_t n_tok, float *hidden,
-                            const mt_expert_backend *experts, mt_pool *pool, mt_error *err) {
+int mt_model_forward_batch(const mt_model *m, mt_kv_cache *const *kv, int32_t a, int32_t b,
+                           const int32_t *pos, int32_t n_tok, float *hidden,
+                           const mt_expert_backend *experts, mt_pool *pool, mt_error *err) {
     const mt_hparams *hp = &m->hp;
-    if (a < kv->layer_begin || b > kv->layer_end || a > b)
-        return mt_error_set(err, "layers [%d, %d) are not covered by the cache's [%d, %d)", a, b,
-                            kv->layer_begin, kv->layer_end);
     if (n_tok <= 0) return mt_error_set(err, "forward: no tokens given");
-    if (a < m->layer_begin || b > m->layer_end || !m->has_attention)
+    if (a > b || a < m->layer_begin || b > m->layer_end || !m->has_attention)
         return mt_error_set(err, "%s holds %s of layers [%d, %d); layers [%d, %d) were asked for",
                             m->gguf->path, m->has_attention ? "the attention" : "no attention part",
                             m->layer_begin, m->layer_end, a, b);
-    if (check_positions(kv, pos, n_tok, err)) return -1;
+    if (check_positions(kv, pos, n_tok, a, b, err)) return -1;
     const size_t E = (size_t)hp->n_embd, T = (size_t)n_tok;
     float *x_norm = malloc(T * E * sizeof(float));
     float *out = malloc(T * E * sizeof(float));
@@ -76,6 +79,18 @@ int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32
 done:
     free(x_norm);
     free(out);
+    return rc;
+}
+
+int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32_t b,
+                            const int32_t *pos, int32_t n_tok, float *hidden,
+                            const mt_expert_backend *experts, mt_pool *pool, mt_error *err) {
+    if (n_tok <= 0) return mt_error_set(err, "forward: no tokens given");
+    mt_kv_cache **kvs = malloc((size_t)n_tok * sizeof *kvs);
+    if (!kvs) return mt_error_set(err, "forward: out of memory");
+    for (int32_t t = 0; t < n_tok; t++) kvs[t] = kv;
+    int rc = mt_model_forward_batch(m, kvs, a, b, pos, n_tok, hidden, experts, pool, err);
+    free(kvs);
     return rc;
 }
 

@@ -33,10 +33,19 @@ typedef struct mt_scratch {
     float *o; /* (n_tok, n_embd) output of the current block */
 } mt_scratch;
 
-int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t il,
+/* Layer il's K rows (and V rows) in a session's cache. */
+static inline float *mt_kv_layer_k(const mt_kv_cache *kv, int32_t il) {
+    return kv->k + (size_t)(il - kv->layer_begin) * kv->n_ctx * kv->k_width;
+}
+static inline float *mt_kv_layer_v(const mt_kv_cache *kv, int32_t il) {
+    return kv->v + (size_t)(il - kv->layer_begin) * kv->n_ctx * kv->v_width;
+}
+
+/* Attention for a batch whose token t belongs to the session cached in kv[t]. */
+int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err);
-int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *kv, int32_t il,
+int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err);
 int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down, int32_t n_tok,

@@ -225,9 +225,14 @@ static void bind_layer(binder *b, int il) {
     mt_layer *l = &m->layers[il];
     int64_t E = hp->n_embd;
     switch (hp->arch) {
-    case MT_ARCH_LLAMA: l->is_moe = hp->n_expert > 0; break; /* as llama.cpp: all or none */
-    case MT_ARCH_DEEPSEEK2: l->is_moe = il >= hp->n_leading_dense; break;
-    default: l->is_moe = true;
+    case MT_ARCH_LLAMA:
+        l->is_moe = hp->n_expert > 0;
+        break; /* as llama.cpp: all or none */
+    case MT_ARCH_DEEPSEEK2:
+        l->is_moe = il >= hp->n_leading_dense;
+        break;
+    default:
+        l->is_moe = true;
     }
     if (l->is_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0)) {
         fail(b, "layer %d is MoE but expert_count/expert_used_count are not set", il);
@@ -296,8 +301,9 @@ static int read_shard_keys(binder *b) {
             uint32_t id;
             memcpy(&id, v->arr.data + 4 * i, 4);
             if (id >= (uint32_t)hp->n_expert || m->expert_slot[id] >= 0)
-                return mt_error_set(b->err, "%s: moontail.shard.experts entry %llu (%u) is out of"
-                                            " range or repeated",
+                return mt_error_set(b->err,
+                                    "%s: moontail.shard.experts entry %llu (%u) is out of"
+                                    " range or repeated",
                                     f->path, (unsigned long long)i, id);
             m->expert_slot[id] = (int32_t)i;
         }
@@ -348,7 +354,8 @@ mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
     const mt_hparams *hp = &m->hp;
     if (read_shard_keys(&b)) goto fail;
     if (m->has_head) {
-        const gguf_tensor *te = find(&b, "token_embd.weight", -1, true, 2, hp->n_embd, hp->n_vocab, 1);
+        const gguf_tensor *te =
+            find(&b, "token_embd.weight", -1, true, 2, hp->n_embd, hp->n_vocab, 1);
         if (!te) goto fail;
         m->tok_embd = matrix_of(te);
         m->output_norm = bind_vector(&b, "output_norm.weight", -1, true, hp->n_embd);
