@@ -1,0 +1,143 @@
+/* transport.h - the data plane's transport: mutually authenticated, encrypted,
+ * length-prefixed frames over one TCP connection (libsodium), plus the TCP
+ * helpers to listen, accept and connect with strict address parsing.
+ *
+ * Every connection proves both identities (Ed25519 keys, see keys.h), is
+ * forward secret (a fresh X25519 key pair per connection), and carries frames
+ * that cannot be read, altered, replayed, dropped or reordered unnoticed.
+ * Nothing read from the socket is trusted: each field is checked, and any
+ * violation ends that connection (only) with an error saying what was wrong.
+ *
+ * ---- Wire format (version 1; all integers little-endian) -------------------
+ *
+ * Hello, 104 bytes, sent in clear by each side:
+ *     off  size
+ *       0     4  magic "MTN1"
+ *       4     2  u16 version = 1
+ *       6     2  u16 flags = 0 (reserved; non-zero is refused)
+ *       8    32  ephemeral X25519 public key (crypto_kx_keypair, new per connection)
+ *      40    32  Ed25519 identity public key (keys.h)
+ *      72    32  random bytes
+ *
+ * Frame: u32 L (length of what follows), then L bytes
+ *     = crypto_aead_xchacha20poly1305_ietf ciphertext of the payload + 16-byte tag,
+ *   so the payload is L - 16 bytes (0 allowed; L < 16 is refused).
+ *   key   = this direction's session key:
+ *             client: (rx, tx) = crypto_kx_client_session_keys(client eph, server eph pk)
+ *             server: (rx, tx) = crypto_kx_server_session_keys(server eph, client eph pk)
+ *   nonce = 24 bytes: u64 frame counter of this direction (first frame 0, then +1)
+ *           in bytes 0..7, bytes 8..23 zero. The receiver only accepts the next
+ *           counter, so a replayed, dropped or reordered frame fails to decrypt.
+ *   ad    = the 4 header bytes (so the length cannot be altered either).
+ *   The receiver refuses L - 16 > max payload (default 64 MiB) before allocating.
+ *
+ * Handshake (the initiator of the TCP connection is the client):
+ *   1. client -> server  hello_c
+ *   2. server: checks hello_c and that its identity key is in the authorized
+ *      set (if not, it closes without sending anything);
+ *      server -> client  hello_s, then frame 0 (server->client): sig_s
+ *   3. client: checks hello_s, the pinned server key if one was given, and sig_s;
+ *      client -> server  frame 0 (client->server): sig_c
+ *   4. server checks sig_c. Application frames follow, counters starting at 1.
+ *   transcript = crypto_generichash (BLAKE2b, 32 bytes, no key) of hello_c || hello_s
+ *   sig_x      = crypto_sign_detached (Ed25519, 64 bytes) by x's identity key over
+ *                the 16 ASCII bytes "MTN1 client auth" or "MTN1 server auth"
+ *                followed by the 32-byte transcript (48 bytes signed).
+ *   The auth frames carry exactly the 64-byte signature (L = 80).
+ * Identity keys travel in clear in the hellos: an observer of the network can
+ * tell which nodes talk to each other, though not what they say.
+ *
+ * ---- Threads -----------------------------------------------------------------
+ * One connection may be used by one thread sending and another receiving at the
+ * same time; two threads must not send (or receive) on it concurrently. Close it
+ * only when no thread is using it. Connections share nothing with each other.
+ *
+ * ---- Errors --------------------------------------------------------------------
+ * A failed handshake closes the socket and returns NULL with the reason in err.
+ * After a send or receive error (other than a receive timeout before any byte
+ * of a frame) the connection is shut down: every later call fails with the
+ * first reason, which mt_conn_reason() also returns for the server's log. */
+#ifndef MOONTAIL_TRANSPORT_H
+#define MOONTAIL_TRANSPORT_H
+
+#include "moontail/error.h"
+#include "moontail/keys.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_CONN_VERSION             1
+#define MT_CONN_HELLO_BYTES         104
+#define MT_CONN_DEFAULT_MAX_PAYLOAD ((size_t)64 << 20)
+#define MT_CONN_MAX_PAYLOAD_LIMIT   ((size_t)UINT32_MAX - 16) /* what the header can describe */
+
+typedef struct mt_conn mt_conn;
+
+/* ---- connections ---------------------------------------------------------- */
+
+/* Runs the client side of the handshake on a connected socket fd; the
+ * connection owns fd from here on (it is closed on failure too). If pinned_pk is
+ * not NULL the server must prove that identity. timeout_ms bounds the whole
+ * handshake and then each wait of send/recv (<= 0: wait forever). */
+mt_conn *mt_conn_client(int fd, const mt_keys *me, const uint8_t *pinned_pk, int timeout_ms,
+                        mt_error *err);
+
+/* The server side: the client must prove an identity that is in `authorized`
+ * (shared read-only, may be used by many threads at once). */
+mt_conn *mt_conn_server(int fd, const mt_keys *me, const mt_keys_authorized *authorized,
+                        int timeout_ms, mt_error *err);
+
+/* Sends one frame with a payload of len bytes (0 allowed, at most the max
+ * payload). Returns 0 or -1. A payload that is too large is refused without
+ * touching the connection; any other failure breaks it. */
+int mt_conn_send(mt_conn *c, const void *buf, size_t len, mt_error *err);
+
+/* Receives one frame. Returns 0 with *buf (malloc'd, never NULL, free it) and
+ * *len; 1 if the peer closed the connection cleanly between frames (*buf NULL).
+ * Note a TCP close is not authenticated: a protocol that must tell "done" from
+ * "cut off" says so in its own frames. -1 on error: a timeout with no byte of
+ * the next frame received leaves the connection usable (mt_conn_is_open); any
+ * malformed, oversized, truncated or unauthentic frame breaks it. */
+int mt_conn_recv(mt_conn *c, void **buf, size_t *len, mt_error *err);
+
+/* The peer's identity: its name from the authorized set (server side), else
+ * its hex key (a client names servers by key). Valid until mt_conn_close. */
+const char *mt_conn_peer_name(const mt_conn *c);
+const uint8_t *mt_conn_peer_key(const mt_conn *c);
+
+/* Changes the idle limit of each later wait in send/recv (<= 0: none). Call
+ * these two setters while no other thread is using the connection. */
+void mt_conn_set_timeout(mt_conn *c, int timeout_ms);
+/* Largest payload accepted from and sent to the peer, in [0, MT_CONN_MAX_PAYLOAD_LIMIT].
+ * Both ends should agree on it (the protocol above decides). */
+int mt_conn_set_max_payload(mt_conn *c, size_t max_payload, mt_error *err);
+
+/* false once the connection has failed (mt_conn_reason says why). */
+bool mt_conn_is_open(mt_conn *c);
+const char *mt_conn_reason(mt_conn *c);
+
+/* Shuts the connection down, closes its socket, wipes its keys, frees it. */
+void mt_conn_close(mt_conn *c);
+
+/* ---- TCP helpers ------------------------------------------------------------
+ * Addresses are "HOST:PORT" with HOST an IPv4 address, an IPv6 address in
+ * brackets ("[::1]:7000"), "localhost", a host name (connect only), or empty
+ * (":7000" = 127.0.0.1, loopback). Listening on all interfaces must be asked
+ * for explicitly with "0.0.0.0:PORT" or "[::]:PORT". PORT is decimal,
+ * 1-65535 (0 allowed to listen: the system picks a free port). Sockets are
+ * close-on-exec; connected ones have TCP_NODELAY. */
+
+/* A listening socket, or -1 with err. */
+int mt_listen_tcp(const char *addr, mt_error *err);
+/* The port a socket is bound to (after listening on port 0), or -1. */
+int mt_listen_port(int fd);
+/* Waits up to timeout_ms (<= 0: forever) for a connection. Returns its fd and
+ * writes the peer's "ip:port" into peer (if not NULL); -2 on timeout, -1 on
+ * error (err set in both cases). */
+int mt_accept_tcp(int listen_fd, int timeout_ms, char *peer, size_t peer_size, mt_error *err);
+/* Connects to "host:port", trying each address the name resolves to, each for
+ * up to timeout_ms (<= 0: the system's limit). Returns the fd or -1 with err. */
+int mt_connect_tcp(const char *addr, int timeout_ms, mt_error *err);
+
+#endif
