@@ -12,6 +12,9 @@ static const char usage[] =
     "  tokenize  print the token ids of a text\n"
     "  eval      evaluate a token sequence and print the top logits at each position\n"
     "  mkmodel   write a deterministic synthetic GGUF model\n"
+    "  split     cut a model into shards (one, or a whole cell/swarm plan)\n"
+    "  plan      check that a plan's shards hold the whole model ('plan check')\n"
+    "  keygen    create a node identity (secret key file) and print its public key\n"
     "\n"
     "'moontail <command> --help' describes each command's options.\n";
 
@@ -23,8 +26,9 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } cmds[] = {
-        {"run", cmd_run}, {"tokenize", cmd_tokenize}, {"eval", cmd_eval}, {"mkmodel", cmd_mkmodel}};
+    } cmds[] = {{"run", cmd_run},         {"tokenize", cmd_tokenize}, {"eval", cmd_eval},
+                {"mkmodel", cmd_mkmodel}, {"split", cmd_split},       {"plan", cmd_plan},
+                {"keygen", cmd_keygen}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

@@ -20,6 +20,7 @@ typedef struct bytes {
 } bytes;
 
 static void bytes_put(bytes *b, const void *src, size_t n) {
+    if (n == 0) return; /* src may be NULL for an empty array */
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n) cap *= 2;

@@ -1,0 +1,248 @@
+/* shard.h - shards and shard plans: cutting one model into the pieces that
+ * nodes hold, and checking that a set of pieces is the whole model.
+ *
+ * Every tensor of a model belongs to exactly one *part*:
+ *   - the HEAD: token_embd, output_norm, output, rope_freqs;
+ *   - a layer's ATTENTION part: every blk.N.* tensor that is not a routed
+ *     expert (norms, attention, router ffn_gate_inp, exp_probs_b, shared
+ *     experts *_shexp incl. ffn_gate_inp_shexp, dense ffn_gate/up/down);
+ *   - a layer's ROUTED EXPERTS: blk.N.ffn_{gate,up,down,gate_up}_exps, merged
+ *     tensors {ne0, ne1, n_expert} that a shard may slice along ne[2].
+ *
+ * A shard is `layers [a, b)` x (attention part or not) x (experts E) plus
+ * the head or not, written as an ordinary GGUF file: all of the model's
+ * metadata, the selected tensors under their own names (an expert subset
+ * keeps the name, with ne[2] = |E| and the experts in ascending original
+ * id order), and these keys:
+ *
+ *   moontail.shard.version          u32     1
+ *   moontail.shard.layer_begin      u32     a
+ *   moontail.shard.layer_end        u32     b (exclusive)
+ *   moontail.shard.attention        bool    holds the layers' attention parts
+ *   moontail.shard.head             bool    holds the head tensors
+ *   moontail.shard.experts          [u32]   original expert ids, ascending;
+ *                                           absent = all experts
+ *   moontail.shard.source_n_expert  u32     the model's expert_count (0: none)
+ *   moontail.shard.source_id        string  hex BLAKE2b-256 identifying the model
+ *   moontail.shard.tensor_names     [str]   every tensor of the shard ...
+ *   moontail.shard.tensor_hashes    [str]   ... and the hex BLAKE2b-256
+ *                                           (crypto_generichash, 32 bytes,
+ *                                           no key) of its bytes as stored
+ *                                           in the shard
+ *
+ * source_id = BLAKE2b-256 over the model's tensors in strcmp order of their
+ * names, each contributing its name, one NUL byte and its 32-byte raw
+ * content hash. It identifies the weights (not the metadata) of a model.
+ *
+ * A plan cuts a model into a whole set of shards for one deployment (see
+ * DESIGN.md): `cell` = one head shard + N pipeline stages of whole layers
+ * balanced by bytes; `swarm` = one backbone shard (head + every layer's
+ * attention part) + N expert shards, each holding every MoE layer's routed
+ * experts for a contiguous range of ids. mt_plan_write writes the files and
+ * a manifest (JSON, format "moontail-manifest-v1", described at
+ * mt_plan_write), and mt_plan_check proves a manifest's shards are the
+ * model: every tensor slice (a whole non-expert tensor, or one expert of a
+ * routed expert tensor) held by exactly `replicas` listed shards, with
+ * bytes equal to the model's. */
+#ifndef MOONTAIL_SHARD_H
+#define MOONTAIL_SHARD_H
+
+#include "moontail/error.h"
+#include "moontail/gguf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_SHARD_VERSION  1
+#define MT_SHARD_HASH_HEX 65 /* 64 hex digits + NUL */
+
+/* ---------------------------------------------------------- model parts */
+
+typedef enum mt_shard_part {
+    MT_SHARD_PART_HEAD,
+    MT_SHARD_PART_ATTENTION,
+    MT_SHARD_PART_EXPERTS,
+} mt_shard_part;
+
+/* Classifies a tensor by its name. Sets *part and *layer (-1 for the head).
+ * An unknown name, or a blk.N name with a malformed N, is an error naming
+ * the tensor. Shapes are not looked at (see mt_shard_layout_read). */
+int mt_shard_classify(const char *name, mt_shard_part *part, int32_t *layer, mt_error *err);
+
+/* A model's tensors sorted into parts, with the byte sizes a planner needs. */
+typedef struct mt_shard_layout {
+    int32_t n_layer;        /* <arch>.block_count */
+    int32_t n_expert;       /* <arch>.expert_count, 0 when absent */
+    uint64_t head_bytes;    /* tensor bytes of the head part */
+    uint64_t *attn_bytes;   /* (n_layer) bytes of each layer's attention part */
+    uint64_t *expert_bytes; /* (n_layer) bytes of ONE expert across the layer's routed
+                               tensors; 0 for a dense layer */
+    mt_shard_part *part;    /* (n_tensors of the model) */
+    int32_t *layer;         /* (n_tensors) -1 for the head */
+} mt_shard_layout;
+
+/* Classifies every tensor of a full model and checks what slicing relies
+ * on: layer numbers below block_count, routed expert tensors 3-D with
+ * ne[2] == expert_count. Refuses files that are themselves shards or one
+ * file of a split model. Free with mt_shard_layout_free. */
+int mt_shard_layout_read(const gguf_file *model, mt_shard_layout *out, mt_error *err);
+void mt_shard_layout_free(mt_shard_layout *l);
+
+/* ---------------------------------------------------------------- hashes */
+
+/* Hex BLAKE2b-256 of a tensor's bytes, or, when n_experts >= 0, of the
+ * concatenated expert slices [e*nb2, (e+1)*nb2) for e in experts (the bytes
+ * a shard with that expert subset stores). Ids must be < ne[2]. */
+void mt_shard_tensor_hash(const gguf_tensor *t, const int32_t *experts, int32_t n_experts,
+                          char out[MT_SHARD_HASH_HEX]);
+
+/* Hex BLAKE2b-256 of any bytes (the manifest's whole-file hash). */
+void mt_shard_hash_bytes(const void *data, size_t n, char out[MT_SHARD_HASH_HEX]);
+
+/* The model's source_id (see above). Reads every tensor byte. If
+ * tensor_hashes is non-NULL it receives each tensor's hex hash, in the
+ * model's tensor order (n_tensors entries). */
+int mt_shard_source_id(const gguf_file *model, char out[MT_SHARD_HASH_HEX],
+                       char (*tensor_hashes)[MT_SHARD_HASH_HEX], mt_error *err);
+
+/* ----------------------------------------------------------------- write */
+
+typedef struct mt_shard_spec {
+    int32_t layer_begin, layer_end; /* layers [begin, end); may be empty for a head-only shard */
+    bool attention;                 /* the layers' attention parts */
+    bool head;                      /* the head tensors */
+    const int32_t *experts;         /* original expert ids, strictly ascending */
+    int32_t n_experts;              /* -1 = all experts, 0 = no routed experts */
+} mt_shard_spec;
+
+/* Checks a spec against a model: the layer range inside [0, n_layer), expert
+ * ids < n_expert, ascending without duplicates, at least one tensor
+ * selected. Messages name the problem and the fix. */
+int mt_shard_spec_check(const mt_shard_layout *l, const mt_shard_spec *spec, mt_error *err);
+
+/* Tensor bytes a spec selects (no metadata, no padding). */
+uint64_t mt_shard_spec_bytes(const mt_shard_layout *l, const mt_shard_spec *spec);
+
+/* Writes the shard `spec` of `model` to out_path (see the top of this file).
+ * Computes the model's source_id, which reads the whole model once. The
+ * shard is assembled in memory before it is written (peak RAM about the
+ * shard's size). */
+int mt_shard_write(const gguf_file *model, const mt_shard_spec *spec, const char *out_path,
+                   mt_error *err);
+
+/* The same with a layout and source_id already computed for this model
+ * (what the planner does for a whole set). */
+int mt_shard_write_with(const gguf_file *model, const mt_shard_layout *l, const char *source_id,
+                        const mt_shard_spec *spec, const char *out_path, mt_error *err);
+
+/* ------------------------------------------------------------------ read */
+
+#define MT_SHARD_NOT_A_SHARD 1 /* mt_shard_info_read: a plain model, not an error */
+
+typedef struct mt_shard_info {
+    uint32_t version;
+    int32_t layer_begin, layer_end;
+    bool attention, head;
+    int32_t n_experts; /* -1 = all */
+    int32_t *experts;  /* (n_experts) ascending original ids; NULL when all */
+    int32_t source_n_expert;
+    char source_id[MT_SHARD_HASH_HEX];
+    uint64_t n_tensors;     /* == the file's tensor count */
+    uint64_t *tensor_index; /* (n_tensors) index into f->tensors of tensor_names[i] */
+    char (*tensor_hash)[MT_SHARD_HASH_HEX]; /* (n_tensors) stored hash of tensor_names[i] */
+} mt_shard_info;
+
+/* Parses and validates a file's moontail.shard.* keys: types and ranges,
+ * names and hashes lists parallel and covering exactly the file's tensors,
+ * and every tensor consistent with the spec (its part selected, its layer
+ * in range, expert tensors with ne[2] == number of experts held). Returns 0,
+ * MT_SHARD_NOT_A_SHARD (err says so) for a file without
+ * moontail.shard.version, or -1 naming the bad key or tensor. Free with
+ * mt_shard_info_free. */
+int mt_shard_info_read(const gguf_file *f, mt_shard_info *out, mt_error *err);
+void mt_shard_info_free(mt_shard_info *info);
+
+/* Recomputes every tensor's hash and compares it with the stored one; the
+ * first mismatch is an error naming the tensor. Reads every byte. */
+int mt_shard_verify(const gguf_file *f, mt_error *err);
+
+/* Parses an expert list such as "0,3,5-9" into a sorted heap array (caller
+ * frees). Ids must be in [0, n_expert); a repeated id is an error naming it. */
+int mt_shard_parse_experts(const char *s, int32_t n_expert, int32_t **out, int32_t *n,
+                           mt_error *err);
+
+/* ----------------------------------------------------------------- plans */
+
+typedef enum mt_plan_mode { MT_PLAN_CELL, MT_PLAN_SWARM } mt_plan_mode;
+
+typedef enum mt_plan_role {
+    MT_PLAN_ROLE_HEAD,     /* cell: the requester's head shard */
+    MT_PLAN_ROLE_STAGE,    /* cell: layers [a, b) whole */
+    MT_PLAN_ROLE_BACKBONE, /* swarm: head + every layer's attention part */
+    MT_PLAN_ROLE_EXPERTS,  /* swarm: a contiguous range of routed experts, every layer */
+} mt_plan_role;
+
+typedef struct mt_plan_shard {
+    mt_plan_role role;
+    int32_t index;         /* k-th shard of its role */
+    mt_shard_spec spec;    /* spec.experts points into the plan's own storage */
+    uint64_t tensor_bytes; /* mt_shard_spec_bytes */
+} mt_plan_shard;
+
+typedef struct mt_plan {
+    mt_plan_mode mode;
+    int32_t n_shards;
+    mt_plan_shard *shards;
+    int32_t *expert_ids; /* storage behind the specs' expert lists */
+} mt_plan;
+
+/* "cell:N" / "swarm:N" -> mode and N (1..4096). */
+int mt_plan_parse(const char *s, mt_plan_mode *mode, int32_t *n, mt_error *err);
+
+/* Cell: one head shard, then N stages of contiguous whole layers (attention
+ * + all experts) whose largest stage is as small as possible in bytes.
+ * Needs 1 <= N <= n_layer. */
+int mt_plan_cell(const gguf_file *model, int32_t n_stages, mt_plan *out, mt_error *err);
+
+/* Swarm: one backbone shard, then N expert shards; shard k holds experts
+ * [k*E/N, (k+1)*E/N) (sizes differ by at most one) of every MoE layer.
+ * Needs a model with routed experts and 1 <= N <= n_expert. */
+int mt_plan_swarm(const gguf_file *model, int32_t n_expert_shards, mt_plan *out, mt_error *err);
+void mt_plan_free(mt_plan *plan);
+
+const char *mt_plan_mode_name(mt_plan_mode m);
+const char *mt_plan_role_name(mt_plan_role r);
+
+/* Writes every shard of the plan into out_dir (created if missing) as
+ * <stem>-<role>-<k>.gguf, where stem is the model file's name without
+ * ".gguf", and the manifest <stem>-<mode>-manifest.json:
+ *
+ *   {"format": "moontail-manifest-v1", "model": "<model file name>",
+ *    "source_id": "<hex>", "mode": "cell" | "swarm", "replicas": 1,
+ *    "n_layer": L, "n_expert": E,
+ *    "shards": [{"file": "<name, relative to the manifest>",
+ *                "role": "head" | "stage" | "backbone" | "experts",
+ *                "index": k, "layers": [a, b], "attention": bool,
+ *                "head": bool, "experts": [ids...] | null (= all),
+ *                "bytes": <file size>, "blake2b": "<hex BLAKE2b-256 of the file>"}]}
+ *
+ * The manifest path is copied to manifest_path (cap bytes) when non-NULL. */
+int mt_plan_write(const gguf_file *model, const mt_plan *plan, const char *out_dir,
+                  char *manifest_path, size_t cap, mt_error *err);
+
+/* Checks a manifest against the model: each listed shard opens, is a shard
+ * of this model (source_id), matches what the manifest says about it
+ * (layers, attention, head, experts, bytes and blake2b when given) and
+ * passes mt_shard_verify; each of its tensors has the model's type and
+ * shape (ne[2] = experts held) and the hash of the model's bytes for that
+ * slice; and every slice of the model is held exactly `replicas` times,
+ * counting each manifest entry (a file listed twice counts twice).
+ *
+ * Returns 0 when all holds, 1 when problems were found, -1 when the check
+ * could not run (model or manifest unreadable; err says why). *report
+ * (caller frees) gets one line per problem (at most 50, then a count) and a
+ * final summary line, for 0 and 1. */
+int mt_plan_check(const char *model_path, const char *manifest_path, char **report, mt_error *err);
+
+#endif

@@ -1,0 +1,185 @@
+/* cmd_split.c - `moontail split`: cuts one shard out of a model, or a whole
+ * plan's set of shards with its manifest (see moontail/shard.h). */
+#include "cli.h"
+#include "moontail/shard.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: moontail split MODEL --layers A:B [--experts LIST | --no-experts]\n"
+    "                            [--attention | --no-attention] [--head] -o FILE\n"
+    "       moontail split MODEL --head -o FILE\n"
+    "       moontail split MODEL --plan cell:N | swarm:N -o DIR\n"
+    "\n"
+    "Writes a shard: a GGUF file holding part of MODEL's tensors, with moontail.shard.*\n"
+    "metadata and a content hash of every tensor.\n"
+    "\n"
+    "  --layers A:B     layers [A, B): 0-based, B exclusive (0:8 is the first 8 layers)\n"
+    "  --experts LIST   only these routed experts of each MoE layer, e.g. 0,3,5-9\n"
+    "                   (default: all experts)\n"
+    "  --no-experts     no routed experts\n"
+    "  --attention      the layers' non-expert part: norms, attention, router, shared\n"
+    "                   experts, dense FFN (default)\n"
+    "  --no-attention   leave the non-expert part out (an expert shard)\n"
+    "  --head           also token_embd, output_norm, output (and rope_freqs)\n"
+    "  --plan cell:N    one head shard + N pipeline stages of whole layers, balanced by bytes\n"
+    "  --plan swarm:N   one backbone shard (head + all attention parts) + N shards of\n"
+    "                   routed experts, each a contiguous range of expert ids\n"
+    "  -o PATH          the shard file, or with --plan the output directory (files\n"
+    "                   <model>-<role>-<k>.gguf and <model>-<mode>-manifest.json)\n";
+
+/* "A:B" -> two layer numbers (range checks come with the model). */
+static bool parse_layers(const char *s, int32_t *a, int32_t *b) {
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end != ':' || x < 0 || x > INT32_MAX || *s == '-' || *s == '+')
+        goto bad;
+    const char *t = end + 1;
+    long y = strtol(t, &end, 10);
+    if (errno || end == t || *end || y < 0 || y > INT32_MAX || *t == '-' || *t == '+') goto bad;
+    *a = (int32_t)x;
+    *b = (int32_t)y;
+    return true;
+bad:
+    fprintf(stderr, "moontail split: --layers expects A:B (layers [A, B), e.g. 0:8), got '%s'\n",
+            s);
+    return false;
+}
+
+static int split_plan(const gguf_file *f, const char *plan_s, const char *out) {
+    mt_error err = {{0}};
+    mt_plan_mode mode;
+    int32_t n;
+    if (mt_plan_parse(plan_s, &mode, &n, &err)) {
+        fprintf(stderr, "moontail split: --plan: %s\n", err.msg);
+        return 2;
+    }
+    mt_plan plan;
+    int rc =
+        mode == MT_PLAN_CELL ? mt_plan_cell(f, n, &plan, &err) : mt_plan_swarm(f, n, &plan, &err);
+    if (rc) {
+        fprintf(stderr, "moontail split: %s\n", err.msg);
+        return 1;
+    }
+    char manifest[4096];
+    if (mt_plan_write(f, &plan, out, manifest, sizeof manifest, &err)) {
+        fprintf(stderr, "moontail split: %s\n", err.msg);
+        mt_plan_free(&plan);
+        return 1;
+    }
+    for (int32_t i = 0; i < plan.n_shards; i++) {
+        const mt_plan_shard *s = &plan.shards[i];
+        printf("%-8s %2d  layers %d:%d%s%s", mt_plan_role_name(s->role), s->index,
+               s->spec.layer_begin, s->spec.layer_end, s->spec.attention ? " attention" : "",
+               s->spec.head ? " head" : "");
+        if (s->spec.n_experts < 0)
+            printf(" experts all");
+        else if (s->spec.n_experts > 0)
+            printf(" experts %d-%d", s->spec.experts[0], s->spec.experts[s->spec.n_experts - 1]);
+        printf("  %.1f MiB\n", (double)s->tensor_bytes / (1024.0 * 1024.0));
+    }
+    printf("manifest %s\n", manifest);
+    mt_plan_free(&plan);
+    return 0;
+}
+
+int cmd_split(int argc, char **argv) {
+    if (argc < 2 || argv[1][0] == '-') {
+        if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        fprintf(stderr, "moontail split: give the model file first; see 'moontail split --help'\n");
+        return 2;
+    }
+    const char *model = argv[1], *layers = NULL, *experts = NULL, *plan = NULL, *out = NULL;
+    bool no_experts = false, attention = false, no_attention = false, head = false;
+    const cli_opt opts[] = {
+        {"--layers", CLI_STRING, &layers, 0, 0},
+        {"--experts", CLI_STRING, &experts, 0, 0},
+        {"--no-experts", CLI_FLAG, &no_experts, 0, 0},
+        {"--attention", CLI_FLAG, &attention, 0, 0},
+        {"--no-attention", CLI_FLAG, &no_attention, 0, 0},
+        {"--head", CLI_FLAG, &head, 0, 0},
+        {"--plan", CLI_STRING, &plan, 0, 0},
+        {"-o", CLI_STRING, &out, 0, 0},
+        {NULL, CLI_FLAG, NULL, 0, 0},
+    };
+    int prc = cli_parse("split", argc - 1, argv + 1, opts, usage);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (!out) {
+        fprintf(stderr, "moontail split: -o %s is required\n", plan ? "DIR" : "FILE");
+        return 2;
+    }
+    if (plan && (layers || experts || no_experts || attention || no_attention || head)) {
+        fprintf(stderr, "moontail split: --plan chooses every shard itself; drop --layers,"
+                        " --experts, --attention and --head\n");
+        return 2;
+    }
+    if (!plan && !layers && !head) {
+        fprintf(stderr, "moontail split: give --layers A:B, --head or --plan MODE:N\n");
+        return 2;
+    }
+    if (attention && no_attention) {
+        fprintf(stderr, "moontail split: --attention and --no-attention contradict each other\n");
+        return 2;
+    }
+    if (experts && no_experts) {
+        fprintf(stderr, "moontail split: --experts and --no-experts contradict each other\n");
+        return 2;
+    }
+    mt_shard_spec spec = {0, 0, layers != NULL && !no_attention, head, NULL, -1};
+    if (layers && !parse_layers(layers, &spec.layer_begin, &spec.layer_end)) return 2;
+    if (!layers) spec.n_experts = 0; /* head alone */
+    if (no_experts) spec.n_experts = 0;
+
+    mt_error err = {{0}};
+    gguf_file *f = gguf_open(model, &err);
+    if (!f) {
+        fprintf(stderr, "moontail split: %s\n", err.msg);
+        return 1;
+    }
+    if (plan) {
+        int rc = split_plan(f, plan, out);
+        gguf_close(f);
+        return rc;
+    }
+    int rc = 1;
+    int32_t *ids = NULL;
+    mt_shard_layout l;
+    if (mt_shard_layout_read(f, &l, &err)) goto fail;
+    if (experts) {
+        if (mt_shard_parse_experts(experts, l.n_expert, &ids, &spec.n_experts, &err)) {
+            fprintf(stderr, "moontail split: --experts: %s\n", err.msg);
+            rc = 2;
+            goto done;
+        }
+        spec.experts = ids;
+    }
+    if (mt_shard_spec_check(&l, &spec, &err)) {
+        fprintf(stderr, "moontail split: %s: %s\n", model, err.msg);
+        rc = 2;
+        goto done;
+    }
+    if (mt_shard_write(f, &spec, out, &err)) goto fail;
+    printf("wrote %s: %.1f MiB of tensors (layers %d:%d, attention %s, head %s, ", out,
+           (double)mt_shard_spec_bytes(&l, &spec) / (1024.0 * 1024.0), spec.layer_begin,
+           spec.layer_end, spec.attention ? "on" : "off", spec.head ? "on" : "off");
+    if (spec.n_experts < 0)
+        printf("all %d experts)\n", l.n_expert);
+    else
+        printf("%d of %d experts)\n", spec.n_experts, l.n_expert);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "moontail split: %s\n", err.msg);
+done:
+    free(ids);
+    mt_shard_layout_free(&l);
+    gguf_close(f);
+    return rc;
+}
