@@ -91,7 +91,8 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
     const mt_hparams *hp = &m->hp;
     const size_t E = (size_t)hp->n_embd;
     if (il < 0 || il >= hp->n_layer || !m->layers[il].is_moe || !m->layers[il].gate_exps.m.data)
-        return mt_error_set(err, "layer %d has no routed experts here", il);
+        return mt_error_set(
+            err, "routed experts of layer %d are not held here (this file has none)", il);
     const mt_layer *l = &m->layers[il];
     for (int32_t r = 0; r < n; r++)
         if (ids[r] < 0 || ids[r] >= hp->n_expert || mt_model_expert_slot(m, ids[r]) < 0)
