@@ -3,12 +3,7 @@
 # on the built-in model, determinism of greedy and seeded sampling, tokenize,
 # eval, mkmodel, and clear errors (exit codes and messages) for bad input.
 set -u
-BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+. "$(dirname "$0")/lib/harness.bash"
 json() { node -e "const o=JSON.parse(require('fs').readFileSync(0,'utf8')); $1"; }
 
 # run --json on the built-in model: the fields the issue asks for
@@ -71,5 +66,4 @@ expect_fail 1 "not a GGUF file" "$BIN" tokenize -m "$tmp/junk.gguf" -p x
 expect_fail 1 "exceed --ctx" "$BIN" run -p "Hello" -n 10 --ctx 8
 expect_fail 2 "unknown type" "$BIN" mkmodel -o "$tmp/x.gguf" --type q9_9
 
-echo "$((checks - fails)) passed, $fails failed"
-[ $fails -eq 0 ]
+finish

@@ -4,12 +4,7 @@
 # out, manifests with a missing, duplicated, tampered or foreign shard that
 # do not, and clear errors with exit codes (2 = bad arguments, 1 = failure).
 set -u
-BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+. "$(dirname "$0")/lib/harness.bash"
 # expect CODE PATTERN cmd...: exit code CODE and PATTERN in stdout+stderr
 expect() {
     local code=$1 pat=$2
@@ -86,5 +81,4 @@ expect 1 "not valid JSON" "$BIN" plan check "$M" "$M"
 expect 1 "nonexistent" "$BIN" plan check "/nonexistent/m.gguf" "$S"
 [ ! -e "$tmp/x.gguf" ] && ok || bad "a failed split left a file behind"
 
-echo "$((checks - fails)) passed, $fails failed"
-[ $fails -eq 0 ]
+finish
