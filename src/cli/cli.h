@@ -14,6 +14,8 @@ int cmd_eval(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_split(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_node(int argc, char **argv);
+int cmd_prompt(int argc, char **argv);
 
 /* One command-line option: a flag (bool), a string, a whole number in
  * [lo, hi] (int64_t) or a finite number (float). */

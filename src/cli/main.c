@@ -15,6 +15,8 @@ static const char usage[] =
     "  split     cut a model into shards (one, or a whole cell/swarm plan)\n"
     "  plan      check that a plan's shards hold the whole model ('plan check')\n"
     "  keygen    create a node identity (secret key file) and print its public key\n"
+    "  node      serve a shard to requesters over the network\n"
+    "  prompt    generate text through a route of nodes (like run, layers remote)\n"
     "\n"
     "'moontail <command> --help' describes each command's options.\n";
 
@@ -28,7 +30,7 @@ int main(int argc, char **argv) {
         int (*fn)(int, char **);
     } cmds[] = {{"run", cmd_run},         {"tokenize", cmd_tokenize}, {"eval", cmd_eval},
                 {"mkmodel", cmd_mkmodel}, {"split", cmd_split},       {"plan", cmd_plan},
-                {"keygen", cmd_keygen}};
+                {"keygen", cmd_keygen},   {"node", cmd_node},         {"prompt", cmd_prompt}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

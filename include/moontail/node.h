@@ -1,0 +1,105 @@
+/* node.h - `moontail node`: a server that holds one shard and computes for
+ * requesters over the data plane (proto.h on transport.h).
+ *
+ * A node loads its shard, listens (loopback unless told otherwise), and runs
+ * one thread per connection that proves the client's identity against the
+ * authorized set and reads its requests, plus ONE worker thread that computes.
+ *
+ * Continuous batching: the worker never waits for a batch to fill. Each step
+ * it takes every request that is waiting and
+ *   - runs all STAGE_FORWARD requests for the same layer range as ONE
+ *     mt_model_forward_batch call, each token with its own session's KV cache,
+ *   - runs all EXPERT_RUN requests for the same layer as ONE
+ *     mt_model_run_experts call,
+ * then replies to each request. Since every token and every expert row is
+ * computed exactly as it would be alone, batching never changes a result.
+ * A step takes at most one request per session (later ones wait for the next
+ * step, so a session's requests run in order) and at most max_batch_tokens
+ * tokens (always at least one request).
+ *
+ * Sessions: a session is named by the client's public key and its u64 id
+ * (two requesters cannot touch each other's sessions). It is created by a
+ * request starting at position 0 and holds a KV cache for the layer range of
+ * that request. A request must start at a position in [0, n_past]: n_past
+ * continues the session, an earlier one restarts it from there (a retry or a
+ * replay); a gap is refused, as is a different layer range unless the
+ * request starts at 0. At most max_sessions sessions are kept; a new one
+ * evicts the least recently used. A request for an unknown (evicted) session
+ * that does not start at 0 gets ERROR MT_PROTO_ERR_UNKNOWN_SESSION: the
+ * requester replays the session's tokens from position 0.
+ *
+ * Paired layers: a node holding the attention part but only some of the
+ * routed experts runs the others on its partners (expert_dispatch.h over
+ * remote.h connections, f32 so results stay bit-identical). Partners must
+ * authorize this node's key. EXPERT_RUN requests are only ever served from the
+ * node's own experts.
+ *
+ * Every request is validated (proto.h decoding, then layers, experts,
+ * sessions and positions against what this node holds); a bad request gets
+ * an ERROR reply naming the problem and the connection goes on. Only a broken
+ * transport ends a connection, and never the server. */
+#ifndef MOONTAIL_NODE_H
+#define MOONTAIL_NODE_H
+
+#include "moontail/keys.h"
+#include "moontail/proto.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct mt_node mt_node;
+
+typedef struct mt_node_partner {
+    const char *addr;                 /* "host:port" */
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES]; /* its identity */
+} mt_node_partner;
+
+typedef struct mt_node_config {
+    const char *shard_path;               /* a shard or a whole model (GGUF) */
+    const mt_keys *keys;                  /* this node's identity */
+    const mt_keys_authorized *authorized; /* who may connect (kept, not copied) */
+    const char *listen;                   /* NULL: "127.0.0.1:0" */
+    const mt_node_partner *partners;      /* paired layers: holders of the other experts */
+    int n_partners;
+    int max_sessions;     /* <= 0: 64 */
+    int n_ctx;            /* positions per session; <= 0: min(n_ctx_train, 4096) */
+    int threads;          /* compute threads; <= 0: all CPUs */
+    int max_batch_tokens; /* tokens per step; <= 0: 4096 */
+    int timeout_ms;       /* handshake and each send/recv wait; <= 0: 30000 */
+    bool quiet;           /* no log lines on stderr */
+} mt_node_config;
+
+/* Counters for tests and the status page. */
+typedef struct mt_node_stats {
+    uint64_t steps;              /* worker steps that did work */
+    uint64_t requests;           /* requests received (decoded or not) */
+    uint64_t errors;             /* ERROR replies sent */
+    uint64_t stage_batches;      /* mt_model_forward_batch calls */
+    uint64_t expert_batches;     /* mt_model_run_experts calls */
+    int32_t max_stage_requests;  /* most STAGE_FORWARD requests in one call */
+    int32_t max_expert_requests; /* most EXPERT_RUN requests in one call */
+    uint64_t evictions;          /* sessions evicted for room */
+    int32_t sessions;            /* sessions held now */
+    int32_t queued;              /* requests waiting for the worker now */
+    int32_t connections;         /* open connections now */
+} mt_node_stats;
+
+/* Loads the shard, connects to partners, listens and starts the threads.
+ * Returns NULL with err naming the problem (e.g. a paired layer whose
+ * experts nobody holds). */
+mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err);
+
+/* Stops accepting, ends every connection, finishes the worker (waiting
+ * requests get ERROR MT_PROTO_ERR_BUSY) and frees everything. */
+void mt_node_stop(mt_node *n);
+
+/* "127.0.0.1:PORT" as bound (the real port when listening on port 0). */
+const char *mt_node_addr(const mt_node *n);
+const mt_proto_info *mt_node_info(const mt_node *n);
+void mt_node_get_stats(mt_node *n, mt_node_stats *s);
+
+/* While held, the worker takes no requests (they wait in the queue). For
+ * tests that need several requests in one step, and for maintenance. */
+void mt_node_hold(mt_node *n, bool hold);
+
+#endif

@@ -1,0 +1,180 @@
+/* proto.h - the data plane's messages: what a requester and the nodes say to
+ * each other, one message per transport frame payload (transport.h).
+ *
+ * A requester asks a node to describe itself (INFO), to run its layers on a
+ * session's hidden states (STAGE_FORWARD), to run routed experts on rows
+ * (EXPERT_RUN), and to forget a session (SESSION_END). Every request gets
+ * exactly one reply carrying the same request_id: the matching *_REPLY, or
+ * ERROR. Nodes see hidden states and expert rows only, never token ids.
+ *
+ * Decoding is strict: every count is checked against its limit, the payload
+ * must have exactly the size its counts imply (no trailing bytes), dtype and
+ * flags must be known values, positions must be >= 0, expert ids and layers
+ * inside the model, and every value finite. A decoder error names the field
+ * and the problem.
+ *
+ * ---- Wire format (version 1; all integers little-endian) -----------------
+ *
+ * Header, 12 bytes, at the start of every message:
+ *     off size
+ *       0    2  u16 type (below)
+ *       2    2  u16 flags = 0 (reserved; non-zero is refused)
+ *       4    8  u64 request_id (chosen by the requester; echoed by the reply)
+ *
+ * Values ("rows") are n x n_embd numbers, row-major, in the message's dtype:
+ *     0 = f32 (4 bytes, IEEE binary32 bits: exact),
+ *     1 = bf16 (2 bytes, the top half of the f32; encoding rounds to nearest
+ *         even, mt_f32_to_bf16). n_embd is not sent: both ends know it from
+ *         the model (INFO says it).
+ *
+ * Requests (type, body after the header):
+ *   0x0001 INFO           (empty)
+ *   0x0002 STAGE_FORWARD  u64 session, u8 dtype, u32 n_tok, u32 layer_begin,
+ *                         u32 layer_end, i32 pos[n_tok], rows[n_tok]
+ *                         1 <= n_tok <= MT_PROTO_MAX_TOKENS,
+ *                         layer_begin < layer_end <= MT_PROTO_MAX_LAYERS, pos >= 0
+ *   0x0003 EXPERT_RUN     u32 layer, u8 dtype, u32 n_rows, i32 ids[n_rows], rows[n_rows]
+ *                         1 <= n_rows <= MT_PROTO_MAX_ROWS, 0 <= id < MT_PROTO_MAX_EXPERTS
+ *   0x0004 SESSION_END    u64 session
+ *
+ * Replies:
+ *   0x8001 INFO_REPLY     u32 n_embd, u32 n_layer, u32 layer_begin, u32 layer_end,
+ *                         u32 n_expert, u32 n_expert_used,
+ *                         u8 parts (bit 0 attention, bit 1 head, bit 2 routed
+ *                         experts; other bits 0), u32 n_ctx, u32 max_sessions,
+ *                         u8 source_id[64] (lowercase hex, shard.h),
+ *                         u8 arch_len (1..31), arch_len bytes of the architecture
+ *                         name (printable ASCII), u32 n_held, u32 held[n_held]
+ *                         (expert ids, strictly ascending, < n_expert; n_held
+ *                         is 0 unless bit 2 is set)
+ *   0x8002 STAGE_REPLY    u8 dtype, u32 n_tok, rows[n_tok]    (the hidden states
+ *                         after layer_end - 1, in the request's dtype)
+ *   0x8003 EXPERT_REPLY   u8 dtype, u32 n_rows, rows[n_rows]  (each row's
+ *                         unweighted expert output, see mt_expert_backend)
+ *   0x8004 SESSION_END_REPLY  u8 existed (0 or 1)
+ *   0x80ff ERROR          u32 code (mt_proto_errcode), u32 text_len
+ *                         (<= MT_PROTO_MAX_TEXT), text_len bytes of text
+ *                         (no NUL bytes)
+ *
+ * A message never exceeds MT_PROTO_MAX_PAYLOAD bytes (the transport's default
+ * frame limit); senders split larger work into several messages
+ * (mt_proto_max_rows). */
+#ifndef MOONTAIL_PROTO_H
+#define MOONTAIL_PROTO_H
+
+#include "moontail/error.h"
+#include "moontail/shard.h"
+#include "moontail/transport.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_PROTO_HEADER_BYTES 12
+#define MT_PROTO_MAX_PAYLOAD  MT_CONN_DEFAULT_MAX_PAYLOAD
+#define MT_PROTO_MAX_TOKENS   65536     /* tokens in one STAGE_FORWARD */
+#define MT_PROTO_MAX_ROWS     (1 << 20) /* rows in one EXPERT_RUN */
+#define MT_PROTO_MAX_LAYERS   65536     /* layer numbers are below this */
+#define MT_PROTO_MAX_EXPERTS  65536     /* expert ids are below this */
+#define MT_PROTO_MAX_EMBD     65536     /* widest n_embd the messages carry */
+#define MT_PROTO_MAX_TEXT     1024      /* bytes of an ERROR text */
+#define MT_PROTO_ARCH_MAX     31        /* bytes of an architecture name */
+
+typedef enum mt_proto_type {
+    MT_PROTO_INFO = 0x0001,
+    MT_PROTO_STAGE_FORWARD = 0x0002,
+    MT_PROTO_EXPERT_RUN = 0x0003,
+    MT_PROTO_SESSION_END = 0x0004,
+    MT_PROTO_INFO_REPLY = 0x8001,
+    MT_PROTO_STAGE_REPLY = 0x8002,
+    MT_PROTO_EXPERT_REPLY = 0x8003,
+    MT_PROTO_SESSION_END_REPLY = 0x8004,
+    MT_PROTO_ERROR = 0x80ff,
+} mt_proto_type;
+
+typedef enum mt_proto_dtype { MT_PROTO_F32 = 0, MT_PROTO_BF16 = 1 } mt_proto_dtype;
+
+/* ERROR codes. */
+typedef enum mt_proto_errcode {
+    MT_PROTO_ERR_BAD_REQUEST = 1,     /* malformed message (sizes, counts, values) */
+    MT_PROTO_ERR_UNKNOWN_TYPE = 2,    /* a type this node does not serve */
+    MT_PROTO_ERR_NOT_HELD = 3,        /* layers or experts this node does not hold */
+    MT_PROTO_ERR_UNKNOWN_SESSION = 4, /* evicted or never started: replay from position 0 */
+    MT_PROTO_ERR_POSITION = 5,        /* positions do not continue the session / context full */
+    MT_PROTO_ERR_COMPUTE = 6,         /* the node failed to compute (e.g. a partner is down) */
+    MT_PROTO_ERR_BUSY = 7,            /* shutting down or out of resources; retry elsewhere */
+} mt_proto_errcode;
+
+/* What a node holds (INFO_REPLY). */
+typedef struct mt_proto_info {
+    char arch[MT_PROTO_ARCH_MAX + 1];
+    int32_t n_embd, n_layer, n_expert, n_expert_used;
+    int32_t layer_begin, layer_end; /* layers [begin, end) */
+    bool attention, head, experts;  /* parts held */
+    int32_t n_ctx;                  /* positions per session */
+    int32_t max_sessions;
+    char source_id[MT_SHARD_HASH_HEX]; /* the model's weights (shard.h) */
+    int32_t n_held;                    /* routed experts held (each MoE layer in range) */
+    int32_t *held;                     /* (n_held) ascending ids */
+} mt_proto_info;
+
+/* One message, decoded or to encode. Fields used per type are listed in the
+ * format above; `layer_begin` is also EXPERT_RUN's layer. A decoded message
+ * owns its arrays (free them with mt_proto_msg_free); a message built for
+ * mt_proto_encode points at the caller's arrays and is not freed. */
+typedef struct mt_proto_msg {
+    uint16_t type;
+    uint64_t request_id;
+    uint64_t session;               /* STAGE_FORWARD, SESSION_END */
+    mt_proto_dtype dtype;           /* STAGE_*, EXPERT_* */
+    int32_t n;                      /* tokens (STAGE_*) or rows (EXPERT_*) */
+    int32_t layer_begin, layer_end; /* STAGE_FORWARD; EXPERT_RUN: layer_begin = layer */
+    int32_t *pos;                   /* (n) STAGE_FORWARD */
+    int32_t *ids;                   /* (n) EXPERT_RUN */
+    float *rows;                    /* (n, n_embd) STAGE_*, EXPERT_*, as f32 */
+    uint32_t code;                  /* ERROR */
+    char text[MT_PROTO_MAX_TEXT + 1];
+    bool existed;       /* SESSION_END_REPLY */
+    mt_proto_info info; /* INFO_REPLY */
+} mt_proto_msg;
+
+/* "INFO", "STAGE_FORWARD", ... or "unknown". */
+const char *mt_proto_type_name(uint16_t type);
+/* "f32" / "bf16" -> dtype; -1 if neither. */
+int mt_proto_dtype_from_name(const char *name);
+const char *mt_proto_dtype_name(mt_proto_dtype d);
+
+/* Bytes of one value on the wire (4 or 2). */
+static inline size_t mt_proto_dtype_size(mt_proto_dtype d) {
+    return d == MT_PROTO_BF16 ? 2 : 4;
+}
+
+/* The most tokens (STAGE_FORWARD) or rows (EXPERT_RUN) of width n_embd one
+ * message can carry within MT_PROTO_MAX_PAYLOAD and the count limits (>= 1
+ * for any n_embd <= MT_PROTO_MAX_EMBD). */
+int32_t mt_proto_max_rows(uint16_t type, int32_t n_embd, mt_proto_dtype dtype);
+
+/* Encodes m into a new buffer (*out, malloc'd; *len bytes). The message is
+ * checked as strictly as the decoder would (counts, dtype, ids, text); rows
+ * are n x n_embd floats, rounded to bf16 when dtype is bf16. -1 with err. */
+int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t *len,
+                    mt_error *err);
+
+/* Decodes one payload. n_embd (<= MT_PROTO_MAX_EMBD) is the width of rows in
+ * STAGE_* and EXPERT_* messages; it is not used for the others (pass 0 when
+ * it is not known yet). Returns 0, or -1 with err naming the problem; even
+ * then out->type and out->request_id are set when the 12-byte header could be
+ * read (0 otherwise), so a server can address its ERROR reply. out needs no
+ * freeing after a failure. */
+int mt_proto_decode(const void *payload, size_t len, int32_t n_embd, mt_proto_msg *out,
+                    mt_error *err);
+
+/* Frees a decoded message's arrays (keeps type and request_id). */
+void mt_proto_msg_free(mt_proto_msg *m);
+
+/* Builds and encodes an ERROR reply in one go (text printf-style; longer
+ * text is cut at MT_PROTO_MAX_TEXT bytes). NULL only when out of memory. */
+uint8_t *mt_proto_error_reply(uint64_t request_id, uint32_t code, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,109 @@
+/* route.h - the requester's route executor: runs a model whose layers live
+ * on other machines, keeping everything that names tokens local.
+ *
+ * The requester holds the head shard (token embeddings, final norm, output
+ * head), so nodes see hidden states only, never token ids, text or what is
+ * sampled (DESIGN.md invariant 5). A route is
+ *   - optionally a local backbone: a shard with the attention parts of
+ *     layers [0, a), whose routed experts run on remote expert servers
+ *     (swarm mode) and/or locally (the experts the backbone holds itself);
+ *   - then remote stages, each a node holding layers [b_i, b_{i+1}) whole
+ *     (cell mode), in order, ending at the model's last layer.
+ * Everything is checked when the route opens: every node holds the same
+ * model (source_id), the layers chain without gap or overlap, and every
+ * routed expert of the backbone's layers has exactly one holder.
+ *
+ * A session keeps its token history on the requester (DESIGN.md invariant 4):
+ * when a stage answers that it does not know the session (evicted), or a
+ * stage's connection broke and a reconnect to the same node succeeds, the
+ * executor replays the history from position 0 and carries on; with the f32
+ * wire the logits are bit-identical to an uninterrupted run.
+ *
+ * A route is used by one thread at a time (calls take a lock); open one
+ * route per thread to have nodes batch several sessions together. */
+#ifndef MOONTAIL_ROUTE_H
+#define MOONTAIL_ROUTE_H
+
+#include "moontail/keys.h"
+#include "moontail/model.h"
+#include "moontail/proto.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct mt_route_peer {
+    char addr[128];                   /* "host:port" */
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES]; /* the node's identity */
+} mt_route_peer;
+
+typedef struct mt_route_config {
+    const char *head;     /* local shard (or whole model) with the head */
+    const char *backbone; /* local shard with attention of layers [0, a); NULL: none. May be
+                             the same file as head (loaded once) */
+    mt_proto_dtype wire;  /* dtype of hidden states and expert rows on the network */
+    const mt_keys *keys;  /* the requester's identity */
+    const mt_route_peer *stages;
+    int n_stages;
+    const mt_route_peer *experts; /* expert servers for the backbone's MoE layers */
+    int n_experts;
+    int threads;         /* local compute threads (<= 0: all CPUs) */
+    int ubatch;          /* tokens per pass through the route (<= 0: 512) */
+    int timeout_ms;      /* connect + handshake (<= 0: 10 s) */
+    int call_timeout_ms; /* each wait for a reply (<= 0: 120 s) */
+} mt_route_config;
+
+typedef struct mt_route mt_route;
+
+/* Loads the local shards, connects to every node and checks the route. */
+mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err);
+void mt_route_close(mt_route *r);
+
+/* The head model (its GGUF also holds the tokenizer) and its vocabulary size. */
+const mt_model *mt_route_head(const mt_route *r);
+/* Most positions a session may hold (the smallest node context). */
+int32_t mt_route_max_ctx(const mt_route *r);
+/* Replays done so far (after evictions or reconnects), for tests and logs. */
+int mt_route_replays(const mt_route *r);
+
+/* ---- sessions -------------------------------------------------------------------- */
+
+typedef struct mt_route_session mt_route_session;
+
+/* A session of up to n_ctx positions (<= 0: mt_route_max_ctx) with a fresh
+ * random id. */
+mt_route_session *mt_route_session_new(mt_route *r, int32_t n_ctx, mt_error *err);
+/* Tells every stage to forget the session (best effort) and frees it. */
+void mt_route_session_end(mt_route *r, mt_route_session *s);
+
+/* Evaluates n tokens after the session's history and appends them to it.
+ * logits receives (n, n_vocab) floats when all_logits, else the last token's
+ * n_vocab. */
+int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t n,
+                  bool all_logits, float *logits, mt_error *err);
+
+/* The session's token history (n_past tokens) and id. */
+const int32_t *mt_route_session_tokens(const mt_route_session *s, int32_t *n_past);
+uint64_t mt_route_session_id(const mt_route_session *s);
+
+/* ---- route files ----------------------------------------------------------------- */
+
+/* A route file (JSON):
+ *   {"head": "head shard or whole model",
+ *    "backbone": "local shard with attention parts" (optional),
+ *    "wire": "f32" | "bf16" (optional, default "f32"),
+ *    "key": "the requester's secret key file",
+ *    "stages": [{"addr": "127.0.0.1:7001", "key": "<64 hex digits>"}, ...] (optional),
+ *    "experts": [{"addr": ..., "key": ...}, ...] (optional)}
+ * Relative paths are relative to the route file's directory. Unknown fields
+ * are errors. */
+typedef struct mt_route_file {
+    mt_route_config cfg; /* points into this struct */
+    char *head, *backbone;
+    mt_keys keys;
+    mt_route_peer *stages, *experts;
+} mt_route_file;
+
+int mt_route_file_load(const char *path, mt_route_file *out, mt_error *err);
+void mt_route_file_free(mt_route_file *f);
+
+#endif

@@ -1,0 +1,130 @@
+/* node_internal.h - what the files of the node share (node_server.c:
+ * connections, start and stop; node_worker.c: sessions and continuous
+ * batching; node_partner.c: paired layers' partners). Not a public API;
+ * include/moontail/node.h is.
+ *
+ * Threads and ownership:
+ *   - accept thread: accepts sockets, starts a detached reader per socket;
+ *   - reader (one per connection): handshake, then decode + validate each
+ *     request, answer INFO and bad requests itself, queue the rest;
+ *   - worker: takes the whole queue each step, computes, replies.
+ * A client record is reference counted (its reader + each queued job) and
+ * freed, with its connection, when the last reference goes. Replies from the
+ * reader and the worker are serialised by the client's send lock. Sessions,
+ * partners and the model's compute pool belong to the worker alone. */
+#ifndef MOONTAIL_NODE_INTERNAL_H
+#define MOONTAIL_NODE_INTERNAL_H
+
+#include "moontail/expert_dispatch.h"
+#include "moontail/model.h"
+#include "moontail/node.h"
+#include "moontail/remote.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    NODE_MAX_INFLIGHT = 8,  /* queued requests per connection before its reader waits */
+    NODE_MAX_CLIENTS = 256, /* connections at once */
+};
+
+/* ---- structures ------------------------------------------------------------------- */
+
+typedef struct node_client {
+    struct mt_node *node;
+    int fd;      /* the socket until the handshake ends (owned by mt_conn_server from then) */
+    int wake_fd; /* dup of the socket: shutdown() on it wakes the reader at stop */
+    mt_conn *conn;
+    pthread_mutex_t send_lock;
+    int refs, inflight; /* guarded by node->lock */
+    char peer[160];     /* "name (ip:port)" for the log */
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
+    struct node_client *prev, *next;
+} node_client;
+
+typedef struct node_job {
+    struct node_job *next;
+    node_client *client;
+    mt_proto_msg msg;
+} node_job;
+
+typedef struct node_session {
+    bool used;
+    uint8_t owner[MT_KEYS_PUBLIC_BYTES]; /* the client's key */
+    uint64_t id;
+    mt_kv_cache *kv;                /* layers [layer_begin, layer_end) */
+    int32_t layer_begin, layer_end; /* the range it was started with */
+    int32_t n_past;                 /* positions [0, n_past) are in the cache */
+    uint64_t last_used;             /* step of its last request (LRU) */
+} node_session;
+
+/* A partner holding the rest of a paired layer's experts (worker-only). */
+typedef struct node_partner {
+    struct mt_node *node;
+    char addr[128];
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
+    mt_remote *r;
+    int32_t n_held;
+    int32_t *held;
+} node_partner;
+
+struct mt_node {
+    mt_node_config cfg; /* strings and arrays are not kept */
+    mt_keys keys;
+    const mt_keys_authorized *authorized;
+    mt_model *model;
+    mt_pool *pool;
+    mt_proto_info info;
+    node_partner *partners;
+    int n_partners;
+    mt_expert_dispatch dispatch;
+    bool use_dispatch;
+    int listen_fd;
+    int wake[2]; /* a pipe: writing to wake[1] ends the accept thread's wait */
+    char addr[96];
+
+    pthread_t accept_thread, worker_thread;
+    bool accept_started, worker_started;
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv;   /* worker: something queued, or stop */
+    pthread_cond_t client_cv; /* readers: inflight went down, or stop */
+    pthread_cond_t done_cv;   /* stop: a reader thread ended */
+    node_job *q_head, *q_tail;
+    node_client *clients;
+    int n_readers; /* reader threads alive */
+    bool stop, held;
+    mt_node_stats stats;
+
+    node_session *sessions; /* (max_sessions), worker only */
+    uint64_t step;          /* worker only */
+};
+
+/* ---- node_server.c ---------------------------------------------------------------- */
+
+void node_log(mt_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Replies to a client (a failed send breaks only that connection). */
+void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void node_send_msg(node_client *c, const mt_proto_msg *m);
+/* A queued request is finished (replied to): frees it, drops its reference. */
+void node_job_done(node_job *j);
+/* "0-3,6" for messages. */
+void node_format_ids(const int32_t *ids, int32_t n, char *out, size_t cap);
+
+/* ---- node_worker.c ---------------------------------------------------------------- */
+
+/* The worker thread (arg: the mt_node). */
+void *node_worker_main(void *arg);
+
+/* ---- node_partner.c --------------------------------------------------------------- */
+
+/* Builds the expert table of a node holding attention: its own experts and
+ * its partners' (connected here); every expert of its MoE layers must be
+ * held by someone. */
+int node_setup_experts(mt_node *n, const mt_node_config *cfg, mt_error *err);
+/* Closes the partners' connections and frees them. */
+void node_partners_free(mt_node *n);
+
+#endif

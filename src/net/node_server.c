@@ -1,0 +1,538 @@
+/* node_server.c - the node (include/moontail/node.h): loads a shard,
+ * listens, runs a thread per connection that reads, decodes and validates
+ * requests (answering INFO and bad requests itself, queueing the rest for
+ * the worker, node_worker.c), and starts and stops it all. Threads and
+ * ownership: node_internal.h. */
+#include "moontail/shard.h"
+#include "moontail/transport.h"
+#include "node_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- log and replies ---------------------------------------------------------------- */
+
+void node_log(mt_node *n, const char *fmt, ...) {
+    if (n->cfg.quiet) return;
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "moontail node %s: %s\n", n->addr, line);
+}
+
+/* Sends one encoded message (and frees it). A failed send breaks only this
+ * connection; its reader then ends. */
+static void node_client_send(node_client *c, uint8_t *buf, size_t len) {
+    if (!buf) return;
+    mt_error err = {{0}};
+    pthread_mutex_lock(&c->send_lock);
+    int rc = mt_conn_send(c->conn, buf, len, &err);
+    pthread_mutex_unlock(&c->send_lock);
+    free(buf);
+    if (rc) node_log(c->node, "reply to %s failed: %s", c->peer, err.msg);
+}
+
+void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const char *fmt, ...) {
+    char text[MT_PROTO_MAX_TEXT + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    mt_node *n = c->node;
+    pthread_mutex_lock(&n->lock);
+    n->stats.errors++;
+    pthread_mutex_unlock(&n->lock);
+    node_log(n, "request %llu from %s: error %u: %s", (unsigned long long)request_id, c->peer, code,
+             text);
+    size_t len = 0;
+    uint8_t *buf = mt_proto_error_reply(request_id, code, &len, "%s", text);
+    node_client_send(c, buf, len);
+}
+
+void node_send_msg(node_client *c, const mt_proto_msg *m) {
+    uint8_t *buf;
+    size_t len;
+    mt_error err = {{0}};
+    if (mt_proto_encode(m, c->node->info.n_embd, &buf, &len, &err))
+        node_send_error(c, m->request_id, MT_PROTO_ERR_COMPUTE, "cannot encode the reply: %s",
+                        err.msg);
+    else
+        node_client_send(c, buf, len);
+}
+
+/* ---- clients ------------------------------------------------------------------------ */
+
+/* Drops one reference (node->lock held); the last one frees the client. */
+static void client_unref_locked(node_client *c) {
+    mt_node *n = c->node;
+    if (--c->refs > 0) return;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        n->clients = c->next;
+    if (c->next) c->next->prev = c->prev;
+    if (c->conn) mt_conn_close(c->conn);
+    if (c->wake_fd >= 0) close(c->wake_fd);
+    pthread_mutex_destroy(&c->send_lock);
+    free(c);
+}
+
+/* A queued request is finished (replied to). */
+void node_job_done(node_job *j) {
+    node_client *c = j->client;
+    mt_node *n = c->node;
+    mt_proto_msg_free(&j->msg);
+    free(j);
+    pthread_mutex_lock(&n->lock);
+    c->inflight--;
+    pthread_cond_broadcast(&n->client_cv);
+    client_unref_locked(c);
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* "0-3,6" for the log and error messages. */
+void node_format_ids(const int32_t *ids, int32_t n, char *out, size_t cap) {
+    size_t off = 0;
+    out[0] = 0;
+    for (int32_t i = 0; i < n && off + 24 < cap; i++) {
+        int32_t j = i;
+        while (j + 1 < n && ids[j + 1] == ids[j] + 1) j++;
+        off += (size_t)snprintf(out + off, cap - off, j > i ? "%s%d-%d" : "%s%d", i ? "," : "",
+                                ids[i], ids[j]);
+        i = j;
+    }
+    if (n == 0) snprintf(out, cap, "none");
+}
+
+/* Checks a decoded request against what this node holds (before queueing):
+ * 0, or -1 with *code and err. Session state is checked by the worker. */
+static int check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_error *err) {
+    const mt_model *md = n->model;
+    const mt_proto_info *in = &n->info;
+    *code = MT_PROTO_ERR_NOT_HELD;
+    if (m->type == MT_PROTO_STAGE_FORWARD) {
+        if (!md->has_attention)
+            return mt_error_set(err,
+                                "this node holds no attention part (routed experts of layers"
+                                " [%d, %d) only): send it EXPERT_RUN, not STAGE_FORWARD",
+                                in->layer_begin, in->layer_end);
+        if (m->layer_begin < in->layer_begin || m->layer_end > in->layer_end)
+            return mt_error_set(err,
+                                "this node holds layers [%d, %d); STAGE_FORWARD asked for layers"
+                                " [%d, %d)",
+                                in->layer_begin, in->layer_end, m->layer_begin, m->layer_end);
+        *code = MT_PROTO_ERR_BAD_REQUEST;
+        for (int32_t i = 1; i < m->n; i++)
+            if (m->pos[i] != m->pos[i - 1] + 1)
+                return mt_error_set(err,
+                                    "positions must be consecutive: token %d is at position %d"
+                                    " after %d",
+                                    i, m->pos[i], m->pos[i - 1]);
+        *code = MT_PROTO_ERR_POSITION;
+        if ((int64_t)m->pos[0] + m->n > in->n_ctx)
+            return mt_error_set(err,
+                                "positions [%d, %d) exceed this node's context of %d positions"
+                                " per session",
+                                m->pos[0], m->pos[0] + m->n, in->n_ctx);
+        return 0;
+    }
+    if (m->type == MT_PROTO_EXPERT_RUN) {
+        int32_t il = m->layer_begin;
+        if (!md->has_experts)
+            return mt_error_set(err, "this node holds no routed experts (layers [%d, %d))",
+                                in->layer_begin, in->layer_end);
+        if (il < in->layer_begin || il >= in->layer_end)
+            return mt_error_set(err, "layer %d is not held here: this node holds layers [%d, %d)",
+                                il, in->layer_begin, in->layer_end);
+        if (!md->layers[il].is_moe)
+            return mt_error_set(err, "layer %d is a dense layer: it has no routed experts", il);
+        for (int32_t r = 0; r < m->n; r++) {
+            int32_t e = m->ids[r];
+            if (e >= in->n_expert) {
+                *code = MT_PROTO_ERR_BAD_REQUEST;
+                return mt_error_set(err, "expert id %d of row %d is outside the model's [0, %d)", e,
+                                    r, in->n_expert);
+            }
+            if (mt_model_expert_slot(md, e) < 0) {
+                char held[256];
+                node_format_ids(in->held, in->n_held, held, sizeof held);
+                return mt_error_set(err,
+                                    "expert %d of layer %d (row %d) is not held here; this node"
+                                    " holds experts %s",
+                                    e, il, r, held);
+            }
+        }
+        return 0;
+    }
+    return 0; /* SESSION_END */
+}
+
+/* Queues a validated request for the worker (takes m's arrays). */
+static void enqueue(node_client *c, mt_proto_msg *m) {
+    mt_node *n = c->node;
+    node_job *j = malloc(sizeof *j);
+    if (!j) {
+        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "out of memory; retry later");
+        mt_proto_msg_free(m);
+        return;
+    }
+    j->next = NULL;
+    j->client = c;
+    j->msg = *m;
+    pthread_mutex_lock(&n->lock);
+    while (c->inflight >= NODE_MAX_INFLIGHT && !n->stop) pthread_cond_wait(&n->client_cv, &n->lock);
+    if (n->stop) {
+        pthread_mutex_unlock(&n->lock);
+        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "the node is shutting down");
+        mt_proto_msg_free(&j->msg);
+        free(j);
+        return;
+    }
+    c->refs++;
+    c->inflight++;
+    if (n->q_tail)
+        n->q_tail->next = j;
+    else
+        n->q_head = j;
+    n->q_tail = j;
+    n->stats.queued++;
+    pthread_cond_signal(&n->work_cv);
+    pthread_mutex_unlock(&n->lock);
+}
+
+static bool is_request(uint16_t type) {
+    return type == MT_PROTO_INFO || type == MT_PROTO_STAGE_FORWARD || type == MT_PROTO_EXPERT_RUN ||
+           type == MT_PROTO_SESSION_END;
+}
+
+/* One frame from a client: decode, validate, answer or queue. */
+static void handle_frame(node_client *c, void *buf, size_t len) {
+    mt_node *n = c->node;
+    mt_error err = {{0}};
+    mt_proto_msg m;
+    pthread_mutex_lock(&n->lock);
+    n->stats.requests++;
+    pthread_mutex_unlock(&n->lock);
+    int rc = mt_proto_decode(buf, len, n->info.n_embd, &m, &err);
+    free(buf);
+    if (rc) {
+        bool unknown =
+            len >= MT_PROTO_HEADER_BYTES && strcmp(mt_proto_type_name(m.type), "unknown") == 0;
+        node_send_error(c, m.request_id,
+                        unknown ? MT_PROTO_ERR_UNKNOWN_TYPE : MT_PROTO_ERR_BAD_REQUEST, "%s",
+                        err.msg);
+        return;
+    }
+    if (!is_request(m.type)) {
+        node_send_error(c, m.request_id, MT_PROTO_ERR_UNKNOWN_TYPE,
+                        "%s is a reply, not a request; this node serves INFO, STAGE_FORWARD,"
+                        " EXPERT_RUN and SESSION_END",
+                        mt_proto_type_name(m.type));
+        mt_proto_msg_free(&m);
+        return;
+    }
+    if (m.type == MT_PROTO_INFO) {
+        mt_proto_msg r = {.type = MT_PROTO_INFO_REPLY, .request_id = m.request_id, .info = n->info};
+        node_send_msg(c, &r);
+        return;
+    }
+    uint32_t code;
+    if (check_request(n, &m, &code, &err)) {
+        node_send_error(c, m.request_id, code, "%s: %s", mt_proto_type_name(m.type), err.msg);
+        mt_proto_msg_free(&m);
+        return;
+    }
+    enqueue(c, &m);
+}
+
+static bool stopping(mt_node *n) {
+    pthread_mutex_lock(&n->lock);
+    bool s = n->stop;
+    pthread_mutex_unlock(&n->lock);
+    return s;
+}
+
+static void *reader_main(void *arg) {
+    node_client *c = arg;
+    mt_node *n = c->node;
+    mt_error err = {{0}};
+    mt_conn *conn = mt_conn_server(c->fd, &n->keys, n->authorized, n->cfg.timeout_ms, &err);
+    pthread_mutex_lock(&n->lock);
+    c->fd = -1; /* owned (or closed) by the transport now */
+    c->conn = conn;
+    if (conn) n->stats.connections++;
+    pthread_mutex_unlock(&n->lock);
+    if (!conn) {
+        if (!stopping(n)) node_log(n, "connection from %s refused: %s", c->peer, err.msg);
+    } else {
+        char ip[64];
+        snprintf(ip, sizeof ip, "%.63s", c->peer);
+        snprintf(c->peer, sizeof c->peer, "%.80s (%s)", mt_conn_peer_name(conn), ip);
+        memcpy(c->pk, mt_conn_peer_key(conn), MT_KEYS_PUBLIC_BYTES);
+        for (;;) {
+            void *buf;
+            size_t len;
+            int rc = mt_conn_recv(conn, &buf, &len, &err);
+            if (rc == 1) break;
+            if (rc < 0) {
+                if (mt_conn_is_open(conn) && !stopping(n)) continue; /* idle */
+                if (!stopping(n)) node_log(n, "closing connection from %s: %s", c->peer, err.msg);
+                break;
+            }
+            handle_frame(c, buf, len);
+        }
+    }
+    pthread_mutex_lock(&n->lock);
+    if (conn) n->stats.connections--;
+    n->n_readers--;
+    pthread_cond_broadcast(&n->done_cv);
+    client_unref_locked(c);
+    pthread_mutex_unlock(&n->lock);
+    return NULL;
+}
+
+static void *accept_main(void *arg) {
+    mt_node *n = arg;
+    while (!stopping(n)) {
+        struct pollfd p[2] = {{.fd = n->listen_fd, .events = POLLIN},
+                              {.fd = n->wake[0], .events = POLLIN}};
+        int pr = poll(p, 2, -1);
+        if (pr < 0 && errno != EINTR) {
+            node_log(n, "waiting for connections: poll: %s", strerror(errno));
+            usleep(100 * 1000);
+        }
+        if (pr <= 0 || p[1].revents) continue; /* woken: the loop checks stop */
+        mt_error err = {{0}};
+        char peer[64];
+        int fd = mt_accept_tcp(n->listen_fd, 50, peer, sizeof peer, &err);
+        if (fd == -2) continue; /* the client gave up meanwhile */
+        if (fd < 0) {
+            node_log(n, "accept: %s", err.msg);
+            usleep(100 * 1000);
+            continue;
+        }
+        node_client *c = calloc(1, sizeof *c);
+        pthread_mutex_lock(&n->lock);
+        bool full = n->n_readers >= NODE_MAX_CLIENTS || n->stop || !c;
+        pthread_mutex_unlock(&n->lock);
+        if (full) {
+            node_log(n, "connection from %s refused: %d connections already", peer,
+                     NODE_MAX_CLIENTS);
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->node = n;
+        c->fd = fd;
+        c->wake_fd = dup(fd);
+        c->refs = 1;
+        snprintf(c->peer, sizeof c->peer, "%s", peer);
+        pthread_mutex_init(&c->send_lock, NULL);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_mutex_lock(&n->lock);
+        c->next = n->clients;
+        if (n->clients) n->clients->prev = c;
+        n->clients = c;
+        n->n_readers++;
+        pthread_t th;
+        if (pthread_create(&th, &attr, reader_main, c) != 0) {
+            n->n_readers--;
+            client_unref_locked(c); /* closes wake_fd; fd is still ours */
+            close(fd);
+            node_log(n, "connection from %s dropped: cannot start a thread", peer);
+        }
+        pthread_mutex_unlock(&n->lock);
+        pthread_attr_destroy(&attr);
+    }
+    return NULL;
+}
+
+/* ---- start / stop --------------------------------------------------------------------- */
+
+static int fill_info(mt_node *n, mt_error *err) {
+    const mt_model *m = n->model;
+    mt_proto_info *in = &n->info;
+    if (strlen(m->hp.arch_name) > MT_PROTO_ARCH_MAX)
+        return mt_error_set(err, "architecture name '%s' is too long", m->hp.arch_name);
+    snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch_name);
+    in->n_embd = m->hp.n_embd;
+    in->n_layer = m->hp.n_layer;
+    in->n_expert = m->hp.n_expert > 0 ? m->hp.n_expert : 0;
+    in->n_expert_used = in->n_expert ? m->hp.n_expert_used : 0;
+    in->layer_begin = m->layer_begin;
+    in->layer_end = m->layer_end;
+    in->attention = m->has_attention;
+    in->head = m->has_head;
+    in->experts = m->has_experts && in->n_expert > 0 && m->layer_begin < m->layer_end;
+    in->n_ctx = n->cfg.n_ctx;
+    in->max_sessions = n->cfg.max_sessions;
+    if (in->n_embd > MT_PROTO_MAX_EMBD || in->n_layer > MT_PROTO_MAX_LAYERS ||
+        in->n_expert > MT_PROTO_MAX_EXPERTS)
+        return mt_error_set(err, "the model is larger than the protocol's limits");
+    if (in->experts) {
+        in->held = malloc((size_t)in->n_expert * sizeof(int32_t));
+        if (!in->held) return mt_error_set(err, "out of memory");
+        for (int32_t e = 0; e < in->n_expert; e++)
+            if (mt_model_expert_slot(m, e) >= 0) in->held[in->n_held++] = e;
+    }
+    mt_shard_info si;
+    int rc = mt_shard_info_read(m->gguf, &si, err);
+    if (rc == 0) {
+        memcpy(in->source_id, si.source_id, sizeof in->source_id);
+        mt_shard_info_free(&si);
+    } else if (rc == MT_SHARD_NOT_A_SHARD) {
+        if (mt_shard_source_id(m->gguf, in->source_id, NULL, err)) return -1;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
+    if (!cfg->shard_path || !cfg->keys || !cfg->authorized) {
+        mt_error_set(err, "node: a shard, a key and an authorized-keys set are required");
+        return NULL;
+    }
+    mt_node *n = calloc(1, sizeof *n);
+    if (!n) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    n->cfg = *cfg;
+    n->cfg.partners = NULL;
+    n->cfg.shard_path = NULL;
+    n->cfg.listen = NULL;
+    n->keys = *cfg->keys;
+    n->authorized = cfg->authorized;
+    n->listen_fd = -1;
+    n->wake[0] = n->wake[1] = -1;
+    pthread_mutex_init(&n->lock, NULL);
+    pthread_cond_init(&n->work_cv, NULL);
+    pthread_cond_init(&n->client_cv, NULL);
+    pthread_cond_init(&n->done_cv, NULL);
+    snprintf(n->addr, sizeof n->addr, "(starting)");
+    if (n->cfg.max_sessions <= 0) n->cfg.max_sessions = 64;
+    if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
+    if (n->cfg.timeout_ms <= 0) n->cfg.timeout_ms = 30000;
+    if (n->cfg.max_sessions > (1 << 20)) {
+        mt_error_set(err, "node: at most 2^20 sessions");
+        goto fail;
+    }
+    if (!(n->model = mt_model_load(cfg->shard_path, err))) goto fail;
+    const mt_model *m = n->model;
+    if (n->cfg.n_ctx <= 0)
+        n->cfg.n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    if (n->cfg.n_ctx > (1 << 24)) {
+        mt_error_set(err, "node: a context of %d positions is over 2^24", n->cfg.n_ctx);
+        goto fail;
+    }
+    if (m->layer_begin >= m->layer_end || (!m->has_attention && !m->has_experts)) {
+        mt_error_set(err,
+                     "%s holds no layers to serve (a head-only shard stays with the requester)",
+                     cfg->shard_path);
+        goto fail;
+    }
+    if (fill_info(n, err)) goto fail;
+    if (!(n->pool = mt_pool_create(cfg->threads))) {
+        mt_error_set(err, "cannot start %d compute threads", cfg->threads);
+        goto fail;
+    }
+    if (!(n->sessions = calloc((size_t)n->cfg.max_sessions, sizeof *n->sessions))) {
+        mt_error_set(err, "out of memory");
+        goto fail;
+    }
+    if (node_setup_experts(n, cfg, err)) goto fail;
+    const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:0";
+    if ((n->listen_fd = mt_listen_tcp(listen, err)) < 0) goto fail;
+    if (pipe2(n->wake, O_CLOEXEC) != 0) {
+        mt_error_set(err, "cannot create a pipe: %s", strerror(errno));
+        goto fail;
+    }
+    const char *colon = strrchr(listen, ':');
+    int hl = colon ? (int)(colon - listen) : 0;
+    snprintf(n->addr, sizeof n->addr, "%.*s:%d", hl ? hl : 9, hl ? listen : "127.0.0.1",
+             mt_listen_port(n->listen_fd));
+    if (pthread_create(&n->worker_thread, NULL, node_worker_main, n) != 0) {
+        mt_error_set(err, "cannot start the worker thread");
+        goto fail;
+    }
+    n->worker_started = true;
+    if (pthread_create(&n->accept_thread, NULL, accept_main, n) != 0) {
+        mt_error_set(err, "cannot start the accept thread");
+        goto fail;
+    }
+    n->accept_started = true;
+    return n;
+fail:
+    mt_error_prefix(err, "node");
+    mt_node_stop(n);
+    return NULL;
+}
+
+void mt_node_stop(mt_node *n) {
+    if (!n) return;
+    pthread_mutex_lock(&n->lock);
+    n->stop = true;
+    pthread_cond_broadcast(&n->work_cv);
+    pthread_cond_broadcast(&n->client_cv);
+    pthread_mutex_unlock(&n->lock);
+    if (n->wake[1] >= 0) {
+        ssize_t w = write(n->wake[1], "x", 1);
+        (void)w; /* a full pipe would be a wake-up already */
+    }
+    if (n->accept_started) pthread_join(n->accept_thread, NULL);
+    if (n->worker_started) pthread_join(n->worker_thread, NULL);
+    pthread_mutex_lock(&n->lock);
+    for (node_client *c = n->clients; c; c = c->next)
+        if (c->wake_fd >= 0) shutdown(c->wake_fd, SHUT_RDWR);
+    while (n->n_readers > 0) pthread_cond_wait(&n->done_cv, &n->lock);
+    pthread_mutex_unlock(&n->lock);
+    if (n->listen_fd >= 0) close(n->listen_fd);
+    for (int i = 0; i < 2; i++)
+        if (n->wake[i] >= 0) close(n->wake[i]);
+    for (int i = 0; n->sessions && i < n->cfg.max_sessions; i++)
+        mt_kv_cache_free(n->sessions[i].kv);
+    free(n->sessions);
+    node_partners_free(n);
+    if (n->use_dispatch) mt_expert_dispatch_free(&n->dispatch);
+    free(n->info.held);
+    mt_pool_free(n->pool);
+    mt_model_free(n->model);
+    mt_keys_wipe(&n->keys);
+    pthread_cond_destroy(&n->work_cv);
+    pthread_cond_destroy(&n->client_cv);
+    pthread_cond_destroy(&n->done_cv);
+    pthread_mutex_destroy(&n->lock);
+    free(n);
+}
+
+const char *mt_node_addr(const mt_node *n) {
+    return n->addr;
+}
+const mt_proto_info *mt_node_info(const mt_node *n) {
+    return &n->info;
+}
+
+void mt_node_get_stats(mt_node *n, mt_node_stats *s) {
+    pthread_mutex_lock(&n->lock);
+    *s = n->stats;
+    pthread_mutex_unlock(&n->lock);
+}
+
+void mt_node_hold(mt_node *n, bool hold) {
+    pthread_mutex_lock(&n->lock);
+    n->held = hold;
+    pthread_cond_broadcast(&n->work_cv);
+    pthread_mutex_unlock(&n->lock);
+}

@@ -1,0 +1,339 @@
+/* node_worker.c - the node's worker thread: continuous batching (see
+ * include/moontail/node.h). Each step takes every request waiting, admits
+ * at most one per session (creating, checking and evicting sessions), runs
+ * all STAGE_FORWARD requests of a layer range as one mt_model_forward_batch
+ * and all EXPERT_RUN requests of a layer as one mt_model_run_experts, and
+ * replies to each. */
+#include "node_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sessions (worker only) --------------------------------------------------------- */
+
+static node_session *session_find(mt_node *n, const uint8_t *owner, uint64_t id) {
+    for (int i = 0; i < n->cfg.max_sessions; i++) {
+        node_session *s = &n->sessions[i];
+        if (s->used && s->id == id && memcmp(s->owner, owner, MT_KEYS_PUBLIC_BYTES) == 0) return s;
+    }
+    return NULL;
+}
+
+static void session_drop(mt_node *n, node_session *s) {
+    mt_kv_cache_free(s->kv);
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&n->lock);
+    n->stats.sessions--;
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* A free slot, else the least recently used session not used in this step
+ * (evicted); NULL when every session is busy in this step. */
+static node_session *session_slot(mt_node *n) {
+    node_session *lru = NULL;
+    for (int i = 0; i < n->cfg.max_sessions; i++) {
+        node_session *s = &n->sessions[i];
+        if (!s->used) return s;
+        if (s->last_used != n->step && (!lru || s->last_used < lru->last_used)) lru = s;
+    }
+    if (lru) {
+        session_drop(n, lru);
+        pthread_mutex_lock(&n->lock);
+        n->stats.evictions++;
+        pthread_mutex_unlock(&n->lock);
+    }
+    return lru;
+}
+
+/* ---- the worker --------------------------------------------------------------------- */
+
+/* What a step does with one job. */
+typedef struct step_item {
+    node_job *job;
+    node_session *session; /* STAGE_FORWARD */
+} step_item;
+
+/* Runs the scheduled STAGE_FORWARD jobs with layer range [a, b) as one batch. */
+static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a, int32_t b) {
+    const size_t E = (size_t)n->info.n_embd;
+    int32_t T = 0, n_jobs = 0;
+    for (int i = 0; i < n_items; i++) {
+        if (!items[i].job) continue;
+        const mt_proto_msg *m = &items[i].job->msg;
+        if (m->type == MT_PROTO_STAGE_FORWARD && m->layer_begin == a && m->layer_end == b)
+            T += m->n, n_jobs++;
+    }
+    float *hidden = malloc((size_t)T * E * sizeof(float));
+    int32_t *pos = malloc((size_t)T * sizeof(int32_t));
+    mt_kv_cache **kv = malloc((size_t)T * sizeof *kv);
+    mt_error err = {{0}};
+    int rc = 0;
+    if (!hidden || !pos || !kv) rc = mt_error_set(&err, "out of memory for %d tokens", T);
+    for (int i = 0, t = 0; i < n_items && rc == 0; i++) {
+        if (!items[i].job) continue;
+        const mt_proto_msg *m = &items[i].job->msg;
+        if (m->type != MT_PROTO_STAGE_FORWARD || m->layer_begin != a || m->layer_end != b) continue;
+        memcpy(hidden + (size_t)t * E, m->rows, (size_t)m->n * E * sizeof(float));
+        for (int32_t k = 0; k < m->n; k++) pos[t + k] = m->pos[k], kv[t + k] = items[i].session->kv;
+        t += m->n;
+    }
+    mt_expert_backend be = mt_expert_dispatch_backend(&n->dispatch);
+    if (rc == 0)
+        rc = mt_model_forward_batch(n->model, kv, a, b, pos, T, hidden,
+                                    n->use_dispatch ? &be : NULL, n->pool, &err);
+    pthread_mutex_lock(&n->lock);
+    n->stats.stage_batches++;
+    if (n_jobs > n->stats.max_stage_requests) n->stats.max_stage_requests = n_jobs;
+    pthread_mutex_unlock(&n->lock);
+    for (int i = 0, t = 0; i < n_items; i++) {
+        node_job *j = items[i].job;
+        if (!j) continue;
+        mt_proto_msg *m = &j->msg;
+        if (m->type != MT_PROTO_STAGE_FORWARD || m->layer_begin != a || m->layer_end != b) continue;
+        node_session *s = items[i].session;
+        if (rc) {
+            if (s->n_past > m->pos[0]) s->n_past = m->pos[0]; /* later positions are unsure */
+            node_send_error(j->client, m->request_id, MT_PROTO_ERR_COMPUTE, "layers [%d, %d): %s",
+                            a, b, err.msg);
+        } else {
+            s->n_past = m->pos[0] + m->n;
+            mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
+                              .request_id = m->request_id,
+                              .dtype = m->dtype,
+                              .n = m->n,
+                              .rows = hidden + (size_t)t * E};
+            node_send_msg(j->client, &r);
+        }
+        t += m->n;
+        node_job_done(j);
+        items[i].job = NULL;
+    }
+    free(hidden), free(pos), free(kv);
+}
+
+/* Runs the scheduled EXPERT_RUN jobs of layer il as one call. */
+static void run_expert_group(mt_node *n, step_item *items, int n_items, int32_t il) {
+    const size_t E = (size_t)n->info.n_embd;
+    int32_t R = 0, n_jobs = 0;
+    for (int i = 0; i < n_items; i++) {
+        if (!items[i].job) continue;
+        const mt_proto_msg *m = &items[i].job->msg;
+        if (m->type == MT_PROTO_EXPERT_RUN && m->layer_begin == il) R += m->n, n_jobs++;
+    }
+    float *u = malloc((size_t)R * E * sizeof(float)), *y = malloc((size_t)R * E * sizeof(float));
+    int32_t *ids = malloc((size_t)R * sizeof(int32_t));
+    mt_error err = {{0}};
+    int rc = 0;
+    if (!u || !y || !ids) rc = mt_error_set(&err, "out of memory for %d rows", R);
+    for (int i = 0, r = 0; i < n_items && rc == 0; i++) {
+        if (!items[i].job) continue;
+        const mt_proto_msg *m = &items[i].job->msg;
+        if (m->type != MT_PROTO_EXPERT_RUN || m->layer_begin != il) continue;
+        memcpy(u + (size_t)r * E, m->rows, (size_t)m->n * E * sizeof(float));
+        memcpy(ids + r, m->ids, (size_t)m->n * sizeof(int32_t));
+        r += m->n;
+    }
+    if (rc == 0) rc = mt_model_run_experts(n->model, il, R, ids, u, y, n->pool, &err);
+    pthread_mutex_lock(&n->lock);
+    n->stats.expert_batches++;
+    if (n_jobs > n->stats.max_expert_requests) n->stats.max_expert_requests = n_jobs;
+    pthread_mutex_unlock(&n->lock);
+    for (int i = 0, r = 0; i < n_items; i++) {
+        node_job *j = items[i].job;
+        if (!j) continue;
+        mt_proto_msg *m = &j->msg;
+        if (m->type != MT_PROTO_EXPERT_RUN || m->layer_begin != il) continue;
+        if (rc) {
+            node_send_error(j->client, m->request_id, MT_PROTO_ERR_COMPUTE, "layer %d experts: %s",
+                            il, err.msg);
+        } else {
+            mt_proto_msg rep = {.type = MT_PROTO_EXPERT_REPLY,
+                                .request_id = m->request_id,
+                                .dtype = m->dtype,
+                                .n = m->n,
+                                .rows = y + (size_t)r * E};
+            node_send_msg(j->client, &rep);
+        }
+        r += m->n;
+        node_job_done(j);
+        items[i].job = NULL;
+    }
+    free(u), free(y), free(ids);
+}
+
+/* A session named in this step (the jobs themselves may be gone by then). */
+typedef struct session_key {
+    uint8_t owner[MT_KEYS_PUBLIC_BYTES];
+    uint64_t id;
+} session_key;
+
+/* Session bookkeeping for one STAGE_FORWARD: 0 = scheduled (*out set),
+ * 1 = defer to the next step, -1 = answered with an ERROR. */
+static int stage_admit(mt_node *n, node_job *j, node_session **out) {
+    mt_proto_msg *m = &j->msg;
+    node_client *c = j->client;
+    int32_t p0 = m->pos[0];
+    node_session *s = session_find(n, c->pk, m->session);
+    if (s && (s->layer_begin != m->layer_begin || s->layer_end != m->layer_end)) {
+        if (p0 != 0) {
+            node_send_error(
+                c, m->request_id, MT_PROTO_ERR_BAD_REQUEST,
+                "session %016llx runs layers [%d, %d) here, not [%d, %d); start again at"
+                " position 0 to change its layers",
+                (unsigned long long)m->session, s->layer_begin, s->layer_end, m->layer_begin,
+                m->layer_end);
+            return -1;
+        }
+        session_drop(n, s); /* restarted with other layers */
+        s = NULL;
+    }
+    if (!s) {
+        if (p0 != 0) {
+            node_send_error(
+                c, m->request_id, MT_PROTO_ERR_UNKNOWN_SESSION,
+                "session %016llx is not known here (evicted or never started); replay its"
+                " tokens from position 0",
+                (unsigned long long)m->session);
+            return -1;
+        }
+        if (!(s = session_slot(n))) return 1; /* all sessions busy in this step */
+        mt_error err = {{0}};
+        s->kv = mt_kv_cache_new(n->model, m->layer_begin, m->layer_end, n->info.n_ctx, &err);
+        if (!s->kv) {
+            node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "cannot start a session: %s",
+                            err.msg);
+            return -1;
+        }
+        s->used = true;
+        memcpy(s->owner, c->pk, MT_KEYS_PUBLIC_BYTES);
+        s->id = m->session;
+        s->layer_begin = m->layer_begin;
+        s->layer_end = m->layer_end;
+        s->n_past = 0;
+        pthread_mutex_lock(&n->lock);
+        n->stats.sessions++;
+        pthread_mutex_unlock(&n->lock);
+    } else if (p0 > s->n_past) {
+        node_send_error(c, m->request_id, MT_PROTO_ERR_POSITION,
+                        "position gap: session %016llx holds positions [0, %d) and this request"
+                        " starts at %d; send position %d next (or replay from 0)",
+                        (unsigned long long)m->session, s->n_past, p0, s->n_past);
+        return -1;
+    }
+    s->last_used = n->step;
+    *out = s;
+    return 0;
+}
+
+/* One step over the jobs taken from the queue. Returns the jobs deferred to
+ * the next step, in their order. */
+static node_job *worker_step(mt_node *n, node_job *list) {
+    n->step++;
+    int count = 0;
+    for (node_job *j = list; j; j = j->next) count++;
+    step_item *items = calloc((size_t)count, sizeof *items);
+    session_key *seen = malloc((size_t)count * sizeof *seen); /* sessions looked at */
+    node_job *deferred = NULL, **dtail = &deferred;
+    int n_items = 0, n_seen = 0;
+    int64_t tokens = 0, rows = 0;
+    const int64_t max_tok = n->cfg.max_batch_tokens;
+    const int64_t max_rows = max_tok * (n->info.n_expert_used > 0 ? n->info.n_expert_used : 1);
+    for (node_job *j = list, *next; j; j = next) {
+        next = j->next;
+        j->next = NULL;
+        mt_proto_msg *m = &j->msg;
+        bool defer = !items || !seen;
+        if (!defer && (m->type == MT_PROTO_STAGE_FORWARD || m->type == MT_PROTO_SESSION_END)) {
+            for (int i = 0; i < n_seen && !defer; i++)
+                defer = seen[i].id == m->session &&
+                        memcmp(seen[i].owner, j->client->pk, MT_KEYS_PUBLIC_BYTES) == 0;
+            memcpy(seen[n_seen].owner, j->client->pk, MT_KEYS_PUBLIC_BYTES);
+            seen[n_seen++].id = m->session;
+        }
+        node_session *s = NULL;
+        if (!defer && m->type == MT_PROTO_STAGE_FORWARD && tokens && tokens + m->n > max_tok) {
+            defer = true; /* and keep its session from being evicted meanwhile */
+            if ((s = session_find(n, j->client->pk, m->session))) s->last_used = n->step;
+            s = NULL;
+        }
+        if (!defer && m->type == MT_PROTO_EXPERT_RUN) defer = rows && rows + m->n > max_rows;
+        if (!defer && m->type == MT_PROTO_SESSION_END) {
+            s = session_find(n, j->client->pk, m->session);
+            if (s) session_drop(n, s);
+            mt_proto_msg r = {.type = MT_PROTO_SESSION_END_REPLY,
+                              .request_id = m->request_id,
+                              .existed = s != NULL};
+            node_send_msg(j->client, &r);
+            node_job_done(j);
+            continue;
+        }
+        if (!defer && m->type == MT_PROTO_STAGE_FORWARD) {
+            int rc = stage_admit(n, j, &s);
+            if (rc < 0) {
+                node_job_done(j);
+                continue;
+            }
+            defer = rc > 0;
+        }
+        if (defer) {
+            *dtail = j;
+            dtail = &j->next;
+            continue;
+        }
+        if (m->type == MT_PROTO_STAGE_FORWARD) tokens += m->n;
+        if (m->type == MT_PROTO_EXPERT_RUN) rows += m->n;
+        items[n_items++] = (step_item){j, s};
+    }
+    /* one compute call per layer range (stages) and per layer (experts) */
+    for (int i = 0; i < n_items; i++) {
+        if (!items[i].job) continue;
+        const mt_proto_msg *m = &items[i].job->msg;
+        if (m->type == MT_PROTO_STAGE_FORWARD)
+            run_stage_group(n, items + i, n_items - i, m->layer_begin, m->layer_end);
+        else
+            run_expert_group(n, items + i, n_items - i, m->layer_begin);
+    }
+    if (n_items) {
+        pthread_mutex_lock(&n->lock);
+        n->stats.steps++;
+        pthread_mutex_unlock(&n->lock);
+    }
+    free(items);
+    free(seen);
+    return deferred;
+}
+
+void *node_worker_main(void *arg) {
+    mt_node *n = arg;
+    pthread_mutex_lock(&n->lock);
+    for (;;) {
+        while (!n->stop && (!n->q_head || n->held)) pthread_cond_wait(&n->work_cv, &n->lock);
+        if (n->stop) break;
+        node_job *list = n->q_head;
+        n->q_head = n->q_tail = NULL;
+        n->stats.queued = 0;
+        pthread_mutex_unlock(&n->lock);
+        node_job *deferred = worker_step(n, list);
+        pthread_mutex_lock(&n->lock);
+        if (deferred) { /* back in front of anything that arrived meanwhile */
+            node_job *t = deferred;
+            int k = 1;
+            for (; t->next; t = t->next) k++;
+            t->next = n->q_head;
+            if (!n->q_head) n->q_tail = t;
+            n->q_head = deferred;
+            n->stats.queued += k;
+        }
+    }
+    node_job *list = n->q_head;
+    n->q_head = n->q_tail = NULL;
+    n->stats.queued = 0;
+    pthread_mutex_unlock(&n->lock);
+    for (node_job *j = list, *next; j; j = next) {
+        next = j->next;
+        node_send_error(j->client, j->msg.request_id, MT_PROTO_ERR_BUSY,
+                        "the node is shutting down");
+        node_job_done(j);
+    }
+    return NULL;
+}

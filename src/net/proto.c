@@ -1,0 +1,548 @@
+/* proto.c - encoding and strict decoding of the data plane's messages
+ * (format: include/moontail/proto.h). Every field read from a payload is
+ * checked before it is used; sizes are computed in 64 bits and must add up
+ * exactly to the payload's length. */
+#include "moontail/proto.h"
+#include "moontail/tensor_type.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- names -------------------------------------------------------------------- */
+
+const char *mt_proto_type_name(uint16_t type) {
+    switch (type) {
+    case MT_PROTO_INFO:
+        return "INFO";
+    case MT_PROTO_STAGE_FORWARD:
+        return "STAGE_FORWARD";
+    case MT_PROTO_EXPERT_RUN:
+        return "EXPERT_RUN";
+    case MT_PROTO_SESSION_END:
+        return "SESSION_END";
+    case MT_PROTO_INFO_REPLY:
+        return "INFO_REPLY";
+    case MT_PROTO_STAGE_REPLY:
+        return "STAGE_REPLY";
+    case MT_PROTO_EXPERT_REPLY:
+        return "EXPERT_REPLY";
+    case MT_PROTO_SESSION_END_REPLY:
+        return "SESSION_END_REPLY";
+    case MT_PROTO_ERROR:
+        return "ERROR";
+    default:
+        return "unknown";
+    }
+}
+
+int mt_proto_dtype_from_name(const char *name) {
+    if (strcmp(name, "f32") == 0) return MT_PROTO_F32;
+    if (strcmp(name, "bf16") == 0) return MT_PROTO_BF16;
+    return -1;
+}
+
+const char *mt_proto_dtype_name(mt_proto_dtype d) {
+    return d == MT_PROTO_BF16 ? "bf16" : "f32";
+}
+
+/* ---- sizes -------------------------------------------------------------------- */
+
+/* Body bytes before the per-row data of STAGE_FORWARD / EXPERT_RUN and of
+ * their replies. */
+enum {
+    STAGE_FIXED = 8 + 1 + 4 + 4 + 4,
+    EXPERT_FIXED = 4 + 1 + 4,
+    ROWS_REPLY_FIXED = 1 + 4,
+    INFO_FIXED = 6 * 4 + 1 + 2 * 4 + 64 + 1, /* + arch + u32 n_held + held */
+};
+
+int32_t mt_proto_max_rows(uint16_t type, int32_t n_embd, mt_proto_dtype dtype) {
+    uint64_t fixed =
+        MT_PROTO_HEADER_BYTES + (type == MT_PROTO_EXPERT_RUN ? EXPERT_FIXED : STAGE_FIXED);
+    uint64_t per_row = 4 + (uint64_t)(n_embd > 0 ? n_embd : 1) * mt_proto_dtype_size(dtype);
+    uint64_t n = (MT_PROTO_MAX_PAYLOAD - fixed) / per_row;
+    uint64_t lim = type == MT_PROTO_EXPERT_RUN ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS;
+    if (n > lim) n = lim;
+    return n < 1 ? 1 : (int32_t)n;
+}
+
+/* ---- little-endian writer ------------------------------------------------------- */
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t off, cap;
+} wbuf;
+
+static void put_u8(wbuf *w, uint8_t v) {
+    w->p[w->off++] = v;
+}
+static void put_u16(wbuf *w, uint16_t v) {
+    for (int i = 0; i < 2; i++) w->p[w->off++] = (uint8_t)(v >> (8 * i));
+}
+static void put_u32(wbuf *w, uint32_t v) {
+    for (int i = 0; i < 4; i++) w->p[w->off++] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(wbuf *w, uint64_t v) {
+    for (int i = 0; i < 8; i++) w->p[w->off++] = (uint8_t)(v >> (8 * i));
+}
+static void put_bytes(wbuf *w, const void *b, size_t n) {
+    memcpy(w->p + w->off, b, n);
+    w->off += n;
+}
+static void put_rows(wbuf *w, const float *v, size_t n, mt_proto_dtype dtype) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &v[i], 4);
+        if (dtype == MT_PROTO_BF16)
+            put_u16(w, mt_f32_to_bf16(v[i]));
+        else
+            put_u32(w, bits);
+    }
+}
+
+/* ---- little-endian reader ------------------------------------------------------- */
+
+typedef struct rbuf {
+    const uint8_t *p;
+    size_t off, len;
+} rbuf;
+
+static uint64_t get_le(rbuf *r, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v |= (uint64_t)r->p[r->off + i] << (8 * i);
+    r->off += (size_t)n;
+    return v;
+}
+static uint8_t get_u8(rbuf *r) {
+    return (uint8_t)get_le(r, 1);
+}
+static uint32_t get_u32(rbuf *r) {
+    return (uint32_t)get_le(r, 4);
+}
+static uint64_t get_u64(rbuf *r) {
+    return get_le(r, 8);
+}
+static size_t left(const rbuf *r) {
+    return r->len - r->off;
+}
+
+/* Checks that `need` more bytes are there before any fixed-size field is read. */
+static int need(const rbuf *r, uint64_t need, const char *type, const char *what, mt_error *err) {
+    if (left(r) < need)
+        return mt_error_set(err, "%s: payload of %zu bytes is too short for its %s", type, r->len,
+                            what);
+    return 0;
+}
+
+/* The exact size check once the counts are known. */
+static int exact(const rbuf *r, uint64_t rest, const char *type, const char *what, mt_error *err) {
+    if ((uint64_t)left(r) != rest)
+        return mt_error_set(err, "%s: payload is %zu bytes; %s means exactly %llu bytes", type,
+                            r->len, what, (unsigned long long)(r->off + rest));
+    return 0;
+}
+
+static int get_dtype(rbuf *r, mt_proto_dtype *d, const char *type, mt_error *err) {
+    uint8_t v = get_u8(r);
+    if (v != MT_PROTO_F32 && v != MT_PROTO_BF16)
+        return mt_error_set(err, "%s: dtype %u is unknown (0 = f32, 1 = bf16)", type, v);
+    *d = (mt_proto_dtype)v;
+    return 0;
+}
+
+/* Reads n rows of n_embd values as f32 and checks that each is finite. */
+static int get_rows(rbuf *r, float *out, int32_t n, int32_t n_embd, mt_proto_dtype dtype,
+                    const char *type, mt_error *err) {
+    size_t total = (size_t)n * (size_t)n_embd;
+    for (size_t i = 0; i < total; i++) {
+        float f;
+        if (dtype == MT_PROTO_BF16) {
+            f = mt_bf16_to_f32((uint16_t)get_le(r, 2));
+        } else {
+            uint32_t bits = get_u32(r);
+            memcpy(&f, &bits, 4);
+        }
+        if (!isfinite(f))
+            return mt_error_set(err, "%s: value %zu of row %zu is not finite", type,
+                                i % (size_t)n_embd, i / (size_t)n_embd);
+        out[i] = f;
+    }
+    return 0;
+}
+
+/* ---- encode ----------------------------------------------------------------------- */
+
+static int check_embd(int32_t n_embd, const char *type, mt_error *err) {
+    if (n_embd <= 0 || n_embd > MT_PROTO_MAX_EMBD)
+        return mt_error_set(err, "%s: n_embd %d is outside [1, %d]", type, n_embd,
+                            MT_PROTO_MAX_EMBD);
+    return 0;
+}
+
+static int check_count(int32_t n, int32_t max, const char *type, const char *what, mt_error *err) {
+    if (n < 1 || n > max)
+        return mt_error_set(err, "%s: %s %d is outside [1, %d]", type, what, n, max);
+    return 0;
+}
+
+int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t *len,
+                    mt_error *err) {
+    const char *tn = mt_proto_type_name(m->type);
+    uint64_t body = 0, rows_bytes = 0;
+    size_t text_len = 0, arch_len = 0;
+    *out = NULL;
+    *len = 0;
+    bool has_rows = m->type == MT_PROTO_STAGE_FORWARD || m->type == MT_PROTO_EXPERT_RUN ||
+                    m->type == MT_PROTO_STAGE_REPLY || m->type == MT_PROTO_EXPERT_REPLY;
+    if (has_rows) {
+        bool expert = m->type == MT_PROTO_EXPERT_RUN || m->type == MT_PROTO_EXPERT_REPLY;
+        if (check_embd(n_embd, tn, err) ||
+            check_count(m->n, expert ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS, tn,
+                        expert ? "n_rows" : "n_tok", err))
+            return -1;
+        if (m->dtype != MT_PROTO_F32 && m->dtype != MT_PROTO_BF16)
+            return mt_error_set(err, "%s: dtype %d is unknown", tn, (int)m->dtype);
+        rows_bytes = (uint64_t)m->n * (uint64_t)n_embd * mt_proto_dtype_size(m->dtype);
+    }
+    switch (m->type) {
+    case MT_PROTO_INFO:
+        break;
+    case MT_PROTO_STAGE_FORWARD:
+        if (m->layer_begin < 0 || m->layer_begin >= m->layer_end ||
+            m->layer_end > MT_PROTO_MAX_LAYERS)
+            return mt_error_set(err, "%s: layer range [%d, %d) is empty or outside [0, %d)", tn,
+                                m->layer_begin, m->layer_end, MT_PROTO_MAX_LAYERS);
+        for (int32_t i = 0; i < m->n; i++)
+            if (m->pos[i] < 0)
+                return mt_error_set(err, "%s: position %d of token %d is negative", tn, m->pos[i],
+                                    i);
+        body = STAGE_FIXED + 4 * (uint64_t)m->n + rows_bytes;
+        break;
+    case MT_PROTO_EXPERT_RUN:
+        if (m->layer_begin < 0 || m->layer_begin >= MT_PROTO_MAX_LAYERS)
+            return mt_error_set(err, "%s: layer %d is outside [0, %d)", tn, m->layer_begin,
+                                MT_PROTO_MAX_LAYERS);
+        for (int32_t i = 0; i < m->n; i++)
+            if (m->ids[i] < 0 || m->ids[i] >= MT_PROTO_MAX_EXPERTS)
+                return mt_error_set(err, "%s: expert id %d of row %d is outside [0, %d)", tn,
+                                    m->ids[i], i, MT_PROTO_MAX_EXPERTS);
+        body = EXPERT_FIXED + 4 * (uint64_t)m->n + rows_bytes;
+        break;
+    case MT_PROTO_SESSION_END:
+        body = 8;
+        break;
+    case MT_PROTO_INFO_REPLY: {
+        const mt_proto_info *in = &m->info;
+        arch_len = strnlen(in->arch, sizeof in->arch);
+        if (arch_len < 1 || arch_len > MT_PROTO_ARCH_MAX)
+            return mt_error_set(err, "%s: architecture name must have 1 to %d bytes", tn,
+                                MT_PROTO_ARCH_MAX);
+        if (strlen(in->source_id) != 64)
+            return mt_error_set(err, "%s: source_id must be 64 hex digits", tn);
+        if (in->n_held < 0 || in->n_held > in->n_expert || (in->n_held && !in->experts))
+            return mt_error_set(err, "%s: %d experts held of %d", tn, in->n_held, in->n_expert);
+        body = INFO_FIXED + arch_len + 4 + 4 * (uint64_t)in->n_held;
+        break;
+    }
+    case MT_PROTO_STAGE_REPLY:
+    case MT_PROTO_EXPERT_REPLY:
+        body = ROWS_REPLY_FIXED + rows_bytes;
+        break;
+    case MT_PROTO_SESSION_END_REPLY:
+        body = 1;
+        break;
+    case MT_PROTO_ERROR:
+        text_len = strnlen(m->text, MT_PROTO_MAX_TEXT);
+        body = 8 + text_len;
+        break;
+    default:
+        return mt_error_set(err, "cannot encode message type 0x%04x: unknown", m->type);
+    }
+    uint64_t total = MT_PROTO_HEADER_BYTES + body;
+    if (total > MT_PROTO_MAX_PAYLOAD)
+        return mt_error_set(err,
+                            "%s: %llu bytes exceed the %zu-byte message limit; send fewer rows"
+                            " per message (mt_proto_max_rows)",
+                            tn, (unsigned long long)total, (size_t)MT_PROTO_MAX_PAYLOAD);
+    wbuf w = {malloc((size_t)total), 0, (size_t)total};
+    if (!w.p)
+        return mt_error_set(err, "%s: out of memory for %llu bytes", tn, (unsigned long long)total);
+    put_u16(&w, m->type);
+    put_u16(&w, 0);
+    put_u64(&w, m->request_id);
+    size_t nv = (size_t)m->n * (size_t)(n_embd > 0 ? n_embd : 0);
+    switch (m->type) {
+    case MT_PROTO_STAGE_FORWARD:
+        put_u64(&w, m->session);
+        put_u8(&w, (uint8_t)m->dtype);
+        put_u32(&w, (uint32_t)m->n);
+        put_u32(&w, (uint32_t)m->layer_begin);
+        put_u32(&w, (uint32_t)m->layer_end);
+        for (int32_t i = 0; i < m->n; i++) put_u32(&w, (uint32_t)m->pos[i]);
+        put_rows(&w, m->rows, nv, m->dtype);
+        break;
+    case MT_PROTO_EXPERT_RUN:
+        put_u32(&w, (uint32_t)m->layer_begin);
+        put_u8(&w, (uint8_t)m->dtype);
+        put_u32(&w, (uint32_t)m->n);
+        for (int32_t i = 0; i < m->n; i++) put_u32(&w, (uint32_t)m->ids[i]);
+        put_rows(&w, m->rows, nv, m->dtype);
+        break;
+    case MT_PROTO_SESSION_END:
+        put_u64(&w, m->session);
+        break;
+    case MT_PROTO_INFO_REPLY: {
+        const mt_proto_info *in = &m->info;
+        put_u32(&w, (uint32_t)in->n_embd);
+        put_u32(&w, (uint32_t)in->n_layer);
+        put_u32(&w, (uint32_t)in->layer_begin);
+        put_u32(&w, (uint32_t)in->layer_end);
+        put_u32(&w, (uint32_t)in->n_expert);
+        put_u32(&w, (uint32_t)in->n_expert_used);
+        put_u8(&w, (uint8_t)((in->attention ? 1 : 0) | (in->head ? 2 : 0) | (in->experts ? 4 : 0)));
+        put_u32(&w, (uint32_t)in->n_ctx);
+        put_u32(&w, (uint32_t)in->max_sessions);
+        put_bytes(&w, in->source_id, 64);
+        put_u8(&w, (uint8_t)arch_len);
+        put_bytes(&w, in->arch, arch_len);
+        put_u32(&w, (uint32_t)in->n_held);
+        for (int32_t i = 0; i < in->n_held; i++) put_u32(&w, (uint32_t)in->held[i]);
+        break;
+    }
+    case MT_PROTO_STAGE_REPLY:
+    case MT_PROTO_EXPERT_REPLY:
+        put_u8(&w, (uint8_t)m->dtype);
+        put_u32(&w, (uint32_t)m->n);
+        put_rows(&w, m->rows, nv, m->dtype);
+        break;
+    case MT_PROTO_SESSION_END_REPLY:
+        put_u8(&w, m->existed ? 1 : 0);
+        break;
+    case MT_PROTO_ERROR:
+        put_u32(&w, m->code);
+        put_u32(&w, (uint32_t)text_len);
+        put_bytes(&w, m->text, text_len);
+        break;
+    default:
+        break;
+    }
+    *out = w.p;
+    *len = w.off;
+    return 0;
+}
+
+uint8_t *mt_proto_error_reply(uint64_t request_id, uint32_t code, size_t *len, const char *fmt,
+                              ...) {
+    mt_proto_msg m = {.type = MT_PROTO_ERROR, .request_id = request_id, .code = code};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m.text, sizeof m.text, fmt, ap);
+    va_end(ap);
+    uint8_t *out;
+    return mt_proto_encode(&m, 0, &out, len, NULL) == 0 ? out : NULL;
+}
+
+/* ---- decode ----------------------------------------------------------------------- */
+
+void mt_proto_msg_free(mt_proto_msg *m) {
+    free(m->pos), free(m->ids), free(m->rows), free(m->info.held);
+    m->pos = m->ids = m->info.held = NULL;
+    m->rows = NULL;
+}
+
+/* Count, dtype and exact size of a message carrying n rows (+ an i32 per row
+ * when per_row_i32), then the i32s (into *ints) and the rows. */
+static int decode_rows(rbuf *r, mt_proto_msg *m, int32_t n_embd, uint32_t n, int32_t max,
+                       bool per_row_i32, int32_t **ints, const char *tn, const char *what,
+                       mt_error *err) {
+    if (check_embd(n_embd, tn, err)) return -1;
+    if (n < 1 || n > (uint32_t)max)
+        return mt_error_set(err, "%s: %s %u is outside [1, %d]", tn, what, n, max);
+    m->n = (int32_t)n;
+    uint64_t rows_bytes = (uint64_t)n * (uint64_t)n_embd * mt_proto_dtype_size(m->dtype);
+    char counts[96];
+    snprintf(counts, sizeof counts, "%s %u with n_embd %d in %s", what, n, n_embd,
+             mt_proto_dtype_name(m->dtype));
+    if (exact(r, (per_row_i32 ? 4 * (uint64_t)n : 0) + rows_bytes, tn, counts, err)) return -1;
+    if (per_row_i32) {
+        if (!(*ints = malloc((size_t)n * sizeof(int32_t))))
+            return mt_error_set(err, "%s: out of memory", tn);
+        for (uint32_t i = 0; i < n; i++) (*ints)[i] = (int32_t)get_u32(r);
+    }
+    if (!(m->rows = malloc((size_t)n * (size_t)n_embd * sizeof(float))))
+        return mt_error_set(err, "%s: out of memory for %u rows", tn, n);
+    return get_rows(r, m->rows, m->n, n_embd, m->dtype, tn, err);
+}
+
+static int decode_info(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) {
+    mt_proto_info *in = &m->info;
+    if (need(r, INFO_FIXED, tn, "fixed fields", err)) return -1;
+    uint32_t v[6];
+    for (int i = 0; i < 6; i++) v[i] = get_u32(r);
+    uint8_t parts = get_u8(r);
+    uint32_t n_ctx = get_u32(r), max_sessions = get_u32(r);
+    if (v[0] < 1 || v[0] > MT_PROTO_MAX_EMBD)
+        return mt_error_set(err, "%s: n_embd %u is outside [1, %d]", tn, v[0], MT_PROTO_MAX_EMBD);
+    if (v[1] < 1 || v[1] > MT_PROTO_MAX_LAYERS || v[2] > v[3] || v[3] > v[1])
+        return mt_error_set(err, "%s: layers [%u, %u) do not fit a model of %u layers", tn, v[2],
+                            v[3], v[1]);
+    if (v[4] > MT_PROTO_MAX_EXPERTS || v[5] > v[4])
+        return mt_error_set(err, "%s: %u experts used of %u (at most %d)", tn, v[5], v[4],
+                            MT_PROTO_MAX_EXPERTS);
+    if (parts & ~7u) return mt_error_set(err, "%s: unknown parts bits 0x%02x", tn, parts);
+    if (n_ctx > (1u << 24) || max_sessions > (1u << 24))
+        return mt_error_set(err, "%s: n_ctx %u or max_sessions %u is over 2^24", tn, n_ctx,
+                            max_sessions);
+    in->n_embd = (int32_t)v[0], in->n_layer = (int32_t)v[1];
+    in->layer_begin = (int32_t)v[2], in->layer_end = (int32_t)v[3];
+    in->n_expert = (int32_t)v[4], in->n_expert_used = (int32_t)v[5];
+    in->attention = parts & 1, in->head = (parts >> 1) & 1, in->experts = (parts >> 2) & 1;
+    in->n_ctx = (int32_t)n_ctx, in->max_sessions = (int32_t)max_sessions;
+    for (int i = 0; i < 64; i++) {
+        char c = (char)get_u8(r);
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return mt_error_set(err, "%s: source_id is not 64 lowercase hex digits", tn);
+        in->source_id[i] = c;
+    }
+    in->source_id[64] = 0;
+    uint8_t arch_len = get_u8(r);
+    if (arch_len < 1 || arch_len > MT_PROTO_ARCH_MAX)
+        return mt_error_set(err, "%s: architecture name length %u is outside [1, %d]", tn, arch_len,
+                            MT_PROTO_ARCH_MAX);
+    if (need(r, (uint64_t)arch_len + 4, tn, "architecture name and expert count", err)) return -1;
+    for (int i = 0; i < arch_len; i++) {
+        char c = (char)get_u8(r);
+        if (c < 0x21 || c > 0x7e)
+            return mt_error_set(err, "%s: architecture name has a non-printable byte", tn);
+        in->arch[i] = c;
+    }
+    in->arch[arch_len] = 0;
+    uint32_t n_held = get_u32(r);
+    if (n_held > (uint32_t)in->n_expert || (n_held && !in->experts))
+        return mt_error_set(err, "%s: %u experts held of %d%s", tn, n_held, in->n_expert,
+                            in->experts ? "" : " although no routed experts are held");
+    if (exact(r, 4 * (uint64_t)n_held, tn, "n_held", err)) return -1;
+    if (n_held && !(in->held = malloc(n_held * sizeof(int32_t))))
+        return mt_error_set(err, "%s: out of memory", tn);
+    for (uint32_t i = 0; i < n_held; i++) {
+        uint32_t e = get_u32(r);
+        if (e >= (uint32_t)in->n_expert || (i > 0 && (int32_t)e <= in->held[i - 1]))
+            return mt_error_set(err,
+                                "%s: held expert id %u (entry %u) is out of range or not"
+                                " ascending",
+                                tn, e, i);
+        in->held[i] = (int32_t)e;
+    }
+    in->n_held = (int32_t)n_held;
+    return 0;
+}
+
+static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, mt_error *err) {
+    const char *tn = mt_proto_type_name(m->type);
+    switch (m->type) {
+    case MT_PROTO_INFO:
+        return exact(r, 0, tn, "an empty body", err);
+    case MT_PROTO_STAGE_FORWARD: {
+        if (need(r, STAGE_FIXED, tn, "fixed fields", err)) return -1;
+        m->session = get_u64(r);
+        if (get_dtype(r, &m->dtype, tn, err)) return -1;
+        uint32_t n = get_u32(r), a = get_u32(r), b = get_u32(r);
+        if (a >= b || b > MT_PROTO_MAX_LAYERS)
+            return mt_error_set(err, "%s: layer range [%u, %u) is empty or outside [0, %d)", tn, a,
+                                b, MT_PROTO_MAX_LAYERS);
+        m->layer_begin = (int32_t)a, m->layer_end = (int32_t)b;
+        if (decode_rows(r, m, n_embd, n, MT_PROTO_MAX_TOKENS, true, &m->pos, tn, "n_tok", err))
+            return -1;
+        for (int32_t i = 0; i < m->n; i++)
+            if (m->pos[i] < 0)
+                return mt_error_set(err, "%s: position %d of token %d is negative", tn, m->pos[i],
+                                    i);
+        return 0;
+    }
+    case MT_PROTO_EXPERT_RUN: {
+        if (need(r, EXPERT_FIXED, tn, "fixed fields", err)) return -1;
+        uint32_t layer = get_u32(r);
+        if (layer >= MT_PROTO_MAX_LAYERS)
+            return mt_error_set(err, "%s: layer %u is outside [0, %d)", tn, layer,
+                                MT_PROTO_MAX_LAYERS);
+        m->layer_begin = (int32_t)layer, m->layer_end = (int32_t)layer + 1;
+        if (get_dtype(r, &m->dtype, tn, err)) return -1;
+        uint32_t n = get_u32(r);
+        if (decode_rows(r, m, n_embd, n, MT_PROTO_MAX_ROWS, true, &m->ids, tn, "n_rows", err))
+            return -1;
+        for (int32_t i = 0; i < m->n; i++)
+            if (m->ids[i] < 0 || m->ids[i] >= MT_PROTO_MAX_EXPERTS)
+                return mt_error_set(err, "%s: expert id %d of row %d is outside [0, %d)", tn,
+                                    m->ids[i], i, MT_PROTO_MAX_EXPERTS);
+        return 0;
+    }
+    case MT_PROTO_SESSION_END:
+        if (exact(r, 8, tn, "a session id", err)) return -1;
+        m->session = get_u64(r);
+        return 0;
+    case MT_PROTO_INFO_REPLY:
+        return decode_info(r, m, tn, err);
+    case MT_PROTO_STAGE_REPLY:
+    case MT_PROTO_EXPERT_REPLY: {
+        if (need(r, ROWS_REPLY_FIXED, tn, "fixed fields", err)) return -1;
+        if (get_dtype(r, &m->dtype, tn, err)) return -1;
+        uint32_t n = get_u32(r);
+        bool ex = m->type == MT_PROTO_EXPERT_REPLY;
+        return decode_rows(r, m, n_embd, n, ex ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS, false,
+                           NULL, tn, ex ? "n_rows" : "n_tok", err);
+    }
+    case MT_PROTO_SESSION_END_REPLY: {
+        if (exact(r, 1, tn, "one flag byte", err)) return -1;
+        uint8_t v = get_u8(r);
+        if (v > 1) return mt_error_set(err, "%s: existed flag %u is not 0 or 1", tn, v);
+        m->existed = v;
+        return 0;
+    }
+    case MT_PROTO_ERROR: {
+        if (need(r, 8, tn, "code and text length", err)) return -1;
+        m->code = get_u32(r);
+        uint32_t n = get_u32(r);
+        if (n > MT_PROTO_MAX_TEXT)
+            return mt_error_set(err, "%s: text of %u bytes is over the %d-byte limit", tn, n,
+                                MT_PROTO_MAX_TEXT);
+        if (exact(r, n, tn, "its text length", err)) return -1;
+        if (memchr(r->p + r->off, 0, n))
+            return mt_error_set(err, "%s: text contains a NUL byte", tn);
+        memcpy(m->text, r->p + r->off, n);
+        m->text[n] = 0;
+        r->off += n;
+        return 0;
+    }
+    default:
+        return mt_error_set(err, "message type 0x%04x is unknown", m->type);
+    }
+}
+
+int mt_proto_decode(const void *payload, size_t len, int32_t n_embd, mt_proto_msg *out,
+                    mt_error *err) {
+    memset(out, 0, sizeof *out);
+    rbuf r = {payload, 0, len};
+    if (len < MT_PROTO_HEADER_BYTES)
+        return mt_error_set(err, "message of %zu bytes is shorter than the %d-byte header", len,
+                            MT_PROTO_HEADER_BYTES);
+    if (len > MT_PROTO_MAX_PAYLOAD)
+        return mt_error_set(err, "message of %zu bytes is over the %zu-byte limit", len,
+                            (size_t)MT_PROTO_MAX_PAYLOAD);
+    out->type = (uint16_t)get_le(&r, 2);
+    uint16_t flags = (uint16_t)get_le(&r, 2);
+    out->request_id = get_u64(&r);
+    if (flags)
+        return mt_error_set(err, "%s: header flags 0x%04x are reserved and must be 0",
+                            mt_proto_type_name(out->type), flags);
+    if (decode_body(&r, n_embd, out, err) == 0) return 0;
+    uint16_t type = out->type;
+    uint64_t id = out->request_id;
+    mt_proto_msg_free(out);
+    memset(out, 0, sizeof *out);
+    out->type = type;
+    out->request_id = id;
+    return -1;
+}

@@ -1,0 +1,221 @@
+/* remote.c - the client side of the data plane (remote.h): a connection to
+ * one node, and INFO / STAGE_FORWARD / EXPERT_RUN / SESSION_END calls over
+ * it, each checked to answer exactly the request that was sent. */
+#include "moontail/remote.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mt_remote {
+    mt_conn *conn;
+    pthread_mutex_t lock; /* one call at a time */
+    uint64_t next_id;
+    mt_proto_dtype wire; /* dtype of expert rows */
+    bool broken;
+    char reason[sizeof(((mt_error *)0)->msg)];
+    char addr[128];
+    mt_proto_info info;
+};
+
+/* ---- calls ------------------------------------------------------------------------ */
+
+static uint16_t reply_type(uint16_t request) {
+    return (uint16_t)(request | 0x8000);
+}
+
+/* Breaks r for good with err's message (the stream is out of step). */
+static int remote_break(mt_remote *r, mt_error *err) {
+    if (!r->broken) {
+        r->broken = true;
+        snprintf(r->reason, sizeof r->reason, "%s", err ? err->msg : "failed");
+    }
+    return -1;
+}
+
+/* The call itself, with r->lock held. */
+static int call_locked(mt_remote *r, mt_proto_msg *req, mt_proto_msg *reply, uint32_t *code,
+                       mt_error *err) {
+    if (code) *code = 0;
+    memset(reply, 0, sizeof *reply);
+    if (r->broken)
+        return mt_error_set(err, "node %s: connection is broken: %s", r->addr, r->reason);
+    req->request_id = r->next_id++;
+    uint8_t *buf;
+    size_t len;
+    if (mt_proto_encode(req, r->info.n_embd, &buf, &len, err)) return -1;
+    int rc = mt_conn_send(r->conn, buf, len, err);
+    free(buf);
+    if (rc) {
+        mt_error_prefix(err, "node %s", r->addr);
+        return remote_break(r, err);
+    }
+    void *in;
+    rc = mt_conn_recv(r->conn, &in, &len, err);
+    if (rc == 1) mt_error_set(err, "the node closed the connection without replying");
+    if (rc) {
+        mt_error_prefix(err, "node %s: %s", r->addr, mt_proto_type_name(req->type));
+        return remote_break(r, err);
+    }
+    rc = mt_proto_decode(in, len, r->info.n_embd, reply, err);
+    free(in);
+    if (rc) {
+        mt_error_prefix(err, "node %s: bad reply to %s", r->addr, mt_proto_type_name(req->type));
+        return remote_break(r, err);
+    }
+    if (reply->request_id != req->request_id ||
+        (reply->type != reply_type(req->type) && reply->type != MT_PROTO_ERROR)) {
+        mt_error_set(err, "node %s: %s reply (request %llu) does not answer %s (request %llu)",
+                     r->addr, mt_proto_type_name(reply->type),
+                     (unsigned long long)reply->request_id, mt_proto_type_name(req->type),
+                     (unsigned long long)req->request_id);
+        mt_proto_msg_free(reply);
+        return remote_break(r, err);
+    }
+    if (reply->type == MT_PROTO_ERROR) {
+        if (code) *code = reply->code;
+        return mt_error_set(err, "node %s: %s", r->addr, reply->text);
+    }
+    return 0;
+}
+
+int mt_remote_call(mt_remote *r, mt_proto_msg *req, mt_proto_msg *reply, uint32_t *code,
+                   mt_error *err) {
+    pthread_mutex_lock(&r->lock);
+    int rc = call_locked(r, req, reply, code, err);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+/* A reply carrying rows must carry exactly the rows asked for, in the same dtype. */
+static int check_rows(mt_remote *r, const mt_proto_msg *reply, int32_t n, mt_proto_dtype dtype,
+                      mt_error *err) {
+    if (reply->n == n && reply->dtype == dtype) return 0;
+    mt_error_set(err, "node %s: %s has %d rows in %s; %d rows in %s were asked for", r->addr,
+                 mt_proto_type_name(reply->type), reply->n, mt_proto_dtype_name(reply->dtype), n,
+                 mt_proto_dtype_name(dtype));
+    return remote_break(r, err);
+}
+
+int mt_remote_stage_forward(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
+                            const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
+                            uint32_t *code, mt_error *err) {
+    const size_t E = (size_t)r->info.n_embd;
+    const int32_t chunk = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, r->info.n_embd, dtype);
+    if (code) *code = 0;
+    if (n_tok <= 0) return mt_error_set(err, "stage forward: no tokens given");
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    for (int32_t t0 = 0; t0 < n_tok && rc == 0; t0 += chunk) {
+        int32_t n = n_tok - t0 < chunk ? n_tok - t0 : chunk;
+        mt_proto_msg req = {.type = MT_PROTO_STAGE_FORWARD,
+                            .session = session,
+                            .dtype = dtype,
+                            .n = n,
+                            .layer_begin = layer_begin,
+                            .layer_end = layer_end,
+                            .pos = (int32_t *)(pos + t0),
+                            .rows = hidden + (size_t)t0 * E};
+        mt_proto_msg reply;
+        rc = call_locked(r, &req, &reply, code, err);
+        if (rc == 0 && (rc = check_rows(r, &reply, n, dtype, err)) == 0)
+            memcpy(hidden + (size_t)t0 * E, reply.rows, (size_t)n * E * sizeof(float));
+        mt_proto_msg_free(&reply);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int mt_remote_experts_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u,
+                          float *y, mt_pool *pool, mt_error *err) {
+    (void)pool;
+    mt_remote *r = ctx;
+    const size_t E = (size_t)r->info.n_embd;
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    const int32_t chunk = mt_proto_max_rows(MT_PROTO_EXPERT_RUN, r->info.n_embd, r->wire);
+    for (int32_t r0 = 0; r0 < n && rc == 0; r0 += chunk) {
+        int32_t k = n - r0 < chunk ? n - r0 : chunk;
+        mt_proto_msg req = {.type = MT_PROTO_EXPERT_RUN,
+                            .dtype = r->wire,
+                            .n = k,
+                            .layer_begin = il,
+                            .ids = (int32_t *)(ids + r0),
+                            .rows = (float *)(u + (size_t)r0 * E)};
+        mt_proto_msg reply;
+        rc = call_locked(r, &req, &reply, NULL, err);
+        if (rc == 0 && (rc = check_rows(r, &reply, k, r->wire, err)) == 0)
+            memcpy(y + (size_t)r0 * E, reply.rows, (size_t)k * E * sizeof(float));
+        mt_proto_msg_free(&reply);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+void mt_remote_set_wire(mt_remote *r, mt_proto_dtype dtype) {
+    pthread_mutex_lock(&r->lock);
+    r->wire = dtype;
+    pthread_mutex_unlock(&r->lock);
+}
+
+int mt_remote_session_end(mt_remote *r, uint64_t session, bool *existed, mt_error *err) {
+    mt_proto_msg req = {.type = MT_PROTO_SESSION_END, .session = session}, reply;
+    int rc = mt_remote_call(r, &req, &reply, NULL, err);
+    if (rc == 0 && existed) *existed = reply.existed;
+    mt_proto_msg_free(&reply);
+    return rc;
+}
+
+/* ---- life cycle ---------------------------------------------------------------------- */
+
+mt_remote *mt_remote_connect(const char *addr, const uint8_t pk[MT_KEYS_PUBLIC_BYTES],
+                             const mt_keys *me, int timeout_ms, int call_timeout_ms,
+                             mt_error *err) {
+    if (timeout_ms <= 0) timeout_ms = 10000;
+    if (call_timeout_ms <= 0) call_timeout_ms = 120000;
+    mt_remote *r = calloc(1, sizeof *r);
+    if (!r) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    r->next_id = 1;
+    snprintf(r->addr, sizeof r->addr, "%s", addr);
+    int fd = mt_connect_tcp(addr, timeout_ms, err);
+    if (fd < 0 || !(r->conn = mt_conn_client(fd, me, pk, timeout_ms, err))) {
+        mt_error_prefix(err, "node %s", addr);
+        mt_remote_close(r);
+        return NULL;
+    }
+    mt_conn_set_timeout(r->conn, call_timeout_ms);
+    mt_proto_msg req = {.type = MT_PROTO_INFO}, reply;
+    if (mt_remote_call(r, &req, &reply, NULL, err)) {
+        mt_remote_close(r);
+        return NULL;
+    }
+    r->info = reply.info; /* takes the held list */
+    return r;
+}
+
+void mt_remote_close(mt_remote *r) {
+    if (!r) return;
+    if (r->conn) mt_conn_close(r->conn);
+    free(r->info.held);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+const mt_proto_info *mt_remote_info(const mt_remote *r) {
+    return &r->info;
+}
+const char *mt_remote_addr(const mt_remote *r) {
+    return r->addr;
+}
+
+bool mt_remote_is_open(mt_remote *r) {
+    pthread_mutex_lock(&r->lock);
+    bool open = !r->broken && mt_conn_is_open(r->conn);
+    pthread_mutex_unlock(&r->lock);
+    return open;
+}

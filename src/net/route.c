@@ -1,0 +1,523 @@
+/* route.c - the requester's route executor (route.h): the head and an
+ * optional backbone run locally, remote stages run the other layers, remote
+ * expert servers run the backbone's routed experts; sessions keep their token
+ * history so a stage that lost them can be replayed from position 0. Also
+ * the route file reader. */
+#include "moontail/route.h"
+#include "moontail/expert_dispatch.h"
+#include "moontail/remote.h"
+#include "moontail/shard.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- structures ------------------------------------------------------------------- */
+
+typedef struct route_stage {
+    mt_route_peer peer;
+    mt_remote *r;
+    int32_t layer_begin, layer_end;
+} route_stage;
+
+struct mt_route {
+    mt_keys keys;
+    mt_proto_dtype wire;
+    int ubatch, timeout_ms, call_timeout_ms;
+    mt_model *head;
+    mt_model *backbone; /* == head when the same file; NULL: none */
+    int32_t local_end;  /* the backbone runs layers [0, local_end) */
+    char source_id[MT_SHARD_HASH_HEX];
+    route_stage *stages;
+    int n_stages;
+    mt_remote **experts;
+    int n_experts;
+    mt_expert_dispatch dispatch;
+    bool use_dispatch;
+    mt_pool *pool;
+    int32_t max_ctx;
+    int replays;
+    pthread_mutex_t lock;
+};
+
+struct mt_route_session {
+    uint64_t id;
+    int32_t n_ctx;
+    int32_t n_past;
+    int32_t *tokens; /* (n_ctx) history */
+    mt_kv_cache *kv; /* the backbone's layers; NULL without one */
+};
+
+/* ---- opening a route ------------------------------------------------------------------ */
+
+static int model_source_id(const mt_model *m, char out[MT_SHARD_HASH_HEX], mt_error *err) {
+    mt_shard_info si;
+    int rc = mt_shard_info_read(m->gguf, &si, err);
+    if (rc == 0) {
+        memcpy(out, si.source_id, MT_SHARD_HASH_HEX);
+        mt_shard_info_free(&si);
+        return 0;
+    }
+    if (rc == MT_SHARD_NOT_A_SHARD) return mt_shard_source_id(m->gguf, out, NULL, err);
+    return -1;
+}
+
+/* A node's INFO must describe the same model as the head. */
+static int check_node(const mt_route *r, mt_remote *rem, const char *role, mt_error *err) {
+    const mt_proto_info *in = mt_remote_info(rem);
+    const mt_hparams *hp = &r->head->hp;
+    if (strcmp(in->source_id, r->source_id) != 0)
+        return mt_error_set(err,
+                            "%s %s holds another model (source_id %.16s..., the head's is"
+                            " %.16s...)",
+                            role, mt_remote_addr(rem), in->source_id, r->source_id);
+    if (in->n_embd != hp->n_embd || in->n_layer != hp->n_layer)
+        return mt_error_set(err, "%s %s: n_embd %d / %d layers differ from the head's %d / %d",
+                            role, mt_remote_addr(rem), in->n_embd, in->n_layer, hp->n_embd,
+                            hp->n_layer);
+    return 0;
+}
+
+static int connect_stage(mt_route *r, route_stage *st, mt_error *err) {
+    mt_remote *rem = mt_remote_connect(st->peer.addr, st->peer.pk, &r->keys, r->timeout_ms,
+                                       r->call_timeout_ms, err);
+    if (!rem) return -1;
+    const mt_proto_info *in = mt_remote_info(rem);
+    int rc = check_node(r, rem, "stage", err);
+    if (rc == 0 && !in->attention)
+        rc = mt_error_set(err, "stage %s holds no attention part: it is an expert server",
+                          st->peer.addr);
+    if (rc == 0 && st->r && (in->layer_begin != st->layer_begin || in->layer_end != st->layer_end))
+        rc = mt_error_set(err, "stage %s came back holding layers [%d, %d) instead of [%d, %d)",
+                          st->peer.addr, in->layer_begin, in->layer_end, st->layer_begin,
+                          st->layer_end);
+    if (rc) {
+        mt_remote_close(rem);
+        return -1;
+    }
+    mt_remote_close(st->r);
+    st->r = rem;
+    st->layer_begin = in->layer_begin;
+    st->layer_end = in->layer_end;
+    return 0;
+}
+
+/* The backbone's routed experts: its own, plus the expert servers'. */
+static int setup_experts(mt_route *r, const mt_route_config *cfg, mt_error *err) {
+    const mt_model *bb = r->backbone;
+    bool moe = false;
+    for (int32_t il = 0; bb && il < r->local_end; il++) moe |= bb->layers[il].is_moe;
+    if (cfg->n_experts > 0 && !moe)
+        return mt_error_set(err, "expert servers are given but the route has no local MoE layers"
+                                 " (give a backbone shard)");
+    for (int i = 0; i < cfg->n_experts; i++) {
+        mt_remote *rem = mt_remote_connect(cfg->experts[i].addr, cfg->experts[i].pk, &r->keys,
+                                           r->timeout_ms, r->call_timeout_ms, err);
+        if (!rem) return -1;
+        r->experts[r->n_experts++] = rem;
+        mt_remote_set_wire(rem, r->wire);
+        const mt_proto_info *in = mt_remote_info(rem);
+        if (check_node(r, rem, "expert server", err)) return -1;
+        if (!in->experts || in->layer_begin > 0 || in->layer_end < r->local_end)
+            return mt_error_set(err,
+                                "expert server %s holds %s of layers [%d, %d); the backbone needs"
+                                " experts of layers [0, %d)",
+                                cfg->experts[i].addr, in->experts ? "experts" : "no experts",
+                                in->layer_begin, in->layer_end, r->local_end);
+    }
+    if (!moe) return 0;
+    if (cfg->n_experts == 0 && bb->has_experts && bb->n_local_experts == bb->hp.n_expert) return 0;
+    if (mt_expert_dispatch_init(&r->dispatch, &bb->hp, err)) return -1;
+    r->use_dispatch = true;
+    if (bb->has_experts && mt_expert_dispatch_add_model(&r->dispatch, bb, err)) return -1;
+    for (int i = 0; i < r->n_experts; i++) {
+        const mt_proto_info *in = mt_remote_info(r->experts[i]);
+        if (mt_expert_dispatch_add(&r->dispatch, mt_remote_experts(r->experts[i]), in->held,
+                                   in->n_held, err)) {
+            mt_error_prefix(err, "expert server %s", mt_remote_addr(r->experts[i]));
+            return -1;
+        }
+    }
+    for (int32_t e = 0; e < r->dispatch.n_expert; e++)
+        if (r->dispatch.owner[e] < 0)
+            return mt_error_set(err,
+                                "routed expert %d is held neither by the backbone nor by an"
+                                " expert server",
+                                e);
+    return 0;
+}
+
+mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
+    if (!cfg->head || !cfg->keys) {
+        mt_error_set(err, "route: a head shard and the requester's key are required");
+        return NULL;
+    }
+    mt_route *r = calloc(1, sizeof *r);
+    if (!r) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    r->keys = *cfg->keys;
+    r->wire = cfg->wire;
+    r->ubatch = cfg->ubatch > 0 ? cfg->ubatch : 512;
+    r->timeout_ms = cfg->timeout_ms;
+    r->call_timeout_ms = cfg->call_timeout_ms;
+    if (cfg->wire != MT_PROTO_F32 && cfg->wire != MT_PROTO_BF16) {
+        mt_error_set(err, "unknown wire dtype %d", (int)cfg->wire);
+        goto fail;
+    }
+    if (!(r->head = mt_model_load(cfg->head, err))) goto fail;
+    if (!r->head->has_head) {
+        mt_error_set(err, "%s does not hold the head (token embeddings and output)", cfg->head);
+        goto fail;
+    }
+    if (model_source_id(r->head, r->source_id, err)) goto fail;
+    if (cfg->backbone) {
+        if (strcmp(cfg->backbone, cfg->head) == 0) {
+            r->backbone = r->head;
+        } else if (!(r->backbone = mt_model_load(cfg->backbone, err))) {
+            goto fail;
+        } else {
+            char sid[MT_SHARD_HASH_HEX];
+            if (model_source_id(r->backbone, sid, err)) goto fail;
+            if (strcmp(sid, r->source_id) != 0) {
+                mt_error_set(err, "backbone %s is another model than head %s", cfg->backbone,
+                             cfg->head);
+                goto fail;
+            }
+        }
+        if (!r->backbone->has_attention || r->backbone->layer_begin != 0 ||
+            r->backbone->layer_end <= 0) {
+            mt_error_set(err,
+                         "backbone %s must hold the attention parts of layers [0, a)"
+                         " (it holds %s of layers [%d, %d))",
+                         cfg->backbone, r->backbone->has_attention ? "attention" : "no attention",
+                         r->backbone->layer_begin, r->backbone->layer_end);
+            goto fail;
+        }
+        r->local_end = r->backbone->layer_end;
+    }
+    if (!(r->pool = mt_pool_create(cfg->threads))) {
+        mt_error_set(err, "cannot start %d threads", cfg->threads);
+        goto fail;
+    }
+    r->max_ctx = r->head->hp.n_ctx_train > 0 ? r->head->hp.n_ctx_train : 4096;
+    if ((cfg->n_experts && !(r->experts = calloc((size_t)cfg->n_experts, sizeof *r->experts))) ||
+        (cfg->n_stages && !(r->stages = calloc((size_t)cfg->n_stages, sizeof *r->stages)))) {
+        mt_error_set(err, "out of memory");
+        goto fail;
+    }
+    if (setup_experts(r, cfg, err)) goto fail;
+    int32_t next = r->local_end;
+    for (int i = 0; i < cfg->n_stages; i++) {
+        route_stage *st = &r->stages[i];
+        st->peer = cfg->stages[i];
+        r->n_stages++;
+        if (connect_stage(r, st, err)) goto fail;
+        if (st->layer_begin != next) {
+            mt_error_set(err,
+                         "stage %d (%s) holds layers [%d, %d) but layer %d comes next;"
+                         " list stages in layer order without gaps or overlaps",
+                         i, st->peer.addr, st->layer_begin, st->layer_end, next);
+            goto fail;
+        }
+        next = st->layer_end;
+        int32_t nc = mt_remote_info(st->r)->n_ctx;
+        if (nc < r->max_ctx) r->max_ctx = nc;
+    }
+    if (next != r->head->hp.n_layer) {
+        mt_error_set(err, "layers [%d, %d) are not covered by any stage", next,
+                     r->head->hp.n_layer);
+        goto fail;
+    }
+    return r;
+fail:
+    mt_error_prefix(err, "route");
+    mt_route_close(r);
+    return NULL;
+}
+
+void mt_route_close(mt_route *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_stages; i++) mt_remote_close(r->stages[i].r);
+    for (int i = 0; i < r->n_experts; i++) mt_remote_close(r->experts[i]);
+    free(r->stages);
+    free(r->experts);
+    if (r->use_dispatch) mt_expert_dispatch_free(&r->dispatch);
+    mt_pool_free(r->pool);
+    if (r->backbone != r->head) mt_model_free(r->backbone);
+    mt_model_free(r->head);
+    mt_keys_wipe(&r->keys);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+const mt_model *mt_route_head(const mt_route *r) {
+    return r->head;
+}
+int32_t mt_route_max_ctx(const mt_route *r) {
+    return r->max_ctx;
+}
+int mt_route_replays(const mt_route *r) {
+    return r->replays;
+}
+
+/* ---- sessions --------------------------------------------------------------------------- */
+
+mt_route_session *mt_route_session_new(mt_route *r, int32_t n_ctx, mt_error *err) {
+    if (n_ctx <= 0) n_ctx = r->max_ctx;
+    if (n_ctx > r->max_ctx) {
+        mt_error_set(err, "a context of %d positions is more than the route allows (%d)", n_ctx,
+                     r->max_ctx);
+        return NULL;
+    }
+    mt_route_session *s = calloc(1, sizeof *s);
+    if (!s || !(s->tokens = malloc((size_t)n_ctx * sizeof(int32_t)))) {
+        free(s);
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    randombytes_buf(&s->id, sizeof s->id);
+    s->n_ctx = n_ctx;
+    if (r->backbone && !(s->kv = mt_kv_cache_new(r->backbone, 0, r->local_end, n_ctx, err))) {
+        free(s->tokens);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void mt_route_session_end(mt_route *r, mt_route_session *s) {
+    if (!s) return;
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < r->n_stages; i++)
+        if (r->stages[i].r) mt_remote_session_end(r->stages[i].r, s->id, NULL, NULL);
+    pthread_mutex_unlock(&r->lock);
+    mt_kv_cache_free(s->kv);
+    free(s->tokens);
+    free(s);
+}
+
+const int32_t *mt_route_session_tokens(const mt_route_session *s, int32_t *n_past) {
+    if (n_past) *n_past = s->n_past;
+    return s->tokens;
+}
+uint64_t mt_route_session_id(const mt_route_session *s) {
+    return s->id;
+}
+
+/* ---- evaluation -------------------------------------------------------------------------- */
+
+enum { PASS_OK = 0, PASS_FAIL = -1, PASS_REPLAY = 1 };
+
+/* One pass of tokens [p0, p0 + n) (token ids in `tokens`) through the route;
+ * hidden receives the last layer's output. PASS_REPLAY when a stage lost the
+ * session or its connection (and came back): the caller replays from 0. */
+static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t p0,
+                      int32_t n, float *hidden, int32_t *pos, mt_error *err) {
+    for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
+    if (mt_model_embed(r->head, tokens, n, hidden, err)) return PASS_FAIL;
+    if (r->backbone) {
+        mt_expert_backend be = mt_expert_dispatch_backend(&r->dispatch);
+        if (mt_model_forward_layers(r->backbone, s->kv, 0, r->local_end, pos, n, hidden,
+                                    r->use_dispatch ? &be : NULL, r->pool, err))
+            return PASS_FAIL;
+    }
+    for (int i = 0; i < r->n_stages; i++) {
+        route_stage *st = &r->stages[i];
+        uint32_t code = 0;
+        if (mt_remote_stage_forward(st->r, s->id, st->layer_begin, st->layer_end, pos, n, hidden,
+                                    r->wire, &code, err) == 0)
+            continue;
+        if (code == MT_PROTO_ERR_UNKNOWN_SESSION && p0 > 0) return PASS_REPLAY;
+        if (code == 0 && !mt_remote_is_open(st->r)) { /* the connection broke: reconnect once */
+            mt_error e2 = {{0}};
+            if (connect_stage(r, st, &e2) == 0) return PASS_REPLAY;
+            char first[sizeof err->msg];
+            snprintf(first, sizeof first, "%s", err->msg);
+            mt_error_set(err, "%.300s; reconnecting failed too: %.200s", first, e2.msg);
+        }
+        return PASS_FAIL;
+    }
+    return PASS_OK;
+}
+
+/* Runs tokens [p0, p0 + n) of `all` in micro-batches; the last `want` rows of
+ * logits (or only the last row) are written. */
+static int route_run(mt_route *r, mt_route_session *s, const int32_t *all, int32_t p0, int32_t n,
+                     int32_t first_logit, bool all_logits, float *logits, mt_error *err) {
+    const size_t E = (size_t)r->head->hp.n_embd, V = (size_t)r->head->hp.n_vocab;
+    const int32_t ub = r->ubatch;
+    float *hidden = malloc((size_t)(n < ub ? n : ub) * E * sizeof(float));
+    int32_t *pos = malloc((size_t)(n < ub ? n : ub) * sizeof(int32_t));
+    int rc = PASS_OK;
+    if (!hidden || !pos) rc = mt_error_set(err, "out of memory for a batch of %d tokens", ub);
+    for (int32_t b = 0; rc == PASS_OK && b < n; b += ub) {
+        int32_t nb = n - b < ub ? n - b : ub;
+        rc = route_pass(r, s, all + p0 + b, p0 + b, nb, hidden, pos, err);
+        if (rc != PASS_OK) break;
+        /* logits of positions >= first_logit in this micro-batch */
+        int32_t lo = p0 + b, hi = p0 + b + nb;
+        if (all_logits) {
+            int32_t from = lo > first_logit ? lo : first_logit;
+            if (from < hi)
+                mt_model_head(r->head, hidden + (size_t)(from - lo) * E, hi - from,
+                              logits + (size_t)(from - first_logit) * V, r->pool);
+        } else if (b + nb == n) {
+            mt_model_head(r->head, hidden + (size_t)(nb - 1) * E, 1, logits, r->pool);
+        }
+    }
+    free(hidden);
+    free(pos);
+    return rc;
+}
+
+int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t n,
+                  bool all_logits, float *logits, mt_error *err) {
+    if (n <= 0) return mt_error_set(err, "nothing to evaluate: the token list is empty");
+    if ((int64_t)s->n_past + n > s->n_ctx)
+        return mt_error_set(err,
+                            "%d tokens after %d already in the session exceed its context of %d", n,
+                            s->n_past, s->n_ctx);
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= r->head->hp.n_vocab)
+            return mt_error_set(err, "token id %d at index %d is outside the vocabulary [0, %d)",
+                                tokens[i], i, r->head->hp.n_vocab);
+    pthread_mutex_lock(&r->lock);
+    const int32_t p0 = s->n_past;
+    memcpy(s->tokens + p0, tokens, (size_t)n * sizeof(int32_t)); /* committed on success */
+    int rc = route_run(r, s, s->tokens, p0, n, p0, all_logits, logits, err);
+    if (rc == PASS_REPLAY) { /* a stage lost the session: the whole history again from 0 */
+        r->replays++;
+        rc = route_run(r, s, s->tokens, 0, p0 + n, p0, all_logits, logits, err);
+        if (rc == PASS_REPLAY)
+            rc = mt_error_set(err, "the route lost the session again during"
+                                   " its replay; giving up");
+    }
+    if (rc == PASS_OK) s->n_past = p0 + n;
+    pthread_mutex_unlock(&r->lock);
+    return rc == PASS_OK ? 0 : -1;
+}
+
+/* ---- route files -------------------------------------------------------------------------- */
+
+/* path relative to the route file's directory (absolute paths unchanged). */
+static char *resolve(const char *route_path, const char *p) {
+    const char *slash = strrchr(route_path, '/');
+    size_t dl = p[0] == '/' || !slash ? 0 : (size_t)(slash - route_path) + 1;
+    char *out = malloc(dl + strlen(p) + 1);
+    if (!out) return NULL;
+    memcpy(out, route_path, dl);
+    strcpy(out + dl, p);
+    return out;
+}
+
+static int load_peers(const char *path, json_t *root, const char *field, mt_route_peer **out,
+                      int *n, mt_error *err) {
+    json_t *a = json_object_get(root, field);
+    *out = NULL;
+    *n = 0;
+    if (!a) return 0;
+    if (!json_is_array(a) || json_array_size(a) > 4096)
+        return mt_error_set(err, "%s: \"%s\" must be a list of {\"addr\", \"key\"}", path, field);
+    size_t cnt = json_array_size(a);
+    if (cnt == 0) return 0;
+    if (!(*out = calloc(cnt, sizeof **out))) return mt_error_set(err, "out of memory");
+    for (size_t i = 0; i < cnt; i++) {
+        json_t *o = json_array_get(a, i), *addr = json_object_get(o, "addr"),
+               *key = json_object_get(o, "key");
+        if (!json_is_object(o) || !json_is_string(addr) || !json_is_string(key) ||
+            json_object_size(o) != 2)
+            return mt_error_set(err,
+                                "%s: %s[%zu] must be {\"addr\": \"host:port\", \"key\": \"<64 hex"
+                                " digits>\"} and nothing else",
+                                path, field, i);
+        if (strlen(json_string_value(addr)) >= sizeof(*out)[i].addr)
+            return mt_error_set(err, "%s: %s[%zu].addr is too long", path, field, i);
+        snprintf((*out)[i].addr, sizeof(*out)[i].addr, "%s", json_string_value(addr));
+        if (mt_keys_pk_from_hex((*out)[i].pk, json_string_value(key), err)) {
+            mt_error_prefix(err, "%s: %s[%zu].key", path, field, i);
+            return -1;
+        }
+        (*n)++;
+    }
+    return 0;
+}
+
+int mt_route_file_load(const char *path, mt_route_file *f, mt_error *err) {
+    memset(f, 0, sizeof *f);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return mt_error_set(err, "%s:%d: not a valid route file: %s", path, je.line, je.text);
+    int rc = -1;
+    static const char *known[] = {"head", "backbone", "wire", "key", "stages", "experts"};
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v) {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= strcmp(k, known[i]) == 0;
+        if (!ok) {
+            mt_error_set(err,
+                         "%s: unknown field \"%s\" (a route file has head, backbone, wire, key,"
+                         " stages, experts)",
+                         path, k);
+            goto done;
+        }
+    }
+    json_t *head = json_object_get(root, "head"), *bb = json_object_get(root, "backbone"),
+           *wire = json_object_get(root, "wire"), *key = json_object_get(root, "key");
+    if (!json_is_string(head) || !json_is_string(key) || (bb && !json_is_string(bb)) ||
+        (wire && !json_is_string(wire))) {
+        mt_error_set(err,
+                     "%s: \"head\" and \"key\" (file paths) are required; \"backbone\" and"
+                     " \"wire\" must be strings",
+                     path);
+        goto done;
+    }
+    f->cfg.wire = MT_PROTO_F32;
+    if (wire) {
+        int d = mt_proto_dtype_from_name(json_string_value(wire));
+        if (d < 0) {
+            mt_error_set(err, "%s: wire \"%s\" is unknown; use \"f32\" (exact) or \"bf16\"", path,
+                         json_string_value(wire));
+            goto done;
+        }
+        f->cfg.wire = (mt_proto_dtype)d;
+    }
+    char *keyfile = resolve(path, json_string_value(key));
+    int krc = keyfile ? mt_keys_load(&f->keys, keyfile, err) : mt_error_set(err, "out of memory");
+    free(keyfile);
+    if (krc) goto done;
+    if (!(f->head = resolve(path, json_string_value(head))) ||
+        (bb && !(f->backbone = resolve(path, json_string_value(bb))))) {
+        mt_error_set(err, "out of memory");
+        goto done;
+    }
+    if (load_peers(path, root, "stages", &f->stages, &f->cfg.n_stages, err) ||
+        load_peers(path, root, "experts", &f->experts, &f->cfg.n_experts, err))
+        goto done;
+    f->cfg.head = f->head;
+    f->cfg.backbone = f->backbone;
+    f->cfg.keys = &f->keys;
+    f->cfg.stages = f->stages;
+    f->cfg.experts = f->experts;
+    rc = 0;
+done:
+    json_decref(root);
+    if (rc) mt_route_file_free(f);
+    return rc;
+}
+
+void mt_route_file_free(mt_route_file *f) {
+    free(f->head);
+    free(f->backbone);
+    free(f->stages);
+    free(f->experts);
+    mt_keys_wipe(&f->keys);
+    memset(f, 0, sizeof *f);
+}

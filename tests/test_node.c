@@ -1,0 +1,723 @@
+/* test_node.c - invariant 1 of DESIGN.md over the network: nodes (node.h)
+ * serving shards on 127.0.0.1, driven by the route executor (route.h) that
+ * keeps the head, give logits memcmp-identical to the whole model, for every
+ * architecture (F32 synthetic weights, 4 layers):
+ *   (a) head + 4 remote one-layer stages (cell),
+ *   (b) local backbone + 3 remote expert servers (swarm),
+ *   (c) one remote paired stage (attention + half the experts) whose partner
+ *       node holds the other half;
+ * also with 3 sessions from 3 threads batched together on the same nodes
+ * (continuous batching, checked to have happened), after an eviction and
+ * after a node restart that the requester repairs by replaying the session,
+ * and with the bf16 wire within a measured tolerance. Then hostile input:
+ * malformed and wrong requests get ERROR replies naming the problem, and the
+ * same server keeps serving. */
+#include "check.h"
+#include "moontail/node.h"
+#include "moontail/remote.h"
+#include "moontail/route.h"
+#include "moontail/session.h"
+#include "moontail/shard.h"
+#include "moontail/synth_model.h"
+#include "moontail/tensor_type.h"
+
+#include <pthread.h>
+#include <time.h>
+
+enum { N = 9, N_LAYER = 4, N_THREADS = 3 };
+static const int32_t base_prompt[N] = {5, 77, 3, 190, 42, 42, 8, 130, 64};
+
+static mt_keys k_node, k_req, k_stranger;
+static mt_keys_authorized *auth; /* the requester and the nodes themselves (partners) */
+
+static bool has(const char *s, const char *sub) {
+    return s && strstr(s, sub) != NULL;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- fixtures ----------------------------------------------------------------------- */
+
+typedef struct model_set {
+    const char *arch;
+    mt_model *whole;
+    char whole_path[256];
+    char head[256], stage[N_LAYER][256], stage_all[256], backbone[256], experts[3][256],
+        paired[256], partner[256];
+    int32_t n_expert;
+} model_set;
+
+static mt_shard_layout layout;
+static char source_id[MT_SHARD_HASH_HEX];
+
+static void write_shard(const gguf_file *g, mt_shard_spec spec, char *out, const char *what) {
+    snprintf(out, 256, "%s", check_tmp(".gguf"));
+    mt_error err = {{0}};
+    CHECK(mt_shard_write_with(g, &layout, source_id, &spec, out, &err) == 0, "%s shard: %s", what,
+          err.msg);
+}
+
+static bool make_set(model_set *s, const char *arch) {
+    memset(s, 0, sizeof *s);
+    s->arch = arch;
+    mt_synth_params p = mt_synth_default_params(arch);
+    p.type = MT_TYPE_F32;
+    p.n_layer = N_LAYER;
+    p.seed = 5;
+    /* smaller than the defaults, so that the ASan build stays quick */
+    p.n_embd = 128, p.head_dim = 32, p.n_ff = 128, p.n_ff_exp = 64;
+    p.q_lora = 64, p.kv_lora = 64, p.qk_nope = 32, p.qk_rope = 16, p.v_dim = 32;
+    snprintf(s->whole_path, sizeof s->whole_path, "%s", check_tmp(".gguf"));
+    mt_error err = {{0}};
+    CHECK(mt_synth_write(&p, s->whole_path, &err) == 0, "%s: %s", arch, err.msg);
+    s->whole = mt_model_load(s->whole_path, &err);
+    CHECK(s->whole != NULL, "%s: %s", arch, err.msg);
+    if (!s->whole) return false;
+    const gguf_file *g = s->whole->gguf;
+    const int32_t X = s->whole->hp.n_expert;
+    CHECK(mt_shard_layout_read(g, &layout, &err) == 0 &&
+              mt_shard_source_id(g, source_id, NULL, &err) == 0,
+          "%s: layout: %s", arch, err.msg);
+    static int32_t ids[256];
+    for (int32_t e = 0; e < 256; e++) ids[e] = e;
+    s->n_expert = X;
+    write_shard(g, (mt_shard_spec){0, 0, false, true, NULL, 0}, s->head, "head");
+    for (int i = 0; i < N_LAYER; i++)
+        write_shard(g, (mt_shard_spec){i, i + 1, true, false, NULL, -1}, s->stage[i], "stage");
+    write_shard(g, (mt_shard_spec){0, N_LAYER, true, false, NULL, -1}, s->stage_all, "all");
+    write_shard(g, (mt_shard_spec){0, N_LAYER, true, true, NULL, 0}, s->backbone, "backbone");
+    for (int k = 0; k < 3; k++) {
+        int32_t lo = X * k / 3, hi = X * (k + 1) / 3;
+        write_shard(g, (mt_shard_spec){0, N_LAYER, false, false, ids + lo, hi - lo}, s->experts[k],
+                    "experts");
+    }
+    write_shard(g, (mt_shard_spec){0, N_LAYER, true, false, ids, X / 2}, s->paired, "paired");
+    write_shard(g, (mt_shard_spec){0, N_LAYER, false, false, ids + X / 2, X - X / 2}, s->partner,
+                "partner");
+    mt_shard_layout_free(&layout);
+    return true;
+}
+
+static void free_set(model_set *s) {
+    char *files[] = {s->whole_path, s->head,      s->stage[0], s->stage[1],   s->stage[2],
+                     s->stage[3],   s->stage_all, s->backbone, s->experts[0], s->experts[1],
+                     s->experts[2], s->paired,    s->partner};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (files[i][0]) unlink(files[i]);
+    mt_model_free(s->whole);
+}
+
+static void prompt_of(int k, int32_t *out) {
+    for (int i = 0; i < N; i++) out[i] = base_prompt[(i + k) % N] + k;
+}
+
+/* Logits of the whole prompt from the whole model. */
+static float *reference(const mt_model *m, const int32_t *prompt) {
+    mt_error err = {{0}};
+    mt_session *s = mt_session_new(m, N, 1, &err);
+    float *logits = malloc((size_t)N * m->hp.n_vocab * sizeof(float));
+    CHECK(s && mt_session_eval(s, prompt, N, 0, true, logits, &err) == 0, "reference: %s", err.msg);
+    mt_session_free(s);
+    return logits;
+}
+
+static mt_node *start_node(const char *shard, const mt_node_partner *partners, int n_partners,
+                           int max_sessions) {
+    mt_node_config c = {.shard_path = shard,
+                        .keys = &k_node,
+                        .authorized = auth,
+                        .listen = "127.0.0.1:0",
+                        .partners = partners,
+                        .n_partners = n_partners,
+                        .max_sessions = max_sessions,
+                        .n_ctx = 64,
+                        .threads = 1,
+                        .timeout_ms = 5000,
+                        .quiet = true};
+    mt_error err = {{0}};
+    mt_node *n = mt_node_start(&c, &err);
+    CHECK(n != NULL, "node %s: %s", shard, err.msg);
+    return n;
+}
+
+static mt_route_peer peer_of(const mt_node *n) {
+    mt_route_peer p;
+    snprintf(p.addr, sizeof p.addr, "%s", mt_node_addr(n));
+    memcpy(p.pk, k_node.pk, sizeof p.pk);
+    return p;
+}
+
+/* ---- running a route ------------------------------------------------------------------ */
+
+/* The prompt minus its last token in one batch, then the last token alone
+ * (first_batch = N - 1), or first_batch tokens then one at a time. Returns
+ * the largest |difference| from ref, INFINITY with `why` on failure;
+ * *identical says whether every logit has ref's bits. No CHECK here: the
+ * threads of concurrent() use it too. */
+static int argmax(const float *v, int32_t n) {
+    int best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+static double route_logits(mt_route *r, const int32_t *prompt, const float *ref, int first_batch,
+                           bool *identical, int *argmax_diff, char *why, size_t cap) {
+    const int32_t V = mt_route_head(r)->hp.n_vocab;
+    mt_error err = {{0}};
+    *identical = false;
+    mt_route_session *s = mt_route_session_new(r, N, &err);
+    if (!s) {
+        snprintf(why, cap, "session: %s", err.msg);
+        return INFINITY;
+    }
+    float *logits = calloc((size_t)N * V, sizeof(float));
+    int rc = mt_route_eval(r, s, prompt, first_batch, true, logits, &err);
+    for (int t = first_batch; rc == 0 && t < N; t++)
+        rc = mt_route_eval(r, s, prompt + t, 1, false, logits + (size_t)t * V, &err);
+    double worst = rc == 0 ? 0 : INFINITY;
+    if (rc) snprintf(why, cap, "eval: %s", err.msg);
+    for (size_t i = 0; rc == 0 && i < (size_t)N * V; i++) {
+        double d = fabs((double)logits[i] - ref[i]);
+        if (d > worst) worst = d;
+    }
+    *identical = rc == 0 && memcmp(logits, ref, (size_t)N * V * sizeof(float)) == 0;
+    if (argmax_diff) /* positions whose greedy token differs */
+        for (int t = 0; t < N; t++)
+            *argmax_diff += argmax(logits + (size_t)t * V, V) != argmax(ref + (size_t)t * V, V);
+    mt_route_session_end(r, s);
+    free(logits);
+    return worst;
+}
+
+/* route_logits, checked to be bit-identical. */
+static void run_route(mt_route *r, const int32_t *prompt, const float *ref, int first_batch,
+                      const char *what) {
+    char why[600] = "";
+    bool same;
+    double d = route_logits(r, prompt, ref, first_batch, &same, NULL, why, sizeof why);
+    CHECK(same, "%s: logits differ from the whole model (max |diff| %g) %s", what, d, why);
+}
+
+static mt_route *open_route_err(const char *head, const char *backbone, const mt_route_peer *stages,
+                                int n_stages, const mt_route_peer *experts, int n_experts,
+                                mt_proto_dtype wire, mt_error *err) {
+    mt_route_config c = {.head = head,
+                         .backbone = backbone,
+                         .wire = wire,
+                         .keys = &k_req,
+                         .stages = stages,
+                         .n_stages = n_stages,
+                         .experts = experts,
+                         .n_experts = n_experts,
+                         .threads = 1,
+                         .timeout_ms = 5000,
+                         .call_timeout_ms = 20000};
+    return mt_route_open(&c, err);
+}
+
+static mt_route *open_route(const char *head, const char *backbone, const mt_route_peer *stages,
+                            int n_stages, const mt_route_peer *experts, int n_experts,
+                            mt_proto_dtype wire, const char *what) {
+    mt_error err = {{0}};
+    mt_route *r = open_route_err(head, backbone, stages, n_stages, experts, n_experts, wire, &err);
+    CHECK(r != NULL, "%s: route: %s", what, err.msg);
+    return r;
+}
+
+/* ---- several sessions from several threads at once --------------------------------------- */
+
+typedef struct thread_job {
+    const char *head, *backbone;
+    const mt_route_peer *stages, *experts;
+    int n_stages, n_experts;
+    int32_t prompt[N];
+    const float *ref;
+    bool identical; /* result */
+    char why[600];
+} thread_job;
+
+static void *thread_main(void *arg) {
+    thread_job *j = arg;
+    mt_error err = {{0}};
+    mt_route *r = open_route_err(j->head, j->backbone, j->stages, j->n_stages, j->experts,
+                                 j->n_experts, MT_PROTO_F32, &err);
+    if (!r) snprintf(j->why, sizeof j->why, "route: %s", err.msg);
+    if (r) /* 5 tokens at once, then 4 single */
+        route_logits(r, j->prompt, j->ref, 5, &j->identical, NULL, j->why, sizeof j->why);
+    mt_route_close(r);
+    return NULL;
+}
+
+/* Holds `gate` so that the threads' first requests queue up there together,
+ * releases it once all are waiting, and checks they ran as one batch. */
+static void concurrent(const model_set *s, const char *head, const char *backbone,
+                       const mt_route_peer *stages, int n_stages, const mt_route_peer *experts,
+                       int n_experts, mt_node *gate, bool gate_is_stage, const char *what) {
+    thread_job jobs[N_THREADS];
+    float *refs[N_THREADS];
+    pthread_t th[N_THREADS];
+    mt_node_hold(gate, true);
+    for (int k = 0; k < N_THREADS; k++) {
+        thread_job *j = &jobs[k];
+        *j = (thread_job){head,      backbone, stages, experts, n_stages,
+                          n_experts, {0},      NULL,   false,   {0}};
+        prompt_of(k + 1, j->prompt);
+        j->ref = refs[k] = reference(s->whole, j->prompt);
+        pthread_create(&th[k], NULL, thread_main, j);
+    }
+    mt_node_stats st;
+    for (int waited = 0; waited < 10000; waited += 5) {
+        mt_node_get_stats(gate, &st);
+        if (st.queued >= N_THREADS) break;
+        sleep_ms(5);
+    }
+    CHECK(st.queued == N_THREADS, "%s %s: %d requests queued at the held node, wanted %d", s->arch,
+          what, st.queued, N_THREADS);
+    mt_node_hold(gate, false);
+    for (int k = 0; k < N_THREADS; k++) {
+        pthread_join(th[k], NULL);
+        CHECK(jobs[k].identical, "%s %s, thread %d: logits differ from the whole model %s", s->arch,
+              what, k, jobs[k].why);
+    }
+    mt_node_get_stats(gate, &st);
+    int32_t most = gate_is_stage ? st.max_stage_requests : st.max_expert_requests;
+    CHECK(most >= N_THREADS, "%s %s: at most %d requests were batched together, wanted %d", s->arch,
+          what, most, N_THREADS);
+    for (int k = 0; k < N_THREADS; k++) free(refs[k]);
+}
+
+/* ---- the three deployments per architecture ---------------------------------------------- */
+
+static double worst_bf16; /* largest |logit difference| seen with the bf16 wire */
+static double worst_bf16_rel;
+
+static void check_arch(const char *arch) {
+    model_set s;
+    if (!make_set(&s, arch)) return;
+    float *ref = reference(s.whole, base_prompt);
+    const int32_t V = s.whole->hp.n_vocab;
+
+    /* (a) cell: head here, 4 one-layer stages */
+    mt_node *st[N_LAYER];
+    mt_route_peer sp[N_LAYER];
+    for (int i = 0; i < N_LAYER; i++) {
+        st[i] = start_node(s.stage[i], NULL, 0, 8);
+        if (st[i]) sp[i] = peer_of(st[i]);
+    }
+    if (st[0] && st[1] && st[2] && st[3]) {
+        mt_route *r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch);
+        if (r) run_route(r, base_prompt, ref, N - 1, "pipeline");
+        mt_route_close(r);
+        concurrent(&s, s.head, NULL, sp, N_LAYER, NULL, 0, st[0], true, "pipeline");
+        /* bf16 wire: half the bytes, not exact */
+        r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_BF16, arch);
+        double scale = 0;
+        for (size_t i = 0; i < (size_t)N * V; i++)
+            if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+        char why[600] = "";
+        bool same;
+        int flips = 0;
+        double d =
+            r ? route_logits(r, base_prompt, ref, N - 1, &same, &flips, why, sizeof why) : INFINITY;
+        printf("  %s: bf16 wire, max |logit diff| %.4g (largest |logit| %.3g, relative %.2e)\n",
+               arch, d, scale, d / scale);
+        if (d > worst_bf16) worst_bf16 = d;
+        if (d / scale > worst_bf16_rel) worst_bf16_rel = d / scale;
+        CHECK(d <= 0.02 * scale, "%s: bf16 wire: max |logit diff| %g over 2%% of %g %s", arch, d,
+              scale, why);
+        CHECK(flips == 0, "%s: bf16 wire: the greedy token differs at %d of %d positions", arch,
+              flips, N);
+        mt_route_close(r);
+    }
+    for (int i = 0; i < N_LAYER; i++) mt_node_stop(st[i]);
+
+    if (s.n_expert > 0) {
+        /* (b) swarm: the backbone here (head + attention), experts on 3 servers */
+        mt_node *xs[3];
+        mt_route_peer xp[3];
+        for (int k = 0; k < 3; k++) {
+            xs[k] = start_node(s.experts[k], NULL, 0, 8);
+            if (xs[k]) xp[k] = peer_of(xs[k]);
+        }
+        if (xs[0] && xs[1] && xs[2]) {
+            mt_route *r = open_route(s.backbone, s.backbone, NULL, 0, xp, 3, MT_PROTO_F32, arch);
+            if (r) run_route(r, base_prompt, ref, N - 1, "swarm");
+            mt_route_close(r);
+            concurrent(&s, s.backbone, s.backbone, NULL, 0, xp, 3, xs[0], false, "swarm");
+        }
+        for (int k = 0; k < 3; k++) mt_node_stop(xs[k]);
+
+        /* (c) a paired stage: attention + half the experts, the rest on its partner */
+        mt_node *partner = start_node(s.partner, NULL, 0, 8);
+        mt_node *paired = NULL;
+        if (partner) {
+            mt_node_partner pp = {mt_node_addr(partner), {0}};
+            memcpy(pp.pk, k_node.pk, sizeof pp.pk);
+            paired = start_node(s.paired, &pp, 1, 8);
+        }
+        if (paired) {
+            mt_route_peer p1 = peer_of(paired);
+            mt_route *r = open_route(s.head, NULL, &p1, 1, NULL, 0, MT_PROTO_F32, arch);
+            if (r) run_route(r, base_prompt, ref, N - 1, "paired");
+            mt_route_close(r);
+            concurrent(&s, s.head, NULL, &p1, 1, NULL, 0, paired, true, "paired");
+            mt_node_stats ps;
+            mt_node_get_stats(partner, &ps);
+            CHECK(ps.expert_batches > 0, "%s: the partner ran no experts", arch);
+        }
+        mt_node_stop(paired);
+        /* a paired shard without its partner: refused at start with the fix */
+        mt_node_config c = {
+            .shard_path = s.paired, .keys = &k_node, .authorized = auth, .quiet = true};
+        mt_error err = {{0}};
+        mt_node *lone = mt_node_start(&c, &err);
+        CHECK(!lone && has(err.msg, "--partner"), "%s: paired shard alone: %s", arch, err.msg);
+        mt_node_stop(lone);
+        mt_node_stop(partner);
+    }
+    free(ref);
+    free_set(&s);
+}
+
+/* ---- eviction, restart and replay
+ * -------------------------------------------------------------------- */
+
+static void check_eviction_replay(void) {
+    model_set s;
+    if (!make_set(&s, "qwen3moe")) return;
+    float *ref = reference(s.whole, base_prompt);
+    const int32_t V = s.whole->hp.n_vocab;
+    mt_node *n = start_node(s.stage_all, NULL, 0, 1); /* room for one session */
+    if (n) {
+        mt_route_peer p = peer_of(n);
+        mt_route *r = open_route(s.head, NULL, &p, 1, NULL, 0, MT_PROTO_F32, "eviction");
+        mt_error err = {{0}};
+        mt_route_session *a = r ? mt_route_session_new(r, N, &err) : NULL;
+        mt_route_session *b = r ? mt_route_session_new(r, N, &err) : NULL;
+        float *la = calloc((size_t)N * V, sizeof(float)), *lb = malloc((size_t)N * V * 4);
+        bool ok =
+            a && b && mt_route_eval(r, a, base_prompt, N - 1, true, la, &err) == 0 &&
+            mt_route_eval(r, b, base_prompt, 3, true, lb, &err) == 0 && /* evicts a */
+            mt_route_eval(r, a, base_prompt + N - 1, 1, false, la + (size_t)(N - 1) * V, &err) == 0;
+        CHECK(ok, "eviction: %s", err.msg);
+        mt_node_stats st;
+        mt_node_get_stats(n, &st);
+        CHECK(ok && st.evictions >= 2 && mt_route_replays(r) == 1,
+              "eviction: %llu evictions, %d replays", (unsigned long long)st.evictions,
+              r ? mt_route_replays(r) : -1);
+        CHECK(ok && memcmp(la, ref, (size_t)N * V * sizeof(float)) == 0,
+              "eviction: logits after the replay differ from the whole model");
+        free(la);
+        free(lb);
+        mt_route_session_end(r, a);
+        mt_route_session_end(r, b);
+        mt_route_close(r);
+    }
+    mt_node_stop(n);
+
+    /* a stage that restarts (same address and key, sessions lost): the route
+     * reconnects and replays, and the logits are still the same */
+    n = start_node(s.stage_all, NULL, 0, 4);
+    if (n) {
+        mt_route_peer p = peer_of(n);
+        mt_route *r = open_route(s.head, NULL, &p, 1, NULL, 0, MT_PROTO_F32, "restart");
+        mt_error err = {{0}};
+        mt_route_session *a = r ? mt_route_session_new(r, N, &err) : NULL;
+        float *la = calloc((size_t)N * V, sizeof(float));
+        bool ok = a && mt_route_eval(r, a, base_prompt, N - 1, true, la, &err) == 0;
+        mt_node_stop(n);
+        mt_node_config c = {.shard_path = s.stage_all,
+                            .keys = &k_node,
+                            .authorized = auth,
+                            .listen = p.addr,
+                            .threads = 1,
+                            .quiet = true};
+        n = mt_node_start(&c, &err);
+        CHECK(n != NULL, "restart on %s: %s", p.addr, err.msg);
+        ok =
+            ok && n &&
+            mt_route_eval(r, a, base_prompt + N - 1, 1, false, la + (size_t)(N - 1) * V, &err) == 0;
+        CHECK(ok, "eval across a node restart: %s", err.msg);
+        CHECK(ok && mt_route_replays(r) == 1 && memcmp(la, ref, (size_t)N * V * sizeof(float)) == 0,
+              "after a node restart: %d replays, logits %s", r ? mt_route_replays(r) : -1,
+              ok && memcmp(la, ref, (size_t)N * V * sizeof(float)) == 0 ? "same" : "differ");
+        free(la);
+        mt_route_session_end(r, a);
+        mt_route_close(r);
+    }
+    mt_node_stop(n);
+    free(ref);
+    free_set(&s);
+}
+
+/* ---- hostile input ----------------------------------------------------------------------------
+ */
+
+typedef struct raw {
+    mt_conn *c;
+    int32_t E;
+} raw;
+
+static bool raw_open(raw *w, const mt_node *n, const mt_keys *me) {
+    mt_error err = {{0}};
+    int fd = mt_connect_tcp(mt_node_addr(n), 2000, &err);
+    w->c = fd >= 0 ? mt_conn_client(fd, me, k_node.pk, 5000, &err) : NULL;
+    w->E = mt_node_info(n)->n_embd;
+    return w->c != NULL;
+}
+
+/* Sends payload and returns the decoded reply (caller frees). */
+static mt_proto_msg raw_call(raw *w, const void *buf, size_t len) {
+    mt_proto_msg m = {0};
+    mt_error err = {{0}};
+    void *in = NULL;
+    size_t n = 0;
+    if (mt_conn_send(w->c, buf, len, &err) || mt_conn_recv(w->c, &in, &n, &err) != 0 ||
+        mt_proto_decode(in, n, w->E, &m, &err) != 0)
+        CHECK(false, "raw call: %s", err.msg);
+    free(in);
+    return m;
+}
+
+/* Encodes m and expects ERROR `code` whose text has `want`. */
+static void expect_error(raw *w, mt_proto_msg *m, uint32_t code, const char *want,
+                         const char *what) {
+    uint8_t *buf;
+    size_t len;
+    mt_error err = {{0}};
+    CHECK(mt_proto_encode(m, w->E, &buf, &len, &err) == 0, "%s: encode: %s", what, err.msg);
+    mt_proto_msg r = raw_call(w, buf, len);
+    CHECK(r.type == MT_PROTO_ERROR && r.code == code && has(r.text, want) &&
+              r.request_id == m->request_id,
+          "%s: got %s code %u '%s' (wanted code %u with '%s')", what, mt_proto_type_name(r.type),
+          r.code, r.text, code, want);
+    free(buf);
+    mt_proto_msg_free(&r);
+}
+
+static void expect_error_raw(raw *w, const uint8_t *buf, size_t len, uint32_t code,
+                             const char *want, const char *what) {
+    mt_proto_msg r = raw_call(w, buf, len);
+    CHECK(r.type == MT_PROTO_ERROR && r.code == code && has(r.text, want),
+          "%s: got %s code %u '%s' (wanted code %u with '%s')", what, mt_proto_type_name(r.type),
+          r.code, r.text, code, want);
+    mt_proto_msg_free(&r);
+}
+
+static mt_proto_msg stage_msg(uint64_t id, uint64_t session, int32_t a, int32_t b, int32_t *pos,
+                              int32_t n, float *rows) {
+    return (mt_proto_msg){.type = MT_PROTO_STAGE_FORWARD,
+                          .request_id = id,
+                          .session = session,
+                          .n = n,
+                          .layer_begin = a,
+                          .layer_end = b,
+                          .pos = pos,
+                          .rows = rows};
+}
+
+static void check_hostile(void) {
+    model_set s;
+    if (!make_set(&s, "deepseek2")) return;
+    float *ref = reference(s.whole, base_prompt);
+    mt_node *stage = start_node(s.stage[1], NULL, 0, 2); /* layer 1 only, 2 sessions */
+    mt_node *xs = start_node(s.experts[0], NULL, 0, 2);
+    if (!stage || !xs) goto done;
+    raw w;
+    CHECK(raw_open(&w, stage, &k_req), "raw connection");
+    if (!w.c) goto done;
+    const int32_t E = w.E;
+    float *rows = calloc((size_t)8 * E, sizeof(float));
+    for (int i = 0; i < 8 * E; i++) rows[i] = 0.01f * (float)(i % 97);
+    int32_t pos[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+    /* framing-level garbage */
+    uint8_t junk[5] = {1, 2, 3, 4, 5};
+    expect_error_raw(&w, junk, sizeof junk, MT_PROTO_ERR_BAD_REQUEST, "header", "5-byte message");
+    uint8_t unk[12] = {0x42, 0x00, 0, 0, 7};
+    expect_error_raw(&w, unk, sizeof unk, MT_PROTO_ERR_UNKNOWN_TYPE, "unknown",
+                     "unknown type 0x0042");
+    uint8_t flags[12] = {0x01, 0x00, 0x01, 0x00};
+    expect_error_raw(&w, flags, sizeof flags, MT_PROTO_ERR_BAD_REQUEST, "flags", "flags set");
+    mt_proto_msg ok = stage_msg(10, 1, 1, 2, pos, 2, rows);
+    uint8_t *buf;
+    size_t len;
+    mt_proto_encode(&ok, E, &buf, &len, NULL);
+    uint8_t *more = malloc(len + 3);
+    memcpy(more, buf, len);
+    expect_error_raw(&w, more, len + 3, MT_PROTO_ERR_BAD_REQUEST, "means exactly",
+                     "3 trailing bytes");
+    expect_error_raw(&w, buf, len - 4, MT_PROTO_ERR_BAD_REQUEST, "means exactly",
+                     "4 bytes missing");
+    memcpy(more, buf, len);
+    more[20] = 3; /* dtype */
+    expect_error_raw(&w, more, len, MT_PROTO_ERR_BAD_REQUEST, "dtype 3", "bad dtype");
+    memcpy(more, buf, len);
+    more[33 + 3] = 0x80; /* pos[0] negative */
+    expect_error_raw(&w, more, len, MT_PROTO_ERR_BAD_REQUEST, "negative", "negative position");
+    free(more);
+    free(buf);
+    mt_proto_msg rep = {.type = MT_PROTO_INFO_REPLY, .request_id = 11};
+    rep.info = *mt_node_info(stage);
+    expect_error(&w, &rep, MT_PROTO_ERR_UNKNOWN_TYPE, "not a request", "a reply sent as request");
+
+    /* well-formed but wrong for this node */
+    mt_proto_msg m = stage_msg(12, 1, 0, 2, pos, 2, rows);
+    expect_error(&w, &m, MT_PROTO_ERR_NOT_HELD, "holds layers [1, 2)", "wrong layer range");
+    int32_t gap_pos[2] = {0, 2};
+    m = stage_msg(13, 1, 1, 2, gap_pos, 2, rows);
+    expect_error(&w, &m, MT_PROTO_ERR_BAD_REQUEST, "consecutive", "positions not consecutive");
+    int32_t far[2] = {63, 64};
+    m = stage_msg(14, 1, 1, 2, far, 2, rows);
+    expect_error(&w, &m, MT_PROTO_ERR_POSITION, "context", "past the context");
+    m = stage_msg(15, 1, 1, 2, pos + 3, 2, rows);
+    expect_error(&w, &m, MT_PROTO_ERR_UNKNOWN_SESSION, "replay", "unknown session at 3");
+    /* a session that starts, then jumps */
+    m = stage_msg(16, 1, 1, 2, pos, 3, rows);
+    mt_proto_encode(&m, E, &buf, &len, NULL);
+    mt_proto_msg r = raw_call(&w, buf, len);
+    CHECK(r.type == MT_PROTO_STAGE_REPLY && r.n == 3 && r.request_id == 16, "start: %s %s",
+          mt_proto_type_name(r.type), r.text);
+    mt_proto_msg_free(&r);
+    free(buf);
+    m = stage_msg(17, 1, 1, 2, pos + 5, 1, rows);
+    expect_error(&w, &m, MT_PROTO_ERR_POSITION, "gap", "position gap");
+    mt_proto_msg ex = {.type = MT_PROTO_EXPERT_RUN,
+                       .request_id = 18,
+                       .n = 1,
+                       .layer_begin = 0,
+                       .ids = pos,
+                       .rows = rows};
+    expect_error(&w, &ex, MT_PROTO_ERR_NOT_HELD, "holds layers [1, 2)", "EXPERT_RUN, wrong layer");
+    /* eviction: sessions 2 and 3 push session 1 out (room for 2) */
+    for (uint64_t sid = 2; sid <= 3; sid++) {
+        m = stage_msg(20 + sid, sid, 1, 2, pos, 1, rows);
+        mt_proto_encode(&m, E, &buf, &len, NULL);
+        r = raw_call(&w, buf, len);
+        CHECK(r.type == MT_PROTO_STAGE_REPLY, "session %llu: %s", (unsigned long long)sid, r.text);
+        mt_proto_msg_free(&r);
+        free(buf);
+    }
+    m = stage_msg(24, 1, 1, 2, pos + 3, 1, rows);
+    expect_error(&w, &m, MT_PROTO_ERR_UNKNOWN_SESSION, "evicted", "evicted session");
+    /* another requester cannot reach this requester's session 2 */
+    raw w2;
+    CHECK(raw_open(&w2, stage, &k_node), "second identity");
+    if (w2.c) {
+        m = stage_msg(25, 2, 1, 2, pos + 1, 1, rows);
+        expect_error(&w2, &m, MT_PROTO_ERR_UNKNOWN_SESSION, "not known", "someone else's session");
+        mt_conn_close(w2.c);
+    }
+    /* the same connection still works: INFO and SESSION_END */
+    mt_proto_msg info = {.type = MT_PROTO_INFO, .request_id = 26};
+    mt_proto_encode(&info, E, &buf, &len, NULL);
+    r = raw_call(&w, buf, len);
+    CHECK(r.type == MT_PROTO_INFO_REPLY && r.info.layer_begin == 1 && r.info.layer_end == 2 &&
+              r.info.attention && r.info.experts && r.info.n_held == s.n_expert,
+          "INFO after errors: %s", mt_proto_type_name(r.type));
+    mt_proto_msg_free(&r);
+    free(buf);
+    mt_proto_msg end = {.type = MT_PROTO_SESSION_END, .request_id = 27, .session = 3};
+    mt_proto_encode(&end, E, &buf, &len, NULL);
+    r = raw_call(&w, buf, len);
+    CHECK(r.type == MT_PROTO_SESSION_END_REPLY && r.existed, "SESSION_END: %s", r.text);
+    mt_proto_msg_free(&r);
+    r = raw_call(&w, buf, len);
+    CHECK(r.type == MT_PROTO_SESSION_END_REPLY && !r.existed, "second SESSION_END: %s", r.text);
+    mt_proto_msg_free(&r);
+    free(buf);
+    mt_conn_close(w.c);
+
+    /* an expert server: experts it does not hold, dense layers, out-of-range ids */
+    raw x;
+    CHECK(raw_open(&x, xs, &k_req), "raw connection to the expert server");
+    if (x.c) {
+        int32_t not_held[2] = {0, s.n_expert - 1};
+        ex = (mt_proto_msg){.type = MT_PROTO_EXPERT_RUN,
+                            .request_id = 30,
+                            .n = 2,
+                            .layer_begin = 1,
+                            .ids = not_held,
+                            .rows = rows};
+        expect_error(&x, &ex, MT_PROTO_ERR_NOT_HELD, "is not held here", "expert not held");
+        int32_t big[1] = {s.n_expert};
+        ex.request_id = 31, ex.n = 1, ex.ids = big;
+        expect_error(&x, &ex, MT_PROTO_ERR_BAD_REQUEST, "outside", "expert id >= n_expert");
+        int32_t zero[1] = {0};
+        ex.request_id = 32, ex.ids = zero, ex.layer_begin = 0; /* deepseek2 layer 0 is dense */
+        expect_error(&x, &ex, MT_PROTO_ERR_NOT_HELD, "dense", "dense layer");
+        ex.request_id = 33, ex.layer_begin = 9;
+        expect_error(&x, &ex, MT_PROTO_ERR_NOT_HELD, "not held here", "layer outside the shard");
+        m = stage_msg(34, 1, 0, 1, pos, 1, rows);
+        expect_error(&x, &m, MT_PROTO_ERR_NOT_HELD, "no attention part", "STAGE to experts");
+        ex.request_id = 35, ex.layer_begin = 1;
+        mt_proto_encode(&ex, E, &buf, &len, NULL);
+        r = raw_call(&x, buf, len);
+        CHECK(r.type == MT_PROTO_EXPERT_REPLY && r.n == 1, "good EXPERT_RUN after errors: %s",
+              r.text);
+        mt_proto_msg_free(&r);
+        free(buf);
+        mt_conn_close(x.c);
+    }
+
+    /* a stranger is refused at the handshake; the node goes on */
+    raw bad;
+    CHECK(!raw_open(&bad, stage, &k_stranger), "a stranger's handshake succeeded");
+    if (bad.c) mt_conn_close(bad.c);
+
+    /* and a good client still gets the right logits through both nodes */
+    mt_node *others[N_LAYER] = {0};
+    mt_route_peer sp[N_LAYER];
+    for (int i = 0; i < N_LAYER; i++) {
+        if (i != 1) others[i] = start_node(s.stage[i], NULL, 0, 4);
+        sp[i] = peer_of(i == 1 ? stage : others[i] ? others[i] : stage);
+    }
+    mt_route *rt = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, "after errors");
+    if (rt) run_route(rt, base_prompt, ref, N - 1, "pipeline after hostile input");
+    mt_route_close(rt);
+    for (int i = 0; i < N_LAYER; i++) mt_node_stop(others[i]);
+    mt_node_stats st;
+    mt_node_get_stats(stage, &st);
+    CHECK(st.errors >= 15, "only %llu errors counted", (unsigned long long)st.errors);
+    free(rows);
+
+    /* route checks: stages out of order, a model mismatch */
+    {
+        mt_route_peer rev[2] = {peer_of(stage), peer_of(stage)};
+        mt_route_config c = {.head = s.head, .keys = &k_req, .stages = rev, .n_stages = 2};
+        mt_error err = {{0}};
+        mt_route *bad_r = mt_route_open(&c, &err);
+        CHECK(!bad_r && has(err.msg, "layer 0 comes next"), "route with a gap: %s", err.msg);
+        mt_route_close(bad_r);
+    }
+done:
+    mt_node_stop(stage);
+    mt_node_stop(xs);
+    free(ref);
+    free_set(&s);
+}
+
+int main(void) {
+    mt_error err = {{0}};
+    if (mt_keys_generate(&k_node, &err) || mt_keys_generate(&k_req, &err) ||
+        mt_keys_generate(&k_stranger, &err)) {
+        fprintf(stderr, "keys: %s\n", err.msg);
+        return 1;
+    }
+    auth = mt_keys_authorized_new();
+    mt_keys_authorized_add(auth, k_req.pk, "requester", &err);
+    mt_keys_authorized_add(auth, k_node.pk, "node", &err);
+
+    static const char *archs[] = {"qwen3moe", "qwen2moe", "deepseek2", "llama"};
+    for (int a = 0; a < 4; a++) check_arch(archs[a]);
+    printf("  bf16 wire: worst max |logit diff| %.4g (relative to the largest logit %.2e)\n",
+           worst_bf16, worst_bf16_rel);
+    check_eviction_replay();
+    check_hostile();
+    mt_keys_authorized_free(auth);
+    return check_report("test_node");
+}

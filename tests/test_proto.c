@@ -1,0 +1,278 @@
+/* test_proto.c - the data plane messages (proto.h): every type round-trips
+ * through encode/decode, bf16 rounds to nearest even, the byte layout is the
+ * documented one, and the decoder refuses every malformed payload (each
+ * truncation, trailing bytes, bad counts, dtypes, flags, positions, ids,
+ * non-finite values) with a message naming the problem, never reading past
+ * the buffer (run under ASan). */
+#include "check.h"
+#include "moontail/proto.h"
+#include "moontail/tensor_type.h"
+
+#include <stdint.h>
+
+enum { E = 8 };
+
+static bool has(const char *s, const char *sub) {
+    return s && strstr(s, sub) != NULL;
+}
+
+static uint8_t *enc(const mt_proto_msg *m, size_t *len) {
+    uint8_t *b = NULL;
+    mt_error err = {{0}};
+    CHECK(mt_proto_encode(m, E, &b, len, &err) == 0, "encode %s: %s", mt_proto_type_name(m->type),
+          err.msg);
+    return b;
+}
+
+/* Decoding b must fail with `want` in the message. */
+static void expect_bad(const uint8_t *b, size_t len, const char *want, const char *what) {
+    mt_proto_msg m;
+    mt_error err = {{0}};
+    int rc = mt_proto_decode(b, len, E, &m, &err);
+    CHECK(rc < 0 && has(err.msg, want), "%s: rc %d, message '%s' (wanted '%s')", what, rc, err.msg,
+          want);
+    if (rc == 0) mt_proto_msg_free(&m);
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void test_round_trips(void) {
+    float rows[3 * E];
+    for (int i = 0; i < 3 * E; i++) rows[i] = (float)i * 0.37f - 3.1f;
+    int32_t pos[3] = {4, 5, 6}, ids[3] = {0, 7, 2};
+    mt_error err = {{0}};
+
+    /* STAGE_FORWARD, f32: exact */
+    mt_proto_msg m = {.type = MT_PROTO_STAGE_FORWARD,
+                      .request_id = 0x1122334455667788ull,
+                      .session = 42,
+                      .dtype = MT_PROTO_F32,
+                      .n = 3,
+                      .layer_begin = 1,
+                      .layer_end = 3,
+                      .pos = pos,
+                      .rows = rows};
+    size_t len;
+    uint8_t *b = enc(&m, &len);
+    CHECK(len == 12 + 21 + 3 * 4 + 3 * E * 4, "STAGE_FORWARD size %zu", len);
+    /* documented layout */
+    CHECK(b && b[0] == 2 && b[1] == 0 && b[2] == 0 && b[4] == 0x88 && b[11] == 0x11 &&
+              b[12] == 42 && b[20] == 0 && b[21] == 3 && b[25] == 1 && b[29] == 3 && b[33] == 4,
+          "STAGE_FORWARD layout");
+    mt_proto_msg d;
+    CHECK(b && mt_proto_decode(b, len, E, &d, &err) == 0, "decode: %s", err.msg);
+    CHECK(d.type == m.type && d.request_id == m.request_id && d.session == 42 && d.n == 3 &&
+              d.layer_begin == 1 && d.layer_end == 3 && d.pos && d.pos[2] == 6 && d.rows &&
+              memcmp(d.rows, rows, sizeof rows) == 0,
+          "STAGE_FORWARD round trip");
+    mt_proto_msg_free(&d);
+    /* every truncation and one extra byte are refused */
+    for (size_t k = 0; b && k < len; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "STAGE_FORWARD cut to %zu bytes", k);
+        expect_bad(b, k, k < 12 ? "header" : "STAGE_FORWARD", what);
+    }
+    uint8_t *big = malloc(len + 1);
+    memcpy(big, b, len);
+    big[len] = 0;
+    expect_bad(big, len + 1, "means exactly", "trailing byte");
+    free(big);
+    /* flags, dtype, counts, layers, positions, values */
+    uint8_t *t = malloc(len);
+    memcpy(t, b, len), t[2] = 1;
+    expect_bad(t, len, "flags", "flags");
+    memcpy(t, b, len), t[20] = 2;
+    expect_bad(t, len, "dtype 2", "dtype");
+    memcpy(t, b, len), put32(t + 21, 0);
+    expect_bad(t, len, "n_tok 0", "n_tok 0");
+    memcpy(t, b, len), put32(t + 21, 4);
+    expect_bad(t, len, "means exactly", "n_tok 4 with 3 tokens of data");
+    memcpy(t, b, len), put32(t + 21, 0xFFFFFFFFu);
+    expect_bad(t, len, "outside", "n_tok 2^32-1");
+    memcpy(t, b, len), put32(t + 25, 3);
+    expect_bad(t, len, "layer range", "empty layer range");
+    memcpy(t, b, len), put32(t + 33 + 4, (uint32_t)-1);
+    expect_bad(t, len, "negative", "negative position");
+    memcpy(t, b, len), put32(t + 33 + 12 + 4 * 5, 0x7FC00000u); /* NaN */
+    expect_bad(t, len, "not finite", "NaN value");
+    memcpy(t, b, len), put32(t + 33 + 12, 0x7F800000u); /* +inf */
+    expect_bad(t, len, "not finite", "inf value");
+    /* the decoder still reports type and request id of a bad message */
+    memcpy(t, b, len), t[20] = 9;
+    CHECK(mt_proto_decode(t, len, E, &d, &err) < 0 && d.type == MT_PROTO_STAGE_FORWARD &&
+              d.request_id == m.request_id,
+          "bad message keeps its header");
+    /* a bad n_embd on the decoding side */
+    CHECK(mt_proto_decode(b, len, 0, &d, &err) < 0 && has(err.msg, "n_embd"), "n_embd 0: %s",
+          err.msg);
+    free(t);
+    free(b);
+
+    /* bf16: round to nearest even on encode, exact decode */
+    float v[E] = {1.0f,
+                  1.00390625f /* tie: stays 1 */,
+                  1.01171875f /* tie: rounds up */,
+                  -2.5f,
+                  3.14159265f,
+                  1e-3f,
+                  -65504.f,
+                  0.0f};
+    mt_proto_msg s = {
+        .type = MT_PROTO_STAGE_REPLY, .request_id = 9, .dtype = MT_PROTO_BF16, .n = 1, .rows = v};
+    b = enc(&s, &len);
+    CHECK(len == 12 + 5 + 2 * E, "bf16 reply size %zu", len);
+    CHECK(b && mt_proto_decode(b, len, E, &d, &err) == 0, "bf16 decode: %s", err.msg);
+    for (int i = 0; d.rows && i < E; i++)
+        CHECK(d.rows[i] == mt_bf16_to_f32(mt_f32_to_bf16(v[i])), "bf16 value %d: %g -> %g", i, v[i],
+              d.rows[i]);
+    CHECK(d.rows && d.rows[1] == 1.0f && d.rows[2] == 1.015625f, "bf16 ties to even: %g %g",
+          d.rows ? d.rows[1] : 0, d.rows ? d.rows[2] : 0);
+    mt_proto_msg_free(&d);
+    free(b);
+
+    /* EXPERT_RUN */
+    mt_proto_msg x = {.type = MT_PROTO_EXPERT_RUN,
+                      .request_id = 3,
+                      .dtype = MT_PROTO_F32,
+                      .n = 3,
+                      .layer_begin = 2,
+                      .ids = ids,
+                      .rows = rows};
+    b = enc(&x, &len);
+    CHECK(len == 12 + 9 + 3 * 4 + 3 * E * 4, "EXPERT_RUN size %zu", len);
+    CHECK(b && mt_proto_decode(b, len, E, &d, &err) == 0 && d.layer_begin == 2 && d.ids &&
+              d.ids[1] == 7 && memcmp(d.rows, rows, sizeof rows) == 0,
+          "EXPERT_RUN round trip: %s", err.msg);
+    mt_proto_msg_free(&d);
+    t = malloc(len);
+    memcpy(t, b, len), put32(t + 21 + 4, 70000);
+    expect_bad(t, len, "expert id 70000", "expert id over the limit");
+    memcpy(t, b, len), put32(t + 12, 70000);
+    expect_bad(t, len, "layer 70000", "layer over the limit");
+    for (size_t k = 12; k < len; k += 7) expect_bad(b, k, "EXPERT_RUN", "EXPERT_RUN truncated");
+    free(t);
+    free(b);
+
+    /* SESSION_END and its reply */
+    mt_proto_msg se = {.type = MT_PROTO_SESSION_END, .request_id = 5, .session = 77};
+    b = enc(&se, &len);
+    CHECK(len == 20 && b && mt_proto_decode(b, len, 0, &d, &err) == 0 && d.session == 77,
+          "SESSION_END: %s", err.msg);
+    free(b);
+    mt_proto_msg ser = {.type = MT_PROTO_SESSION_END_REPLY, .request_id = 5, .existed = true};
+    b = enc(&ser, &len);
+    CHECK(len == 13 && b && mt_proto_decode(b, len, 0, &d, &err) == 0 && d.existed,
+          "SESSION_END_REPLY: %s", err.msg);
+    b[12] = 2;
+    expect_bad(b, len, "not 0 or 1", "existed flag 2");
+    free(b);
+
+    /* INFO and INFO_REPLY */
+    mt_proto_msg in = {.type = MT_PROTO_INFO, .request_id = 1};
+    b = enc(&in, &len);
+    CHECK(len == 12, "INFO size %zu", len);
+    free(b);
+    int32_t held[3] = {1, 2, 5};
+    mt_proto_msg ir = {.type = MT_PROTO_INFO_REPLY, .request_id = 1};
+    snprintf(ir.info.arch, sizeof ir.info.arch, "qwen3moe");
+    ir.info.n_embd = E, ir.info.n_layer = 4, ir.info.layer_begin = 1, ir.info.layer_end = 3;
+    ir.info.n_expert = 8, ir.info.n_expert_used = 2, ir.info.attention = true,
+    ir.info.experts = true;
+    ir.info.n_ctx = 128, ir.info.max_sessions = 4, ir.info.n_held = 3, ir.info.held = held;
+    memset(ir.info.source_id, 'a', 64);
+    b = enc(&ir, &len);
+    CHECK(b && mt_proto_decode(b, len, 0, &d, &err) == 0 && !strcmp(d.info.arch, "qwen3moe") &&
+              d.info.layer_end == 3 && d.info.attention && !d.info.head && d.info.experts &&
+              d.info.n_held == 3 && d.info.held[2] == 5 && d.info.source_id[63] == 'a' &&
+              d.info.n_ctx == 128,
+          "INFO_REPLY round trip: %s", err.msg);
+    mt_proto_msg_free(&d);
+    t = malloc(len);
+    size_t held_off = len - 12;
+    memcpy(t, b, len), put32(t + held_off + 4, 1);
+    expect_bad(t, len, "not ascending", "held ids not ascending");
+    memcpy(t, b, len), put32(t + held_off + 8, 8);
+    expect_bad(t, len, "out of range", "held id >= n_expert");
+    memcpy(t, b, len), t[12 + 24] = 8;
+    expect_bad(t, len, "parts", "unknown parts bit");
+    memcpy(t, b, len), t[12 + 33] = 'G';
+    expect_bad(t, len, "source_id", "source_id not hex");
+    for (size_t k = 12; k < len; k++) expect_bad(b, k, "INFO_REPLY", "INFO_REPLY truncated");
+    free(t);
+    free(b);
+
+    /* ERROR */
+    size_t el;
+    b = mt_proto_error_reply(8, MT_PROTO_ERR_NOT_HELD, &el, "layer %d is not here", 3);
+    CHECK(b && mt_proto_decode(b, el, 0, &d, &err) == 0 && d.code == MT_PROTO_ERR_NOT_HELD &&
+              !strcmp(d.text, "layer 3 is not here") && d.request_id == 8,
+          "ERROR round trip: %s", err.msg);
+    if (b) b[20] = 0; /* a NUL inside the text */
+    expect_bad(b, el, "NUL", "NUL in error text");
+    free(b);
+    char longtext[3000];
+    memset(longtext, 'x', sizeof longtext - 1);
+    longtext[sizeof longtext - 1] = 0;
+    b = mt_proto_error_reply(8, 1, &el, "%s", longtext);
+    CHECK(b && el == 12 + 8 + MT_PROTO_MAX_TEXT, "long error text cut to the limit: %zu", el);
+    free(b);
+
+    /* unknown type; encoder refusals */
+    uint8_t unk[12] = {0x42, 0};
+    expect_bad(unk, 12, "unknown", "unknown type");
+    mt_proto_msg bad = m;
+    bad.n = 0;
+    CHECK(mt_proto_encode(&bad, E, &b, &len, &err) < 0 && has(err.msg, "n_tok"),
+          "encoder accepted n_tok 0");
+    bad = m;
+    bad.dtype = (mt_proto_dtype)5;
+    CHECK(mt_proto_encode(&bad, E, &b, &len, &err) < 0 && has(err.msg, "dtype"),
+          "encoder accepted dtype 5");
+    /* message size limit and the splitting helper */
+    int32_t mr = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, 7168, MT_PROTO_F32);
+    CHECK(mr > 1000 && (uint64_t)mr * (7168 * 4 + 4) + 33 <= MT_PROTO_MAX_PAYLOAD &&
+              (uint64_t)(mr + 1) * (7168 * 4 + 4) + 33 > MT_PROTO_MAX_PAYLOAD,
+          "max rows %d", mr);
+    CHECK(mt_proto_max_rows(MT_PROTO_EXPERT_RUN, 8, MT_PROTO_BF16) == MT_PROTO_MAX_ROWS,
+          "max rows capped by the count limit");
+}
+
+/* Random corruption of valid messages never crashes the decoder. */
+static void test_fuzz(void) {
+    float rows[4 * E] = {0};
+    int32_t pos[4] = {0, 1, 2, 3}, ids[4] = {0, 1, 2, 3};
+    mt_proto_msg ms[2] = {
+        {.type = MT_PROTO_STAGE_FORWARD, .n = 4, .layer_end = 1, .pos = pos, .rows = rows},
+        {.type = MT_PROTO_EXPERT_RUN, .n = 4, .dtype = MT_PROTO_BF16, .ids = ids, .rows = rows},
+    };
+    uint64_t x = 88172645463325252ull;
+    int accepted = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t len;
+        uint8_t *b = enc(&ms[k], &len);
+        uint8_t *t = malloc(len);
+        for (int it = 0; b && it < 3000; it++) {
+            memcpy(t, b, len);
+            for (int f = 0; f < 3; f++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                t[x % len] = (uint8_t)(x >> 32);
+            }
+            mt_proto_msg d;
+            if (mt_proto_decode(t, len - (x >> 60) % 3, E, &d, NULL) == 0) {
+                accepted++;
+                mt_proto_msg_free(&d);
+            }
+        }
+        free(t);
+        free(b);
+    }
+    CHECK(accepted > 0, "no corrupted message of the right size decoded at all");
+}
+
+int main(void) {
+    test_round_trips();
+    test_fuzz();
+    return check_report("test_proto");
+}
