@@ -16,6 +16,7 @@ int cmd_split(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_node(int argc, char **argv);
 int cmd_prompt(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 
 /* One command-line option: a flag (bool), a string, a whole number in
  * [lo, hi] (int64_t) or a finite number (float). */
