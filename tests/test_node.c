@@ -9,7 +9,10 @@
  * also with 3 sessions from 3 threads batched together on the same nodes
  * (continuous batching, checked to have happened), after an eviction and
  * after a node restart that the requester repairs by replaying the session,
- * and with the bf16 wire within a measured tolerance. Then hostile input:
+ * and with the bf16 wire within a measured tolerance; (a) also in chain
+ * mode (one request to the first stage, which forwards along the others as
+ * next hops), and a chain whose middle node is gone (the error names it).
+ * Then hostile input (hop lists included):
  * malformed and wrong requests get ERROR replies naming the problem, and the
  * same server keeps serving. */
 #include "check.h"
@@ -202,6 +205,8 @@ static void run_route(mt_route *r, const int32_t *prompt, const float *ref, int 
     CHECK(same, "%s: logits differ from the whole model (max |diff| %g) %s", what, d, why);
 }
 
+static bool chain_mode; /* routes opened by open_route* use chain mode */
+
 static mt_route *open_route_err(const char *head, const char *backbone, const mt_route_peer *stages,
                                 int n_stages, const mt_route_peer *experts, int n_experts,
                                 mt_proto_dtype wire, mt_error *err) {
@@ -215,7 +220,8 @@ static mt_route *open_route_err(const char *head, const char *backbone, const mt
                          .n_experts = n_experts,
                          .threads = 1,
                          .timeout_ms = 5000,
-                         .call_timeout_ms = 20000};
+                         .call_timeout_ms = 20000,
+                         .chain = chain_mode};
     return mt_route_open(&c, err);
 }
 
@@ -332,6 +338,39 @@ static void check_arch(const char *arch) {
         CHECK(flips == 0, "%s: bf16 wire: the greedy token differs at %d of %d positions", arch,
               flips, N);
         mt_route_close(r);
+
+        /* chain: the requester calls stage 0 only; each stage forwards to the next */
+        mt_node_stats before[N_LAYER], after[N_LAYER];
+        for (int i = 0; i < N_LAYER; i++) mt_node_get_stats(st[i], &before[i]);
+        chain_mode = true;
+        r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch);
+        if (r) run_route(r, base_prompt, ref, N - 1, "chain");
+        if (r) run_route(r, base_prompt, ref, 2, "chain, one token at a time");
+        mt_route_close(r);
+        concurrent(&s, s.head, NULL, sp, N_LAYER, NULL, 0, st[0], true, "chain");
+        for (int i = 0; i < N_LAYER; i++) {
+            mt_node_get_stats(st[i], &after[i]);
+            CHECK(after[i].stage_batches > before[i].stage_batches,
+                  "%s: chain: stage %d ran nothing", arch, i);
+        }
+        /* a chain whose middle node is gone: the error comes back naming it */
+        r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch);
+        char gone[128];
+        snprintf(gone, sizeof gone, "%s", mt_node_addr(st[2]));
+        mt_node_stop(st[2]);
+        st[2] = NULL;
+        if (r) {
+            mt_error err = {{0}};
+            mt_route_session *rs = mt_route_session_new(r, N, &err);
+            float *lg = calloc((size_t)V, sizeof(float));
+            int rc = rs ? mt_route_eval(r, rs, base_prompt, N, false, lg, &err) : -1;
+            CHECK(rc != 0 && has(err.msg, "next hop") && has(err.msg, gone),
+                  "%s: chain with node %s gone: rc %d, '%s'", arch, gone, rc, err.msg);
+            free(lg);
+            mt_route_session_end(r, rs);
+        }
+        mt_route_close(r);
+        chain_mode = false;
     }
     for (int i = 0; i < N_LAYER; i++) mt_node_stop(st[i]);
 
@@ -553,6 +592,47 @@ static void check_hostile(void) {
                      "3 trailing bytes");
     expect_error_raw(&w, buf, len - 4, MT_PROTO_ERR_BAD_REQUEST, "means exactly",
                      "4 bytes missing");
+    /* hop lists: too many, a bad address, a bad layer range, truncated */
+    {
+        mt_proto_hop hops[MT_PROTO_MAX_HOPS + 1];
+        memset(hops, 0, sizeof hops);
+        for (int i = 0; i <= MT_PROTO_MAX_HOPS; i++) {
+            snprintf(hops[i].addr, sizeof hops[i].addr, "127.0.0.1:%d", 9000 + i);
+            hops[i].layer_begin = 2 + i, hops[i].layer_end = 3 + i;
+        }
+        mt_proto_msg hm = stage_msg(11, 1, 1, 2, pos, 2, rows);
+        hm.hops = hops, hm.n_hops = 1;
+        uint8_t *hb;
+        size_t hl;
+        CHECK(mt_proto_encode(&hm, E, &hb, &hl, NULL) == 0, "encode with one hop");
+        /* n_hops is the byte after layer_end (offset 33) */
+        uint8_t *hx = malloc(hl);
+        memcpy(hx, hb, hl), hx[33] = MT_PROTO_MAX_HOPS + 1;
+        expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "17 hops", "17 hops");
+        memcpy(hx, hb, hl), hx[33] = 0;
+        expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "0 hops", "flag without hops");
+        memcpy(hx, hb, hl), hx[35 + 9] = 'x'; /* "127.0.0.1x9000" */
+        expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "not host:port", "bad address");
+        memcpy(hx, hb, hl), hx[34] = 0;
+        expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "address length 0", "empty address");
+        memcpy(hx, hb, hl), hx[35 + 14 + 32] = 5; /* hop layer_begin 5, not 2 */
+        expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "do not continue at layer 2",
+                         "hop layers with a gap");
+        expect_error_raw(&w, hb, 40, MT_PROTO_ERR_BAD_REQUEST, "too short", "truncated hop");
+        expect_error_raw(&w, hb, 34, MT_PROTO_ERR_BAD_REQUEST, "too short",
+                         "truncated before the hop");
+        free(hx), free(hb);
+        /* 17 hops cannot even be encoded */
+        hm.n_hops = MT_PROTO_MAX_HOPS + 1;
+        mt_error e2 = {{0}};
+        CHECK(mt_proto_encode(&hm, E, &hb, &hl, &e2) != 0 && has(e2.msg, "17 hops"),
+              "encoding 17 hops: '%s'", e2.msg);
+        /* a well-formed hop that does not answer: ERROR naming it, the node keeps serving */
+        hm.n_hops = 1;
+        snprintf(hops[0].addr, sizeof hops[0].addr, "127.0.0.1:1");
+        hm.session = 77;
+        expect_error(&w, &hm, MT_PROTO_ERR_COMPUTE, "next hop 127.0.0.1:1", "hop not answering");
+    }
     memcpy(more, buf, len);
     more[20] = 3; /* dtype */
     expect_error_raw(&w, more, len, MT_PROTO_ERR_BAD_REQUEST, "dtype 3", "bad dtype");

@@ -2,7 +2,8 @@
 # test_node_cli.sh - `moontail node` and `moontail prompt` end to end over
 # 127.0.0.1: keys from `moontail keygen`, shards from `moontail split`, node
 # processes on ports the system picks (read from their "listening on" line),
-# and greedy generation through a cell route (head + 2 stages), a swarm route
+# and greedy generation through a cell route (head + 2 stages; also chained,
+# stage 0 forwarding to stage 1), a swarm route
 # (local backbone + 2 expert servers) and a paired stage with its partner,
 # each giving the same tokens as `moontail run` on the whole model. Then
 # clear errors for bad command lines and routes, and a clean SIGTERM stop.
@@ -75,6 +76,17 @@ got=$($T "$BIN" prompt --route "$tmp/cell.json" --json --temp 0 -n 12 -p "Hello 
 a=$($T "$BIN" run -m "$M" --temp 0 -n 12 -p "Hello there" 2>/dev/null)
 b=$($T "$BIN" prompt --route "$tmp/cell.json" --temp 0 -n 12 -p "Hello there" 2>/dev/null)
 [ "$a" = "$b" ] && ok || bad "streamed text differs: '$a' vs '$b'"
+# chain: one request to stage 0, which forwards to stage 1 (the next hop) itself
+cat >"$tmp/chain.json" <<EOF
+{"head": "cell/m-head-0.gguf", "key": "req.key", "chain": true,
+ "stages": [{"addr": "$s0", "key": "$nodekey"}, {"addr": "$s1", "key": "$nodekey"}]}
+EOF
+got=$($T "$BIN" prompt --route "$tmp/chain.json" --json --temp 0 -n 12 -p "Hello there" 2>"$tmp/e" | tokens)
+[ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "chain route tokens '$got' differ from run's '$want': $(cat "$tmp/e")"
+b=$($T "$BIN" prompt --route "$tmp/chain.json" --temp 0 -n 12 -p "Hello there" 2>/dev/null)
+[ "$a" = "$b" ] && ok || bad "chain route text differs: '$a' vs '$b'"
+sed 's/"chain": true/"chain": "yes"/' "$tmp/chain.json" >"$tmp/chainbad.json"
+expect 1 '"chain" must be true or false' "$BIN" prompt --route "$tmp/chainbad.json" -p x
 # bf16 wire runs (not exact, so only the shape is checked)
 sed 's/"key": "req.key",/"key": "req.key", "wire": "bf16",/' "$tmp/cell.json" >"$tmp/bf16.json"
 n=$($T "$BIN" prompt --route "$tmp/bf16.json" --json --temp 0 -n 12 -p "Hello there" 2>"$tmp/e" | json 'console.log(o.tokens.length)')

@@ -81,7 +81,7 @@ static void test_round_trips(void) {
     free(big);
     /* flags, dtype, counts, layers, positions, values */
     uint8_t *t = malloc(len);
-    memcpy(t, b, len), t[2] = 1;
+    memcpy(t, b, len), t[2] = 2; /* bit 0 is MT_PROTO_FLAG_HOPS; bit 1 is reserved */
     expect_bad(t, len, "flags", "flags");
     memcpy(t, b, len), t[20] = 2;
     expect_bad(t, len, "dtype 2", "dtype");

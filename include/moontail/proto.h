@@ -18,7 +18,9 @@
  * Header, 12 bytes, at the start of every message:
  *     off size
  *       0    2  u16 type (below)
- *       2    2  u16 flags = 0 (reserved; non-zero is refused)
+ *       2    2  u16 flags: bit 0 (MT_PROTO_FLAG_HOPS) on STAGE_FORWARD only,
+ *                  saying a hop list follows; every other bit is reserved
+ *                  and refused
  *       4    8  u64 request_id (chosen by the requester; echoed by the reply)
  *
  * Values ("rows") are n x n_embd numbers, row-major, in the message's dtype:
@@ -33,6 +35,16 @@
  *                         u32 layer_end, i32 pos[n_tok], rows[n_tok]
  *                         1 <= n_tok <= MT_PROTO_MAX_TOKENS,
  *                         layer_begin < layer_end <= MT_PROTO_MAX_LAYERS, pos >= 0
+ *                         With flag bit 0, the hop list comes between layer_end
+ *                         and pos: u8 n_hops (1..MT_PROTO_MAX_HOPS), then per
+ *                         hop u8 addr_len (1..MT_PROTO_HOP_ADDR_MAX), addr bytes
+ *                         ("host:port", printable ASCII, port 1..65535), u8
+ *                         pk[32] (the hop's Ed25519 key), u32 layer_begin, u32
+ *                         layer_end; the ranges chain on without gap or overlap
+ *                         (hop 0 begins at the request's layer_end). The node
+ *                         runs its layers, sends the rows to hop 0 as a
+ *                         STAGE_FORWARD carrying the remaining hops, and
+ *                         replies with hop 0's reply (or an ERROR naming it).
  *   0x0003 EXPERT_RUN     u32 layer, u8 dtype, u32 n_rows, i32 ids[n_rows], rows[n_rows]
  *                         1 <= n_rows <= MT_PROTO_MAX_ROWS, 0 <= id < MT_PROTO_MAX_EXPERTS
  *   0x0004 SESSION_END    u64 session
@@ -79,6 +91,9 @@
 #define MT_PROTO_MAX_EMBD     65536     /* widest n_embd the messages carry */
 #define MT_PROTO_MAX_TEXT     1024      /* bytes of an ERROR text */
 #define MT_PROTO_ARCH_MAX     31        /* bytes of an architecture name */
+#define MT_PROTO_MAX_HOPS     16        /* next hops in one STAGE_FORWARD */
+#define MT_PROTO_HOP_ADDR_MAX 127       /* bytes of a hop's "host:port" */
+#define MT_PROTO_FLAG_HOPS    0x0001    /* header flag: STAGE_FORWARD carries hops */
 
 typedef enum mt_proto_type {
     MT_PROTO_INFO = 0x0001,
@@ -118,6 +133,13 @@ typedef struct mt_proto_info {
     int32_t *held;                     /* (n_held) ascending ids */
 } mt_proto_info;
 
+/* A next hop of a chained STAGE_FORWARD. */
+typedef struct mt_proto_hop {
+    char addr[MT_PROTO_HOP_ADDR_MAX + 1]; /* "host:port" */
+    uint8_t pk[32];                       /* the hop's public key (pinned) */
+    int32_t layer_begin, layer_end;       /* the layers it runs */
+} mt_proto_hop;
+
 /* One message, decoded or to encode. Fields used per type are listed in the
  * format above; `layer_begin` is also EXPERT_RUN's layer. A decoded message
  * owns its arrays (free them with mt_proto_msg_free); a message built for
@@ -130,6 +152,8 @@ typedef struct mt_proto_msg {
     int32_t n;                      /* tokens (STAGE_*) or rows (EXPERT_*) */
     int32_t layer_begin, layer_end; /* STAGE_FORWARD; EXPERT_RUN: layer_begin = layer */
     int32_t *pos;                   /* (n) STAGE_FORWARD */
+    int32_t n_hops;                 /* STAGE_FORWARD: 0 (no hop list) .. MT_PROTO_MAX_HOPS */
+    mt_proto_hop *hops;             /* (n_hops) STAGE_FORWARD */
     int32_t *ids;                   /* (n) EXPERT_RUN */
     float *rows;                    /* (n, n_embd) STAGE_*, EXPERT_*, as f32 */
     uint32_t code;                  /* ERROR */

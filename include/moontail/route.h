@@ -50,6 +50,8 @@ typedef struct mt_route_config {
     int ubatch;          /* tokens per pass through the route (<= 0: 512) */
     int timeout_ms;      /* connect + handshake (<= 0: 10 s) */
     int call_timeout_ms; /* each wait for a reply (<= 0: 120 s) */
+    bool chain;          /* send one STAGE_FORWARD to the first stage with the later stages as next
+                            hops (proto.h), instead of calling each stage in turn */
 } mt_route_config;
 
 typedef struct mt_route mt_route;
@@ -93,6 +95,7 @@ uint64_t mt_route_session_id(const mt_route_session *s);
  *    "wire": "f32" | "bf16" (optional, default "f32"),
  *    "key": "the requester's secret key file",
  *    "stages": [{"addr": "127.0.0.1:7001", "key": "<64 hex digits>"}, ...] (optional),
+ *    "chain": true | false (optional, default false: see mt_route_config.chain),
  *    "experts": [{"addr": ..., "key": ...}, ...] (optional)}
  * Relative paths are relative to the route file's directory. Unknown fields
  * are errors. */

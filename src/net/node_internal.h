@@ -11,7 +11,15 @@
  * A client record is reference counted (its reader + each queued job) and
  * freed, with its connection, when the last reference goes. Replies from the
  * reader and the worker are serialised by the client's send lock. Sessions,
- * partners and the model's compute pool belong to the worker alone. */
+ * partners and the model's compute pool belong to the worker alone.
+ *
+ * A STAGE_FORWARD with next hops (proto.h) is queued like any other, but the
+ * worker hands its result back to the connection's reader (node_fwd)
+ * instead of replying; the reader makes the downstream call and replies.
+ * The worker never waits on the network for a chain, so other sessions keep
+ * being batched; only that connection's reader waits (its requester is
+ * waiting for this very reply anyway). Next-hop connections (node_hop) are
+ * shared by all readers, one per (address, key), one call at a time. */
 #ifndef MOONTAIL_NODE_INTERNAL_H
 #define MOONTAIL_NODE_INTERNAL_H
 
@@ -44,11 +52,29 @@ typedef struct node_client {
     struct node_client *prev, *next;
 } node_client;
 
+/* A chained request's result, handed from the worker to the reader that
+ * waits for it (guarded by node->lock; signalled on node->fwd_cv). */
+typedef struct node_fwd {
+    bool done;   /* the job is finished */
+    float *rows; /* (n, n_embd) its output, or NULL when it was answered with an ERROR */
+} node_fwd;
+
 typedef struct node_job {
     struct node_job *next;
     node_client *client;
     mt_proto_msg msg;
+    node_fwd *fwd; /* NULL: reply as usual */
 } node_job;
+
+/* A connection to a next hop, kept for later requests. */
+typedef struct node_hop {
+    char addr[MT_PROTO_HOP_ADDR_MAX + 1];
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
+    mt_remote *r;         /* NULL: not connected */
+    pthread_mutex_t lock; /* one chained call (and reconnect) at a time */
+} node_hop;
+
+enum { NODE_MAX_HOPS = 64 }; /* next-hop connections kept */
 
 typedef struct node_session {
     bool used;
@@ -88,9 +114,12 @@ struct mt_node {
     pthread_t accept_thread, worker_thread;
     bool accept_started, worker_started;
     pthread_mutex_t lock;
-    pthread_cond_t work_cv;   /* worker: something queued, or stop */
-    pthread_cond_t client_cv; /* readers: inflight went down, or stop */
-    pthread_cond_t done_cv;   /* stop: a reader thread ended */
+    pthread_cond_t work_cv;        /* worker: something queued, or stop */
+    pthread_cond_t client_cv;      /* readers: inflight went down, or stop */
+    pthread_cond_t done_cv;        /* stop: a reader thread ended */
+    pthread_cond_t fwd_cv;         /* readers: a chained job finished */
+    node_hop *hops[NODE_MAX_HOPS]; /* guarded by lock (each hop by its own) */
+    int n_hops;
     node_job *q_head, *q_tail;
     node_client *clients;
     int n_readers; /* reader threads alive */
@@ -110,6 +139,9 @@ void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const c
 void node_send_msg(node_client *c, const mt_proto_msg *m);
 /* A queued request is finished (replied to): frees it, drops its reference. */
 void node_job_done(node_job *j);
+/* Queues a validated request for the worker (takes m's arrays; fwd: see
+ * node_fwd). false when it was answered with an ERROR instead. */
+bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd);
 /* "0-3,6" for messages. */
 void node_format_ids(const int32_t *ids, int32_t n, char *out, size_t cap);
 
@@ -117,6 +149,15 @@ void node_format_ids(const int32_t *ids, int32_t n, char *out, size_t cap);
 
 /* The worker thread (arg: the mt_node). */
 void *node_worker_main(void *arg);
+
+/* ---- node_chain.c ----------------------------------------------------------------- */
+
+/* A validated STAGE_FORWARD with next hops (takes m's arrays): queues it,
+ * waits for the worker's rows, forwards them to the first hop and replies
+ * with its answer. Runs on the connection's reader thread. */
+void node_chain(node_client *c, mt_proto_msg *m);
+/* Closes the next-hop connections. */
+void node_hops_free(mt_node *n);
 
 /* ---- node_partner.c --------------------------------------------------------------- */
 

@@ -90,9 +90,14 @@ static void client_unref_locked(node_client *c) {
 void node_job_done(node_job *j) {
     node_client *c = j->client;
     mt_node *n = c->node;
+    node_fwd *fwd = j->fwd;
     mt_proto_msg_free(&j->msg);
     free(j);
     pthread_mutex_lock(&n->lock);
+    if (fwd) {
+        fwd->done = true;
+        pthread_cond_broadcast(&n->fwd_cv);
+    }
     c->inflight--;
     pthread_cond_broadcast(&n->client_cv);
     client_unref_locked(c);
@@ -176,16 +181,18 @@ static int check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_e
     return 0; /* SESSION_END */
 }
 
-/* Queues a validated request for the worker (takes m's arrays). */
-static void enqueue(node_client *c, mt_proto_msg *m) {
+/* Queues a validated request for the worker (takes m's arrays); false when
+ * it was answered with an ERROR instead. */
+bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd) {
     mt_node *n = c->node;
     node_job *j = malloc(sizeof *j);
     if (!j) {
         node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "out of memory; retry later");
         mt_proto_msg_free(m);
-        return;
+        return false;
     }
     j->next = NULL;
+    j->fwd = fwd;
     j->client = c;
     j->msg = *m;
     pthread_mutex_lock(&n->lock);
@@ -195,7 +202,7 @@ static void enqueue(node_client *c, mt_proto_msg *m) {
         node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "the node is shutting down");
         mt_proto_msg_free(&j->msg);
         free(j);
-        return;
+        return false;
     }
     c->refs++;
     c->inflight++;
@@ -207,6 +214,7 @@ static void enqueue(node_client *c, mt_proto_msg *m) {
     n->stats.queued++;
     pthread_cond_signal(&n->work_cv);
     pthread_mutex_unlock(&n->lock);
+    return true;
 }
 
 static bool is_request(uint16_t type) {
@@ -251,7 +259,10 @@ static void handle_frame(node_client *c, void *buf, size_t len) {
         mt_proto_msg_free(&m);
         return;
     }
-    enqueue(c, &m);
+    if (m.n_hops)
+        node_chain(c, &m);
+    else
+        node_enqueue(c, &m, NULL);
 }
 
 static bool stopping(mt_node *n) {
@@ -421,6 +432,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     pthread_cond_init(&n->work_cv, NULL);
     pthread_cond_init(&n->client_cv, NULL);
     pthread_cond_init(&n->done_cv, NULL);
+    pthread_cond_init(&n->fwd_cv, NULL);
     snprintf(n->addr, sizeof n->addr, "(starting)");
     if (n->cfg.max_sessions <= 0) n->cfg.max_sessions = 64;
     if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
@@ -505,6 +517,7 @@ void mt_node_stop(mt_node *n) {
         mt_kv_cache_free(n->sessions[i].kv);
     free(n->sessions);
     node_partners_free(n);
+    node_hops_free(n);
     if (n->use_dispatch) mt_expert_dispatch_free(&n->dispatch);
     free(n->info.held);
     mt_pool_free(n->pool);
@@ -513,6 +526,7 @@ void mt_node_stop(mt_node *n) {
     pthread_cond_destroy(&n->work_cv);
     pthread_cond_destroy(&n->client_cv);
     pthread_cond_destroy(&n->done_cv);
+    pthread_cond_destroy(&n->fwd_cv);
     pthread_mutex_destroy(&n->lock);
     free(n);
 }

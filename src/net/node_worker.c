@@ -3,7 +3,8 @@
  * at most one per session (creating, checking and evicting sessions), runs
  * all STAGE_FORWARD requests of a layer range as one mt_model_forward_batch
  * and all EXPERT_RUN requests of a layer as one mt_model_run_experts, and
- * replies to each. */
+ * replies to each (a chained STAGE_FORWARD's rows go back to its reader,
+ * which forwards them: node_chain.c). */
 #include "node_internal.h"
 
 #include <stdlib.h>
@@ -102,7 +103,14 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
                               .dtype = m->dtype,
                               .n = m->n,
                               .rows = hidden + (size_t)t * E};
-            node_send_msg(j->client, &r);
+            if (!j->fwd) {
+                node_send_msg(j->client, &r);
+            } else if ((j->fwd->rows = malloc((size_t)m->n * E * sizeof(float)))) {
+                memcpy(j->fwd->rows, r.rows, (size_t)m->n * E * sizeof(float));
+            } else {
+                node_send_error(j->client, m->request_id, MT_PROTO_ERR_BUSY,
+                                "out of memory for the rows to forward");
+            }
         }
         t += m->n;
         node_job_done(j);

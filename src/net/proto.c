@@ -57,11 +57,13 @@ enum {
     EXPERT_FIXED = 4 + 1 + 4,
     ROWS_REPLY_FIXED = 1 + 4,
     INFO_FIXED = 6 * 4 + 1 + 2 * 4 + 64 + 1, /* + arch + u32 n_held + held */
+    HOP_FIXED = 1 + 32 + 4 + 4,              /* + addr bytes */
+    HOPS_MAX_BYTES = 1 + MT_PROTO_MAX_HOPS * (HOP_FIXED + MT_PROTO_HOP_ADDR_MAX),
 };
 
 int32_t mt_proto_max_rows(uint16_t type, int32_t n_embd, mt_proto_dtype dtype) {
-    uint64_t fixed =
-        MT_PROTO_HEADER_BYTES + (type == MT_PROTO_EXPERT_RUN ? EXPERT_FIXED : STAGE_FIXED);
+    uint64_t fixed = MT_PROTO_HEADER_BYTES +
+                     (type == MT_PROTO_EXPERT_RUN ? EXPERT_FIXED : STAGE_FIXED + HOPS_MAX_BYTES);
     uint64_t per_row = 4 + (uint64_t)(n_embd > 0 ? n_embd : 1) * mt_proto_dtype_size(dtype);
     uint64_t n = (MT_PROTO_MAX_PAYLOAD - fixed) / per_row;
     uint64_t lim = type == MT_PROTO_EXPERT_RUN ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS;
@@ -188,6 +190,38 @@ static int check_count(int32_t n, int32_t max, const char *type, const char *wha
     return 0;
 }
 
+/* A hop's address ("host:port", printable, port 1..65535) and its layer
+ * range, which must begin where the previous range ended. */
+static int check_hop(const mt_proto_hop *h, int32_t i, int32_t prev_end, const char *tn,
+                     mt_error *err) {
+    size_t al = strnlen(h->addr, sizeof h->addr);
+    if (al < 1 || al > MT_PROTO_HOP_ADDR_MAX)
+        return mt_error_set(err, "%s: hop %d: address must have 1 to %d bytes", tn, i,
+                            MT_PROTO_HOP_ADDR_MAX);
+    for (size_t k = 0; k < al; k++)
+        if (h->addr[k] < 0x21 || h->addr[k] > 0x7e)
+            return mt_error_set(err, "%s: hop %d: address has a non-printable byte at %zu", tn, i,
+                                k);
+    const char *colon = strrchr(h->addr, ':');
+    long port = 0;
+    bool digits = colon && colon[1] != 0 && colon > h->addr;
+    for (const char *p = colon ? colon + 1 : ""; digits && *p; p++) {
+        digits = *p >= '0' && *p <= '9' && p - colon <= 5;
+        port = port * 10 + (*p - '0');
+    }
+    if (!digits || port < 1 || port > 65535)
+        return mt_error_set(err, "%s: hop %d: address \"%s\" is not host:port (port 1..65535)", tn,
+                            i, h->addr);
+    if (h->layer_begin != prev_end || h->layer_begin >= h->layer_end ||
+        h->layer_end > MT_PROTO_MAX_LAYERS)
+        return mt_error_set(err,
+                            "%s: hop %d (%s): layers [%d, %d) do not continue at layer %d"
+                            " (or are empty or beyond %d)",
+                            tn, i, h->addr, h->layer_begin, h->layer_end, prev_end,
+                            MT_PROTO_MAX_LAYERS);
+    return 0;
+}
+
 int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t *len,
                     mt_error *err) {
     const char *tn = mt_proto_type_name(m->type);
@@ -220,6 +254,15 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
                 return mt_error_set(err, "%s: position %d of token %d is negative", tn, m->pos[i],
                                     i);
         body = STAGE_FIXED + 4 * (uint64_t)m->n + rows_bytes;
+        if (m->n_hops < 0 || m->n_hops > MT_PROTO_MAX_HOPS)
+            return mt_error_set(err, "%s: %d hops is outside [0, %d]", tn, m->n_hops,
+                                MT_PROTO_MAX_HOPS);
+        if (m->n_hops) body += 1;
+        for (int32_t i = 0; i < m->n_hops; i++) {
+            int32_t prev_end = i ? m->hops[i - 1].layer_end : m->layer_end;
+            if (check_hop(&m->hops[i], i, prev_end, tn, err)) return -1;
+            body += HOP_FIXED + strlen(m->hops[i].addr);
+        }
         break;
     case MT_PROTO_EXPERT_RUN:
         if (m->layer_begin < 0 || m->layer_begin >= MT_PROTO_MAX_LAYERS)
@@ -271,7 +314,7 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
     if (!w.p)
         return mt_error_set(err, "%s: out of memory for %llu bytes", tn, (unsigned long long)total);
     put_u16(&w, m->type);
-    put_u16(&w, 0);
+    put_u16(&w, m->type == MT_PROTO_STAGE_FORWARD && m->n_hops ? MT_PROTO_FLAG_HOPS : 0);
     put_u64(&w, m->request_id);
     size_t nv = (size_t)m->n * (size_t)(n_embd > 0 ? n_embd : 0);
     switch (m->type) {
@@ -281,6 +324,15 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
         put_u32(&w, (uint32_t)m->n);
         put_u32(&w, (uint32_t)m->layer_begin);
         put_u32(&w, (uint32_t)m->layer_end);
+        if (m->n_hops) put_u8(&w, (uint8_t)m->n_hops);
+        for (int32_t i = 0; i < m->n_hops; i++) {
+            size_t al = strlen(m->hops[i].addr);
+            put_u8(&w, (uint8_t)al);
+            put_bytes(&w, m->hops[i].addr, al);
+            put_bytes(&w, m->hops[i].pk, 32);
+            put_u32(&w, (uint32_t)m->hops[i].layer_begin);
+            put_u32(&w, (uint32_t)m->hops[i].layer_end);
+        }
         for (int32_t i = 0; i < m->n; i++) put_u32(&w, (uint32_t)m->pos[i]);
         put_rows(&w, m->rows, nv, m->dtype);
         break;
@@ -348,8 +400,10 @@ uint8_t *mt_proto_error_reply(uint64_t request_id, uint32_t code, size_t *len, c
 /* ---- decode ----------------------------------------------------------------------- */
 
 void mt_proto_msg_free(mt_proto_msg *m) {
-    free(m->pos), free(m->ids), free(m->rows), free(m->info.held);
+    free(m->pos), free(m->ids), free(m->rows), free(m->info.held), free(m->hops);
     m->pos = m->ids = m->info.held = NULL;
+    m->hops = NULL;
+    m->n_hops = 0;
     m->rows = NULL;
 }
 
@@ -440,7 +494,42 @@ static int decode_info(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) 
     return 0;
 }
 
-static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, mt_error *err) {
+/* The hop list of a STAGE_FORWARD with MT_PROTO_FLAG_HOPS. */
+static int decode_hops(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) {
+    if (need(r, 1, tn, "hop count", err)) return -1;
+    uint8_t nh = get_u8(r);
+    if (nh < 1 || nh > MT_PROTO_MAX_HOPS)
+        return mt_error_set(err, "%s: %u hops is outside [1, %d]", tn, nh, MT_PROTO_MAX_HOPS);
+    if (!(m->hops = calloc(nh, sizeof *m->hops))) return mt_error_set(err, "%s: out of memory", tn);
+    m->n_hops = nh;
+    for (int32_t i = 0; i < nh; i++) {
+        mt_proto_hop *h = &m->hops[i];
+        char what[48];
+        snprintf(what, sizeof what, "hop %d", i);
+        if (need(r, 1, tn, what, err)) return -1;
+        uint8_t al = get_u8(r);
+        if (al < 1 || al > MT_PROTO_HOP_ADDR_MAX)
+            return mt_error_set(err, "%s: hop %d: address length %u is outside [1, %d]", tn, i, al,
+                                MT_PROTO_HOP_ADDR_MAX);
+        if (need(r, (uint64_t)al + HOP_FIXED - 1, tn, what, err)) return -1;
+        memcpy(h->addr, r->p + r->off, al);
+        r->off += al;
+        h->addr[al] = 0;
+        if (memchr(h->addr, 0, al))
+            return mt_error_set(err, "%s: hop %d: address contains a NUL byte", tn, i);
+        memcpy(h->pk, r->p + r->off, 32);
+        r->off += 32;
+        uint32_t a = get_u32(r), b = get_u32(r);
+        if (a > MT_PROTO_MAX_LAYERS || b > MT_PROTO_MAX_LAYERS)
+            return mt_error_set(err, "%s: hop %d: layer range [%u, %u) is outside [0, %d)", tn, i,
+                                a, b, MT_PROTO_MAX_LAYERS);
+        h->layer_begin = (int32_t)a, h->layer_end = (int32_t)b;
+        if (check_hop(h, i, i ? m->hops[i - 1].layer_end : m->layer_end, tn, err)) return -1;
+    }
+    return 0;
+}
+
+static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, uint16_t flags, mt_error *err) {
     const char *tn = mt_proto_type_name(m->type);
     switch (m->type) {
     case MT_PROTO_INFO:
@@ -454,6 +543,7 @@ static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, mt_error *err) 
             return mt_error_set(err, "%s: layer range [%u, %u) is empty or outside [0, %d)", tn, a,
                                 b, MT_PROTO_MAX_LAYERS);
         m->layer_begin = (int32_t)a, m->layer_end = (int32_t)b;
+        if ((flags & MT_PROTO_FLAG_HOPS) && decode_hops(r, m, tn, err)) return -1;
         if (decode_rows(r, m, n_embd, n, MT_PROTO_MAX_TOKENS, true, &m->pos, tn, "n_tok", err))
             return -1;
         for (int32_t i = 0; i < m->n; i++)
@@ -534,10 +624,11 @@ int mt_proto_decode(const void *payload, size_t len, int32_t n_embd, mt_proto_ms
     out->type = (uint16_t)get_le(&r, 2);
     uint16_t flags = (uint16_t)get_le(&r, 2);
     out->request_id = get_u64(&r);
-    if (flags)
+    uint16_t allowed = out->type == MT_PROTO_STAGE_FORWARD ? MT_PROTO_FLAG_HOPS : 0;
+    if (flags & ~allowed)
         return mt_error_set(err, "%s: header flags 0x%04x are reserved and must be 0",
-                            mt_proto_type_name(out->type), flags);
-    if (decode_body(&r, n_embd, out, err) == 0) return 0;
+                            mt_proto_type_name(out->type), flags & ~allowed);
+    if (decode_body(&r, n_embd, out, flags, err) == 0) return 0;
     uint16_t type = out->type;
     uint64_t id = out->request_id;
     mt_proto_msg_free(out);

@@ -101,6 +101,14 @@ static int check_rows(mt_remote *r, const mt_proto_msg *reply, int32_t n, mt_pro
 int mt_remote_stage_forward(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
                             const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
                             uint32_t *code, mt_error *err) {
+    return mt_remote_stage_chain(r, session, layer_begin, layer_end, NULL, 0, pos, n_tok, hidden,
+                                 dtype, code, err);
+}
+
+int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
+                          const mt_proto_hop *hops, int32_t n_hops, const int32_t *pos,
+                          int32_t n_tok, float *hidden, mt_proto_dtype dtype, uint32_t *code,
+                          mt_error *err) {
     const size_t E = (size_t)r->info.n_embd;
     const int32_t chunk = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, r->info.n_embd, dtype);
     if (code) *code = 0;
@@ -115,6 +123,8 @@ int mt_remote_stage_forward(mt_remote *r, uint64_t session, int32_t layer_begin,
                             .n = n,
                             .layer_begin = layer_begin,
                             .layer_end = layer_end,
+                            .n_hops = n_hops,
+                            .hops = (mt_proto_hop *)hops,
                             .pos = (int32_t *)(pos + t0),
                             .rows = hidden + (size_t)t0 * E};
         mt_proto_msg reply;

@@ -40,6 +40,8 @@ struct mt_route {
     mt_pool *pool;
     int32_t max_ctx;
     int replays;
+    bool chain;
+    mt_proto_hop *hops; /* (n_stages - 1) the later stages, when chain */
     pthread_mutex_t lock;
 };
 
@@ -212,6 +214,24 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
         goto fail;
     }
     if (setup_experts(r, cfg, err)) goto fail;
+    r->chain = cfg->chain;
+    if (r->chain && cfg->n_stages > 1) {
+        if (cfg->n_stages - 1 > MT_PROTO_MAX_HOPS) {
+            mt_error_set(err, "a chain of %d stages has more than %d next hops", cfg->n_stages,
+                         MT_PROTO_MAX_HOPS);
+            goto fail;
+        }
+        for (int i = 1; i < cfg->n_stages; i++)
+            if (strlen(cfg->stages[i].addr) > MT_PROTO_HOP_ADDR_MAX) {
+                mt_error_set(err, "stage %d: address %s is too long to be a next hop", i,
+                             cfg->stages[i].addr);
+                goto fail;
+            }
+        if (!(r->hops = calloc((size_t)cfg->n_stages - 1, sizeof *r->hops))) {
+            mt_error_set(err, "out of memory");
+            goto fail;
+        }
+    }
     int32_t next = r->local_end;
     for (int i = 0; i < cfg->n_stages; i++) {
         route_stage *st = &r->stages[i];
@@ -247,6 +267,7 @@ void mt_route_close(mt_route *r) {
     for (int i = 0; i < r->n_experts; i++) mt_remote_close(r->experts[i]);
     free(r->stages);
     free(r->experts);
+    free(r->hops);
     if (r->use_dispatch) mt_expert_dispatch_free(&r->dispatch);
     mt_pool_free(r->pool);
     if (r->backbone != r->head) mt_model_free(r->backbone);
@@ -327,11 +348,20 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
                                     r->use_dispatch ? &be : NULL, r->pool, err))
             return PASS_FAIL;
     }
-    for (int i = 0; i < r->n_stages; i++) {
+    const int n_calls = r->chain && r->n_stages > 1 ? 1 : r->n_stages;
+    for (int i = 0; i < n_calls; i++) {
         route_stage *st = &r->stages[i];
         uint32_t code = 0;
-        if (mt_remote_stage_forward(st->r, s->id, st->layer_begin, st->layer_end, pos, n, hidden,
-                                    r->wire, &code, err) == 0)
+        int32_t n_hops = n_calls < r->n_stages ? r->n_stages - 1 : 0;
+        for (int k = 0; k < n_hops; k++) { /* the hops as they are now (after reconnects) */
+            route_stage *h = &r->stages[k + 1];
+            snprintf(r->hops[k].addr, sizeof r->hops[k].addr, "%s", h->peer.addr);
+            memcpy(r->hops[k].pk, h->peer.pk, sizeof r->hops[k].pk);
+            r->hops[k].layer_begin = h->layer_begin;
+            r->hops[k].layer_end = h->layer_end;
+        }
+        if (mt_remote_stage_chain(st->r, s->id, st->layer_begin, st->layer_end, r->hops, n_hops,
+                                  pos, n, hidden, r->wire, &code, err) == 0)
             continue;
         if (code == MT_PROTO_ERR_UNKNOWN_SESSION && p0 > 0) return PASS_REPLAY;
         if (code == 0 && !mt_remote_is_open(st->r)) { /* the connection broke: reconnect once */
@@ -455,7 +485,7 @@ int mt_route_file_load(const char *path, mt_route_file *f, mt_error *err) {
     if (!root)
         return mt_error_set(err, "%s:%d: not a valid route file: %s", path, je.line, je.text);
     int rc = -1;
-    static const char *known[] = {"head", "backbone", "wire", "key", "stages", "experts"};
+    static const char *known[] = {"head", "backbone", "wire", "key", "stages", "experts", "chain"};
     const char *k;
     json_t *v;
     json_object_foreach(root, k, v) {
@@ -464,7 +494,7 @@ int mt_route_file_load(const char *path, mt_route_file *f, mt_error *err) {
         if (!ok) {
             mt_error_set(err,
                          "%s: unknown field \"%s\" (a route file has head, backbone, wire, key,"
-                         " stages, experts)",
+                         " stages, chain, experts)",
                          path, k);
             goto done;
         }
@@ -479,6 +509,12 @@ int mt_route_file_load(const char *path, mt_route_file *f, mt_error *err) {
                      path);
         goto done;
     }
+    json_t *chain = json_object_get(root, "chain");
+    if (chain && !json_is_boolean(chain)) {
+        mt_error_set(err, "%s: \"chain\" must be true or false", path);
+        goto done;
+    }
+    f->cfg.chain = chain && json_is_true(chain);
     f->cfg.wire = MT_PROTO_F32;
     if (wire) {
         int d = mt_proto_dtype_from_name(json_string_value(wire));
