@@ -10,15 +10,6 @@ T="timeout 120"
 export TMPDIR="$tmp/scratch"
 mkdir -p "$TMPDIR"
 
-# expect CODE PATTERN cmd...: exit code CODE and PATTERN in stdout+stderr
-expect() {
-    local code=$1 pat=$2
-    shift 2
-    $T "$@" >"$tmp/o" 2>&1
-    local rc=$?
-    if [ $rc -eq "$code" ] && grep -q -- "$pat" "$tmp/o"; then ok; else bad "'$*' gave $rc, wanted $code and '$pat': $(head -c 800 "$tmp/o")"; fi
-}
-
 # check_model NAME ARGS...: `moontail check ARGS` passes, both cases identical
 check_model() {
     local name=$1

@@ -4,7 +4,6 @@
 # eval, mkmodel, and clear errors (exit codes and messages) for bad input.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
-json() { node -e "const o=JSON.parse(require('fs').readFileSync(0,'utf8')); $1"; }
 
 # run --json on the built-in model: the fields the issue asks for
 "$BIN" run --json -n 12 --temp 0 -p "Hello" >"$tmp/a.json" 2>"$tmp/a.err" || bad "run --json failed: $(cat "$tmp/a.err")"

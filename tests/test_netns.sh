@@ -17,21 +17,15 @@ set -u
 . "$(dirname "$0")/lib/harness.bash"
 RELAY="$(cd "$(dirname "$0")" && pwd)/lib/latency_relay.mjs"
 T="timeout 30"
-pids=()
 nss=()
-cleanup() {
-    for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
+# the harness kills `pids`; namespaces (and anything left inside) go here
+extra_cleanup() {
     for ns in "${nss[@]+"${nss[@]}"}"; do
         for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
         ip netns del "$ns" 2>/dev/null
     done
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
-json() { node -e "const o=JSON.parse(require('fs').readFileSync(0,'utf8')); $1"; }
-tokens() { json 'console.log(JSON.stringify([o.prompt_tokens, o.tokens]))'; }
 t_start=$SECONDS
 
 # inns NSNAME CMD...: CMD inside namespace NSNAME ("" = here)
@@ -52,15 +46,7 @@ bg() {
     ) >"$tmp/$name.out" 2>"$tmp/$name.err" &
     PID=$!
     pids+=("$PID")
-    ADDR=""
-    for _ in $(seq 1 200); do
-        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out")
-        [ -n "$ADDR" ] && return 0
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    bad "$name did not start: $(cat "$tmp/$name.err")"
-    return 1
+    wait_listening "$name" "$PID"
 }
 # node NAME NSNAME IP SHARD: a node on IP:0
 node_at() {

@@ -9,28 +9,8 @@
 # clear errors for bad command lines and routes, and a clean SIGTERM stop.
 # Every node is killed on exit; every command runs under a time limit.
 set -u
-BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0 checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
-json() { node -e "const o=JSON.parse(require('fs').readFileSync(0,'utf8')); $1"; }
+. "$(dirname "$0")/lib/harness.bash"
 T="timeout 30"
-# expect CODE PATTERN cmd...: exit code CODE and PATTERN in stdout+stderr
-expect() {
-    local code=$1 pat=$2
-    shift 2
-    $T "$@" >"$tmp/o" 2>&1
-    local rc=$?
-    if [ $rc -eq "$code" ] && grep -q -- "$pat" "$tmp/o"; then ok; else bad "'$*' gave $rc, wanted $code and '$pat': $(head -c 600 "$tmp/o")"; fi
-}
 
 # start_node NAME ARGS...: starts a node on 127.0.0.1:0 and sets ADDR to where it listens
 start_node() {
@@ -39,18 +19,9 @@ start_node() {
     "$BIN" node --listen 127.0.0.1:0 --threads 1 --key "$tmp/node.key" --authorized "$tmp/auth" "$@" \
         >"$tmp/$name.out" 2>"$tmp/$name.err" &
     pids+=($!)
-    ADDR=""
-    for _ in $(seq 1 200); do
-        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out")
-        [ -n "$ADDR" ] && return 0
-        kill -0 "${pids[-1]}" 2>/dev/null || break
-        sleep 0.05
-    done
-    bad "node $name did not start: $(cat "$tmp/$name.err")"
-    return 1
+    wait_listening "$name" "${pids[-1]}"
 }
 
-tokens() { json 'console.log(JSON.stringify([o.prompt_tokens, o.tokens]))'; }
 
 M="$tmp/m.gguf"
 $T "$BIN" mkmodel -o "$M" --arch qwen3moe --type q8_0 --layers 4 --embd 128 --heads 4 --head-dim 32 \
@@ -151,5 +122,4 @@ else
     bad "node did not stop within 10 s of SIGTERM"
 fi
 
-echo "$((checks - fails)) passed, $fails failed"
-[ $fails -eq 0 ]
+finish

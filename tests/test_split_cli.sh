@@ -5,14 +5,6 @@
 # do not, and clear errors with exit codes (2 = bad arguments, 1 = failure).
 set -u
 . "$(dirname "$0")/lib/harness.bash"
-# expect CODE PATTERN cmd...: exit code CODE and PATTERN in stdout+stderr
-expect() {
-    local code=$1 pat=$2
-    shift 2
-    "$@" >"$tmp/o" 2>&1
-    local rc=$?
-    if [ $rc -eq "$code" ] && grep -q -- "$pat" "$tmp/o"; then ok; else bad "'$*' gave $rc, wanted $code and '$pat': $(head -c 600 "$tmp/o")"; fi
-}
 # edit MANIFEST OUT JS: rewrite a manifest with a node expression on `m`
 edit() { node -e "const fs=require('fs'); const m=JSON.parse(fs.readFileSync('$1','utf8')); $3; fs.writeFileSync('$2', JSON.stringify(m))"; }
 

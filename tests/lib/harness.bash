@@ -1,10 +1,24 @@
 # harness.bash - shared by the tests/*.sh end-to-end scripts: the moontail
-# binary, a scratch directory removed on exit, and check counting.
-#   ok / bad MESSAGE   count a passed / failed check
-#   finish             print "N passed, N failed" and exit non-zero on failure
+# binary, a scratch directory, check counting and common helpers.
+#   ok / bad MESSAGE        count a passed / failed check
+#   finish                  print "N passed, N failed"; non-zero on failure
+#   expect CODE PAT CMD...  CMD (under $T, default "timeout 30") exits with
+#                           CODE and prints PAT (stdout + stderr)
+#   json JS                 runs JS with o = the JSON object read from stdin
+#   tokens                  prints [prompt_tokens, tokens] of a run/prompt --json
+#   wait_listening NAME PID waits for "listening on ADDR" in $tmp/NAME.out, sets ADDR
+# Background processes whose pids a script adds to `pids` are killed on exit;
+# a script may define extra_cleanup (run before the scratch dir goes).
 BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+pids=()
+harness_cleanup() {
+    for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    if declare -F extra_cleanup >/dev/null; then extra_cleanup; fi
+    rm -rf "$tmp"
+}
+trap harness_cleanup EXIT
 fails=0 checks=0
 ok() { checks=$((checks + 1)); }
 bad() {
@@ -15,4 +29,29 @@ bad() {
 finish() {
     echo "$((checks - fails)) passed, $fails failed"
     [ "$fails" -eq 0 ]
+}
+expect() {
+    local code=$1 pat=$2
+    shift 2
+    ${T:-timeout 30} "$@" >"$tmp/o" 2>&1
+    local rc=$?
+    if [ $rc -eq "$code" ] && grep -q -- "$pat" "$tmp/o"; then
+        ok
+    else
+        bad "'$*' gave $rc, wanted $code and '$pat': $(head -c 800 "$tmp/o")"
+    fi
+}
+json() { node -e "const o=JSON.parse(require('fs').readFileSync(0,'utf8')); $1"; }
+tokens() { json 'console.log(JSON.stringify([o.prompt_tokens, o.tokens]))'; }
+wait_listening() {
+    local name=$1 pid=$2
+    ADDR=""
+    for _ in $(seq 1 200); do
+        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out")
+        [ -n "$ADDR" ] && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    bad "$name did not start: $(cat "$tmp/$name.err")"
+    return 1
 }
