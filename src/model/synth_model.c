@@ -136,10 +136,16 @@ static void add(synth *s, const char *name, mt_type type, int n_dims, int64_t ne
     add_scaled(s, name, type, n_dims, ne0, ne1, ne2, scale, offset, NULL);
 }
 
+/* Half-width of U(-s, s) weights whose products with unit-variance inputs
+ * of width n_in have std ~ gain. */
+static float matrix_scale(float gain, int64_t n_in) {
+    return gain * sqrtf(3.0f / (float)n_in);
+}
+
 /* A matrix {n_in, n_out(, n_mat)} whose products have std ~ gain. */
 static void add_matrix(synth *s, const char *name, int n_dims, int64_t n_in, int64_t n_out,
                        int64_t n_mat, float gain) {
-    add(s, name, s->p->type, n_dims, n_in, n_out, n_mat, gain * sqrtf(3.0f / (float)n_in), 0.0f);
+    add(s, name, s->p->type, n_dims, n_in, n_out, n_mat, matrix_scale(gain, n_in), 0.0f);
 }
 
 static void add_f32(synth *s, const char *name, int64_t n, float scale, float offset) {
@@ -207,12 +213,11 @@ static void add_layer(synth *s, int il) {
     }
     /* routers stay F32, as llama.cpp's quantizer leaves them */
     add(s, lname(n, il, "ffn_gate_inp.weight"), MT_TYPE_F32, 2, E, p->n_expert, 1,
-        2.5f * sqrtf(3.0f / (float)E), 0.0f);
+        matrix_scale(2.5f, E), 0.0f);
     if (ds) add_f32(s, lname(n, il, "exp_probs_b.bias"), p->n_expert, 0.2f, 0.0f);
     add_swiglu(s, il, "_exps", E, p->n_ff_exp, p->n_expert);
     if (q2) {
-        add_f32(s, lname(n, il, "ffn_gate_inp_shexp.weight"), E, 2.0f * sqrtf(3.0f / (float)E),
-                0.0f);
+        add_f32(s, lname(n, il, "ffn_gate_inp_shexp.weight"), E, matrix_scale(2.0f, E), 0.0f);
         add_swiglu(s, il, "_shexp", E, p->n_ff, 1);
     } else if (ds && p->n_expert_shared > 0) {
         add_swiglu(s, il, "_shexp", E, (int64_t)p->n_ff_exp * p->n_expert_shared, 1);
@@ -351,7 +356,7 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
                 rs[i] = i < 256 && (isalnum(i) || strchr(" .,'!?", i)) && i != 0 ? 1.0f : 0.05f;
         }
         add_scaled(&s, "output.weight", p->type, 2, p->n_embd, n_vocab, 1,
-                   p->logit_gain * sqrtf(3.0f / (float)p->n_embd), 0.0f, rs);
+                   matrix_scale(p->logit_gain, p->n_embd), 0.0f, rs);
         free(rs);
     }
     for (int il = 0; il < p->n_layer && !s.failed; il++) add_layer(&s, il);
