@@ -5,7 +5,8 @@
  *   (c) a paired layer: a stage holding attention and half the experts,
  *       whose partner holds the other half,
  * gives logits bit-identical to the whole model, for every architecture, on
- * F32 and quantized weights, with the prompt evaluated in one batch and the
+ * F32 and quantized weights (and a llama-3 style model whose RoPE divisors
+ * every stage needs), with the prompt evaluated in one batch and the
  * last token decoded on its own (so KV caches carry over). The network
  * transport only moves these same f32 rows. */
 #include "check.h"
@@ -74,10 +75,11 @@ static bool same_as_reference(const float *ref, const mt_model *head, mt_model *
     return ok;
 }
 
-static void check_model(const char *arch, mt_type type, bool dense) {
+static void check_model(const char *arch, mt_type type, bool dense, bool rope_freqs) {
     mt_synth_params p = mt_synth_default_params(arch);
     p.type = type;
     p.dense = dense;
+    p.rope_freqs = rope_freqs;
     p.n_layer = N_LAYER;
     p.seed = 5;
     const char *path = check_tmp(".gguf");
@@ -98,6 +100,9 @@ static void check_model(const char *arch, mt_type type, bool dense) {
     for (int i = 0; i < N_LAYER; i++)
         stage[i] = write_and_load(g, (mt_shard_spec){i, i + 1, true, false, NULL, -1}, "stage");
     bool ok = head && stage[0] && stage[1] && stage[2] && stage[3];
+    /* a llama-3 style model's RoPE divisors go with every stage, not just the head */
+    for (int i = 0; ok && rope_freqs && i < N_LAYER; i++)
+        CHECK(stage[i]->rope_freqs != NULL, "%s: stage %d has no rope_freqs", arch, i);
     CHECK(ok && same_as_reference(ref, head, stage, N_LAYER, NULL, pool),
           "%s %s: 4-stage pipeline logits differ from the whole model", arch, tn);
     for (int i = 0; i < N_LAYER; i++) mt_model_free(stage[i]);
@@ -165,9 +170,11 @@ static void check_model(const char *arch, mt_type type, bool dense) {
 int main(void) {
     static const char *archs[] = {"qwen3moe", "qwen2moe", "deepseek2", "llama"};
     for (int a = 0; a < 4; a++) {
-        check_model(archs[a], MT_TYPE_F32, false);
-        check_model(archs[a], MT_TYPE_Q4_K, false);
+        check_model(archs[a], MT_TYPE_F32, false, false);
+        check_model(archs[a], MT_TYPE_Q4_K, false, false);
     }
-    check_model("llama", MT_TYPE_Q8_0, true);
+    check_model("llama", MT_TYPE_Q8_0, true, false);
+    check_model("llama", MT_TYPE_F32, false, true);
+    check_model("llama", MT_TYPE_Q8_0, true, true);
     return check_report("test_distributed");
 }

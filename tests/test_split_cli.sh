@@ -2,7 +2,8 @@
 # test_split_cli.sh - `moontail split` and `moontail plan check` end to end:
 # one shard (experts, head, whole model), cell and swarm plans that check
 # out, manifests with a missing, duplicated, tampered or foreign shard that
-# do not, and clear errors with exit codes (2 = bad arguments, 1 = failure).
+# do not, a llama-3 style model whose rope_freqs every stage needs, and
+# clear errors with exit codes (2 = bad arguments, 1 = failure).
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 # edit MANIFEST OUT JS: rewrite a manifest with a node expression on `m`
@@ -31,6 +32,17 @@ S="$tmp/swarm/m-swarm-manifest.json"
 expect 0 "ok: 5 shards" "$BIN" plan check "$M" "$S"
 [ -f "$tmp/swarm/m-backbone-0.gguf" ] && [ -f "$tmp/swarm/m-experts-3.gguf" ] && ok || bad "swarm file names: $(ls "$tmp/swarm")"
 edit "$S" /dev/stdout 'if (m.format !== "moontail-manifest-v1" || m.mode !== "swarm" || m.replicas !== 1 || m.shards.length !== 5 || m.shards[1].role !== "experts" || m.shards[1].experts.join() !== "0,1,2,3" || m.shards[0].experts.length !== 0 || typeof m.shards[0].blake2b !== "string") throw new Error("manifest fields")' >/dev/null && ok || bad "manifest fields"
+
+# a llama-3 style model: rope_freqs goes with every shard that computes attention
+L="$tmp/l3.gguf"
+"$BIN" mkmodel -o "$tmp/l3moe.gguf" --arch llama --type q8_0 --layers 3 --embd 64 --heads 2 --head-dim 32 --ff 64 --ff-exp 32 --rope-freqs >/dev/null || bad "mkmodel l3moe"
+expect 0 "all logits identical" timeout 120 "$BIN" check -m "$tmp/l3moe.gguf"
+"$BIN" mkmodel -o "$L" --arch llama --dense --type q8_0 --layers 3 --embd 64 --heads 2 --head-dim 32 --ff 64 --rope-freqs >/dev/null && ok || bad "mkmodel --rope-freqs"
+expect 0 "manifest" "$BIN" split "$L" --plan cell:3 -o "$tmp/l3"
+expect 0 "ok: 4 shards" "$BIN" plan check "$L" "$tmp/l3/l3-cell-manifest.json"
+"$BIN" eval -m "$L" --ids 1,2,3 --top 5 >"$tmp/l3a.txt" 2>&1 || bad "eval l3"
+"$BIN" split "$L" --layers 0:3 --head -o "$tmp/l3all.gguf" >/dev/null || bad "split l3"
+"$BIN" eval -m "$tmp/l3all.gguf" --ids 1,2,3 --top 5 >"$tmp/l3b.txt" 2>&1 && cmp -s "$tmp/l3a.txt" "$tmp/l3b.txt" && ok || bad "l3 whole shard evaluates differently"
 
 # broken sets
 edit "$S" "$tmp/swarm/missing.json" 'm.shards.pop()'

@@ -2,7 +2,10 @@
  * nodes hold, and checking that a set of pieces is the whole model.
  *
  * Every tensor of a model belongs to exactly one *part*:
- *   - the HEAD: token_embd, output_norm, output, rope_freqs;
+ *   - the HEAD: token_embd, output_norm, output;
+ *   - SHARED tensors: rope_freqs (llama-3 style RoPE frequency factors), a
+ *     small read-only vector every layer's attention uses: it is copied into
+ *     every shard that holds the head or any attention part;
  *   - a layer's ATTENTION part: every blk.N.* tensor that is not a routed
  *     expert (norms, attention, router ffn_gate_inp, exp_probs_b, shared
  *     experts *_shexp incl. ffn_gate_inp_shexp, dense ffn_gate/up/down);
@@ -43,7 +46,8 @@
  * mt_plan_write), and mt_plan_check proves a manifest's shards are the
  * model: every tensor slice (a whole non-expert tensor, or one expert of a
  * routed expert tensor) held by exactly `replicas` listed shards, with
- * bytes equal to the model's. */
+ * bytes equal to the model's (shared tensors: held by every shard with the
+ * head or attention, and by at least one). */
 #ifndef MOONTAIL_SHARD_H
 #define MOONTAIL_SHARD_H
 
@@ -63,6 +67,7 @@ typedef enum mt_shard_part {
     MT_SHARD_PART_HEAD,
     MT_SHARD_PART_ATTENTION,
     MT_SHARD_PART_EXPERTS,
+    MT_SHARD_PART_SHARED,
 } mt_shard_part;
 
 /* Classifies a tensor by its name. Sets *part and *layer (-1 for the head).
@@ -75,6 +80,8 @@ typedef struct mt_shard_layout {
     int32_t n_layer;        /* <arch>.block_count */
     int32_t n_expert;       /* <arch>.expert_count, 0 when absent */
     uint64_t head_bytes;    /* tensor bytes of the head part */
+    uint64_t shared_bytes;  /* tensor bytes of the shared tensors (in every shard with the
+                               head or attention) */
     uint64_t *attn_bytes;   /* (n_layer) bytes of each layer's attention part */
     uint64_t *expert_bytes; /* (n_layer) bytes of ONE expert across the layer's routed
                                tensors; 0 for a dense layer */

@@ -26,6 +26,7 @@ typedef struct mt_synth_params {
     bool tied_output; /* no output.weight: the head reuses token_embd */
     bool dense;       /* llama only: no experts at all */
     bool mla_legacy;  /* deepseek2: one attn_kv_b instead of attn_k_b/attn_v_b */
+    bool rope_freqs;  /* llama: a rope_freqs.weight (n_rot/2 divisors in [1, 8], llama-3 style) */
     float logit_gain; /* scale of the output head; larger = more peaked */
     bool readable;    /* byte vocab: damp the head's rows for bytes other than
                          letters, digits, space and common punctuation */

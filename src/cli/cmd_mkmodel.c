@@ -24,6 +24,7 @@ static const char usage[] =
     "  --dense              llama without experts\n"
     "  --mla-legacy         deepseek2 with one attn_kv_b (older converters)\n"
     "  --tied               no output.weight (the head reuses token_embd)\n"
+    "  --rope-freqs         llama: a rope_freqs.weight (llama-3 style RoPE divisors)\n"
     "  --logit-gain X       output head scale (default 5; larger = more peaked)\n";
 
 int cmd_mkmodel(int argc, char **argv) {
@@ -102,6 +103,8 @@ int cmd_mkmodel(int argc, char **argv) {
             p.mla_legacy = true;
         } else if (strcmp(a, "--tied") == 0) {
             p.tied_output = true;
+        } else if (strcmp(a, "--rope-freqs") == 0) {
+            p.rope_freqs = true;
         } else {
             fprintf(stderr,
                     "moontail mkmodel: unknown option '%s'; see 'moontail mkmodel --help'\n", a);

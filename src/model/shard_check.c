@@ -198,11 +198,21 @@ int mt_shard_info_read(const gguf_file *f, mt_shard_info *out, mt_error *err) {
             free(seen);
             goto fail;
         }
-        bool ok =
-            part == MT_SHARD_PART_HEAD
-                ? out->head
-                : il >= out->layer_begin && il < out->layer_end &&
-                      (part == MT_SHARD_PART_ATTENTION ? out->attention : out->n_experts != 0);
+        bool in_range = il >= out->layer_begin && il < out->layer_end, ok = false;
+        switch (part) {
+        case MT_SHARD_PART_HEAD:
+            ok = out->head;
+            break;
+        case MT_SHARD_PART_SHARED:
+            ok = out->head || (out->attention && out->layer_begin < out->layer_end);
+            break;
+        case MT_SHARD_PART_ATTENTION:
+            ok = in_range && out->attention;
+            break;
+        case MT_SHARD_PART_EXPERTS:
+            ok = in_range && out->n_experts != 0;
+            break;
+        }
         int64_t want = out->n_experts < 0 ? (int64_t)nx : out->n_experts;
         if (ok && part == MT_SHARD_PART_EXPERTS && (t->n_dims != 3 || t->ne[2] != want)) {
             mt_error_set(
@@ -442,6 +452,15 @@ static void check_entry(report *r, const gguf_file *model, const mt_shard_layout
             for (int32_t j = 0; j < in.n_experts; j++)
                 cover(c, c->first[mi] + (uint64_t)in.experts[j], k);
     }
+    /* shared tensors are copied, not split: every shard computing attention needs them */
+    if (in.head || (in.attention && in.layer_begin < in.layer_end))
+        for (uint64_t i = 0; i < model->n_tensors; i++)
+            if (lay->part[i] == MT_SHARD_PART_SHARED &&
+                !gguf_find_tensor(sf, model->tensors[i].name))
+                problem(r,
+                        "%s: lacks the shared tensor '%s' that every shard with the head or"
+                        " attention holds; split the model again",
+                        who, model->tensors[i].name);
 done:
     mt_shard_info_free(&in);
     gguf_close(sf);
@@ -456,7 +475,9 @@ static void report_coverage(report *r, const gguf_file *model, const mt_shard_la
             uint64_t s = c->first[i] + a, b = a + 1;
             while (b < n && c->count[c->first[i] + b] == c->count[s]) b++;
             int32_t got = c->count[s];
-            if (got != want) {
+            /* shared tensors: one copy per shard with attention, so any count >= 1 */
+            bool fine = lay->part[i] == MT_SHARD_PART_SHARED ? got >= 1 : got == want;
+            if (!fine) {
                 *n_bad += b - a;
                 char what[160];
                 if (n > 1)

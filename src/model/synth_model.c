@@ -309,6 +309,8 @@ static int check_params(const mt_synth_params *p, mt_error *err) {
                                  " a multiple of 32)");
     if (p->dense && strcmp(p->arch, "llama") != 0)
         return mt_error_set(err, "mkmodel: --dense is only meaningful for llama");
+    if (p->rope_freqs && strcmp(p->arch, "llama") != 0)
+        return mt_error_set(err, "mkmodel: --rope-freqs is only meaningful for llama");
     if (ds &&
         (p->q_lora % 32 || p->kv_lora % 32 || p->kv_lora < 32 || p->qk_nope < 2 || p->qk_rope < 2 ||
          p->qk_rope % 2 || p->v_dim < 2 || p->n_head_kv != 1 || p->n_leading_dense >= p->n_layer))
@@ -359,6 +361,7 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
                    matrix_scale(p->logit_gain, p->n_embd), 0.0f, rs);
         free(rs);
     }
+    if (p->rope_freqs && llama) add_f32(&s, "rope_freqs.weight", p->head_dim / 2, 3.5f, 4.5f);
     for (int il = 0; il < p->n_layer && !s.failed; il++) add_layer(&s, il);
     int rc = s.failed ? -1 : gguf_writer_write(s.w, path, err);
     gguf_writer_free(s.w);
