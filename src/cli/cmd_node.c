@@ -29,7 +29,7 @@ static const char usage[] =
     "                        'authority <hex> [name]' lines)\n"
     "  --authority KEY       trust certificates from this authority (the registry): its\n"
     "                        public key as 64 hex digits, or a file holding them;\n"
-    "                        repeatable. At least one of --authorized and --authority\n"
+    "                        repeatable. --authorized, --authority or both are required\n"
     "  --cert FILE           this node's certificate (moontail cert issue), presented to\n"
     "                        every peer; SIGHUP rereads the file (renewal)\n"
     "  --listen ADDR         where to listen (default 127.0.0.1:7411; :0 picks a free port;\n"

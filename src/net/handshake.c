@@ -359,18 +359,18 @@ int net_handshake_server(struct mt_conn *c, const mt_keys *me, const mt_keys_aut
     if (cert && !c->peer_has_cert)
         snprintf(c->peer_cert_note, sizeof c->peer_cert_note, "%s", ce.msg);
     if (!name && !c->peer_has_cert) {
+        /* the reason goes to the client (which knows its key) and, with the
+         * key, to the server's log */
         char why[sizeof ce.msg];
         if (cert)
-            snprintf(why, sizeof why, "key %.64s is not in the authorized keys, and its %.380s",
-                     hex, ce.msg);
+            snprintf(why, sizeof why, "not in the authorized keys, and its %.400s", ce.msg);
         else
             snprintf(why, sizeof why,
-                     "key %.64s is not in the authorized keys and it presented no certificate; "
-                     "list it, or give it a certificate from a trusted authority",
-                     hex);
+                     "not in the authorized keys and it presented no certificate; list the key, "
+                     "or give it a certificate from a trusted authority");
         mt_error se = {{0}};
         send_verdict(c, w, why, &se); /* best effort: the refusal stands either way */
-        mt_error_set(err, "the client's %s", why);
+        mt_error_set(err, "the client's key %s is %s", hex, why);
         goto out;
     }
     if (send_verdict(c, w, NULL, err)) goto out;
