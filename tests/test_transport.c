@@ -665,8 +665,8 @@ static void *mitm_main(void *arg) {
     crypto_kx_keypair(m1pk, m1sk);
     crypto_kx_keypair(m2pk, m2sk);
     if (!read_exact(m->from_client, hc, sizeof hc)) goto done;
-    m->hello_layout_ok = memcmp(hc, "MTN1", 4) == 0 && hc[4] == 1 && hc[5] == 0 && hc[6] == 0 &&
-                         hc[7] == 0 && memcmp(hc + 40, k_client.pk, 32) == 0;
+    m->hello_layout_ok = memcmp(hc, "MTN1", 4) == 0 && hc[4] == MT_CONN_VERSION && hc[5] == 0 &&
+                         hc[6] == 0 && hc[7] == 0 && memcmp(hc + 40, k_client.pk, 32) == 0;
     memcpy(c_eph, hc + 8, 32);
     memcpy(hc + 8, m1pk, 32);
     if (!write_all(m->to_server, hc, sizeof hc) || !read_exact(m->to_server, hs, sizeof hs))
@@ -767,20 +767,20 @@ static void test_raw_bytes(void) {
     const char http[] = "GET / HTTP/1.1\r\nHost: node\r\n\r\n";
     raw_case("http request", false, http, sizeof http - 1, false, 5000, 0,
              "starts with 47 45 54 20 (\"GET \")", 2500);
-    build_hello(h, 2, 0, k_client.pk);
-    raw_case("version 2", false, h, MT_CONN_HELLO_BYTES, false, 5000, 0, "transport version 2",
-             2500);
-    build_hello(h, 1, 1, k_client.pk);
-    raw_case("flags", false, h, MT_CONN_HELLO_BYTES, false, 5000, 0, "flags 0x0001", 2500);
     build_hello(h, 1, 0, k_client.pk);
+    raw_case("version 1", false, h, MT_CONN_HELLO_BYTES, false, 5000, 0,
+             "speaks transport version 1, this node speaks version 2", 2500);
+    build_hello(h, MT_CONN_VERSION, 1, k_client.pk);
+    raw_case("flags", false, h, MT_CONN_HELLO_BYTES, false, 5000, 0, "flags 0x0001", 2500);
+    build_hello(h, MT_CONN_VERSION, 0, k_client.pk);
     raw_case("short hello", false, h, 14, true, 5000, 0, "after 14 of the 104 bytes", 2500);
     raw_case("nothing", false, h, 0, true, 5000, 0, "without sending a hello", 2500);
     raw_case("stalled hello", false, h, 50, false, 300, 0, "timed out after 300 ms", 1500);
-    build_hello(h, 1, 0, k_stranger.pk);
+    build_hello(h, MT_CONN_VERSION, 0, k_stranger.pk);
     raw_case("hello of a stranger", false, h, MT_CONN_HELLO_BYTES, false, 5000, 0,
              "not in the authorized keys", 2500);
     /* an authorized key, but no proof that we hold it: garbage instead of frame 0 */
-    build_hello(h, 1, 0, k_client.pk);
+    build_hello(h, MT_CONN_VERSION, 0, k_client.pk);
     put_u32le(h + MT_CONN_HELLO_BYTES, 80);
     randombytes_buf(h + MT_CONN_HELLO_BYTES + 4, 80);
     raw_case("forged identity", false, h, MT_CONN_HELLO_BYTES + 84, false, 5000, 0,

@@ -3,7 +3,14 @@
  *
  * A node loads its shard, listens (loopback unless told otherwise), and runs
  * one thread per connection that proves the client's identity against the
- * authorized set and reads its requests, plus ONE worker thread that computes.
+ * authorized set (its key is listed, or it presents a certificate from one of
+ * the set's authorities: keys.h, cert.h) and reads its requests, plus ONE
+ * worker thread that computes.
+ *
+ * Identity: the node's keys may carry a certificate (mt_keys.cert), presented
+ * in every handshake, incoming and outgoing (partners, next hops). It can be
+ * replaced while the node runs (mt_node_set_cert, for renewal): connections
+ * made after the call present the new one; open connections keep theirs.
  *
  * Continuous batching: the worker never waits for a batch to fill. Each step
  * it takes every request that is waiting and
@@ -45,6 +52,7 @@
 #include "moontail/proto.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct mt_node mt_node;
@@ -56,8 +64,9 @@ typedef struct mt_node_partner {
 
 typedef struct mt_node_config {
     const char *shard_path;               /* a shard or a whole model (GGUF) */
-    const mt_keys *keys;                  /* this node's identity */
-    const mt_keys_authorized *authorized; /* who may connect (kept, not copied) */
+    const mt_keys *keys;                  /* this node's identity (and certificate), copied */
+    const mt_keys_authorized *authorized; /* who may connect: keys and authorities (kept, not
+                                             copied; may be added to while the node runs) */
     const char *listen;                   /* NULL: "127.0.0.1:0" */
     const mt_node_partner *partners;      /* paired layers: holders of the other experts */
     int n_partners;
@@ -97,6 +106,12 @@ void mt_node_stop(mt_node *n);
 const char *mt_node_addr(const mt_node *n);
 const mt_proto_info *mt_node_info(const mt_node *n);
 void mt_node_get_stats(mt_node *n, mt_node_stats *s);
+
+/* Replaces the node's certificate (renewal): cert[0..len) must be a
+ * certificate for the node's key (mt_keys_set_cert); NULL removes it.
+ * Connections made after the call, incoming and outgoing, present it. On
+ * error the old certificate stays. Thread-safe. */
+int mt_node_set_cert(mt_node *n, const uint8_t *cert, size_t len, mt_error *err);
 
 /* While held, the worker takes no requests (they wait in the queue). For
  * tests that need several requests in one step, and for maintenance. */

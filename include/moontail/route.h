@@ -94,6 +94,8 @@ uint64_t mt_route_session_id(const mt_route_session *s);
  *    "backbone": "local shard with attention parts" (optional),
  *    "wire": "f32" | "bf16" (optional, default "f32"),
  *    "key": "the requester's secret key file",
+ *    "cert": "the requester's certificate file" (optional, cert.h; nodes that
+ *            trust its issuer admit the key without listing it),
  *    "stages": [{"addr": "127.0.0.1:7001", "key": "<64 hex digits>"}, ...] (optional),
  *    "chain": true | false (optional, default false: see mt_route_config.chain),
  *    "experts": [{"addr": ..., "key": ...}, ...] (optional)}
@@ -102,7 +104,7 @@ uint64_t mt_route_session_id(const mt_route_session *s);
 typedef struct mt_route_file {
     mt_route_config cfg; /* points into this struct */
     char *head, *backbone;
-    mt_keys keys;
+    mt_keys keys; /* with the certificate when the file names one */
     mt_route_peer *stages, *experts;
 } mt_route_file;
 

@@ -5,15 +5,18 @@
  * Every connection proves both identities (Ed25519 keys, see keys.h), is
  * forward secret (a fresh X25519 key pair per connection), and carries frames
  * that cannot be read, altered, replayed, dropped or reordered unnoticed.
- * Nothing read from the socket is trusted: each field is checked, and any
- * violation ends that connection (only) with an error saying what was wrong.
+ * A client is admitted when its key is in the server's authorized set, or when
+ * it presents a valid certificate (cert.h) for that key from an authority the
+ * server trusts. Nothing read from the socket is trusted: each field is
+ * checked, and any violation ends that connection (only) with an error saying
+ * what was wrong.
  *
- * ---- Wire format (version 1; all integers little-endian) -------------------
+ * ---- Wire format (version 2; all integers little-endian) -------------------
  *
  * Hello, 104 bytes, sent in clear by each side:
  *     off  size
  *       0     4  magic "MTN1"
- *       4     2  u16 version = 1
+ *       4     2  u16 version = 2
  *       6     2  u16 flags = 0 (reserved; non-zero is refused)
  *       8    32  ephemeral X25519 public key (crypto_kx_keypair, new per connection)
  *      40    32  Ed25519 identity public key (keys.h)
@@ -33,19 +36,45 @@
  *
  * Handshake (the initiator of the TCP connection is the client):
  *   1. client -> server  hello_c
- *   2. server: checks hello_c and that its identity key is in the authorized
- *      set (if not, it closes without sending anything);
- *      server -> client  hello_s, then frame 0 (server->client): sig_s
- *   3. client: checks hello_s, the pinned server key if one was given, and sig_s;
- *      client -> server  frame 0 (client->server): sig_c
- *   4. server checks sig_c. Application frames follow, counters starting at 1.
+ *   2. server: checks hello_c. If the client's identity key is not in the
+ *      authorized set and the server trusts no authority, it closes without
+ *      sending anything. Otherwise:
+ *      server -> client  hello_s, then frame 0 (server->client): auth_s
+ *   3. client: checks hello_s, the pinned server key if one was given, and auth_s;
+ *      client -> server  frame 0 (client->server): auth_c
+ *   4. server: checks auth_c; admits the client if its key is authorized, or
+ *      else if its certificate passes mt_keys_authorized_check_cert (issued by
+ *      a trusted authority, for exactly that key, valid now give or take
+ *      MT_CERT_DEFAULT_SKEW seconds);
+ *      server -> client  frame 1 (server->client): verdict
+ *   5. client: checks the verdict. Application frames follow, counters starting
+ *      at 1 (client->server) and 2 (server->client).
  *   transcript = crypto_generichash (BLAKE2b, 32 bytes, no key) of hello_c || hello_s
  *   sig_x      = crypto_sign_detached (Ed25519, 64 bytes) by x's identity key over
  *                the 16 ASCII bytes "MTN1 client auth" or "MTN1 server auth"
  *                followed by the 32-byte transcript (48 bytes signed).
- *   The auth frames carry exactly the 64-byte signature (L = 80).
+ *   auth_x     = sig_x, then x's certificate (cert.h, 168 bytes) if x has one:
+ *                a 64-byte (L = 80) or 232-byte (L = 248) payload. A receiver
+ *                takes any bytes after the signature (at most 1024) as the
+ *                certificate and refuses longer payloads.
+ *   verdict    = 1 byte 0 (admitted; L = 17), or 1 byte 1 (refused) followed by
+ *                at most 480 bytes of ASCII saying why (the server closes after it).
+ *   A certificate is not covered by the signature: it is public, names the key
+ *   it vouches for, and arrives under session keys only the signer shares.
  * Identity keys travel in clear in the hellos: an observer of the network can
- * tell which nodes talk to each other, though not what they say.
+ * tell which nodes talk to each other, though not what they say. A server that
+ * trusts an authority completes steps 2-3 with any client before refusing it,
+ * so it reveals its own identity key to anyone who connects.
+ *
+ * ---- Certificates after the handshake ----------------------------------------
+ * Each side can read the peer's certificate (mt_conn_peer_cert). The server
+ * has checked it against its trusted authorities. The client trusts the
+ * server by its pinned key and checks the certificate only against the issuer
+ * it names (signature, subject, time): compare ->issuer with the authority
+ * you expect before relying on it. A presented certificate that fails its
+ * checks does not break the handshake when the key is admitted anyway (an
+ * authorized client, any server); mt_conn_peer_cert is then NULL and
+ * mt_conn_peer_cert_note says why.
  *
  * ---- Threads -----------------------------------------------------------------
  * One connection may be used by one thread sending and another receiving at the
@@ -60,6 +89,7 @@
 #ifndef MOONTAIL_TRANSPORT_H
 #define MOONTAIL_TRANSPORT_H
 
+#include "moontail/cert.h"
 #include "moontail/error.h"
 #include "moontail/keys.h"
 
@@ -67,7 +97,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MT_CONN_VERSION             1
+#define MT_CONN_VERSION             2
 #define MT_CONN_HELLO_BYTES         104
 #define MT_CONN_DEFAULT_MAX_PAYLOAD ((size_t)64 << 20)
 #define MT_CONN_MAX_PAYLOAD_LIMIT   ((size_t)UINT32_MAX - 16) /* what the header can describe */
@@ -84,7 +114,8 @@ mt_conn *mt_conn_client(int fd, const mt_keys *me, const uint8_t *pinned_pk, int
                         mt_error *err);
 
 /* The server side: the client must prove an identity that is in `authorized`
- * (shared read-only, may be used by many threads at once). */
+ * or present a certificate from one of its authorities (the set may be
+ * shared by many threads at once). */
 mt_conn *mt_conn_server(int fd, const mt_keys *me, const mt_keys_authorized *authorized,
                         int timeout_ms, mt_error *err);
 
@@ -105,6 +136,12 @@ int mt_conn_recv(mt_conn *c, void **buf, size_t *len, mt_error *err);
  * its hex key (a client names servers by key). Valid until mt_conn_close. */
 const char *mt_conn_peer_name(const mt_conn *c);
 const uint8_t *mt_conn_peer_key(const mt_conn *c);
+/* The peer's certificate as checked in the handshake (role, account,
+ * not_after, ...; see "Certificates after the handshake" above), or NULL if it
+ * presented none or it was not accepted. Valid until mt_conn_close. */
+const mt_cert *mt_conn_peer_cert(const mt_conn *c);
+/* Why a certificate the peer presented was not accepted, or "". */
+const char *mt_conn_peer_cert_note(const mt_conn *c);
 
 /* Changes the idle limit of each later wait in send/recv (<= 0: none). Call
  * these two setters while no other thread is using the connection. */

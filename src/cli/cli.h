@@ -17,6 +17,7 @@ int cmd_plan(int argc, char **argv);
 int cmd_node(int argc, char **argv);
 int cmd_prompt(int argc, char **argv);
 int cmd_check(int argc, char **argv);
+int cmd_cert(int argc, char **argv);
 
 /* One command-line option: a flag (bool), a string, a whole number in
  * [lo, hi] (int64_t) or a finite number (float). */
@@ -39,6 +40,10 @@ bool cli_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *ou
 bool cli_float(const char *opt, const char *s, float *out);
 /* The value after option argv[*i], advancing *i; NULL (with a message) if missing. */
 const char *cli_value(int argc, char **argv, int *i);
+/* Takes every "NAME VALUE" pair out of argv[1..*argc) (compacting argv and
+ * *argc) for a repeatable option; out (room for *argc entries) receives the
+ * values. Returns how many, or -1 (with a message) if one lacks its value. */
+int cli_take_all(int *argc, char **argv, const char *name, const char **out);
 /* Reads a whole file into a NUL-terminated heap buffer; NULL with a message on error. */
 char *cli_read_file(const char *path, size_t *len);
 

@@ -104,3 +104,18 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const
     }
     return 0;
 }
+
+int cli_take_all(int *argc, char **argv, const char *name, const char **out) {
+    int n = 0, k = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], name) != 0) {
+            argv[k++] = argv[i];
+            continue;
+        }
+        const char *v = cli_value(*argc, argv, &i);
+        if (!v) return -1;
+        out[n++] = v;
+    }
+    *argc = k;
+    return n;
+}

@@ -1,11 +1,16 @@
 /* cmd_node.c - `moontail node`: serves one shard over the data plane (see
  * moontail/node.h) until SIGINT or SIGTERM. Prints "listening on ADDR" on
  * stdout once it accepts connections (with --listen HOST:0 that line tells
- * the port the system picked); everything else goes to stderr. */
+ * the port the system picked); everything else goes to stderr. Who may
+ * connect: the keys of an authorized-keys file and/or every key certified by
+ * a trusted authority (cert.h); SIGHUP rereads the node's own --cert file
+ * (renewal without a restart). */
 #include "cli.h"
+#include "moontail/cert.h"
 #include "moontail/keys.h"
 #include "moontail/node.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,13 +18,20 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: moontail node --shard FILE --key KEYFILE --authorized FILE [options]\n"
+    "usage: moontail node --shard FILE --key KEYFILE (--authorized FILE | --authority KEY)\n"
+    "                     [options]\n"
     "\n"
     "Serves a shard to requesters (and to paired nodes) until SIGINT or SIGTERM.\n"
     "\n"
     "  --shard FILE          the shard (or whole model) to serve\n"
     "  --key KEYFILE         this node's secret key file (moontail keygen)\n"
-    "  --authorized FILE     authorized-keys file: who may connect\n"
+    "  --authorized FILE     authorized-keys file: who may connect (peer keys, and\n"
+    "                        'authority <hex> [name]' lines)\n"
+    "  --authority KEY       trust certificates from this authority (the registry): its\n"
+    "                        public key as 64 hex digits, or a file holding them;\n"
+    "                        repeatable. --authorized, --authority or both are required\n"
+    "  --cert FILE           this node's certificate (moontail cert issue), presented to\n"
+    "                        every peer; SIGHUP rereads the file (renewal)\n"
     "  --listen ADDR         where to listen (default 127.0.0.1:7411; :0 picks a free port;\n"
     "                        all interfaces only when asked: 0.0.0.0:PORT or [::]:PORT)\n"
     "  --partner ADDR=KEY    a node holding the other routed experts of a paired layer\n"
@@ -66,18 +78,65 @@ static int take_partners(int *argc, char **argv, mt_node_partner **out, char ***
     return n;
 }
 
+/* An authority's public key from "--authority HEX_OR_FILE": 64 hex digits,
+ * or a file holding them (what `moontail keygen` prints, e.g. registry.pub). */
+static int parse_authority(const char *v, uint8_t pk[MT_KEYS_PUBLIC_BYTES]) {
+    mt_error err = {{0}};
+    if (strlen(v) == 2 * MT_KEYS_PUBLIC_BYTES && mt_keys_pk_from_hex(pk, v, NULL) == 0) return 0;
+    FILE *f = fopen(v, "r");
+    if (!f) {
+        fprintf(stderr,
+                "moontail node: --authority %s: neither 64 hex digits nor a readable file (%s)\n",
+                v, strerror(errno));
+        return -1;
+    }
+    char text[256] = {0};
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) n--;
+    text[n] = 0;
+    if (mt_keys_pk_from_hex(pk, text, &err)) {
+        fprintf(stderr,
+                "moontail node: --authority %s: the file must hold only the authority's public "
+                "key (64 hex digits, as printed by 'moontail keygen'): %s\n",
+                v, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Loads a certificate file for keys (checked to be for its key); warns
+ * when it is not valid at this moment (peers will refuse it). */
+static int load_cert(const char *path, mt_keys *keys, uint8_t cert[MT_CERT_BYTES]) {
+    mt_error err = {{0}};
+    mt_cert c;
+    if (mt_cert_load(path, cert, &c, &err) || mt_keys_set_cert(keys, cert, MT_CERT_BYTES, &err)) {
+        if (!strstr(err.msg, path)) mt_error_prefix(&err, "%s", path);
+        fprintf(stderr, "moontail node: --cert %s\n", err.msg);
+        return -1;
+    }
+    if (mt_cert_check_time(&c, mt_cert_now(), 0, &err))
+        fprintf(stderr, "moontail node: warning: %s: %s; peers will refuse it\n", path, err.msg);
+    return 0;
+}
+
 int cmd_node(int argc, char **argv) {
-    const char *shard = NULL, *key = NULL, *authorized = NULL, *listen = "127.0.0.1:7411";
+    const char *shard = NULL, *key = NULL, *authorized = NULL, *listen = "127.0.0.1:7411",
+               *cert_path = NULL;
     int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0;
     bool quiet = false;
     mt_node_partner *partners = NULL;
     char **addrs = NULL;
     int rc = 2;
     int n_partners = take_partners(&argc, argv, &partners, &addrs);
+    const char **authorities = calloc((size_t)argc, sizeof *authorities);
+    int n_authorities =
+        n_partners < 0 || !authorities ? -1 : cli_take_all(&argc, argv, "--authority", authorities);
     const cli_opt opts[] = {
         {"--shard", CLI_STRING, &shard, 0, 0},
         {"--key", CLI_STRING, &key, 0, 0},
         {"--authorized", CLI_STRING, &authorized, 0, 0},
+        {"--cert", CLI_STRING, &cert_path, 0, 0},
         {"--listen", CLI_STRING, &listen, 0, 0},
         {"--max-sessions", CLI_INT, &max_sessions, 1, 1 << 20},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
@@ -86,34 +145,55 @@ int cmd_node(int argc, char **argv) {
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
-    int prc = n_partners < 0 ? -1 : cli_parse("node", argc, argv, opts, usage);
+    int prc = n_authorities < 0 ? -1 : cli_parse("node", argc, argv, opts, usage);
     if (prc) {
         rc = prc > 0 ? 0 : 2;
         goto out;
     }
-    if (!shard || !key || !authorized) {
-        fprintf(stderr, "moontail node: --shard, --key and --authorized are required; see"
-                        " 'moontail node --help'\n");
+    if (!shard || !key || (!authorized && n_authorities == 0)) {
+        fprintf(stderr, "moontail node: --shard, --key and at least one of --authorized and"
+                        " --authority are required; see 'moontail node --help'\n");
         goto out;
     }
+    uint8_t(*auth_pk)[MT_KEYS_PUBLIC_BYTES] = calloc((size_t)n_authorities + 1, sizeof *auth_pk);
+    if (!auth_pk) goto out;
+    for (int i = 0; i < n_authorities; i++)
+        if (parse_authority(authorities[i], auth_pk[i])) goto out_pk;
     rc = 1;
     mt_error err = {{0}};
     mt_keys keys;
+    uint8_t cert[MT_CERT_BYTES];
     if (mt_keys_load(&keys, key, &err)) {
         fprintf(stderr, "moontail node: %s\n", err.msg);
-        goto out;
+        goto out_pk;
     }
-    mt_keys_authorized *auth = mt_keys_authorized_load(authorized, &err);
-    if (!auth) {
-        fprintf(stderr, "moontail node: %s\n", err.msg);
+    if (cert_path && load_cert(cert_path, &keys, cert)) {
         mt_keys_wipe(&keys);
-        goto out;
+        goto out_pk;
     }
-    /* SIGINT/SIGTERM are taken with sigwait below: block them before any thread starts */
+    mt_keys_authorized *auth =
+        authorized ? mt_keys_authorized_load(authorized, &err) : mt_keys_authorized_new();
+    for (int i = 0; auth && i < n_authorities; i++) {
+        /* the same key also in the file (or given twice) is fine */
+        if (mt_keys_authorized_find_authority(auth, auth_pk[i])) continue;
+        if (mt_keys_authorized_add_authority(auth, auth_pk[i], NULL, &err)) {
+            mt_error_prefix(&err, "--authority %s", authorities[i]);
+            mt_keys_authorized_free(auth);
+            auth = NULL;
+        }
+    }
+    if (!auth) {
+        fprintf(stderr, "moontail node: %s\n", err.msg[0] ? err.msg : "out of memory");
+        mt_keys_wipe(&keys);
+        goto out_pk;
+    }
+    /* SIGINT/SIGTERM (stop) and SIGHUP (reread --cert) are taken with sigwait
+     * below: block them before any thread starts */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     mt_node_config cfg = {.shard_path = shard,
@@ -128,11 +208,13 @@ int cmd_node(int argc, char **argv) {
                           .max_batch_tokens = (int)max_batch,
                           .quiet = quiet};
     mt_node *node = mt_node_start(&cfg, &err);
+    uint8_t my_pk[MT_KEYS_PUBLIC_BYTES]; /* to check a reread certificate against */
+    memcpy(my_pk, keys.pk, sizeof my_pk);
     mt_keys_wipe(&keys);
     if (!node) {
         fprintf(stderr, "moontail node: %s\n", err.msg);
         mt_keys_authorized_free(auth);
-        goto out;
+        goto out_pk;
     }
     const mt_proto_info *in = mt_node_info(node);
     if (!quiet)
@@ -144,13 +226,29 @@ int cmd_node(int argc, char **argv) {
     printf("listening on %s\n", mt_node_addr(node));
     fflush(stdout);
     int sig = 0;
-    sigwait(&sigs, &sig);
+    for (;;) {
+        if (sigwait(&sigs, &sig) != 0) continue;
+        if (sig != SIGHUP) break;
+        if (!cert_path) {
+            if (!quiet) fprintf(stderr, "moontail node: SIGHUP: no --cert to reread\n");
+            continue;
+        }
+        mt_keys k2 = {.has_cert = false}; /* public half only: for the checks of load_cert */
+        memcpy(k2.pk, my_pk, sizeof my_pk);
+        if (load_cert(cert_path, &k2, cert) == 0 &&
+            mt_node_set_cert(node, cert, MT_CERT_BYTES, &err) != 0)
+            fprintf(stderr, "moontail node: SIGHUP: %s\n", err.msg);
+        mt_keys_wipe(&k2);
+    }
     if (!quiet)
         fprintf(stderr, "moontail node: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     mt_node_stop(node);
     mt_keys_authorized_free(auth);
     rc = 0;
+out_pk:
+    free(auth_pk);
 out:
+    free(authorities);
     for (int i = 0; addrs && addrs[i]; i++) free(addrs[i]);
     free(addrs);
     free(partners);

@@ -15,6 +15,7 @@ static const char usage[] =
     "  split     cut a model into shards (one, or a whole cell/swarm plan)\n"
     "  plan      check that a plan's shards hold the whole model ('plan check')\n"
     "  keygen    create a node identity (secret key file) and print its public key\n"
+    "  cert      issue a certificate for a key with an authority's key, or show one\n"
     "  node      serve a shard to requesters over the network\n"
     "  prompt    generate text through a route of nodes (like run, layers remote)\n"
     "  check     check that pipeline and expert-server runs give the local logits\n"
@@ -32,7 +33,7 @@ int main(int argc, char **argv) {
     } cmds[] = {{"run", cmd_run},         {"tokenize", cmd_tokenize}, {"eval", cmd_eval},
                 {"mkmodel", cmd_mkmodel}, {"split", cmd_split},       {"plan", cmd_plan},
                 {"keygen", cmd_keygen},   {"node", cmd_node},         {"prompt", cmd_prompt},
-                {"check", cmd_check}};
+                {"check", cmd_check},     {"cert", cmd_cert}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

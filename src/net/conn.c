@@ -111,6 +111,12 @@ const char *mt_conn_peer_name(const mt_conn *c) {
 const uint8_t *mt_conn_peer_key(const mt_conn *c) {
     return c->peer_pk;
 }
+const mt_cert *mt_conn_peer_cert(const mt_conn *c) {
+    return c->peer_has_cert ? &c->peer_cert : NULL;
+}
+const char *mt_conn_peer_cert_note(const mt_conn *c) {
+    return c->peer_cert_note;
+}
 void mt_conn_set_timeout(mt_conn *c, int timeout_ms) {
     c->timeout_ms = timeout_ms;
 }

@@ -1,8 +1,12 @@
 /* handshake.c - the transport handshake: hellos in clear (ephemeral X25519 key
  * + Ed25519 identity), session keys from crypto_kx, then one encrypted frame
  * per side holding an Ed25519 signature over the hash of both hellos and the
- * signer's role. The server admits only authorized identities, the client may
- * pin the server's identity. The exact bytes are specified in transport.h. */
+ * signer's role, followed by the signer's certificate if it has one (cert.h).
+ * The server admits a client whose key is authorized or whose certificate
+ * comes from a trusted authority, and says so in a last frame (with the
+ * reason when it refuses); the client may pin the server's identity. The
+ * exact bytes are specified in transport.h. */
+#include "moontail/cert.h"
 #include "moontail/transport.h"
 #include "net_internal.h"
 
@@ -94,7 +98,12 @@ static int hello_read(struct mt_conn *c, net_wait w, const char *who, const char
     return 0;
 }
 
-/* ---- signatures -------------------------------------------------------------- */
+/* ---- auth frames: signature [+ certificate] ------------------------------------ */
+
+#define AUTH_CERT_MAX  1024 /* most certificate bytes an auth frame may carry */
+#define VERDICT_ADMIT  0
+#define VERDICT_REFUSE 1
+#define REFUSAL_MAX    480 /* most reason bytes in a refusal */
 
 /* label || BLAKE2b-256(hello_c || hello_s): the 48 bytes each side signs. */
 static void auth_message(uint8_t msg[SIG_LABEL_BYTES + 32], const char *label, const hello *hc,
@@ -107,16 +116,15 @@ static void auth_message(uint8_t msg[SIG_LABEL_BYTES + 32], const char *label, c
     crypto_generichash_final(&st, msg + SIG_LABEL_BYTES, 32);
 }
 
-static int send_auth(struct mt_conn *c, net_wait w, const mt_keys *me, const char *label,
-                     const hello *hc, const hello *hs, const hello *prefix, mt_error *err) {
-    uint8_t msg[SIG_LABEL_BYTES + 32], sig[crypto_sign_BYTES];
-    auth_message(msg, label, hc, hs);
-    crypto_sign_detached(sig, NULL, msg, sizeof msg, me->sk);
+/* Seals payload as the next frame of c->tx and writes it, after `prefix`
+ * (the server sends its hello and its auth frame in one write). */
+static int send_frame(struct mt_conn *c, net_wait w, const void *payload, size_t len,
+                      const hello *prefix, mt_error *err) {
     size_t flen = 0;
-    uint8_t *frame = net_frame_seal(&c->tx, sig, sizeof sig, &flen);
+    uint8_t *frame = net_frame_seal(&c->tx, payload, len, &flen);
     uint8_t *out = frame;
     size_t olen = flen;
-    if (frame && prefix) { /* the server sends hello + auth frame in one write */
+    if (frame && prefix) {
         out = malloc(sizeof prefix->raw + flen);
         if (out) {
             memcpy(out, prefix->raw, sizeof prefix->raw);
@@ -133,14 +141,31 @@ static int send_auth(struct mt_conn *c, net_wait w, const mt_keys *me, const cha
     return rc ? -1 : 0;
 }
 
+static int send_auth(struct mt_conn *c, net_wait w, const mt_keys *me, const char *label,
+                     const hello *hc, const hello *hs, const hello *prefix, mt_error *err) {
+    uint8_t payload[crypto_sign_BYTES + MT_CERT_BYTES], msg[SIG_LABEL_BYTES + 32];
+    auth_message(msg, label, hc, hs);
+    crypto_sign_detached(payload, NULL, msg, sizeof msg, me->sk);
+    size_t len = crypto_sign_BYTES;
+    if (me->has_cert) {
+        memcpy(payload + len, me->cert, MT_CERT_BYTES);
+        len += MT_CERT_BYTES;
+    }
+    return send_frame(c, w, payload, len, prefix, err);
+}
+
+/* Receives and checks the peer's auth frame; *cert (malloc'd, or NULL when
+ * the peer has none) receives its certificate bytes. */
 static int recv_auth(struct mt_conn *c, net_wait w, const char *who, const char *eof_hint,
                      const uint8_t *peer_id, const char *label, const hello *hc, const hello *hs,
-                     mt_error *err) {
-    void *sig = NULL;
+                     uint8_t **cert, size_t *cert_len, mt_error *err) {
+    uint8_t *p = NULL;
     size_t len = 0;
     bool mid = false;
-    int rc = net_frame_recv(c->fd, &c->rx, crypto_sign_BYTES, crypto_sign_BYTES, w, &sig, &len,
-                            &mid, err);
+    *cert = NULL;
+    *cert_len = 0;
+    int rc = net_frame_recv(c->fd, &c->rx, crypto_sign_BYTES, crypto_sign_BYTES + AUTH_CERT_MAX, w,
+                            (void **)&p, &len, &mid, err);
     if (rc == NET_EOF)
         return mt_error_set(err, "the %s closed the connection before proving its identity%s", who,
                             eof_hint);
@@ -153,9 +178,8 @@ static int recv_auth(struct mt_conn *c, net_wait w, const char *who, const char 
     }
     uint8_t msg[SIG_LABEL_BYTES + 32];
     auth_message(msg, label, hc, hs);
-    rc = crypto_sign_verify_detached(sig, msg, sizeof msg, peer_id);
-    free(sig);
-    if (rc != 0) {
+    if (crypto_sign_verify_detached(p, msg, sizeof msg, peer_id) != 0) {
+        free(p);
         char hex[MT_KEYS_HEX_SIZE];
         mt_keys_pk_to_hex(peer_id, hex);
         return mt_error_set(err,
@@ -163,7 +187,67 @@ static int recv_auth(struct mt_conn *c, net_wait w, const char *who, const char 
                             "that key, or a man in the middle altered the handshake",
                             who, hex);
     }
+    if (len > crypto_sign_BYTES) { /* the certificate: the payload's bytes after the signature */
+        memmove(p, p + crypto_sign_BYTES, len - crypto_sign_BYTES);
+        *cert = p;
+        *cert_len = len - crypto_sign_BYTES;
+    } else {
+        free(p);
+    }
     return 0;
+}
+
+/* The server's last handshake frame: admitted, or refused with a reason. */
+static int send_verdict(struct mt_conn *c, net_wait w, const char *refusal, mt_error *err) {
+    uint8_t v[1 + REFUSAL_MAX];
+    size_t n = 1;
+    v[0] = refusal ? VERDICT_REFUSE : VERDICT_ADMIT;
+    if (refusal) {
+        size_t rl = strlen(refusal);
+        if (rl > REFUSAL_MAX) rl = REFUSAL_MAX;
+        memcpy(v + 1, refusal, rl);
+        n += rl;
+    }
+    return send_frame(c, w, v, n, NULL, err);
+}
+
+static int recv_verdict(struct mt_conn *c, net_wait w, const char *my_hex, mt_error *err) {
+    uint8_t *v = NULL;
+    size_t len = 0;
+    bool mid = false;
+    int rc = net_frame_recv(c->fd, &c->rx, 1, 1 + REFUSAL_MAX, w, (void **)&v, &len, &mid, err);
+    if (rc == NET_EOF)
+        return mt_error_set(err,
+                            "the server closed the connection before saying whether it admits "
+                            "this node's key %s",
+                            my_hex);
+    if (rc == NET_TIMEOUT)
+        return mt_error_set(err,
+                            "timed out after %d ms waiting for the server to admit this node's "
+                            "key %s",
+                            c->timeout_ms, my_hex);
+    if (rc != NET_OK) {
+        mt_error_prefix(err, "the server's answer to the handshake");
+        return -1;
+    }
+    if (v[0] == VERDICT_ADMIT && len == 1)
+        rc = 0;
+    else if (v[0] == VERDICT_REFUSE) {
+        /* the reason comes from the wire: anything unprintable is shown as '?' */
+        char why[REFUSAL_MAX + 1];
+        for (size_t i = 1; i < len; i++)
+            why[i - 1] = v[i] >= 0x20 && v[i] < 0x7f ? (char)v[i] : '?';
+        why[len - 1] = 0;
+        rc = mt_error_set(err, "the server refused this node's key %s: %s", my_hex,
+                          len > 1 ? why : "(no reason given)");
+    } else {
+        rc = mt_error_set(err,
+                          "the server's answer to the handshake is malformed (verdict %u in %zu "
+                          "bytes; 0 in 1 byte or 1 with a reason expected)",
+                          v[0], len);
+    }
+    free(v);
+    return rc;
 }
 
 /* ---- the two roles ------------------------------------------------------------- */
@@ -177,15 +261,17 @@ int net_handshake_client(struct mt_conn *c, const mt_keys *me, const uint8_t *pi
                          mt_error *err) {
     net_wait w = handshake_wait(c);
     uint8_t eph_pk[crypto_kx_PUBLICKEYBYTES], eph_sk[crypto_kx_SECRETKEYBYTES];
-    char my_hex[MT_KEYS_HEX_SIZE], hint[200];
+    char my_hex[MT_KEYS_HEX_SIZE], hint[300];
     hello hc, hs;
+    uint8_t *cert = NULL;
+    size_t cert_len = 0;
     int rc = -1;
     crypto_kx_keypair(eph_pk, eph_sk);
     hello_build(&hc, eph_pk, me->pk);
     mt_keys_pk_to_hex(me->pk, my_hex);
     snprintf(hint, sizeof hint,
              "; it probably does not accept this node's key %s (add it to the server's "
-             "authorized keys)",
+             "authorized keys, or have the server trust an authority that certifies it)",
              my_hex);
     int wr = net_write_full(c->fd, hc.raw, sizeof hc.raw, w, err);
     if (wr) {
@@ -209,12 +295,24 @@ int net_handshake_client(struct mt_conn *c, const mt_keys *me, const uint8_t *pi
         goto out;
     }
     sodium_memzero(eph_sk, sizeof eph_sk);
-    if (recv_auth(c, w, "server", "", server_id, label_server, &hc, &hs, err)) goto out;
+    if (recv_auth(c, w, "server", "", server_id, label_server, &hc, &hs, &cert, &cert_len, err))
+        goto out;
     if (send_auth(c, w, me, label_client, &hc, &hs, NULL, err)) goto out;
+    if (recv_verdict(c, w, my_hex, err)) goto out;
     memcpy(c->peer_pk, server_id, MT_KEYS_PUBLIC_BYTES);
     mt_keys_pk_to_hex(server_id, c->peer_name);
+    if (cert) {
+        /* The client trusts the server by its (pinned) key; the certificate is
+         * information, checked against the issuer it names (see transport.h). */
+        mt_error ce = {{0}};
+        c->peer_has_cert =
+            mt_cert_verify(cert, cert_len, MT_CERT_ANY_ISSUER, 0, server_id, mt_cert_now(),
+                           MT_CERT_DEFAULT_SKEW, &c->peer_cert, &ce) == 0;
+        if (!c->peer_has_cert) snprintf(c->peer_cert_note, sizeof c->peer_cert_note, "%s", ce.msg);
+    }
     rc = 0;
 out:
+    free(cert);
     sodium_memzero(eph_sk, sizeof eph_sk);
     return rc;
 }
@@ -223,15 +321,18 @@ int net_handshake_server(struct mt_conn *c, const mt_keys *me, const mt_keys_aut
                          mt_error *err) {
     net_wait w = handshake_wait(c);
     uint8_t eph_pk[crypto_kx_PUBLICKEYBYTES], eph_sk[crypto_kx_SECRETKEYBYTES];
+    char hex[MT_KEYS_HEX_SIZE];
     hello hc, hs;
+    uint8_t *cert = NULL;
+    size_t cert_len = 0;
     int rc = -1;
     if (hello_read(c, w, "client", "", &hc, err)) return -1;
     const uint8_t *client_id = hc.raw + H_ID;
-    const char *name = mt_keys_authorized_find(auth, client_id);
-    if (!name) {
-        /* Refused before this node says anything about itself. */
-        char hex[MT_KEYS_HEX_SIZE];
-        mt_keys_pk_to_hex(client_id, hex);
+    const char *name = mt_keys_authorized_find(auth, client_id); /* stays valid (keys.h) */
+    mt_keys_pk_to_hex(client_id, hex);
+    if (!name && mt_keys_authorized_authority_count(auth) == 0) {
+        /* No certificate could admit it: refused before this node says
+         * anything about itself. */
         return mt_error_set(err,
                             "the client's key %s is not in the authorized keys; add a line "
                             "'%s NAME' to the authorized-keys file to admit it",
@@ -247,12 +348,37 @@ int net_handshake_server(struct mt_conn *c, const mt_keys *me, const mt_keys_aut
     if (send_auth(c, w, me, label_server, &hc, &hs, &hs, err)) goto out;
     if (recv_auth(c, w, "client",
                   " (it may have refused this node's key, e.g. a different pinned key)", client_id,
-                  label_client, &hc, &hs, err))
+                  label_client, &hc, &hs, &cert, &cert_len, err))
         goto out;
+    /* Admitted by its key, or else by its certificate. */
+    mt_error ce = {{0}};
+    if (cert)
+        c->peer_has_cert =
+            mt_keys_authorized_check_cert(auth, cert, cert_len, client_id, mt_cert_now(),
+                                          MT_CERT_DEFAULT_SKEW, &c->peer_cert, &ce) == 0;
+    if (cert && !c->peer_has_cert)
+        snprintf(c->peer_cert_note, sizeof c->peer_cert_note, "%s", ce.msg);
+    if (!name && !c->peer_has_cert) {
+        /* the reason goes to the client (which knows its key) and, with the
+         * key, to the server's log */
+        char why[sizeof ce.msg];
+        if (cert)
+            snprintf(why, sizeof why, "not in the authorized keys, and its %.400s", ce.msg);
+        else
+            snprintf(why, sizeof why,
+                     "not in the authorized keys and it presented no certificate; list the key, "
+                     "or give it a certificate from a trusted authority");
+        mt_error se = {{0}};
+        send_verdict(c, w, why, &se); /* best effort: the refusal stands either way */
+        mt_error_set(err, "the client's key %s is %s", hex, why);
+        goto out;
+    }
+    if (send_verdict(c, w, NULL, err)) goto out;
     memcpy(c->peer_pk, client_id, MT_KEYS_PUBLIC_BYTES);
-    snprintf(c->peer_name, sizeof c->peer_name, "%s", name);
+    snprintf(c->peer_name, sizeof c->peer_name, "%s", name ? name : hex);
     rc = 0;
 out:
+    free(cert);
     sodium_memzero(eph_sk, sizeof eph_sk);
     return rc;
 }

@@ -13,11 +13,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* ---- libsodium ----------------------------------------------------------- */
 
 /* sodium_init once (thread-safe, idempotent); -1 with a message on failure. */
 int net_sodium_init(mt_error *err);
+
+/* ---- small files and hex (keys.c) ------------------------------------------ */
+
+/* Decodes exactly 2*n hex digits (either case) from s[0..len) into out;
+ * false for anything else. */
+bool net_hex_decode(uint8_t *out, size_t n, const char *s, size_t len);
+/* Reads a whole regular file of at most max bytes into a NUL-terminated heap
+ * buffer; NULL with "path: problem" naming it as `what`. *st receives the
+ * file's status (permission checks). */
+char *net_read_small_file(const char *path, size_t max, const char *what, struct stat *st,
+                          size_t *len, mt_error *err);
 
 /* ---- socket I/O (net_io.c) -----------------------------------------------
  * All I/O uses MSG_DONTWAIT | MSG_NOSIGNAL and waits in poll(), so the file
@@ -75,8 +87,12 @@ struct mt_conn {
     bool is_client;
     uint8_t peer_pk[MT_KEYS_PUBLIC_BYTES];
     char peer_name[NET_NAME_SIZE];
-    net_dir tx, rx;       /* tx used only by the sending thread, rx by the receiving one */
-    pthread_mutex_t lock; /* guards broken + reason */
+    bool peer_has_cert; /* the peer presented a certificate that passed the checks */
+    mt_cert peer_cert;  /* its fields, when peer_has_cert */
+    char peer_cert_note[sizeof(
+        ((mt_error *)0)->msg)]; /* why a presented certificate was not accepted, or "" */
+    net_dir tx, rx;             /* tx used only by the sending thread, rx by the receiving one */
+    pthread_mutex_t lock;       /* guards broken + reason */
     bool broken;
     char reason[sizeof(((mt_error *)0)->msg)];
 };

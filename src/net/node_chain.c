@@ -47,7 +47,10 @@ void node_hops_free(mt_node *n) {
 /* Connects e (e->lock held). */
 static int hop_connect(mt_node *n, node_hop *e, mt_error *err) {
     mt_remote_close(e->r);
-    e->r = mt_remote_connect(e->addr, e->pk, &n->keys, n->cfg.timeout_ms, 0, err);
+    mt_keys me;
+    node_identity(n, &me); /* the certificate as it is now (it may have been renewed) */
+    e->r = mt_remote_connect(e->addr, e->pk, &me, n->cfg.timeout_ms, 0, err);
+    mt_keys_wipe(&me);
     return e->r ? 0 : -1;
 }
 

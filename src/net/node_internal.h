@@ -49,6 +49,8 @@ typedef struct node_client {
     int refs, inflight; /* guarded by node->lock */
     char peer[160];     /* "name (ip:port)" for the log */
     uint8_t pk[MT_KEYS_PUBLIC_BYTES];
+    bool has_cert; /* the client presented a certificate the handshake accepted */
+    mt_cert cert;  /* its fields (role, account, not_after: for metering per account) */
     struct node_client *prev, *next;
 } node_client;
 
@@ -97,8 +99,9 @@ typedef struct node_partner {
 } node_partner;
 
 struct mt_node {
-    mt_node_config cfg; /* strings and arrays are not kept */
-    mt_keys keys;
+    mt_node_config cfg;      /* strings and arrays are not kept */
+    mt_keys keys;            /* guarded by id_lock (mt_node_set_cert replaces its certificate) */
+    pthread_mutex_t id_lock; /* taken only to copy keys (node_identity) or to change them */
     const mt_keys_authorized *authorized;
     mt_model *model;
     mt_pool *pool;
@@ -133,6 +136,9 @@ struct mt_node {
 /* ---- node_server.c ---------------------------------------------------------------- */
 
 void node_log(mt_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A copy of the node's identity as it is now (for one handshake); wipe it
+ * with mt_keys_wipe after use. */
+void node_identity(mt_node *n, mt_keys *out);
 /* Replies to a client (a failed send breaks only that connection). */
 void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

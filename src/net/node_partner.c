@@ -13,7 +13,10 @@
 
 static int partner_connect(node_partner *p, mt_error *err) {
     mt_node *n = p->node;
-    mt_remote *r = mt_remote_connect(p->addr, p->pk, &n->keys, n->cfg.timeout_ms, 0, err);
+    mt_keys me;
+    node_identity(n, &me);
+    mt_remote *r = mt_remote_connect(p->addr, p->pk, &me, n->cfg.timeout_ms, 0, err);
+    mt_keys_wipe(&me);
     if (!r) return -1;
     const mt_proto_info *pi = mt_remote_info(r);
     int rc = 0;

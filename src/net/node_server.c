@@ -29,6 +29,12 @@ void node_log(mt_node *n, const char *fmt, ...) {
     fprintf(stderr, "moontail node %s: %s\n", n->addr, line);
 }
 
+void node_identity(mt_node *n, mt_keys *out) {
+    pthread_mutex_lock(&n->id_lock);
+    *out = n->keys;
+    pthread_mutex_unlock(&n->id_lock);
+}
+
 /* Sends one encoded message (and frees it). A failed send breaks only this
  * connection; its reader then ends. */
 static void node_client_send(node_client *c, uint8_t *buf, size_t len) {
@@ -276,7 +282,10 @@ static void *reader_main(void *arg) {
     node_client *c = arg;
     mt_node *n = c->node;
     mt_error err = {{0}};
-    mt_conn *conn = mt_conn_server(c->fd, &n->keys, n->authorized, n->cfg.timeout_ms, &err);
+    mt_keys me;
+    node_identity(n, &me);
+    mt_conn *conn = mt_conn_server(c->fd, &me, n->authorized, n->cfg.timeout_ms, &err);
+    mt_keys_wipe(&me);
     pthread_mutex_lock(&n->lock);
     c->fd = -1; /* owned (or closed) by the transport now */
     c->conn = conn;
@@ -289,6 +298,14 @@ static void *reader_main(void *arg) {
         snprintf(ip, sizeof ip, "%.63s", c->peer);
         snprintf(c->peer, sizeof c->peer, "%.80s (%s)", mt_conn_peer_name(conn), ip);
         memcpy(c->pk, mt_conn_peer_key(conn), MT_KEYS_PUBLIC_BYTES);
+        const mt_cert *pc = mt_conn_peer_cert(conn);
+        if (pc) {
+            c->has_cert = true;
+            c->cert = *pc;
+        } else if (mt_conn_peer_cert_note(conn)[0]) {
+            node_log(n, "%s is admitted by its authorized key; its certificate is not: %s", c->peer,
+                     mt_conn_peer_cert_note(conn));
+        }
         for (;;) {
             void *buf;
             size_t len;
@@ -425,6 +442,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     n->cfg.shard_path = NULL;
     n->cfg.listen = NULL;
     n->keys = *cfg->keys;
+    pthread_mutex_init(&n->id_lock, NULL);
     n->authorized = cfg->authorized;
     n->listen_fd = -1;
     n->wake[0] = n->wake[1] = -1;
@@ -523,6 +541,7 @@ void mt_node_stop(mt_node *n) {
     mt_pool_free(n->pool);
     mt_model_free(n->model);
     mt_keys_wipe(&n->keys);
+    pthread_mutex_destroy(&n->id_lock);
     pthread_cond_destroy(&n->work_cv);
     pthread_cond_destroy(&n->client_cv);
     pthread_cond_destroy(&n->done_cv);
@@ -542,6 +561,26 @@ void mt_node_get_stats(mt_node *n, mt_node_stats *s) {
     pthread_mutex_lock(&n->lock);
     *s = n->stats;
     pthread_mutex_unlock(&n->lock);
+}
+
+int mt_node_set_cert(mt_node *n, const uint8_t *cert, size_t len, mt_error *err) {
+    pthread_mutex_lock(&n->id_lock);
+    int rc = mt_keys_set_cert(&n->keys, cert, len, err);
+    pthread_mutex_unlock(&n->id_lock);
+    if (rc) {
+        mt_error_prefix(err, "node: the new certificate is refused (the old one stays)");
+        return -1;
+    }
+    mt_cert c;
+    if (cert && len && mt_cert_decode(cert, len, &c, NULL) == 0) {
+        char until[32];
+        mt_cert_time_str(c.not_after, until);
+        node_log(n, "certificate replaced: serial %llu, valid until %s",
+                 (unsigned long long)c.serial, until);
+    } else {
+        node_log(n, "certificate removed");
+    }
+    return 0;
 }
 
 void mt_node_hold(mt_node *n, bool hold) {

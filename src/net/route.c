@@ -485,7 +485,8 @@ int mt_route_file_load(const char *path, mt_route_file *f, mt_error *err) {
     if (!root)
         return mt_error_set(err, "%s:%d: not a valid route file: %s", path, je.line, je.text);
     int rc = -1;
-    static const char *known[] = {"head", "backbone", "wire", "key", "stages", "experts", "chain"};
+    static const char *known[] = {"head", "backbone", "wire",    "key",
+                                  "cert", "stages",   "experts", "chain"};
     const char *k;
     json_t *v;
     json_object_foreach(root, k, v) {
@@ -494,18 +495,19 @@ int mt_route_file_load(const char *path, mt_route_file *f, mt_error *err) {
         if (!ok) {
             mt_error_set(err,
                          "%s: unknown field \"%s\" (a route file has head, backbone, wire, key,"
-                         " stages, chain, experts)",
+                         " cert, stages, chain, experts)",
                          path, k);
             goto done;
         }
     }
     json_t *head = json_object_get(root, "head"), *bb = json_object_get(root, "backbone"),
-           *wire = json_object_get(root, "wire"), *key = json_object_get(root, "key");
+           *wire = json_object_get(root, "wire"), *key = json_object_get(root, "key"),
+           *cert = json_object_get(root, "cert");
     if (!json_is_string(head) || !json_is_string(key) || (bb && !json_is_string(bb)) ||
-        (wire && !json_is_string(wire))) {
+        (wire && !json_is_string(wire)) || (cert && !json_is_string(cert))) {
         mt_error_set(err,
-                     "%s: \"head\" and \"key\" (file paths) are required; \"backbone\" and"
-                     " \"wire\" must be strings",
+                     "%s: \"head\" and \"key\" (file paths) are required; \"backbone\","
+                     " \"cert\" and \"wire\" must be strings",
                      path);
         goto done;
     }
@@ -529,6 +531,18 @@ int mt_route_file_load(const char *path, mt_route_file *f, mt_error *err) {
     int krc = keyfile ? mt_keys_load(&f->keys, keyfile, err) : mt_error_set(err, "out of memory");
     free(keyfile);
     if (krc) goto done;
+    if (cert) { /* the requester's certificate, presented to every node */
+        char *certfile = resolve(path, json_string_value(cert));
+        uint8_t bytes[MT_CERT_BYTES];
+        int crc = certfile ? mt_cert_load(certfile, bytes, NULL, err)
+                           : mt_error_set(err, "out of memory");
+        if (crc == 0 && mt_keys_set_cert(&f->keys, bytes, sizeof bytes, err)) {
+            mt_error_prefix(err, "%s: \"cert\" %s", path, certfile);
+            crc = -1;
+        }
+        free(certfile);
+        if (crc) goto done;
+    }
     if (!(f->head = resolve(path, json_string_value(head))) ||
         (bb && !(f->backbone = resolve(path, json_string_value(bb))))) {
         mt_error_set(err, "out of memory");
