@@ -1,0 +1,221 @@
+/* placement.h - the control plane's placement engine: which node holds
+ * which shard, and which nodes a request goes through.
+ *
+ * Pure computation: no I/O, no threads, no clocks, no randomness. The
+ * registry calls mt_place_plan_make on every membership change with the
+ * model's sizes and every node it knows (with what each node holds now), and
+ * mt_place_route_choose when a requester asks for a route. The same inputs
+ * always give the same plan and the same route.
+ *
+ * CELL mode (one LAN): `replicas` complete pipelines. A pipeline is a
+ * sequence of stage GROUPS covering layers [0, n_layer) in order; a group is
+ * a STAGE node holding layers [a, b) with their attention parts and a
+ * contiguous range of routed experts, plus 0..k PARTNER nodes holding the
+ * other experts of the same layers (src/net/node_partner.c runs them). The
+ * requester keeps the head; nothing places it.
+ *
+ * SWARM mode (volunteers): the requester keeps the head and the backbone
+ * (every layer's attention part); EXPERTS nodes hold rectangles
+ * layers [a, b) x experts [eb, ee), and every (MoE layer, expert) slice is
+ * held by `replicas` distinct nodes (replica r = a set of rectangles tiling
+ * every MoE slice once). Dense layers need nothing.
+ *
+ * Nodes beyond what the pipelines or replicas can use are SPAREs: they hold
+ * nothing yet and take over the shard of a node that disappears.
+ *
+ * Time estimates: decode is memory bound, so a node reads every byte it
+ * touches once per token. A layer touches its attention part and, on
+ * average, n_expert_used experts spread evenly over all experts: a node
+ * holding n of the n_expert experts of layers [a, b) touches
+ * n_expert_used * n / n_expert one-expert bytes of each layer. Time =
+ * bytes touched / (speed * bytes_per_ms). In a group, the stage runs
+ * attention first and then the experts in parallel with its partners, each
+ * MoE layer costing one partner round trip (partner_call_ms) when the group
+ * has partners:
+ *   group ms = attn bytes / (s_stage * bpm) + (partners ? n_moe_layers * call_ms : 0)
+ *            + max over members (n_expert_used * n_i / n_expert * expert bytes / (s_i * bpm))
+ * A pipeline is as fast as its slowest group. These are model estimates,
+ * not measurements. */
+#ifndef MOONTAIL_PLACEMENT_H
+#define MOONTAIL_PLACEMENT_H
+
+#include "moontail/error.h"
+#include "moontail/shard.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* mt_place_plan_make returns this when the plan is valid but has fewer
+ * complete pipelines / replicas than asked (plan->reason says why). */
+#define MT_PLACE_SHORT 1
+
+typedef enum mt_place_mode { MT_PLACE_CELL, MT_PLACE_SWARM } mt_place_mode;
+
+typedef enum mt_place_role {
+    MT_PLACE_NONE,    /* holds nothing and is not part of the plan (unavailable) */
+    MT_PLACE_STAGE,   /* cell: attention + experts [eb, ee) of layers [a, b) */
+    MT_PLACE_PARTNER, /* cell: experts [eb, ee) of its stage's layers [a, b) */
+    MT_PLACE_EXPERTS, /* swarm: experts [eb, ee) of layers [a, b) */
+    MT_PLACE_SPARE,   /* holds nothing yet; takes over a lost node's shard */
+} mt_place_role;
+
+/* ---------------------------------------------------------------- inputs */
+
+/* The model's sizes: the same numbers as mt_shard_layout. */
+typedef struct mt_place_model {
+    int32_t n_layer;
+    int32_t n_expert;             /* routed experts per MoE layer; 0 for a dense model */
+    int32_t n_expert_used;        /* experts each token uses (1..n_expert; 0 when dense) */
+    const uint64_t *attn_bytes;   /* (n_layer) bytes of each layer's attention part (incl.
+                                     norms, router, shared experts, dense FFN) */
+    const uint64_t *expert_bytes; /* (n_layer) bytes of ONE routed expert; 0 = dense layer */
+} mt_place_model;
+
+/* The model's sizes from a shard layout (pointers into l, which must outlive
+ * the result). */
+mt_place_model mt_place_model_from_layout(const mt_shard_layout *l, int32_t n_expert_used);
+
+/* One node's part of a plan. Ranges are half open; a spare's are empty. */
+typedef struct mt_place_assign {
+    int64_t node;       /* node id */
+    mt_place_role role; /* STAGE, PARTNER, EXPERTS or SPARE */
+    int32_t pipeline;   /* cell: pipeline (replica) index; swarm: replica index; spare: -1 */
+    int32_t group;      /* cell: position of the stage group in its pipeline (0 = layer 0);
+                           swarm: position of the rectangle in its replica; spare: -1 */
+    int32_t layer_begin, layer_end;   /* layers [a, b) */
+    bool attention;                   /* holds the layers' attention parts (STAGE only) */
+    int32_t expert_begin, expert_end; /* routed experts [eb, ee) of every layer in [a, b) */
+    int64_t paired_with;              /* PARTNER: its stage's node id; otherwise 0 */
+    uint64_t bytes;                   /* shard tensor bytes (= mt_shard_spec_bytes) */
+    double ms_per_token;              /* this node's own compute per token (see top) */
+} mt_place_assign;
+
+typedef struct mt_place_node {
+    int64_t id;              /* unique */
+    uint64_t capacity;       /* bytes of shard it can hold */
+    double speed;            /* relative compute speed (memory bandwidth), > 0 */
+    bool available;          /* false: paused, draining or dead; gets nothing */
+    mt_place_assign current; /* what it holds now (role NONE or SPARE: nothing); the
+                                registry keeps it from the previous plan so that plans
+                                stay stable. current.node is ignored */
+} mt_place_node;
+
+typedef struct mt_place_params {
+    mt_place_mode mode;
+    int32_t replicas;       /* complete pipelines (cell) / copies of every slice (swarm), >= 1 */
+    int32_t spares;         /* hot spares to keep, >= 0 */
+    int32_t max_group;      /* cell: most nodes in one stage group (stage + partners), >= 1 */
+    double bytes_per_ms;    /* bytes a speed-1.0 node reads per millisecond, > 0 */
+    double partner_call_ms; /* cell: one round trip stage -> partners, per MoE layer, >= 0 */
+} mt_place_params;
+
+/* replicas 2; spares 1 (cell) or 0 (swarm); max_group 8; bytes_per_ms 1e7
+ * (10 GB/s at speed 1.0); partner_call_ms 0.25 (a LAN round trip). */
+mt_place_params mt_place_default_params(mt_place_mode mode);
+
+/* ---------------------------------------------------------------- output */
+
+/* One pipeline (cell) or replica (swarm) of a plan. */
+typedef struct mt_place_pipeline {
+    int32_t index;     /* the assignments' `pipeline` */
+    int32_t n_groups;  /* cell: stage groups; swarm: rectangles */
+    int32_t n_nodes;   /* nodes holding part of it */
+    double slowest_ms; /* slowest group (cell) / expert server (swarm): its throughput limit */
+    double average_ms; /* average over its groups (cell) / expert servers (swarm) */
+    double latency_ms; /* one token through it: cell, the sum of its groups' times;
+                          swarm, the sum over MoE layers of that layer's slowest holder */
+} mt_place_pipeline;
+
+typedef struct mt_place_plan {
+    mt_place_mode mode;
+    int32_t n_layer, n_expert;
+    bool *moe_layer; /* (n_layer) layer has routed experts */
+
+    int32_t n_assign;        /* every available node: pipeline members first (by pipeline,
+                                group, stage before partners, expert_begin), then spares
+                                (by id) */
+    mt_place_assign *assign; /* (n_assign) */
+
+    int32_t n_pipelines;          /* complete pipelines / replicas made */
+    mt_place_pipeline *pipelines; /* (n_pipelines), by index */
+    int32_t replicas_wanted;      /* params.replicas */
+    int32_t *coverage;            /* cell: (n_layer) pipelines holding each layer;
+                                     swarm: (n_layer, n_expert) holders of each slice,
+                                     expert fastest; 0 on dense layers */
+    int32_t min_replicas;         /* fewest holders of any layer (cell) / MoE slice (swarm) */
+    bool complete;                /* every layer / MoE slice has a holder */
+    int32_t n_spares;             /* SPARE assignments */
+    uint64_t largest_shard;       /* bytes of the largest assignment */
+    int32_t moves;                /* available nodes whose shard (layers, attention, experts)
+                                     differs from their `current` one */
+    bool replanned;               /* the previous plan was not kept (or there was none) */
+    char reason[512];             /* why fewer than `replicas` (empty when all made) */
+    char warning[512];            /* other shortfalls, e.g. fewer spares than asked */
+} mt_place_plan;
+
+/* Plans the nodes (see the top of this file). When nodes carry current
+ * assignments of a complete pipeline / replica, that pipeline is kept; a
+ * lost member's shard goes to a free node (a spare, or a new node) that can
+ * hold it (or, for experts, to several); new nodes become spares or build a
+ * missing pipeline; the plan is made from scratch only when the kept part
+ * cannot reach as many pipelines as a fresh plan.
+ *
+ * Returns 0 with `replicas` pipelines, MT_PLACE_SHORT with fewer (as many as
+ * the nodes allow; plan->reason says why, e.g. "total capacity 3.1 GB < 2
+ * replicas x 4.0 GB: add nodes"; the plan may have 0 pipelines), or -1 on bad
+ * input (err names the node or field). Free with mt_place_plan_free. */
+int mt_place_plan_make(const mt_place_model *m, const mt_place_node *nodes, int32_t n_nodes,
+                       const mt_place_params *p, mt_place_plan *out, mt_error *err);
+void mt_place_plan_free(mt_place_plan *plan);
+
+/* The assignment of node `id`, or NULL when the plan does not list it. */
+const mt_place_assign *mt_place_plan_find(const mt_place_plan *plan, int64_t id);
+
+/* Sets every node's `current` to its assignment in plan (role NONE when the
+ * plan does not list it), as a registry does once nodes have their shards. */
+void mt_place_set_current(mt_place_node *nodes, int32_t n_nodes, const mt_place_plan *plan);
+
+/* The shard an assignment holds, for mt_shard_write: layers [a, b), attention
+ * as assigned, no head, experts as an explicit ascending list written to ids
+ * (room for expert_end - expert_begin ids; out->experts points to it).
+ * Fails for a spare or an assignment outside the model. */
+int mt_place_shard_spec(const mt_place_model *m, const mt_place_assign *a, int32_t *ids,
+                        mt_shard_spec *out, mt_error *err);
+
+const char *mt_place_role_name(mt_place_role r);
+const char *mt_place_mode_name(mt_place_mode m);
+
+/* ----------------------------------------------------------------- routes */
+
+typedef struct mt_place_hop {
+    int64_t node;
+    mt_place_role role; /* STAGE, PARTNER (follows its stage) or EXPERTS */
+    int32_t pipeline;   /* the pipeline / replica it comes from */
+    int32_t layer_begin, layer_end;
+    int32_t expert_begin, expert_end; /* swarm: the part of its rectangle to use */
+} mt_place_hop;
+
+typedef struct mt_place_route {
+    mt_place_mode mode;
+    int32_t n_hops;
+    mt_place_hop *hops; /* cell: stage groups in layer order, each stage followed by its
+                           partners; swarm: expert servers by (layer_begin, expert_begin),
+                           every MoE slice in exactly one hop */
+    int32_t n_groups;   /* cell: stage groups; swarm: hops */
+    int32_t pipeline;   /* the one pipeline / replica used, or -1 when several were mixed */
+} mt_place_route;
+
+/* Chooses a route through live nodes (those not in avoid[0..n_avoid)).
+ * Sessions are spread over pipelines / replicas: session s prefers
+ * pipelines[s % n_pipelines], then the next ones in order. Cell: the first
+ * pipeline in that order whose every node is live; else a composition of
+ * live groups of several pipelines, switching only at layer boundaries they
+ * share, with the fewest switches. Swarm: every MoE slice from the preferred
+ * replica when its holder is live, else from the next replica that has it
+ * live. Fails with a message naming the layers (and experts) that no live
+ * node holds. Free with mt_place_route_free. */
+int mt_place_route_choose(const mt_place_plan *plan, const int64_t *avoid, int32_t n_avoid,
+                          uint64_t session, mt_place_route *out, mt_error *err);
+void mt_place_route_free(mt_place_route *r);
+
+#endif

@@ -1,0 +1,155 @@
+/* placement_internal.h - what the placement files share: the planning
+ * context (model sizes as prefix sums, the nodes, the parameters), the
+ * working list of pieces (an assignment by node index, before it becomes an
+ * mt_place_assign), and the helpers both modes use: the snake draft, filling
+ * a lost shard from free nodes, and the expert water-fill. */
+#ifndef MOONTAIL_PLACEMENT_INTERNAL_H
+#define MOONTAIL_PLACEMENT_INTERNAL_H
+
+#include "moontail/placement.h"
+
+#include <stddef.h>
+
+#define PL_MAX_GROUP 64 /* hard limit on params.max_group */
+
+typedef struct pl_ctx {
+    const mt_place_model *m;
+    const mt_place_node *nodes;
+    int32_t n_nodes;
+    const mt_place_params *p;
+    int32_t L, X, U;        /* n_layer, n_expert, n_expert_used */
+    uint64_t *attn_pre;     /* (L + 1) prefix sums of attn_bytes */
+    uint64_t *exp_pre;      /* (L + 1) prefix sums of expert_bytes (one expert) */
+    int32_t *moe_pre;       /* (L + 1) prefix counts of MoE layers */
+    uint64_t model_bytes;   /* every attention part + every expert: one cell pipeline */
+    uint64_t experts_bytes; /* every routed expert: one swarm replica */
+} pl_ctx;
+
+/* Bytes of the attention parts / of ONE expert over layers [a, b), and the
+ * number of MoE layers among them. */
+static inline uint64_t pl_attn(const pl_ctx *c, int32_t a, int32_t b) {
+    return c->attn_pre[b] - c->attn_pre[a];
+}
+static inline uint64_t pl_exp(const pl_ctx *c, int32_t a, int32_t b) {
+    return c->exp_pre[b] - c->exp_pre[a];
+}
+static inline int32_t pl_moe(const pl_ctx *c, int32_t a, int32_t b) {
+    return c->moe_pre[b] - c->moe_pre[a];
+}
+static inline double pl_speed_bpm(const pl_ctx *c, int32_t node) {
+    return c->nodes[node].speed * c->p->bytes_per_ms;
+}
+
+/* One node's shard while planning: like mt_place_assign, by node index. */
+typedef struct pl_piece {
+    int32_t node; /* index into ctx nodes */
+    mt_place_role role;
+    int32_t pipeline; /* pipeline / replica index */
+    int32_t a, b;     /* layers [a, b) */
+    bool attention;
+    int32_t eb, ee; /* experts [eb, ee) */
+    int32_t paired; /* PARTNER: node index of its stage; else -1 */
+} pl_piece;
+
+typedef struct pl_pieces {
+    pl_piece *v;
+    int32_t n, cap;
+} pl_pieces;
+
+int pl_push(pl_pieces *l, pl_piece p); /* -1 when out of memory */
+void pl_pieces_free(pl_pieces *l);
+
+/* Tensor bytes of a piece (mt_shard_spec_bytes of its spec). */
+uint64_t pl_piece_bytes(const pl_ctx *c, int32_t a, int32_t b, bool attention, int32_t eb,
+                        int32_t ee);
+
+/* Sorts node indices fastest first (speed, then capacity descending, then id). */
+void pl_sort_fastest(const pl_ctx *c, int32_t *v, int32_t n);
+
+/* Splits X experts over k members: n[i] >= lo[i], n[i] <= max[i], sum X,
+ * the largest n[i] / speed[i] as small as possible (ties to lower i).
+ * Returns false when the maxima cannot hold X. */
+bool pl_water_fill(int32_t X, int32_t k, const double *speed, const int32_t *lo, const int32_t *max,
+                   int32_t *n);
+
+/* A mode's planner for one set of nodes: makes up to `want` complete
+ * pipelines (cell) / replicas (swarm) from pool[0..n_pool) (node indices),
+ * the k-th numbered idx[k], appending their pieces to out. Returns how many
+ * it made (0..want), -1 when out of memory. */
+typedef int32_t (*pl_build_fn)(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
+                               const int32_t *idx, pl_pieces *out);
+
+/* A mode's check that nodes v[0..n) (fastest first) can hold one pipeline /
+ * replica at all (capacity only). */
+typedef bool (*pl_feasible_fn)(const pl_ctx *c, const int32_t *v, int32_t n);
+
+/* Distributes v[0..n) (fastest first) over r lists by a snake draft (list 0
+ * picks first, then 1 .. r-1, then back), then, while a list cannot hold
+ * the model, moves a node to it from the list with the most spare capacity
+ * that can do without it. lists is (r, n): list k is lists[k*n .. k*n +
+ * len[k]), fastest first. Returns 1 when every list is feasible, 0 when not,
+ * -1 when out of memory. */
+int pl_draft(const pl_ctx *c, const int32_t *v, int32_t n, int32_t r, pl_feasible_fn ok,
+             uint64_t need_bytes, int32_t *lists, int32_t *len);
+
+/* A mode's estimate of one pipeline / replica over nodes v[0..n) (fastest
+ * first): the slowest group / server time in ms of the plan it would make,
+ * INFINITY when the nodes cannot hold it, -1 when out of memory. */
+typedef double (*pl_time_fn)(const pl_ctx *c, const int32_t *v, int32_t n);
+
+/* Evens out drafted lists (as pl_draft leaves them): while swapping one of
+ * the slowest list's slower nodes for a faster node of at least its
+ * capacity from one of the fastest lists makes the slower of the two
+ * faster, swap. A bounded local search: a few candidates per round, at most
+ * 40 rounds. Returns 0, -1 when out of memory. */
+int pl_balance(const pl_ctx *c, int32_t *lists, int32_t *len, int32_t n, int32_t r,
+               pl_time_fn time);
+
+/* A shard to place on free nodes while keeping a plan: layers [a, b),
+ * attention or not, experts [eb, ee). pl_fill_piece puts it on the fastest
+ * free node that holds it whole, else (experts only, or attention plus
+ * experts when attention is set) spreads it over the largest free nodes:
+ * the first holds the attention part and as many experts as fit, the others
+ * as many experts as fit each. Appends the parts to got (node, experts,
+ * attention on the first), marks them in used, and returns how many parts
+ * (>= 1), or 0 when the free nodes cannot hold it (nothing marked). */
+typedef struct pl_part {
+    int32_t node, eb, ee;
+    bool attention;
+} pl_part;
+int32_t pl_fill_piece(const pl_ctx *c, bool *used, int32_t a, int32_t b, bool attention, int32_t eb,
+                      int32_t ee, pl_part *got, int32_t max_got);
+
+/* Calls fn(ctx, a, b, eb, ee) for rectangles that cover exactly the cells
+ * (layer l, expert e) of layers [a, b) x experts [eb, ee) where
+ * need[l * X + e] is set: each layer's runs of set experts, a run carried on
+ * over consecutive layers with the very same run. Stops at fn's first
+ * non-zero return and returns it; -1 when out of memory. */
+typedef int (*pl_rect_fn)(void *ctx, int32_t a, int32_t b, int32_t eb, int32_t ee);
+int pl_rects(const bool *need, int32_t X, int32_t a, int32_t b, int32_t eb, int32_t ee,
+             pl_rect_fn fn, void *ctx);
+
+/* Formats bytes as "512 B", "3.1 MB", "4.0 GB" (powers of 1000). */
+const char *pl_fmt_bytes(uint64_t n, char *buf, size_t cap);
+
+/* ---- modes (placement_cell.c, placement_swarm.c) ---- */
+
+int32_t pl_cell_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
+                      const int32_t *idx, pl_pieces *out);
+bool pl_cell_feasible(const pl_ctx *c, const int32_t *v, int32_t n);
+double pl_cell_time(const pl_ctx *c, const int32_t *v, int32_t n);
+
+int32_t pl_swarm_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
+                       const int32_t *idx, pl_pieces *out);
+bool pl_swarm_feasible(const pl_ctx *c, const int32_t *v, int32_t n);
+double pl_swarm_time(const pl_ctx *c, const int32_t *v, int32_t n);
+
+/* Keeps the pipelines / replicas that the nodes' current assignments
+ * describe, filling the shards of lost or missing members from free nodes
+ * (not marked in used). Appends the kept pieces, marks their nodes in used
+ * and writes the kept indices to kept[] (room for n_nodes). Returns how many
+ * were kept, -1 when out of memory. */
+int32_t pl_cell_keep(const pl_ctx *c, bool *used, pl_pieces *out, int32_t *kept);
+int32_t pl_swarm_keep(const pl_ctx *c, bool *used, pl_pieces *out, int32_t *kept);
+
+#endif

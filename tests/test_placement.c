@@ -1,0 +1,993 @@
+/* test_placement.c - the placement engine (moontail/placement.h).
+ *
+ * Hand-checked cells (equal nodes make equal pipelines, small nodes pair on
+ * a layer, a node twice as fast takes twice the layers, plans short of
+ * replicas say why), then seeded random fleets of 3..300 nodes (4-32 GiB,
+ * speed 1-8) over a DeepSeek-V3-like, a mid-size and a small layout in
+ * both modes: every plan covers each layer / MoE slice exactly once per
+ * pipeline or replica, fits every node, leaves spares empty and cuts shards
+ * that mt_shard_spec_check accepts; losing a node moves only the spare that
+ * takes its shard, adding one moves nothing; routes avoid failed nodes and
+ * depend only on the session. Prints balance figures (model estimates) for
+ * a few fleet sizes. */
+#include "check.h"
+#include "moontail/placement.h"
+
+#include <stdint.h>
+
+#define GiB (1024ull * 1024 * 1024)
+#define MB  1000000ull
+
+/* ---------------------------------------------------------------- models */
+
+typedef struct test_model {
+    const char *name;
+    mt_place_model m;
+    uint64_t attn[128], exp[128];
+    mt_shard_layout layout; /* synthetic: the same byte counts, for mt_shard_spec_check */
+} test_model;
+
+static void model_finish(test_model *t) {
+    t->m.attn_bytes = t->attn;
+    t->m.expert_bytes = t->exp;
+    memset(&t->layout, 0, sizeof t->layout);
+    t->layout.n_layer = t->m.n_layer;
+    t->layout.n_expert = t->m.n_expert;
+    t->layout.head_bytes = 1000;
+    t->layout.attn_bytes = t->attn;
+    t->layout.expert_bytes = t->exp;
+}
+
+/* n_layer layers of attn bytes + n_expert experts of exp bytes each
+ * (the first n_dense layers dense). */
+static void model_uniform(test_model *t, const char *name, int32_t n_layer, int32_t n_dense,
+                          int32_t n_expert, int32_t n_used, uint64_t attn, uint64_t exp) {
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->m.n_layer = n_layer;
+    t->m.n_expert = n_expert;
+    t->m.n_expert_used = n_used;
+    for (int32_t il = 0; il < n_layer; il++) {
+        t->attn[il] = attn;
+        t->exp[il] = il < n_dense ? 0 : exp;
+    }
+    model_finish(t);
+}
+
+/* DeepSeek-V3 at ~4.5 bits per weight: 61 layers, the first 3 dense (MLA
+ * attention + dense FFN, ~328 MB), then MoE layers of ~137 MB attention
+ * (incl. shared expert and router) + 256 routed experts of ~24.8 MB; 8 used.
+ * About 377 GB in all. */
+static void model_deepseek(test_model *t) {
+    model_uniform(t, "deepseek-v3", 61, 3, 256, 8, 137 * MB, 24800000ull);
+    for (int32_t il = 0; il < 3; il++) t->attn[il] = 328 * MB;
+}
+
+static uint64_t model_total(const test_model *t) {
+    uint64_t s = 0;
+    for (int32_t il = 0; il < t->m.n_layer; il++)
+        s += t->attn[il] + (uint64_t)t->m.n_expert * t->exp[il];
+    return s;
+}
+
+static uint64_t model_experts(const test_model *t) {
+    uint64_t s = 0;
+    for (int32_t il = 0; il < t->m.n_layer; il++) s += (uint64_t)t->m.n_expert * t->exp[il];
+    return s;
+}
+
+/* ------------------------------------------------------------------ rng */
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rng_range(uint64_t *s, uint64_t lo, uint64_t hi) { /* [lo, hi] */
+    return lo + rng_next(s) % (hi - lo + 1);
+}
+
+/* n nodes, ids 100 + 7i, capacity 4-32 GiB, speed 1-8 (in quarter steps). */
+static mt_place_node *fleet(uint64_t seed, int32_t n) {
+    mt_place_node *v = calloc((size_t)n + 1, sizeof *v);
+    uint64_t s = seed;
+    for (int32_t i = 0; i < n; i++) {
+        v[i].id = 100 + 7 * i;
+        v[i].capacity = rng_range(&s, 4 * GiB, 32 * GiB);
+        v[i].speed = (double)rng_range(&s, 4, 32) / 4.0;
+        v[i].available = true;
+    }
+    return v;
+}
+
+static const mt_place_node *find_node(const mt_place_node *v, int32_t n, int64_t id) {
+    for (int32_t i = 0; i < n; i++)
+        if (v[i].id == id) return &v[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ invariants */
+
+/* Checks what every plan must satisfy; returns false (after CHECK failures)
+ * when it does not. */
+static bool check_plan(const char *what, const test_model *t, const mt_place_node *nodes, int32_t n,
+                       const mt_place_params *p, const mt_place_plan *plan, int rc) {
+    int before = check_failures;
+    int32_t L = t->m.n_layer, X = t->m.n_expert;
+    CHECK(rc == 0 || rc == MT_PLACE_SHORT, "%s: rc %d", what, rc);
+    CHECK((rc == 0) == (plan->n_pipelines == p->replicas) && plan->n_pipelines <= p->replicas,
+          "%s: rc %d with %d of %d pipelines", what, rc, plan->n_pipelines, p->replicas);
+    CHECK((plan->reason[0] != 0) == (plan->n_pipelines < p->replicas), "%s: reason '%s' for %d/%d",
+          what, plan->reason, plan->n_pipelines, p->replicas);
+    CHECK(plan->min_replicas == plan->n_pipelines, "%s: min_replicas %d, pipelines %d", what,
+          plan->min_replicas, plan->n_pipelines);
+    CHECK(plan->complete == (plan->n_pipelines > 0), "%s: complete flag", what);
+    /* every available node exactly once; no other node */
+    int32_t n_avail = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t seen = 0;
+        for (int32_t k = 0; k < plan->n_assign; k++) seen += plan->assign[k].node == nodes[i].id;
+        n_avail += nodes[i].available;
+        CHECK(seen == (nodes[i].available ? 1 : 0), "%s: node %lld listed %d times", what,
+              (long long)nodes[i].id, seen);
+    }
+    CHECK(plan->n_assign == n_avail, "%s: %d assignments for %d available nodes", what,
+          plan->n_assign, n_avail);
+    int32_t *ids = calloc((size_t)(X > 0 ? X : 1), sizeof *ids);
+    int32_t *cov = calloc((size_t)L * (X > 0 ? X : 1) + 1, sizeof *cov);
+    int32_t spares = 0;
+    for (int32_t k = 0; k < plan->n_assign; k++) {
+        const mt_place_assign *a = &plan->assign[k];
+        const mt_place_node *x = find_node(nodes, n, a->node);
+        if (!x) continue;
+        if (a->role == MT_PLACE_SPARE) {
+            spares++;
+            CHECK(a->bytes == 0 && a->layer_begin == a->layer_end &&
+                      a->expert_begin == a->expert_end && a->pipeline == -1 && !a->attention,
+                  "%s: spare %lld holds something", what, (long long)a->node);
+            CHECK(k >= plan->n_assign - plan->n_spares, "%s: spare before members", what);
+            continue;
+        }
+        CHECK(a->bytes <= x->capacity, "%s: node %lld holds %llu bytes > capacity %llu", what,
+              (long long)a->node, (unsigned long long)a->bytes, (unsigned long long)x->capacity);
+        mt_shard_spec spec;
+        mt_error err = {{0}};
+        CHECK(mt_place_shard_spec(&t->m, a, ids, &spec, &err) == 0, "%s: spec: %s", what, err.msg);
+        CHECK(mt_shard_spec_check(&t->layout, &spec, &err) == 0,
+              "%s: node %lld shard (layers %d-%d, experts %d-%d, attention %d) fails: %s", what,
+              (long long)a->node, a->layer_begin, a->layer_end, a->expert_begin, a->expert_end,
+              a->attention, err.msg);
+        CHECK(mt_shard_spec_bytes(&t->layout, &spec) == a->bytes, "%s: bytes differ from spec",
+              what);
+        CHECK(a->ms_per_token > 0, "%s: node %lld has no time estimate", what, (long long)a->node);
+        if (p->mode == MT_PLACE_SWARM) {
+            CHECK(a->role == MT_PLACE_EXPERTS && !a->attention, "%s: swarm role %s", what,
+                  mt_place_role_name(a->role));
+            for (int32_t l = a->layer_begin; l < a->layer_end; l++)
+                for (int32_t e = a->expert_begin; e < a->expert_end; e++)
+                    if (t->exp[l] > 0) cov[(size_t)l * X + e]++;
+        }
+    }
+    CHECK(spares == plan->n_spares, "%s: %d spares, summary says %d", what, spares, plan->n_spares);
+    if (p->mode == MT_PLACE_SWARM) {
+        for (int32_t l = 0; l < L; l++)
+            for (int32_t e = 0; e < X; e++) {
+                int32_t want = t->exp[l] > 0 ? plan->n_pipelines : 0;
+                CHECK(cov[(size_t)l * X + e] == want && plan->coverage[(size_t)l * X + e] == want,
+                      "%s: slice (%d, %d) held %d times (summary %d), want %d", what, l, e,
+                      cov[(size_t)l * X + e], plan->coverage[(size_t)l * X + e], want);
+            }
+    } else {
+        /* each pipeline: groups chain over [0, L); a group = 1 stage + partners
+         * paired with it, experts split into a partition of [0, X) */
+        for (int32_t pi = 0; pi < plan->n_pipelines; pi++) {
+            int32_t pipe = plan->pipelines[pi].index, next = 0, groups = 0;
+            for (int32_t k = 0; k < plan->n_assign;) {
+                const mt_place_assign *a = &plan->assign[k];
+                if (a->role == MT_PLACE_SPARE || a->pipeline != pipe) {
+                    k++;
+                    continue;
+                }
+                CHECK(a->role == MT_PLACE_STAGE && a->attention, "%s: group starts with a %s", what,
+                      mt_place_role_name(a->role));
+                CHECK(a->layer_begin == next, "%s: pipeline %d group at layer %d, want %d", what,
+                      pipe, a->layer_begin, next);
+                CHECK(a->group == groups, "%s: group index %d, want %d", what, a->group, groups);
+                int32_t e_next = a->expert_end, j = k + 1;
+                CHECK(a->expert_begin == 0, "%s: stage experts start at %d", what, a->expert_begin);
+                for (; j < plan->n_assign && plan->assign[j].role == MT_PLACE_PARTNER &&
+                       plan->assign[j].pipeline == pipe &&
+                       plan->assign[j].layer_begin == a->layer_begin;
+                     j++) {
+                    const mt_place_assign *q = &plan->assign[j];
+                    CHECK(q->paired_with == a->node && q->layer_end == a->layer_end &&
+                              !q->attention && q->expert_begin == e_next &&
+                              q->expert_end > q->expert_begin,
+                          "%s: partner %lld of %lld: layers %d-%d experts %d-%d", what,
+                          (long long)q->node, (long long)a->node, q->layer_begin, q->layer_end,
+                          q->expert_begin, q->expert_end);
+                    e_next = q->expert_end;
+                }
+                CHECK(e_next == X, "%s: group at layer %d holds experts up to %d of %d", what,
+                      a->layer_begin, e_next, X);
+                next = a->layer_end;
+                groups++;
+                k = j;
+            }
+            CHECK(next == L, "%s: pipeline %d ends at layer %d of %d", what, pipe, next, L);
+            CHECK(groups == plan->pipelines[pi].n_groups, "%s: %d groups, summary %d", what, groups,
+                  plan->pipelines[pi].n_groups);
+        }
+        for (int32_t l = 0; l < L; l++)
+            CHECK(plan->coverage[l] == plan->n_pipelines, "%s: layer %d coverage %d", what, l,
+                  plan->coverage[l]);
+    }
+    free(ids);
+    free(cov);
+    return check_failures == before;
+}
+
+static int plan_make(const test_model *t, const mt_place_node *nodes, int32_t n,
+                     const mt_place_params *p, mt_place_plan *plan) {
+    mt_error err = {{0}};
+    int rc = mt_place_plan_make(&t->m, nodes, n, p, plan, &err);
+    CHECK(rc >= 0, "%s: plan_make failed: %s", t->name, err.msg);
+    return rc;
+}
+
+static int32_t count_role(const mt_place_plan *plan, mt_place_role r) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < plan->n_assign; i++) k += plan->assign[i].role == r;
+    return k;
+}
+
+/* ------------------------------------------------------- hand-checked */
+
+static void test_equal_nodes(void) {
+    /* 4 layers of 1.1 GB (100 MB attention + 8 x 125 MB experts); 4 nodes
+     * holding two layers each: 2 pipelines of 2 one-node stages */
+    test_model t;
+    model_uniform(&t, "equal", 4, 0, 8, 2, 100 * MB, 125 * MB);
+    mt_place_node nodes[4] = {0};
+    for (int i = 0; i < 4; i++) nodes[i] = (mt_place_node){10 + i, 2500 * MB, 1.0, true, {0}};
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    p.spares = 0;
+    mt_place_plan plan;
+    int rc = plan_make(&t, nodes, 4, &p, &plan);
+    check_plan("equal", &t, nodes, 4, &p, &plan, rc);
+    CHECK(rc == 0 && plan.n_pipelines == 2 && plan.n_spares == 0, "equal: rc %d, %d pipelines", rc,
+          plan.n_pipelines);
+    for (int32_t i = 0; i < plan.n_pipelines; i++)
+        CHECK(plan.pipelines[i].n_groups == 2 && plan.pipelines[i].n_nodes == 2,
+              "equal: pipeline %d has %d groups of %d nodes", i, plan.pipelines[i].n_groups,
+              plan.pipelines[i].n_nodes);
+    for (int32_t k = 0; k < plan.n_assign; k++) {
+        const mt_place_assign *a = &plan.assign[k];
+        CHECK(a->role == MT_PLACE_STAGE && a->layer_end - a->layer_begin == 2 &&
+                  a->expert_begin == 0 && a->expert_end == 8,
+              "equal: node %lld has layers %d-%d experts %d-%d", (long long)a->node, a->layer_begin,
+              a->layer_end, a->expert_begin, a->expert_end);
+    }
+    CHECK(fabs(plan.pipelines[0].slowest_ms - plan.pipelines[1].slowest_ms) < 1e-9 &&
+              fabs(plan.pipelines[0].slowest_ms - plan.pipelines[0].average_ms) < 1e-9,
+          "equal: pipelines differ: %g vs %g", plan.pipelines[0].slowest_ms,
+          plan.pipelines[1].slowest_ms);
+    /* (2 x 100 MB + 2 x 2/8 x 1000 MB) / 1e7 B/ms = 70 ms */
+    CHECK(fabs(plan.pipelines[0].slowest_ms - 70) < 1e-9, "equal: stage time %g ms, want 70",
+          plan.pipelines[0].slowest_ms);
+    CHECK(plan.moves == 4 && plan.replanned, "equal: %d moves from nothing", plan.moves);
+    mt_place_plan_free(&plan);
+
+    /* one spare asked: three nodes cannot make two pipelines, so replicas win */
+    p.spares = 1;
+    rc = plan_make(&t, nodes, 4, &p, &plan);
+    check_plan("equal+spare", &t, nodes, 4, &p, &plan, rc);
+    CHECK(rc == 0 && plan.n_pipelines == 2 && plan.n_spares == 0 &&
+              strstr(plan.warning, "only 0 of 1 spares"),
+          "equal+spare: rc %d, %d spares, warning '%s'", rc, plan.n_spares, plan.warning);
+    mt_place_plan_free(&plan);
+
+    /* a fifth node becomes the spare */
+    mt_place_node five[5];
+    memcpy(five, nodes, sizeof nodes);
+    five[4] = (mt_place_node){99, 2500 * MB, 1.0, true, {0}};
+    rc = plan_make(&t, five, 5, &p, &plan);
+    check_plan("five", &t, five, 5, &p, &plan, rc);
+    CHECK(rc == 0 && plan.n_spares == 1 && plan.warning[0] == 0, "five: %d spares, '%s'",
+          plan.n_spares, plan.warning);
+    mt_place_plan_free(&plan);
+}
+
+static void test_pairing(void) {
+    /* 2 layers of 1 GB (100 MB attention + 8 x 112.5 MB); four 600 MB nodes:
+     * none holds a layer, so two pairs (stage + partner), one per layer */
+    test_model t;
+    model_uniform(&t, "pairs", 2, 0, 8, 2, 100 * MB, 112500000ull);
+    mt_place_node nodes[4];
+    for (int i = 0; i < 4; i++) nodes[i] = (mt_place_node){20 + i, 600 * MB, 1.0, true, {0}};
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    p.replicas = 1;
+    p.spares = 0;
+    mt_place_plan plan;
+    int rc = plan_make(&t, nodes, 4, &p, &plan);
+    check_plan("pairs", &t, nodes, 4, &p, &plan, rc);
+    CHECK(rc == 0 && plan.n_pipelines == 1 && plan.pipelines[0].n_groups == 2 &&
+              count_role(&plan, MT_PLACE_STAGE) == 2 && count_role(&plan, MT_PLACE_PARTNER) == 2,
+          "pairs: rc %d, %d groups, %d stages, %d partners", rc,
+          plan.n_pipelines ? plan.pipelines[0].n_groups : 0, count_role(&plan, MT_PLACE_STAGE),
+          count_role(&plan, MT_PLACE_PARTNER));
+    for (int32_t k = 0; k < plan.n_assign; k++)
+        CHECK(plan.assign[k].layer_end - plan.assign[k].layer_begin == 1,
+              "pairs: node %lld has layers %d-%d", (long long)plan.assign[k].node,
+              plan.assign[k].layer_begin, plan.assign[k].layer_end);
+    mt_place_plan_free(&plan);
+
+    /* a big node and a small one that holds no layer alone: the small one
+     * becomes part of a group with more than one member */
+    model_uniform(&t, "big+small", 4, 0, 8, 2, 100 * MB, 112500000ull);
+    mt_place_node two[2] = {{1, 3600 * MB, 1.0, true, {0}}, {2, 950 * MB, 1.0, true, {0}}};
+    rc = plan_make(&t, two, 2, &p, &plan);
+    check_plan("big+small", &t, two, 2, &p, &plan, rc);
+    const mt_place_assign *s = mt_place_plan_find(&plan, 2);
+    CHECK(rc == 0 && s && (s->role == MT_PLACE_PARTNER || count_role(&plan, MT_PLACE_PARTNER) > 0),
+          "big+small: rc %d, small node is a %s", rc, s ? mt_place_role_name(s->role) : "none");
+    mt_place_plan_free(&plan);
+}
+
+static void test_speed(void) {
+    /* 8 equal layers, speeds 2, 1, 1, room for all: the fast node takes 4
+     * layers, the others 2 each, every stage the same time */
+    test_model t;
+    model_uniform(&t, "speed", 8, 0, 8, 2, 100 * MB, 50 * MB);
+    mt_place_node nodes[3] = {{1, 100 * GiB, 1.0, true, {0}},
+                              {2, 100 * GiB, 2.0, true, {0}},
+                              {3, 100 * GiB, 1.0, true, {0}}};
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    p.replicas = 1;
+    p.spares = 0;
+    mt_place_plan plan;
+    int rc = plan_make(&t, nodes, 3, &p, &plan);
+    check_plan("speed", &t, nodes, 3, &p, &plan, rc);
+    const mt_place_assign *f = mt_place_plan_find(&plan, 2), *a = mt_place_plan_find(&plan, 1),
+                          *b = mt_place_plan_find(&plan, 3);
+    CHECK(f && a && b && f->layer_end - f->layer_begin == 4 && a->layer_end - a->layer_begin == 2 &&
+              b->layer_end - b->layer_begin == 2 && f->layer_begin == 0,
+          "speed: fast node layers %d-%d, others %d-%d and %d-%d", f ? f->layer_begin : -1,
+          f ? f->layer_end : -1, a ? a->layer_begin : -1, a ? a->layer_end : -1,
+          b ? b->layer_begin : -1, b ? b->layer_end : -1);
+    CHECK(plan.n_pipelines == 1 &&
+              fabs(plan.pipelines[0].slowest_ms / plan.pipelines[0].average_ms - 1) < 1e-9,
+          "speed: stages unbalanced");
+    if (f && a) CHECK(fabs(f->ms_per_token - a->ms_per_token) < 1e-9, "speed: times differ");
+    mt_place_plan_free(&plan);
+
+    /* swarm: the same nodes share 64 experts by speed (16 / 32 / 16) */
+    model_uniform(&t, "speed-swarm", 4, 0, 64, 4, 100 * MB, 10 * MB);
+    p = mt_place_default_params(MT_PLACE_SWARM);
+    p.replicas = 1;
+    rc = plan_make(&t, nodes, 3, &p, &plan);
+    check_plan("speed-swarm", &t, nodes, 3, &p, &plan, rc);
+    f = mt_place_plan_find(&plan, 2), a = mt_place_plan_find(&plan, 1);
+    CHECK(f && a && f->expert_end - f->expert_begin == 32 && a->expert_end - a->expert_begin == 16,
+          "speed-swarm: fast node %d experts, slow %d", f ? f->expert_end - f->expert_begin : -1,
+          a ? a->expert_end - a->expert_begin : -1);
+    mt_place_plan_free(&plan);
+}
+
+static void test_short(void) {
+    test_model t;
+    model_uniform(&t, "short", 4, 0, 8, 2, 100 * MB, 112500000ull); /* 4 GB */
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    mt_place_plan plan;
+    /* not enough bytes for one pipeline */
+    mt_place_node one[2] = {{1, 1000 * MB, 1, true, {0}}, {2, 2100 * MB, 1, true, {0}}};
+    int rc = plan_make(&t, one, 2, &p, &plan);
+    check_plan("short", &t, one, 2, &p, &plan, rc);
+    CHECK(rc == MT_PLACE_SHORT && plan.n_pipelines == 0 && !plan.complete &&
+              strstr(plan.reason, "no complete pipeline: total capacity 3.1 GB of 2 available"
+                                  " nodes < 1 replica x 4.0 GB: add nodes"),
+          "short: rc %d, reason '%s'", rc, plan.reason);
+    CHECK(plan.n_spares == 2, "short: every node is a spare (%d)", plan.n_spares);
+    mt_place_route route;
+    mt_error err = {{0}};
+    CHECK(mt_place_route_choose(&plan, NULL, 0, 0, &route, &err) < 0 &&
+              strstr(err.msg, "no complete pipeline"),
+          "short: route: %s", err.msg);
+    mt_place_plan_free(&plan);
+
+    /* room for one of two pipelines: by bytes, then by packing (the 2 GiB
+     * and 1 GiB nodes hold 3.2 GB, not the 4 layers of 1 GB) */
+    mt_place_node three[3] = {
+        {1, 5 * GiB, 1, true, {0}}, {2, 1 * GiB, 1, true, {0}}, {3, 1 * GiB, 1, true, {0}}};
+    p.spares = 0;
+    rc = plan_make(&t, three, 3, &p, &plan);
+    check_plan("one of two", &t, three, 3, &p, &plan, rc);
+    CHECK(rc == MT_PLACE_SHORT && plan.n_pipelines == 1 &&
+              strstr(plan.reason, "made 1 of 2 pipelines: total capacity 7.5 GB of 3 available"
+                                  " nodes < 2 replicas x 4.0 GB"),
+          "one of two: rc %d, reason '%s'", rc, plan.reason);
+    mt_place_plan_free(&plan);
+    three[1].capacity = 2 * GiB;
+    rc = plan_make(&t, three, 3, &p, &plan);
+    check_plan("one of two, packing", &t, three, 3, &p, &plan, rc);
+    CHECK(rc == MT_PLACE_SHORT && plan.n_pipelines == 1 &&
+              strstr(plan.reason, "made 1 of 2 pipelines: the 3 available nodes (total 8.6 GB,"
+                                  " largest 5.4 GB) cannot be packed into 2 complete pipelines"),
+          "one of two, packing: rc %d, reason '%s'", rc, plan.reason);
+    mt_place_plan_free(&plan);
+
+    /* enough bytes, but a layer's attention part fits on no node */
+    model_uniform(&t, "fat attention", 2, 0, 4, 1, 3000 * MB, 10 * MB);
+    mt_place_node four[4];
+    for (int i = 0; i < 4; i++) four[i] = (mt_place_node){i, 2500 * MB, 1, true, {0}};
+    p.replicas = 1;
+    rc = plan_make(&t, four, 4, &p, &plan);
+    check_plan("fat attention", &t, four, 4, &p, &plan, rc);
+    CHECK(rc == MT_PLACE_SHORT &&
+              strstr(plan.reason, "the attention part of layer 0 (3.0 GB) fits on no available"
+                                  " node (the largest holds 2.5 GB)"),
+          "fat attention: reason '%s'", plan.reason);
+    mt_place_plan_free(&plan);
+
+    /* no available node */
+    four[0].available = four[1].available = four[2].available = four[3].available = false;
+    rc = plan_make(&t, four, 4, &p, &plan);
+    CHECK(rc == MT_PLACE_SHORT && plan.n_assign == 0 && strstr(plan.reason, "no available node"),
+          "none available: '%s'", plan.reason);
+    mt_place_plan_free(&plan);
+}
+
+static void test_bad_input(void) {
+    test_model t;
+    model_uniform(&t, "bad", 4, 0, 8, 2, 100 * MB, 10 * MB);
+    mt_place_node nodes[2] = {{5, GiB, 1, true, {0}}, {5, GiB, 1, true, {0}}};
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    mt_place_plan plan;
+    mt_error err = {{0}};
+    CHECK(mt_place_plan_make(&t.m, nodes, 2, &p, &plan, &err) < 0 &&
+              strstr(err.msg, "node id 5 is listed twice"),
+          "duplicate id: %s", err.msg);
+    nodes[1].id = 6;
+    nodes[1].speed = 0;
+    CHECK(mt_place_plan_make(&t.m, nodes, 2, &p, &plan, &err) < 0 &&
+              strstr(err.msg, "node 6 has speed 0"),
+          "zero speed: %s", err.msg);
+    nodes[1].speed = 1;
+    p.replicas = 0;
+    CHECK(mt_place_plan_make(&t.m, nodes, 2, &p, &plan, &err) < 0 && strstr(err.msg, "replicas 0"),
+          "replicas 0: %s", err.msg);
+    model_uniform(&t, "dense", 4, 4, 0, 0, 100 * MB, 0);
+    p = mt_place_default_params(MT_PLACE_SWARM);
+    CHECK(mt_place_plan_make(&t.m, nodes, 2, &p, &plan, &err) < 0 &&
+              strstr(err.msg, "use cell mode"),
+          "swarm on a dense model: %s", err.msg);
+    /* a dense model plans fine in cell mode */
+    p = mt_place_default_params(MT_PLACE_CELL);
+    p.replicas = 1;
+    p.spares = 0;
+    int rc = plan_make(&t, nodes, 2, &p, &plan);
+    check_plan("dense", &t, nodes, 2, &p, &plan, rc);
+    CHECK(rc == 0, "dense: rc %d (%s)", rc, plan.reason);
+    mt_place_plan_free(&plan);
+    mt_place_assign spare = {.node = 3, .role = MT_PLACE_SPARE};
+    mt_shard_spec spec;
+    int32_t ids[8];
+    CHECK(mt_place_shard_spec(&t.m, &spare, ids, &spec, &err) < 0 &&
+              strstr(err.msg, "node 3: a spare holds no shard"),
+          "spare spec: %s", err.msg);
+}
+
+/* --------------------------------------------------------------- routes */
+
+/* Checks a route against the plan: no avoided node; cell: complete groups
+ * chained over every layer; swarm: every MoE slice exactly once, inside its
+ * node's rectangle. */
+static void check_route(const char *what, const test_model *t, const mt_place_plan *plan,
+                        const int64_t *avoid, int32_t n_avoid, const mt_place_route *r) {
+    int32_t L = t->m.n_layer, X = t->m.n_expert;
+    for (int32_t h = 0; h < r->n_hops; h++) {
+        for (int32_t k = 0; k < n_avoid; k++)
+            CHECK(r->hops[h].node != avoid[k], "%s: route uses failed node %lld", what,
+                  (long long)avoid[k]);
+        const mt_place_assign *a = mt_place_plan_find(plan, r->hops[h].node);
+        CHECK(a && a->role == r->hops[h].role && a->layer_begin <= r->hops[h].layer_begin &&
+                  r->hops[h].layer_end <= a->layer_end &&
+                  a->expert_begin <= r->hops[h].expert_begin &&
+                  r->hops[h].expert_end <= a->expert_end,
+              "%s: hop %d is not what node %lld holds", what, h, (long long)r->hops[h].node);
+    }
+    if (plan->mode == MT_PLACE_CELL) {
+        int32_t next = 0, groups = 0;
+        for (int32_t h = 0; h < r->n_hops;) {
+            const mt_place_hop *s = &r->hops[h];
+            CHECK(s->role == MT_PLACE_STAGE && s->layer_begin == next, "%s: hop %d at layer %d",
+                  what, h, s->layer_begin);
+            int32_t e = s->expert_end, j = h + 1;
+            for (; j < r->n_hops && r->hops[j].role == MT_PLACE_PARTNER; j++) {
+                CHECK(r->hops[j].expert_begin == e && r->hops[j].layer_begin == s->layer_begin,
+                      "%s: partner hop %d", what, j);
+                e = r->hops[j].expert_end;
+            }
+            CHECK(e == X, "%s: group at %d has experts up to %d", what, s->layer_begin, e);
+            next = s->layer_end;
+            groups++;
+            h = j;
+        }
+        CHECK(next == L && groups == r->n_groups, "%s: route ends at layer %d (%d groups)", what,
+              next, groups);
+    } else {
+        int32_t *cov = calloc((size_t)L * X, sizeof *cov);
+        for (int32_t h = 0; h < r->n_hops; h++)
+            for (int32_t l = r->hops[h].layer_begin; l < r->hops[h].layer_end; l++)
+                for (int32_t e = r->hops[h].expert_begin; e < r->hops[h].expert_end; e++)
+                    cov[(size_t)l * X + e]++;
+        for (int32_t l = 0; l < L; l++)
+            for (int32_t e = 0; e < X; e++)
+                CHECK(cov[(size_t)l * X + e] == (t->exp[l] > 0), "%s: slice (%d, %d) %d times",
+                      what, l, e, cov[(size_t)l * X + e]);
+        free(cov);
+    }
+}
+
+static bool same_route(const mt_place_route *a, const mt_place_route *b) {
+    if (a->n_hops != b->n_hops || a->pipeline != b->pipeline) return false;
+    for (int32_t i = 0; i < a->n_hops; i++)
+        if (memcmp(&a->hops[i], &b->hops[i], sizeof a->hops[i]) != 0) return false;
+    return true;
+}
+
+static void test_routes_hand(void) {
+    /* 8 equal nodes, 4 layers, one layer each: 2 pipelines of 4 stages */
+    test_model t;
+    model_uniform(&t, "route", 4, 0, 8, 2, 100 * MB, 125 * MB);
+    mt_place_node nodes[8];
+    for (int i = 0; i < 8; i++) nodes[i] = (mt_place_node){i + 1, 1500 * MB, 1, true, {0}};
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    p.spares = 0;
+    mt_place_plan plan;
+    int rc = plan_make(&t, nodes, 8, &p, &plan);
+    check_plan("route plan", &t, nodes, 8, &p, &plan, rc);
+    CHECK(rc == 0 && plan.pipelines[0].n_groups == 4 && plan.pipelines[1].n_groups == 4,
+          "route plan: not 2 x 4 stages");
+    mt_place_route r0, r1;
+    mt_error err = {{0}};
+    /* all live: session parity picks the pipeline */
+    CHECK(mt_place_route_choose(&plan, NULL, 0, 0, &r0, &err) == 0 && r0.pipeline == 0,
+          "session 0: %s (pipeline %d)", err.msg, r0.pipeline);
+    CHECK(mt_place_route_choose(&plan, NULL, 0, 1, &r1, &err) == 0 && r1.pipeline == 1,
+          "session 1: %s (pipeline %d)", err.msg, r1.pipeline);
+    check_route("session 0", &t, &plan, NULL, 0, &r0);
+    mt_place_route_free(&r0);
+    mt_place_route_free(&r1);
+    /* the stage of layer 0 of pipeline 0 and of layer 3 of pipeline 1 fail:
+     * a route mixes them, switching at a shared boundary */
+    int64_t avoid[2] = {-1, -1};
+    for (int32_t k = 0; k < plan.n_assign; k++) {
+        const mt_place_assign *a = &plan.assign[k];
+        if (a->pipeline == 0 && a->layer_begin == 0) avoid[0] = a->node;
+        if (a->pipeline == 1 && a->layer_begin == 3) avoid[1] = a->node;
+    }
+    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, &r0, &err) == 0 && r0.pipeline == -1,
+          "composed: %s", err.msg);
+    check_route("composed", &t, &plan, avoid, 2, &r0);
+    /* one switch only: layers 0..k from pipeline 1, the rest from pipeline 0 */
+    int32_t switches = 0;
+    for (int32_t h = 1; h < r0.n_hops; h++)
+        switches += r0.hops[h].pipeline != r0.hops[h - 1].pipeline;
+    CHECK(switches == 1, "composed: %d switches", switches);
+    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, &r1, &err) == 0 && same_route(&r0, &r1),
+          "composed route is not deterministic");
+    mt_place_route_free(&r0);
+    mt_place_route_free(&r1);
+    /* both holders of layer 2 fail: no route, and the message says which */
+    for (int32_t k = 0; k < plan.n_assign; k++)
+        if (plan.assign[k].layer_begin == 2) avoid[plan.assign[k].pipeline] = plan.assign[k].node;
+    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, &r0, &err) < 0 &&
+              strstr(err.msg, "no live stage group holds layers 2-2") &&
+              strstr(err.msg, "failed holders: nodes"),
+          "layer 2 dead: %s", err.msg);
+    mt_place_plan_free(&plan);
+
+    /* swarm: 2 replicas; kill one server of replica 0: its slices come from
+     * replica 1; kill its twin too: the message names the experts */
+    model_uniform(&t, "route-swarm", 4, 1, 16, 2, 100 * MB, 100 * MB);
+    p = mt_place_default_params(MT_PLACE_SWARM);
+    for (int i = 0; i < 8; i++) nodes[i].capacity = 2000 * MB;
+    rc = plan_make(&t, nodes, 8, &p, &plan);
+    check_plan("route swarm", &t, nodes, 8, &p, &plan, rc);
+    CHECK(rc == 0, "route swarm: rc %d '%s'", rc, plan.reason);
+    const mt_place_assign *victim = NULL;
+    for (int32_t k = 0; k < plan.n_assign && !victim; k++)
+        if (plan.assign[k].pipeline == plan.pipelines[0].index) victim = &plan.assign[k];
+    if (victim) {
+        int64_t dead[4] = {victim->node};
+        CHECK(mt_place_route_choose(&plan, dead, 1, 0, &r0, &err) == 0 && r0.pipeline == -1,
+              "swarm route: %s", err.msg);
+        check_route("swarm route", &t, &plan, dead, 1, &r0);
+        mt_place_route_free(&r0);
+        int32_t n_dead = 1;
+        for (int32_t k = 0; k < plan.n_assign && n_dead < 4; k++) {
+            const mt_place_assign *a = &plan.assign[k];
+            if (a->pipeline != victim->pipeline && a->layer_begin < victim->layer_end &&
+                victim->layer_begin < a->layer_end && a->expert_begin < victim->expert_end &&
+                victim->expert_begin < a->expert_end)
+                dead[n_dead++] = a->node;
+        }
+        CHECK(mt_place_route_choose(&plan, dead, n_dead, 0, &r0, &err) < 0 &&
+                  strstr(err.msg, "no live expert server holds experts") &&
+                  strstr(err.msg, "failed holders"),
+              "swarm dead slice: %s", err.msg);
+    }
+    mt_place_plan_free(&plan);
+}
+
+/* ------------------------------------------------------------- stability */
+
+static bool same_assign(const mt_place_assign *a, const mt_place_assign *b) {
+    return a->role == b->role && a->pipeline == b->pipeline && a->layer_begin == b->layer_begin &&
+           a->layer_end == b->layer_end && a->attention == b->attention &&
+           a->expert_begin == b->expert_begin && a->expert_end == b->expert_end &&
+           a->paired_with == b->paired_with;
+}
+
+/* Takes node `lost` out (unavailable, or gone from the list when drop) and
+ * replans from plan; when a free node can hold its shard, exactly one node
+ * (that spare) changes shard and takes the lost one's place. */
+static void check_lose(const char *what, const test_model *t, mt_place_node *nodes, int32_t n,
+                       const mt_place_params *p, const mt_place_plan *plan, int32_t lost_k,
+                       bool drop) {
+    const mt_place_assign *lost = &plan->assign[lost_k];
+    mt_place_assign gone = *lost;
+    mt_place_node *v = calloc((size_t)n + 1, sizeof *v);
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (drop && nodes[i].id == gone.node) continue;
+        v[m] = nodes[i];
+        if (nodes[i].id == gone.node) v[m].available = false;
+        m++;
+    }
+    mt_place_set_current(v, m, plan);
+    /* can some spare take it whole? */
+    bool spare_fits = false;
+    for (int32_t k = 0; k < plan->n_assign; k++)
+        if (plan->assign[k].role == MT_PLACE_SPARE) {
+            const mt_place_node *x = find_node(v, m, plan->assign[k].node);
+            spare_fits |= x && x->available && x->capacity >= gone.bytes;
+        }
+    mt_place_plan next;
+    int rc = plan_make(t, v, m, p, &next);
+    char name[160];
+    snprintf(name, sizeof name, "%s lose %s %lld%s", what, mt_place_role_name(gone.role),
+             (long long)gone.node, drop ? " (dropped)" : "");
+    check_plan(name, t, v, m, p, &next, rc);
+    bool was_full = plan->n_pipelines == p->replicas;
+    if (gone.role == MT_PLACE_SPARE && was_full) {
+        CHECK(next.moves == 0 && !next.replanned, "%s: %d moves", name, next.moves);
+    } else if (gone.role != MT_PLACE_SPARE && spare_fits && was_full) {
+        CHECK(next.moves == 1 && !next.replanned && next.n_pipelines == plan->n_pipelines,
+              "%s: %d moves, replanned %d, %d pipelines (was %d)", name, next.moves, next.replanned,
+              next.n_pipelines, plan->n_pipelines);
+        int64_t taker = -1;
+        for (int32_t k = 0; k < next.n_assign; k++) {
+            const mt_place_assign *a = &next.assign[k];
+            const mt_place_assign *was = mt_place_plan_find(plan, a->node);
+            if (!was) continue;
+            if (was->role == MT_PLACE_SPARE && a->role != MT_PLACE_SPARE) {
+                CHECK(taker < 0, "%s: two spares took shards", name);
+                taker = a->node;
+                CHECK(a->role == gone.role && a->pipeline == gone.pipeline &&
+                          a->layer_begin == gone.layer_begin && a->layer_end == gone.layer_end &&
+                          a->expert_begin == gone.expert_begin && a->expert_end == gone.expert_end,
+                      "%s: spare %lld took layers %d-%d experts %d-%d, lost one had %d-%d %d-%d",
+                      name, (long long)a->node, a->layer_begin, a->layer_end, a->expert_begin,
+                      a->expert_end, gone.layer_begin, gone.layer_end, gone.expert_begin,
+                      gone.expert_end);
+            }
+        }
+        for (int32_t k = 0; k < next.n_assign; k++) {
+            const mt_place_assign *a = &next.assign[k];
+            const mt_place_assign *was = mt_place_plan_find(plan, a->node);
+            if (!was || a->node == taker) continue;
+            mt_place_assign w = *was;
+            if (w.role == MT_PLACE_PARTNER && w.paired_with == gone.node) w.paired_with = taker;
+            CHECK(same_assign(a, &w), "%s: node %lld changed from %s %d-%d to %s %d-%d", name,
+                  (long long)a->node, mt_place_role_name(was->role), was->layer_begin,
+                  was->layer_end, mt_place_role_name(a->role), a->layer_begin, a->layer_end);
+        }
+    }
+    /* and adding a new node to that moves nothing */
+    mt_place_set_current(v, m, &next);
+    v[m] = (mt_place_node){1000000 + gone.node, 16 * GiB, 3.0, true, {0}};
+    mt_place_plan more;
+    rc = plan_make(t, v, m + 1, p, &more);
+    snprintf(name, sizeof name, "%s add after losing %lld", what, (long long)gone.node);
+    check_plan(name, t, v, m + 1, p, &more, rc);
+    if (next.n_pipelines == p->replicas) {
+        CHECK(more.moves == 0 && !more.replanned, "%s: %d moves", name, more.moves);
+        for (int32_t k = 0; k < next.n_assign; k++) {
+            const mt_place_assign *now = mt_place_plan_find(&more, next.assign[k].node);
+            CHECK(now && same_assign(now, &next.assign[k]), "%s: node %lld changed", name,
+                  (long long)next.assign[k].node);
+        }
+        const mt_place_assign *added = mt_place_plan_find(&more, v[m].id);
+        CHECK(added && added->role == MT_PLACE_SPARE, "%s: the new node is a %s", name,
+              added ? mt_place_role_name(added->role) : "none");
+    } else { /* short before: existing pipelines stay, the new node may help build one */
+        CHECK(more.n_pipelines >= next.n_pipelines, "%s: lost pipelines", name);
+    }
+    mt_place_plan_free(&more);
+    mt_place_plan_free(&next);
+    free(v);
+}
+
+/* Replicas raised and lowered, a node that shrank: kept pipelines stay. */
+static void test_keep_hand(void) {
+    test_model t;
+    model_uniform(&t, "keep", 4, 0, 8, 2, 100 * MB, 125 * MB); /* 4.4 GB */
+    mt_place_node nodes[9];
+    for (int i = 0; i < 9; i++)
+        nodes[i] = (mt_place_node){i + 1, 2500 * MB, 1.0 + i % 3, true, {0}};
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    p.replicas = 1;
+    mt_place_plan one, two, back;
+    int rc = plan_make(&t, nodes, 9, &p, &one);
+    check_plan("keep r1", &t, nodes, 9, &p, &one, rc);
+    CHECK(rc == 0 && one.n_spares >= 4, "keep r1: rc %d, %d spares", rc, one.n_spares);
+    /* two replicas: pipeline 0 stays as it is, pipeline 1 comes from spares */
+    mt_place_set_current(nodes, 9, &one);
+    p.replicas = 2;
+    rc = plan_make(&t, nodes, 9, &p, &two);
+    check_plan("keep r2", &t, nodes, 9, &p, &two, rc);
+    CHECK(rc == 0 && !two.replanned, "keep r2: rc %d, replanned %d", rc, two.replanned);
+    int32_t moved = 0;
+    for (int32_t k = 0; k < one.n_assign; k++) {
+        const mt_place_assign *was = &one.assign[k], *now = mt_place_plan_find(&two, was->node);
+        if (was->role != MT_PLACE_SPARE)
+            CHECK(now && same_assign(was, now), "keep r2: node %lld of pipeline 0 changed",
+                  (long long)was->node);
+        else
+            moved += now && now->role != MT_PLACE_SPARE;
+    }
+    CHECK(two.moves == moved && moved > 0, "keep r2: %d moves, %d spares took shards", two.moves,
+          moved);
+    /* back to one: pipeline 1's nodes become spares, nothing else changes */
+    mt_place_set_current(nodes, 9, &two);
+    p.replicas = 1;
+    rc = plan_make(&t, nodes, 9, &p, &back);
+    check_plan("keep back", &t, nodes, 9, &p, &back, rc);
+    CHECK(rc == 0 && back.moves == moved && back.n_pipelines == 1 &&
+              back.pipelines[0].index == one.pipelines[0].index,
+          "keep back: %d moves, %d pipelines", back.moves, back.n_pipelines);
+    for (int32_t k = 0; k < one.n_assign; k++) {
+        const mt_place_assign *now = mt_place_plan_find(&back, one.assign[k].node);
+        CHECK(now && same_assign(now, &one.assign[k]), "keep back: node %lld differs",
+              (long long)one.assign[k].node);
+    }
+    mt_place_plan_free(&back);
+    /* a member that shrank below its shard: a spare takes the shard, the member
+     * becomes a spare (2 moves) */
+    mt_place_set_current(nodes, 9, &one);
+    int32_t victim = -1;
+    for (int32_t i = 0; i < 9 && victim < 0; i++)
+        if (nodes[i].current.role == MT_PLACE_STAGE) victim = i;
+    if (victim >= 0) {
+        nodes[victim].capacity = 500 * MB;
+        rc = plan_make(&t, nodes, 9, &p, &back);
+        check_plan("shrank", &t, nodes, 9, &p, &back, rc);
+        const mt_place_assign *v = mt_place_plan_find(&back, nodes[victim].id);
+        CHECK(rc == 0 && back.moves == 2 && !back.replanned && v && v->role == MT_PLACE_SPARE,
+              "shrank: %d moves, node is a %s", back.moves, v ? mt_place_role_name(v->role) : "?");
+        mt_place_plan_free(&back);
+    }
+    mt_place_plan_free(&one);
+    mt_place_plan_free(&two);
+}
+
+/* ------------------------------------------------------------ properties */
+
+typedef struct fleet_stats {
+    int plans, full, short_plans, routes, losses;
+} fleet_stats;
+
+static void check_routes(const char *what, const test_model *t, const mt_place_plan *plan,
+                         uint64_t seed) {
+    if (plan->n_pipelines == 0) return;
+    uint64_t s = seed;
+    for (int trial = 0; trial < 3; trial++) {
+        int64_t avoid[3];
+        int32_t n_avoid = (int32_t)rng_range(&s, 0, 3), members = plan->n_assign - plan->n_spares;
+        if (members <= 0) return;
+        for (int32_t k = 0; k < n_avoid; k++)
+            avoid[k] = plan->assign[rng_range(&s, 0, (uint64_t)members - 1)].node;
+        uint64_t session = rng_next(&s);
+        mt_place_route r, r2;
+        mt_error err = {{0}};
+        int rc = mt_place_route_choose(plan, avoid, n_avoid, session, &r, &err);
+        /* is some pipeline / every slice fully live? then a route must exist */
+        bool must = false;
+        if (plan->mode == MT_PLACE_CELL) {
+            for (int32_t pi = 0; pi < plan->n_pipelines && !must; pi++) {
+                bool live = true;
+                for (int32_t k = 0; k < plan->n_assign; k++)
+                    for (int32_t j = 0; j < n_avoid; j++)
+                        live &= !(plan->assign[k].pipeline == plan->pipelines[pi].index &&
+                                  plan->assign[k].node == avoid[j]);
+                must = live;
+            }
+        } else {
+            int32_t L = t->m.n_layer, X = t->m.n_expert;
+            bool *live = calloc((size_t)L * X, sizeof *live);
+            for (int32_t k = 0; k < plan->n_assign; k++) {
+                const mt_place_assign *a = &plan->assign[k];
+                bool dead = false;
+                for (int32_t j = 0; j < n_avoid; j++) dead |= a->node == avoid[j];
+                if (dead || a->role != MT_PLACE_EXPERTS) continue;
+                for (int32_t l = a->layer_begin; l < a->layer_end; l++)
+                    for (int32_t e = a->expert_begin; e < a->expert_end; e++)
+                        live[(size_t)l * X + e] = true;
+            }
+            must = true;
+            for (int32_t l = 0; l < L; l++)
+                for (int32_t e = 0; e < X; e++) must &= live[(size_t)l * X + e] || t->exp[l] == 0;
+            CHECK(rc == 0 || !must, "%s: swarm route failed with every slice live: %s", what,
+                  err.msg);
+            CHECK(rc != 0 || must, "%s: swarm route found with a dead slice", what);
+            free(live);
+        }
+        CHECK(rc == 0 || !must, "%s: no route though a pipeline is live: %s", what, err.msg);
+        CHECK(rc == 0 || strstr(err.msg, "no route"), "%s: route error '%s'", what, err.msg);
+        if (rc == 0) {
+            check_route(what, t, plan, avoid, n_avoid, &r);
+            CHECK(mt_place_route_choose(plan, avoid, n_avoid, session, &r2, &err) == 0 &&
+                      same_route(&r, &r2),
+                  "%s: route not deterministic", what);
+            mt_place_route_free(&r2);
+            if (n_avoid == 0 && plan->mode == MT_PLACE_CELL)
+                CHECK(r.pipeline == plan->pipelines[session % (uint64_t)plan->n_pipelines].index,
+                      "%s: session %llu went to pipeline %d", what, (unsigned long long)session,
+                      r.pipeline);
+            mt_place_route_free(&r);
+        }
+    }
+}
+
+static void fleet_case(const test_model *t, mt_place_mode mode, int32_t replicas, uint64_t seed,
+                       int32_t n, fleet_stats *st) {
+    mt_place_node *nodes = fleet(seed, n);
+    uint64_t s = seed ^ 0x5555;
+    /* a few nodes paused */
+    for (int32_t i = 0; i < n; i++)
+        if (rng_range(&s, 0, 19) == 0) nodes[i].available = false;
+    mt_place_params p = mt_place_default_params(mode);
+    p.replicas = replicas;
+    p.spares = (int32_t)(seed % 3); /* 0..2 in both modes */
+    mt_place_plan plan;
+    int rc = plan_make(t, nodes, n, &p, &plan);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s r%d seed %llu n %d", t->name, mt_place_mode_name(mode),
+             replicas, (unsigned long long)seed, n);
+    st->plans++;
+    if (!check_plan(what, t, nodes, n, &p, &plan, rc)) {
+        mt_place_plan_free(&plan);
+        free(nodes);
+        return;
+    }
+    uint64_t total = 0;
+    int32_t n_avail = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (nodes[i].available) total += nodes[i].capacity, n_avail++;
+    uint64_t one = mode == MT_PLACE_CELL ? model_total(t) : model_experts(t);
+    /* twice the bytes needed is always enough for these layouts */
+    if (total >= 2 * (uint64_t)replicas * one + (mode == MT_PLACE_CELL ? 32 * GiB : 0))
+        CHECK(plan.n_pipelines == replicas, "%s: %d of %d pipelines with %.1fx the bytes: %s", what,
+              plan.n_pipelines, replicas, (double)total / ((double)replicas * one), plan.reason);
+    CHECK(plan.n_spares >= p.spares || plan.warning[0], "%s: %d of %d spares, no warning", what,
+          plan.n_spares, p.spares);
+    if (plan.n_pipelines == replicas)
+        st->full++;
+    else
+        st->short_plans++;
+    /* pipelines of one plan are similarly fast (snake draft): within 3x */
+    double lo = INFINITY, hi = 0;
+    for (int32_t i = 0; i < plan.n_pipelines; i++) {
+        if (plan.pipelines[i].slowest_ms < lo) lo = plan.pipelines[i].slowest_ms;
+        if (plan.pipelines[i].slowest_ms > hi) hi = plan.pipelines[i].slowest_ms;
+        CHECK(plan.pipelines[i].average_ms <= plan.pipelines[i].slowest_ms + 1e-9 &&
+                  plan.pipelines[i].slowest_ms <= plan.pipelines[i].latency_ms + 1e-9,
+              "%s: pipeline times out of order", what);
+    }
+    if (plan.n_pipelines > 1 && n_avail >= 12 * replicas)
+        CHECK(hi <= 3 * lo, "%s: pipelines from %.3f to %.3f ms", what, lo, hi);
+    /* the same input gives the same plan */
+    mt_place_plan again;
+    int rc2 = plan_make(t, nodes, n, &p, &again);
+    bool same = rc2 == rc && again.n_assign == plan.n_assign;
+    for (int32_t k = 0; same && k < plan.n_assign; k++)
+        same = plan.assign[k].node == again.assign[k].node &&
+               same_assign(&plan.assign[k], &again.assign[k]);
+    CHECK(same, "%s: plan not deterministic", what);
+    mt_place_plan_free(&again);
+    check_routes(what, t, &plan, seed);
+    st->routes++;
+    /* lose a member (unavailable, then dropped from the list) and a spare */
+    int32_t members = plan.n_assign - plan.n_spares;
+    if (members > 0) {
+        int32_t k = (int32_t)rng_range(&s, 0, (uint64_t)members - 1);
+        check_lose(what, t, nodes, n, &p, &plan, k, false);
+        k = (int32_t)rng_range(&s, 0, (uint64_t)members - 1);
+        check_lose(what, t, nodes, n, &p, &plan, k, true);
+        st->losses += 2;
+    }
+    if (plan.n_spares > 0) check_lose(what, t, nodes, n, &p, &plan, plan.n_assign - 1, false);
+    mt_place_plan_free(&plan);
+    free(nodes);
+}
+
+static void test_fleets(void) {
+    static test_model models[3];
+    model_deepseek(&models[0]);
+    model_uniform(&models[1], "mid", 24, 1, 64, 4, 300 * MB, 150 * MB);  /* ~236 GB */
+    model_uniform(&models[2], "small", 12, 2, 16, 2, 200 * MB, 60 * MB); /* ~12 GB */
+    const int32_t sizes[] = {3, 4, 5, 7, 9, 13, 17, 24, 31, 40, 57, 80, 120, 200, 300};
+    fleet_stats st = {0};
+    uint64_t seed = 1;
+    for (int32_t m = 0; m < 3; m++)
+        for (int32_t si = 0; si < (int32_t)(sizeof sizes / sizeof *sizes); si++)
+            for (int mode = 0; mode < 2; mode++) {
+                int32_t replicas = 1 + (int32_t)(seed % 3);
+                fleet_case(&models[m], mode ? MT_PLACE_SWARM : MT_PLACE_CELL, replicas, seed++,
+                           sizes[si], &st);
+            }
+    printf("fleets: %d plans (%d with every replica, %d short), %d route sets, %d losses\n",
+           st.plans, st.full, st.short_plans, st.routes, st.losses);
+    CHECK(st.full > st.plans / 3 && st.short_plans > 0, "fleets: %d full, %d short of %d", st.full,
+          st.short_plans, st.plans);
+}
+
+/* --------------------------------------------------------------- balance */
+
+static void print_balance(void) {
+    test_model t;
+    model_deepseek(&t);
+    const int32_t sizes[] = {48, 100, 200, 300};
+    printf("balance (DeepSeek-V3-like, 377 GB; model estimates at 10 GB/s per unit speed):\n");
+    for (int mode = 0; mode < 2; mode++)
+        for (int32_t si = 0; si < 4; si++) {
+            mt_place_node *nodes = fleet(4242 + (uint64_t)si, sizes[si]);
+            mt_place_params p = mt_place_default_params(mode ? MT_PLACE_SWARM : MT_PLACE_CELL);
+            mt_place_plan plan;
+            int rc = plan_make(&t, nodes, sizes[si], &p, &plan);
+            check_plan("balance", &t, nodes, sizes[si], &p, &plan, rc);
+            printf("  %-5s %3d nodes: %d %s, %d spares%s%s\n", mt_place_mode_name(p.mode),
+                   sizes[si], plan.n_pipelines, mode ? "replicas" : "pipelines", plan.n_spares,
+                   plan.reason[0] ? "; " : "", plan.reason);
+            for (int32_t i = 0; i < plan.n_pipelines; i++) {
+                const mt_place_pipeline *pp = &plan.pipelines[i];
+                printf("    %s %d: %3d nodes, %3d %s, slowest %.3f ms, average %.3f ms "
+                       "(slowest/average %.2f), token latency %.2f ms\n",
+                       mode ? "replica" : "pipeline", pp->index, pp->n_nodes, pp->n_groups,
+                       mode ? "servers" : "groups", pp->slowest_ms, pp->average_ms,
+                       pp->slowest_ms / pp->average_ms, pp->latency_ms);
+                /* bisection makes the slowest close to the typical group */
+                CHECK(pp->slowest_ms <= 4 * pp->average_ms, "balance: %s %d slowest/average %.2f",
+                      mode ? "replica" : "pipeline", pp->index, pp->slowest_ms / pp->average_ms);
+            }
+            mt_place_plan_free(&plan);
+            free(nodes);
+        }
+}
+
+int main(void) {
+    test_equal_nodes();
+    test_pairing();
+    test_speed();
+    test_short();
+    test_bad_input();
+    test_routes_hand();
+    test_keep_hand();
+    test_fleets();
+    print_balance();
+    return check_report("test_placement");
+}
