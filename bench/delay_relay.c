@@ -11,6 +11,8 @@
  *                      latency, printed per connection, is then the error)
  *     --buffer BYTES   bytes queued per direction before reading pauses
  *                      (default 1 MiB; bounded buffering, backpressure beyond)
+ *     --realtime       run SCHED_FIFO (priority 10, needs root): forwarding is not
+ *                      held up by busy CPUs, as the kernel's netem is not
  *     --max-conns N    connections open at once; more are refused (default 256)
  *     --lifetime S     exit after S seconds whatever happens (default 600)
  *
@@ -34,6 +36,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,7 +60,8 @@ static struct {
     size_t buffer;
     int max_conns;
     double lifetime_s;
-} opt = {NULL, NULL, 0, 0, 1 << 20, 256, 600};
+    bool realtime;
+} opt = {NULL, NULL, 0, 0, 1 << 20, 256, 600, false};
 
 static atomic_int n_open;
 static atomic_int n_conns;
@@ -229,7 +233,8 @@ static void *pipe_main(void *arg) {
 static void usage(const char *msg) {
     fprintf(stderr,
             "delay_relay: %s\nusage: bench_delay_relay --listen HOST:PORT --target HOST:PORT"
-            " [--delay MS] [--spin US] [--buffer BYTES] [--max-conns N] [--lifetime S]\n",
+            " [--delay MS] [--spin US] [--buffer BYTES] [--realtime] [--max-conns N]"
+            " [--lifetime S]\n",
             msg);
     exit(2);
 }
@@ -299,6 +304,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) usage("a delaying TCP relay");
+        if (strcmp(a, "--realtime") == 0) {
+            opt.realtime = true;
+            continue;
+        }
         i++;
         if (strcmp(a, "--listen") == 0 && v)
             opt.listen = v;
@@ -323,5 +332,9 @@ int main(int argc, char **argv) {
     if (!opt.listen || !opt.target) usage("--listen and --target are required");
     /* sleeps end when asked, not up to 50 us later (the default slack); threads inherit it */
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    struct sched_param sp = {.sched_priority = 10};
+    if (opt.realtime && sched_setscheduler(0, SCHED_FIFO, &sp))
+        fprintf(stderr, "delay_relay: --realtime: %s; running at normal priority\n",
+                strerror(errno));
     return bench_serve("delay_relay", opt.listen, opt.lifetime_s, start_conn, NULL);
 }
