@@ -17,37 +17,12 @@ set -u
 . "$(dirname "$0")/lib/harness.bash"
 RELAY="$(cd "$(dirname "$0")" && pwd)/lib/latency_relay.mjs"
 T="timeout 30"
-nss=()
+. "$(dirname "$0")/lib/netns.bash"
 # the harness kills `pids`; namespaces (and anything left inside) go here
-extra_cleanup() {
-    for ns in "${nss[@]+"${nss[@]}"}"; do
-        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-        ip netns del "$ns" 2>/dev/null
-    done
-}
+extra_cleanup() { netns_cleanup; }
 trap 'exit 1' INT TERM HUP
 t_start=$SECONDS
 
-# inns NSNAME CMD...: CMD inside namespace NSNAME ("" = here)
-inns() {
-    local ns=$1
-    shift
-    if [ -n "$ns" ]; then ip netns exec "$ns" "$@"; else "$@"; fi
-}
-# bg NAME NSNAME CMD...: starts CMD in the background, output in $tmp/NAME.{out,err};
-# waits for its "listening on ADDR" line and sets ADDR (and PID)
-bg() {
-    local name=$1 ns=$2
-    shift 2
-    # exec: $! is the command itself (ip netns exec execs it too), so kill reaches it
-    (
-        [ -n "$ns" ] && exec ip netns exec "$ns" "$@"
-        exec "$@"
-    ) >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    PID=$!
-    pids+=("$PID")
-    wait_listening "$name" "$PID"
-}
 # node NAME NSNAME IP SHARD: a node on IP:0
 node_at() {
     bg "$1" "$2" "$BIN" node --listen "$3:0" --threads 1 --key "$tmp/node.key" \
@@ -166,42 +141,7 @@ scenario lo "" "" 127.0.0.1 "" 127.0.0.1 "" 127.0.0.1 "" 127.0.0.1
 
 # ---- 2. namespaces: the requester's namespace holds the bridge, each node
 # namespace one end of a veth pair whose other end is on the bridge
-netns_setup() {
-    [ "$(id -u)" -eq 0 ] || { why="not root"; return 1; }
-    command -v ip >/dev/null || { why="no ip command"; return 1; }
-    local X=$(($$ % 200 + 20)) i
-    R="mt$$-req"
-    ip netns add "$R" 2>"$tmp/ns.err" || { why="ip netns add: $(head -1 "$tmp/ns.err")"; return 1; }
-    nss+=("$R")
-    inns "$R" ip link set lo up &&
-        inns "$R" ip link add br0 type bridge 2>"$tmp/ns.err" &&
-        inns "$R" ip addr add "10.231.$X.1/24" dev br0 &&
-        inns "$R" ip link set br0 up || { why="bridge: $(head -1 "$tmp/ns.err")"; return 1; }
-    for i in 1 2 3 4; do
-        N[i]="mt$$-n$i"
-        IP[i]="10.231.$X.$((i + 1))"
-        ip netns add "${N[$i]}" 2>"$tmp/ns.err" || { why="ip netns add: $(head -1 "$tmp/ns.err")"; return 1; }
-        nss+=("${N[$i]}")
-        # created directly inside the two namespaces: nothing touches the root namespace
-        ip link add "v$i" netns "$R" type veth peer name eth0 netns "${N[$i]}" 2>"$tmp/ns.err" &&
-            inns "$R" ip link set "v$i" master br0 &&
-            inns "$R" ip link set "v$i" up &&
-            inns "${N[$i]}" ip link set lo up &&
-            inns "${N[$i]}" ip addr add "${IP[$i]}/24" dev eth0 &&
-            inns "${N[$i]}" ip link set eth0 up || { why="veth: $(head -1 "$tmp/ns.err")"; return 1; }
-    done
-    # the bridge forwards once its ports are up: wait for the last node to answer
-    command -v ping >/dev/null || { sleep 0.5; return 0; }
-    for _ in $(seq 1 100); do
-        inns "$R" ping -c1 -W1 "${IP[4]}" >/dev/null 2>&1 && return 0
-        sleep 0.05
-    done
-    why="10.231.$X.0/24 not reachable across the bridge"
-    return 1
-}
-why=""
-declare -a N IP
-if netns_setup; then
+if netns_setup 4; then
     echo "netns: requester in $R, nodes in ${N[*]} (${IP[*]})"
     scenario ns "$R" "${N[1]}" "${IP[1]}" "${N[2]}" "${IP[2]}" "${N[3]}" "${IP[3]}" "${N[4]}" "${IP[4]}"
 else

@@ -47,7 +47,7 @@ wait_listening() {
     local name=$1 pid=$2
     ADDR=""
     for _ in $(seq 1 200); do
-        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out")
+        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out" 2>/dev/null) # may not exist yet
         [ -n "$ADDR" ] && return 0
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.05
