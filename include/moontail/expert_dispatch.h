@@ -36,7 +36,7 @@ int mt_expert_dispatch_run(void *ctx, int32_t il, int32_t n, const int32_t *ids,
                            float *y, mt_pool *pool, mt_error *err);
 
 static inline mt_expert_backend mt_expert_dispatch_backend(mt_expert_dispatch *d) {
-    mt_expert_backend b = {mt_expert_dispatch_run, d};
+    mt_expert_backend b = {mt_expert_dispatch_run, d, false}; /* its local holders use the pool */
     return b;
 }
 

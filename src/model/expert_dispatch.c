@@ -52,7 +52,7 @@ int mt_expert_dispatch_add_model(mt_expert_dispatch *d, const mt_model *m, mt_er
     if (!ids) return mt_error_set(err, "out of memory");
     for (int32_t e = 0; e < d->n_expert; e++)
         if (mt_model_expert_slot(m, e) >= 0) ids[n++] = e;
-    mt_expert_backend b = {mt_model_run_experts, (void *)m};
+    mt_expert_backend b = {mt_model_run_experts, (void *)m, false}; /* uses the pool */
     int rc = mt_expert_dispatch_add(d, b, ids, n, err);
     free(ids);
     return rc;

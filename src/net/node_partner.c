@@ -95,7 +95,7 @@ int node_setup_experts(mt_node *n, const mt_node_config *cfg, mt_error *err) {
             mt_error_prefix(err, "partner %s", p->addr);
             return -1;
         }
-        mt_expert_backend b = {partner_run, p};
+        mt_expert_backend b = {partner_run, p, true}; /* pool unused: see remote.h */
         if (mt_expert_dispatch_add(&n->dispatch, b, p->held, p->n_held, err)) {
             mt_error_prefix(err, "partner %s", p->addr);
             return -1;
