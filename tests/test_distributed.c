@@ -1,19 +1,26 @@
 /* test_distributed.c - invariant 1 of DESIGN.md across shards, in one
  * process: a model cut with mt_shard_write and run as
  *   (a) a requester holding the head plus a 4-stage pipeline of layer shards,
- *   (b) swarm mode: a backbone (head + attention) plus 3 expert shards,
+ *   (b) swarm mode: a backbone (head + attention) plus 3 expert shards, two
+ *       of them standing in for remote servers (concurrent holders, which
+ *       the dispatcher runs on threads of their own: checked to overlap),
  *   (c) a paired layer: a stage holding attention and half the experts,
  *       whose partner holds the other half,
  * gives logits bit-identical to the whole model, for every architecture, on
  * F32 and quantized weights (and a llama-3 style model whose RoPE divisors
  * every stage needs), with the prompt evaluated in one batch and the
  * last token decoded on its own (so KV caches carry over). The network
- * transport only moves these same f32 rows. */
+ * transport only moves these same f32 rows. Also: the dispatcher reports
+ * the first failing holder's error, in holder order. */
 #include "check.h"
 #include "moontail/expert_dispatch.h"
 #include "moontail/session.h"
 #include "moontail/shard.h"
 #include "moontail/synth_model.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 
 enum { N = 9, N_LAYER = 4 };
 static const int32_t prompt[N] = {5, 77, 3, 190, 42, 42, 8, 130, 64};
@@ -75,6 +82,92 @@ static bool same_as_reference(const float *ref, const mt_model *head, mt_model *
     return ok;
 }
 
+/* ---- holders that watch each other ------------------------------------------------------- */
+
+/* An expert shard as a holder that records how many holders were inside
+ * run() at once. While no overlap has been seen, a holder waits a little
+ * (up to 50 ms, 2 s in all) for another to come in, so that a dispatcher
+ * running holders at the same time shows it every time, and one running them
+ * in turn never does. */
+typedef struct probe {
+    const mt_model *m;
+    bool concurrent;
+} probe;
+
+static atomic_int probe_inside, probe_most, probe_wait_ms, probe_off_thread;
+static atomic_bool probe_bad_pool; /* a holder on another thread was given a pool */
+static pthread_t main_thread;
+
+static void probe_reset(void) {
+    atomic_store(&probe_inside, 0);
+    atomic_store(&probe_most, 0);
+    atomic_store(&probe_wait_ms, 0);
+    atomic_store(&probe_off_thread, 0);
+}
+
+static int probe_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u, float *y,
+                     mt_pool *pool, mt_error *err) {
+    const probe *p = ctx;
+    int now = atomic_fetch_add(&probe_inside, 1) + 1, most = atomic_load(&probe_most);
+    while (now > most && !atomic_compare_exchange_weak(&probe_most, &most, now)) {
+    }
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        atomic_fetch_add(&probe_off_thread, 1);
+        if (pool) atomic_store(&probe_bad_pool, true);
+    }
+    for (int i = 0; i < 50 && atomic_load(&probe_most) < 2 && atomic_load(&probe_wait_ms) < 2000;
+         i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+        atomic_fetch_add(&probe_wait_ms, 1);
+        now = atomic_load(&probe_inside), most = atomic_load(&probe_most);
+        while (now > most && !atomic_compare_exchange_weak(&probe_most, &most, now)) {
+        }
+    }
+    int rc = mt_model_run_experts((void *)p->m, il, n, ids, u, y, pool, err);
+    atomic_fetch_sub(&probe_inside, 1);
+    return rc;
+}
+
+/* A holder that always fails, naming itself. */
+static int fail_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u, float *y,
+                    mt_pool *pool, mt_error *err) {
+    (void)il, (void)n, (void)ids, (void)u, (void)y, (void)pool;
+    return mt_error_set(err, "holder %s failed", (const char *)ctx);
+}
+
+/* Two holders (experts [0, X/2) and the rest) that fail: the first one's
+ * error comes back whatever ran where. */
+static void check_first_error(const mt_hparams *hp, mt_pool *pool) {
+    const int32_t X = hp->n_expert, E = hp->n_embd;
+    int32_t lo[256], hi[256], ids[4] = {0, X - 1, X / 2, 1};
+    for (int32_t e = 0; e < X / 2; e++) lo[e] = e;
+    for (int32_t e = X / 2; e < X; e++) hi[e - X / 2] = e;
+    float *u = calloc(4 * (size_t)E, sizeof(float)), *y = calloc(4 * (size_t)E, sizeof(float));
+    static const bool kinds[3][2] = {{true, true}, {true, false}, {false, true}};
+    for (int k = 0; k < 3; k++) {
+        mt_expert_dispatch d;
+        mt_error err = {{0}};
+        bool ok = mt_expert_dispatch_init(&d, hp, &err) == 0 &&
+                  mt_expert_dispatch_add(&d, (mt_expert_backend){fail_run, "A", kinds[k][0]}, lo,
+                                         X / 2, &err) == 0 &&
+                  mt_expert_dispatch_add(&d, (mt_expert_backend){fail_run, "B", kinds[k][1]}, hi,
+                                         X - X / 2, &err) == 0;
+        CHECK(ok, "failing holders: setup: %s", err.msg);
+        for (int rep = 0; ok && rep < 3; rep++) { /* the threads serve call after call */
+            err.msg[0] = 0;
+            int rc = mt_expert_dispatch_run(&d, 1, 4, ids, u, y, pool, &err);
+            CHECK(rc != 0 && strcmp(err.msg, "holder A failed") == 0,
+                  "failing holders (concurrent %d, %d): rc %d, '%s' (wanted holder A's error)",
+                  kinds[k][0], kinds[k][1], rc, err.msg);
+        }
+        mt_expert_dispatch_free(&d);
+    }
+    free(u), free(y);
+}
+
+/* ---- the model, cut every way ---------------------------------------------------------- */
+
 static void check_model(const char *arch, mt_type type, bool dense, bool rope_freqs) {
     mt_synth_params p = mt_synth_default_params(arch);
     p.type = type;
@@ -112,22 +205,34 @@ static void check_model(const char *arch, mt_type type, bool dense, bool rope_fr
         int32_t ids[256];
         for (int32_t e = 0; e < X; e++) ids[e] = e;
 
-        /* (b) swarm: backbone + 3 expert shards of contiguous id ranges */
+        /* (b) swarm: backbone + 3 expert shards of contiguous id ranges; the
+         * first runs like a local holder (here, with the pool), the others
+         * like remote servers (concurrent: on the dispatcher's threads) */
         mt_model *backbone =
             write_and_load(g, (mt_shard_spec){0, N_LAYER, true, true, NULL, 0}, "backbone");
         mt_model *xs[3] = {0};
+        probe probes[3];
         mt_expert_dispatch d;
         ok = backbone && mt_expert_dispatch_init(&d, &whole->hp, &err) == 0;
         for (int k = 0; k < 3 && ok; k++) {
             int32_t lo = X * k / 3, hi = X * (k + 1) / 3;
             xs[k] = write_and_load(g, (mt_shard_spec){0, N_LAYER, false, false, ids + lo, hi - lo},
                                    "experts");
-            ok = xs[k] && mt_expert_dispatch_add_model(&d, xs[k], &err) == 0;
+            probes[k] = (probe){xs[k], k > 0};
+            mt_expert_backend pb = {probe_run, &probes[k], k > 0};
+            ok = xs[k] && mt_expert_dispatch_add(&d, pb, ids + lo, hi - lo, &err) == 0;
         }
         CHECK(ok, "%s: swarm setup: %s", arch, err.msg);
         mt_expert_backend be = mt_expert_dispatch_backend(&d);
+        probe_reset();
         CHECK(ok && same_as_reference(ref, backbone, &backbone, 1, &be, pool),
               "%s %s: swarm (backbone + 3 expert servers) logits differ", arch, tn);
+        CHECK(atomic_load(&probe_most) >= 2 && atomic_load(&probe_off_thread) > 0,
+              "%s %s: swarm: at most %d holders ran at once (%d calls on other threads); the"
+              " concurrent ones should overlap",
+              arch, tn, atomic_load(&probe_most), atomic_load(&probe_off_thread));
+        CHECK(!atomic_load(&probe_bad_pool), "%s %s: a concurrent holder was given the pool", arch,
+              tn);
         /* a backbone alone cannot run the experts: a clear error, not a crash */
         if (backbone) {
             mt_kv_cache *kv = mt_kv_cache_new(backbone, 0, N_LAYER, N, &err);
@@ -160,6 +265,7 @@ static void check_model(const char *arch, mt_type type, bool dense, bool rope_fr
         mt_expert_dispatch_free(&d);
         mt_model_free(mine);
         mt_model_free(partner);
+        check_first_error(&whole->hp, pool);
     }
     mt_model_free(head);
     mt_pool_free(pool);
@@ -168,6 +274,7 @@ static void check_model(const char *arch, mt_type type, bool dense, bool rope_fr
 }
 
 int main(void) {
+    main_thread = pthread_self();
     static const char *archs[] = {"qwen3moe", "qwen2moe", "deepseek2", "llama"};
     for (int a = 0; a < 4; a++) {
         check_model(archs[a], MT_TYPE_F32, false, false);

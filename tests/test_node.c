@@ -9,6 +9,9 @@
  * also with 3 sessions from 3 threads batched together on the same nodes
  * (continuous batching, checked to have happened), after an eviction and
  * after a node restart that the requester repairs by replaying the session,
+ * with the swarm's expert servers checked to be called at the same time, and
+ * after an expert server or a partner restarts (reconnected, same logits; a
+ * clear error when it comes back holding other experts or not at all),
  * and with the bf16 wire within a measured tolerance; (a) also in chain
  * mode (one request to the first stage, which forwards along the others as
  * next hops), and a chain whose middle node is gone (the error names it).
@@ -127,12 +130,13 @@ static float *reference(const mt_model *m, const int32_t *prompt) {
     return logits;
 }
 
-static mt_node *start_node(const char *shard, const mt_node_partner *partners, int n_partners,
-                           int max_sessions) {
+/* A node serving shard on listen ("127.0.0.1:0": any port). */
+static mt_node *start_node_at(const char *shard, const char *listen,
+                              const mt_node_partner *partners, int n_partners, int max_sessions) {
     mt_node_config c = {.shard_path = shard,
                         .keys = &k_node,
                         .authorized = auth,
-                        .listen = "127.0.0.1:0",
+                        .listen = listen,
                         .partners = partners,
                         .n_partners = n_partners,
                         .max_sessions = max_sessions,
@@ -142,8 +146,13 @@ static mt_node *start_node(const char *shard, const mt_node_partner *partners, i
                         .quiet = true};
     mt_error err = {{0}};
     mt_node *n = mt_node_start(&c, &err);
-    CHECK(n != NULL, "node %s: %s", shard, err.msg);
+    CHECK(n != NULL, "node %s on %s: %s", shard, listen, err.msg);
     return n;
+}
+
+static mt_node *start_node(const char *shard, const mt_node_partner *partners, int n_partners,
+                           int max_sessions) {
+    return start_node_at(shard, "127.0.0.1:0", partners, n_partners, max_sessions);
 }
 
 static mt_route_peer peer_of(const mt_node *n) {
@@ -296,6 +305,58 @@ static void concurrent(const model_set *s, const char *head, const char *backbon
     for (int k = 0; k < N_THREADS; k++) free(refs[k]);
 }
 
+/* ---- expert servers called at once ------------------------------------------------------- */
+
+typedef struct eval_job {
+    mt_route *r;
+    const float *ref;
+    bool identical; /* result */
+    char why[600];
+} eval_job;
+
+static void *eval_main(void *arg) {
+    eval_job *j = arg;
+    route_logits(j->r, base_prompt, j->ref, N - 1, &j->identical, NULL, j->why, sizeof j->why);
+    return NULL;
+}
+
+/* With expert server 0 held (its requests wait in its queue), the
+ * requester's MoE call must still reach servers 1 and 2: the dispatcher
+ * sends every server its rows at once instead of waiting for each reply in
+ * turn. Then server 0 is released and the logits must be the usual ones. */
+static void check_servers_overlap(const model_set *s, mt_node *const *xs, const mt_route_peer *xp,
+                                  const float *ref) {
+    mt_route *r = open_route(s->backbone, s->backbone, NULL, 0, xp, 3, MT_PROTO_F32, "overlap");
+    if (!r) return;
+    mt_node_stats before[3], st;
+    for (int k = 0; k < 3; k++) mt_node_get_stats(xs[k], &before[k]);
+    mt_node_hold(xs[0], true);
+    eval_job j = {r, ref, false, ""};
+    pthread_t th;
+    pthread_create(&th, NULL, eval_main, &j);
+    bool waiting = false, others = false; /* server 0 has a request queued; 1 or 2 answered */
+    for (int waited = 0; waited < 10000 && !(waiting && others); waited += 2) {
+        mt_node_get_stats(xs[0], &st);
+        waiting = st.queued > 0;
+        others = false;
+        for (int k = 1; k < 3; k++) {
+            mt_node_get_stats(xs[k], &st);
+            others |= st.expert_batches > before[k].expert_batches;
+        }
+        if (!(waiting && others)) sleep_ms(2);
+    }
+    mt_node_hold(xs[0], false);
+    pthread_join(th, NULL);
+    CHECK(waiting && others,
+          "%s: with expert server 0 held (%s), servers 1 and 2 %s: the servers are not called"
+          " at the same time",
+          s->arch, waiting ? "a request waiting" : "nothing waiting",
+          others ? "answered" : "got nothing");
+    CHECK(j.identical, "%s: swarm with a held server: logits differ from the whole model %s",
+          s->arch, j.why);
+    mt_route_close(r);
+}
+
 /* ---- the three deployments per architecture ---------------------------------------------- */
 
 static double worst_bf16; /* largest |logit difference| seen with the bf16 wire */
@@ -386,6 +447,7 @@ static void check_arch(const char *arch) {
             mt_route *r = open_route(s.backbone, s.backbone, NULL, 0, xp, 3, MT_PROTO_F32, arch);
             if (r) run_route(r, base_prompt, ref, N - 1, "swarm");
             mt_route_close(r);
+            check_servers_overlap(&s, xs, xp, ref);
             concurrent(&s, s.backbone, s.backbone, NULL, 0, xp, 3, xs[0], false, "swarm");
         }
         for (int k = 0; k < 3; k++) mt_node_stop(xs[k]);
@@ -489,6 +551,106 @@ static void check_eviction_replay(void) {
         mt_route_close(r);
     }
     mt_node_stop(n);
+    free(ref);
+    free_set(&s);
+}
+
+/* ---- expert servers and partners that restart ------------------------------------------------
+ */
+
+/* Evaluates the prompt in a new session of r; 0, or -1 with err. */
+static int eval_prompt(mt_route *r, float *logits, mt_error *err) {
+    mt_route_session *x = mt_route_session_new(r, N, err);
+    int rc = x ? mt_route_eval(r, x, base_prompt, N, false, logits, err) : -1;
+    mt_route_session_end(r, x);
+    return rc;
+}
+
+/* An expert server restarts (same address and key) between two tokens: the
+ * requester reconnects and the next token is bit-identical, with no replay
+ * (expert servers keep no sessions). One that comes back holding other
+ * experts, or does not come back, gives an error naming it. The same for a
+ * paired node whose partner restarts. */
+static void check_expert_restart(void) {
+    model_set s;
+    if (!make_set(&s, "qwen3moe")) return;
+    float *ref = reference(s.whole, base_prompt);
+    const int32_t V = s.whole->hp.n_vocab;
+    float *la = calloc((size_t)N * V, sizeof(float));
+    mt_error err = {{0}};
+    mt_node *xs[3];
+    mt_route_peer xp[3];
+    for (int k = 0; k < 3; k++) {
+        xs[k] = start_node(s.experts[k], NULL, 0, 8);
+        if (xs[k]) xp[k] = peer_of(xs[k]);
+    }
+    mt_route *r = xs[0] && xs[1] && xs[2] ? open_route(s.backbone, s.backbone, NULL, 0, xp, 3,
+                                                       MT_PROTO_F32, "expert restart")
+                                          : NULL;
+    mt_route_session *a = r ? mt_route_session_new(r, N, &err) : NULL;
+    const char *addr = xp[1].addr;
+    if (a && mt_route_eval(r, a, base_prompt, N - 1, true, la, &err) == 0) {
+        mt_node_stop(xs[1]);
+        xs[1] = start_node_at(s.experts[1], addr, NULL, 0, 8);
+        bool ok = xs[1] && mt_route_eval(r, a, base_prompt + N - 1, 1, false,
+                                         la + (size_t)(N - 1) * V, &err) == 0;
+        CHECK(ok, "eval after expert server %s restarted: %s", addr, err.msg);
+        CHECK(ok && memcmp(la, ref, (size_t)N * V * sizeof(float)) == 0 && mt_route_replays(r) == 0,
+              "after expert server %s restarted: logits %s, %d replays (wanted 0)", addr,
+              ok && memcmp(la, ref, (size_t)N * V * sizeof(float)) == 0 ? "same" : "differ",
+              mt_route_replays(r));
+        /* back on the same address, holding experts of another server */
+        mt_node_stop(xs[1]);
+        xs[1] = start_node_at(s.experts[2], addr, NULL, 0, 8);
+        int rc = xs[1] ? eval_prompt(r, la, &err) : 0;
+        CHECK(rc != 0 && has(err.msg, addr) && has(err.msg, "reconnecting failed") &&
+                  has(err.msg, "came back holding experts"),
+              "expert server %s back with other experts: rc %d, '%s'", addr, rc, err.msg);
+        /* gone for good */
+        mt_node_stop(xs[1]);
+        xs[1] = NULL;
+        rc = eval_prompt(r, la, &err);
+        CHECK(rc != 0 && has(err.msg, addr) && has(err.msg, "reconnecting failed"),
+              "expert server %s gone: rc %d, '%s'", addr, rc, err.msg);
+    } else {
+        CHECK(false, "expert restart: %s", err.msg);
+    }
+    mt_route_session_end(r, a);
+    mt_route_close(r);
+    for (int k = 0; k < 3; k++) mt_node_stop(xs[k]);
+
+    /* a paired node whose partner restarts */
+    mt_node *partner = start_node(s.partner, NULL, 0, 8), *paired = NULL;
+    char paddr[128] = "";
+    if (partner) {
+        snprintf(paddr, sizeof paddr, "%s", mt_node_addr(partner));
+        mt_node_partner pp = {paddr, {0}};
+        memcpy(pp.pk, k_node.pk, sizeof pp.pk);
+        paired = start_node(s.paired, &pp, 1, 8);
+    }
+    mt_route_peer p1 = paired ? peer_of(paired) : (mt_route_peer){{0}, {0}};
+    r = paired ? open_route(s.head, NULL, &p1, 1, NULL, 0, MT_PROTO_F32, "partner restart") : NULL;
+    a = r ? mt_route_session_new(r, N, &err) : NULL;
+    if (a && mt_route_eval(r, a, base_prompt, N - 1, true, la, &err) == 0) {
+        mt_node_stop(partner);
+        partner = start_node_at(s.partner, paddr, NULL, 0, 8);
+        bool ok = partner && mt_route_eval(r, a, base_prompt + N - 1, 1, false,
+                                           la + (size_t)(N - 1) * V, &err) == 0;
+        CHECK(ok && memcmp(la, ref, (size_t)N * V * sizeof(float)) == 0,
+              "after partner %s restarted: %s", paddr, ok ? "logits differ" : err.msg);
+        mt_node_stop(partner);
+        partner = start_node_at(s.experts[0], paddr, NULL, 0, 8);
+        int rc = partner ? eval_prompt(r, la, &err) : 0;
+        CHECK(rc != 0 && has(err.msg, paddr) && has(err.msg, "came back holding experts"),
+              "partner %s back with other experts: rc %d, '%s'", paddr, rc, err.msg);
+    } else {
+        CHECK(false, "partner restart: %s", err.msg);
+    }
+    mt_route_session_end(r, a);
+    mt_route_close(r);
+    mt_node_stop(paired);
+    mt_node_stop(partner);
+    free(la);
     free(ref);
     free_set(&s);
 }
@@ -797,6 +959,7 @@ int main(void) {
     printf("  bf16 wire: worst max |logit diff| %.4g (relative to the largest logit %.2e)\n",
            worst_bf16, worst_bf16_rel);
     check_eviction_replay();
+    check_expert_restart();
     check_hostile();
     mt_keys_authorized_free(auth);
     return check_report("test_node");

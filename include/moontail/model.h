@@ -173,11 +173,18 @@ int mt_model_embed(const mt_model *m, const int32_t *tokens, int32_t n_tok, floa
  * rows, y[r] = Expert_ids[r](u[r]) of layer il: the unweighted SwiGLU output,
  * n_embd floats per row. The caller weights and sums the rows of a token in
  * its top-k order, so any backend that computes each row exactly gives
- * bit-identical results (a local model, an expert shard, a remote server). */
+ * bit-identical results (a local model, an expert shard, a remote server).
+ *
+ * concurrent: run() does not use the pool and may be called from another
+ * thread at the same time as other holders' run() (a remote expert server
+ * waiting on the network); an expert dispatcher (expert_dispatch.h) then
+ * runs it on a thread of its own, overlapping the other holders. It comes
+ * last so that a {run, ctx} initializer still means false. */
 typedef struct mt_expert_backend {
     int (*run)(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u, float *y,
                mt_pool *pool, mt_error *err);
     void *ctx;
+    bool concurrent;
 } mt_expert_backend;
 
 /* The experts this model (or shard) holds, as an mt_expert_backend run():

@@ -60,13 +60,14 @@ int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, i
 /* Computes y[i] = expert ids[i] of layer il applied to u[i] (n rows of
  * n_embd) on the node: an mt_expert_backend run() with ctx = the mt_remote,
  * rows sent in the dtype set by mt_remote_set_wire (default f32). pool is
- * not used. */
+ * not used, so mt_remote_experts() is a concurrent backend (model.h): a
+ * dispatcher calls several expert servers at once. */
 int mt_remote_experts_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u,
                           float *y, mt_pool *pool, mt_error *err);
 void mt_remote_set_wire(mt_remote *r, mt_proto_dtype dtype);
 
 static inline mt_expert_backend mt_remote_experts(mt_remote *r) {
-    mt_expert_backend b = {mt_remote_experts_run, r};
+    mt_expert_backend b = {mt_remote_experts_run, r, true};
     return b;
 }
 

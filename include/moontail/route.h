@@ -17,7 +17,10 @@
  * when a stage answers that it does not know the session (evicted), or a
  * stage's connection broke and a reconnect to the same node succeeds, the
  * executor replays the history from position 0 and carries on; with the f32
- * wire the logits are bit-identical to an uninterrupted run.
+ * wire the logits are bit-identical to an uninterrupted run. Expert servers
+ * keep no session state: the backbone calls them concurrently, and one whose
+ * connection broke is reconnected once when next used (it must come back
+ * holding the same experts) and gets the same rows again.
  *
  * A route is used by one thread at a time (calls take a lock); open one
  * route per thread to have nodes batch several sessions together. */

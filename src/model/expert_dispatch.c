@@ -1,9 +1,104 @@
 /* expert_dispatch.c - forwards routed-expert rows to whoever holds each
- * expert and gathers the results in row order (see expert_dispatch.h). */
+ * expert and gathers the results in row order, running concurrent holders
+ * (remote servers) on threads of their own beside the local ones (see
+ * expert_dispatch.h). */
 #include "moontail/expert_dispatch.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- a concurrent holder's thread ------------------------------------------------------ */
+
+/* One call's work for a holder: its rows, contiguous in the call's scratch. */
+typedef struct holder_job {
+    int32_t il, n;
+    const int32_t *ids; /* (n) */
+    const float *u;     /* (n, n_embd) */
+    float *y;           /* (n, n_embd) */
+} holder_job;
+
+struct mt_expert_worker {
+    mt_expert_backend holder; /* a copy: the holders array may move when one is added */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t go;   /* the thread waits here for a job or stop */
+    pthread_cond_t done; /* the caller waits here for the job's end */
+    bool pending;        /* a job is posted and not finished (guarded by lock) */
+    bool stop;           /* end the thread (guarded by lock) */
+    holder_job job;      /* written by the caller while !pending */
+    int rc;              /* the job's result, read by the caller once !pending */
+    mt_error err;
+};
+
+static void *worker_main(void *arg) {
+    mt_expert_worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (!w->pending && !w->stop) pthread_cond_wait(&w->go, &w->lock);
+        if (!w->pending) break; /* stop, nothing posted */
+        holder_job j = w->job;
+        pthread_mutex_unlock(&w->lock);
+        /* a concurrent holder does not use the pool (model.h) */
+        int rc = w->holder.run(w->holder.ctx, j.il, j.n, j.ids, j.u, j.y, NULL, &w->err);
+        pthread_mutex_lock(&w->lock);
+        w->rc = rc;
+        w->pending = false;
+        pthread_cond_signal(&w->done);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Starts a thread for holder; NULL when the system refuses one. */
+static mt_expert_worker *worker_start(const mt_expert_backend *holder) {
+    mt_expert_worker *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->holder = *holder;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->go, NULL);
+    pthread_cond_init(&w->done, NULL);
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        pthread_cond_destroy(&w->done);
+        pthread_cond_destroy(&w->go);
+        pthread_mutex_destroy(&w->lock);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+static void worker_stop(mt_expert_worker *w) {
+    pthread_mutex_lock(&w->lock);
+    w->stop = true;
+    pthread_cond_signal(&w->go);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->done);
+    pthread_cond_destroy(&w->go);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}
+
+static void worker_post(mt_expert_worker *w, const holder_job *j) {
+    pthread_mutex_lock(&w->lock);
+    w->job = *j;
+    w->rc = 0;
+    w->pending = true;
+    pthread_cond_signal(&w->go);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Waits for the posted job to finish; its result. */
+static int worker_wait(mt_expert_worker *w) {
+    pthread_mutex_lock(&w->lock);
+    while (w->pending) pthread_cond_wait(&w->done, &w->lock);
+    int rc = w->rc;
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
+
+/* ---- the table ------------------------------------------------------------------------- */
 
 int mt_expert_dispatch_init(mt_expert_dispatch *d, const mt_hparams *hp, mt_error *err) {
     memset(d, 0, sizeof *d);
@@ -18,6 +113,9 @@ int mt_expert_dispatch_init(mt_expert_dispatch *d, const mt_hparams *hp, mt_erro
 }
 
 void mt_expert_dispatch_free(mt_expert_dispatch *d) {
+    for (int32_t h = 0; d->workers && h < d->n_holders; h++)
+        if (d->workers[h]) worker_stop(d->workers[h]);
+    free(d->workers);
     free(d->owner);
     free(d->holders);
     memset(d, 0, sizeof *d);
@@ -28,7 +126,11 @@ int mt_expert_dispatch_add(mt_expert_dispatch *d, mt_expert_backend holder, cons
     mt_expert_backend *h = realloc(d->holders, (size_t)(d->n_holders + 1) * sizeof *h);
     if (!h) return mt_error_set(err, "out of memory");
     d->holders = h;
+    mt_expert_worker **w = realloc(d->workers, (size_t)(d->n_holders + 1) * sizeof *w);
+    if (!w) return mt_error_set(err, "out of memory");
+    d->workers = w;
     int32_t k = d->n_holders;
+    d->workers[k] = NULL;
     for (int32_t i = 0; i < (n < 0 ? d->n_expert : n); i++) {
         int32_t e = n < 0 ? i : ids[i];
         if (e < 0 || e >= d->n_expert)
@@ -52,43 +154,91 @@ int mt_expert_dispatch_add_model(mt_expert_dispatch *d, const mt_model *m, mt_er
     if (!ids) return mt_error_set(err, "out of memory");
     for (int32_t e = 0; e < d->n_expert; e++)
         if (mt_model_expert_slot(m, e) >= 0) ids[n++] = e;
-    mt_expert_backend b = {mt_model_run_experts, (void *)m};
+    mt_expert_backend b = {mt_model_run_experts, (void *)m, false}; /* uses the pool */
     int rc = mt_expert_dispatch_add(d, b, ids, n, err);
     free(ids);
     return rc;
 }
 
-int mt_expert_dispatch_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u,
-                           float *y, mt_pool *pool, mt_error *err) {
-    const mt_expert_dispatch *d = ctx;
+/* ---- a call ---------------------------------------------------------------------------- */
+
+/* Rows of several holders: gathers each holder's rows into one block
+ * (holder h's are rows [at[h], at[h + 1]) of the scratch, in row order),
+ * starts the concurrent holders on their threads, runs the others here,
+ * waits for all and scatters the results back. */
+static int run_split(mt_expert_dispatch *d, int32_t il, int32_t n, const int32_t *ids,
+                     const float *u, float *y, mt_pool *pool, mt_error *err) {
     const size_t E = (size_t)d->n_embd;
-    for (int32_t r = 0; r < n; r++)
-        if (ids[r] < 0 || ids[r] >= d->n_expert || d->owner[ids[r]] < 0)
-            return mt_error_set(err, "layer %d: nobody holds expert %d", il, ids[r]);
+    const int32_t H = d->n_holders;
     int rc = 0;
-    int32_t *rows = malloc((size_t)n * sizeof *rows),
+    int32_t *at = calloc(2 * (size_t)H + 1, sizeof *at), *fill = at ? at + H + 1 : NULL,
+            *rows = malloc((size_t)n * sizeof *rows),
             *sub_ids = malloc((size_t)n * sizeof *sub_ids);
     float *sub_u = malloc((size_t)n * E * sizeof *sub_u),
           *sub_y = malloc((size_t)n * E * sizeof *sub_y);
-    if (!rows || !sub_ids || !sub_u || !sub_y) {
+    bool *posted = calloc((size_t)H, sizeof *posted);
+    if (!at || !rows || !sub_ids || !sub_u || !sub_y || !posted) {
         rc = mt_error_set(err, "expert dispatch: out of memory for %d rows", n);
         goto done;
     }
-    for (int32_t h = 0; h < d->n_holders && rc == 0; h++) {
-        int32_t k = 0;
-        for (int32_t r = 0; r < n; r++)
-            if (d->owner[ids[r]] == h) {
-                rows[k] = r;
-                sub_ids[k] = ids[r];
-                memcpy(sub_u + (size_t)k * E, u + (size_t)r * E, E * sizeof(float));
-                k++;
-            }
-        if (k == 0) continue;
-        rc = d->holders[h].run(d->holders[h].ctx, il, k, sub_ids, sub_u, sub_y, pool, err);
-        for (int32_t i = 0; rc == 0 && i < k; i++)
-            memcpy(y + (size_t)rows[i] * E, sub_y + (size_t)i * E, E * sizeof(float));
+    for (int32_t r = 0; r < n; r++) at[d->owner[ids[r]] + 1]++;
+    for (int32_t h = 0; h < H; h++) at[h + 1] += at[h];
+    memcpy(fill, at, (size_t)H * sizeof *fill); /* the next free row of each block */
+    for (int32_t r = 0; r < n; r++) {
+        int32_t k = fill[d->owner[ids[r]]]++;
+        rows[k] = r;
+        sub_ids[k] = ids[r];
+        memcpy(sub_u + (size_t)k * E, u + (size_t)r * E, E * sizeof(float));
     }
+    /* the concurrent holders first, so that they overlap the local ones */
+    for (int32_t h = 0; h < H; h++) {
+        if (at[h + 1] == at[h] || !d->holders[h].concurrent) continue;
+        if (!d->workers[h]) d->workers[h] = worker_start(&d->holders[h]);
+        if (!d->workers[h]) continue; /* no thread to be had: it runs here below */
+        holder_job j = {il, at[h + 1] - at[h], sub_ids + at[h], sub_u + (size_t)at[h] * E,
+                        sub_y + (size_t)at[h] * E};
+        worker_post(d->workers[h], &j);
+        posted[h] = true;
+    }
+    int32_t failed = -1; /* the first holder (in holder order) that failed */
+    mt_error here = {{0}};
+    for (int32_t h = 0; h < H && failed < 0; h++) {
+        if (at[h + 1] == at[h] || posted[h]) continue;
+        if (d->holders[h].run(d->holders[h].ctx, il, at[h + 1] - at[h], sub_ids + at[h],
+                              sub_u + (size_t)at[h] * E, sub_y + (size_t)at[h] * E, pool, &here))
+            failed = h;
+    }
+    /* every thread must be done with the scratch before it is freed */
+    for (int32_t h = 0; h < H; h++) {
+        if (!posted[h] || worker_wait(d->workers[h]) == 0 || (failed >= 0 && failed < h)) continue;
+        failed = h;
+        here = d->workers[h]->err;
+    }
+    if (failed >= 0) {
+        rc = -1;
+        if (err) *err = here;
+        goto done;
+    }
+    for (int32_t k = 0; k < n; k++)
+        memcpy(y + (size_t)rows[k] * E, sub_y + (size_t)k * E, E * sizeof(float));
 done:
-    free(rows), free(sub_ids), free(sub_u), free(sub_y);
+    free(at), free(rows), free(sub_ids), free(sub_u), free(sub_y), free(posted);
     return rc;
+}
+
+int mt_expert_dispatch_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u,
+                           float *y, mt_pool *pool, mt_error *err) {
+    mt_expert_dispatch *d = ctx;
+    int32_t first = -1; /* the holder of row 0, and whether every row has that holder */
+    bool one_holder = true;
+    for (int32_t r = 0; r < n; r++) {
+        if (ids[r] < 0 || ids[r] >= d->n_expert || d->owner[ids[r]] < 0)
+            return mt_error_set(err, "layer %d: nobody holds expert %d", il, ids[r]);
+        if (r == 0) first = d->owner[ids[r]];
+        one_holder &= d->owner[ids[r]] == first;
+    }
+    if (n <= 0) return 0;
+    if (one_holder) /* no copies, no handoff */
+        return d->holders[first].run(d->holders[first].ctx, il, n, ids, u, y, pool, err);
+    return run_split(d, il, n, ids, u, y, pool, err);
 }

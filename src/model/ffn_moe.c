@@ -134,7 +134,7 @@ int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, 
     const int32_t X = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd;
     const size_t T = (size_t)n_tok;
     if (hp->n_group > 256) return mt_error_set(err, "MoE: %d expert groups (max 256)", hp->n_group);
-    mt_expert_backend local = {mt_model_run_experts, (void *)m};
+    mt_expert_backend local = {mt_model_run_experts, (void *)m, false};
     if (!experts) experts = &local;
 
     float *z = malloc(T * X * sizeof(float));

@@ -11,7 +11,9 @@
  * A client record is reference counted (its reader + each queued job) and
  * freed, with its connection, when the last reference goes. Replies from the
  * reader and the worker are serialised by the client's send lock. Sessions,
- * partners and the model's compute pool belong to the worker alone.
+ * partners and the model's compute pool belong to the worker alone (the
+ * expert dispatcher runs partners on threads of its own, but only within a
+ * worker's call that waits for them).
  *
  * A STAGE_FORWARD with next hops (proto.h) is queued like any other, but the
  * worker hands its result back to the connection's reader (node_fwd)
@@ -23,6 +25,7 @@
 #ifndef MOONTAIL_NODE_INTERNAL_H
 #define MOONTAIL_NODE_INTERNAL_H
 
+#include "expert_remote.h"
 #include "moontail/expert_dispatch.h"
 #include "moontail/model.h"
 #include "moontail/node.h"
@@ -88,16 +91,6 @@ typedef struct node_session {
     uint64_t last_used;             /* step of its last request (LRU) */
 } node_session;
 
-/* A partner holding the rest of a paired layer's experts (worker-only). */
-typedef struct node_partner {
-    struct mt_node *node;
-    char addr[128];
-    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
-    mt_remote *r;
-    int32_t n_held;
-    int32_t *held;
-} node_partner;
-
 struct mt_node {
     mt_node_config cfg;      /* strings and arrays are not kept */
     mt_keys keys;            /* guarded by id_lock (mt_node_set_cert replaces its certificate) */
@@ -106,7 +99,7 @@ struct mt_node {
     mt_model *model;
     mt_pool *pool;
     mt_proto_info info;
-    node_partner *partners;
+    expert_remote *partners; /* (n_partners) holders of the rest of a paired layer's experts */
     int n_partners;
     mt_expert_dispatch dispatch;
     bool use_dispatch;
@@ -148,8 +141,6 @@ void node_job_done(node_job *j);
 /* Queues a validated request for the worker (takes m's arrays; fwd: see
  * node_fwd). false when it was answered with an ERROR instead. */
 bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd);
-/* "0-3,6" for messages. */
-void node_format_ids(const int32_t *ids, int32_t n, char *out, size_t cap);
 
 /* ---- node_worker.c ---------------------------------------------------------------- */
 

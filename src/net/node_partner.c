@@ -1,6 +1,7 @@
 /* node_partner.c - paired layers: a node holding a layer's attention part
  * and some of its routed experts runs the other experts on partner nodes
- * (remote.h), through an expert dispatch table (expert_dispatch.h). A
+ * (expert_remote.h), through an expert dispatch table (expert_dispatch.h)
+ * that calls the partners concurrently beside the node's own experts. A
  * partner whose connection broke is reconnected once on its next use and
  * must come back holding the same experts. */
 #include "node_internal.h"
@@ -10,59 +11,6 @@
 #include <string.h>
 
 /* ---- partners (paired layers) -------------------------------------------------------- */
-
-static int partner_connect(node_partner *p, mt_error *err) {
-    mt_node *n = p->node;
-    mt_keys me;
-    node_identity(n, &me);
-    mt_remote *r = mt_remote_connect(p->addr, p->pk, &me, n->cfg.timeout_ms, 0, err);
-    mt_keys_wipe(&me);
-    if (!r) return -1;
-    const mt_proto_info *pi = mt_remote_info(r);
-    int rc = 0;
-    if (strcmp(pi->source_id, n->info.source_id) != 0)
-        rc = mt_error_set(err, "it holds a different model (source_id %.16s..., here %.16s...)",
-                          pi->source_id, n->info.source_id);
-    else if (!pi->experts || pi->layer_begin > n->info.layer_begin ||
-             pi->layer_end < n->info.layer_end)
-        rc = mt_error_set(err,
-                          "it holds %s of layers [%d, %d); this node needs experts of layers"
-                          " [%d, %d)",
-                          pi->experts ? "experts" : "no routed experts", pi->layer_begin,
-                          pi->layer_end, n->info.layer_begin, n->info.layer_end);
-    else if (p->held && (pi->n_held != p->n_held ||
-                         memcmp(pi->held, p->held, (size_t)p->n_held * sizeof(int32_t)) != 0))
-        rc = mt_error_set(err, "it came back holding other experts than before");
-    if (rc) {
-        mt_remote_close(r);
-        return -1;
-    }
-    if (!p->held) {
-        p->n_held = pi->n_held;
-        p->held = malloc((size_t)(pi->n_held > 0 ? pi->n_held : 1) * sizeof(int32_t));
-        if (!p->held) {
-            mt_remote_close(r);
-            return mt_error_set(err, "out of memory");
-        }
-        memcpy(p->held, pi->held, (size_t)pi->n_held * sizeof(int32_t));
-    }
-    mt_remote_close(p->r);
-    p->r = r;
-    return 0;
-}
-
-/* mt_expert_backend run() for a partner: reconnects once if the connection broke. */
-static int partner_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, const float *u,
-                       float *y, mt_pool *pool, mt_error *err) {
-    node_partner *p = ctx;
-    if ((!p->r || !mt_remote_is_open(p->r)) && partner_connect(p, err)) {
-        mt_error_prefix(err, "partner %s", p->addr);
-        return -1;
-    }
-    int rc = mt_remote_experts_run(p->r, il, n, ids, u, y, pool, err);
-    if (rc) mt_error_prefix(err, "partner %s", p->addr);
-    return rc;
-}
 
 /* Builds the expert table of a node holding attention: its own experts and
  * its partners'; every expert of its MoE layers must be held by someone. */
@@ -88,18 +36,23 @@ int node_setup_experts(mt_node *n, const mt_node_config *cfg, mt_error *err) {
     if (m->has_experts && mt_expert_dispatch_add_model(&n->dispatch, m, err)) return -1;
     n->partners = calloc((size_t)cfg->n_partners, sizeof *n->partners);
     if (!n->partners) return mt_error_set(err, "out of memory");
-    n->n_partners = cfg->n_partners;
     for (int i = 0; i < cfg->n_partners; i++) {
-        node_partner *p = &n->partners[i];
-        p->node = n;
-        snprintf(p->addr, sizeof p->addr, "%s", cfg->partners[i].addr);
-        memcpy(p->pk, cfg->partners[i].pk, MT_KEYS_PUBLIC_BYTES);
-        if (partner_connect(p, err)) {
-            mt_error_prefix(err, "partner %s", p->addr);
-            return -1;
-        }
-        mt_expert_backend b = {partner_run, p};
-        if (mt_expert_dispatch_add(&n->dispatch, b, p->held, p->n_held, err)) {
+        expert_remote_config xc = {.role = "partner",
+                                   .addr = cfg->partners[i].addr,
+                                   .pk = cfg->partners[i].pk,
+                                   .keys = &n->keys,
+                                   .timeout_ms = n->cfg.timeout_ms,
+                                   .wire = MT_PROTO_F32,
+                                   .source_id = n->info.source_id,
+                                   .n_embd = n->info.n_embd,
+                                   .n_layer = n->info.n_layer,
+                                   .layer_begin = n->info.layer_begin,
+                                   .layer_end = n->info.layer_end};
+        expert_remote *p = &n->partners[i];
+        if (expert_remote_open(p, &xc, err)) return -1;
+        n->n_partners++;
+        if (mt_expert_dispatch_add(&n->dispatch, expert_remote_backend(p), p->held, p->n_held,
+                                   err)) {
             mt_error_prefix(err, "partner %s", p->addr);
             return -1;
         }
@@ -112,7 +65,7 @@ int node_setup_experts(mt_node *n, const mt_node_config *cfg, mt_error *err) {
         }
     if (total) {
         char ids[512];
-        node_format_ids(missing, n_missing, ids, sizeof ids);
+        expert_ids_format(missing, n_missing, ids, sizeof ids);
         return mt_error_set(err, "%d routed experts (%s%s) are held neither here nor by a partner",
                             total, ids, total > n_missing ? ",..." : "");
     }
@@ -120,10 +73,7 @@ int node_setup_experts(mt_node *n, const mt_node_config *cfg, mt_error *err) {
 }
 
 void node_partners_free(mt_node *n) {
-    for (int i = 0; i < n->n_partners; i++) {
-        mt_remote_close(n->partners[i].r);
-        free(n->partners[i].held);
-    }
+    for (int i = 0; i < n->n_partners; i++) expert_remote_close(&n->partners[i]);
     free(n->partners);
     n->partners = NULL;
     n->n_partners = 0;

@@ -110,20 +110,6 @@ void node_job_done(node_job *j) {
     pthread_mutex_unlock(&n->lock);
 }
 
-/* "0-3,6" for the log and error messages. */
-void node_format_ids(const int32_t *ids, int32_t n, char *out, size_t cap) {
-    size_t off = 0;
-    out[0] = 0;
-    for (int32_t i = 0; i < n && off + 24 < cap; i++) {
-        int32_t j = i;
-        while (j + 1 < n && ids[j + 1] == ids[j] + 1) j++;
-        off += (size_t)snprintf(out + off, cap - off, j > i ? "%s%d-%d" : "%s%d", i ? "," : "",
-                                ids[i], ids[j]);
-        i = j;
-    }
-    if (n == 0) snprintf(out, cap, "none");
-}
-
 /* Checks a decoded request against what this node holds (before queueing):
  * 0, or -1 with *code and err. Session state is checked by the worker. */
 static int check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_error *err) {
@@ -175,7 +161,7 @@ static int check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_e
             }
             if (mt_model_expert_slot(md, e) < 0) {
                 char held[256];
-                node_format_ids(in->held, in->n_held, held, sizeof held);
+                expert_ids_format(in->held, in->n_held, held, sizeof held);
                 return mt_error_set(err,
                                     "expert %d of layer %d (row %d) is not held here; this node"
                                     " holds experts %s",
@@ -534,9 +520,9 @@ void mt_node_stop(mt_node *n) {
     for (int i = 0; n->sessions && i < n->cfg.max_sessions; i++)
         mt_kv_cache_free(n->sessions[i].kv);
     free(n->sessions);
+    if (n->use_dispatch) mt_expert_dispatch_free(&n->dispatch); /* its threads, then partners */
     node_partners_free(n);
     node_hops_free(n);
-    if (n->use_dispatch) mt_expert_dispatch_free(&n->dispatch);
     free(n->info.held);
     mt_pool_free(n->pool);
     mt_model_free(n->model);

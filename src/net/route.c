@@ -1,9 +1,11 @@
 /* route.c - the requester's route executor (route.h): the head and an
  * optional backbone run locally, remote stages run the other layers, remote
- * expert servers run the backbone's routed experts; sessions keep their token
- * history so a stage that lost them can be replayed from position 0. Also
- * the route file reader. */
+ * expert servers run the backbone's routed experts (called concurrently,
+ * each reconnected once when its connection broke: expert_remote.h);
+ * sessions keep their token history so a stage that lost them can be
+ * replayed from position 0. Also the route file reader. */
 #include "moontail/route.h"
+#include "expert_remote.h"
 #include "moontail/expert_dispatch.h"
 #include "moontail/remote.h"
 #include "moontail/shard.h"
@@ -33,7 +35,7 @@ struct mt_route {
     char source_id[MT_SHARD_HASH_HEX];
     route_stage *stages;
     int n_stages;
-    mt_remote **experts;
+    expert_remote *experts; /* (n_experts) expert servers, reconnected once when broken */
     int n_experts;
     mt_expert_dispatch dispatch;
     bool use_dispatch;
@@ -116,19 +118,20 @@ static int setup_experts(mt_route *r, const mt_route_config *cfg, mt_error *err)
         return mt_error_set(err, "expert servers are given but the route has no local MoE layers"
                                  " (give a backbone shard)");
     for (int i = 0; i < cfg->n_experts; i++) {
-        mt_remote *rem = mt_remote_connect(cfg->experts[i].addr, cfg->experts[i].pk, &r->keys,
-                                           r->timeout_ms, r->call_timeout_ms, err);
-        if (!rem) return -1;
-        r->experts[r->n_experts++] = rem;
-        mt_remote_set_wire(rem, r->wire);
-        const mt_proto_info *in = mt_remote_info(rem);
-        if (check_node(r, rem, "expert server", err)) return -1;
-        if (!in->experts || in->layer_begin > 0 || in->layer_end < r->local_end)
-            return mt_error_set(err,
-                                "expert server %s holds %s of layers [%d, %d); the backbone needs"
-                                " experts of layers [0, %d)",
-                                cfg->experts[i].addr, in->experts ? "experts" : "no experts",
-                                in->layer_begin, in->layer_end, r->local_end);
+        expert_remote_config xc = {.role = "expert server",
+                                   .addr = cfg->experts[i].addr,
+                                   .pk = cfg->experts[i].pk,
+                                   .keys = &r->keys,
+                                   .timeout_ms = r->timeout_ms,
+                                   .call_timeout_ms = r->call_timeout_ms,
+                                   .wire = r->wire,
+                                   .source_id = r->source_id,
+                                   .n_embd = r->head->hp.n_embd,
+                                   .n_layer = r->head->hp.n_layer,
+                                   .layer_begin = 0,
+                                   .layer_end = r->local_end};
+        if (expert_remote_open(&r->experts[i], &xc, err)) return -1;
+        r->n_experts++;
     }
     if (!moe) return 0;
     if (cfg->n_experts == 0 && bb->has_experts && bb->n_local_experts == bb->hp.n_expert) return 0;
@@ -136,10 +139,10 @@ static int setup_experts(mt_route *r, const mt_route_config *cfg, mt_error *err)
     r->use_dispatch = true;
     if (bb->has_experts && mt_expert_dispatch_add_model(&r->dispatch, bb, err)) return -1;
     for (int i = 0; i < r->n_experts; i++) {
-        const mt_proto_info *in = mt_remote_info(r->experts[i]);
-        if (mt_expert_dispatch_add(&r->dispatch, mt_remote_experts(r->experts[i]), in->held,
-                                   in->n_held, err)) {
-            mt_error_prefix(err, "expert server %s", mt_remote_addr(r->experts[i]));
+        expert_remote *x = &r->experts[i];
+        if (mt_expert_dispatch_add(&r->dispatch, expert_remote_backend(x), x->held, x->n_held,
+                                   err)) {
+            mt_error_prefix(err, "expert server %s", x->addr);
             return -1;
         }
     }
@@ -263,12 +266,12 @@ fail:
 
 void mt_route_close(mt_route *r) {
     if (!r) return;
+    if (r->use_dispatch) mt_expert_dispatch_free(&r->dispatch); /* its threads, then servers */
     for (int i = 0; i < r->n_stages; i++) mt_remote_close(r->stages[i].r);
-    for (int i = 0; i < r->n_experts; i++) mt_remote_close(r->experts[i]);
+    for (int i = 0; i < r->n_experts; i++) expert_remote_close(&r->experts[i]);
     free(r->stages);
     free(r->experts);
     free(r->hops);
-    if (r->use_dispatch) mt_expert_dispatch_free(&r->dispatch);
     mt_pool_free(r->pool);
     if (r->backbone != r->head) mt_model_free(r->backbone);
     mt_model_free(r->head);
