@@ -628,7 +628,7 @@ static void check_expert_restart(void) {
         memcpy(pp.pk, k_node.pk, sizeof pp.pk);
         paired = start_node(s.paired, &pp, 1, 8);
     }
-    mt_route_peer p1 = paired ? peer_of(paired) : (mt_route_peer){{0}, {0}};
+    mt_route_peer p1 = paired ? peer_of(paired) : (mt_route_peer){0};
     r = paired ? open_route(s.head, NULL, &p1, 1, NULL, 0, MT_PROTO_F32, "partner restart") : NULL;
     a = r ? mt_route_session_new(r, N, &err) : NULL;
     if (a && mt_route_eval(r, a, base_prompt, N - 1, true, la, &err) == 0) {

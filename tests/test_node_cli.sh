@@ -92,7 +92,7 @@ expect 2 "64 hex digits" "$BIN" node --shard "$tmp/paired.gguf" --key "$tmp/node
 expect 1 "give --partner" "$BIN" node --shard "$tmp/paired.gguf" --key "$tmp/node.key" --authorized "$tmp/auth" --listen 127.0.0.1:0
 expect 1 "holds no layers" "$BIN" node --shard "$tmp/cell/m-head-0.gguf" --key "$tmp/node.key" --authorized "$tmp/auth" --listen 127.0.0.1:0
 expect 2 "unknown option" "$BIN" node --frob
-expect 2 "--route FILE is required" "$BIN" prompt -p x
+expect 2 "give either --registry URL or --route FILE" "$BIN" prompt -p x
 expect 1 "not a valid route file" "$BIN" prompt --route "$M" -p x
 echo '{"head": "cell/m-head-0.gguf", "key": "req.key", "stagez": []}' >"$tmp/typo.json"
 expect 1 'unknown field "stagez"' "$BIN" prompt --route "$tmp/typo.json" -p x

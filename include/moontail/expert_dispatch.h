@@ -1,7 +1,7 @@
 /* expert_dispatch.h - routed experts spread over several holders.
  *
- * A dispatcher is an mt_expert_backend that owns a table "expert id ->
- * holder" and forwards each holder the rows routed to its experts, then puts
+ * A dispatcher is an mt_expert_backend that owns a table "(layer, expert)
+ * -> holder" and forwards each holder the rows routed to its experts, then puts
  * the results back in row order. Holders can be local models (a paired
  * layer's own experts), expert shards in the same process, or remote expert
  * servers; since every row is computed exactly and the MoE layer sums in
@@ -23,9 +23,9 @@
 typedef struct mt_expert_worker mt_expert_worker; /* a concurrent holder's thread */
 
 typedef struct mt_expert_dispatch {
-    int32_t n_expert;
+    int32_t n_expert, n_layer;
     int32_t n_embd; /* floats per row */
-    int32_t *owner; /* (n_expert) index into holders, -1 = nobody */
+    int32_t *owner; /* (n_layer, n_expert) index into holders, -1 = nobody; expert fastest */
     mt_expert_backend *holders;
     mt_expert_worker **workers; /* (n_holders) NULL until that holder's thread is needed */
     int32_t n_holders;
@@ -36,12 +36,21 @@ int mt_expert_dispatch_init(mt_expert_dispatch *d, const mt_hparams *hp, mt_erro
 /* Stops and joins the holders' threads and frees the table. */
 void mt_expert_dispatch_free(mt_expert_dispatch *d);
 
-/* Adds a holder for experts ids[0..n) (n < 0: every expert not yet owned).
- * An id already owned by another holder is an error. */
+/* Adds a holder for experts ids[0..n) (n < 0: every expert not yet owned)
+ * of every layer. An (layer, expert) already owned by another holder is an
+ * error. */
 int mt_expert_dispatch_add(mt_expert_dispatch *d, mt_expert_backend holder, const int32_t *ids,
                            int32_t n, mt_error *err);
+/* The same for layers [layer_begin, layer_end) only (a swarm expert server
+ * may hold a rectangle: some layers x some experts). */
+int mt_expert_dispatch_add_layers(mt_expert_dispatch *d, mt_expert_backend holder,
+                                  int32_t layer_begin, int32_t layer_end, const int32_t *ids,
+                                  int32_t n, mt_error *err);
+/* The holder of expert e of layer il, or -1. */
+int32_t mt_expert_dispatch_owner(const mt_expert_dispatch *d, int32_t il, int32_t e);
 
-/* Adds a loaded model or shard as a holder of the experts it holds. */
+/* Adds a loaded model or shard as a holder of the experts it holds (in the
+ * layers it holds). */
 int mt_expert_dispatch_add_model(mt_expert_dispatch *d, const mt_model *m, mt_error *err);
 
 /* mt_expert_backend run(): ctx is the mt_expert_dispatch. One caller at a

@@ -80,17 +80,20 @@ typedef struct mt_node_config {
 
 /* Counters for tests and the status page. */
 typedef struct mt_node_stats {
-    uint64_t steps;              /* worker steps that did work */
-    uint64_t requests;           /* requests received (decoded or not) */
-    uint64_t errors;             /* ERROR replies sent */
-    uint64_t stage_batches;      /* mt_model_forward_batch calls */
-    uint64_t expert_batches;     /* mt_model_run_experts calls */
-    int32_t max_stage_requests;  /* most STAGE_FORWARD requests in one call */
-    int32_t max_expert_requests; /* most EXPERT_RUN requests in one call */
-    uint64_t evictions;          /* sessions evicted for room */
-    int32_t sessions;            /* sessions held now */
-    int32_t queued;              /* requests waiting for the worker now */
-    int32_t connections;         /* open connections now */
+    uint64_t steps;               /* worker steps that did work */
+    uint64_t requests;            /* requests received (decoded or not) */
+    uint64_t errors;              /* ERROR replies sent */
+    uint64_t stage_batches;       /* mt_model_forward_batch calls */
+    uint64_t expert_batches;      /* mt_model_run_experts calls */
+    int32_t max_stage_requests;   /* most STAGE_FORWARD requests in one call */
+    int32_t max_expert_requests;  /* most EXPERT_RUN requests in one call */
+    uint64_t evictions;           /* sessions evicted for room */
+    int32_t sessions;             /* sessions held now */
+    int32_t queued;               /* requests waiting for the worker now */
+    int32_t connections;          /* open connections now */
+    uint64_t served_tokens;       /* tokens computed by stage requests (not failed) */
+    uint64_t served_token_layers; /* ... times the layers each ran through */
+    uint64_t served_expert_rows;  /* expert rows computed for EXPERT_RUN requests */
 } mt_node_stats;
 
 /* Loads the shard, connects to partners, listens and starts the threads.

@@ -37,6 +37,11 @@
 typedef struct mt_route_peer {
     char addr[128];                   /* "host:port" */
     uint8_t pk[MT_KEYS_PUBLIC_BYTES]; /* the node's identity */
+    /* expert servers only (all zero: every expert it holds, every backbone layer):
+     * use it for experts [expert_begin, expert_end) of layers [layer_begin, layer_end),
+     * so that several servers can share the work as a swarm plan tiles it */
+    int32_t layer_begin, layer_end;
+    int32_t expert_begin, expert_end;
 } mt_route_peer;
 
 typedef struct mt_route_config {
@@ -53,6 +58,7 @@ typedef struct mt_route_config {
     int ubatch;          /* tokens per pass through the route (<= 0: 512) */
     int timeout_ms;      /* connect + handshake (<= 0: 10 s) */
     int call_timeout_ms; /* each wait for a reply (<= 0: 120 s) */
+    char *failed_addr;   /* optional (128 bytes): when opening fails at a node, its address */
     bool chain;          /* send one STAGE_FORWARD to the first stage with the later stages as next
                             hops (proto.h), instead of calling each stage in turn */
 } mt_route_config;
@@ -69,6 +75,11 @@ const mt_model *mt_route_head(const mt_route *r);
 int32_t mt_route_max_ctx(const mt_route *r);
 /* Replays done so far (after evictions or reconnects), for tests and logs. */
 int mt_route_replays(const mt_route *r);
+
+/* After a failed mt_route_eval: the addresses (up to max) of the nodes whose
+ * connection is broken and did not come back, or that failed the call;
+ * returns how many. A requester avoids them in its next route. */
+int mt_route_failed_peers(const mt_route *r, char (*addrs)[128], int max);
 
 /* ---- sessions -------------------------------------------------------------------- */
 

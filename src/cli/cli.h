@@ -18,6 +18,12 @@ int cmd_node(int argc, char **argv);
 int cmd_prompt(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_cert(int argc, char **argv);
+int cmd_node_agent(int argc, char **argv);
+int cmd_registry(int argc, char **argv);
+int cmd_account(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_cell(int argc, char **argv);
+int cmd_pause(int argc, char **argv);
 
 /* One command-line option: a flag (bool), a string, a whole number in
  * [lo, hi] (int64_t) or a finite number (float). */
@@ -46,5 +52,8 @@ const char *cli_value(int argc, char **argv, int *i);
 int cli_take_all(int *argc, char **argv, const char *name, const char **out);
 /* Reads a whole file into a NUL-terminated heap buffer; NULL with a message on error. */
 char *cli_read_file(const char *path, size_t *len);
+/* The account token from --token-file, MOONTAIL_TOKEN or --token (heap; NULL
+ * with a message saying how to get one). */
+char *cli_token(const char *cmd, const char *token, const char *token_file);
 
 #endif

@@ -21,6 +21,8 @@ static const char usage[] =
     "usage: moontail node --shard FILE --key KEYFILE (--authorized FILE | --authority KEY)\n"
     "                     [options]\n"
     "\n"
+    "       moontail node --registry URL --token-file FILE [options]   (see --registry --help)\n"
+    "\n"
     "Serves a shard to requesters (and to paired nodes) until SIGINT or SIGTERM.\n"
     "\n"
     "  --shard FILE          the shard (or whole model) to serve\n"
@@ -121,6 +123,8 @@ static int load_cert(const char *path, mt_keys *keys, uint8_t cert[MT_CERT_BYTES
 }
 
 int cmd_node(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) /* a node run by a registry: node_agent.h */
+        if (strcmp(argv[i], "--registry") == 0) return cmd_node_agent(argc, argv);
     const char *shard = NULL, *key = NULL, *authorized = NULL, *listen = "127.0.0.1:7411",
                *cert_path = NULL;
     int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0;

@@ -1,14 +1,25 @@
 /* cmd_prompt.c - `moontail prompt`: generates text like `moontail run`, but
- * through a route (moontail/route.h): the head shard and tokenizer stay in
- * this process, the layers run on nodes. The loop itself is generate.c. */
+ * through nodes: either a fixed route file (moontail/route.h) or a route from
+ * a registry, with failover (moontail/requester.h). The head shard and the
+ * tokenizer stay in this process, the layers run on nodes. The loop itself
+ * is generate.c. */
 #include "generate.h"
+#include "moontail/requester.h"
 #include "moontail/route.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const char usage[] =
-    "usage: moontail prompt --route FILE [-p PROMPT | -f FILE] [options]\n"
+    "usage: moontail prompt --registry URL --token-file FILE [-p PROMPT | -f FILE] [options]\n"
+    "       moontail prompt --route FILE [-p PROMPT | -f FILE] [options]\n"
     "\n"
+    "  --registry URL      ask this registry for a route (and a new one if a node fails)\n"
+    "  --token-file FILE   the account token (or MOONTAIL_TOKEN, or --token T)\n"
+    "  --key KEYFILE       the requester's identity (default requester.key; created)\n"
+    "  --cache DIR         where the head shard is kept (default moontail-cache)\n"
+    "  --wire f32|bf16     hidden states on the network (default f32: exact)\n"
     "  --route FILE        route file (JSON): the local head shard, the requester's key,\n"
     "                      the stage nodes and/or expert servers; see docs or route.h\n"
     "  -p PROMPT           prompt text; special tokens such as <|im_start|> are parsed\n"
@@ -47,19 +58,91 @@ static void prompt_json(void *ctx, json_t *root) {
     json_object_set_new(root, "replays", json_integer(mt_route_replays(p->route)));
 }
 
+/* ---- through a registry --------------------------------------------------------- */
+
+typedef struct reg_ctx {
+    mt_requester *q;
+    int64_t tokens;
+} reg_ctx;
+
+static int reg_open(void *ctx, int32_t n_ctx, mt_error *err) {
+    return mt_requester_begin(((reg_ctx *)ctx)->q, n_ctx, err);
+}
+
+static int reg_eval(void *ctx, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
+    reg_ctx *p = ctx;
+    int rc = mt_requester_eval(p->q, ids, n, logits, err);
+    if (rc == 0) p->tokens += n;
+    return rc;
+}
+
+static void reg_json(void *ctx, json_t *root) {
+    reg_ctx *p = ctx;
+    mt_requester_stats s;
+    mt_requester_get_stats(p->q, &s);
+    json_object_set_new(root, "route", json_string(s.route));
+    json_object_set_new(root, "failovers", json_integer(s.failovers));
+    json_object_set_new(root, "recovery_ms", json_real(s.total_recovery_ms));
+    json_object_set_new(root, "replays", json_integer(s.replays));
+    if (s.failovers) json_object_set_new(root, "last_failure", json_string(s.last_failure));
+}
+
+static int prompt_registry(const cli_gen *g, const char *registry, const char *token,
+                           const char *token_file, const char *key, const char *cache,
+                           const char *wire) {
+    if (strcmp(wire, "f32") != 0 && strcmp(wire, "bf16") != 0) {
+        fprintf(stderr, "moontail prompt: --wire must be f32 or bf16\n");
+        return 2;
+    }
+    char *tok = cli_token("prompt", token, token_file);
+    if (!tok) return 2;
+    mt_error err = {{0}};
+    double t0 = cli_now_ms();
+    mt_requester_config c = {.registry = registry,
+                             .token = tok,
+                             .key_path = key,
+                             .cache_dir = cache,
+                             .wire = strcmp(wire, "bf16") == 0 ? MT_PROTO_BF16 : MT_PROTO_F32,
+                             .threads = (int)g->threads,
+                             .ubatch = (int)g->ubatch,
+                             .quiet = false};
+    reg_ctx p = {mt_requester_open(&c, &err), 0};
+    mt_vocab *vocab = NULL;
+    int rc = -1;
+    if (p.q && (vocab = mt_vocab_load(mt_requester_head(p.q)->gguf, &err))) {
+        cli_gen_backend be = {reg_open, reg_eval, reg_json, &p};
+        rc = cli_generate(g, vocab, mt_requester_head(p.q)->hp.n_vocab, &be, t0, &err);
+    }
+    if (rc) fprintf(stderr, "moontail prompt: %s\n", err.msg[0] ? err.msg : "failed");
+    if (p.q && p.tokens) {
+        mt_error e2 = {{0}};
+        if (mt_requester_report_usage(p.q, p.tokens, &e2) && !g->json)
+            fprintf(stderr, "moontail prompt: could not report usage: %s\n", e2.msg);
+    }
+    mt_vocab_free(vocab);
+    mt_requester_close(p.q);
+    free(tok);
+    return rc ? 1 : 0;
+}
+
 int cmd_prompt(int argc, char **argv) {
     cli_gen g;
     cli_gen_defaults(&g);
-    const char *route_path = NULL;
-    const cli_opt extra[] = {{"--route", CLI_STRING, &route_path, 0, 0},
-                             {NULL, CLI_FLAG, NULL, 0, 0}};
+    const char *route_path = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
+               *key = "requester.key", *cache = "moontail-cache", *wire = "f32";
+    const cli_opt extra[] = {
+        {"--route", CLI_STRING, &route_path, 0, 0}, {"--registry", CLI_STRING, &registry, 0, 0},
+        {"--token", CLI_STRING, &token, 0, 0},      {"--token-file", CLI_STRING, &token_file, 0, 0},
+        {"--key", CLI_STRING, &key, 0, 0},          {"--cache", CLI_STRING, &cache, 0, 0},
+        {"--wire", CLI_STRING, &wire, 0, 0},        {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_gen_parse("prompt", argc, argv, &g, extra, usage);
     if (prc) return prc > 0 ? 0 : 2;
-    if (!route_path) {
-        fprintf(stderr,
-                "moontail prompt: --route FILE is required; see 'moontail prompt --help'\n");
+    if (!route_path == !registry) {
+        fprintf(stderr, "moontail prompt: give either --registry URL or --route FILE; see"
+                        " 'moontail prompt --help'\n");
         return 2;
     }
+    if (registry) return prompt_registry(&g, registry, token, token_file, key, cache, wire);
     mt_error err = {{0}};
     double t0 = cli_now_ms();
     prompt_ctx p = {route_path, NULL, NULL};

@@ -19,6 +19,11 @@ static const char usage[] =
     "  node      serve a shard to requesters over the network\n"
     "  prompt    generate text through a route of nodes (like run, layers remote)\n"
     "  check     check that pipeline and expert-server runs give the local logits\n"
+    "  registry  run the control plane of a cell or swarm (placement, routes, credits)\n"
+    "  account   create an account on a registry, or show its credits\n"
+    "  status    what a registry's cell or swarm looks like now\n"
+    "  cell      cell operator tools ('cell earnings')\n"
+    "  pause     pause a node now, resume it, or give it pause windows\n"
     "\n"
     "'moontail <command> --help' describes each command's options.\n";
 
@@ -33,7 +38,9 @@ int main(int argc, char **argv) {
     } cmds[] = {{"run", cmd_run},         {"tokenize", cmd_tokenize}, {"eval", cmd_eval},
                 {"mkmodel", cmd_mkmodel}, {"split", cmd_split},       {"plan", cmd_plan},
                 {"keygen", cmd_keygen},   {"node", cmd_node},         {"prompt", cmd_prompt},
-                {"check", cmd_check},     {"cert", cmd_cert}};
+                {"check", cmd_check},     {"cert", cmd_cert},         {"registry", cmd_registry},
+                {"account", cmd_account}, {"status", cmd_status},     {"cell", cmd_cell},
+                {"pause", cmd_pause}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

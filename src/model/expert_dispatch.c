@@ -105,10 +105,12 @@ int mt_expert_dispatch_init(mt_expert_dispatch *d, const mt_hparams *hp, mt_erro
     int32_t n_expert = hp->n_expert;
     if (n_expert <= 0) return mt_error_set(err, "expert dispatch: the model has no experts");
     d->n_expert = n_expert;
+    d->n_layer = hp->n_layer;
     d->n_embd = hp->n_embd;
-    d->owner = malloc((size_t)n_expert * sizeof *d->owner);
+    size_t cells = (size_t)d->n_layer * (size_t)n_expert;
+    d->owner = malloc(cells * sizeof *d->owner);
     if (!d->owner) return mt_error_set(err, "out of memory");
-    for (int32_t e = 0; e < n_expert; e++) d->owner[e] = -1;
+    for (size_t c = 0; c < cells; c++) d->owner[c] = -1;
     return 0;
 }
 
@@ -121,8 +123,12 @@ void mt_expert_dispatch_free(mt_expert_dispatch *d) {
     memset(d, 0, sizeof *d);
 }
 
-int mt_expert_dispatch_add(mt_expert_dispatch *d, mt_expert_backend holder, const int32_t *ids,
-                           int32_t n, mt_error *err) {
+int mt_expert_dispatch_add_layers(mt_expert_dispatch *d, mt_expert_backend holder,
+                                  int32_t layer_begin, int32_t layer_end, const int32_t *ids,
+                                  int32_t n, mt_error *err) {
+    if (layer_begin < 0 || layer_end > d->n_layer || layer_begin > layer_end)
+        return mt_error_set(err, "expert dispatch: layers [%d, %d) are outside [0, %d)",
+                            layer_begin, layer_end, d->n_layer);
     mt_expert_backend *h = realloc(d->holders, (size_t)(d->n_holders + 1) * sizeof *h);
     if (!h) return mt_error_set(err, "out of memory");
     d->holders = h;
@@ -136,15 +142,30 @@ int mt_expert_dispatch_add(mt_expert_dispatch *d, mt_expert_backend holder, cons
         if (e < 0 || e >= d->n_expert)
             return mt_error_set(err, "expert dispatch: expert id %d is outside [0, %d)", e,
                                 d->n_expert);
-        if (n < 0 && d->owner[e] >= 0) continue;
-        if (d->owner[e] >= 0)
-            return mt_error_set(err, "expert dispatch: expert %d is already held by holder %d", e,
-                                d->owner[e]);
-        d->owner[e] = k;
+        for (int32_t il = layer_begin; il < layer_end; il++) {
+            int32_t *o = &d->owner[(size_t)il * (size_t)d->n_expert + (size_t)e];
+            if (n < 0 && *o >= 0) continue;
+            if (*o >= 0)
+                return mt_error_set(err,
+                                    "expert dispatch: expert %d of layer %d is already held by"
+                                    " holder %d",
+                                    e, il, *o);
+            *o = k;
+        }
     }
     d->holders[k] = holder;
     d->n_holders++;
     return 0;
+}
+
+int mt_expert_dispatch_add(mt_expert_dispatch *d, mt_expert_backend holder, const int32_t *ids,
+                           int32_t n, mt_error *err) {
+    return mt_expert_dispatch_add_layers(d, holder, 0, d->n_layer, ids, n, err);
+}
+
+int32_t mt_expert_dispatch_owner(const mt_expert_dispatch *d, int32_t il, int32_t e) {
+    if (il < 0 || il >= d->n_layer || e < 0 || e >= d->n_expert) return -1;
+    return d->owner[(size_t)il * (size_t)d->n_expert + (size_t)e];
 }
 
 int mt_expert_dispatch_add_model(mt_expert_dispatch *d, const mt_model *m, mt_error *err) {
@@ -155,7 +176,7 @@ int mt_expert_dispatch_add_model(mt_expert_dispatch *d, const mt_model *m, mt_er
     for (int32_t e = 0; e < d->n_expert; e++)
         if (mt_model_expert_slot(m, e) >= 0) ids[n++] = e;
     mt_expert_backend b = {mt_model_run_experts, (void *)m, false}; /* uses the pool */
-    int rc = mt_expert_dispatch_add(d, b, ids, n, err);
+    int rc = mt_expert_dispatch_add_layers(d, b, m->layer_begin, m->layer_end, ids, n, err);
     free(ids);
     return rc;
 }
@@ -181,11 +202,12 @@ static int run_split(mt_expert_dispatch *d, int32_t il, int32_t n, const int32_t
         rc = mt_error_set(err, "expert dispatch: out of memory for %d rows", n);
         goto done;
     }
-    for (int32_t r = 0; r < n; r++) at[d->owner[ids[r]] + 1]++;
+    const int32_t *owner = d->owner + (size_t)il * (size_t)d->n_expert; /* this layer's */
+    for (int32_t r = 0; r < n; r++) at[owner[ids[r]] + 1]++;
     for (int32_t h = 0; h < H; h++) at[h + 1] += at[h];
     memcpy(fill, at, (size_t)H * sizeof *fill); /* the next free row of each block */
     for (int32_t r = 0; r < n; r++) {
-        int32_t k = fill[d->owner[ids[r]]]++;
+        int32_t k = fill[owner[ids[r]]]++;
         rows[k] = r;
         sub_ids[k] = ids[r];
         memcpy(sub_u + (size_t)k * E, u + (size_t)r * E, E * sizeof(float));
@@ -231,11 +253,14 @@ int mt_expert_dispatch_run(void *ctx, int32_t il, int32_t n, const int32_t *ids,
     mt_expert_dispatch *d = ctx;
     int32_t first = -1; /* the holder of row 0, and whether every row has that holder */
     bool one_holder = true;
+    if (il < 0 || il >= d->n_layer)
+        return mt_error_set(err, "expert dispatch: layer %d is outside [0, %d)", il, d->n_layer);
+    const int32_t *owner = d->owner + (size_t)il * (size_t)d->n_expert; /* this layer's */
     for (int32_t r = 0; r < n; r++) {
-        if (ids[r] < 0 || ids[r] >= d->n_expert || d->owner[ids[r]] < 0)
+        if (ids[r] < 0 || ids[r] >= d->n_expert || owner[ids[r]] < 0)
             return mt_error_set(err, "layer %d: nobody holds expert %d", il, ids[r]);
-        if (r == 0) first = d->owner[ids[r]];
-        one_holder &= d->owner[ids[r]] == first;
+        if (r == 0) first = owner[ids[r]];
+        one_holder &= owner[ids[r]] == first;
     }
     if (n <= 0) return 0;
     if (one_holder) /* no copies, no handoff */

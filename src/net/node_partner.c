@@ -58,11 +58,15 @@ int node_setup_experts(mt_node *n, const mt_node_config *cfg, mt_error *err) {
         }
     }
     int32_t missing[64], n_missing = 0, total = 0;
-    for (int32_t e = 0; e < n->dispatch.n_expert; e++)
-        if (n->dispatch.owner[e] < 0) {
+    for (int32_t e = 0; e < n->dispatch.n_expert; e++) {
+        bool held = true;
+        for (int32_t il = m->layer_begin; il < m->layer_end; il++)
+            held &= !m->layers[il].is_moe || mt_expert_dispatch_owner(&n->dispatch, il, e) >= 0;
+        if (!held) {
             if (n_missing < 64) missing[n_missing++] = e;
             total++;
         }
+    }
     if (total) {
         char ids[512];
         expert_ids_format(missing, n_missing, ids, sizeof ids);

@@ -85,6 +85,10 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
     pthread_mutex_lock(&n->lock);
     n->stats.stage_batches++;
     if (n_jobs > n->stats.max_stage_requests) n->stats.max_stage_requests = n_jobs;
+    if (rc == 0) { /* what the registry meters: tokens x layers computed */
+        n->stats.served_tokens += (uint64_t)T;
+        n->stats.served_token_layers += (uint64_t)T * (uint64_t)(b - a);
+    }
     pthread_mutex_unlock(&n->lock);
     for (int i = 0, t = 0; i < n_items; i++) {
         node_job *j = items[i].job;
@@ -145,6 +149,7 @@ static void run_expert_group(mt_node *n, step_item *items, int n_items, int32_t 
     pthread_mutex_lock(&n->lock);
     n->stats.expert_batches++;
     if (n_jobs > n->stats.max_expert_requests) n->stats.max_expert_requests = n_jobs;
+    if (rc == 0) n->stats.served_expert_rows += (uint64_t)R;
     pthread_mutex_unlock(&n->lock);
     for (int i = 0, r = 0; i < n_items; i++) {
         node_job *j = items[i].job;

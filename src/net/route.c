@@ -118,9 +118,16 @@ static int setup_experts(mt_route *r, const mt_route_config *cfg, mt_error *err)
         return mt_error_set(err, "expert servers are given but the route has no local MoE layers"
                                  " (give a backbone shard)");
     for (int i = 0; i < cfg->n_experts; i++) {
+        const mt_route_peer *pe = &cfg->experts[i];
+        bool some_layers = pe->layer_end > pe->layer_begin;
+        if (some_layers && (pe->layer_begin < 0 || pe->layer_end > r->local_end))
+            return mt_error_set(err,
+                                "expert server %s: layers [%d, %d) are outside the backbone's"
+                                " [0, %d)",
+                                pe->addr, pe->layer_begin, pe->layer_end, r->local_end);
         expert_remote_config xc = {.role = "expert server",
-                                   .addr = cfg->experts[i].addr,
-                                   .pk = cfg->experts[i].pk,
+                                   .addr = pe->addr,
+                                   .pk = pe->pk,
                                    .keys = &r->keys,
                                    .timeout_ms = r->timeout_ms,
                                    .call_timeout_ms = r->call_timeout_ms,
@@ -128,9 +135,12 @@ static int setup_experts(mt_route *r, const mt_route_config *cfg, mt_error *err)
                                    .source_id = r->source_id,
                                    .n_embd = r->head->hp.n_embd,
                                    .n_layer = r->head->hp.n_layer,
-                                   .layer_begin = 0,
-                                   .layer_end = r->local_end};
-        if (expert_remote_open(&r->experts[i], &xc, err)) return -1;
+                                   .layer_begin = some_layers ? pe->layer_begin : 0,
+                                   .layer_end = some_layers ? pe->layer_end : r->local_end};
+        if (expert_remote_open(&r->experts[i], &xc, err)) {
+            if (cfg->failed_addr) snprintf(cfg->failed_addr, 128, "%s", pe->addr);
+            return -1;
+        }
         r->n_experts++;
     }
     if (!moe) return 0;
@@ -140,18 +150,31 @@ static int setup_experts(mt_route *r, const mt_route_config *cfg, mt_error *err)
     if (bb->has_experts && mt_expert_dispatch_add_model(&r->dispatch, bb, err)) return -1;
     for (int i = 0; i < r->n_experts; i++) {
         expert_remote *x = &r->experts[i];
-        if (mt_expert_dispatch_add(&r->dispatch, expert_remote_backend(x), x->held, x->n_held,
-                                   err)) {
+        const mt_route_peer *pe = &cfg->experts[i];
+        /* the experts to use it for: what it holds, within the peer's range if one is given */
+        int32_t *ids = malloc((size_t)(x->n_held > 0 ? x->n_held : 1) * sizeof *ids), n = 0;
+        if (!ids) return mt_error_set(err, "out of memory");
+        for (int32_t k = 0; k < x->n_held; k++)
+            if (pe->expert_end <= pe->expert_begin ||
+                (x->held[k] >= pe->expert_begin && x->held[k] < pe->expert_end))
+                ids[n++] = x->held[k];
+        int rc = mt_expert_dispatch_add_layers(&r->dispatch, expert_remote_backend(x),
+                                               x->layer_begin, x->layer_end, ids, n, err);
+        free(ids);
+        if (rc) {
             mt_error_prefix(err, "expert server %s", x->addr);
             return -1;
         }
     }
-    for (int32_t e = 0; e < r->dispatch.n_expert; e++)
-        if (r->dispatch.owner[e] < 0)
-            return mt_error_set(err,
-                                "routed expert %d is held neither by the backbone nor by an"
-                                " expert server",
-                                e);
+    for (int32_t il = 0; il < r->local_end; il++) {
+        if (!bb->layers[il].is_moe) continue;
+        for (int32_t e = 0; e < r->dispatch.n_expert; e++)
+            if (mt_expert_dispatch_owner(&r->dispatch, il, e) < 0)
+                return mt_error_set(err,
+                                    "routed expert %d of layer %d is held neither by the"
+                                    " backbone nor by an expert server",
+                                    e, il);
+    }
     return 0;
 }
 
@@ -240,7 +263,10 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
         route_stage *st = &r->stages[i];
         st->peer = cfg->stages[i];
         r->n_stages++;
-        if (connect_stage(r, st, err)) goto fail;
+        if (connect_stage(r, st, err)) {
+            if (cfg->failed_addr) snprintf(cfg->failed_addr, 128, "%s", st->peer.addr);
+            goto fail;
+        }
         if (st->layer_begin != next) {
             mt_error_set(err,
                          "stage %d (%s) holds layers [%d, %d) but layer %d comes next;"
@@ -288,6 +314,17 @@ int32_t mt_route_max_ctx(const mt_route *r) {
 }
 int mt_route_replays(const mt_route *r) {
     return r->replays;
+}
+
+int mt_route_failed_peers(const mt_route *r, char (*addrs)[128], int max) {
+    int n = 0;
+    for (int i = 0; i < r->n_stages && n < max; i++)
+        if (!r->stages[i].r || !mt_remote_is_open(r->stages[i].r))
+            snprintf(addrs[n++], 128, "%s", r->stages[i].peer.addr);
+    for (int i = 0; i < r->n_experts && n < max; i++)
+        if (!r->experts[i].r || !mt_remote_is_open(r->experts[i].r))
+            snprintf(addrs[n++], 128, "%s", r->experts[i].addr);
+    return n;
 }
 
 /* ---- sessions --------------------------------------------------------------------------- */

@@ -1,0 +1,66 @@
+/* node_agent.h - `moontail node --registry URL`: a node that runs itself.
+ *
+ * The agent detects the machine (hwinfo.h), measures its read bandwidth,
+ * joins the registry with an account token, and then heartbeats (every
+ * heartbeat_ms the registry asks for, 1 s by default). Each heartbeat
+ * reports what it serves and how much it computed, and brings back its
+ * assignment. When the assignment names a shard it does not hold, the agent
+ * fetches it in the background (peers first, the registry's seed copy last,
+ * every piece verified; shard_fetch.h) while heartbeats go on, then starts
+ * the data-plane server (node.h) on its fixed address with that shard and
+ * the partners of its paired layer, and reports the shard as ready. It
+ * trusts the registry's key as an authority, so it admits exactly the
+ * requesters and nodes the registry vouches for, and it presents the
+ * certificate the registry issued for its own key (renewed by heartbeats).
+ * When told to drain (paused) or given no shard, it stops serving once no
+ * request is waiting. It also serves the shards it holds to peers (HTTP,
+ * GET /v1/shards/<name> with Range) so that the model is never downloaded
+ * whole by anyone. If the registry is unreachable it keeps serving what it
+ * has and retries; if the registry no longer knows it, it joins again. */
+#ifndef MOONTAIL_NODE_AGENT_H
+#define MOONTAIL_NODE_AGENT_H
+
+#include "moontail/error.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct mt_agent_config {
+    const char *registry;     /* "http://host:port" */
+    const char *token;        /* the account's token */
+    const char *key_path;     /* this node's secret key file (created if missing) */
+    const char *name;         /* shown in status (NULL: the host name) */
+    const char *listen;       /* data plane "host:port" (port 0: pick one once) */
+    const char *shard_listen; /* shard server "host:port" (NULL: same host, port 0) */
+    const char *data_dir;     /* where shards are kept (created if missing) */
+    int64_t capacity;         /* bytes of shard offered (<= 0: 70% of available RAM) */
+    double speed;             /* <= 0: measure (1.0 = 10 GB/s of reads) */
+    int threads;              /* compute threads (<= 0: all CPUs) */
+    int max_sessions;         /* <= 0: 64 */
+    int n_ctx;                /* <= 0: the node default */
+    bool quiet;
+} mt_agent_config;
+
+typedef struct mt_agent mt_agent;
+
+/* Joins the registry (a refusal is an error naming why) and starts the
+ * heartbeat thread. */
+mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err);
+/* Leaves: stops heartbeats, the data plane and the shard server. */
+void mt_agent_stop(mt_agent *a);
+
+typedef struct mt_agent_state {
+    int64_t node_id;
+    char shard[96];    /* serving now ("" = nothing) */
+    char fetching[96]; /* being fetched ("" = nothing) */
+    uint64_t fetch_done, fetch_total;
+    double fetch_rate; /* bytes/s */
+    char role[16];
+    int heartbeats, heartbeat_failures;
+    char last_error[512];
+    char addr[160]; /* data plane address as registered */
+} mt_agent_state;
+
+void mt_agent_get_state(mt_agent *a, mt_agent_state *out);
+
+#endif

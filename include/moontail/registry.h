@@ -1,0 +1,64 @@
+/* registry.h - `moontail registry`: the control plane (DESIGN.md layer 4).
+ *
+ * One process with an HTTP + JSON API and its state in an embedded SQLite
+ * database (WAL, synchronous=FULL: a restart loses no node, credit or
+ * ledger row). It never sees activations or tokens. It
+ *   - issues account tokens, and node tokens when a node joins;
+ *   - vouches for data-plane keys: it signs a certificate for each node's
+ *     and each account's key with its own Ed25519 key, and nodes admit
+ *     exactly the keys its certificates name (cert.h);
+ *   - knows the nodes by their heartbeats (default every second; a node not
+ *     heard from for dead_after_ms is dead);
+ *   - places shards: every layer covered `replicas` times (cell: pipelines
+ *     of stages, small machines paired on a layer; swarm: expert servers),
+ *     `spares` hot spares, faster nodes where compute is heaviest
+ *     (placement.h), and re-places when nodes come, go or pause;
+ *   - is the seed for shard bytes: it cuts the shards it assigns from the
+ *     model file and serves them in verified pieces; nodes prefer peers;
+ *   - hands requesters a route per session, avoiding nodes they report as
+ *     failed, and refuses (swarm mode) accounts that have not volunteered;
+ *   - meters work: token-layers and expert rows served per node (credited
+ *     to the node's account), tokens used per account.
+ *
+ * The HTTP API is described in docs/control-plane.md. */
+#ifndef MOONTAIL_REGISTRY_H
+#define MOONTAIL_REGISTRY_H
+
+#include "moontail/error.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum mt_registry_mode { MT_REGISTRY_CELL, MT_REGISTRY_SWARM } mt_registry_mode;
+
+typedef struct mt_registry_config {
+    const char *model;     /* the model (GGUF) the registry places */
+    const char *db;        /* SQLite database file (created if missing) */
+    const char *key;       /* the registry's secret key file (created if missing) */
+    const char *shard_dir; /* where cut shards are kept (created if missing) */
+    const char *listen;    /* "host:port" (NULL: 127.0.0.1:8470; port 0 picks one) */
+    mt_registry_mode mode;
+    int replicas;            /* copies of every layer/expert slice (<= 0: 2) */
+    int spares;              /* hot spares (< 0: 1 in cell mode, 0 in swarm mode) */
+    int heartbeat_ms;        /* what nodes are told (<= 0: 1000) */
+    int dead_after_ms;       /* silence that makes a node dead (<= 0: 5000) */
+    int cert_minutes;        /* validity of issued certificates (<= 0: 60) */
+    const char *admin_token; /* needed to create accounts; NULL: anyone may (swarm sign-up) */
+    bool require_volunteer;  /* swarm: only accounts that volunteered may get routes */
+    int64_t capacity_limit;  /* testing aid: cap every node's offered capacity (0: none) */
+    bool quiet;
+} mt_registry_config;
+
+typedef struct mt_registry mt_registry;
+
+/* Opens (or creates) the database, loads the model's layout, starts the
+ * HTTP server and the placement thread. */
+mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err);
+void mt_registry_stop(mt_registry *r);
+
+/* "http://host:port" as bound. */
+const char *mt_registry_url(const mt_registry *r);
+/* The registry's public key (hex), the authority nodes trust. */
+const char *mt_registry_pubkey_hex(const mt_registry *r);
+
+#endif

@@ -1,0 +1,67 @@
+/* requester.h - generation through a registry (DESIGN.md "requester"): asks
+ * the registry for a route per session, keeps the head (cell) or backbone
+ * (swarm) shard locally (fetched once from the registry, verified, cached),
+ * and survives node loss.
+ *
+ * Failover (DESIGN.md invariant 4): when a call through the route fails
+ * (a node stopped answering, or its connection broke and did not come
+ * back), the requester reports which nodes failed, asks the registry for a
+ * new route that avoids them, opens it, and replays the session's whole
+ * token history on it before evaluating what was asked. With the f32 wire
+ * the logits are bit-identical to an uninterrupted run, so the generated
+ * text is too. The time from the failure to the first logits on the new
+ * route is measured (mt_requester_stats). */
+#ifndef MOONTAIL_REQUESTER_H
+#define MOONTAIL_REQUESTER_H
+
+#include "moontail/model.h"
+#include "moontail/proto.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct mt_requester_config {
+    const char *registry;  /* "http://host:port" */
+    const char *token;     /* the account's token */
+    const char *key_path;  /* the requester's identity (created if missing) */
+    const char *cache_dir; /* where the head/backbone shard is kept (created if missing) */
+    mt_proto_dtype wire;   /* f32 (exact, default) or bf16 */
+    int threads, ubatch;
+    int timeout_ms;      /* connect + handshake to nodes (<= 0: 5 s) */
+    int call_timeout_ms; /* each reply from a node (<= 0: 30 s) */
+    int max_failovers;   /* new routes per session before giving up (<= 0: 8) */
+    bool quiet;
+} mt_requester_config;
+
+typedef struct mt_requester mt_requester;
+
+/* Gets a certificate for the requester's key, a first route and the head
+ * shard, and opens the route. */
+mt_requester *mt_requester_open(const mt_requester_config *cfg, mt_error *err);
+void mt_requester_close(mt_requester *q);
+
+/* The local head model (its GGUF holds the tokenizer). */
+const mt_model *mt_requester_head(const mt_requester *q);
+
+/* Starts a new session of up to n_ctx positions (ends the previous one). */
+int mt_requester_begin(mt_requester *q, int32_t n_ctx, mt_error *err);
+
+/* Evaluates n tokens after the session's history; logits gets the last
+ * token's n_vocab floats. Fails over as described at the top. */
+int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *logits, mt_error *err);
+
+/* Tells the registry how many tokens this account used (metering). */
+int mt_requester_report_usage(mt_requester *q, int64_t tokens, mt_error *err);
+
+typedef struct mt_requester_stats {
+    int failovers;           /* new routes taken after failures */
+    double last_recovery_ms; /* failure -> logits on the new route, last failover */
+    double total_recovery_ms;
+    int replays;      /* history replays inside routes (evictions, reconnects) */
+    char route[1024]; /* the current route, as "addr[a,b) addr[b,c) ..." */
+    char last_failure[512];
+} mt_requester_stats;
+
+void mt_requester_get_stats(const mt_requester *q, mt_requester_stats *s);
+
+#endif

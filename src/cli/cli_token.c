@@ -1,0 +1,32 @@
+/* cli_token.c - where commands find an account token: --token-file FILE,
+ * then the MOONTAIL_TOKEN environment variable, then --token TOKEN (last,
+ * since a token on the command line is visible to other users in `ps`). */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *cli_token(const char *cmd, const char *token, const char *token_file) {
+    if (token_file) {
+        size_t n;
+        char *t = cli_read_file(token_file, &n);
+        if (!t) return NULL;
+        t[strcspn(t, "\r\n")] = 0;
+        if (!t[0]) {
+            fprintf(stderr, "moontail %s: %s is empty; it should hold the account token\n", cmd,
+                    token_file);
+            free(t);
+            return NULL;
+        }
+        return t;
+    }
+    const char *env = getenv("MOONTAIL_TOKEN");
+    if (env && env[0]) return strdup(env);
+    if (token) return strdup(token);
+    fprintf(stderr,
+            "moontail %s: no account token: give --token-file FILE (or set MOONTAIL_TOKEN);"
+            " create an account with 'moontail account new NAME --registry URL'\n",
+            cmd);
+    return NULL;
+}

@@ -1,0 +1,113 @@
+/* cmd_registry.c - `moontail registry`: runs the control plane
+ * (registry.h) until SIGINT or SIGTERM. Prints "listening on URL" on stdout
+ * once it answers; placement changes and joins go to stderr. */
+#include "cli.h"
+#include "moontail/registry.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: moontail registry --model MODEL.gguf [options]\n"
+    "\n"
+    "Runs the registry of a cell or swarm: nodes join it, it places shards on them\n"
+    "(2 replicas by default), hands requesters routes, meters work, and serves the\n"
+    "seed copy of every shard it assigns. State lives in an SQLite database.\n"
+    "\n"
+    "  --model FILE          the model to place\n"
+    "  --mode cell|swarm     cell: nodes hold whole layers in pipelines (default);\n"
+    "                        swarm: requesters keep the backbone, nodes hold experts\n"
+    "  --db FILE             database (default registry.db; created if missing)\n"
+    "  --key FILE            the registry's identity (default registry.key; created)\n"
+    "  --shards DIR          seed copies of the shards (default registry-shards)\n"
+    "  --listen ADDR         HTTP address (default 127.0.0.1:8470; :0 picks a port)\n"
+    "  --replicas N          copies of every layer or expert (default 2)\n"
+    "  --spares N            hot spares to keep (default 1 in a cell, 0 in a swarm)\n"
+    "  --heartbeat-ms N      how often nodes report (default 1000)\n"
+    "  --dead-after-ms N     silence after which a node is dead (default 5000)\n"
+    "  --cert-minutes N      validity of issued certificates (default 60)\n"
+    "  --admin-token-file F  creating accounts needs this token (default: anyone may)\n"
+    "  --require-volunteer   swarm: only accounts that served may get routes\n"
+    "  --quiet               no log lines on stderr\n";
+
+int cmd_registry(int argc, char **argv) {
+    const char *model = NULL, *mode = "cell", *db = "registry.db", *key = "registry.key",
+               *shards = "registry-shards", *listen = "127.0.0.1:8470", *admin_file = NULL;
+    int64_t replicas = 2, spares = -1, hb = 1000, dead = 5000, cert_minutes = 60;
+    bool require_volunteer = false, quiet = false;
+    const cli_opt opts[] = {
+        {"--model", CLI_STRING, &model, 0, 0},
+        {"--mode", CLI_STRING, &mode, 0, 0},
+        {"--db", CLI_STRING, &db, 0, 0},
+        {"--key", CLI_STRING, &key, 0, 0},
+        {"--shards", CLI_STRING, &shards, 0, 0},
+        {"--listen", CLI_STRING, &listen, 0, 0},
+        {"--replicas", CLI_INT, &replicas, 1, 16},
+        {"--spares", CLI_INT, &spares, 0, 1000},
+        {"--heartbeat-ms", CLI_INT, &hb, 50, 60000},
+        {"--dead-after-ms", CLI_INT, &dead, 200, 3600000},
+        {"--cert-minutes", CLI_INT, &cert_minutes, 1, 60 * 24 * 365},
+        {"--admin-token-file", CLI_STRING, &admin_file, 0, 0},
+        {"--require-volunteer", CLI_FLAG, &require_volunteer, 0, 0},
+        {"--quiet", CLI_FLAG, &quiet, 0, 0},
+        {NULL, CLI_FLAG, NULL, 0, 0},
+    };
+    int prc = cli_parse("registry", argc, argv, opts, usage);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (!model) {
+        fprintf(stderr, "moontail registry: --model FILE is required\n");
+        return 2;
+    }
+    if (strcmp(mode, "cell") != 0 && strcmp(mode, "swarm") != 0) {
+        fprintf(stderr, "moontail registry: --mode must be cell or swarm, not '%s'\n", mode);
+        return 2;
+    }
+    if (dead <= hb) {
+        fprintf(stderr, "moontail registry: --dead-after-ms must exceed --heartbeat-ms\n");
+        return 2;
+    }
+    char *admin = NULL;
+    if (admin_file && !(admin = cli_token("registry", NULL, admin_file))) return 2;
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    mt_registry_config c = {.model = model,
+                            .db = db,
+                            .key = key,
+                            .shard_dir = shards,
+                            .listen = listen,
+                            .mode =
+                                strcmp(mode, "swarm") == 0 ? MT_REGISTRY_SWARM : MT_REGISTRY_CELL,
+                            .replicas = (int)replicas,
+                            .spares = (int)spares,
+                            .heartbeat_ms = (int)hb,
+                            .dead_after_ms = (int)dead,
+                            .cert_minutes = (int)cert_minutes,
+                            .admin_token = admin,
+                            .require_volunteer = require_volunteer,
+                            .quiet = quiet};
+    mt_error err = {{0}};
+    mt_registry *r = mt_registry_start(&c, &err);
+    free(admin);
+    if (!r) {
+        fprintf(stderr, "moontail registry: %s\n", err.msg);
+        return 1;
+    }
+    if (!quiet)
+        fprintf(stderr, "moontail registry: %s mode, %lld replicas, key %s\n", mode,
+                (long long)replicas, mt_registry_pubkey_hex(r));
+    printf("listening on %s\n", mt_registry_url(r));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (!quiet)
+        fprintf(stderr, "moontail registry: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    mt_registry_stop(r);
+    return 0;
+}

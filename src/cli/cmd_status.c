@@ -1,0 +1,97 @@
+/* cmd_status.c - `moontail status`: the registry's view of the cell or
+ * swarm, readable at a glance in a terminal (or --json): readiness, nodes
+ * by state, every layer's coverage against the replicas wanted, spares,
+ * queue and tokens/s, then one line per node. */
+#include "cli.h"
+#include "moontail/http.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] = "usage: moontail status --registry URL [--json]\n"
+                            "\n"
+                            "  --registry URL   the registry (e.g. http://127.0.0.1:8470)\n"
+                            "  --json           print the registry's status object as it is\n";
+
+static const char *str(json_t *o, const char *k) {
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+static long long num(json_t *o, const char *k) {
+    return json_integer_value(json_object_get(o, k));
+}
+
+/* Runs of layers with the same (serving, assigned) counts: "0-5 2/2". */
+static void print_coverage(json_t *layers, int replicas) {
+    size_t n = json_array_size(layers);
+    printf("coverage (serving/assigned of %d):", replicas);
+    for (size_t i = 0; i < n;) {
+        json_t *l = json_array_get(layers, i);
+        long long s = num(l, "serving"), a = num(l, "assigned");
+        size_t j = i + 1;
+        while (j < n && num(json_array_get(layers, j), "serving") == s &&
+               num(json_array_get(layers, j), "assigned") == a)
+            j++;
+        if (j - i == 1)
+            printf("  L%zu %lld/%lld", i, s, a);
+        else
+            printf("  L%zu-%zu %lld/%lld", i, j - 1, s, a);
+        if (s < replicas) printf("%s", s == 0 ? " (DOWN)" : " (low)");
+        i = j;
+    }
+    printf("\n");
+}
+
+int cmd_status(int argc, char **argv) {
+    const char *registry = NULL;
+    bool as_json = false;
+    const cli_opt opts[] = {{"--registry", CLI_STRING, &registry, 0, 0},
+                            {"--json", CLI_FLAG, &as_json, 0, 0},
+                            {NULL, CLI_FLAG, NULL, 0, 0}};
+    int prc = cli_parse("status", argc, argv, opts, usage);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (!registry) {
+        fprintf(stderr, "moontail status: --registry URL is required\n");
+        return 2;
+    }
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/status", registry);
+    json_t *s = NULL;
+    mt_error err = {{0}};
+    if (mt_http_json("GET", url, NULL, NULL, 10000, &s, &err) != 200 || !json_is_object(s)) {
+        fprintf(stderr, "moontail status: %s\n", err.msg[0] ? err.msg : "not a status object");
+        json_decref(s);
+        return 1;
+    }
+    if (as_json) {
+        json_dumpf(s, stdout, JSON_INDENT(2));
+        putchar('\n');
+        json_decref(s);
+        return 0;
+    }
+    int replicas = (int)num(s, "replicas");
+    printf("%s %s: %s; %lld nodes alive, %lld serving, %lld spare; %lld layers, fewest "
+           "replicas serving %lld of %d; queue %lld; %.1f tok/s; plan %lld\n",
+           str(s, "mode"), registry,
+           json_is_true(json_object_get(s, "ready")) ? "READY" : "NOT READY", num(s, "nodes_alive"),
+           num(s, "nodes_serving"), num(s, "spares"), num(s, "n_layer"),
+           num(s, "min_replicas_serving"), replicas, num(s, "queue"),
+           json_number_value(json_object_get(s, "tok_per_s")), num(s, "plan_version"));
+    if (str(s, "plan_note")[0]) printf("note: %s\n", str(s, "plan_note"));
+    print_coverage(json_object_get(s, "layers"), replicas);
+    printf("%5s  %-16s %-9s %-8s %-16s %4s %7s %8s %6s %9s\n", "id", "name", "state", "role",
+           "shard", "rep", "queue", "tok/s", "GB", "uptime");
+    json_t *nodes = json_object_get(s, "nodes");
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        json_t *n = json_array_get(nodes, i);
+        long long up = num(n, "uptime_ms") / 1000;
+        char upt[32];
+        snprintf(upt, sizeof upt, "%lldh%02lldm%02llds", up / 3600, up / 60 % 60, up % 60);
+        printf("%5lld  %-16.16s %-9s %-8s %-16.16s %4lld %7lld %8.1f %6.1f %9s\n",
+               num(n, "node_id"), str(n, "name"), str(n, "state"), str(n, "role"),
+               str(n, "shard")[0] ? str(n, "shard") : "-", num(n, "replica"), num(n, "queue"),
+               json_number_value(json_object_get(n, "tok_per_s")), num(n, "capacity") / 1e9, upt);
+    }
+    json_decref(s);
+    return 0;
+}

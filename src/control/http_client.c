@@ -1,0 +1,131 @@
+/* http_client.c - the HTTP client of http.h on libcurl: JSON calls to the
+ * registry and ranged GETs of shard pieces. Only http:// and https:// URLs
+ * are followed; redirects are not (a registry or a peer never sends one). */
+#include "moontail/http.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static void global_init(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+typedef struct sink {
+    char *data;
+    size_t len, cap, limit;
+    bool overflow;
+} sink;
+
+static size_t on_data(char *p, size_t size, size_t n, void *ctx) {
+    sink *s = ctx;
+    size_t k = size * n;
+    if (s->len + k > s->limit) {
+        s->overflow = true;
+        return 0; /* aborts the transfer */
+    }
+    if (s->len + k + 1 > s->cap) {
+        size_t cap = (s->len + k + 1) * 2;
+        if (cap > s->limit + 1) cap = s->limit + 1;
+        char *q = realloc(s->data, cap);
+        if (!q) return 0;
+        s->data = q, s->cap = cap;
+    }
+    memcpy(s->data + s->len, p, k);
+    s->len += k;
+    s->data[s->len] = 0;
+    return k;
+}
+
+static CURL *easy(const char *url, int timeout_ms, sink *s) {
+    pthread_once(&once, global_init);
+    CURL *c = curl_easy_init();
+    if (!c) return NULL;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(timeout_ms > 0 ? timeout_ms : 30000));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms > 0 ? timeout_ms : 10000));
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(c, CURLOPT_NOPROXY, "*"); /* never send the registry's traffic elsewhere */
+    return c;
+}
+
+int mt_http_json(const char *method, const char *url, const char *token, const json_t *body,
+                 int timeout_ms, json_t **out, mt_error *err) {
+    if (out) *out = NULL;
+    sink s = {.limit = 64u << 20};
+    CURL *c = easy(url, timeout_ms, &s);
+    if (!c) return mt_error_set(err, "%s %s: libcurl could not start", method, url);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    char auth[400];
+    if (token) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        h = curl_slist_append(h, auth);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    char *payload = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    if (payload) curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload);
+    CURLcode rc = curl_easy_perform(c);
+    long status = -1;
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    else
+        mt_error_set(err, "%s %s: %s", method, url,
+                     s.overflow ? "the answer is larger than 64 MiB" : curl_easy_strerror(rc));
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    free(payload);
+    if (rc != CURLE_OK) {
+        free(s.data);
+        return -1;
+    }
+    json_t *j = s.data ? json_loadb(s.data, s.len, 0, NULL) : NULL;
+    if (status >= 400) {
+        json_t *e = json_object_get(j, "error");
+        mt_error_set(err, "%s %s: HTTP %ld: %s", method, url, status,
+                     json_is_string(e) ? json_string_value(e)
+                     : s.data          ? s.data
+                                       : "(no body)");
+    }
+    free(s.data);
+    if (out)
+        *out = j;
+    else
+        json_decref(j);
+    return (int)status;
+}
+
+int mt_http_get_range(const char *url, uint64_t from, size_t len, void *buf, int timeout_ms,
+                      mt_error *err) {
+    sink s = {.limit = len};
+    CURL *c = easy(url, timeout_ms, &s);
+    if (!c) return mt_error_set(err, "GET %s: libcurl could not start", url);
+    char range[64];
+    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from,
+             (unsigned long long)(from + len - 1));
+    curl_easy_setopt(c, CURLOPT_RANGE, range);
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    int ret = 0;
+    if (rc != CURLE_OK)
+        ret =
+            mt_error_set(err, "GET %s bytes %s: %s", url, range,
+                         s.overflow ? "the peer sent more than asked for" : curl_easy_strerror(rc));
+    else if (status != 206 && !(status == 200 && from == 0))
+        ret = mt_error_set(err, "GET %s bytes %s: HTTP %ld", url, range, status);
+    else if (s.len != len)
+        ret = mt_error_set(err, "GET %s bytes %s: got %zu bytes, expected %zu", url, range, s.len,
+                           len);
+    else
+        memcpy(buf, s.data, len);
+    free(s.data);
+    return ret;
+}

@@ -1,0 +1,261 @@
+/* http_server.c - the HTTP server of http.h on libmicrohttpd: reads a
+ * request whole, calls the handler, and sends its JSON, text or file
+ * (with Range support) back. */
+#include "moontail/http.h"
+#include "moontail/transport.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct mt_http_server {
+    struct MHD_Daemon *d;
+    int fd;
+    char addr[160];
+    size_t max_body;
+    mt_http_handler handler;
+    void *ctx;
+};
+
+typedef struct body {
+    char *data;
+    size_t len, cap;
+    bool too_big;
+} body;
+
+const char *mt_http_header(const mt_http_request *req, const char *name) {
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+const char *mt_http_query(const mt_http_request *req, const char *name) {
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+const char *mt_http_bearer(const mt_http_request *req) {
+    const char *a = mt_http_header(req, "Authorization");
+    if (!a || strncasecmp(a, "Bearer ", 7) != 0) return NULL;
+    a += 7;
+    while (*a == ' ') a++;
+    return *a ? a : NULL;
+}
+
+void mt_http_error(mt_http_response *resp, int status, const char *fmt, ...) {
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_decref(resp->json);
+    resp->status = status;
+    resp->json = json_pack("{s:s}", "error", msg);
+}
+
+static enum MHD_Result queue(struct MHD_Connection *c, int status, const char *type, char *data,
+                             size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(data);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    if (!s) return MHD_NO;
+    size_t n = strlen(s);
+    /* a newline ends the body, so that curl output in a terminal stays readable */
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return MHD_NO;
+    }
+    t[n] = '\n';
+    t[n + 1] = 0;
+    return queue(c, status, "application/json", t, n + 1);
+}
+
+/* "bytes=A-B", "bytes=A-" or "bytes=-N" against a file of size n. Returns 0
+ * and [*from, *to] (inclusive), 1 when there is no usable header (whole
+ * file), -1 when unsatisfiable. */
+static int parse_range(const char *h, uint64_t n, uint64_t *from, uint64_t *to) {
+    if (!h || strncmp(h, "bytes=", 6) != 0 || strchr(h, ',')) return 1;
+    const char *p = h + 6;
+    char *end;
+    if (*p == '-') {
+        uint64_t k = strtoull(p + 1, &end, 10);
+        if (*end || k == 0) return -1;
+        *from = k >= n ? 0 : n - k;
+        *to = n - 1;
+    } else {
+        *from = strtoull(p, &end, 10);
+        if (*end != '-') return 1;
+        p = end + 1;
+        *to = *p ? strtoull(p, &end, 10) : n - 1;
+        if (*p && *end) return 1;
+        if (*to >= n) *to = n - 1;
+    }
+    return *from >= n || *from > *to ? -1 : 0;
+}
+
+static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, int status) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        if (fd >= 0) close(fd);
+        json_t *j = json_pack("{s:s}", "error", "file not found");
+        enum MHD_Result ok = queue_json(c, 404, j);
+        json_decref(j);
+        return ok;
+    }
+    uint64_t n = (uint64_t)sb.st_size, from = 0, to = n ? n - 1 : 0;
+    int pr = parse_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), n, &from, &to);
+    if (pr < 0) {
+        close(fd);
+        char cr[64];
+        snprintf(cr, sizeof cr, "bytes */%" PRIu64, n);
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "Content-Range", cr);
+        enum MHD_Result ok = MHD_queue_response(c, 416, r);
+        MHD_destroy_response(r);
+        return ok;
+    }
+    uint64_t len = n ? to - from + 1 : 0;
+    struct MHD_Response *r = MHD_create_response_from_fd_at_offset64(len, fd, from);
+    if (!r) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/octet-stream");
+    MHD_add_response_header(r, "Accept-Ranges", "bytes");
+    if (pr == 0) {
+        char cr[96];
+        snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, from, to, n);
+        MHD_add_response_header(r, "Content-Range", cr);
+        status = 206;
+    }
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+    (void)version;
+    mt_http_server *s = cls;
+    body *b = *con_cls;
+    if (!b) { /* first call: headers only */
+        b = calloc(1, sizeof *b);
+        if (!b) return MHD_NO;
+        *con_cls = b;
+        return MHD_YES;
+    }
+    if (*upload_size) { /* a piece of the body */
+        if (!b->too_big && b->len + *upload_size > s->max_body) b->too_big = true;
+        if (!b->too_big) {
+            if (b->len + *upload_size + 1 > b->cap) {
+                size_t cap = (b->len + *upload_size + 1) * 2;
+                char *p = realloc(b->data, cap);
+                if (!p) return MHD_NO;
+                b->data = p, b->cap = cap;
+            }
+            memcpy(b->data + b->len, upload, *upload_size);
+            b->len += *upload_size;
+            b->data[b->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (b->too_big) {
+        json_t *j = json_pack("{s:s}", "error", "request body too large");
+        enum MHD_Result ok = queue_json(c, 413, j);
+        json_decref(j);
+        return ok;
+    }
+    mt_http_request req = {method, url, b->data ? b->data : "", b->len, c};
+    mt_http_response resp = {0};
+    s->handler(s->ctx, &req, &resp);
+    enum MHD_Result ok;
+    if (resp.file) {
+        ok = queue_file(c, resp.file, resp.status ? resp.status : 200);
+    } else if (resp.text) {
+        ok = queue(c, resp.status ? resp.status : 200,
+                   resp.content_type ? resp.content_type : "text/plain; charset=utf-8", resp.text,
+                   strlen(resp.text));
+        resp.text = NULL;
+    } else {
+        if (!resp.json) resp.json = json_object();
+        ok = queue_json(c, resp.status ? resp.status : 200, resp.json);
+    }
+    json_decref(resp.json);
+    free(resp.text);
+    free(resp.file);
+    return ok;
+}
+
+static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                    enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
+    body *b = *con_cls;
+    if (b) {
+        free(b->data);
+        free(b);
+    }
+    *con_cls = NULL;
+}
+
+mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_body,
+                                     mt_http_handler handler, void *ctx, mt_error *err) {
+    mt_http_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    s->handler = handler;
+    s->ctx = ctx;
+    s->max_body = max_body ? max_body : 1 << 20;
+    s->fd = mt_listen_tcp(addr, err);
+    if (s->fd < 0) {
+        free(s);
+        return NULL;
+    }
+    const char *colon = strrchr(addr, ':');
+    snprintf(s->addr, sizeof s->addr, "%.*s:%d", (int)(colon - addr),
+             colon == addr ? "127.0.0.1" : addr, mt_listen_port(s->fd));
+    if (colon == addr) snprintf(s->addr, sizeof s->addr, "127.0.0.1:%d", mt_listen_port(s->fd));
+    s->d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request,
+                         s, MHD_OPTION_LISTEN_SOCKET, s->fd, MHD_OPTION_THREAD_POOL_SIZE,
+                         (unsigned)(threads > 0 ? threads : 4), MHD_OPTION_NOTIFY_COMPLETED,
+                         on_done, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
+    if (!s->d) {
+        close(s->fd);
+        free(s);
+        mt_error_set(err, "HTTP server on %s: libmicrohttpd could not start", addr);
+        return NULL;
+    }
+    return s;
+}
+
+void mt_http_server_stop(mt_http_server *s) {
+    if (!s) return;
+    MHD_stop_daemon(s->d);
+    close(s->fd);
+    free(s);
+}
+
+const char *mt_http_server_addr(const mt_http_server *s) {
+    return s->addr;
+}

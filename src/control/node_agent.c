@@ -1,0 +1,579 @@
+/* node_agent.c - a node driven by the registry (node_agent.h): join,
+ * heartbeats, background shard fetches, (re)starting the data-plane server
+ * with the assigned shard and partners, draining, and serving held shards
+ * to peers. */
+#include "moontail/node_agent.h"
+#include "moontail/http.h"
+#include "moontail/hwinfo.h"
+#include "moontail/keys.h"
+#include "moontail/node.h"
+#include "moontail/shard_fetch.h"
+#include "moontail/transport.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MAX_PARTNERS = 16 };
+
+typedef struct partner_set {
+    int n;
+    mt_node_partner p[MAX_PARTNERS];
+    char addr[MAX_PARTNERS][128];
+} partner_set;
+
+struct mt_agent {
+    mt_agent_config cfg;
+    char *registry, *token, *key_path, *data_dir;
+    char name[64];
+    char listen[160];     /* data plane, fixed port */
+    char shard_addr[160]; /* shard server as bound */
+    mt_keys keys;
+    mt_keys_authorized *auth;
+    mt_http_server *shards;
+    mt_hwinfo hw;
+    double speed;
+    int64_t capacity;
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool stopping;
+    pthread_t hb_thread, fetch_thread;
+    bool hb_started, fetch_running, fetch_joinable;
+
+    int64_t node_id;
+    char node_token[65];
+    int heartbeat_ms;
+    uint64_t cert_expires; /* unix seconds */
+
+    /* what the registry wants and what runs */
+    char want[96];
+    partner_set want_partners;
+    bool drain;
+    mt_node *node;
+    char serving[96];
+    partner_set serving_partners;
+    char fetching[96];
+    mt_fetch_progress progress;
+    char fetch_failed[96]; /* the shard whose last fetch failed (retried next heartbeat) */
+    mt_node_stats base;    /* counters of node instances already stopped */
+    uint64_t last_requests;
+    int idle_beats;
+    double last_tok_time;
+    uint64_t last_tokens;
+    double tok_per_s;
+
+    json_t *sources; /* peers holding the wanted shard, from the last heartbeat */
+    int heartbeats, failures;
+    char last_error[512];
+};
+
+static void say(mt_agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(mt_agent *a, const char *fmt, ...) {
+    if (a->cfg.quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "node %s: ", a->name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static bool safe_name(const char *s) {
+    if (!s[0] || strlen(s) > 95) return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_'))
+            return false;
+    return true;
+}
+
+static char *shard_path(const mt_agent *a, const char *name) {
+    size_t n = strlen(a->data_dir) + strlen(name) + 8;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s.gguf", a->data_dir, name);
+    return p;
+}
+
+/* ---- serving held shards to peers ------------------------------------------------------- */
+
+static void shard_handler(void *ctx, const mt_http_request *req, mt_http_response *resp) {
+    mt_agent *a = ctx;
+    const char *p = req->path;
+    if (strcmp(req->method, "GET") != 0 || strncmp(p, "/v1/shards/", 11) != 0 || !safe_name(p + 11))
+        return mt_http_error(resp, 404, "this node serves GET /v1/shards/<name> only");
+    /* only whole, verified shards are ever at <name>.gguf (fetches write .part) */
+    char *path = shard_path(a, p + 11);
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0) {
+        free(path);
+        return mt_http_error(resp, 404, "this node does not hold shard '%s'", p + 11);
+    }
+    resp->file = path;
+}
+
+/* ---- the data plane ------------------------------------------------------------------------ */
+
+static bool same_partners(const partner_set *x, const partner_set *y) {
+    if (x->n != y->n) return false;
+    for (int i = 0; i < x->n; i++)
+        if (strcmp(x->addr[i], y->addr[i]) != 0 || memcmp(x->p[i].pk, y->p[i].pk, 32) != 0)
+            return false;
+    return true;
+}
+
+static void add_stats(mt_node_stats *base, const mt_node_stats *s) {
+    base->served_tokens += s->served_tokens;
+    base->served_token_layers += s->served_token_layers;
+    base->served_expert_rows += s->served_expert_rows;
+    base->requests += s->requests;
+}
+
+/* Stops the running node (caller holds a->lock; it is released meanwhile). */
+static void stop_node(mt_agent *a) {
+    mt_node *n = a->node;
+    if (!n) return;
+    mt_node_stats s;
+    mt_node_get_stats(n, &s);
+    add_stats(&a->base, &s);
+    a->node = NULL;
+    a->serving[0] = 0;
+    pthread_mutex_unlock(&a->lock);
+    mt_node_stop(n);
+    pthread_mutex_lock(&a->lock);
+}
+
+/* Starts the node with shard `name` and partners ps (caller holds a->lock). */
+static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_error *err) {
+    stop_node(a);
+    char *path = shard_path(a, name);
+    if (!path) return mt_error_set(err, "out of memory");
+    partner_set local = *ps;
+    for (int i = 0; i < local.n; i++) local.p[i].addr = local.addr[i];
+    mt_node_config c = {.shard_path = path,
+                        .keys = &a->keys,
+                        .authorized = a->auth,
+                        .listen = a->listen,
+                        .partners = local.p,
+                        .n_partners = local.n,
+                        .max_sessions = a->cfg.max_sessions,
+                        .n_ctx = a->cfg.n_ctx,
+                        .threads = a->cfg.threads,
+                        .quiet = a->cfg.quiet};
+    pthread_mutex_unlock(&a->lock);
+    mt_node *n = mt_node_start(&c, err);
+    pthread_mutex_lock(&a->lock);
+    free(path);
+    if (!n) return -1;
+    a->node = n;
+    snprintf(a->serving, sizeof a->serving, "%s", name);
+    a->serving_partners = *ps;
+    a->idle_beats = 0;
+    say(a, "serving shard %s on %s%s", name, a->listen, ps->n ? " with partners" : "");
+    return 0;
+}
+
+/* ---- fetching ------------------------------------------------------------------------------ */
+
+static void on_progress(void *ctx, const mt_fetch_progress *p) {
+    mt_agent *a = ctx;
+    pthread_mutex_lock(&a->lock);
+    a->progress = *p;
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void *fetch_main(void *arg) {
+    mt_agent *a = arg;
+    pthread_mutex_lock(&a->lock);
+    char name[96];
+    snprintf(name, sizeof name, "%s", a->fetching);
+    pthread_mutex_unlock(&a->lock);
+
+    mt_error err = {{0}};
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/shards/%s/manifest", a->registry, name);
+    json_t *m = NULL, *hb = NULL; /* the manifest; the sources */
+    int st = mt_http_json("GET", url, NULL, NULL, 600000, &m, &err);
+    int rc = st == 200 && m ? mt_shard_manifest_check(m, &err) : -1;
+    if (st != 200 && rc) mt_error_prefix(&err, "manifest of %s", name);
+    char *path = shard_path(a, name);
+    if (rc == 0 && path && !mt_shard_file_matches(path, m)) {
+        /* sources: peers that serve it now (from the last heartbeat), then the seed */
+        const char *srcs[66];
+        int n = 0, seeds = 0;
+        pthread_mutex_lock(&a->lock);
+        hb = json_incref(a->sources);
+        pthread_mutex_unlock(&a->lock);
+        for (size_t i = 0; i < json_array_size(hb) && n < 64; i++)
+            if (json_is_string(json_array_get(hb, i)))
+                srcs[n++] = json_string_value(json_array_get(hb, i));
+        srcs[n++] = a->registry;
+        seeds = 1;
+        say(a, "fetching shard %s (%lld bytes) from %d peer%s and the seed", name,
+            (long long)json_integer_value(json_object_get(m, "bytes")), n - 1, n == 2 ? "" : "s");
+        mt_fetch_config fc = {.manifest = m,
+                              .sources = srcs,
+                              .n_sources = n,
+                              .n_seeds = seeds,
+                              .out = path,
+                              .progress = on_progress,
+                              .progress_ctx = a};
+        mt_fetch_progress fin;
+        rc = mt_shard_fetch(&fc, &fin, &err);
+        if (rc == 0)
+            say(a, "shard %s: %d pieces from peers, %d from the seed, %d reused, %.1f MB/s", name,
+                fin.pieces_from_peers, fin.pieces_from_seed,
+                (int)(fin.bytes_reused /
+                      (uint64_t)json_integer_value(json_object_get(m, "piece_bytes"))),
+                fin.rate / 1e6);
+    }
+    free(path);
+    json_decref(m);
+    json_decref(hb);
+    pthread_mutex_lock(&a->lock);
+    if (rc) {
+        snprintf(a->last_error, sizeof a->last_error, "%s", err.msg);
+        snprintf(a->fetch_failed, sizeof a->fetch_failed, "%s", name);
+        say(a, "%s", err.msg);
+    } else {
+        a->fetch_failed[0] = 0;
+    }
+    a->fetching[0] = 0;
+    a->fetch_running = false;
+    pthread_cond_broadcast(&a->wake);
+    pthread_mutex_unlock(&a->lock);
+    return NULL;
+}
+
+/* ---- heartbeats ----------------------------------------------------------------------------- */
+
+static int join(mt_agent *a, mt_error *err) {
+    json_t *hw = json_pack("{s:I, s:I, s:i, s:s, s:s, s:I}", "ram", (json_int_t)a->hw.ram_total,
+                           "disk", (json_int_t)a->hw.disk_free, "cores", a->hw.cores, "simd",
+                           a->hw.simd, "gpu", a->hw.gpu, "vram", (json_int_t)a->hw.vram);
+    char pk[MT_KEYS_HEX_SIZE];
+    mt_keys_pk_to_hex(a->keys.pk, pk);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:f}", "name", a->name, "pubkey", pk,
+                             "addr", a->listen, "shard_addr", a->shard_addr, "hw", hw, "capacity",
+                             (json_int_t)a->capacity, "speed", a->speed);
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/nodes", a->registry);
+    json_t *out = NULL;
+    int st = mt_http_json("POST", url, a->token, body, 15000, &out, err);
+    json_decref(body);
+    int rc = -1;
+    json_t *id = json_object_get(out, "node_id"), *tok = json_object_get(out, "token"),
+           *rk = json_object_get(out, "registry_key"), *cert = json_object_get(out, "cert"),
+           *hbms = json_object_get(out, "heartbeat_ms");
+    uint8_t rpk[MT_KEYS_PUBLIC_BYTES], cb[MT_CERT_BYTES];
+    size_t cl = 0;
+    if (st != 201) {
+        if (st > 0) mt_error_prefix(err, "joining %s", a->registry);
+    } else if (!json_is_integer(id) || !json_is_string(tok) ||
+               strlen(json_string_value(tok)) > 64 || !json_is_string(rk) ||
+               mt_keys_pk_from_hex(rpk, json_string_value(rk), err) || !json_is_string(cert) ||
+               sodium_hex2bin(cb, sizeof cb, json_string_value(cert),
+                              strlen(json_string_value(cert)), NULL, &cl, NULL) != 0 ||
+               cl != MT_CERT_BYTES) {
+        mt_error_set(err,
+                     "joining %s: the registry's answer lacks node_id, token, registry_key"
+                     " or a certificate",
+                     a->registry);
+    } else {
+        mt_cert fields;
+        pthread_mutex_lock(&a->lock);
+        a->node_id = json_integer_value(id);
+        snprintf(a->node_token, sizeof a->node_token, "%s", json_string_value(tok));
+        if (json_is_integer(hbms) && json_integer_value(hbms) >= 50 &&
+            json_integer_value(hbms) <= 60000)
+            a->heartbeat_ms = (int)json_integer_value(hbms);
+        rc = mt_keys_set_cert(&a->keys, cb, cl, err);
+        if (rc == 0 && mt_cert_decode(cb, cl, &fields, NULL) == 0)
+            a->cert_expires = fields.not_after;
+        if (rc == 0 && !mt_keys_authorized_find_authority(a->auth, rpk))
+            rc = mt_keys_authorized_add_authority(a->auth, rpk, "registry", err);
+        pthread_mutex_unlock(&a->lock);
+        if (rc == 0) say(a, "joined %s as node %lld", a->registry, (long long)a->node_id);
+    }
+    json_decref(out);
+    return rc;
+}
+
+static void parse_partners(json_t *asg, partner_set *ps) {
+    memset(ps, 0, sizeof *ps);
+    json_t *arr = json_object_get(asg, "partners");
+    for (size_t i = 0; i < json_array_size(arr) && ps->n < MAX_PARTNERS; i++) {
+        json_t *p = json_array_get(arr, i);
+        const char *addr = json_string_value(json_object_get(p, "addr"));
+        const char *key = json_string_value(json_object_get(p, "key"));
+        if (!addr || !key || strlen(addr) >= 128 || mt_keys_pk_from_hex(ps->p[ps->n].pk, key, NULL))
+            continue;
+        snprintf(ps->addr[ps->n], 128, "%s", addr);
+        ps->n++;
+    }
+}
+
+/* One heartbeat: report, then act on the answer (caller holds a->lock). */
+static void heartbeat(mt_agent *a) {
+    mt_node_stats s = {0};
+    if (a->node) mt_node_get_stats(a->node, &s);
+    mt_node_stats total = a->base;
+    add_stats(&total, &s);
+    double t = now_s();
+    if (a->last_tok_time > 0 && t > a->last_tok_time)
+        a->tok_per_s = (double)(total.served_tokens - a->last_tokens) / (t - a->last_tok_time);
+    a->last_tok_time = t;
+    a->last_tokens = total.served_tokens;
+    json_t *body =
+        json_pack("{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:f}, s:I}", "ready_shard", a->serving,
+                  "served", "token_layers", (json_int_t)total.served_token_layers, "expert_rows",
+                  (json_int_t)total.served_expert_rows, "tokens", (json_int_t)total.served_tokens,
+                  "load", "queue", s.queued, "sessions", s.sessions, "tok_per_s", a->tok_per_s,
+                  "cert_expires", (json_int_t)a->cert_expires);
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/nodes/%lld/heartbeat", a->registry, (long long)a->node_id);
+    char token[65];
+    snprintf(token, sizeof token, "%s", a->node_token);
+    pthread_mutex_unlock(&a->lock);
+    json_t *out = NULL;
+    mt_error err = {{0}};
+    int st = mt_http_json("POST", url, token, body, 10000, &out, &err);
+    json_decref(body);
+    if (st == 404 || st == 401) { /* the registry forgot us (new database): join again */
+        say(a, "the registry does not know this node any more; joining again");
+        if (join(a, &err)) st = -1;
+    }
+    pthread_mutex_lock(&a->lock);
+    if (st != 200 || !json_is_object(out)) {
+        if (a->failures++ % 10 == 0) say(a, "heartbeat failed: %s", err.msg);
+        snprintf(a->last_error, sizeof a->last_error, "heartbeat: %.490s", err.msg);
+        json_decref(out);
+        return;
+    }
+    a->heartbeats++;
+    json_t *asg = json_object_get(out, "assignment");
+    const char *shard = json_string_value(json_object_get(asg, "shard"));
+    snprintf(a->want, sizeof a->want, "%s", shard && safe_name(shard) ? shard : "");
+    parse_partners(asg, &a->want_partners);
+    a->drain = json_is_true(json_object_get(out, "drain"));
+    json_t *src = json_object_get(out, "sources");
+    if (json_is_array(src)) {
+        json_decref(a->sources);
+        a->sources = json_incref(src);
+    }
+    const char *cert = json_string_value(json_object_get(out, "cert"));
+    uint8_t cb[MT_CERT_BYTES];
+    size_t cl = 0;
+    mt_cert fields;
+    if (cert && sodium_hex2bin(cb, sizeof cb, cert, strlen(cert), NULL, &cl, NULL) == 0 &&
+        cl == MT_CERT_BYTES && mt_cert_decode(cb, cl, &fields, NULL) == 0 &&
+        mt_keys_set_cert(&a->keys, cb, cl, NULL) == 0) {
+        a->cert_expires = fields.not_after;
+        if (a->node) mt_node_set_cert(a->node, cb, cl, NULL);
+    }
+    json_decref(out);
+
+    /* act: drain, fetch, (re)start */
+    if (!a->want[0] || a->drain) {
+        bool idle = s.queued == 0 && s.requests == a->last_requests;
+        a->idle_beats = idle ? a->idle_beats + 1 : 0;
+        if (a->node && a->idle_beats >= 2) {
+            say(a, "%s: no more work here; stopping the data plane",
+                a->drain ? "draining" : "idle");
+            stop_node(a);
+        }
+    } else if (strcmp(a->want, a->serving) != 0 ||
+               !same_partners(&a->want_partners, &a->serving_partners)) {
+        char *path = shard_path(a, a->want);
+        struct stat sb;
+        bool have = path && stat(path, &sb) == 0;
+        free(path);
+        if (have) {
+            mt_error e2 = {{0}};
+            if (start_node(a, a->want, &a->want_partners, &e2)) {
+                snprintf(a->last_error, sizeof a->last_error, "%s", e2.msg);
+                say(a, "cannot serve %s yet: %s", a->want, e2.msg);
+            }
+        } else if (!a->fetch_running) {
+            if (a->fetch_joinable) pthread_join(a->fetch_thread, NULL), a->fetch_joinable = false;
+            snprintf(a->fetching, sizeof a->fetching, "%s", a->want);
+            memset(&a->progress, 0, sizeof a->progress);
+            a->fetch_running = true;
+            if (pthread_create(&a->fetch_thread, NULL, fetch_main, a) != 0) {
+                a->fetch_running = false;
+                a->fetching[0] = 0;
+            } else {
+                a->fetch_joinable = true;
+            }
+        }
+    }
+    a->last_requests = s.requests;
+}
+
+static void *hb_main(void *arg) {
+    mt_agent *a = arg;
+    pthread_mutex_lock(&a->lock);
+    while (!a->stopping) {
+        heartbeat(a);
+        if (a->stopping) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long ms = a->heartbeat_ms;
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&a->wake, &a->lock, &ts);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return NULL;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------------ */
+
+/* A fixed data-plane address: with port 0, the port the system picks now. */
+static int fix_listen(mt_agent *a, const char *listen, mt_error *err) {
+    const char *colon = strrchr(listen, ':');
+    if (!colon) return mt_error_set(err, "--listen %s: expected HOST:PORT", listen);
+    if (strncmp(listen, "0.0.0.0:", 8) == 0 || strncmp(listen, "[::]:", 5) == 0)
+        return mt_error_set(err,
+                            "--listen %s: give the address peers reach this node at (e.g. "
+                            "192.168.1.20:7411), since the registry hands it out",
+                            listen);
+    if (atoi(colon + 1) != 0) {
+        snprintf(a->listen, sizeof a->listen, "%s", listen);
+        return 0;
+    }
+    int fd = mt_listen_tcp(listen, err);
+    if (fd < 0) return -1;
+    int port = mt_listen_port(fd);
+    close(fd);
+    snprintf(a->listen, sizeof a->listen, "%.*s:%d", (int)(colon - listen),
+             colon == listen ? "127.0.0.1" : listen, port);
+    return 0;
+}
+
+static int load_or_make_key(mt_agent *a, mt_error *err) {
+    struct stat sb;
+    if (stat(a->key_path, &sb) == 0) return mt_keys_load(&a->keys, a->key_path, err);
+    if (errno != ENOENT) return mt_error_set(err, "%s: %s", a->key_path, strerror(errno));
+    if (mt_keys_generate(&a->keys, err) || mt_keys_save(&a->keys, a->key_path, err)) return -1;
+    say(a, "created identity %s", a->key_path);
+    return 0;
+}
+
+mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
+    if (!cfg->registry || !cfg->token || !cfg->key_path || !cfg->data_dir || !cfg->listen) {
+        mt_error_set(err, "node agent: registry URL, account token, key file, data directory and"
+                          " listen address are required");
+        return NULL;
+    }
+    mt_agent *a = calloc(1, sizeof *a);
+    if (!a) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    a->cfg = *cfg;
+    a->registry = strdup(cfg->registry);
+    size_t rl = strlen(a->registry);
+    while (rl > 0 && a->registry[rl - 1] == '/') a->registry[--rl] = 0;
+    a->token = strdup(cfg->token);
+    a->key_path = strdup(cfg->key_path);
+    a->data_dir = strdup(cfg->data_dir);
+    a->heartbeat_ms = 1000;
+    pthread_mutex_init(&a->lock, NULL);
+    pthread_cond_init(&a->wake, NULL);
+    if (cfg->name)
+        snprintf(a->name, sizeof a->name, "%s", cfg->name);
+    else if (gethostname(a->name, sizeof a->name) != 0)
+        snprintf(a->name, sizeof a->name, "node");
+    a->name[sizeof a->name - 1] = 0;
+    if (mkdir(a->data_dir, 0755) != 0 && errno != EEXIST) {
+        mt_error_set(err, "data directory %s: %s", a->data_dir, strerror(errno));
+        goto fail;
+    }
+    if (load_or_make_key(a, err) || fix_listen(a, cfg->listen, err)) goto fail;
+    a->auth = mt_keys_authorized_new();
+    if (!a->auth) {
+        mt_error_set(err, "out of memory");
+        goto fail;
+    }
+    mt_hwinfo_detect(a->data_dir, &a->hw);
+    a->speed = cfg->speed > 0 ? cfg->speed : mt_hwinfo_speed(mt_hwinfo_read_bandwidth(a->hw.cores));
+    a->capacity = cfg->capacity > 0 ? cfg->capacity : a->hw.ram_available / 10 * 7;
+    if (a->capacity <= 0) a->capacity = 1 << 30;
+    char sl[160];
+    if (cfg->shard_listen) {
+        snprintf(sl, sizeof sl, "%s", cfg->shard_listen);
+    } else {
+        const char *colon = strrchr(a->listen, ':');
+        snprintf(sl, sizeof sl, "%.*s:0", (int)(colon - a->listen), a->listen);
+    }
+    a->shards = mt_http_server_start(sl, 2, 4096, shard_handler, a, err);
+    if (!a->shards) goto fail;
+    snprintf(a->shard_addr, sizeof a->shard_addr, "%s", mt_http_server_addr(a->shards));
+    say(a, "%.1f GB offered, speed %.2f (%.1f GB/s reads), %d cores, %s", a->capacity / 1e9,
+        a->speed, a->speed * 10, a->hw.cores, a->hw.simd);
+    if (join(a, err)) goto fail;
+    if (pthread_create(&a->hb_thread, NULL, hb_main, a) != 0) {
+        mt_error_set(err, "cannot start the heartbeat thread");
+        goto fail;
+    }
+    a->hb_started = true;
+    return a;
+fail:
+    mt_agent_stop(a);
+    return NULL;
+}
+
+void mt_agent_stop(mt_agent *a) {
+    if (!a) return;
+    pthread_mutex_lock(&a->lock);
+    a->stopping = true;
+    pthread_cond_broadcast(&a->wake);
+    pthread_mutex_unlock(&a->lock);
+    if (a->hb_started) pthread_join(a->hb_thread, NULL);
+    if (a->fetch_joinable) pthread_join(a->fetch_thread, NULL);
+    pthread_mutex_lock(&a->lock);
+    stop_node(a);
+    pthread_mutex_unlock(&a->lock);
+    if (a->shards) mt_http_server_stop(a->shards);
+    if (a->auth) mt_keys_authorized_free(a->auth);
+    json_decref(a->sources);
+    mt_keys_wipe(&a->keys);
+    pthread_mutex_destroy(&a->lock);
+    pthread_cond_destroy(&a->wake);
+    free(a->registry);
+    free(a->token);
+    free(a->key_path);
+    free(a->data_dir);
+    free(a);
+}
+
+void mt_agent_get_state(mt_agent *a, mt_agent_state *o) {
+    memset(o, 0, sizeof *o);
+    pthread_mutex_lock(&a->lock);
+    o->node_id = a->node_id;
+    snprintf(o->shard, sizeof o->shard, "%s", a->serving);
+    snprintf(o->fetching, sizeof o->fetching, "%s", a->fetching);
+    o->fetch_done = a->progress.bytes_done;
+    o->fetch_total = a->progress.bytes_total;
+    o->fetch_rate = a->progress.rate;
+    o->heartbeats = a->heartbeats;
+    o->heartbeat_failures = a->failures;
+    snprintf(o->last_error, sizeof o->last_error, "%s", a->last_error);
+    snprintf(o->addr, sizeof o->addr, "%s", a->listen);
+    pthread_mutex_unlock(&a->lock);
+}

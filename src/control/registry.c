@@ -1,0 +1,163 @@
+/* registry.c - the registry's life cycle (registry.h): database, identity,
+ * model layout, HTTP server, and the placement thread that re-places shards
+ * when nodes come, go, or pause. */
+#include "registry_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int64_t reg_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The registry's identity: loaded, or made on first start. */
+static int load_key(mt_registry *r, mt_error *err) {
+    struct stat sb;
+    if (stat(r->cfg.key, &sb) != 0) {
+        if (errno != ENOENT) return mt_error_set(err, "%s: %s", r->cfg.key, strerror(errno));
+        if (mt_keys_generate(&r->key, err) || mt_keys_save(&r->key, r->cfg.key, err)) return -1;
+        if (!r->cfg.quiet) fprintf(stderr, "registry: created identity %s\n", r->cfg.key);
+    } else if (mt_keys_load(&r->key, r->cfg.key, err)) {
+        return -1;
+    }
+    mt_keys_pk_to_hex(r->key.pk, r->key_hex);
+    return 0;
+}
+
+/* The model: its layout for placement, and its identity, which the database
+ * remembers so that a registry is never restarted on another model by
+ * mistake. */
+static int load_model(mt_registry *r, mt_error *err) {
+    r->model = gguf_open(r->cfg.model, err);
+    if (!r->model || mt_shard_layout_read(r->model, &r->layout, err)) return -1;
+    mt_error e = {{0}};
+    char *arch = gguf_get_string(r->model, "general.architecture", &e);
+    if (arch) {
+        char key[128];
+        uint32_t used = 0;
+        snprintf(key, sizeof key, "%s.expert_used_count", arch);
+        if (gguf_get_u32(r->model, key, &used, &e)) r->n_expert_used = (int32_t)used;
+        free(arch);
+    }
+    for (int32_t il = 0; il < r->layout.n_layer; il++)
+        r->model_bytes +=
+            r->layout.attn_bytes[il] + (uint64_t)r->layout.n_expert * r->layout.expert_bytes[il];
+    if (!r->cfg.quiet) fprintf(stderr, "registry: hashing %s\n", r->cfg.model);
+    if (mt_shard_source_id(r->model, r->source_id, NULL, err)) return -1;
+    char had[MT_SHARD_HASH_HEX];
+    if (reg_meta_get(r, "source_id", had, sizeof had) == 0) {
+        if (strcmp(had, r->source_id) != 0)
+            return mt_error_set(err,
+                                "%s was made for another model (source_id %.16s..., %s is "
+                                "%.16s...); use that model or a new database",
+                                r->db_path, had, r->cfg.model, r->source_id);
+    } else if (reg_meta_set(r, "source_id", r->source_id, err)) {
+        return -1;
+    }
+    const char *mode = r->cfg.mode == MT_REGISTRY_SWARM ? "swarm" : "cell";
+    char had_mode[16];
+    if (reg_meta_get(r, "mode", had_mode, sizeof had_mode) == 0 && strcmp(had_mode, mode) != 0)
+        return mt_error_set(err, "%s holds a %s, not a %s; use --mode %s or a new database",
+                            r->db_path, had_mode, mode, had_mode);
+    return reg_meta_set(r, "mode", mode, err);
+}
+
+static void *ticker(void *arg) {
+    mt_registry *r = arg;
+    pthread_mutex_lock(&r->lock);
+    while (!r->stopping) {
+        reg_replan(r, reg_now_ms());
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&r->wake, &r->lock, &ts);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
+    if (!cfg->model || !cfg->db || !cfg->key || !cfg->shard_dir) {
+        mt_error_set(err, "registry: the model, database, key file and shard directory are all"
+                          " required");
+        return NULL;
+    }
+    mt_registry *r = calloc(1, sizeof *r);
+    if (!r) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    r->cfg = *cfg;
+    if (r->cfg.replicas <= 0) r->cfg.replicas = 2;
+    if (r->cfg.spares < 0) r->cfg.spares = cfg->mode == MT_REGISTRY_CELL ? 1 : 0;
+    if (r->cfg.heartbeat_ms <= 0) r->cfg.heartbeat_ms = 1000;
+    if (r->cfg.dead_after_ms <= 0) r->cfg.dead_after_ms = 5000;
+    if (r->cfg.cert_minutes <= 0) r->cfg.cert_minutes = 60;
+    r->db_path = strdup(cfg->db);
+    r->shard_dir = strdup(cfg->shard_dir);
+    r->cfg.db = r->db_path;
+    r->cfg.shard_dir = r->shard_dir;
+    r->cfg.model = r->model_path = strdup(cfg->model);
+    r->cfg.key = strdup(cfg->key);
+    r->cfg.admin_token = cfg->admin_token ? strdup(cfg->admin_token) : NULL;
+    r->cfg.listen = r->listen = strdup(cfg->listen ? cfg->listen : "127.0.0.1:8470");
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->wake, NULL);
+    if (mkdir(r->shard_dir, 0755) != 0 && errno != EEXIST) {
+        mt_error_set(err, "shard directory %s: %s", r->shard_dir, strerror(errno));
+        goto fail;
+    }
+    if (reg_db_open(r, r->db_path, err) || load_key(r, err) || load_model(r, err)) goto fail;
+    r->cert_serial = (uint64_t)reg_now_ms() * 1000; /* unique across restarts */
+    r->http = mt_http_server_start(r->listen, 4, 1 << 20, reg_api_handle, r, err);
+    if (!r->http) goto fail;
+    snprintf(r->url, sizeof r->url, "http://%s", mt_http_server_addr(r->http));
+    if (pthread_create(&r->ticker, NULL, ticker, r) != 0) {
+        mt_error_set(err, "cannot start the placement thread");
+        goto fail;
+    }
+    r->ticker_started = true;
+    return r;
+fail:
+    mt_registry_stop(r);
+    return NULL;
+}
+
+void mt_registry_stop(mt_registry *r) {
+    if (!r) return;
+    if (r->http) mt_http_server_stop(r->http);
+    pthread_mutex_lock(&r->lock);
+    r->stopping = true;
+    pthread_cond_broadcast(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    if (r->ticker_started) pthread_join(r->ticker, NULL);
+    reg_db_close(r);
+    if (r->have_plan) mt_place_plan_free(&r->plan);
+    mt_shard_layout_free(&r->layout);
+    if (r->model) gguf_close(r->model);
+    mt_keys_wipe(&r->key);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->wake);
+    free(r->db_path);
+    free(r->shard_dir);
+    free(r->model_path);
+    free((char *)r->cfg.key);
+    free((char *)r->cfg.admin_token);
+    free(r->listen);
+    free(r);
+}
+
+const char *mt_registry_url(const mt_registry *r) {
+    return r->url;
+}
+
+const char *mt_registry_pubkey_hex(const mt_registry *r) {
+    return r->key_hex;
+}

@@ -1,0 +1,144 @@
+/* registry_internal.h - what the registry's files share (see registry.h for
+ * what the registry does): the registry object, node rows as the planner
+ * and the HTTP handlers see them, and the database helpers. */
+#ifndef MOONTAIL_REGISTRY_INTERNAL_H
+#define MOONTAIL_REGISTRY_INTERNAL_H
+
+#include "moontail/gguf.h"
+#include "moontail/http.h"
+#include "moontail/keys.h"
+#include "moontail/model.h"
+#include "moontail/placement.h"
+#include "moontail/registry.h"
+#include "moontail/shard.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- assignments --------------------------------------------------------------------- */
+
+typedef enum reg_role {
+    REG_ROLE_NONE = 0,
+    REG_ROLE_STAGE = 1,   /* cell: attention + experts [eb, ee) of layers [a, b) */
+    REG_ROLE_PARTNER = 2, /* cell: experts [eb, ee) of layers [a, b) for stage paired_with */
+    REG_ROLE_EXPERTS = 3, /* swarm: experts [eb, ee) of layers [a, b) */
+    REG_ROLE_SPARE = 4,   /* holds nothing; takes over a lost node's shard */
+} reg_role;
+
+typedef struct reg_assign {
+    reg_role role;
+    int32_t replica; /* pipeline (cell) or replica index; -1 none */
+    int32_t layer_begin, layer_end;
+    bool attention;
+    int32_t expert_begin, expert_end; /* [0, 0) = no routed experts */
+    int64_t paired_with;              /* partner: the stage node's id */
+} reg_assign;
+
+/* ---- nodes ------------------------------------------------------------------------------ */
+
+typedef struct reg_node {
+    int64_t id, account_id;
+    char name[64];
+    char pubkey[65];
+    char addr[128];       /* data plane "host:port" */
+    char shard_addr[128]; /* its shard server "host:port", "" = none */
+    int64_t ram, disk, vram;
+    int32_t cores;
+    char simd[16], gpu[64];
+    int64_t capacity; /* bytes of shard it offers */
+    double speed;     /* relative compute speed from its self-benchmark */
+    bool paused;
+    char schedule[128]; /* pause windows, "" = none */
+    int64_t joined, last_seen, uptime_ms;
+    reg_assign a;
+    char ready_shard[96]; /* the shard it serves now ("" = none) */
+    int64_t served_token_layers, served_expert_rows, served_tokens;
+    int32_t load_queue, load_sessions;
+    double tok_per_s;
+} reg_node;
+
+/* ---- the registry ---------------------------------------------------------------------- */
+
+struct mt_registry {
+    mt_registry_config cfg;
+    char *db_path, *model_path, *shard_dir, *listen;
+    pthread_mutex_t lock; /* the database and everything below */
+    sqlite3 *db;
+    mt_http_server *http;
+    char url[160];
+    mt_keys key;
+    char key_hex[65];
+    gguf_file *model;
+    mt_shard_layout layout;
+    int32_t n_expert_used; /* <arch>.expert_used_count, 0 for a dense model */
+    char source_id[MT_SHARD_HASH_HEX];
+    uint64_t model_bytes; /* every layer's bytes (what placement must cover once) */
+    uint64_t plan_version;
+    int64_t last_plan_ms;
+    char plan_why[512]; /* why coverage is incomplete, "" when complete */
+    int64_t moves;      /* shard changes made by placement so far */
+    mt_place_plan plan; /* the last plan (its assignments are the nodes' rows) */
+    bool have_plan;
+    pthread_t ticker;
+    bool ticker_started, stopping;
+    pthread_cond_t wake;
+    int64_t routes_served;
+    uint64_t cert_serial; /* serial of the last certificate issued (start: time-based) */
+};
+
+int64_t reg_now_ms(void);
+
+/* registry_db.c */
+int reg_db_open(mt_registry *r, const char *path, mt_error *err);
+void reg_db_close(mt_registry *r);
+int reg_db_exec(mt_registry *r, mt_error *err, const char *fmt, ...);
+sqlite3_stmt *reg_db_prepare(mt_registry *r, mt_error *err, const char *sql);
+int reg_db_step_done(mt_registry *r, sqlite3_stmt *st, mt_error *err);
+int reg_meta_get(mt_registry *r, const char *key, char *out, size_t cap);
+int reg_meta_set(mt_registry *r, const char *key, const char *value, mt_error *err);
+int reg_ledger_add(mt_registry *r, int64_t t_ms, int64_t account, int64_t node, const char *kind,
+                   int64_t amount, mt_error *err);
+int64_t reg_ledger_sum(mt_registry *r, const char *where_col, int64_t id, const char *kind);
+
+/* registry_nodes.c: node rows */
+int reg_nodes_load(mt_registry *r, reg_node **out, int32_t *n, mt_error *err);
+int reg_node_get(mt_registry *r, int64_t id, reg_node *out);
+int reg_node_save_assign(mt_registry *r, int64_t id, const reg_assign *a, mt_error *err);
+/* Alive: heard from within dead_after_ms. Available: alive, not paused now. */
+bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms);
+bool reg_node_available(const mt_registry *r, const reg_node *n, int64_t now_ms);
+const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_ms);
+const char *reg_role_name(reg_role role);
+
+/* registry_shards.c: shard names, cutting, manifests */
+void reg_shard_name(const reg_assign *a, char out[96]);
+void reg_assign_spec(const mt_registry *r, const reg_assign *a, mt_shard_spec *spec,
+                     int32_t *ids_storage);
+/* Cuts shard `name` (if not cut yet) and returns its manifest (new reference). */
+json_t *reg_shard_manifest(mt_registry *r, const char *name, mt_error *err);
+/* Parses a shard name back into an assignment (or the head/backbone). */
+int reg_shard_parse(const mt_registry *r, const char *name, reg_assign *a, bool *head);
+
+/* registry_plan.c: placement and routes */
+void reg_replan(mt_registry *r, int64_t now_ms);
+json_t *reg_route(mt_registry *r, uint64_t session, const int64_t *avoid, int32_t n_avoid,
+                  mt_error *err);
+
+/* registry_accounts.c: tokens and credits */
+int reg_token_new(char out[65]);
+void reg_token_hash(const char *token, char out[65]);
+int64_t reg_account_by_token(mt_registry *r, const char *token);
+int64_t reg_account_create(mt_registry *r, const char *name, char token[65], mt_error *err);
+bool reg_account_volunteered(mt_registry *r, int64_t account);
+json_t *reg_account_credits(mt_registry *r, int64_t account);
+
+/* registry_api.c: the HTTP endpoints (an mt_http_handler with ctx = the registry) */
+void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *resp);
+
+/* registry_status.c */
+json_t *reg_status_json(mt_registry *r);
+
+#endif

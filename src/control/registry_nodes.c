@@ -1,0 +1,169 @@
+/* registry_nodes.c - node rows: loading them for the planner and the API,
+ * saving assignments, and what state a node is in. */
+#include "moontail/schedule.h"
+#include "registry_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NODE_COLUMNS                                                                               \
+    "id, account_id, name, pubkey, addr, shard_addr, ram, disk, cores, simd, gpu, vram,"           \
+    " capacity, speed, paused, schedule, joined, last_seen, uptime_ms, role, replica,"             \
+    " layer_begin, layer_end, attention, expert_begin, expert_end, paired_with, ready_shard,"      \
+    " served_token_layers, served_expert_rows, served_tokens, load_queue, load_sessions,"          \
+    " tok_per_s"
+
+static void text(sqlite3_stmt *st, int col, char *out, size_t cap) {
+    const unsigned char *s = sqlite3_column_text(st, col);
+    snprintf(out, cap, "%s", s ? (const char *)s : "");
+}
+
+static void node_row(sqlite3_stmt *st, reg_node *n) {
+    memset(n, 0, sizeof *n);
+    int c = 0;
+    n->id = sqlite3_column_int64(st, c++);
+    n->account_id = sqlite3_column_int64(st, c++);
+    text(st, c++, n->name, sizeof n->name);
+    text(st, c++, n->pubkey, sizeof n->pubkey);
+    text(st, c++, n->addr, sizeof n->addr);
+    text(st, c++, n->shard_addr, sizeof n->shard_addr);
+    n->ram = sqlite3_column_int64(st, c++);
+    n->disk = sqlite3_column_int64(st, c++);
+    n->cores = sqlite3_column_int(st, c++);
+    text(st, c++, n->simd, sizeof n->simd);
+    text(st, c++, n->gpu, sizeof n->gpu);
+    n->vram = sqlite3_column_int64(st, c++);
+    n->capacity = sqlite3_column_int64(st, c++);
+    n->speed = sqlite3_column_double(st, c++);
+    n->paused = sqlite3_column_int(st, c++) != 0;
+    text(st, c++, n->schedule, sizeof n->schedule);
+    n->joined = sqlite3_column_int64(st, c++);
+    n->last_seen = sqlite3_column_int64(st, c++);
+    n->uptime_ms = sqlite3_column_int64(st, c++);
+    n->a.role = (reg_role)sqlite3_column_int(st, c++);
+    n->a.replica = sqlite3_column_int(st, c++);
+    n->a.layer_begin = sqlite3_column_int(st, c++);
+    n->a.layer_end = sqlite3_column_int(st, c++);
+    n->a.attention = sqlite3_column_int(st, c++) != 0;
+    n->a.expert_begin = sqlite3_column_int(st, c++);
+    n->a.expert_end = sqlite3_column_int(st, c++);
+    n->a.paired_with = sqlite3_column_int64(st, c++);
+    text(st, c++, n->ready_shard, sizeof n->ready_shard);
+    n->served_token_layers = sqlite3_column_int64(st, c++);
+    n->served_expert_rows = sqlite3_column_int64(st, c++);
+    n->served_tokens = sqlite3_column_int64(st, c++);
+    n->load_queue = sqlite3_column_int(st, c++);
+    n->load_sessions = sqlite3_column_int(st, c++);
+    n->tok_per_s = sqlite3_column_double(st, c++);
+}
+
+int reg_nodes_load(mt_registry *r, reg_node **out, int32_t *n, mt_error *err) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = reg_db_prepare(r, err, "SELECT " NODE_COLUMNS " FROM nodes ORDER BY id");
+    if (!st) return -1;
+    int32_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            reg_node *p = realloc(*out, (size_t)cap * sizeof *p);
+            if (!p) {
+                sqlite3_finalize(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return mt_error_set(err, "out of memory loading nodes");
+            }
+            *out = p;
+        }
+        node_row(st, &(*out)[(*n)++]);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return mt_error_set(err, "database: %s", sqlite3_errmsg(r->db));
+    }
+    return 0;
+}
+
+int reg_node_get(mt_registry *r, int64_t id, reg_node *out) {
+    sqlite3_stmt *st = reg_db_prepare(r, NULL, "SELECT " NODE_COLUMNS " FROM nodes WHERE id = ?");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int found = -1;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        node_row(st, out);
+        found = 0;
+    }
+    sqlite3_finalize(st);
+    return found;
+}
+
+int reg_node_save_assign(mt_registry *r, int64_t id, const reg_assign *a, mt_error *err) {
+    sqlite3_stmt *st =
+        reg_db_prepare(r, err,
+                       "UPDATE nodes SET role = ?, replica = ?, layer_begin = ?, layer_end = ?,"
+                       " attention = ?, expert_begin = ?, expert_end = ?, paired_with = ?"
+                       " WHERE id = ?");
+    if (!st) return -1;
+    sqlite3_bind_int(st, 1, a->role);
+    sqlite3_bind_int(st, 2, a->replica);
+    sqlite3_bind_int(st, 3, a->layer_begin);
+    sqlite3_bind_int(st, 4, a->layer_end);
+    sqlite3_bind_int(st, 5, a->attention);
+    sqlite3_bind_int(st, 6, a->expert_begin);
+    sqlite3_bind_int(st, 7, a->expert_end);
+    sqlite3_bind_int64(st, 8, a->paired_with);
+    sqlite3_bind_int64(st, 9, id);
+    return reg_db_step_done(r, st, err);
+}
+
+bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms) {
+    return n->last_seen > 0 && now_ms - n->last_seen <= r->cfg.dead_after_ms;
+}
+
+/* Inside a pause window now (local time of the registry). */
+static bool scheduled_pause(const reg_node *n, int64_t now_ms) {
+    if (!n->schedule[0]) return false;
+    mt_schedule s;
+    if (mt_schedule_parse(n->schedule, &s, NULL)) return false;
+    time_t t = (time_t)(now_ms / 1000);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    return mt_schedule_active(&s, &tm);
+}
+
+bool reg_node_available(const mt_registry *r, const reg_node *n, int64_t now_ms) {
+    return reg_node_alive(r, n, now_ms) && !n->paused && !scheduled_pause(n, now_ms);
+}
+
+const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_ms) {
+    if (!reg_node_alive(r, n, now_ms)) return n->last_seen ? "dead" : "joining";
+    if (n->paused || scheduled_pause(n, now_ms)) return n->a.role ? "draining" : "paused";
+    if (n->a.role == REG_ROLE_NONE) return "idle";
+    if (n->a.role == REG_ROLE_SPARE) return "spare";
+    char want[96];
+    reg_shard_name(&n->a, want);
+    return strcmp(want, n->ready_shard) == 0 ? "serving" : "loading";
+}
+
+const char *reg_role_name(reg_role role) {
+    switch (role) {
+    case REG_ROLE_NONE:
+        return "none";
+    case REG_ROLE_STAGE:
+        return "stage";
+    case REG_ROLE_PARTNER:
+        return "partner";
+    case REG_ROLE_EXPERTS:
+        return "experts";
+    case REG_ROLE_SPARE:
+        return "spare";
+    }
+    return "?";
+}

@@ -1,0 +1,194 @@
+/* registry_plan.c - the registry's use of the placement engine
+ * (placement.h): re-planning from the node rows, saving the assignments
+ * that changed, and answering route requests from the current plan with
+ * nodes that are alive and serve their assigned shard. */
+#include "moontail/placement.h"
+#include "registry_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mt_place_role to_place(reg_role r) {
+    switch (r) {
+    case REG_ROLE_STAGE:
+        return MT_PLACE_STAGE;
+    case REG_ROLE_PARTNER:
+        return MT_PLACE_PARTNER;
+    case REG_ROLE_EXPERTS:
+        return MT_PLACE_EXPERTS;
+    case REG_ROLE_SPARE:
+        return MT_PLACE_SPARE;
+    case REG_ROLE_NONE:
+        break;
+    }
+    return MT_PLACE_NONE;
+}
+
+static reg_role from_place(mt_place_role r) {
+    switch (r) {
+    case MT_PLACE_STAGE:
+        return REG_ROLE_STAGE;
+    case MT_PLACE_PARTNER:
+        return REG_ROLE_PARTNER;
+    case MT_PLACE_EXPERTS:
+        return REG_ROLE_EXPERTS;
+    case MT_PLACE_SPARE:
+        return REG_ROLE_SPARE;
+    case MT_PLACE_NONE:
+        break;
+    }
+    return REG_ROLE_NONE;
+}
+
+static reg_assign assign_of(const mt_place_assign *p) {
+    reg_assign a = {.role = REG_ROLE_NONE, .replica = -1};
+    if (!p) return a;
+    a.role = from_place(p->role);
+    a.replica = p->pipeline;
+    a.layer_begin = p->layer_begin;
+    a.layer_end = p->layer_end;
+    a.attention = p->attention;
+    a.expert_begin = p->expert_begin;
+    a.expert_end = p->expert_end;
+    a.paired_with = p->paired_with;
+    return a;
+}
+
+static bool same_assign(const reg_assign *a, const reg_assign *b) {
+    return a->role == b->role && a->replica == b->replica && a->layer_begin == b->layer_begin &&
+           a->layer_end == b->layer_end && a->attention == b->attention &&
+           a->expert_begin == b->expert_begin && a->expert_end == b->expert_end &&
+           a->paired_with == b->paired_with;
+}
+
+static mt_place_params params_of(const mt_registry *r) {
+    mt_place_params p =
+        mt_place_default_params(r->cfg.mode == MT_REGISTRY_SWARM ? MT_PLACE_SWARM : MT_PLACE_CELL);
+    p.replicas = r->cfg.replicas;
+    p.spares = r->cfg.spares;
+    return p;
+}
+
+/* Builds the plan for the nodes as they are now. */
+static int make_plan(mt_registry *r, const reg_node *nodes, int32_t n, int64_t now,
+                     mt_place_plan *plan, mt_error *err) {
+    mt_place_model m = mt_place_model_from_layout(&r->layout, r->n_expert_used);
+    mt_place_node *pn = calloc((size_t)(n ? n : 1), sizeof *pn);
+    if (!pn) return mt_error_set(err, "out of memory");
+    for (int32_t i = 0; i < n; i++) {
+        const reg_node *x = &nodes[i];
+        pn[i].id = x->id;
+        pn[i].capacity = (uint64_t)x->capacity;
+        pn[i].speed = x->speed > 0 ? x->speed : 1.0;
+        pn[i].available = reg_node_available(r, x, now);
+        pn[i].current.role = to_place(x->a.role);
+        pn[i].current.pipeline = x->a.replica;
+        pn[i].current.layer_begin = x->a.layer_begin;
+        pn[i].current.layer_end = x->a.layer_end;
+        pn[i].current.attention = x->a.attention;
+        pn[i].current.expert_begin = x->a.expert_begin;
+        pn[i].current.expert_end = x->a.expert_end;
+        pn[i].current.paired_with = x->a.paired_with;
+    }
+    mt_place_params p = params_of(r);
+    int rc = mt_place_plan_make(&m, pn, n, &p, plan, err);
+    free(pn);
+    return rc < 0 ? -1 : 0;
+}
+
+void reg_replan(mt_registry *r, int64_t now) {
+    reg_node *nodes;
+    int32_t n;
+    mt_error err = {{0}};
+    if (reg_nodes_load(r, &nodes, &n, &err)) {
+        if (!r->cfg.quiet) fprintf(stderr, "registry: placement: %s\n", err.msg);
+        return;
+    }
+    mt_place_plan plan;
+    if (make_plan(r, nodes, n, now, &plan, &err)) {
+        if (!r->cfg.quiet) fprintf(stderr, "registry: placement failed: %s\n", err.msg);
+        free(nodes);
+        return;
+    }
+    int32_t changed = 0;
+    for (int32_t i = 0; i < n; i++) {
+        reg_assign a = assign_of(mt_place_plan_find(&plan, nodes[i].id));
+        if (same_assign(&a, &nodes[i].a)) continue;
+        if (reg_node_save_assign(r, nodes[i].id, &a, &err) == 0) changed++;
+        if (!r->cfg.quiet) {
+            char was[96], now_name[96];
+            reg_shard_name(&nodes[i].a, was);
+            reg_shard_name(&a, now_name);
+            fprintf(stderr, "registry: node %lld '%s': %s %s -> %s %s\n", (long long)nodes[i].id,
+                    nodes[i].name, reg_role_name(nodes[i].a.role), was[0] ? was : "-",
+                    reg_role_name(a.role), now_name[0] ? now_name : "-");
+        }
+    }
+    bool why_changed = strcmp(r->plan_why, plan.reason) != 0;
+    snprintf(r->plan_why, sizeof r->plan_why, "%s", plan.reason);
+    if (changed) {
+        r->plan_version++;
+        r->moves += plan.moves;
+        r->last_plan_ms = now;
+    }
+    if (!r->cfg.quiet && (changed || why_changed))
+        fprintf(stderr, "registry: plan %llu: %d of %d %s, %d spares%s%s\n",
+                (unsigned long long)r->plan_version, plan.n_pipelines, plan.replicas_wanted,
+                r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", plan.n_spares,
+                plan.reason[0] ? "; " : "", plan.reason);
+    if (r->have_plan) mt_place_plan_free(&r->plan);
+    r->plan = plan; /* what routes are chosen from: the assignments just saved */
+    r->have_plan = true;
+    free(nodes);
+}
+
+/* One route entry for node x. */
+static json_t *hop_json(const reg_node *x, const mt_place_hop *h) {
+    return json_pack("{s:I, s:s, s:s, s:[i,i], s:[i,i]}", "node_id", (json_int_t)x->id, "addr",
+                     x->addr, "key", x->pubkey, "layers", h->layer_begin, h->layer_end, "experts",
+                     h->expert_begin, h->expert_end);
+}
+
+json_t *reg_route(mt_registry *r, uint64_t session, const int64_t *avoid, int32_t n_avoid,
+                  mt_error *err) {
+    reg_node *nodes;
+    int32_t n;
+    if (reg_nodes_load(r, &nodes, &n, err)) return NULL;
+    int64_t now = reg_now_ms();
+    json_t *out = NULL;
+    if (!r->have_plan) {
+        free(nodes);
+        mt_error_set(err, "no route: the registry has not placed any shard yet; wait a moment");
+        return NULL;
+    }
+    /* not usable: asked to avoid, dead, paused, or not serving its shard yet */
+    int64_t *skip = malloc((size_t)(n + n_avoid + 1) * sizeof *skip);
+    int32_t k = 0;
+    for (int32_t i = 0; skip && i < n_avoid; i++) skip[k++] = avoid[i];
+    for (int32_t i = 0; skip && i < n; i++)
+        if (strcmp(reg_node_state(r, &nodes[i], now), "serving") != 0) skip[k++] = nodes[i].id;
+    mt_place_route route;
+    if (!skip) {
+        mt_error_set(err, "out of memory");
+    } else if (mt_place_route_choose(&r->plan, skip, k, session, &route, err) == 0) {
+        bool swarm = r->cfg.mode == MT_REGISTRY_SWARM;
+        json_t *hops = json_array();
+        for (int32_t h = 0; h < route.n_hops; h++) {
+            if (route.hops[h].role == MT_PLACE_PARTNER) continue; /* its stage calls it */
+            for (int32_t i = 0; i < n; i++)
+                if (nodes[i].id == route.hops[h].node)
+                    json_array_append_new(hops, hop_json(&nodes[i], &route.hops[h]));
+        }
+        out = json_pack("{s:s, s:s, s:s, s:I, s:i, s:o}", "mode", swarm ? "swarm" : "cell",
+                        "source_id", r->source_id, "head", swarm ? "backbone" : "head",
+                        "plan_version", (json_int_t)r->plan_version, "pipeline", route.pipeline,
+                        swarm ? "experts" : "stages", hops);
+        mt_place_route_free(&route);
+    } else {
+        mt_error_prefix(err, "no route: %s", r->plan_why[0] ? r->plan_why : "the plan is complete");
+    }
+    free(skip);
+    free(nodes);
+    return out;
+}

@@ -1,0 +1,101 @@
+/* registry_status.c - GET /v1/status: the cell or swarm at a glance, as
+ * JSON for `moontail status` and the status page: every node's state, role,
+ * shard, load and tokens/s; every layer's coverage (holders serving now and
+ * holders assigned, against the replicas wanted), spares, queue, and
+ * whether requests can be routed. */
+#include "registry_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+json_t *reg_status_json(mt_registry *r) {
+    int64_t now = reg_now_ms();
+    reg_node *nodes = NULL;
+    int32_t n = 0;
+    reg_nodes_load(r, &nodes, &n, NULL);
+    const int32_t L = r->layout.n_layer, X = r->layout.n_expert;
+    bool swarm = r->cfg.mode == MT_REGISTRY_SWARM;
+    /* per layer: fewest holders of any of its slices, serving and assigned */
+    int32_t *serving = calloc((size_t)L * (size_t)(X ? X : 1) + 1, sizeof *serving);
+    int32_t *assigned = calloc((size_t)L * (size_t)(X ? X : 1) + 1, sizeof *assigned);
+    json_t *jn = json_array();
+    int32_t n_alive = 0, n_serving = 0, n_spares = 0, queue = 0;
+    double tok_per_s = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const reg_node *x = &nodes[i];
+        const char *state = reg_node_state(r, x, now);
+        char shard[96];
+        reg_shard_name(&x->a, shard);
+        bool alive = reg_node_alive(r, x, now), is_serving = strcmp(state, "serving") == 0;
+        n_alive += alive;
+        n_serving += is_serving;
+        n_spares += strcmp(state, "spare") == 0;
+        if (alive) queue += x->load_queue, tok_per_s += x->tok_per_s;
+        /* a slice (layer, expert) is covered by a stage's attention + its experts, or by
+         * a partner / expert server; in cell mode a layer counts once per pipeline */
+        for (int32_t il = x->a.layer_begin; serving && assigned && il < x->a.layer_end; il++) {
+            bool moe = X > 0 && r->layout.expert_bytes[il] > 0;
+            if (!moe) {
+                if (x->a.attention || swarm) {
+                    for (int32_t e = 0; e < (X ? X : 1); e++) {
+                        assigned[il * (X ? X : 1) + e]++;
+                        serving[il * (X ? X : 1) + e] += is_serving;
+                    }
+                }
+                continue;
+            }
+            for (int32_t e = x->a.expert_begin; e < x->a.expert_end; e++) {
+                assigned[il * X + e]++;
+                serving[il * X + e] += is_serving;
+            }
+        }
+        json_t *o = json_pack(
+            "{s:I, s:s, s:s, s:s, s:s, s:s, s:i, s:[i,i], s:b, s:[i,i], s:I, s:f, s:I, s:I, s:I,"
+            " s:I, s:i, s:i, s:f, s:I, s:s}",
+            "node_id", (json_int_t)x->id, "name", x->name, "addr", x->addr, "state", state, "role",
+            reg_role_name(x->a.role), "shard", shard, "replica", x->a.replica, "layers",
+            x->a.layer_begin, x->a.layer_end, "attention", x->a.attention, "experts",
+            x->a.expert_begin, x->a.expert_end, "capacity", (json_int_t)x->capacity, "speed",
+            x->speed, "ram", (json_int_t)x->ram, "served_token_layers",
+            (json_int_t)x->served_token_layers, "served_expert_rows",
+            (json_int_t)x->served_expert_rows, "uptime_ms", (json_int_t)x->uptime_ms, "queue",
+            x->load_queue, "sessions", x->load_sessions, "tok_per_s", x->tok_per_s,
+            "last_seen_ms_ago", (json_int_t)(x->last_seen ? now - x->last_seen : -1), "schedule",
+            x->schedule);
+        if (x->a.role == REG_ROLE_PARTNER)
+            json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
+        json_array_append_new(jn, o);
+    }
+    json_t *layers = json_array();
+    int32_t min_serving = L ? 1 << 30 : 0;
+    for (int32_t il = 0; il < L; il++) {
+        int32_t s = 1 << 30, a = 1 << 30;
+        int32_t w = X ? X : 1;
+        bool moe = X > 0 && r->layout.expert_bytes[il] > 0;
+        if (!swarm || moe) {
+            for (int32_t e = 0; serving && e < w; e++) {
+                if (serving[il * w + e] < s) s = serving[il * w + e];
+                if (assigned[il * w + e] < a) a = assigned[il * w + e];
+            }
+        } else { /* swarm: dense layers run on the requester's backbone */
+            s = a = r->cfg.replicas;
+        }
+        if (s == 1 << 30) s = a = 0;
+        if (s < min_serving) min_serving = s;
+        json_array_append_new(layers, json_pack("{s:i, s:i, s:i, s:b}", "layer", il, "serving", s,
+                                                "assigned", a, "moe", moe));
+    }
+    free(serving);
+    free(assigned);
+    free(nodes);
+    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:s,"
+                     " s:I, s:I, s:I, s:o, s:o}",
+                     "mode", swarm ? "swarm" : "cell", "source_id", r->source_id, "registry_key",
+                     r->key_hex, "n_layer", L, "n_expert", X, "plan_version",
+                     (json_int_t)r->plan_version, "moves", (json_int_t)r->moves, "replicas",
+                     r->cfg.replicas, "min_replicas_serving", min_serving, "nodes_alive", n_alive,
+                     "nodes_serving", n_serving, "spares", n_spares, "tok_per_s", tok_per_s,
+                     "ready", min_serving >= 1, "plan_note", r->plan_why, "queue",
+                     (json_int_t)queue, "routes_served", (json_int_t)r->routes_served,
+                     "nodes_known", (json_int_t)n, "layers", layers, "nodes", jn);
+}

@@ -1,0 +1,341 @@
+/* requester.c - generation through a registry with failover (requester.h):
+ * certificate, routes, the head shard, and replaying a session's history on
+ * a new route when a node is lost. */
+#include "moontail/requester.h"
+#include "moontail/http.h"
+#include "moontail/keys.h"
+#include "moontail/route.h"
+#include "moontail/shard_fetch.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+enum { MAX_AVOID = 256 };
+
+struct mt_requester {
+    mt_requester_config cfg;
+    char *registry, *token, *cache_dir;
+    mt_keys keys;
+    char head_path[600], backbone_path[600];
+    bool swarm;
+    json_t *route_json;
+    mt_route *route;
+    mt_route_session *s;
+    int32_t n_ctx;
+    uint64_t session_hint;
+    int64_t avoid[MAX_AVOID];
+    int32_t n_avoid;
+    mt_requester_stats stats;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void say(const mt_requester *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const mt_requester *q, const char *fmt, ...) {
+    if (q->cfg.quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("requester: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---- setup ------------------------------------------------------------------------------ */
+
+static int get_cert(mt_requester *q, mt_error *err) {
+    char url[600], pk[MT_KEYS_HEX_SIZE];
+    mt_keys_pk_to_hex(q->keys.pk, pk);
+    snprintf(url, sizeof url, "%s/v1/accounts/me/cert", q->registry);
+    json_t *body = json_pack("{s:s}", "pubkey", pk), *out = NULL;
+    int st = mt_http_json("POST", url, q->token, body, 10000, &out, err);
+    json_decref(body);
+    const char *hex = json_string_value(json_object_get(out, "cert"));
+    uint8_t cert[MT_CERT_BYTES];
+    size_t n = 0;
+    int rc = -1;
+    if (st == 200 && hex &&
+        sodium_hex2bin(cert, sizeof cert, hex, strlen(hex), NULL, &n, NULL) == 0 &&
+        n == MT_CERT_BYTES)
+        rc = mt_keys_set_cert(&q->keys, cert, n, err);
+    else if (st == 200)
+        mt_error_set(err, "%s: the registry's answer has no certificate", url);
+    json_decref(out);
+    return rc;
+}
+
+/* The head (cell) or backbone (swarm) shard, from the cache or the registry. */
+static int get_shard(mt_requester *q, const char *name, char *path, size_t cap, mt_error *err) {
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/shards/%s/manifest", q->registry, name);
+    json_t *m = NULL;
+    int st = mt_http_json("GET", url, NULL, NULL, 600000, &m, err);
+    if (st != 200 || mt_shard_manifest_check(m, err)) {
+        json_decref(m);
+        return -1;
+    }
+    /* named by content, so a cache never serves another model's head */
+    snprintf(path, cap, "%s/%s-%.16s.gguf", q->cache_dir, name,
+             json_string_value(json_object_get(m, "blake2b")));
+    int rc = 0;
+    if (!mt_shard_file_matches(path, m)) {
+        say(q, "fetching the %s shard (%lld bytes)", name,
+            (long long)json_integer_value(json_object_get(m, "bytes")));
+        const char *src[1] = {q->registry};
+        mt_fetch_config fc = {
+            .manifest = m, .sources = src, .n_sources = 1, .n_seeds = 1, .out = path};
+        rc = mt_shard_fetch(&fc, NULL, err);
+    }
+    json_decref(m);
+    return rc;
+}
+
+static int peers_of(json_t *arr, mt_route_peer **out, int *n, mt_error *err) {
+    *n = (int)json_array_size(arr);
+    *out = calloc((size_t)(*n ? *n : 1), sizeof **out);
+    if (!*out) return mt_error_set(err, "out of memory");
+    for (int i = 0; i < *n; i++) {
+        json_t *p = json_array_get(arr, (size_t)i);
+        const char *addr = json_string_value(json_object_get(p, "addr"));
+        const char *key = json_string_value(json_object_get(p, "key"));
+        json_t *ex = json_object_get(p, "experts");
+        if (!addr || strlen(addr) >= sizeof(*out)[i].addr || !key ||
+            mt_keys_pk_from_hex((*out)[i].pk, key, err))
+            return mt_error_set(err, "the registry's route has a malformed node entry");
+        snprintf((*out)[i].addr, sizeof(*out)[i].addr, "%s", addr);
+        if (json_array_size(ex) == 2) {
+            (*out)[i].expert_begin = (int32_t)json_integer_value(json_array_get(ex, 0));
+            (*out)[i].expert_end = (int32_t)json_integer_value(json_array_get(ex, 1));
+        }
+        json_t *ly = json_object_get(p, "layers");
+        if (json_array_size(ly) == 2) {
+            (*out)[i].layer_begin = (int32_t)json_integer_value(json_array_get(ly, 0));
+            (*out)[i].layer_end = (int32_t)json_integer_value(json_array_get(ly, 1));
+        }
+    }
+    return 0;
+}
+
+static void describe_route(mt_requester *q) {
+    char *p = q->stats.route;
+    size_t left = sizeof q->stats.route;
+    p[0] = 0;
+    json_t *arr = json_object_get(q->route_json, q->swarm ? "experts" : "stages");
+    for (size_t i = 0; i < json_array_size(arr) && left > 1; i++) {
+        json_t *h = json_array_get(arr, i);
+        json_t *l = json_object_get(h, q->swarm ? "experts" : "layers");
+        int k = snprintf(p, left, "%s%s%s[%lld,%lld)", i ? " " : "",
+                         json_string_value(json_object_get(h, "addr")), q->swarm ? "e" : "",
+                         json_integer_value(json_array_get(l, 0)),
+                         json_integer_value(json_array_get(l, 1)));
+        if (k < 0 || (size_t)k >= left) break;
+        p += k, left -= (size_t)k;
+    }
+}
+
+/* The ids of nodes on the current route whose address is addr. */
+static void avoid_addr(mt_requester *q, const char *addr) {
+    json_t *arr = json_object_get(q->route_json, q->swarm ? "experts" : "stages");
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *h = json_array_get(arr, i);
+        const char *a = json_string_value(json_object_get(h, "addr"));
+        if (a && strcmp(a, addr) == 0 && q->n_avoid < MAX_AVOID)
+            q->avoid[q->n_avoid++] = json_integer_value(json_object_get(h, "node_id"));
+    }
+}
+
+/* Asks for a route (avoiding failed nodes) and opens it. */
+static int open_route(mt_requester *q, mt_error *err) {
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/routes", q->registry);
+    json_t *avoid = json_array();
+    for (int32_t i = 0; i < q->n_avoid; i++)
+        json_array_append_new(avoid, json_integer(q->avoid[i]));
+    json_t *body = json_pack("{s:I, s:o}", "session", (json_int_t)(q->session_hint & INT64_MAX),
+                             "avoid", avoid),
+           *out = NULL;
+    int st = mt_http_json("POST", url, q->token, body, 15000, &out, err);
+    json_decref(body);
+    if (st != 200 || !json_is_object(out)) {
+        json_decref(out);
+        return -1;
+    }
+    const char *mode = json_string_value(json_object_get(out, "mode"));
+    q->swarm = mode && strcmp(mode, "swarm") == 0;
+    const char *head = q->swarm ? "backbone" : "head";
+    char *path = q->swarm ? q->backbone_path : q->head_path;
+    if (!path[0] && get_shard(q, head, path, sizeof q->head_path, err)) {
+        path[0] = 0;
+        json_decref(out);
+        return -1;
+    }
+    mt_route_peer *stages = NULL, *experts = NULL;
+    int n_stages = 0, n_experts = 0;
+    int rc = peers_of(json_object_get(out, "stages"), &stages, &n_stages, err);
+    if (rc == 0) rc = peers_of(json_object_get(out, "experts"), &experts, &n_experts, err);
+    if (rc == 0) {
+        mt_route_config c = {.head = path,
+                             .backbone = q->swarm ? path : NULL,
+                             .wire = q->cfg.wire,
+                             .keys = &q->keys,
+                             .stages = stages,
+                             .n_stages = n_stages,
+                             .experts = experts,
+                             .n_experts = n_experts,
+                             .threads = q->cfg.threads,
+                             .ubatch = q->cfg.ubatch,
+                             .timeout_ms = q->cfg.timeout_ms > 0 ? q->cfg.timeout_ms : 5000,
+                             .call_timeout_ms =
+                                 q->cfg.call_timeout_ms > 0 ? q->cfg.call_timeout_ms : 30000};
+        mt_route_close(q->route);
+        char failed[128] = "";
+        c.failed_addr = failed;
+        q->route = mt_route_open(&c, err);
+        rc = q->route ? 0 : -1;
+        if (!q->route && failed[0]) {
+            json_decref(q->route_json);
+            q->route_json = json_incref(out); /* so that the node id can be found */
+            avoid_addr(q, failed);
+        }
+    }
+    free(stages);
+    free(experts);
+    json_decref(q->route_json);
+    q->route_json = out;
+    if (rc == 0) {
+        describe_route(q);
+        say(q, "route: %s", q->stats.route);
+    }
+    return rc;
+}
+
+mt_requester *mt_requester_open(const mt_requester_config *cfg, mt_error *err) {
+    if (!cfg->registry || !cfg->token || !cfg->key_path || !cfg->cache_dir) {
+        mt_error_set(err, "requester: registry URL, account token, key file and cache directory"
+                          " are required");
+        return NULL;
+    }
+    mt_requester *q = calloc(1, sizeof *q);
+    if (!q) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    q->cfg = *cfg;
+    q->registry = strdup(cfg->registry);
+    size_t rl = strlen(q->registry);
+    while (rl > 0 && q->registry[rl - 1] == '/') q->registry[--rl] = 0;
+    q->token = strdup(cfg->token);
+    q->cache_dir = strdup(cfg->cache_dir);
+    randombytes_buf(&q->session_hint, sizeof q->session_hint);
+    struct stat sb;
+    int rc = 0;
+    if (mkdir(q->cache_dir, 0755) != 0 && errno != EEXIST)
+        rc = mt_error_set(err, "cache directory %s: %s", q->cache_dir, strerror(errno));
+    else if (stat(cfg->key_path, &sb) == 0)
+        rc = mt_keys_load(&q->keys, cfg->key_path, err);
+    else
+        rc = mt_keys_generate(&q->keys, err) || mt_keys_save(&q->keys, cfg->key_path, err);
+    if (rc == 0) rc = get_cert(q, err);
+    if (rc == 0) rc = open_route(q, err);
+    if (rc) {
+        mt_requester_close(q);
+        return NULL;
+    }
+    return q;
+}
+
+void mt_requester_close(mt_requester *q) {
+    if (!q) return;
+    if (q->s) mt_route_session_end(q->route, q->s);
+    mt_route_close(q->route);
+    json_decref(q->route_json);
+    mt_keys_wipe(&q->keys);
+    free(q->registry);
+    free(q->token);
+    free(q->cache_dir);
+    free(q);
+}
+
+const mt_model *mt_requester_head(const mt_requester *q) {
+    return mt_route_head(q->route);
+}
+
+int mt_requester_begin(mt_requester *q, int32_t n_ctx, mt_error *err) {
+    if (q->s) mt_route_session_end(q->route, q->s);
+    q->s = mt_route_session_new(q->route, n_ctx, err);
+    q->n_ctx = n_ctx;
+    randombytes_buf(&q->session_hint, sizeof q->session_hint);
+    return q->s ? 0 : -1;
+}
+
+int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *logits,
+                      mt_error *err) {
+    if (!q->s) return mt_error_set(err, "no session: call mt_requester_begin first");
+    if (mt_route_eval(q->route, q->s, ids, n, false, logits, err) == 0) return 0;
+    double t0 = now_ms();
+    /* the history to replay: everything before this call, then the new tokens */
+    int32_t n_past = 0;
+    const int32_t *hist = mt_route_session_tokens(q->s, &n_past);
+    const int32_t total = n_past + n;
+    int32_t *all = malloc((size_t)total * sizeof *all);
+    if (!all) return mt_error_set(err, "out of memory");
+    memcpy(all, hist, (size_t)n_past * sizeof *all);
+    memcpy(all + n_past, ids, (size_t)n * sizeof *all);
+    const int max = q->cfg.max_failovers > 0 ? q->cfg.max_failovers : 8;
+    int rc = -1;
+    /* the registry notices a dead node within its dead-after time; try for longer than that */
+    for (int attempt = 0; attempt < 4 * max && now_ms() - t0 < 20000; attempt++) {
+        snprintf(q->stats.last_failure, sizeof q->stats.last_failure, "%s", err->msg);
+        char failed[8][128];
+        int nf = q->route ? mt_route_failed_peers(q->route, failed, 8) : 0;
+        for (int i = 0; i < nf; i++) avoid_addr(q, failed[i]);
+        if (attempt == 0)
+            say(q, "route failed (%s); asking for another%s", err->msg,
+                nf ? " that avoids the failed node" : "");
+        if (q->s) mt_route_session_end(q->route, q->s);
+        q->s = NULL;
+        if (attempt > 0) {
+            struct timespec ts = {0, 250 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        rc = open_route(q, err);
+        if (rc == 0 && !(q->s = mt_route_session_new(q->route, q->n_ctx, err))) rc = -1;
+        if (rc == 0) rc = mt_route_eval(q->route, q->s, all, total, false, logits, err);
+        if (rc == 0) break;
+    }
+    free(all);
+    if (rc == 0) {
+        q->stats.failovers++;
+        q->stats.last_recovery_ms = now_ms() - t0;
+        q->stats.total_recovery_ms += q->stats.last_recovery_ms;
+        say(q, "recovered on a new route in %.0f ms (replayed %d tokens)",
+            q->stats.last_recovery_ms, total);
+        return 0;
+    }
+    mt_error_prefix(err, "no working route (tried for %.0f s)", (now_ms() - t0) / 1000);
+    return -1;
+}
+
+int mt_requester_report_usage(mt_requester *q, int64_t tokens, mt_error *err) {
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/usage", q->registry);
+    json_t *body = json_pack("{s:I}", "tokens", (json_int_t)tokens);
+    int st = mt_http_json("POST", url, q->token, body, 10000, NULL, err);
+    json_decref(body);
+    return st == 200 ? 0 : -1;
+}
+
+void mt_requester_get_stats(const mt_requester *q, mt_requester_stats *s) {
+    *s = q->stats;
+    s->replays = q->route ? mt_route_replays(q->route) : 0;
+}

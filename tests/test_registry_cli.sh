@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# test_registry_cli.sh - the control plane end to end, every part its own
+# process on 127.0.0.1: a registry (cell mode, 2 replicas, 1 spare) and 5
+# nodes that join it with an account token, each offering room for about
+# half the model. Checks:
+#   - join -> full coverage with 2 replicas serving, and one spare;
+#   - `moontail prompt --registry` gives the tokens `moontail run` gives;
+#   - killing a node that serves the route while it generates leaves the
+#     output unchanged (the requester fails over and replays; recovery time
+#     printed), and the spare restores 2 replicas;
+#   - a paused node gets no new work and is not routed to;
+#   - a registry restart loses no node, ledger row or credit;
+#   - `moontail cell earnings` reports served tokens per node from the ledger;
+#   - swarm mode with --require-volunteer refuses an account that has not
+#     volunteered, saying how to volunteer, and serves one whose node serves;
+#   - bad requests get 4xx answers and the registry keeps serving.
+set -u
+. "$(dirname "$0")/lib/harness.bash"
+T="timeout 60"
+cd "$tmp"
+
+# bg NAME CMD...: start in the background, wait for "listening on", set ADDR and PID
+bg() {
+    local name=$1
+    shift
+    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    PID=$!
+    pids+=("$PID")
+    wait_listening "$name" "$PID"
+}
+status() { "$BIN" status --registry "$URL" --json 2>/dev/null; }
+# wait_for JS SECONDS: until JS (on o = status) is true
+wait_for() {
+    local js=$1 limit=${2:-30} i
+    for i in $(seq 1 $((limit * 5))); do
+        status | json "process.exit(($js) ? 0 : 1)" 2>/dev/null && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+M="$tmp/m.gguf"
+"$BIN" mkmodel -o "$M" --arch qwen3moe --type f32 --layers 4 --embd 128 --heads 4 --head-dim 32 \
+    --ff 128 --ff-exp 64 --experts 8 --experts-used 2 --seed 3 >/dev/null || bad "mkmodel"
+# each node can hold about half of the layers
+cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))
+PROMPT="The cell computes one layer at a time"
+$T "$BIN" run -m "$M" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/ref.json" 2>/dev/null || bad "reference run"
+ref=$(tokens <"$tmp/ref.json")
+$T "$BIN" run -m "$M" -p "$PROMPT" -n 200 --temp 0 --ignore-eos >"$tmp/ref_long.txt" 2>/dev/null || bad "long reference"
+
+# ---- registry, account, nodes
+REG=(registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed"
+    --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500)
+bg reg "$BIN" "${REG[@]}" --listen 127.0.0.1:0
+URL=$ADDR
+REG_PID=$PID
+PORT=${URL##*:}
+expect 0 "token in" "$BIN" account new cafe --registry "$URL" -o "$tmp/cafe.token"
+declare -A node_pid node_addr
+for k in 1 2 3 4 5; do
+    bg "n$k" "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n$k.key" \
+        --data "$tmp/d$k" --listen 127.0.0.1:0 --name "pc$k" --capacity-mb "$cap_mb" \
+        --speed 1 --threads 1
+    node_pid[$k]=$PID
+    node_addr[$k]=$ADDR
+done
+wait_for 'o.min_replicas_serving >= 2 && o.spares >= 1 && o.nodes_alive == 5' 60 &&
+    ok || bad "5 nodes did not reach 2 serving replicas and a spare: $(status | head -c 1500)"
+expect 0 "READY" "$BIN" status --registry "$URL"
+cat "$tmp/o"
+# nobody fetched the whole model: every node holds one shard smaller than the model
+for k in 1 2 3 4 5; do
+    for f in "$tmp/d$k"/*.gguf; do
+        [ -e "$f" ] || continue
+        [ "$(stat -c %s "$f")" -lt "$(stat -c %s "$M")" ] && ok || bad "node $k holds a whole-model file"
+    done
+done
+
+# ---- a prompt through the registry gives the local tokens
+P=(prompt --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/req.key" --cache "$tmp/cache")
+$T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p1.json" 2>"$tmp/p1.err" || bad "prompt: $(cat "$tmp/p1.err")"
+got=$(tokens <"$tmp/p1.json" 2>/dev/null)
+[ -n "$got" ] && [ "$got" = "$ref" ] && ok || bad "registry prompt tokens differ: $got vs $ref"
+
+# ---- kill a node of the route mid-generation: same text, failover measured
+"$BIN" "${P[@]}" -p "$PROMPT" -n 200 --temp 0 --ignore-eos >"$tmp/long.txt" 2>"$tmp/long.err" &
+ppid=$!
+victim=""
+for _ in $(seq 1 200); do
+    route=$(sed -n 's/^requester: route: //p' "$tmp/long.err" | head -1)
+    [ -n "$route" ] && [ "$(stat -c %s "$tmp/long.txt")" -gt 20 ] && break
+    sleep 0.02
+done
+first=${route%%\[*}
+for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$first" ] && victim=$k; done
+if [ -n "$victim" ]; then
+    kill -9 "${node_pid[$victim]}"
+    t_kill=$(date +%s.%N)
+else
+    bad "could not find the route's first node ($route)"
+fi
+wait $ppid && ok || bad "prompt after a node died failed: $(tail -5 "$tmp/long.err")"
+cmp -s "$tmp/long.txt" "$tmp/ref_long.txt" && ok || bad "text after failover differs from the local run"
+grep -q "recovered on a new route" "$tmp/long.err" && ok || bad "no failover happened (the generation may have ended before the kill): $(cat "$tmp/long.err")"
+sed -n 's/^requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
+# the spare takes the lost shard: 2 replicas serving again
+wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
+    bad "2 replicas were not restored after a node died: $(status | head -c 1500)"
+echo "replicas restored $(node -e "console.log(($(date +%s.%N) - ${t_kill:-0}).toFixed(2))") s after the kill"
+
+# ---- pause a serving node: no new work, not routed to
+pid_of_paused=""
+nid=$(status | json 'const n=o.nodes.find(n=>n.state=="serving"); console.log(n.node_id + " " + n.addr)')
+paused_id=${nid%% *}
+paused_addr=${nid##* }
+expect 0 "draining\|paused" "$BIN" pause --registry "$URL" --node "$paused_id" --token-file "$tmp/cafe.token"
+wait_for "o.nodes.find(n=>n.node_id==$paused_id).role == 'none'" 20 && ok || bad "paused node kept its work"
+$T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p2.json" 2>"$tmp/p2.err"
+json "if (o.route.includes('$paused_addr')) process.exit(1)" <"$tmp/p2.json" && ok || bad "a paused node was routed to: $(cat "$tmp/p2.json")"
+[ "$(tokens <"$tmp/p2.json")" = "$ref" ] && ok || bad "tokens with a paused node differ"
+expect 0 "node $paused_id:" "$BIN" pause --registry "$URL" --node "$paused_id" --token-file "$tmp/cafe.token" --resume
+
+# ---- bad requests: 4xx, and the registry keeps serving
+code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+[ "$(code -X POST -d '{nope' "$URL/v1/accounts")" = 400 ] && ok || bad "malformed JSON not 400"
+[ "$(code -X POST -d '{"name": 5}' "$URL/v1/accounts")" = 400 ] && ok || bad "bad field type not 400"
+[ "$(code -X POST -d '{"name":"x","pubkey":"zz","addr":"1:2","capacity":1}' -H 'Authorization: Bearer nope' "$URL/v1/nodes")" = 401 ] && ok || bad "unknown token not 401"
+[ "$(code -X POST -d '{}' "$URL/v1/nodes/1/heartbeat")" = 401 ] && ok || bad "heartbeat without token not 401"
+[ "$(code "$URL/v1/shards/..%2F..%2Fetc%2Fpasswd")" = 404 ] && ok || bad "path trick not 404"
+[ "$(code -H 'Range: bytes=999999999-' "$URL/v1/shards/head")" = 416 ] && ok || bad "unsatisfiable range not 416"
+[ "$(code -X POST --data-binary @"$M" "$URL/v1/routes")" = 413 ] && ok || bad "huge body not 413"
+status | json 'if (!o.nodes_alive) process.exit(1)' && ok || bad "registry stopped answering after bad requests"
+
+# ---- the ledger and a registry restart
+sleep 0.5
+before=$(curl -s "$URL/v1/ledger/nodes")
+credits_before=$("$BIN" account show --registry "$URL" --token-file "$tmp/cafe.token" --json | json 'console.log(o.credits.served_token_layers)')
+kill -TERM "$REG_PID"
+wait "$REG_PID" 2>/dev/null
+bg reg2 "$BIN" "${REG[@]}" --listen "127.0.0.1:$PORT"
+[ "$ADDR" = "$URL" ] && ok || bad "registry came back on $ADDR, not $URL"
+after=$(curl -s "$URL/v1/ledger/nodes")
+node -e "
+const b=JSON.parse(process.argv[1]), a=JSON.parse(process.argv[2]);
+if (a.nodes.length !== b.nodes.length) throw new Error('nodes ' + b.nodes.length + ' -> ' + a.nodes.length);
+if (a.ledger_rows < b.ledger_rows) throw new Error('ledger rows ' + b.ledger_rows + ' -> ' + a.ledger_rows);
+for (const n of b.nodes) { const m=a.nodes.find(x=>x.node_id===n.node_id);
+  if (!m || m.token_layers < n.token_layers) throw new Error('node ' + n.node_id + ' lost work'); }
+" "$before" "$after" && ok || bad "registry restart lost something"
+credits_after=$("$BIN" account show --registry "$URL" --token-file "$tmp/cafe.token" --json | json 'console.log(o.credits.served_token_layers)')
+[ "$credits_after" -ge "$credits_before" ] && [ "$credits_before" -gt 0 ] && ok || bad "credits $credits_before -> $credits_after"
+wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok || bad "nodes did not come back to the restarted registry"
+$T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p3.json" 2>"$tmp/p3.err"
+[ "$(tokens <"$tmp/p3.json")" = "$ref" ] && ok || bad "prompt after registry restart differs: $(cat "$tmp/p3.err")"
+
+# ---- earnings from the ledger
+"$BIN" cell earnings --registry "$URL" --price-per-mtok 2 --share 0.5 --json >"$tmp/earn.json" && ok || bad "cell earnings"
+json 'if (!(o.tokens > 0 && o.earnings > 0 && o.nodes.length == 5)) process.exit(1)' <"$tmp/earn.json" && ok || bad "earnings: $(cat "$tmp/earn.json")"
+"$BIN" cell earnings --registry "$URL" --price-per-mtok 2 --share 0.5
+
+# ---- swarm mode: lend before you prompt
+SW=(registry --model "$M" --mode swarm --require-volunteer --db "$tmp/sw.db" --key "$tmp/sw.key"
+    --shards "$tmp/swseed" --replicas 1 --heartbeat-ms 200 --dead-after-ms 1500)
+bg sw "$BIN" "${SW[@]}" --listen 127.0.0.1:0
+SURL=$ADDR
+"$BIN" account new taker --registry "$SURL" -o "$tmp/taker.token" 2>/dev/null || bad "account taker"
+"$BIN" account new giver --registry "$SURL" -o "$tmp/giver.token" 2>/dev/null || bad "account giver"
+for k in 1 2; do
+    bg "sn$k" "$BIN" node --registry "$SURL" --token-file "$tmp/giver.token" --key "$tmp/s$k.key" \
+        --data "$tmp/s$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
+done
+for _ in $(seq 1 150); do
+    "$BIN" status --registry "$SURL" --json | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
+    sleep 0.2
+done
+SP=(prompt --registry "$SURL" --key "$tmp/req2.key" --cache "$tmp/cache2" -p "$PROMPT" -n 24 --temp 0 --json)
+expect 1 "not volunteered" "$BIN" "${SP[@]}" --token-file "$tmp/taker.token"
+grep -q "moontail node --registry" "$tmp/o" && ok || bad "the refusal does not say how to volunteer"
+$T "$BIN" "${SP[@]}" --token-file "$tmp/giver.token" >"$tmp/sw.json" 2>"$tmp/sw.err"
+[ "$(tokens <"$tmp/sw.json")" = "$ref" ] && ok || bad "swarm prompt differs: $(cat "$tmp/sw.err")"
+
+finish
