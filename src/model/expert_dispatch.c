@@ -137,22 +137,24 @@ int mt_expert_dispatch_add_layers(mt_expert_dispatch *d, mt_expert_backend holde
     d->workers = w;
     int32_t k = d->n_holders;
     d->workers[k] = NULL;
-    for (int32_t i = 0; i < (n < 0 ? d->n_expert : n); i++) {
-        int32_t e = n < 0 ? i : ids[i];
-        if (e < 0 || e >= d->n_expert)
-            return mt_error_set(err, "expert dispatch: expert id %d is outside [0, %d)", e,
-                                d->n_expert);
-        for (int32_t il = layer_begin; il < layer_end; il++) {
-            int32_t *o = &d->owner[(size_t)il * (size_t)d->n_expert + (size_t)e];
-            if (n < 0 && *o >= 0) continue;
-            if (*o >= 0)
-                return mt_error_set(err,
-                                    "expert dispatch: expert %d of layer %d is already held by"
-                                    " holder %d",
-                                    e, il, *o);
-            *o = k;
+    /* check everything first, so that a refused holder leaves the table as it was */
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t i = 0; i < (n < 0 ? d->n_expert : n); i++) {
+            int32_t e = n < 0 ? i : ids[i];
+            if (e < 0 || e >= d->n_expert)
+                return mt_error_set(err, "expert dispatch: expert id %d is outside [0, %d)", e,
+                                    d->n_expert);
+            for (int32_t il = layer_begin; il < layer_end; il++) {
+                int32_t *o = &d->owner[(size_t)il * (size_t)d->n_expert + (size_t)e];
+                if (n < 0 && *o >= 0 && *o != k) continue;
+                if (*o >= 0 && *o != k)
+                    return mt_error_set(err,
+                                        "expert dispatch: expert %d of layer %d is already held"
+                                        " by holder %d",
+                                        e, il, *o);
+                if (pass == 1) *o = k;
+            }
         }
-    }
     d->holders[k] = holder;
     d->n_holders++;
     return 0;

@@ -23,6 +23,7 @@ typedef struct route_stage {
     mt_route_peer peer;
     mt_remote *r;
     int32_t layer_begin, layer_end;
+    bool failed; /* the last call through it failed (also with an ERROR reply) */
 } route_stage;
 
 struct mt_route {
@@ -319,7 +320,7 @@ int mt_route_replays(const mt_route *r) {
 int mt_route_failed_peers(const mt_route *r, char (*addrs)[128], int max) {
     int n = 0;
     for (int i = 0; i < r->n_stages && n < max; i++)
-        if (!r->stages[i].r || !mt_remote_is_open(r->stages[i].r))
+        if (!r->stages[i].r || !mt_remote_is_open(r->stages[i].r) || r->stages[i].failed)
             snprintf(addrs[n++], 128, "%s", r->stages[i].peer.addr);
     for (int i = 0; i < r->n_experts && n < max; i++)
         if (!r->experts[i].r || !mt_remote_is_open(r->experts[i].r))
@@ -400,9 +401,13 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
             r->hops[k].layer_begin = h->layer_begin;
             r->hops[k].layer_end = h->layer_end;
         }
+        st->failed = false;
         if (mt_remote_stage_chain(st->r, s->id, st->layer_begin, st->layer_end, r->hops, n_hops,
                                   pos, n, hidden, r->wire, &code, err) == 0)
             continue;
+        /* a node that cannot compute (e.g. its paired partner is gone) is as good as lost
+         * for this route; an unknown session is only a replay away */
+        st->failed = code != MT_PROTO_ERR_UNKNOWN_SESSION;
         if (code == MT_PROTO_ERR_UNKNOWN_SESSION && p0 > 0) return PASS_REPLAY;
         if (code == 0 && !mt_remote_is_open(st->r)) { /* the connection broke: reconnect once */
             mt_error e2 = {{0}};
