@@ -9,12 +9,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-mt_model *cli_open_model(const char *path, mt_error *err) {
-    if (path) return mt_model_load(path, err);
+int cli_write_builtin_model(const char *path, mt_error *err) {
     mt_synth_params p = mt_synth_default_params("qwen3moe");
     p.type = MT_TYPE_Q8_0;
     p.seed = 42;
     p.readable = true;
+    return mt_synth_write(&p, path, err);
+}
+
+mt_model *cli_open_model(const char *path, mt_error *err) {
+    if (path) return mt_model_load(path, err);
     const char *dir = getenv("TMPDIR");
     char tmp[512];
     snprintf(tmp, sizeof tmp, "%s/moontail-default-XXXXXX", dir && *dir ? dir : "/tmp");
@@ -25,7 +29,7 @@ mt_model *cli_open_model(const char *path, mt_error *err) {
         return NULL;
     }
     close(fd);
-    mt_model *m = mt_synth_write(&p, tmp, err) == 0 ? mt_model_load(tmp, err) : NULL;
+    mt_model *m = cli_write_builtin_model(tmp, err) == 0 ? mt_model_load(tmp, err) : NULL;
     unlink(tmp); /* the mapping stays valid after the name is gone */
     return m;
 }

@@ -7,4 +7,7 @@
 /* path NULL = the built-in synthetic default model. */
 mt_model *cli_open_model(const char *path, mt_error *err);
 
+/* Writes the built-in synthetic model (a small qwen3moe, Q8_0, byte vocabulary) to path. */
+int cli_write_builtin_model(const char *path, mt_error *err);
+
 #endif
