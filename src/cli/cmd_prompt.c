@@ -3,6 +3,7 @@
  * a registry, with failover (moontail/requester.h). The head shard and the
  * tokenizer stay in this process, the layers run on nodes. The loop itself
  * is generate.c. */
+#include "cli_config.h"
 #include "generate.h"
 #include "moontail/requester.h"
 #include "moontail/route.h"
@@ -12,7 +13,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: moontail prompt --registry URL --token-file FILE [-p PROMPT | -f FILE] [options]\n"
+    "usage: moontail prompt [\"PROMPT\"] [options]   (registry and token from moontail setup)\n"
+    "       moontail prompt --registry URL --token-file FILE [-p PROMPT | -f FILE] [options]\n"
     "       moontail prompt --route FILE [-p PROMPT | -f FILE] [options]\n"
     "\n"
     "  --registry URL      ask this registry for a route (and a new one if a node fails)\n"
@@ -128,8 +130,19 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
 int cmd_prompt(int argc, char **argv) {
     cli_gen g;
     cli_gen_defaults(&g);
+    /* `moontail prompt "text" ...`: the first argument may be the prompt itself */
+    char *args[256];
+    const char *positional = NULL;
+    if (argc >= 2 && argv[1][0] != '-' && argc < 255) {
+        positional = argv[1];
+        args[0] = argv[0];
+        for (int i = 2; i < argc; i++) args[i - 1] = argv[i];
+        args[--argc] = NULL;
+        argv = args;
+    }
     const char *route_path = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
                *key = "requester.key", *cache = "moontail-cache", *wire = "f32";
+    cli_config conf;
     const cli_opt extra[] = {
         {"--route", CLI_STRING, &route_path, 0, 0}, {"--registry", CLI_STRING, &registry, 0, 0},
         {"--token", CLI_STRING, &token, 0, 0},      {"--token-file", CLI_STRING, &token_file, 0, 0},
@@ -137,9 +150,21 @@ int cmd_prompt(int argc, char **argv) {
         {"--wire", CLI_STRING, &wire, 0, 0},        {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_gen_parse("prompt", argc, argv, &g, extra, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    if (positional && (g.prompt || g.prompt_file)) {
+        fprintf(stderr, "moontail prompt: give the prompt once (as text, -p or -f)\n");
+        return 2;
+    }
+    if (positional) g.prompt = positional;
+    /* after `moontail setup`, the registry, token and keys come from ~/.moontail */
+    if (!route_path && !registry && cli_config_load(&conf) == 0 && conf.registry[0]) {
+        registry = conf.registry;
+        if (!token && !token_file && conf.has_token) token_file = conf.token_file;
+        if (strcmp(key, "requester.key") == 0) key = conf.requester_key;
+        if (strcmp(cache, "moontail-cache") == 0) cache = conf.cache_dir;
+    }
     if (!route_path == !registry) {
-        fprintf(stderr, "moontail prompt: give either --registry URL or --route FILE; see"
-                        " 'moontail prompt --help'\n");
+        fprintf(stderr, "moontail prompt: give either --registry URL or --route FILE (or run"
+                        " 'moontail setup' once); see 'moontail prompt --help'\n");
         return 2;
     }
     if (registry) return prompt_registry(&g, registry, token, token_file, key, cache, wire);

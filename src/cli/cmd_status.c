@@ -3,6 +3,7 @@
  * by state, every layer's coverage against the replicas wanted, spares,
  * queue and tokens/s, then one line per node. */
 #include "cli.h"
+#include "cli_config.h"
 #include "moontail/http.h"
 
 #include <stdio.h>
@@ -50,8 +51,11 @@ int cmd_status(int argc, char **argv) {
                             {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_parse("status", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    cli_config conf;
+    if (!registry && cli_config_load(&conf) == 0 && conf.registry[0]) registry = conf.registry;
     if (!registry) {
-        fprintf(stderr, "moontail status: --registry URL is required\n");
+        fprintf(stderr, "moontail status: --registry URL is required (or run 'moontail setup'"
+                        " once)\n");
         return 2;
     }
     char url[600];

@@ -1,0 +1,69 @@
+/* cli_config.c - this machine's MoonTail home: ~/.moontail (or
+ * $MOONTAIL_HOME), made by `moontail setup`. It holds
+ *   config.json     {"registry": URL, "listen": ADDR, "name": NAME,
+ *                    "capacity_mb": N} - what setup was told
+ *   token           the account token (0600)
+ *   node.key        the node's identity (0600)
+ *   requester.key   the requester's identity (0600)
+ *   data/, cache/   shards this node holds; the head shard prompts use
+ *   node.pid, node.log   the background node (when not a systemd service)
+ * Commands take their defaults from it, so that after setup `moontail
+ * prompt "..."` and `moontail status` need no options. */
+#include "cli_config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int cli_home(char *out, size_t cap) {
+    const char *h = getenv("MOONTAIL_HOME");
+    if (h && *h) return snprintf(out, cap, "%s", h) < (int)cap ? 0 : -1;
+    const char *home = getenv("HOME");
+    if (!home || !*home) return -1;
+    return snprintf(out, cap, "%s/.moontail", home) < (int)cap ? 0 : -1;
+}
+
+void cli_home_path(const char *home, const char *name, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%s", home, name);
+}
+
+int cli_config_load(cli_config *c) {
+    memset(c, 0, sizeof *c);
+    if (cli_home(c->home, sizeof c->home)) return -1;
+    cli_home_path(c->home, "token", c->token_file, sizeof c->token_file);
+    cli_home_path(c->home, "node.key", c->node_key, sizeof c->node_key);
+    cli_home_path(c->home, "requester.key", c->requester_key, sizeof c->requester_key);
+    cli_home_path(c->home, "data", c->data_dir, sizeof c->data_dir);
+    cli_home_path(c->home, "cache", c->cache_dir, sizeof c->cache_dir);
+    struct stat sb;
+    c->has_token = stat(c->token_file, &sb) == 0;
+    char path[700];
+    cli_home_path(c->home, "config.json", path, sizeof path);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) return errno == ENOENT || strstr(je.text, "unable to open") ? 1 : -1;
+    const char *reg = json_string_value(json_object_get(j, "registry"));
+    const char *listen = json_string_value(json_object_get(j, "listen"));
+    const char *name = json_string_value(json_object_get(j, "name"));
+    if (reg) snprintf(c->registry, sizeof c->registry, "%s", reg);
+    if (listen) snprintf(c->listen, sizeof c->listen, "%s", listen);
+    if (name) snprintf(c->name, sizeof c->name, "%s", name);
+    c->capacity_mb = json_integer_value(json_object_get(j, "capacity_mb"));
+    json_decref(j);
+    c->loaded = true;
+    return 0;
+}
+
+int cli_config_save(const cli_config *c) {
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I}", "registry", c->registry, "listen", c->listen,
+                          "name", c->name, "capacity_mb", (json_int_t)c->capacity_mb);
+    char path[700], tmp[720];
+    cli_home_path(c->home, "config.json", path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.part", path);
+    int rc = json_dump_file(j, tmp, JSON_INDENT(2)) == 0 && rename(tmp, path) == 0 ? 0 : -1;
+    json_decref(j);
+    return rc;
+}

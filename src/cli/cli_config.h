@@ -1,0 +1,28 @@
+/* cli_config.h - this machine's MoonTail home and config (see cli_config.c). */
+#ifndef MOONTAIL_CLI_CONFIG_H
+#define MOONTAIL_CLI_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cli_config {
+    bool loaded;    /* config.json was there */
+    bool has_token; /* the token file is there */
+    char home[512];
+    char registry[256], listen[160], name[64];
+    int64_t capacity_mb;
+    char token_file[600], node_key[600], requester_key[600], data_dir[600], cache_dir[600];
+} cli_config;
+
+/* The home directory: $MOONTAIL_HOME, else ~/.moontail. 0, or -1 without HOME. */
+int cli_home(char *out, size_t cap);
+void cli_home_path(const char *home, const char *name, char *out, size_t cap);
+
+/* Reads config.json. 0 when loaded, 1 when there is none (c->home is set
+ * either way), -1 when it cannot be read or parsed. */
+int cli_config_load(cli_config *c);
+/* Writes config.json atomically. */
+int cli_config_save(const cli_config *c);
+
+#endif

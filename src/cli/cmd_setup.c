@@ -1,0 +1,376 @@
+/* cmd_setup.c - `moontail setup`: the first run on a volunteer's or a cell
+ * PC. Shows the terms until they are accepted; then makes this machine's
+ * MoonTail home (cli_config.c: identities, token, config; secrets 0600 in a
+ * 0700 directory), gets an account token from the registry (or takes the
+ * one the operator handed out), and starts volunteering: a systemd user
+ * service where systemd runs the user's session, otherwise a background
+ * process with a pid file and a log. `--stop` stops the background node. */
+#include "cli.h"
+#include "cli_config.h"
+#include "moontail/http.h"
+#include "moontail/keys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char usage[] =
+    "usage: moontail setup --accept-terms --registry URL [options]\n"
+    "       moontail setup --stop\n"
+    "\n"
+    "First run on this machine: creates its identity and config in ~/.moontail\n"
+    "(or $MOONTAIL_HOME), gets an account token from the registry, and starts\n"
+    "volunteering (a systemd user service, or a background process). Without\n"
+    "--accept-terms it shows the terms and stops.\n"
+    "\n"
+    "  --registry URL      the registry to join (kept in the config)\n"
+    "  --token-file FILE   an account token from the cell's operator (default: ask the\n"
+    "                      registry for a new account)\n"
+    "  --name NAME         how this machine is shown (default: its host name)\n"
+    "  --listen ADDR       where peers reach this node (default 127.0.0.1:7411; give this\n"
+    "                      machine's LAN address, e.g. 192.168.1.20:7411, to serve a cell)\n"
+    "  --capacity-mb N     memory offered for shards (default 70% of available RAM)\n"
+    "  --no-start          set up, but do not start the node\n"
+    "  --foreground        run the node in this terminal instead of the background\n"
+    "  --stop              stop the background node\n";
+
+static const char terms[] =
+    "MoonTail - before this machine volunteers\n"
+    "\n"
+    "What you share:\n"
+    "  - memory and compute: the registry assigns this machine a shard (some layers or\n"
+    "    experts of the model) and it computes them for other people's requests;\n"
+    "  - network: it downloads its shard from peers or the registry, serves the shard to\n"
+    "    peers that need the same one, and exchanges hidden states with requesters;\n"
+    "  - a record: the registry keeps how much this machine served (the ledger), its\n"
+    "    hardware summary (RAM, disk, cores, SIMD level, GPU) and its address.\n"
+    "What it sees: hidden states (vectors of numbers) for its layers. Never token ids,\n"
+    "  text or what is generated; see docs/privacy.md for what can and cannot be\n"
+    "  inferred from hidden states.\n"
+    "What it runs: the model's weights keep their own licence; by serving them you\n"
+    "  accept that licence (the registry's model card says which). MoonTail itself is\n"
+    "  MIT-licensed.\n"
+    "Stopping: `moontail setup --stop` (or `systemctl --user stop moontail-node`); pause\n"
+    "  windows: `moontail pause --schedule \"Mon-Fri 09:00-18:00\"`.\n"
+    "\n"
+    "To accept and start: moontail setup --accept-terms --registry URL\n";
+
+static int make_dir(const char *path, mode_t mode) {
+    if (mkdir(path, mode) != 0 && errno != EEXIST) {
+        fprintf(stderr, "moontail setup: cannot create %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return chmod(path, mode);
+}
+
+static int ensure_key(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0) return 0;
+    mt_keys k;
+    mt_error err = {{0}};
+    int rc = mt_keys_generate(&k, &err) || mt_keys_save(&k, path, &err) ? -1 : 0;
+    mt_keys_wipe(&k);
+    if (rc) fprintf(stderr, "moontail setup: %s\n", err.msg);
+    return rc;
+}
+
+static int write_secret(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || dprintf(fd, "%s\n", text) < 0) {
+        fprintf(stderr, "moontail setup: %s: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    fchmod(fd, 0600);
+    return close(fd);
+}
+
+/* An account token: the operator's, one kept from an earlier setup, or a new account. */
+static int get_token(cli_config *c, const char *token_file) {
+    if (token_file) {
+        char *t = cli_token("setup", NULL, token_file);
+        if (!t) return -1;
+        int rc = write_secret(c->token_file, t);
+        free(t);
+        return rc;
+    }
+    if (c->has_token) return 0;
+    char url[400], who[128], host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    const char *user = getenv("USER");
+    snprintf(who, sizeof who, "%s@%s-%lx", user && *user ? user : "volunteer", host,
+             (unsigned long)getpid());
+    snprintf(url, sizeof url, "%s/v1/accounts", c->registry);
+    json_t *body = json_pack("{s:s}", "name", who), *out = NULL;
+    mt_error err = {{0}};
+    int st = mt_http_json("POST", url, NULL, body, 10000, &out, &err);
+    json_decref(body);
+    const char *tok = json_string_value(json_object_get(out, "token"));
+    int rc = -1;
+    if (st == 201 && tok) {
+        rc = write_secret(c->token_file, tok);
+        if (rc == 0) printf("created account '%s' on %s\n", who, c->registry);
+    } else if (st == 403) {
+        fprintf(stderr,
+                "moontail setup: this registry does not open accounts by itself; ask its operator"
+                " for a token and pass it with --token-file FILE\n");
+    } else {
+        fprintf(stderr, "moontail setup: cannot create an account: %s\n", err.msg);
+    }
+    json_decref(out);
+    return rc;
+}
+
+static bool systemd_user(void) {
+    if (!getenv("XDG_RUNTIME_DIR") || getenv("MOONTAIL_NO_SYSTEMD")) return false;
+    char *args[] = {"systemctl", "--user", "is-system-running", NULL};
+    pid_t pid;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawnp(&pid, "systemctl", &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    int st = 0;
+    if (rc != 0 || waitpid(pid, &st, 0) < 0) return false;
+    /* "running" or "degraded": a user manager is there */
+    return WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 1);
+}
+
+static int run_cmd(char *const *args) {
+    pid_t pid;
+    int st = 0;
+    if (posix_spawnp(&pid, args[0], NULL, NULL, args, environ) != 0 || waitpid(pid, &st, 0) < 0)
+        return -1;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* The node's command line (argv for exec, and one quoted line for a unit file). */
+static void node_args(const cli_config *c, const char *self, char capmb[32], char **argv) {
+    int k = 0;
+    argv[k++] = (char *)self;
+    argv[k++] = "node";
+    argv[k++] = "--registry";
+    argv[k++] = (char *)c->registry;
+    argv[k++] = "--token-file";
+    argv[k++] = (char *)c->token_file;
+    argv[k++] = "--key";
+    argv[k++] = (char *)c->node_key;
+    argv[k++] = "--data";
+    argv[k++] = (char *)c->data_dir;
+    argv[k++] = "--listen";
+    argv[k++] = (char *)c->listen;
+    argv[k++] = "--name";
+    argv[k++] = (char *)c->name;
+    if (c->capacity_mb > 0) {
+        snprintf(capmb, 32, "%lld", (long long)c->capacity_mb);
+        argv[k++] = "--capacity-mb";
+        argv[k++] = capmb;
+    }
+    argv[k] = NULL;
+}
+
+static int start_service(const cli_config *c, const char *self) {
+    char *argv[24], capmb[32];
+    node_args(c, self, capmb, argv);
+    const char *home = getenv("HOME");
+    char dir[600], unit[700];
+    snprintf(dir, sizeof dir, "%s/.config/systemd/user", home ? home : ".");
+    char mk[700];
+    snprintf(mk, sizeof mk, "%s/.config/systemd", home ? home : ".");
+    char parent[600];
+    snprintf(parent, sizeof parent, "%s/.config", home ? home : ".");
+    mkdir(parent, 0755), mkdir(mk, 0755), mkdir(dir, 0755);
+    snprintf(unit, sizeof unit, "%s/moontail-node.service", dir);
+    FILE *f = fopen(unit, "w");
+    if (!f) {
+        fprintf(stderr, "moontail setup: %s: %s\n", unit, strerror(errno));
+        return -1;
+    }
+    fprintf(f,
+            "# written by moontail setup\n[Unit]\nDescription=MoonTail node (volunteering "
+            "to %s)\nAfter=network-online.target\n\n[Service]\nExecStart=",
+            c->registry);
+    for (int i = 0; argv[i]; i++) fprintf(f, "%s\"%s\"", i ? " " : "", argv[i]);
+    fprintf(f,
+            "\nRestart=on-failure\nRestartSec=5\nNice=10\n\n[Install]\nWantedBy=default.target\n");
+    fclose(f);
+    char *reload[] = {"systemctl", "--user", "daemon-reload", NULL};
+    char *enable[] = {"systemctl", "--user", "enable", "--now", "moontail-node.service", NULL};
+    if (run_cmd(reload) || run_cmd(enable)) {
+        fprintf(stderr, "moontail setup: systemctl --user could not start %s\n", unit);
+        return -1;
+    }
+    printf("volunteering: systemd user service moontail-node (%s)\n"
+           "  logs: journalctl --user -u moontail-node   stop: systemctl --user stop "
+           "moontail-node\n",
+           unit);
+    return 0;
+}
+
+static int start_background(const cli_config *c, const char *self) {
+    char *argv[24], capmb[32], log[700], pidf[700];
+    node_args(c, self, capmb, argv);
+    cli_home_path(c->home, "node.log", log, sizeof log);
+    cli_home_path(c->home, "node.pid", pidf, sizeof pidf);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID); /* outlives this terminal */
+    pid_t pid;
+    int rc = posix_spawn(&pid, self, &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (rc != 0) {
+        fprintf(stderr, "moontail setup: cannot start the node: %s\n", strerror(rc));
+        return -1;
+    }
+    char pidtext[32];
+    snprintf(pidtext, sizeof pidtext, "%d", (int)pid);
+    if (write_secret(pidf, pidtext)) return -1;
+    /* it says "listening on" once it has joined; a refusal ends it */
+    for (int i = 0; i < 200; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            fprintf(stderr, "moontail setup: the node stopped at once; see %s\n", log);
+            unlink(pidf);
+            return -1;
+        }
+        FILE *f = fopen(log, "r");
+        char line[512];
+        bool up = false;
+        while (f && fgets(line, sizeof line, f))
+            if (strncmp(line, "listening on ", 13) == 0) up = true;
+        if (f) fclose(f);
+        if (up) {
+            printf("volunteering: node running in the background (pid %d)\n"
+                   "  log: %s   stop: moontail setup --stop\n",
+                   (int)pid, log);
+            return 0;
+        }
+        usleep(50000);
+    }
+    printf("volunteering: node started (pid %d) but has not joined yet; see %s\n", (int)pid, log);
+    return 0;
+}
+
+static int stop_background(void) {
+    cli_config c;
+    if (cli_config_load(&c) < 0) {
+        fprintf(stderr, "moontail setup: cannot read the config in %s\n", c.home);
+        return 1;
+    }
+    char pidf[700];
+    cli_home_path(c.home, "node.pid", pidf, sizeof pidf);
+    size_t n;
+    FILE *f = fopen(pidf, "r");
+    if (!f) {
+        printf("no background node (no %s)\n", pidf);
+        return 0;
+    }
+    fclose(f);
+    char *t = cli_read_file(pidf, &n);
+    long pid = t ? strtol(t, NULL, 10) : 0;
+    free(t);
+    if (pid <= 1) {
+        fprintf(stderr, "moontail setup: %s does not hold a pid\n", pidf);
+        return 1;
+    }
+    if (kill((pid_t)pid, SIGTERM) != 0 && errno != ESRCH) {
+        fprintf(stderr, "moontail setup: cannot stop pid %ld: %s\n", pid, strerror(errno));
+        return 1;
+    }
+    for (int i = 0; i < 100 && kill((pid_t)pid, 0) == 0; i++) usleep(50000);
+    unlink(pidf);
+    printf("stopped the node (pid %ld)\n", pid);
+    return 0;
+}
+
+int cmd_setup(int argc, char **argv) {
+    const char *registry = NULL, *token_file = NULL, *name = NULL, *listen = NULL;
+    int64_t capacity_mb = 0;
+    bool accept = false, no_start = false, foreground = false, stop = false;
+    const cli_opt opts[] = {{"--accept-terms", CLI_FLAG, &accept, 0, 0},
+                            {"--registry", CLI_STRING, &registry, 0, 0},
+                            {"--token-file", CLI_STRING, &token_file, 0, 0},
+                            {"--name", CLI_STRING, &name, 0, 0},
+                            {"--listen", CLI_STRING, &listen, 0, 0},
+                            {"--capacity-mb", CLI_INT, &capacity_mb, 1, 1LL << 32},
+                            {"--no-start", CLI_FLAG, &no_start, 0, 0},
+                            {"--foreground", CLI_FLAG, &foreground, 0, 0},
+                            {"--stop", CLI_FLAG, &stop, 0, 0},
+                            {NULL, CLI_FLAG, NULL, 0, 0}};
+    int prc = cli_parse("setup", argc, argv, opts, usage);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (stop) return stop_background();
+    if (!accept) {
+        fputs(terms, stdout);
+        return 1;
+    }
+    cli_config c;
+    int lc = cli_config_load(&c);
+    if (lc < 0) {
+        fprintf(stderr,
+                "moontail setup: cannot read the config in %s (set HOME or MOONTAIL_HOME)\n",
+                c.home[0] ? c.home : "~/.moontail");
+        return 1;
+    }
+    if (registry) snprintf(c.registry, sizeof c.registry, "%s", registry);
+    if (listen) snprintf(c.listen, sizeof c.listen, "%s", listen);
+    if (name) snprintf(c.name, sizeof c.name, "%s", name);
+    if (capacity_mb) c.capacity_mb = capacity_mb;
+    if (!c.registry[0]) {
+        fprintf(stderr, "moontail setup: --registry URL is required the first time (ask the"
+                        " cell's operator, or see the swarm's page)\n");
+        return 2;
+    }
+    if (!c.listen[0]) snprintf(c.listen, sizeof c.listen, "127.0.0.1:7411");
+    if (!c.name[0] && gethostname(c.name, sizeof c.name - 1) != 0)
+        snprintf(c.name, sizeof c.name, "node");
+    char sub[700];
+    if (make_dir(c.home, 0700)) return 1;
+    cli_home_path(c.home, "data", sub, sizeof sub);
+    if (make_dir(sub, 0755)) return 1;
+    cli_home_path(c.home, "cache", sub, sizeof sub);
+    if (make_dir(sub, 0755)) return 1;
+    if (ensure_key(c.node_key) || ensure_key(c.requester_key) || get_token(&c, token_file))
+        return 1;
+    if (cli_config_save(&c)) {
+        fprintf(stderr, "moontail setup: cannot write %s/config.json\n", c.home);
+        return 1;
+    }
+    printf("set up %s: registry %s, node '%s' listening on %s\n", c.home, c.registry, c.name,
+           c.listen);
+    if (no_start) return 0;
+    char self[512];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) {
+        fprintf(stderr, "moontail setup: cannot find this program's path\n");
+        return 1;
+    }
+    self[k] = 0;
+    if (foreground) {
+        char *args[24], capmb[32];
+        node_args(&c, self, capmb, args);
+        execv(self, args);
+        fprintf(stderr, "moontail setup: cannot run the node: %s\n", strerror(errno));
+        return 1;
+    }
+    int rc = systemd_user() ? start_service(&c, self) : start_background(&c, self);
+    if (rc == 0)
+        printf("next: 'moontail status' to see the cell, 'moontail prompt \"Hello\"' to ask it\n");
+    return rc ? 1 : 0;
+}

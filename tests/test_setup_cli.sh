@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# test_setup_cli.sh - a new volunteer's first run, with MOONTAIL_HOME in the
+# scratch directory and systemd out of the way (MOONTAIL_NO_SYSTEMD): setup
+# without --accept-terms shows the terms and changes nothing; with them it
+# makes the home (0700, secrets 0600), gets an account from the registry,
+# starts a background node that joins; then `moontail status` and `moontail
+# prompt "..."` work with no options (the config's registry and token) and
+# the prompt gives `moontail run`'s tokens; `setup --stop` stops the node. A
+# registry that needs an admin token is refused with a message saying to
+# ask the operator; a missing --registry is exit 2. The systemd unit files
+# in packaging/ pass systemd-analyze verify where it is installed.
+set -u
+. "$(dirname "$0")/lib/harness.bash"
+export MOONTAIL_HOME="$tmp/home" MOONTAIL_NO_SYSTEMD=1
+T="timeout 60"
+bg() {
+    local name=$1
+    shift
+    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    PID=$!
+    pids+=("$PID")
+    wait_listening "$name" "$PID"
+}
+extra_cleanup() { MOONTAIL_HOME="$tmp/home" "$BIN" setup --stop >/dev/null 2>&1; }
+
+M="$tmp/m.gguf"
+"$BIN" mkmodel -o "$M" --arch qwen3moe --type f32 --layers 2 --embd 128 --heads 4 --head-dim 32 \
+    --ff 128 --ff-exp 64 --experts 8 --experts-used 2 --seed 5 >/dev/null || bad "mkmodel"
+bg reg "$BIN" registry --model "$M" --db "$tmp/r.db" --key "$tmp/r.key" --shards "$tmp/seed" \
+    --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 --listen 127.0.0.1:0
+URL=$ADDR
+
+expect 1 "accept-terms" "$BIN" setup --registry "$URL"
+grep -q "What you share" "$tmp/o" && ok || bad "the terms do not say what is shared"
+[ ! -e "$MOONTAIL_HOME" ] && ok || bad "setup without --accept-terms changed something"
+expect 2 "--registry URL is required" "$BIN" setup --accept-terms
+
+expect 0 "volunteering: node running in the background" "$BIN" setup --accept-terms --registry "$URL" \
+    --listen 127.0.0.1:0 --name volunteer1
+[ "$(stat -c %a "$MOONTAIL_HOME")" = 700 ] && ok || bad "home is not 0700"
+for f in token node.key requester.key; do
+    [ "$(stat -c %a "$MOONTAIL_HOME/$f")" = 600 ] && ok || bad "$f is not 0600"
+done
+[ -f "$MOONTAIL_HOME/node.pid" ] && kill -0 "$(cat "$MOONTAIL_HOME/node.pid")" && ok || bad "no background node"
+for _ in $(seq 1 100); do
+    "$BIN" status --json 2>/dev/null | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
+    sleep 0.2
+done
+expect 0 "READY" "$BIN" status
+grep -q "volunteer1" "$tmp/o" && ok || bad "status does not list the volunteer"
+"$BIN" run -m "$M" -p "Hello cell" -n 12 --temp 0 --json 2>/dev/null | tokens >"$tmp/ref"
+$T "$BIN" prompt "Hello cell" -n 12 --temp 0 --json 2>"$tmp/p.err" | tokens >"$tmp/got"
+[ -s "$tmp/ref" ] && cmp -s "$tmp/ref" "$tmp/got" && ok || bad "prompt from the config differs: $(cat "$tmp/got") vs $(cat "$tmp/ref"); $(cat "$tmp/p.err")"
+expect 2 "give the prompt once" "$BIN" prompt "a" -p "b"
+# a second setup keeps the identity and the account
+key_before=$(md5sum <"$MOONTAIL_HOME/node.key")
+expect 0 "set up" "$BIN" setup --accept-terms --no-start
+[ "$(md5sum <"$MOONTAIL_HOME/node.key")" = "$key_before" ] && ok || bad "setup replaced the node's key"
+expect 0 "stopped the node" "$BIN" setup --stop
+[ ! -f "$MOONTAIL_HOME/node.pid" ] && ok || bad "pid file left behind"
+
+# a registry that opens no accounts by itself
+echo "s3cret" >"$tmp/admin"
+bg reg2 "$BIN" registry --model "$M" --db "$tmp/r2.db" --key "$tmp/r2.key" --shards "$tmp/seed2" \
+    --admin-token-file "$tmp/admin" --listen 127.0.0.1:0
+MOONTAIL_HOME="$tmp/home2" expect 1 "ask its operator" "$BIN" setup --accept-terms --registry "$ADDR" --no-start
+
+# the unit files in the repository parse (the binary path need not exist here)
+if command -v systemd-analyze >/dev/null; then
+    for u in "${MT_SRC:-.}"/packaging/systemd/*.service; do
+        out=$(systemd-analyze verify "$u" 2>&1 | grep -v "is not executable\|Failed to prepare filename\|^$")
+        [ -z "$out" ] && ok || bad "$u: $out"
+    done
+fi
+finish
