@@ -65,4 +65,11 @@ expect_fail 1 "not a GGUF file" "$BIN" tokenize -m "$tmp/junk.gguf" -p x
 expect_fail 1 "exceed --ctx" "$BIN" run -p "Hello" -n 10 --ctx 8
 expect_fail 2 "unknown type" "$BIN" mkmodel -o "$tmp/x.gguf" --type q9_9
 
+# Ctrl-C: generation stops after the current token, output is complete and the exit status 0
+"$BIN" run -n 100000 --ignore-eos --ctx 101000 --json >"$tmp/int.json" 2>"$tmp/int.err" &
+ipid=$!
+sleep 1
+kill -INT $ipid
+wait $ipid && ok || bad "run after Ctrl-C exited non-zero: $(cat "$tmp/int.err")"
+json 'if (o.stop !== "cancelled" || !(o.tokens.length > 0 && o.tokens.length < 100000)) process.exit(1)' <"$tmp/int.json" && ok || bad "Ctrl-C did not end with stop=cancelled: $(head -c 300 "$tmp/int.json")"
 finish

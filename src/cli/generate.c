@@ -2,6 +2,7 @@
  * prompt` (see generate.h). */
 #include "generate.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,12 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
         return -1;
     }
     return 0;
+}
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
 }
 
 static json_t *ids_json(const int32_t *ids, size_t n) {
@@ -131,6 +138,14 @@ int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
     mt_detok_init(&dt, vocab, false);
     int64_t n_gen = 0;
     const char *stop = "length";
+    /* Ctrl-C stops after the token being computed, so the session is ended on every node
+     * and usage is reported; a second Ctrl-C ends the process at once */
+    struct sigaction sa = {0}, old_sa;
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    interrupted = 0;
+    sigaction(SIGINT, &sa, &old_sa);
     char piece[1024];
     while (n_gen < g->n_predict) {
         int32_t id = mt_sampler_sample(smp, logits);
@@ -152,8 +167,17 @@ int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
             break;
         }
         if (n_gen == g->n_predict) break;
-        if (be->eval(be->ctx, &id, 1, logits, err)) goto done;
+        if (interrupted) {
+            stop = "cancelled";
+            break;
+        }
+        if (be->eval(be->ctx, &id, 1, logits, err)) {
+            sigaction(SIGINT, &old_sa, NULL);
+            goto done;
+        }
     }
+    sigaction(SIGINT, &old_sa, NULL);
+    if (interrupted && !g->json) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
     int64_t nb = mt_detok_flush(&dt, piece, sizeof piece);
     double t3 = cli_now_ms();
     if (g->json) {
