@@ -7,6 +7,7 @@
 #include "moontail/hwinfo.h"
 #include "moontail/keys.h"
 #include "moontail/node.h"
+#include "moontail/progress.h"
 #include "moontail/shard_fetch.h"
 #include "moontail/transport.h"
 
@@ -62,9 +63,9 @@ struct mt_agent {
     partner_set serving_partners;
     char fetching[96];
     mt_fetch_progress progress;
-    double progress_logged; /* when the last progress line was written */
-    char fetch_failed[96];  /* the shard whose last fetch failed (retried next heartbeat) */
-    mt_node_stats base;     /* counters of node instances already stopped */
+    mt_progress bar;       /* the fetch in progress, on stderr */
+    char fetch_failed[96]; /* the shard whose last fetch failed (retried next heartbeat) */
+    mt_node_stats base;    /* counters of node instances already stopped */
     uint64_t last_requests;
     int idle_beats;
     double last_tok_time;
@@ -189,24 +190,14 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
 
 /* ---- fetching ------------------------------------------------------------------------------ */
 
-/* Keeps the figures for heartbeats and logs a line at most every 2 s (and at the end). */
+/* Keeps the figures for heartbeats and shows progress (a bar on a terminal). */
 static void on_progress(void *ctx, const mt_fetch_progress *p) {
     mt_agent *a = ctx;
     pthread_mutex_lock(&a->lock);
     a->progress = *p;
-    double t = now_s();
-    bool last = p->bytes_done == p->bytes_total;
-    bool log = last || t - a->progress_logged >= 2.0;
-    if (log) a->progress_logged = t;
-    char name[96];
-    snprintf(name, sizeof name, "%s", a->fetching);
     pthread_mutex_unlock(&a->lock);
-    if (!log) return;
-    char eta[32] = "";
-    if (!last && p->eta_s >= 0) snprintf(eta, sizeof eta, ", %.0f s left", p->eta_s);
-    say(a, "fetching %s: %.1f of %.1f MB (%.0f%%), %.1f MB/s%s", name, p->bytes_done / 1e6,
-        p->bytes_total / 1e6, p->bytes_total ? 100.0 * p->bytes_done / p->bytes_total : 100.0,
-        p->rate / 1e6, eta);
+    if (!a->cfg.quiet)
+        mt_progress_update(&a->bar, p->bytes_done, p->bytes_total, p->rate, p->eta_s);
 }
 
 static void *fetch_main(void *arg) {
@@ -246,6 +237,9 @@ static void *fetch_main(void *arg) {
                               .progress = on_progress,
                               .progress_ctx = a};
         mt_fetch_progress fin;
+        char label[96];
+        snprintf(label, sizeof label, "node %.30s: fetching %.40s", a->name, name);
+        mt_progress_init(&a->bar, stderr, label);
         rc = mt_shard_fetch(&fc, &fin, &err);
         if (rc == 0)
             say(a, "shard %s: %d pieces from peers, %d from the seed, %d reused, %.1f MB/s", name,

@@ -4,6 +4,7 @@
 #include "moontail/requester.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
+#include "moontail/progress.h"
 #include "moontail/route.h"
 #include "moontail/shard_fetch.h"
 
@@ -74,6 +75,10 @@ static int get_cert(mt_requester *q, mt_error *err) {
     return rc;
 }
 
+static void on_fetch_progress(void *ctx, const mt_fetch_progress *p) {
+    mt_progress_update(ctx, p->bytes_done, p->bytes_total, p->rate, p->eta_s);
+}
+
 /* The head (cell) or backbone (swarm) shard, from the cache or the registry. */
 static int get_shard(mt_requester *q, const char *name, char *path, size_t cap, mt_error *err) {
     char url[600];
@@ -92,8 +97,17 @@ static int get_shard(mt_requester *q, const char *name, char *path, size_t cap, 
         say(q, "fetching the %s shard (%lld bytes)", name,
             (long long)json_integer_value(json_object_get(m, "bytes")));
         const char *src[1] = {q->registry};
-        mt_fetch_config fc = {
-            .manifest = m, .sources = src, .n_sources = 1, .n_seeds = 1, .out = path};
+        char label[64];
+        snprintf(label, sizeof label, "requester: %s shard", name);
+        mt_progress bar;
+        mt_progress_init(&bar, q->cfg.quiet ? NULL : stderr, label);
+        mt_fetch_config fc = {.manifest = m,
+                              .sources = src,
+                              .n_sources = 1,
+                              .n_seeds = 1,
+                              .out = path,
+                              .progress = on_fetch_progress,
+                              .progress_ctx = &bar};
         rc = mt_shard_fetch(&fc, NULL, err);
     }
     json_decref(m);

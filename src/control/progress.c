@@ -1,0 +1,45 @@
+/* progress.c - progress bars on terminals, plain lines in logs (progress.h). */
+#include "moontail/progress.h"
+
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void mt_progress_init(mt_progress *p, FILE *out, const char *label) {
+    memset(p, 0, sizeof *p);
+    p->out = out;
+    p->tty = out && isatty(fileno(out));
+    snprintf(p->label, sizeof p->label, "%s", label);
+}
+
+void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s) {
+    if (!p->out || p->finished) return;
+    bool last = done >= total;
+    double t = now_s();
+    /* a terminal is redrawn 10 times a second, a log gets a line every 2 s */
+    if (!last && t - p->last_s < (p->tty ? 0.1 : 2.0)) return;
+    p->last_s = t;
+    double frac = total ? (double)done / (double)total : 1.0;
+    char eta[32] = "";
+    if (!last && eta_s >= 0) snprintf(eta, sizeof eta, "  %.0f s left", eta_s);
+    if (p->tty) {
+        char bar[21];
+        int fill = (int)(frac * 20 + 0.5);
+        for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
+        bar[20] = 0;
+        fprintf(p->out, "\r%s  [%s] %3.0f%%  %.1f/%.1f MB  %.1f MB/s%s\033[K", p->label, bar,
+                frac * 100, done / 1e6, total / 1e6, rate / 1e6, eta);
+        if (last) fputc('\n', p->out);
+    } else {
+        fprintf(p->out, "%s: %.1f of %.1f MB (%.0f%%), %.1f MB/s%s\n", p->label, done / 1e6,
+                total / 1e6, frac * 100, rate / 1e6, eta);
+    }
+    fflush(p->out);
+    if (last) p->finished = true;
+}
