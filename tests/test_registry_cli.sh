@@ -9,6 +9,7 @@
 #     output unchanged (the requester fails over and replays; recovery time
 #     printed), and the spare restores 2 replicas;
 #   - a paused node gets no new work and is not routed to;
+#   - with --max-active 1 a second request waits in line and is told its place;
 #   - a registry restart loses no node, ledger row or credit;
 #   - `moontail cell earnings` reports served tokens per node from the ledger;
 #   - swarm mode with --require-volunteer refuses an account that has not
@@ -47,11 +48,11 @@ cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))
 PROMPT="The cell computes one layer at a time"
 $T "$BIN" run -m "$M" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/ref.json" 2>/dev/null || bad "reference run"
 ref=$(tokens <"$tmp/ref.json")
-$T "$BIN" run -m "$M" -p "$PROMPT" -n 200 --temp 0 --ignore-eos >"$tmp/ref_long.txt" 2>/dev/null || bad "long reference"
+$T "$BIN" run -m "$M" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/ref_long.txt" 2>/dev/null || bad "long reference"
 
 # ---- registry, account, nodes
 REG=(registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed"
-    --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500)
+    --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 --max-active 1)
 bg reg "$BIN" "${REG[@]}" --listen 127.0.0.1:0
 URL=$ADDR
 REG_PID=$PID
@@ -84,10 +85,10 @@ got=$(tokens <"$tmp/p1.json" 2>/dev/null)
 [ -n "$got" ] && [ "$got" = "$ref" ] && ok || bad "registry prompt tokens differ: $got vs $ref"
 
 # ---- kill a node of the route mid-generation: same text, failover measured
-"$BIN" "${P[@]}" -p "$PROMPT" -n 200 --temp 0 --ignore-eos >"$tmp/long.txt" 2>"$tmp/long.err" &
+"$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/long.txt" 2>"$tmp/long.err" &
 ppid=$!
 victim=""
-for _ in $(seq 1 200); do
+for _ in $(seq 1 500); do
     route=$(sed -n 's/^requester: route: //p' "$tmp/long.err" | head -1)
     [ -n "$route" ] && [ "$(stat -c %s "$tmp/long.txt")" -gt 20 ] && break
     sleep 0.02
@@ -120,6 +121,17 @@ $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p2.json" 2>"$tmp/p
 json "if (o.route.includes('$paused_addr')) process.exit(1)" <"$tmp/p2.json" && ok || bad "a paused node was routed to: $(cat "$tmp/p2.json")"
 [ "$(tokens <"$tmp/p2.json")" = "$ref" ] && ok || bad "tokens with a paused node differ"
 expect 0 "node $paused_id:" "$BIN" pause --registry "$URL" --node "$paused_id" --token-file "$tmp/cafe.token" --resume
+
+# ---- admission: with --max-active 1 a second request waits in line, told its place
+"$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/qa.txt" 2>"$tmp/qa.err" &
+qa=$!
+for _ in $(seq 1 500); do grep -q "route:" "$tmp/qa.err" && break; sleep 0.02; done
+$T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/qb.json" 2>"$tmp/qb.err" || bad "queued prompt failed: $(cat "$tmp/qb.err")"
+wait $qa || bad "first prompt failed while another waited"
+grep -q "waiting in line: position 1" "$tmp/qb.err" && ok || bad "the second request was not told its place: $(cat "$tmp/qb.err")"
+[ "$(tokens <"$tmp/qb.json")" = "$ref" ] && ok || bad "queued prompt differs"
+cmp -s "$tmp/qa.txt" "$tmp/ref_long.txt" && ok || bad "the running prompt's text changed while another waited"
+status | json 'if (o.requests_active !== 0 || o.requests_waiting !== 0) process.exit(1)' && ok || bad "tickets left behind: $(status | head -c 300)"
 
 # ---- bad requests: 4xx, and the registry keeps serving
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }

@@ -46,6 +46,8 @@ typedef struct mt_registry_config {
     const char *admin_token; /* needed to create accounts; NULL: anyone may (swarm sign-up) */
     bool require_volunteer;  /* swarm: only accounts that volunteered may get routes */
     int64_t capacity_limit;  /* testing aid: cap every node's offered capacity (0: none) */
+    int max_active;          /* requests holding routes at once; more wait in line (0: no limit) */
+    int ticket_ttl_ms;       /* a request not heard of for this long is dropped (<= 0: 30000) */
     bool quiet;
 } mt_registry_config;
 

@@ -31,12 +31,14 @@ static const char usage[] =
     "  --cert-minutes N      validity of issued certificates (default 60)\n"
     "  --admin-token-file F  creating accounts needs this token (default: anyone may)\n"
     "  --require-volunteer   swarm: only accounts that served may get routes\n"
+    "  --max-active N        requests running at once; more wait in line, told their\n"
+    "                        place (default 0: no limit)\n"
     "  --quiet               no log lines on stderr\n";
 
 int cmd_registry(int argc, char **argv) {
     const char *model = NULL, *mode = "cell", *db = "registry.db", *key = "registry.key",
                *shards = "registry-shards", *listen = "127.0.0.1:8470", *admin_file = NULL;
-    int64_t replicas = 2, spares = -1, hb = 1000, dead = 5000, cert_minutes = 60;
+    int64_t replicas = 2, spares = -1, hb = 1000, dead = 5000, cert_minutes = 60, max_active = 0;
     bool require_volunteer = false, quiet = false;
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
@@ -52,6 +54,7 @@ int cmd_registry(int argc, char **argv) {
         {"--cert-minutes", CLI_INT, &cert_minutes, 1, 60 * 24 * 365},
         {"--admin-token-file", CLI_STRING, &admin_file, 0, 0},
         {"--require-volunteer", CLI_FLAG, &require_volunteer, 0, 0},
+        {"--max-active", CLI_INT, &max_active, 0, 1 << 20},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
@@ -91,6 +94,7 @@ int cmd_registry(int argc, char **argv) {
                             .cert_minutes = (int)cert_minutes,
                             .admin_token = admin,
                             .require_volunteer = require_volunteer,
+                            .max_active = (int)max_active,
                             .quiet = quiet};
     mt_error err = {{0}};
     mt_registry *r = mt_registry_start(&c, &err);

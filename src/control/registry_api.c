@@ -497,11 +497,40 @@ static void routes_new(mt_registry *r, const mt_http_request *req, json_t *body,
     bool ok = true;
     int64_t session = int_field(body, "session", 0, INT64_MAX, 0, false, &ok, resp);
     if (!ok) return;
+    const char *tid = str_field(body, "ticket", 32, false, resp);
+    if (!tid && resp->json) return;
+    /* admission: a request waits in line while max_active others hold routes */
+    int32_t position = 0;
+    reg_ticket *t = reg_ticket_take(r, a, tid, reg_now_ms(), &position);
+    if (!t) return mt_http_error(resp, 503, "out of memory for the request queue");
+    if (!t->active) {
+        int32_t active, waiting;
+        reg_ticket_counts(r, reg_now_ms(), &active, &waiting);
+        resp->status = 202;
+        resp->json = json_pack("{s:s, s:i, s:i, s:i, s:i}", "ticket", t->id, "queued", position,
+                               "active", active, "max_active", r->cfg.max_active, "retry_ms", 500);
+        return;
+    }
     mt_error err = {{0}};
     json_t *route = reg_route(r, (uint64_t)session, ids, n, &err);
     if (!route) return mt_http_error(resp, 503, "%s", err.msg);
+    json_object_set_new(route, "ticket", json_string(t->id));
     r->routes_served++;
     resp->json = route;
+}
+
+/* POST /v1/routes/keepalive and /v1/routes/done {"ticket"}: a request still
+ * running, or finished (its slot goes to the next in line). */
+static void routes_ticket(mt_registry *r, const mt_http_request *req, json_t *body, bool done,
+                          mt_http_response *resp) {
+    int64_t a = authed_account(r, req, resp);
+    if (a <= 0) return;
+    const char *tid = str_field(body, "ticket", 32, true, resp);
+    if (!tid) return;
+    bool known = done ? reg_ticket_done(r, tid, a) : reg_ticket_touch(r, tid, a, reg_now_ms());
+    if (!known)
+        return mt_http_error(resp, 404, "ticket '%s' is not known (finished or expired)", tid);
+    resp->json = json_pack("{s:s, s:b}", "ticket", tid, "done", done);
 }
 
 static void usage_add(mt_registry *r, const mt_http_request *req, json_t *body,
@@ -577,6 +606,10 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
         shards_get(r, p + 11, resp);
     else if (post && strcmp(p, "/v1/routes") == 0)
         routes_new(r, req, body, resp);
+    else if (post && strcmp(p, "/v1/routes/keepalive") == 0)
+        routes_ticket(r, req, body, false, resp);
+    else if (post && strcmp(p, "/v1/routes/done") == 0)
+        routes_ticket(r, req, body, true, resp);
     else if (post && strcmp(p, "/v1/usage") == 0)
         usage_add(r, req, body, resp);
     else if (get && strcmp(p, "/v1/ledger/nodes") == 0)

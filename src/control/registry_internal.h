@@ -60,6 +60,15 @@ typedef struct reg_node {
     double tok_per_s;
 } reg_node;
 
+/* ---- admission (registry_queue.c) --------------------------------------------------------- */
+
+typedef struct reg_ticket {
+    char id[33];
+    int64_t account;
+    int64_t last_ms; /* last heard of */
+    bool active;     /* holds a slot (may get routes) */
+} reg_ticket;
+
 /* ---- the registry ---------------------------------------------------------------------- */
 
 struct mt_registry {
@@ -87,6 +96,8 @@ struct mt_registry {
     pthread_cond_t wake;
     int64_t routes_served;
     uint64_t cert_serial; /* serial of the last certificate issued (start: time-based) */
+    reg_ticket *tickets;  /* active and queued requests, queued ones in arrival order */
+    int32_t n_tickets, cap_tickets;
 };
 
 int64_t reg_now_ms(void);
@@ -126,6 +137,15 @@ int reg_shard_parse(const mt_registry *r, const char *name, reg_assign *a, bool 
 void reg_replan(mt_registry *r, int64_t now_ms);
 json_t *reg_route(mt_registry *r, uint64_t session, const int64_t *avoid, int32_t n_avoid,
                   mt_error *err);
+
+/* registry_queue.c: admission. take: the ticket id (or NULL for a new one),
+ * touched and maybe activated; *position 0 when active, else its place in
+ * line (1 = next). */
+reg_ticket *reg_ticket_take(mt_registry *r, int64_t account, const char *id, int64_t now,
+                            int32_t *position);
+bool reg_ticket_touch(mt_registry *r, const char *id, int64_t account, int64_t now);
+bool reg_ticket_done(mt_registry *r, const char *id, int64_t account);
+void reg_ticket_counts(mt_registry *r, int64_t now, int32_t *active, int32_t *waiting);
 
 /* registry_accounts.c: tokens and credits */
 int reg_token_new(char out[65]);

@@ -32,6 +32,8 @@ struct mt_requester {
     uint64_t session_hint;
     int64_t avoid[MAX_AVOID];
     int32_t n_avoid;
+    char ticket[33];       /* this request's place at the registry (registry_queue.c) */
+    double last_keepalive; /* ms */
     mt_requester_stats stats;
 };
 
@@ -178,12 +180,35 @@ static int open_route(mt_requester *q, mt_error *err) {
     json_t *body = json_pack("{s:I, s:o}", "session", (json_int_t)(q->session_hint & INT64_MAX),
                              "avoid", avoid),
            *out = NULL;
-    int st = mt_http_json("POST", url, q->token, body, 15000, &out, err);
+    int st, last_position = -1;
+    /* 202: the cell is busy; wait in line, asking again with the ticket */
+    for (;;) {
+        if (q->ticket[0]) json_object_set_new(body, "ticket", json_string(q->ticket));
+        st = mt_http_json("POST", url, q->token, body, 15000, &out, err);
+        const char *t = json_string_value(json_object_get(out, "ticket"));
+        if (t && strlen(t) < sizeof q->ticket) snprintf(q->ticket, sizeof q->ticket, "%s", t);
+        if (st != 202) break;
+        int position = (int)json_integer_value(json_object_get(out, "queued"));
+        if (position != last_position)
+            say(q, "waiting in line: position %d (%lld requests running, at most %lld at once)",
+                position, json_integer_value(json_object_get(out, "active")),
+                json_integer_value(json_object_get(out, "max_active")));
+        last_position = position;
+        json_int_t wait = json_integer_value(json_object_get(out, "retry_ms"));
+        json_decref(out);
+        out = NULL;
+        struct timespec ts = {0, (long)(wait < 100 ? 100 : wait > 5000 ? 5000 : wait) * 1000000L};
+        if (ts.tv_nsec >= 1000000000L)
+            ts.tv_sec = ts.tv_nsec / 1000000000L, ts.tv_nsec %= 1000000000L;
+        nanosleep(&ts, NULL);
+    }
     json_decref(body);
     if (st != 200 || !json_is_object(out)) {
         json_decref(out);
         return -1;
     }
+    if (last_position >= 0) say(q, "our turn: the request runs now");
+    q->last_keepalive = now_ms();
     const char *mode = json_string_value(json_object_get(out, "mode"));
     q->swarm = mode && strcmp(mode, "swarm") == 0;
     const char *head = q->swarm ? "backbone" : "head";
@@ -268,8 +293,20 @@ mt_requester *mt_requester_open(const mt_requester_config *cfg, mt_error *err) {
     return q;
 }
 
+/* Tells the registry this request still runs (active) or is over. */
+static void ticket_call(mt_requester *q, const char *what) {
+    if (!q->ticket[0]) return;
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/routes/%s", q->registry, what);
+    json_t *body = json_pack("{s:s}", "ticket", q->ticket);
+    mt_http_json("POST", url, q->token, body, 5000, NULL, NULL);
+    json_decref(body);
+    q->last_keepalive = now_ms();
+}
+
 void mt_requester_close(mt_requester *q) {
     if (!q) return;
+    ticket_call(q, "done");
     if (q->s) mt_route_session_end(q->route, q->s);
     mt_route_close(q->route);
     json_decref(q->route_json);
@@ -295,6 +332,7 @@ int mt_requester_begin(mt_requester *q, int32_t n_ctx, mt_error *err) {
 int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *logits,
                       mt_error *err) {
     if (!q->s) return mt_error_set(err, "no session: call mt_requester_begin first");
+    if (now_ms() - q->last_keepalive > 10000) ticket_call(q, "keepalive");
     if (mt_route_eval(q->route, q->s, ids, n, false, logits, err) == 0) return 0;
     double t0 = now_ms();
     /* the history to replay: everything before this call, then the new tokens */
