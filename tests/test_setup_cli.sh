@@ -48,6 +48,7 @@ for _ in $(seq 1 100); do
 done
 expect 0 "READY" "$BIN" status
 grep -q "volunteer1" "$tmp/o" && ok || bad "status does not list the volunteer"
+grep -q "your account .*volunteering" "$tmp/o" && ok || bad "status does not show the account's credits: $(cat "$tmp/o")"
 "$BIN" run -m "$M" -p "Hello cell" -n 12 --temp 0 --json 2>/dev/null | tokens >"$tmp/ref"
 $T "$BIN" prompt "Hello cell" -n 12 --temp 0 --json 2>"$tmp/p.err" | tokens >"$tmp/got"
 [ -s "$tmp/ref" ] && cmp -s "$tmp/ref" "$tmp/got" && ok || bad "prompt from the config differs: $(cat "$tmp/got") vs $(cat "$tmp/ref"); $(cat "$tmp/p.err")"

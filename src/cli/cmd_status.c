@@ -7,11 +7,13 @@
 #include "moontail/http.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char usage[] = "usage: moontail status --registry URL [--json]\n"
                             "\n"
                             "  --registry URL   the registry (e.g. http://127.0.0.1:8470)\n"
+                            "  --token-file F   also show this account's credits\n"
                             "  --json           print the registry's status object as it is\n";
 
 static const char *str(json_t *o, const char *k) {
@@ -44,15 +46,19 @@ static void print_coverage(json_t *layers, int replicas) {
 }
 
 int cmd_status(int argc, char **argv) {
-    const char *registry = NULL;
+    const char *registry = NULL, *token_file = NULL;
     bool as_json = false;
     const cli_opt opts[] = {{"--registry", CLI_STRING, &registry, 0, 0},
+                            {"--token-file", CLI_STRING, &token_file, 0, 0},
                             {"--json", CLI_FLAG, &as_json, 0, 0},
                             {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_parse("status", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
     cli_config conf;
-    if (!registry && cli_config_load(&conf) == 0 && conf.registry[0]) registry = conf.registry;
+    if (!registry && cli_config_load(&conf) == 0 && conf.registry[0]) {
+        registry = conf.registry;
+        if (!token_file && conf.has_token) token_file = conf.token_file;
+    }
     if (!registry) {
         fprintf(stderr, "moontail status: --registry URL is required (or run 'moontail setup'"
                         " once)\n");
@@ -66,6 +72,16 @@ int cmd_status(int argc, char **argv) {
         fprintf(stderr, "moontail status: %s\n", err.msg[0] ? err.msg : "not a status object");
         json_decref(s);
         return 1;
+    }
+    /* your credits, when we know your account */
+    char *tok = token_file ? cli_token("status", NULL, token_file) : NULL;
+    if (tok) {
+        snprintf(url, sizeof url, "%s/v1/accounts/me", registry);
+        json_t *me = NULL;
+        if (mt_http_json("GET", url, tok, NULL, 10000, &me, NULL) == 200)
+            json_object_set(s, "account", me);
+        json_decref(me);
+        free(tok);
     }
     if (as_json) {
         json_dumpf(s, stdout, JSON_INDENT(2));
@@ -82,6 +98,20 @@ int cmd_status(int argc, char **argv) {
            num(s, "min_replicas_serving"), replicas, num(s, "queue"),
            json_number_value(json_object_get(s, "tok_per_s")), num(s, "plan_version"));
     if (str(s, "plan_note")[0]) printf("note: %s\n", str(s, "plan_note"));
+    if (num(s, "max_active") > 0 || num(s, "requests_waiting") > 0)
+        printf("requests: %lld running, %lld waiting in line (at most %lld at once)\n",
+               num(s, "requests_active"), num(s, "requests_waiting"), num(s, "max_active"));
+    json_t *acc = json_object_get(s, "account");
+    if (acc) {
+        json_t *c = json_object_get(acc, "credits");
+        printf("your account %lld: %zu node(s), served %lld token-layers, used %lld tokens,"
+               " balance %.0f; %s\n",
+               num(acc, "account_id"), json_array_size(json_object_get(acc, "nodes")),
+               num(c, "served_token_layers"), num(c, "used_tokens"),
+               json_number_value(json_object_get(c, "balance")),
+               json_is_true(json_object_get(c, "volunteered")) ? "volunteering"
+                                                               : "not volunteering yet");
+    }
     print_coverage(json_object_get(s, "layers"), replicas);
     printf("%5s  %-16s %-9s %-8s %-16s %4s %7s %8s %6s %9s\n", "id", "name", "state", "role",
            "shard", "rep", "queue", "tok/s", "GB", "uptime");
