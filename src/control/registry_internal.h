@@ -86,6 +86,7 @@ struct mt_registry {
     bool ticker_started, stopping;
     pthread_cond_t wake;
     int64_t routes_served;
+    int64_t started_ms;   /* when this process started (counters above restart from 0) */
     uint64_t cert_serial; /* serial of the last certificate issued (start: time-based) */
 };
 
