@@ -1,6 +1,6 @@
 /* registry_api.c - the registry's HTTP endpoints (docs/control-plane.md):
  * accounts, node join / heartbeat / pause, shard manifests and seed bytes,
- * routes, usage and status. Every field of every request is checked before
+ * routes, usage and status, and Prometheus metrics. Every field of every request is checked before
  * it is used; a bad request gets a 4xx with a message naming the field. */
 #include "moontail/cert.h"
 #include "moontail/schedule.h"
@@ -544,6 +544,14 @@ static void ledger_nodes(mt_registry *r, const mt_http_request *req, mt_http_res
                            "n_expert_used", r->n_expert_used, "ledger_rows", (json_int_t)rows);
 }
 
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+static void metrics(mt_registry *r, mt_http_response *resp) {
+    resp->text = reg_metrics_text(r);
+    if (!resp->text) return mt_http_error(resp, 500, "out of memory");
+    resp->content_type = REG_METRICS_CONTENT_TYPE;
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
 void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *resp) {
@@ -583,9 +591,12 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
         ledger_nodes(r, req, resp);
     else if (get && strcmp(p, "/v1/status") == 0)
         resp->json = reg_status_json(r);
+    else if (get && strcmp(p, "/metrics") == 0)
+        metrics(r, resp);
     else if (get && strcmp(p, "/") == 0)
-        resp->json = json_pack("{s:s, s:s, s:s}", "service", "moontail registry", "status",
-                               "/v1/status", "docs", "docs/control-plane.md");
+        resp->json =
+            json_pack("{s:s, s:s, s:s, s:s}", "service", "moontail registry", "status",
+                      "/v1/status", "metrics", "/metrics", "docs", "docs/control-plane.md");
     else
         mt_http_error(resp, strncmp(p, "/v1/", 4) == 0 ? 404 : 404,
                       "no endpoint %s %s (see docs/control-plane.md)", m, p);

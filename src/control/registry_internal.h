@@ -142,4 +142,9 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
 /* registry_status.c */
 json_t *reg_status_json(mt_registry *r);
 
+/* registry_metrics.c: GET /metrics, the status object in Prometheus text format
+ * 0.0.4 (malloc'd; NULL when out of memory) */
+char *reg_metrics_text(mt_registry *r);
+#define REG_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
 #endif
