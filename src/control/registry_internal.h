@@ -147,4 +147,9 @@ json_t *reg_status_json(mt_registry *r);
 char *reg_metrics_text(mt_registry *r);
 #define REG_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
+/* status_page.c, generated at build time from src/control/status_page.html
+ * (cmake/embed_text.cmake): the page served at GET / and GET /status */
+extern const unsigned char reg_status_page_html[];
+extern const unsigned long reg_status_page_html_len;
+
 #endif
