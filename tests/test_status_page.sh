@@ -88,13 +88,14 @@ REG_PID=$PID
 "$BIN" account new lab --registry "$URL" -o "$tmp/lab.token" >/dev/null 2>&1 || bad "account new"
 # no node yet: the page says NOT READY, why, and every layer is down
 if [ $have_chrome = 1 ]; then
-    page "$URL/status" --dump-dom >"$tmp/empty.html"
+    page "$URL/status" --dump-dom --screenshot="$ART/status_page_not_ready.png" >"$tmp/empty.html"
     dom "$tmp/empty.html" >"$tmp/empty.json"
     json 'if (o.banner.state !== "not-ready" || o.banner.word !== "NOT READY" || !o.banner.why ||
               o.layers.length !== 8 || o.layers.some((l) => l.serving !== 0 || !/\bdown\b/.test(l.class)) ||
               o.nodes.length) process.exit(1);
           console.log("page with no node: " + o.banner.word + ": " + o.banner.why)' <"$tmp/empty.json" &&
         ok || bad "the page of an empty registry: $(head -c 600 "$tmp/empty.json")"
+    echo "screenshot: $ART/status_page_not_ready.png"
 fi
 HTML_NAME='<b>x</b> & "q"'
 names=("pc-one" "$HTML_NAME" "pc-three")
