@@ -117,7 +117,8 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
         goto fail;
     }
     if (reg_db_open(r, r->db_path, err) || load_key(r, err) || load_model(r, err)) goto fail;
-    r->cert_serial = (uint64_t)reg_now_ms() * 1000; /* unique across restarts */
+    r->started_ms = reg_now_ms();
+    r->cert_serial = (uint64_t)r->started_ms * 1000; /* unique across restarts */
     r->http = mt_http_server_start(r->listen, 4, 1 << 20, reg_api_handle, r, err);
     if (!r->http) goto fail;
     snprintf(r->url, sizeof r->url, "http://%s", mt_http_server_addr(r->http));

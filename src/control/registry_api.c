@@ -1,6 +1,7 @@
 /* registry_api.c - the registry's HTTP endpoints (docs/control-plane.md):
  * accounts, node join / heartbeat / pause, shard manifests and seed bytes,
- * routes, usage and status. Every field of every request is checked before
+ * routes, usage and status, and for people and monitoring the status page
+ * and Prometheus metrics. Every field of every request is checked before
  * it is used; a bad request gets a 4xx with a message naming the field. */
 #include "moontail/cert.h"
 #include "moontail/schedule.h"
@@ -573,6 +574,28 @@ static void ledger_nodes(mt_registry *r, const mt_http_request *req, mt_http_res
                            "n_expert_used", r->n_expert_used, "ledger_rows", (json_int_t)rows);
 }
 
+/* ---- the status page and metrics --------------------------------------------------------- */
+
+/* A browser asks for a page: its Accept header names text/html. curl, scripts
+ * and moontail's own client do not, and keep getting the JSON index at GET /. */
+static bool wants_html(const mt_http_request *req) {
+    const char *accept = mt_http_header(req, "Accept");
+    return accept && strcasestr(accept, "text/html");
+}
+
+static void status_page(mt_http_response *resp) {
+    resp->text = malloc(reg_status_page_html_len + 1);
+    if (!resp->text) return mt_http_error(resp, 500, "out of memory");
+    memcpy(resp->text, reg_status_page_html, reg_status_page_html_len + 1);
+    resp->content_type = "text/html; charset=utf-8";
+}
+
+static void metrics(mt_registry *r, mt_http_response *resp) {
+    resp->text = reg_metrics_text(r);
+    if (!resp->text) return mt_http_error(resp, 500, "out of memory");
+    resp->content_type = REG_METRICS_CONTENT_TYPE;
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
 void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *resp) {
@@ -616,9 +639,14 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
         ledger_nodes(r, req, resp);
     else if (get && strcmp(p, "/v1/status") == 0)
         resp->json = reg_status_json(r);
+    else if (get && strcmp(p, "/metrics") == 0)
+        metrics(r, resp);
+    else if (get && (strcmp(p, "/status") == 0 || (strcmp(p, "/") == 0 && wants_html(req))))
+        status_page(resp);
     else if (get && strcmp(p, "/") == 0)
-        resp->json = json_pack("{s:s, s:s, s:s}", "service", "moontail registry", "status",
-                               "/v1/status", "docs", "docs/control-plane.md");
+        resp->json = json_pack("{s:s, s:s, s:s, s:s, s:s}", "service", "moontail registry",
+                               "status", "/v1/status", "page", "/status", "metrics", "/metrics",
+                               "docs", "docs/control-plane.md");
     else
         mt_http_error(resp, strncmp(p, "/v1/", 4) == 0 ? 404 : 404,
                       "no endpoint %s %s (see docs/control-plane.md)", m, p);

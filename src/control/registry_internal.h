@@ -95,6 +95,7 @@ struct mt_registry {
     bool ticker_started, stopping;
     pthread_cond_t wake;
     int64_t routes_served;
+    int64_t started_ms;   /* when this process started (counters above restart from 0) */
     uint64_t cert_serial; /* serial of the last certificate issued (start: time-based) */
     reg_ticket *tickets;  /* active and queued requests, queued ones in arrival order */
     int32_t n_tickets, cap_tickets;
@@ -160,5 +161,15 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
 
 /* registry_status.c */
 json_t *reg_status_json(mt_registry *r);
+
+/* registry_metrics.c: GET /metrics, the status object in Prometheus text format
+ * 0.0.4 (malloc'd; NULL when out of memory) */
+char *reg_metrics_text(mt_registry *r);
+#define REG_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* status_page.c, generated at build time from src/control/status_page.html
+ * (cmake/embed_text.cmake): the page served at GET / and GET /status */
+extern const unsigned char reg_status_page_html[];
+extern const unsigned long reg_status_page_html_len;
 
 #endif

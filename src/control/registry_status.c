@@ -62,6 +62,9 @@ json_t *reg_status_json(mt_registry *r) {
             x->load_queue, "sessions", x->load_sessions, "tok_per_s", x->tok_per_s,
             "last_seen_ms_ago", (json_int_t)(x->last_seen ? now - x->last_seen : -1), "schedule",
             x->schedule);
+        /* two more fields, kept out of the long pack format above */
+        json_object_set_new(o, "alive", json_boolean(alive));
+        json_object_set_new(o, "served_tokens", json_integer(x->served_tokens));
         if (x->a.role == REG_ROLE_PARTNER)
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
         json_array_append_new(jn, o);
@@ -92,14 +95,14 @@ json_t *reg_status_json(mt_registry *r) {
     reg_ticket_counts(r, now, &active, &waiting);
     json_t *st = json_pack(
         "{s:s, s:s, s:s, s:i, s:i, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:s,"
-        " s:I, s:I, s:I, s:o, s:o}",
+        " s:I, s:I, s:I, s:I, s:o, s:o}",
         "mode", swarm ? "swarm" : "cell", "source_id", r->source_id, "registry_key", r->key_hex,
         "n_layer", L, "n_expert", X, "plan_version", (json_int_t)r->plan_version, "moves",
         (json_int_t)r->moves, "replicas", r->cfg.replicas, "min_replicas_serving", min_serving,
         "nodes_alive", n_alive, "nodes_serving", n_serving, "spares", n_spares, "tok_per_s",
         tok_per_s, "ready", min_serving >= 1, "plan_note", r->plan_why, "queue", (json_int_t)queue,
-        "routes_served", (json_int_t)r->routes_served, "nodes_known", (json_int_t)n, "layers",
-        layers, "nodes", jn);
+        "routes_served", (json_int_t)r->routes_served, "nodes_known", (json_int_t)n, "started_ms",
+        (json_int_t)r->started_ms, "layers", layers, "nodes", jn);
     json_object_set_new(st, "requests_active", json_integer(active));
     json_object_set_new(st, "requests_waiting", json_integer(waiting));
     json_object_set_new(st, "max_active", json_integer(r->cfg.max_active));
