@@ -157,6 +157,7 @@ static mt_node *start_node(const char *shard, const mt_node_partner *partners, i
 
 static mt_route_peer peer_of(const mt_node *n) {
     mt_route_peer p;
+    memset(&p, 0, sizeof p); /* zero layer and expert ranges: every expert it holds */
     snprintf(p.addr, sizeof p.addr, "%s", mt_node_addr(n));
     memcpy(p.pk, k_node.pk, sizeof p.pk);
     return p;
