@@ -35,7 +35,9 @@ static const char usage[] =
     "  --ctx N             context size (default: prompt + N)\n"
     "  --ubatch N          tokens per pass through the route (default 512)\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"
-    "  --json              print one JSON object instead of streaming text\n";
+    "  --json              print one JSON object instead of streaming text\n"
+    "  --call-timeout-ms N how long to wait for each reply from a node before taking it for\n"
+    "                      lost (default 30000 with --registry, 120000 with --route)\n";
 
 typedef struct prompt_ctx {
     const char *route_path;
@@ -91,7 +93,7 @@ static void reg_json(void *ctx, json_t *root) {
 
 static int prompt_registry(const cli_gen *g, const char *registry, const char *token,
                            const char *token_file, const char *key, const char *cache,
-                           const char *wire) {
+                           const char *wire, int call_timeout_ms) {
     if (strcmp(wire, "f32") != 0 && strcmp(wire, "bf16") != 0) {
         fprintf(stderr, "moontail prompt: --wire must be f32 or bf16\n");
         return 2;
@@ -107,6 +109,7 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
                              .wire = strcmp(wire, "bf16") == 0 ? MT_PROTO_BF16 : MT_PROTO_F32,
                              .threads = (int)g->threads,
                              .ubatch = (int)g->ubatch,
+                             .call_timeout_ms = call_timeout_ms,
                              .quiet = false};
     reg_ctx p = {mt_requester_open(&c, &err), 0};
     mt_vocab *vocab = NULL;
@@ -143,11 +146,16 @@ int cmd_prompt(int argc, char **argv) {
     const char *route_path = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
                *key = "requester.key", *cache = "moontail-cache", *wire = "f32";
     cli_config conf;
-    const cli_opt extra[] = {
-        {"--route", CLI_STRING, &route_path, 0, 0}, {"--registry", CLI_STRING, &registry, 0, 0},
-        {"--token", CLI_STRING, &token, 0, 0},      {"--token-file", CLI_STRING, &token_file, 0, 0},
-        {"--key", CLI_STRING, &key, 0, 0},          {"--cache", CLI_STRING, &cache, 0, 0},
-        {"--wire", CLI_STRING, &wire, 0, 0},        {NULL, CLI_FLAG, NULL, 0, 0}};
+    int64_t call_timeout_ms = 0; /* 0: the default of the mode */
+    const cli_opt extra[] = {{"--route", CLI_STRING, &route_path, 0, 0},
+                             {"--registry", CLI_STRING, &registry, 0, 0},
+                             {"--token", CLI_STRING, &token, 0, 0},
+                             {"--token-file", CLI_STRING, &token_file, 0, 0},
+                             {"--key", CLI_STRING, &key, 0, 0},
+                             {"--cache", CLI_STRING, &cache, 0, 0},
+                             {"--wire", CLI_STRING, &wire, 0, 0},
+                             {"--call-timeout-ms", CLI_INT, &call_timeout_ms, 100, 3600000},
+                             {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_gen_parse("prompt", argc, argv, &g, extra, usage);
     if (prc) return prc > 0 ? 0 : 2;
     if (positional && (g.prompt || g.prompt_file)) {
@@ -167,7 +175,9 @@ int cmd_prompt(int argc, char **argv) {
                         " 'moontail setup' once); see 'moontail prompt --help'\n");
         return 2;
     }
-    if (registry) return prompt_registry(&g, registry, token, token_file, key, cache, wire);
+    if (registry)
+        return prompt_registry(&g, registry, token, token_file, key, cache, wire,
+                               (int)call_timeout_ms);
     mt_error err = {{0}};
     double t0 = cli_now_ms();
     prompt_ctx p = {route_path, NULL, NULL};
@@ -179,6 +189,7 @@ int cmd_prompt(int argc, char **argv) {
         rf_loaded = true;
         rf.cfg.threads = (int)g.threads;
         rf.cfg.ubatch = (int)g.ubatch;
+        if (call_timeout_ms) rf.cfg.call_timeout_ms = (int)call_timeout_ms;
         p.route = mt_route_open(&rf.cfg, &err);
     }
     if (p.route && (vocab = mt_vocab_load(mt_route_head(p.route)->gguf, &err))) {

@@ -333,7 +333,10 @@ int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *log
                       mt_error *err) {
     if (!q->s) return mt_error_set(err, "no session: call mt_requester_begin first");
     if (now_ms() - q->last_keepalive > 10000) ticket_call(q, "keepalive");
+    const double t_call = now_ms();
     if (mt_route_eval(q->route, q->s, ids, n, false, logits, err) == 0) return 0;
+    /* the failed call's own time: short for a broken connection, the reply
+     * timeout (and one reconnect attempt) for a node that went silent */
     double t0 = now_ms();
     /* the history to replay: everything before this call, then the new tokens */
     int32_t n_past = 0;
@@ -370,8 +373,10 @@ int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *log
         q->stats.failovers++;
         q->stats.last_recovery_ms = now_ms() - t0;
         q->stats.total_recovery_ms += q->stats.last_recovery_ms;
-        say(q, "recovered on a new route in %.0f ms (replayed %d tokens)",
-            q->stats.last_recovery_ms, total);
+        say(q,
+            "recovered on a new route in %.0f ms (replayed %d tokens; the failed call took"
+            " %.0f ms)",
+            q->stats.last_recovery_ms, total, t0 - t_call);
         return 0;
     }
     mt_error_prefix(err, "no working route (tried for %.0f s)", (now_ms() - t0) / 1000);

@@ -1,8 +1,10 @@
 # netns.bash - several network hosts on one machine, for the scripts that
-# need them (tests/test_netns.sh, bench/netns.sh); source it after
-# harness.bash (it uses $tmp, pids and wait_listening).
+# need them (tests/test_netns.sh, tests/test_registry_netns.sh,
+# bench/netns.sh); source it after harness.bash (it uses $tmp, pids and
+# wait_listening).
 #   netns_setup HOSTS    (root) creates namespace $R holding a bridge with
-#                        10.231.X.1/24 (X from the pid) and HOSTS namespaces
+#                        $NET.X.1/24 (NET = ${NETNS_NET:-10.231}, X from the
+#                        pid; each test picks its own NET) and HOSTS namespaces
 #                        ${N[1..HOSTS]}, each with eth0 = ${IP[i]} on that
 #                        bridge (veth pairs made directly inside the
 #                        namespaces: nothing touches the root namespace);
@@ -45,7 +47,7 @@ netns_cleanup() {
 }
 
 netns_setup() {
-    local hosts=$1 prefix=${NETNS_PREFIX:-mt$$} X=$(($$ % 200 + 20)) i
+    local hosts=$1 prefix=${NETNS_PREFIX:-mt$$} net=${NETNS_NET:-10.231} X=$(($$ % 200 + 20)) i
     [ "$(id -u)" -eq 0 ] || { why="not root"; return 1; }
     command -v ip >/dev/null || { why="no ip command"; return 1; }
     R="$prefix-req"
@@ -53,11 +55,11 @@ netns_setup() {
     nss+=("$R")
     inns "$R" ip link set lo up &&
         inns "$R" ip link add br0 type bridge 2>"$tmp/ns.err" &&
-        inns "$R" ip addr add "10.231.$X.1/24" dev br0 &&
+        inns "$R" ip addr add "$net.$X.1/24" dev br0 &&
         inns "$R" ip link set br0 up || { why="bridge: $(head -1 "$tmp/ns.err")"; return 1; }
     for i in $(seq 1 "$hosts"); do
         N[i]="$prefix-n$i"
-        IP[i]="10.231.$X.$((i + 1))"
+        IP[i]="$net.$X.$((i + 1))"
         ip netns add "${N[$i]}" 2>"$tmp/ns.err" || { why="ip netns add: $(head -1 "$tmp/ns.err")"; return 1; }
         nss+=("${N[$i]}")
         ip link add "v$i" netns "$R" type veth peer name eth0 netns "${N[$i]}" 2>"$tmp/ns.err" &&
@@ -73,6 +75,6 @@ netns_setup() {
         inns "$R" ping -c1 -W1 "${IP[$hosts]}" >/dev/null 2>&1 && return 0
         sleep 0.05
     done
-    why="10.231.$X.0/24 not reachable across the bridge"
+    why="$net.$X.0/24 not reachable across the bridge"
     return 1
 }
