@@ -59,6 +59,9 @@ typedef struct mt_route_config {
     int timeout_ms;      /* connect + handshake (<= 0: 10 s) */
     int call_timeout_ms; /* each wait for a reply (<= 0: 120 s) */
     char *failed_addr;   /* optional (128 bytes): when opening fails at a node, its address */
+    bool no_reconnect;   /* a broken node fails the call at once (a requester with a registry
+                            takes a new route instead: reconnecting to a node that went silent
+                            would cost a whole connect timeout first) */
     bool chain;          /* send one STAGE_FORWARD to the first stage with the later stages as next
                             hops (proto.h), instead of calling each stage in turn */
 } mt_route_config;

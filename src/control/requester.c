@@ -239,6 +239,7 @@ static int open_route(mt_requester *q, mt_error *err) {
         mt_route_close(q->route);
         char failed[128] = "";
         c.failed_addr = failed;
+        c.no_reconnect = true; /* the registry has the replacement */
         q->route = mt_route_open(&c, err);
         rc = q->route ? 0 : -1;
         if (!q->route && failed[0]) {

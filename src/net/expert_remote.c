@@ -76,6 +76,7 @@ int expert_remote_open(expert_remote *x, const expert_remote_config *c, mt_error
     x->n_layer = c->n_layer;
     x->layer_begin = c->layer_begin;
     x->layer_end = c->layer_end;
+    x->no_reconnect = c->no_reconnect;
     if (!(x->r = connect_checked(x, err))) {
         mt_error_prefix(err, "%s %s", x->role, x->addr);
         return -1;
@@ -110,6 +111,7 @@ int expert_remote_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, cons
     if (mt_remote_is_open(x->r)) { /* an ERROR reply: the node is there and said why */
         return mt_error_set(err, "%s %s: %s", x->role, x->addr, first.msg);
     }
+    if (x->no_reconnect) return mt_error_set(err, "%s %s: %s", x->role, x->addr, first.msg);
     /* the connection broke (in this call or an earlier one): once more on a new one */
     mt_error again = {{0}};
     mt_remote *rem = connect_checked(x, &again);

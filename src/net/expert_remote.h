@@ -28,10 +28,11 @@ typedef struct expert_remote {
     int32_t n_embd, n_layer;
     int32_t layer_begin, layer_end; /* it must hold experts of these layers */
     /* state */
-    mt_remote *r;   /* the connection (kept, broken, when a reconnect fails) */
-    int32_t n_held; /* what it held at the first connect */
-    int32_t *held;  /* (n_held) ascending ids */
-    int reconnects; /* successful reconnects so far */
+    mt_remote *r;      /* the connection (kept, broken, when a reconnect fails) */
+    int32_t n_held;    /* what it held at the first connect */
+    int32_t *held;     /* (n_held) ascending ids */
+    int reconnects;    /* successful reconnects so far */
+    bool no_reconnect; /* a broken connection fails the call (the caller finds another holder) */
 } expert_remote;
 
 typedef struct expert_remote_config {
@@ -42,6 +43,7 @@ typedef struct expert_remote_config {
     mt_proto_dtype wire;
     const char *source_id; /* what it must hold */
     int32_t n_embd, n_layer, layer_begin, layer_end;
+    bool no_reconnect;
 } expert_remote_config;
 
 /* Connects and checks what the node holds; err names the node. On failure

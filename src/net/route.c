@@ -44,6 +44,7 @@ struct mt_route {
     int32_t max_ctx;
     int replays;
     bool chain;
+    bool no_reconnect;
     mt_proto_hop *hops; /* (n_stages - 1) the later stages, when chain */
     pthread_mutex_t lock;
 };
@@ -137,7 +138,8 @@ static int setup_experts(mt_route *r, const mt_route_config *cfg, mt_error *err)
                                    .n_embd = r->head->hp.n_embd,
                                    .n_layer = r->head->hp.n_layer,
                                    .layer_begin = some_layers ? pe->layer_begin : 0,
-                                   .layer_end = some_layers ? pe->layer_end : r->local_end};
+                                   .layer_end = some_layers ? pe->layer_end : r->local_end,
+                                   .no_reconnect = cfg->no_reconnect};
         if (expert_remote_open(&r->experts[i], &xc, err)) {
             if (cfg->failed_addr) snprintf(cfg->failed_addr, 128, "%s", pe->addr);
             return -1;
@@ -194,6 +196,7 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
     r->wire = cfg->wire;
     r->ubatch = cfg->ubatch > 0 ? cfg->ubatch : 512;
     r->timeout_ms = cfg->timeout_ms;
+    r->no_reconnect = cfg->no_reconnect;
     r->call_timeout_ms = cfg->call_timeout_ms;
     if (cfg->wire != MT_PROTO_F32 && cfg->wire != MT_PROTO_BF16) {
         mt_error_set(err, "unknown wire dtype %d", (int)cfg->wire);
@@ -409,7 +412,8 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
          * for this route; an unknown session is only a replay away */
         st->failed = code != MT_PROTO_ERR_UNKNOWN_SESSION;
         if (code == MT_PROTO_ERR_UNKNOWN_SESSION && p0 > 0) return PASS_REPLAY;
-        if (code == 0 && !mt_remote_is_open(st->r)) { /* the connection broke: reconnect once */
+        if (code == 0 && !r->no_reconnect && !mt_remote_is_open(st->r)) {
+            /* the connection broke: reconnect once */
             mt_error e2 = {{0}};
             if (connect_stage(r, st, &e2) == 0) return PASS_REPLAY;
             char first[sizeof err->msg];
