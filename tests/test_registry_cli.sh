@@ -20,25 +20,7 @@ set -u
 T="timeout 60"
 cd "$tmp"
 
-# bg NAME CMD...: start in the background, wait for "listening on", set ADDR and PID
-bg() {
-    local name=$1
-    shift
-    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    PID=$!
-    pids+=("$PID")
-    wait_listening "$name" "$PID"
-}
 status() { "$BIN" status --registry "$URL" --json 2>/dev/null; }
-# wait_for JS SECONDS: until JS (on o = status) is true
-wait_for() {
-    local js=$1 limit=${2:-30} i
-    for i in $(seq 1 $((limit * 5))); do
-        status | json "process.exit(($js) ? 0 : 1)" 2>/dev/null && return 0
-        sleep 0.2
-    done
-    return 1
-}
 
 M="$tmp/m.gguf"
 "$BIN" mkmodel -o "$M" --arch qwen3moe --type f32 --layers 4 --embd 128 --heads 4 --head-dim 32 \
@@ -53,14 +35,14 @@ $T "$BIN" run -m "$M" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/ref_long.
 # ---- registry, account, nodes
 REG=(registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed"
     --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 --max-active 1)
-bg reg "$BIN" "${REG[@]}" --listen 127.0.0.1:0
+start_bg reg "$BIN" "${REG[@]}" --listen 127.0.0.1:0
 URL=$ADDR
 REG_PID=$PID
 PORT=${URL##*:}
 expect 0 "token in" "$BIN" account new cafe --registry "$URL" -o "$tmp/cafe.token"
 declare -A node_pid node_addr
 for k in 1 2 3 4 5; do
-    bg "n$k" "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n$k.key" \
+    start_bg "n$k" "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n$k.key" \
         --data "$tmp/d$k" --listen 127.0.0.1:0 --name "pc$k" --capacity-mb "$cap_mb" \
         --speed 1 --threads 1
     node_pid[$k]=$PID
@@ -150,7 +132,7 @@ before=$(curl -s "$URL/v1/ledger/nodes")
 credits_before=$("$BIN" account show --registry "$URL" --token-file "$tmp/cafe.token" --json | json 'console.log(o.credits.served_token_layers)')
 kill -TERM "$REG_PID"
 wait "$REG_PID" 2>/dev/null
-bg reg2 "$BIN" "${REG[@]}" --listen "127.0.0.1:$PORT"
+start_bg reg2 "$BIN" "${REG[@]}" --listen "127.0.0.1:$PORT"
 [ "$ADDR" = "$URL" ] && ok || bad "registry came back on $ADDR, not $URL"
 after=$(curl -s "$URL/v1/ledger/nodes")
 node -e "
@@ -174,12 +156,12 @@ json 'if (!(o.tokens > 0 && o.earnings > 0 && o.nodes.length == 5)) process.exit
 # ---- swarm mode: lend before you prompt
 SW=(registry --model "$M" --mode swarm --require-volunteer --db "$tmp/sw.db" --key "$tmp/sw.key"
     --shards "$tmp/swseed" --replicas 1 --heartbeat-ms 200 --dead-after-ms 1500)
-bg sw "$BIN" "${SW[@]}" --listen 127.0.0.1:0
+start_bg sw "$BIN" "${SW[@]}" --listen 127.0.0.1:0
 SURL=$ADDR
 "$BIN" account new taker --registry "$SURL" -o "$tmp/taker.token" 2>/dev/null || bad "account taker"
 "$BIN" account new giver --registry "$SURL" -o "$tmp/giver.token" 2>/dev/null || bad "account giver"
 for k in 1 2; do
-    bg "sn$k" "$BIN" node --registry "$SURL" --token-file "$tmp/giver.token" --key "$tmp/s$k.key" \
+    start_bg "sn$k" "$BIN" node --registry "$SURL" --token-file "$tmp/giver.token" --key "$tmp/s$k.key" \
         --data "$tmp/s$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
 done
 for _ in $(seq 1 150); do

@@ -53,15 +53,6 @@ echo "netns: requester in $R, registry in ${N[1]} (${IP[1]}), nodes pc1..pc6 at 
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); } # ms since a `date +%s%N`
 kill_node() { { kill -9 "${NPID[$1]}" && wait "${NPID[$1]}"; } 2>/dev/null; }
 status() { timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL" --json 2>/dev/null; }
-# wait_for JS SECONDS: until JS (on o = status) is true
-wait_for() {
-    local js=$1 end=$((SECONDS + ${2:-30}))
-    while [ $SECONDS -lt $end ]; do
-        status | json "process.exit(($js) ? 0 : 1)" 2>/dev/null && return 0
-        sleep 0.2
-    done
-    return 1
-}
 node_id() { status | json "console.log(o.nodes.find(n => n.name == 'pc$1').node_id)"; }
 # k of the node at ADDR (nothing when none)
 node_k() {

@@ -13,20 +13,12 @@ set -u
 . "$(dirname "$0")/lib/harness.bash"
 export MOONTAIL_HOME="$tmp/home" MOONTAIL_NO_SYSTEMD=1
 T="timeout 60"
-bg() {
-    local name=$1
-    shift
-    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    PID=$!
-    pids+=("$PID")
-    wait_listening "$name" "$PID"
-}
 extra_cleanup() { MOONTAIL_HOME="$tmp/home" "$BIN" setup --stop >/dev/null 2>&1; }
 
 M="$tmp/m.gguf"
 "$BIN" mkmodel -o "$M" --arch qwen3moe --type f32 --layers 2 --embd 128 --heads 4 --head-dim 32 \
     --ff 128 --ff-exp 64 --experts 8 --experts-used 2 --seed 5 >/dev/null || bad "mkmodel"
-bg reg "$BIN" registry --model "$M" --db "$tmp/r.db" --key "$tmp/r.key" --shards "$tmp/seed" \
+start_bg reg "$BIN" registry --model "$M" --db "$tmp/r.db" --key "$tmp/r.key" --shards "$tmp/seed" \
     --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 --listen 127.0.0.1:0
 URL=$ADDR
 
@@ -62,7 +54,7 @@ expect 0 "stopped the node" "$BIN" setup --stop
 
 # a registry that opens no accounts by itself
 echo "s3cret" >"$tmp/admin"
-bg reg2 "$BIN" registry --model "$M" --db "$tmp/r2.db" --key "$tmp/r2.key" --shards "$tmp/seed2" \
+start_bg reg2 "$BIN" registry --model "$M" --db "$tmp/r2.db" --key "$tmp/r2.key" --shards "$tmp/seed2" \
     --admin-token-file "$tmp/admin" --listen 127.0.0.1:0
 MOONTAIL_HOME="$tmp/home2" expect 1 "ask its operator" "$BIN" setup --accept-terms --registry "$ADDR" --no-start
 

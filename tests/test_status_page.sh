@@ -28,25 +28,7 @@ mkdir -p "$ART"
 rm -f "$ART"/status_page*.png # a picture from an earlier run proves nothing
 cd "$tmp"
 
-# bg NAME CMD...: start in the background, wait for "listening on", set ADDR and PID
-bg() {
-    local name=$1
-    shift
-    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    PID=$!
-    pids+=("$PID")
-    wait_listening "$name" "$PID"
-}
 status() { curl -s --max-time 10 "$URL/v1/status"; }
-# wait_for JS SECONDS: until JS (on o = status) is true
-wait_for() {
-    local js=$1 limit=${2:-30} i
-    for i in $(seq 1 $((limit * 5))); do
-        status | json "process.exit(($js) ? 0 : 1)" 2>/dev/null && return 0
-        sleep 0.2
-    done
-    return 1
-}
 
 # ---- chromium, if it can run here
 CHROME=$(command -v chromium || command -v chromium-browser || true)
@@ -81,7 +63,7 @@ M="$tmp/m.gguf"
     --ff 64 --ff-exp 32 --experts 4 --experts-used 2 --seed 5 >/dev/null || bad "mkmodel"
 # each node can hold about two thirds of the model: 2 stages and a spare
 cap_mb=$(($(stat -c %s "$M") * 7 / 10 / 1000000 + 1))
-bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
+start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
     --replicas 1 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 --listen 127.0.0.1:0
 URL=$ADDR
 REG_PID=$PID
@@ -101,7 +83,7 @@ HTML_NAME='<b>x</b> & "q"'
 names=("pc-one" "$HTML_NAME" "pc-three")
 declare -A node_pid
 for k in 0 1 2; do
-    bg "n$k" "$BIN" node --registry "$URL" --token-file "$tmp/lab.token" --key "$tmp/n$k.key" \
+    start_bg "n$k" "$BIN" node --registry "$URL" --token-file "$tmp/lab.token" --key "$tmp/n$k.key" \
         --data "$tmp/d$k" --listen 127.0.0.1:0 --name "${names[$k]}" --capacity-mb "$cap_mb" \
         --speed 1 --threads 1
     node_pid[$k]=$PID
@@ -289,7 +271,7 @@ if [ $have_chrome = 1 ]; then
     echo "screenshot: $ART/status_page_node_dead.png"
 
     # ---- the registry stops while the page is open: no stale data
-    bg proxy node "$LIB/registry_stop_proxy.mjs" --target "${URL#http://}" --pid "$REG_PID" --after 2
+    start_bg proxy node "$LIB/registry_stop_proxy.mjs" --target "${URL#http://}" --pid "$REG_PID" --after 2
     PROXY=$ADDR
     page "http://$PROXY/status" --dump-dom --screenshot="$ART/status_page_unreachable.png" >"$tmp/down.html"
     curl -s --max-time 5 "$URL/v1/status" >/dev/null && bad "the proxy did not stop the registry"

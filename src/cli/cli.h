@@ -54,6 +54,12 @@ const char *cli_value(int argc, char **argv, int *i);
 int cli_take_all(int *argc, char **argv, const char *name, const char **out);
 /* Reads a whole file into a NUL-terminated heap buffer; NULL with a message on error. */
 char *cli_read_file(const char *path, size_t *len);
+/* For daemons that wait with sigwait: blocks SIGINT and SIGTERM (and SIGHUP
+ * when hup) in this thread and every thread started after, into *sigs, and
+ * ignores SIGPIPE (a peer that goes away is an error return, not a death). */
+#include <signal.h>
+void cli_block_stop_signals(sigset_t *sigs, bool hup);
+
 /* The account token from --token-file, MOONTAIL_TOKEN or --token (heap; NULL
  * with a message saying how to get one). */
 char *cli_token(const char *cmd, const char *token, const char *token_file);

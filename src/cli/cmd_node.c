@@ -194,12 +194,7 @@ int cmd_node(int argc, char **argv) {
     /* SIGINT/SIGTERM (stop) and SIGHUP (reread --cert) are taken with sigwait
      * below: block them before any thread starts */
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    cli_block_stop_signals(&sigs, true);
     mt_node_config cfg = {.shard_path = shard,
                           .keys = &keys,
                           .authorized = auth,

@@ -68,11 +68,7 @@ int cmd_node_agent(int argc, char **argv) {
     char *tok = cli_token("node", token, token_file);
     if (!tok) return 2;
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    cli_block_stop_signals(&sigs, false);
     mt_agent_config c = {.registry = registry,
                          .token = tok,
                          .key_path = key,

@@ -75,11 +75,7 @@ int cmd_registry(int argc, char **argv) {
     char *admin = NULL;
     if (admin_file && !(admin = cli_token("registry", NULL, admin_file))) return 2;
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    cli_block_stop_signals(&sigs, false);
     mt_registry_config c = {.model = model,
                             .db = db,
                             .key = key,

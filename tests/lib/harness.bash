@@ -7,6 +7,11 @@
 #   json JS                 runs JS with o = the JSON object read from stdin
 #   tokens                  prints [prompt_tokens, tokens] of a run/prompt --json
 #   wait_listening NAME PID waits for "listening on ADDR" in $tmp/NAME.out, sets ADDR
+#   start_bg NAME CMD...    CMD in the background (output in $tmp/NAME.out and
+#                           .err, pid added to `pids`); waits for its "listening
+#                           on ADDR" line; sets ADDR and PID
+#   wait_for JS [SECONDS]   until JS is true of o = the JSON the script's own
+#                           `status` function prints (default 30 s); 1 on timeout
 # Background processes whose pids a script adds to `pids` are killed on exit;
 # a script may define extra_cleanup (run before the scratch dir goes).
 BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
@@ -53,5 +58,21 @@ wait_listening() {
         sleep 0.05
     done
     bad "$name did not start: $(cat "$tmp/$name.err")"
+    return 1
+}
+start_bg() {
+    local name=$1
+    shift
+    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    PID=$!
+    pids+=("$PID")
+    wait_listening "$name" "$PID"
+}
+wait_for() {
+    local js=$1 end=$((SECONDS + ${2:-30}))
+    while [ $SECONDS -lt $end ]; do
+        status | json "process.exit(($js) ? 0 : 1)" 2>/dev/null && return 0
+        sleep 0.2
+    done
     return 1
 }
