@@ -5,9 +5,10 @@
  *   DAYS   "Mon", "Mon-Fri", "Sat-Sun", "Fri-Mon" (wraps), "Mon Wed Fri",
  *          "daily" or nothing (= every day); names are the first three
  *          letters of English day names, any case;
- *   TIME   "HH:MM-HH:MM" in local time, 00:00-24:00; a range whose end is
- *          earlier than its start runs past midnight ("22:00-06:00"), and
- *          then its early-morning part belongs to the day after a listed day.
+ *   TIME   "HH:MM-HH:MM" in local time, 00:00-24:00 (24:00 only as an
+ *          end); a range whose end is earlier than its start runs past
+ *          midnight ("22:00-06:00"), and then its early-morning part
+ *          belongs to the day after a listed day.
  * Example: "Mon-Fri 09:00-18:00; Sat 10:00-14:00". */
 #ifndef MOONTAIL_SCHEDULE_H
 #define MOONTAIL_SCHEDULE_H

@@ -119,7 +119,7 @@ static int get_token(cli_config *c, const char *token_file) {
     if (st == 201 && tok) {
         rc = write_secret(c->token_file, tok);
         if (rc == 0) printf("created account '%s' on %s\n", who, c->registry);
-    } else if (st == 403) {
+    } else if (st == 401 || st == 403) { /* the registry opens accounts for its operator only */
         fprintf(stderr,
                 "moontail setup: this registry does not open accounts by itself; ask its operator"
                 " for a token and pass it with --token-file FILE\n");

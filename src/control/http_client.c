@@ -18,11 +18,30 @@ typedef struct sink {
     char *data;
     size_t len, cap, limit;
     bool overflow;
+    /* ranged GETs: an answer other than 206 (or 200 for a range from 0) is
+     * not the bytes asked for; its first bytes (the error) go to errbody */
+    CURL *ranged;
+    uint64_t from;
+    char errbody[512];
+    size_t errlen;
 } sink;
+
+static bool unwanted(long status, uint64_t from) {
+    return status != 206 && !(status == 200 && from == 0);
+}
 
 static size_t on_data(char *p, size_t size, size_t n, void *ctx) {
     sink *s = ctx;
     size_t k = size * n;
+    long status = 0;
+    if (s->ranged && curl_easy_getinfo(s->ranged, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+        unwanted(status, s->from)) {
+        size_t room = sizeof s->errbody - 1 - s->errlen, take = k < room ? k : room;
+        memcpy(s->errbody + s->errlen, p, take);
+        s->errlen += take;
+        s->errbody[s->errlen] = 0;
+        return take == k ? k : 0; /* enough of an error: stop there */
+    }
     if (s->len + k > s->limit) {
         s->overflow = true;
         return 0; /* aborts the transfer */
@@ -103,9 +122,11 @@ int mt_http_json(const char *method, const char *url, const char *token, const j
 
 int mt_http_get_range(const char *url, uint64_t from, size_t len, void *buf, int timeout_ms,
                       mt_error *err) {
-    sink s = {.limit = len};
+    if (len == 0) return 0; /* "bytes=from-(from-1)" is no range at all */
+    sink s = {.limit = len, .from = from};
     CURL *c = easy(url, timeout_ms, &s);
     if (!c) return mt_error_set(err, "GET %s: libcurl could not start", url);
+    s.ranged = c;
     char range[64];
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)from,
              (unsigned long long)(from + len - 1));
@@ -115,17 +136,22 @@ int mt_http_get_range(const char *url, uint64_t from, size_t len, void *buf, int
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(c);
     int ret = 0;
-    if (rc != CURLE_OK)
+    if (status > 0 && unwanted(status, from)) { /* even when the transfer was cut short */
+        json_t *j = json_loadb(s.errbody, s.errlen, 0, NULL);
+        const char *e = json_string_value(json_object_get(j, "error"));
+        ret = mt_error_set(err, "GET %s bytes %s: HTTP %ld%s%s", url, range, status,
+                           e || s.errlen ? ": " : "", e ? e : s.errbody);
+        json_decref(j);
+    } else if (rc != CURLE_OK) {
         ret =
             mt_error_set(err, "GET %s bytes %s: %s", url, range,
                          s.overflow ? "the peer sent more than asked for" : curl_easy_strerror(rc));
-    else if (status != 206 && !(status == 200 && from == 0))
-        ret = mt_error_set(err, "GET %s bytes %s: HTTP %ld", url, range, status);
-    else if (s.len != len)
+    } else if (s.len != len) {
         ret = mt_error_set(err, "GET %s bytes %s: got %zu bytes, expected %zu", url, range, s.len,
                            len);
-    else
+    } else {
         memcpy(buf, s.data, len);
+    }
     free(s.data);
     return ret;
 }

@@ -16,7 +16,7 @@
 
 struct mt_http_server {
     struct MHD_Daemon *d;
-    int fd;
+    int fd; /* the listen socket; MHD owns it once started */
     char addr[160];
     size_t max_body;
     mt_http_handler handler;
@@ -85,27 +85,42 @@ static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *
     return queue(c, status, "application/json", t, n + 1);
 }
 
+/* Decimal digits at *p (advanced past them; no sign, no spaces), saturating
+ * at UINT64_MAX. False when there are none. */
+static bool digits(const char **p, uint64_t *v) {
+    const char *s = *p;
+    uint64_t x = 0;
+    if (*s < '0' || *s > '9') return false;
+    for (; *s >= '0' && *s <= '9'; s++)
+        x = x > (UINT64_MAX - 9) / 10 ? UINT64_MAX : x * 10 + (uint64_t)(*s - '0');
+    *p = s;
+    *v = x;
+    return true;
+}
+
 /* "bytes=A-B", "bytes=A-" or "bytes=-N" against a file of size n. Returns 0
- * and [*from, *to] (inclusive), 1 when there is no usable header (whole
- * file), -1 when unsatisfiable. */
+ * and [*from, *to] (inclusive), 1 when there is no usable header (absent,
+ * another unit, several ranges, or not well formed, as RFC 9110 says to
+ * ignore: the whole file), -1 when unsatisfiable (416). */
 static int parse_range(const char *h, uint64_t n, uint64_t *from, uint64_t *to) {
-    if (!h || strncmp(h, "bytes=", 6) != 0 || strchr(h, ',')) return 1;
+    if (!h || strncmp(h, "bytes=", 6) != 0) return 1;
     const char *p = h + 6;
-    char *end;
-    if (*p == '-') {
-        uint64_t k = strtoull(p + 1, &end, 10);
-        if (*end || k == 0) return -1;
-        *from = k >= n ? 0 : n - k;
+    uint64_t a, b;
+    if (*p == '-') { /* the last b bytes */
+        p++;
+        if (!digits(&p, &b) || *p) return 1;
+        if (b == 0 || n == 0) return -1;
+        *from = b >= n ? 0 : n - b;
         *to = n - 1;
-    } else {
-        *from = strtoull(p, &end, 10);
-        if (*end != '-') return 1;
-        p = end + 1;
-        *to = *p ? strtoull(p, &end, 10) : n - 1;
-        if (*p && *end) return 1;
-        if (*to >= n) *to = n - 1;
+        return 0;
     }
-    return *from >= n || *from > *to ? -1 : 0;
+    if (!digits(&p, &a) || *p++ != '-') return 1;
+    b = UINT64_MAX;
+    if (*p && (!digits(&p, &b) || *p || b < a)) return 1;
+    if (a >= n) return -1;
+    *from = a;
+    *to = b >= n ? n - 1 : b;
+    return 0;
 }
 
 static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, int status) {
@@ -125,6 +140,7 @@ static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, in
         char cr[64];
         snprintf(cr, sizeof cr, "bytes */%" PRIu64, n);
         struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (!r) return MHD_NO;
         MHD_add_response_header(r, "Content-Range", cr);
         enum MHD_Result ok = MHD_queue_response(c, 416, r);
         MHD_destroy_response(r);
@@ -240,7 +256,7 @@ mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_b
                          (unsigned)(threads > 0 ? threads : 4), MHD_OPTION_NOTIFY_COMPLETED,
                          on_done, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
-    if (!s->d) {
+    if (!s->d) { /* MHD leaves a listen socket it was given open when it cannot start */
         close(s->fd);
         free(s);
         mt_error_set(err, "HTTP server on %s: libmicrohttpd could not start", addr);
@@ -251,8 +267,10 @@ mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_b
 
 void mt_http_server_stop(mt_http_server *s) {
     if (!s) return;
+    /* MHD closes the listen socket it was given (MHD_OPTION_LISTEN_SOCKET) when
+     * it stops; closing s->fd again could close a descriptor that another
+     * thread has opened meanwhile under the same number */
     MHD_stop_daemon(s->d);
-    close(s->fd);
     free(s);
 }
 

@@ -41,6 +41,8 @@ static void find_gpu(mt_hwinfo *hw) {
                 while (*m == ' ' || *m == '\t') m++;
                 m[strcspn(m, "\n")] = 0;
                 snprintf(hw->gpu, sizeof hw->gpu, "%.63s", m);
+                for (char *c = hw->gpu; *c; c++) /* the registry refuses control characters */
+                    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
             }
         if (f) fclose(f);
         if (hw->gpu[0]) break;

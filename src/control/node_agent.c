@@ -63,9 +63,12 @@ struct mt_agent {
     partner_set serving_partners;
     char fetching[96];
     mt_fetch_progress progress;
-    mt_progress bar;       /* the fetch in progress, on stderr */
-    char fetch_failed[96]; /* the shard whose last fetch failed (retried next heartbeat) */
-    mt_node_stats base;    /* counters of node instances already stopped */
+    mt_progress bar;        /* the fetch in progress, on stderr */
+    char fetch_failed[96];  /* the shard whose last fetch failed (retried next heartbeat) */
+    char verified[96];      /* the shard last checked against the registry's manifest */
+    mt_node_stats base;     /* counters of node instances already stopped */
+    mt_node_stats credited; /* the counters in the last heartbeat the registry took */
+    mt_node_stats joined;   /* what `credited` was when the registry last took this node in */
     uint64_t last_requests;
     int idle_beats;
     double last_tok_time;
@@ -258,6 +261,7 @@ static void *fetch_main(void *arg) {
         say(a, "%s", err.msg);
     } else {
         a->fetch_failed[0] = 0;
+        snprintf(a->verified, sizeof a->verified, "%s", name);
     }
     a->fetching[0] = 0;
     a->fetch_running = false;
@@ -313,6 +317,9 @@ static int join(mt_agent *a, mt_error *err) {
             a->cert_expires = fields.not_after;
         if (rc == 0 && !mt_keys_authorized_find_authority(a->auth, rpk))
             rc = mt_keys_authorized_add_authority(a->auth, rpk, "registry", err);
+        /* a join starts the node's counters at 0 in the registry: report the
+         * work it was not credited for yet, not again what it was */
+        a->joined = a->credited;
         pthread_mutex_unlock(&a->lock);
         if (rc == 0) say(a, "joined %s as node %lld", a->registry, (long long)a->node_id);
     }
@@ -345,12 +352,13 @@ static void heartbeat(mt_agent *a) {
         a->tok_per_s = (double)(total.served_tokens - a->last_tokens) / (t - a->last_tok_time);
     a->last_tok_time = t;
     a->last_tokens = total.served_tokens;
-    json_t *body =
-        json_pack("{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:f}, s:I}", "ready_shard", a->serving,
-                  "served", "token_layers", (json_int_t)total.served_token_layers, "expert_rows",
-                  (json_int_t)total.served_expert_rows, "tokens", (json_int_t)total.served_tokens,
-                  "load", "queue", s.queued, "sessions", s.sessions, "tok_per_s", a->tok_per_s,
-                  "cert_expires", (json_int_t)a->cert_expires);
+    json_t *body = json_pack(
+        "{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:f}, s:I}", "ready_shard", a->serving, "served",
+        "token_layers", (json_int_t)(total.served_token_layers - a->joined.served_token_layers),
+        "expert_rows", (json_int_t)(total.served_expert_rows - a->joined.served_expert_rows),
+        "tokens", (json_int_t)(total.served_tokens - a->joined.served_tokens), "load", "queue",
+        s.queued, "sessions", s.sessions, "tok_per_s", a->tok_per_s, "cert_expires",
+        (json_int_t)a->cert_expires);
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes/%lld/heartbeat", a->registry, (long long)a->node_id);
     char token[65];
@@ -372,6 +380,7 @@ static void heartbeat(mt_agent *a) {
         return;
     }
     a->heartbeats++;
+    a->credited = total;
     json_t *asg = json_object_get(out, "assignment");
     const char *shard = json_string_value(json_object_get(asg, "shard"));
     snprintf(a->want, sizeof a->want, "%s", shard && safe_name(shard) ? shard : "");
@@ -405,9 +414,12 @@ static void heartbeat(mt_agent *a) {
         }
     } else if (strcmp(a->want, a->serving) != 0 ||
                !same_partners(&a->want_partners, &a->serving_partners)) {
+        /* a file of that name may be left from another model (the names say
+         * which layers, not which model): it is served only once checked
+         * against the registry's manifest, which the fetch thread does first */
         char *path = shard_path(a, a->want);
         struct stat sb;
-        bool have = path && stat(path, &sb) == 0;
+        bool have = path && stat(path, &sb) == 0 && strcmp(a->verified, a->want) == 0;
         free(path);
         if (have) {
             mt_error e2 = {{0}};

@@ -15,6 +15,7 @@
 
 #include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int reg_token_new(char out[65]) {
@@ -77,16 +78,19 @@ static credits account_credits(mt_registry *r, int64_t account) {
     return c;
 }
 
-/* A node of the account that is serving its shard right now. */
+/* A node of the account that is serving its shard right now: alive, not
+ * paused, and reporting ready the shard it was assigned (a shard name it
+ * merely claims does not count). */
 static bool serving_node(mt_registry *r, int64_t account) {
-    sqlite3_stmt *st = reg_db_prepare(r, NULL,
-                                      "SELECT COUNT(*) FROM nodes WHERE account_id = ? AND"
-                                      " ready_shard != '' AND last_seen >= ?");
-    if (!st) return false;
-    sqlite3_bind_int64(st, 1, account);
-    sqlite3_bind_int64(st, 2, reg_now_ms() - r->cfg.dead_after_ms);
-    bool yes = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0;
-    sqlite3_finalize(st);
+    reg_node *nodes;
+    int32_t n;
+    if (reg_nodes_load(r, &nodes, &n, NULL)) return false;
+    int64_t now = reg_now_ms();
+    bool yes = false;
+    for (int32_t i = 0; i < n && !yes; i++)
+        yes = nodes[i].account_id == account &&
+              strcmp(reg_node_state(r, &nodes[i], now), "serving") == 0;
+    free(nodes);
     return yes;
 }
 

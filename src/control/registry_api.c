@@ -66,6 +66,30 @@ static bool valid_addr(const char *a) {
     return port > 0 && port < 65536;
 }
 
+/* The node whose token hashes to h, or 0. */
+static int64_t node_by_token(mt_registry *r, const char *h) {
+    sqlite3_stmt *st = reg_db_prepare(r, NULL, "SELECT id FROM nodes WHERE token_hash = ?");
+    if (!st) return 0;
+    sqlite3_bind_text(st, 1, h, -1, SQLITE_STATIC);
+    int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return id;
+}
+
+/* Whether the request carries the operator's admin token; else resp is set
+ * (401 without a token, 403 with another one). */
+static bool admin_ok(mt_registry *r, const mt_http_request *req, const char *what,
+                     mt_http_response *resp) {
+    const char *tok = mt_http_bearer(req), *admin = r->cfg.admin_token;
+    if (!admin) return true;
+    size_t n = strlen(admin);
+    if (tok && strlen(tok) == n && sodium_memcmp(tok, admin, n) == 0) return true;
+    mt_http_error(resp, tok ? 403 : 401,
+                  "%s needs the operator's admin token (Authorization: Bearer <admin token>)%s",
+                  what, tok ? "; this is not it" : "");
+    return false;
+}
+
 /* The node named by a /v1/nodes/<id>/... path whose token the request
  * carries, or -1 with resp set. */
 static int64_t authed_node(mt_registry *r, const mt_http_request *req, const char *id_text,
@@ -92,7 +116,15 @@ static int64_t authed_node(mt_registry *r, const mt_http_request *req, const cha
         sqlite3_finalize(st);
     }
     /* the node's own account may act for it too (pause, resume) */
-    if (!match && tok && reg_account_by_token(r, tok) == n->account_id) match = true;
+    int64_t account = tok && !match ? reg_account_by_token(r, tok) : 0;
+    if (account == n->account_id) match = true;
+    if (!match && (account > 0 || (tok && node_by_token(r, h) > 0))) {
+        mt_http_error(resp, 403,
+                      "node %lld: this token is another account's or another node's; use the"
+                      " node's token or its account's",
+                      id);
+        return -1;
+    }
     if (!match) {
         mt_http_error(resp, 401,
                       "node %lld: missing or wrong token (Authorization: Bearer <node token>)", id);
@@ -129,13 +161,7 @@ static char *issue_cert(mt_registry *r, const char *pk_hex, mt_cert_role role, i
 
 static void accounts_create(mt_registry *r, const mt_http_request *req, json_t *body,
                             mt_http_response *resp) {
-    if (r->cfg.admin_token &&
-        (!mt_http_bearer(req) || strcmp(mt_http_bearer(req), r->cfg.admin_token) != 0)) {
-        mt_http_error(resp, 403,
-                      "creating accounts needs the operator's admin token (Authorization:"
-                      " Bearer <admin token>); ask the operator of this registry");
-        return;
-    }
+    if (!admin_ok(r, req, "creating accounts (ask the operator of this registry)", resp)) return;
     const char *name = str_field(body, "name", 63, true, resp);
     if (!name) return;
     if (!name[0]) return mt_http_error(resp, 400, "field \"name\" is empty");
@@ -208,9 +234,11 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
     int64_t capacity = ok ? int_field(body, "capacity", 1, INT64_MAX / 2, 0, true, &ok, resp) : 0;
     if (!ok) return;
     const char *simd = str_field(hw, "simd", 15, false, resp);
+    if (!simd && resp->json) return;
     const char *gpu = str_field(hw, "gpu", 63, false, resp);
+    if (!gpu && resp->json) return;
     json_t *sp = json_object_get(body, "speed");
-    double speed = json_is_number(sp) ? json_number_value(sp) : 1.0;
+    double speed = sp ? json_number_value(sp) : 1.0; /* 0 when not a number */
     if (!(speed > 0 && speed < 1e9))
         return mt_http_error(resp, 400, "field \"speed\" must be a positive number");
     if (r->cfg.capacity_limit > 0 && capacity > r->cfg.capacity_limit)
@@ -327,6 +355,10 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     const char *ready = str_field(body, "ready_shard", 95, false, resp);
     if (!ready && resp->json) return;
     json_t *served = json_object_get(body, "served"), *load = json_object_get(body, "load");
+    if (served && !json_is_object(served))
+        return mt_http_error(resp, 400, "field \"served\" must be an object");
+    if (load && !json_is_object(load))
+        return mt_http_error(resp, 400, "field \"load\" must be an object");
     bool ok = true;
     int64_t tl = int_field(served, "token_layers", 0, INT64_MAX / 4, n.served_token_layers, false,
                            &ok, resp);
@@ -337,10 +369,13 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         ok ? int_field(served, "tokens", 0, INT64_MAX / 4, n.served_tokens, false, &ok, resp) : 0;
     int64_t q = ok ? int_field(load, "queue", 0, 1 << 30, 0, false, &ok, resp) : 0;
     int64_t ss = ok ? int_field(load, "sessions", 0, 1 << 30, 0, false, &ok, resp) : 0;
+    int64_t expires =
+        ok ? int_field(body, "cert_expires", 0, INT64_MAX / 1000, 0, false, &ok, resp) : 0;
     if (!ok) return;
     json_t *tps = json_object_get(load, "tok_per_s");
-    double tok_per_s =
-        json_is_number(tps) && json_number_value(tps) >= 0 ? json_number_value(tps) : 0;
+    double tok_per_s = tps ? json_number_value(tps) : 0; /* 0 when not a number */
+    if (tps && (!json_is_number(tps) || !(tok_per_s >= 0 && tok_per_s < 1e12)))
+        return mt_http_error(resp, 400, "field \"tok_per_s\" must be a number >= 0");
     int64_t now = reg_now_ms();
     /* counters are cumulative since the node started: a smaller one means it restarted */
     int64_t d_tl = tl >= n.served_token_layers ? tl - n.served_token_layers : tl;
@@ -388,8 +423,6 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         json_object_set_new(out, "seed", json_string(r->url));
     }
     /* a fresh certificate when the last one is past half its life */
-    json_t *cert_age = json_object_get(body, "cert_expires");
-    int64_t expires = json_is_integer(cert_age) ? json_integer_value(cert_age) : 0;
     if (expires - now / 1000 < 30LL * r->cfg.cert_minutes) {
         char *cert = issue_cert(r, n.pubkey, MT_CERT_ROLE_NODE, n.account_id);
         if (cert) json_object_set_new(out, "cert", json_string(cert));
@@ -549,9 +582,7 @@ static void usage_add(mt_registry *r, const mt_http_request *req, json_t *body,
 
 /* Work served per node, summed from the ledger (for `moontail cell earnings`). */
 static void ledger_nodes(mt_registry *r, const mt_http_request *req, mt_http_response *resp) {
-    if (r->cfg.admin_token &&
-        (!mt_http_bearer(req) || strcmp(mt_http_bearer(req), r->cfg.admin_token) != 0))
-        return mt_http_error(resp, 403, "the ledger needs the operator's admin token");
+    if (!admin_ok(r, req, "the ledger", resp)) return;
     reg_node *nodes;
     int32_t n;
     mt_error err = {{0}};
@@ -598,6 +629,13 @@ static void metrics(mt_registry *r, mt_http_response *resp) {
 
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
+/* Whether p is "/v1/nodes/<one path segment>/<action>". */
+static bool node_path(const char *p, const char *action) {
+    if (strncmp(p, "/v1/nodes/", 10) != 0) return false;
+    const char *slash = strchr(p + 10, '/');
+    return slash && slash > p + 10 && strcmp(slash + 1, action) == 0;
+}
+
 void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *resp) {
     mt_registry *r = ctx;
     const char *p = req->path, *m = req->method;
@@ -621,9 +659,9 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
         account_cert(r, req, body, resp);
     else if (post && strcmp(p, "/v1/nodes") == 0)
         nodes_join(r, req, body, resp);
-    else if (post && strncmp(p, "/v1/nodes/", 10) == 0 && strstr(p + 10, "/heartbeat"))
+    else if (post && node_path(p, "heartbeat"))
         nodes_heartbeat(r, req, p + 10, body, resp);
-    else if (post && strncmp(p, "/v1/nodes/", 10) == 0 && strstr(p + 10, "/pause"))
+    else if (post && node_path(p, "pause"))
         nodes_pause(r, req, p + 10, body, resp);
     else if (get && strncmp(p, "/v1/shards/", 11) == 0)
         shards_get(r, p + 11, resp);
@@ -648,8 +686,7 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
                                "status", "/v1/status", "page", "/status", "metrics", "/metrics",
                                "docs", "docs/control-plane.md");
     else
-        mt_http_error(resp, strncmp(p, "/v1/", 4) == 0 ? 404 : 404,
-                      "no endpoint %s %s (see docs/control-plane.md)", m, p);
+        mt_http_error(resp, 404, "no endpoint %s %s (see docs/control-plane.md)", m, p);
     pthread_mutex_unlock(&r->lock);
     json_decref(body);
 }

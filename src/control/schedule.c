@@ -40,8 +40,9 @@ static int parse_window(const char *s, size_t len, mt_schedule_window *w, mt_err
     const char *range = NULL;
     while (tok) {
         if (isdigit((unsigned char)tok[0])) {
-            if (range)
-                return mt_error_set(err, "schedule window '%s': two time ranges; %s", s, form);
+            if (range) /* s is not NUL-terminated: it goes on with the next windows */
+                return mt_error_set(err, "schedule window '%.*s': two time ranges; %s", (int)len, s,
+                                    form);
             range = tok;
         } else if (strcasecmp(tok, "daily") == 0) {
             w->days = 0x7f;
@@ -67,6 +68,10 @@ static int parse_window(const char *s, size_t len, mt_schedule_window *w, mt_err
     if (a < 0 || b < 0 || *p)
         return mt_error_set(err, "schedule: '%s' is not a time range HH:MM-HH:MM; %s", range, form);
     if (a == b) return mt_error_set(err, "schedule: time range '%s' is empty", range);
+    /* a window past midnight from 24:00 would be one from 00:00 the day after */
+    if (a == 24 * 60)
+        return mt_error_set(err, "schedule: '%s' starts at 24:00; start at 00:00 the day after",
+                            range);
     if (!w->days) w->days = 0x7f;
     w->start = (int16_t)a;
     w->end = (int16_t)b;

@@ -76,6 +76,8 @@ int mt_shard_manifest_check(const json_t *m, mt_error *err) {
         return mt_error_set(err, "shard manifest: missing or malformed name, bytes, blake2b,"
                                  " piece_bytes (4 KiB - 1 GiB) or pieces");
     const char *n = json_string_value(name);
+    if (!n[0] || strlen(n) > 95) /* it names a file and a URL path; shard names are short */
+        return mt_error_set(err, "shard manifest: the name must be 1 to 95 characters");
     for (const char *p = n; *p; p++)
         if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
               *p == '-' || *p == '_'))
@@ -122,9 +124,10 @@ static int hash_file(const char *path, uint64_t *size, char out[65]) {
 int mt_shard_file_matches(const char *path, const json_t *m) {
     uint64_t size;
     char h[65];
-    if (hash_file(path, &size, h)) return 0;
+    const char *want = json_string_value(json_object_get(m, "blake2b"));
+    if (!want || hash_file(path, &size, h)) return 0;
     return size == (uint64_t)json_integer_value(json_object_get(m, "bytes")) &&
-           strcmp(h, json_string_value(json_object_get(m, "blake2b"))) == 0;
+           strcmp(h, want) == 0;
 }
 
 /* ---- fetching ----------------------------------------------------------------------------- */
@@ -204,10 +207,17 @@ static int get_piece(fetch *f, int i, uint8_t *buf, bool *from_seed, mt_error *e
 static void *worker(void *arg) {
     fetch *f = arg;
     uint8_t *buf = malloc(f->piece);
+    if (!buf) { /* not silently: the pieces it would have fetched would be missing */
+        pthread_mutex_lock(&f->lock);
+        if (!f->failed) snprintf(f->error, sizeof f->error, "out of memory for a piece buffer");
+        f->failed = true;
+        pthread_mutex_unlock(&f->lock);
+        return NULL;
+    }
     for (;;) {
         pthread_mutex_lock(&f->lock);
         while (f->next < f->n_pieces && f->have[f->next]) f->next++;
-        int i = f->failed || !buf ? f->n_pieces : f->next++;
+        int i = f->failed ? f->n_pieces : f->next++;
         pthread_mutex_unlock(&f->lock);
         if (i >= f->n_pieces) break;
         bool seed = false;

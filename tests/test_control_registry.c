@@ -1,0 +1,1020 @@
+/* test_control_registry.c - the registry (registry.h) in this process, on
+ * 127.0.0.1:0 with a small synthetic model and its own temporary files,
+ * driven through its HTTP API with mt_http_json:
+ *   - every endpoint refuses what is missing, mistyped, too long, too large
+ *     or badly authorised with the right 4xx and a message naming it, and
+ *     goes on serving;
+ *   - accounts need the admin token when the registry has one;
+ *   - a node that joins again with its key keeps its id (the old token
+ *     stops working), and no other account can take that key;
+ *   - heartbeat counters become ledger rows (increases only; a counter that
+ *     goes down is a restarted node) and credits;
+ *   - pause now, resume and schedules change the node's state and drain;
+ *   - routes: 503 while nothing serves, a stage route once a node serves,
+ *     swarm --require-volunteer refuses accounts until they volunteer;
+ *   - a restart on the same database keeps accounts, nodes, ledger and
+ *     credits, and a database of another model or mode is refused;
+ *   - a real node agent (node_agent.h) joins, fetches its shard from the
+ *     seed, serves it, and a requester's tokens through it reach the ledger
+ *     (tokens x layers); when its key joins again elsewhere it joins again
+ *     without being credited twice; it drains when paused and comes back;
+ *     under a registry of another model it does not serve the shard of the
+ *     same name it kept from the first.
+ * Stand-in nodes are plain HTTP calls: join, then heartbeats that claim
+ * their assigned shard is ready. */
+#include "check.h"
+#include "moontail/cert.h"
+#include "moontail/http.h"
+#include "moontail/keys.h"
+#include "moontail/node_agent.h"
+#include "moontail/registry.h"
+#include "moontail/requester.h"
+#include "moontail/shard_fetch.h"
+#include "moontail/synth_model.h"
+#include "moontail/transport.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static char dir[300], model[400], model2[400];
+static char base[200]; /* the registry under test, "http://127.0.0.1:PORT" */
+static mt_registry *reg;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static const char *jstr(const json_t *o, const char *key) {
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+
+static json_int_t jint(const json_t *o, const char *key) {
+    return json_integer_value(json_object_get(o, key));
+}
+
+/* ---- the registry --------------------------------------------------------------------------- */
+
+typedef struct reg_opts {
+    const char *name; /* of the database, key and shard dir in `dir` */
+    const char *model;
+    mt_registry_mode mode;
+    const char *admin;
+    bool require_volunteer;
+} reg_opts;
+
+static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
+    char db[400], key[400], shards[400];
+    snprintf(db, sizeof db, "%s/%s.db", dir, o->name);
+    snprintf(key, sizeof key, "%s/%s.key", dir, o->name);
+    snprintf(shards, sizeof shards, "%s/%s-seed", dir, o->name);
+    mt_registry_config c = {.model = o->model ? o->model : model,
+                            .db = db,
+                            .key = key,
+                            .shard_dir = shards,
+                            .listen = "127.0.0.1:0",
+                            .mode = o->mode,
+                            .replicas = 1,
+                            .spares = 0,
+                            .heartbeat_ms = 200,
+                            .dead_after_ms = 60000, /* stand-ins beat only when told to */
+                            .admin_token = o->admin,
+                            .require_volunteer = o->require_volunteer,
+                            .quiet = true};
+    mt_registry *r = mt_registry_start(&c, err);
+    if (r) snprintf(base, sizeof base, "%s", mt_registry_url(r));
+    return r;
+}
+
+/* method path with a body given as JSON text (NULL: none). */
+static int call(const char *method, const char *path, const char *token, const char *body,
+                json_t **out, mt_error *err) {
+    char url[600];
+    snprintf(url, sizeof url, "%s%s", base, path);
+    json_t *b = NULL;
+    if (body) {
+        json_error_t je;
+        b = json_loads(body, 0, &je);
+        if (!b) {
+            fprintf(stderr, "test bug: body %s: %s\n", body, je.text);
+            abort();
+        }
+    }
+    memset(err, 0, sizeof *err);
+    int st = mt_http_json(method, url, token, b, 10000, out, err);
+    json_decref(b);
+    return st;
+}
+
+static bool has(const char *msg, const char *sub) {
+    return !sub || strstr(msg, sub);
+}
+static const char *or_empty(const char *s) {
+    return s ? s : "";
+}
+
+/* A status and (if sub) a message that contains sub. */
+#define EXPECT(want, sub, method, path, token, body)                                               \
+    do {                                                                                           \
+        mt_error e_;                                                                               \
+        int st_ = call(method, path, token, body, NULL, &e_);                                      \
+        CHECK(st_ == (want) && has(e_.msg, sub), "%s %s %s: %d (want %d and '%s'): %s", method,    \
+              path, or_empty(body), st_, want, or_empty(sub), e_.msg);                             \
+    } while (0)
+
+/* A raw POST of body bytes that are not JSON (mt_http_json cannot send them). */
+static int raw_post(const char *path, const char *body, const char *token) {
+    const char *hostport = base + strlen("http://");
+    int fd = mt_connect_tcp(hostport, 2000, NULL);
+    if (fd < 0) return -1;
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char req[2048];
+    int k = snprintf(req, sizeof req,
+                     "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n%s%s%s"
+                     "Connection: close\r\n\r\n%s",
+                     path, strlen(body), token ? "Authorization: Bearer " : "", token ? token : "",
+                     token ? "\r\n" : "", body);
+    int st = -1;
+    char resp[64] = {0};
+    if (send(fd, req, (size_t)k, MSG_NOSIGNAL) == k && recv(fd, resp, sizeof resp - 1, 0) > 12)
+        st = atoi(resp + 9);
+    close(fd);
+    return st;
+}
+
+static char *new_account(const char *name, const char *admin) {
+    char body[200];
+    snprintf(body, sizeof body, "{\"name\": \"%s\"}", name);
+    json_t *out = NULL;
+    mt_error err;
+    int st = call("POST", "/v1/accounts", admin, body, &out, &err);
+    CHECK(st == 201 && strlen(jstr(out, "token")) == 64, "account %s: %d %s", name, st, err.msg);
+    char *tok = strdup(jstr(out, "token"));
+    json_decref(out);
+    return tok;
+}
+
+/* ---- stand-in nodes ---------------------------------------------------------------------------
+ */
+
+typedef struct fake_node {
+    int64_t id;
+    char token[65];
+    char pk[MT_KEYS_HEX_SIZE];
+    char path[64]; /* "/v1/nodes/ID" */
+} fake_node;
+
+static int fake_join(const char *account, const char *pk, int64_t capacity, fake_node *n,
+                     mt_error *err) {
+    char body[600];
+    snprintf(body, sizeof body,
+             "{\"name\": \"stand-in\", \"pubkey\": \"%s\", \"addr\": \"127.0.0.1:9\","
+             " \"capacity\": %lld, \"speed\": 1.5, \"hw\": {\"ram\": 8000000000, \"cores\": 4,"
+             " \"simd\": \"avx2\", \"gpu\": \"\"}}",
+             pk, (long long)capacity);
+    json_t *out = NULL;
+    int st = call("POST", "/v1/nodes", account, body, &out, err);
+    if (st == 201) {
+        n->id = jint(out, "node_id");
+        snprintf(n->token, sizeof n->token, "%s", jstr(out, "token"));
+        snprintf(n->pk, sizeof n->pk, "%s", pk);
+        snprintf(n->path, sizeof n->path, "/v1/nodes/%lld", (long long)n->id);
+    }
+    json_decref(out);
+    return st;
+}
+
+static void new_pk(char pk[MT_KEYS_HEX_SIZE]) {
+    mt_keys k;
+    mt_keys_generate(&k, NULL);
+    mt_keys_pk_to_hex(k.pk, pk);
+}
+
+/* A heartbeat with the given ready shard and counters (< 0: not sent). */
+static int beat(const fake_node *n, const char *ready, int64_t tl, int64_t er, json_t **out) {
+    json_t *served = json_object();
+    if (tl >= 0) json_object_set_new(served, "token_layers", json_integer(tl));
+    if (er >= 0) json_object_set_new(served, "expert_rows", json_integer(er));
+    json_t *body = json_pack("{s:s, s:o}", "ready_shard", ready, "served", served);
+    char url[600];
+    snprintf(url, sizeof url, "%s%s/heartbeat", base, n->path);
+    mt_error err = {{0}};
+    int st = mt_http_json("POST", url, n->token, body, 10000, out, &err);
+    json_decref(body);
+    return st;
+}
+
+/* Beats until the node serves its assignment (claiming the shard is ready). */
+static bool make_serving(const fake_node *n, char shard[96]) {
+    shard[0] = 0;
+    for (int i = 0; i < 100; i++) {
+        json_t *out = NULL;
+        beat(n, shard, -1, -1, &out);
+        const char *want = jstr(json_object_get(out, "assignment"), "shard");
+        bool serving = strcmp(jstr(out, "state"), "serving") == 0;
+        snprintf(shard, 96, "%s", want);
+        json_decref(out);
+        if (serving) return true;
+        sleep_ms(50);
+    }
+    return false;
+}
+
+static json_t *node_status(int64_t id) {
+    json_t *st = NULL;
+    mt_error err;
+    call("GET", "/v1/status", NULL, NULL, &st, &err);
+    json_t *nodes = json_object_get(st, "nodes"), *v = NULL;
+    for (size_t i = 0; i < json_array_size(nodes); i++)
+        if (jint(json_array_get(nodes, i), "node_id") == id) v = json_array_get(nodes, i);
+    json_incref(v);
+    json_decref(st);
+    return v;
+}
+
+/* Waits up to ms for the node's status field `key` to be `want`. */
+static bool wait_status(int64_t id, const char *key, const char *want, int ms) {
+    for (double t0 = now_ms(); now_ms() - t0 < ms; sleep_ms(50)) {
+        json_t *n = node_status(id);
+        bool yes = strcmp(jstr(n, key), want) == 0;
+        json_decref(n);
+        if (yes) return true;
+    }
+    return false;
+}
+
+/* ---- accounts ------------------------------------------------------------------------------- */
+
+static void test_accounts(char **alice) {
+    EXPECT(400, "\"name\" is required", "POST", "/v1/accounts", NULL, "{}");
+    EXPECT(400, "\"name\" must be a string", "POST", "/v1/accounts", NULL, "{\"name\": 5}");
+    EXPECT(400, "control characters", "POST", "/v1/accounts", NULL, "{\"name\": \"a\\u0001b\"}");
+    EXPECT(400, "at most 63", "POST", "/v1/accounts", NULL,
+           "{\"name\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}");
+    EXPECT(400, "empty", "POST", "/v1/accounts", NULL, "{\"name\": \"\"}");
+    CHECK(raw_post("/v1/accounts", "{nope", NULL) == 400, "malformed JSON");
+    CHECK(raw_post("/v1/accounts", "[1, 2]", NULL) == 400, "a JSON array");
+    CHECK(raw_post("/v1/accounts", "{\"name\": 99999999999999999999999}", NULL) == 400,
+          "a number past 64 bits");
+    CHECK(raw_post("/v1/accounts", "{\"name\": \"a\\u0000b\"}", NULL) == 400, "a NUL in a string");
+
+    json_t *out = NULL;
+    mt_error err;
+    int st = call("POST", "/v1/accounts", NULL, "{\"name\": \"alice\"}", &out, &err);
+    const char *tok = jstr(out, "token");
+    bool hex = strlen(tok) == 64 && strspn(tok, "0123456789abcdef") == 64;
+    CHECK(st == 201 && hex && jint(out, "account_id") > 0 &&
+              strcmp(jstr(out, "name"), "alice") == 0,
+          "alice: %d %s", st, err.msg);
+    *alice = strdup(tok);
+    int64_t id = jint(out, "account_id");
+    json_decref(out);
+    EXPECT(409, "exists already", "POST", "/v1/accounts", NULL, "{\"name\": \"alice\"}");
+
+    EXPECT(401, "missing or unknown account token", "GET", "/v1/accounts/me", NULL, NULL);
+    EXPECT(401, "unknown account token", "GET", "/v1/accounts/me", "0123", NULL);
+    st = call("GET", "/v1/accounts/me", *alice, NULL, &out, &err);
+    json_t *credits = json_object_get(out, "credits");
+    CHECK(st == 200 && jint(out, "account_id") == id &&
+              json_array_size(json_object_get(out, "nodes")) == 0 &&
+              json_real_value(json_object_get(credits, "balance")) == 0 &&
+              json_is_false(json_object_get(credits, "volunteered")),
+          "me: %d %s", st, err.msg);
+    json_decref(out);
+
+    /* a certificate for the requester's key, from the registry's key */
+    EXPECT(401, NULL, "POST", "/v1/accounts/me/cert", NULL, "{}");
+    EXPECT(400, "\"pubkey\" is required", "POST", "/v1/accounts/me/cert", *alice, "{}");
+    EXPECT(400, "64 hex", "POST", "/v1/accounts/me/cert", *alice, "{\"pubkey\": \"zz\"}");
+    EXPECT(400, "at most 64", "POST", "/v1/accounts/me/cert", *alice,
+           "{\"pubkey\": \"00000000000000000000000000000000000000000000000000000000000000000\"}");
+    mt_keys k;
+    mt_keys_generate(&k, NULL);
+    char pk[MT_KEYS_HEX_SIZE], body[200];
+    mt_keys_pk_to_hex(k.pk, pk);
+    snprintf(body, sizeof body, "{\"pubkey\": \"%s\"}", pk);
+    st = call("POST", "/v1/accounts/me/cert", *alice, body, &out, &err);
+    uint8_t cert[MT_CERT_BYTES], rk[32];
+    size_t n = 0;
+    mt_cert c;
+    const char *hexcert = jstr(out, "cert");
+    bool decoded =
+        sodium_hex2bin(cert, sizeof cert, hexcert, strlen(hexcert), NULL, &n, NULL) == 0 &&
+        n == MT_CERT_BYTES && mt_keys_pk_from_hex(rk, mt_registry_pubkey_hex(reg), NULL) == 0;
+    CHECK(st == 200 && decoded &&
+              strcmp(jstr(out, "registry_key"), mt_registry_pubkey_hex(reg)) == 0,
+          "cert: %d %s", st, err.msg);
+    CHECK(decoded &&
+              mt_cert_verify(cert, n, (const uint8_t(*)[32])rk, 1, k.pk, mt_cert_now(), 0, &c,
+                             &err) == 0 &&
+              c.role == MT_CERT_ROLE_REQUESTER && c.account == (uint64_t)id,
+          "the requester's certificate: %s", err.msg);
+    json_decref(out);
+}
+
+/* ---- nodes: join and heartbeat validation ------------------------------------------------------
+ */
+
+static void test_node_validation(const char *alice, const char *bob) {
+    char pk[MT_KEYS_HEX_SIZE], body[700];
+    new_pk(pk);
+#define JOIN(extra)                                                                                \
+    (snprintf(body, sizeof body,                                                                   \
+              "{\"name\": \"n\", \"pubkey\": \"%s\", \"addr\": \"127.0.0.1:7000\", \"capacity\":"  \
+              " 1000000%s}",                                                                       \
+              pk, extra),                                                                          \
+     body)
+    EXPECT(401, "account token", "POST", "/v1/nodes", NULL, JOIN(""));
+    EXPECT(401, "account token", "POST", "/v1/nodes", "nope", JOIN(""));
+    EXPECT(400, "\"name\" is required", "POST", "/v1/nodes", alice, "{}");
+    EXPECT(400, "\"pubkey\" is required", "POST", "/v1/nodes", alice, "{\"name\": \"n\"}");
+    EXPECT(400, "64 hex", "POST", "/v1/nodes", alice,
+           "{\"name\": \"n\", \"pubkey\": \"abc\", \"addr\": \"1.2.3.4:5\", \"capacity\": 1}");
+    const char *bad_addr[] = {"nohost", "h:0", "h:70000", "h:12x", ":80", "h:"};
+    for (size_t i = 0; i < sizeof bad_addr / sizeof *bad_addr; i++) {
+        snprintf(body, sizeof body,
+                 "{\"name\": \"n\", \"pubkey\": \"%s\", \"addr\": \"%s\", \"capacity\": 1}", pk,
+                 bad_addr[i]);
+        EXPECT(400, "HOST:PORT", "POST", "/v1/nodes", alice, body);
+    }
+    EXPECT(400, "HOST:PORT", "POST", "/v1/nodes", alice, JOIN(", \"shard_addr\": \"x\""));
+    EXPECT(400, "\"shard_addr\" must be a string", "POST", "/v1/nodes", alice,
+           JOIN(", \"shard_addr\": 7"));
+    snprintf(body, sizeof body, "{\"name\": \"n\", \"pubkey\": \"%s\", \"addr\": \"h:1\"}", pk);
+    EXPECT(400, "\"capacity\" is required", "POST", "/v1/nodes", alice, body);
+    snprintf(body, sizeof body,
+             "{\"name\": \"n\", \"pubkey\": \"%s\", \"addr\": \"h:1\", \"capacity\": 0}", pk);
+    EXPECT(400, "\"capacity\"", "POST", "/v1/nodes", alice, body);
+    snprintf(body, sizeof body,
+             "{\"name\": \"n\", \"pubkey\": \"%s\", \"addr\": \"h:1\", \"capacity\": \"1G\"}", pk);
+    EXPECT(400, "\"capacity\"", "POST", "/v1/nodes", alice, body);
+    snprintf(body, sizeof body,
+             "{\"name\": \"n\", \"pubkey\": \"%s\", \"addr\": \"h:1\", \"capacity\": "
+             "9000000000000000000}",
+             pk);
+    EXPECT(400, "\"capacity\"", "POST", "/v1/nodes", alice, body);
+    snprintf(body, sizeof body,
+             "{\"name\": \"n\", \"pubkey\": \"%s\", \"addr\": \"h:1\", \"capacity\": 1e30}", pk);
+    EXPECT(400, "\"capacity\"", "POST", "/v1/nodes", alice, body);
+    EXPECT(400, "\"hw\" must be an object", "POST", "/v1/nodes", alice, JOIN(", \"hw\": \"x\""));
+    EXPECT(400, "\"cores\"", "POST", "/v1/nodes", alice, JOIN(", \"hw\": {\"cores\": -1}"));
+    EXPECT(400, "\"ram\"", "POST", "/v1/nodes", alice, JOIN(", \"hw\": {\"ram\": \"8G\"}"));
+    EXPECT(400, "\"simd\"", "POST", "/v1/nodes", alice, JOIN(", \"hw\": {\"simd\": 5}"));
+    EXPECT(400, "\"gpu\"", "POST", "/v1/nodes", alice, JOIN(", \"hw\": {\"gpu\": \"a\\nb\"}"));
+    EXPECT(400, "\"speed\"", "POST", "/v1/nodes", alice, JOIN(", \"speed\": \"fast\""));
+    EXPECT(400, "\"speed\"", "POST", "/v1/nodes", alice, JOIN(", \"speed\": 0"));
+    EXPECT(400, "\"speed\"", "POST", "/v1/nodes", alice, JOIN(", \"speed\": -2.5"));
+    EXPECT(400, "\"name\"", "POST", "/v1/nodes", alice,
+           "{\"name\": \"a\\u001bb\", \"pubkey\": \"x\", \"addr\": \"h:1\", \"capacity\": 1}");
+#undef JOIN
+
+    /* joins, and joins again with the same key: the same id, a new token */
+    fake_node a, again;
+    mt_error err;
+    /* (too small to be given work: the route tests below need a node of their own) */
+    CHECK(fake_join(alice, pk, 1000, &a, &err) == 201 && a.id > 0, "join: %s", err.msg);
+    CHECK(fake_join(alice, pk, 2000, &again, &err) == 201 && again.id == a.id &&
+              strcmp(again.token, a.token) != 0,
+          "join again: id %lld -> %lld: %s", (long long)a.id, (long long)again.id, err.msg);
+    CHECK(beat(&a, "", -1, -1, NULL) == 401, "the first token still works after a new join");
+    CHECK(beat(&again, "", -1, -1, NULL) == 200, "the new token does not work");
+    fake_node stolen;
+    CHECK(fake_join(bob, pk, 1000, &stolen, &err) == 409 &&
+              strstr(err.msg, "belongs to another account"),
+          "another account took the key: %s", err.msg);
+    json_t *me = NULL;
+    call("GET", "/v1/accounts/me", alice, NULL, &me, &err);
+    CHECK(json_array_size(json_object_get(me, "nodes")) == 1, "alice has %zu nodes",
+          json_array_size(json_object_get(me, "nodes")));
+    json_decref(me);
+
+    /* heartbeats */
+    char hb[100];
+    snprintf(hb, sizeof hb, "%s/heartbeat", again.path);
+    const char *tok = again.token;
+    EXPECT(404, "no such node", "POST", "/v1/nodes/abc/heartbeat", tok, "{}");
+    EXPECT(404, "no such node", "POST", "/v1/nodes/0/heartbeat", tok, "{}");
+    EXPECT(404, "no such node", "POST", "/v1/nodes/-3/heartbeat", tok, "{}");
+    EXPECT(404, "not known", "POST", "/v1/nodes/999999/heartbeat", tok, "{}");
+    EXPECT(401, "missing or wrong token", "POST", hb, NULL, "{}");
+    EXPECT(401, "missing or wrong token", "POST", hb, "0000", "{}");
+    EXPECT(403, "another account", "POST", hb, bob, "{}");
+    char extra[120];
+    snprintf(extra, sizeof extra, "%s/heartbeat/pause", again.path);
+    EXPECT(404, "no endpoint", "POST", extra, tok, "{}");
+    snprintf(extra, sizeof extra, "%s/heartbeats", again.path);
+    EXPECT(404, "no endpoint", "POST", extra, tok, "{}");
+    snprintf(extra, sizeof extra, "%s/x/heartbeat", again.path);
+    EXPECT(404, NULL, "POST", extra, tok, "{}");
+    EXPECT(404, "no endpoint", "GET", hb, tok, NULL);
+    EXPECT(400, "\"served\"", "POST", hb, tok, "{\"served\": 5}");
+    EXPECT(400, "\"load\"", "POST", hb, tok, "{\"load\": [1]}");
+    EXPECT(400, "\"token_layers\"", "POST", hb, tok, "{\"served\": {\"token_layers\": -1}}");
+    EXPECT(400, "\"token_layers\"", "POST", hb, tok, "{\"served\": {\"token_layers\": \"10\"}}");
+    EXPECT(400, "\"expert_rows\"", "POST", hb, tok,
+           "{\"served\": {\"expert_rows\": 4000000000000000000}}");
+    EXPECT(400, "\"queue\"", "POST", hb, tok, "{\"load\": {\"queue\": -1}}");
+    EXPECT(400, "\"tok_per_s\"", "POST", hb, tok, "{\"load\": {\"tok_per_s\": \"fast\"}}");
+    EXPECT(400, "\"tok_per_s\"", "POST", hb, tok, "{\"load\": {\"tok_per_s\": -1}}");
+    EXPECT(400, "\"ready_shard\"", "POST", hb, tok, "{\"ready_shard\": 5}");
+    EXPECT(400, "\"ready_shard\"", "POST", hb, tok, "{\"ready_shard\": \"L0\\t1\"}");
+    EXPECT(400, "\"cert_expires\"", "POST", hb, tok, "{\"cert_expires\": \"soon\"}");
+    EXPECT(200, NULL, "POST", hb, tok, "{}");
+
+    /* pause */
+    char pp[100];
+    snprintf(pp, sizeof pp, "%s/pause", again.path);
+    EXPECT(401, NULL, "POST", pp, NULL, "{\"now\": true}");
+    EXPECT(403, "another account", "POST", pp, bob, "{\"now\": true}");
+    EXPECT(400, "true or false", "POST", pp, tok, "{\"now\": \"yes\"}");
+    EXPECT(400, "true or false", "POST", pp, tok, "{\"resume\": 1}");
+    EXPECT(400, "\"schedule\"", "POST", pp, tok, "{\"schedule\": 5}");
+    EXPECT(400, "'Mon-'", "POST", pp, tok, "{\"schedule\": \"Mon- 09:00-10:00\"}");
+    EXPECT(400, "'25:00-26:00'", "POST", pp, tok, "{\"schedule\": \"Mon 25:00-26:00\"}");
+    EXPECT(400, "at most 127", "POST", pp, tok,
+           "{\"schedule\": \"Mon 09:00-10:00; Mon 09:00-10:00; Mon 09:00-10:00; Mon 09:00-10:00;"
+           " Mon 09:00-10:00; Mon 09:00-10:00; Mon 09:00-10:00; Mon 09:00-10:00\"}");
+    snprintf(extra, sizeof extra, "%s/pause/now", again.path);
+    EXPECT(404, "no endpoint", "POST", extra, tok, "{\"now\": true}");
+}
+
+/* ---- shards, routes, usage, ledger, anything else ---------------------------------------------
+ */
+
+static void test_other_endpoints(const char *alice) {
+    EXPECT(404, "not a shard", "GET", "/v1/shards/bogus/manifest", NULL, NULL);
+    EXPECT(404, "not a shard", "GET", "/v1/shards/L0-99A/manifest", NULL, NULL);
+    EXPECT(404, "not a shard", "GET", "/v1/shards/L00-2A/manifest", NULL, NULL);
+    EXPECT(404, "not a shard", "GET", "/v1/shards/L2-1A/manifest", NULL, NULL);
+    EXPECT(404, "not a shard", "GET", "/v1/shards/L0-1A-E0-99/manifest", NULL, NULL);
+    EXPECT(404, "no such shard", "GET", "/v1/shards/", NULL, NULL);
+    EXPECT(404, "no such shard resource", "GET", "/v1/shards/head/other", NULL, NULL);
+    EXPECT(404, "not cut yet", "GET", "/v1/shards/L0-1A", NULL, NULL);
+    json_t *m = NULL;
+    mt_error err;
+    int st = call("GET", "/v1/shards/L1-2A-E2-6/manifest", NULL, NULL, &m, &err);
+    CHECK(st == 200 && mt_shard_manifest_check(m, &err) == 0 &&
+              strcmp(jstr(m, "name"), "L1-2A-E2-6") == 0,
+          "manifest: %d %s", st, err.msg);
+    /* the seed bytes match the manifest, piece by piece */
+    if (st == 200) {
+        char url[300];
+        snprintf(url, sizeof url, "%s/v1/shards/L1-2A-E2-6", base);
+        size_t total = (size_t)jint(m, "bytes"), piece = (size_t)jint(m, "piece_bytes");
+        uint8_t *buf = malloc(piece);
+        int wrong = 0;
+        for (size_t i = 0, off = 0; off < total; i++, off += piece) {
+            size_t len = total - off < piece ? total - off : piece;
+            uint8_t h[32];
+            char hex[65];
+            if (mt_http_get_range(url, off, len, buf, 5000, &err) != 0) {
+                wrong++;
+                continue;
+            }
+            crypto_generichash(h, 32, buf, len, NULL, 0);
+            sodium_bin2hex(hex, sizeof hex, h, 32);
+            wrong +=
+                strcmp(hex, json_string_value(json_array_get(json_object_get(m, "pieces"), i)));
+        }
+        CHECK(wrong == 0 && total > 0, "seed bytes: %d pieces differ: %s", wrong, err.msg);
+        free(buf);
+    }
+    json_decref(m);
+
+    EXPECT(401, NULL, "POST", "/v1/routes", NULL, "{}");
+    EXPECT(400, "\"avoid\"", "POST", "/v1/routes", alice, "{\"avoid\": \"x\"}");
+    EXPECT(400, "\"avoid\"", "POST", "/v1/routes", alice, "{\"avoid\": [\"a\"]}");
+    json_t *many = json_array();
+    for (int i = 0; i < 5000; i++) json_array_append_new(many, json_integer(i));
+    json_t *body = json_pack("{s:o}", "avoid", many);
+    char *text = json_dumps(body, JSON_COMPACT);
+    EXPECT(400, "\"avoid\"", "POST", "/v1/routes", alice, text);
+    free(text);
+    json_decref(body);
+    EXPECT(400, "\"session\"", "POST", "/v1/routes", alice, "{\"session\": -1}");
+    EXPECT(400, "\"session\"", "POST", "/v1/routes", alice, "{\"session\": \"s\"}");
+
+    EXPECT(401, NULL, "POST", "/v1/usage", NULL, "{\"tokens\": 1}");
+    EXPECT(400, "\"tokens\" is required", "POST", "/v1/usage", alice, "{}");
+    EXPECT(400, "\"tokens\"", "POST", "/v1/usage", alice, "{\"tokens\": -1}");
+    EXPECT(400, "\"tokens\"", "POST", "/v1/usage", alice, "{\"tokens\": 2199023255553}");
+    EXPECT(400, "\"tokens\"", "POST", "/v1/usage", alice, "{\"tokens\": 1.5}");
+
+    EXPECT(404, "no endpoint", "GET", "/v1/nope", NULL, NULL);
+    EXPECT(404, "no endpoint", "DELETE", "/v1/accounts", alice, NULL);
+    EXPECT(404, "no endpoint", "GET", "/v1/nodes", alice, NULL);
+    EXPECT(404, "no endpoint", "GET", "/v1/routes", alice, NULL);
+    EXPECT(200, NULL, "GET", "/", NULL, NULL);
+    EXPECT(200, NULL, "GET", "/v1/ledger/nodes", NULL, NULL);
+    EXPECT(200, NULL, "GET", "/v1/status", NULL, NULL);
+}
+
+/* ---- the ledger ----------------------------------------------------------------------------- */
+
+static json_t *ledger_of(int64_t node, int64_t *rows) {
+    json_t *l = NULL, *v = NULL;
+    mt_error err;
+    call("GET", "/v1/ledger/nodes", NULL, NULL, &l, &err);
+    *rows = jint(l, "ledger_rows");
+    json_t *nodes = json_object_get(l, "nodes");
+    for (size_t i = 0; i < json_array_size(nodes); i++)
+        if (jint(json_array_get(nodes, i), "node_id") == node) v = json_array_get(nodes, i);
+    json_incref(v);
+    json_decref(l);
+    return v;
+}
+
+/* Counters reported, and what the ledger must hold after each (summed by
+ * hand: an increase is credited, a decrease means the node restarted and
+ * its whole new count is credited). */
+static void test_ledger(const char *carol, fake_node *n) {
+    char pk[MT_KEYS_HEX_SIZE];
+    new_pk(pk);
+    mt_error err;
+    CHECK(fake_join(carol, pk, 1000, n, &err) == 201, "join: %s", err.msg);
+    static const struct {
+        int64_t tl, er;   /* reported (-1: not sent) */
+        int64_t new_rows; /* ledger rows this heartbeat adds */
+        int64_t sum_tl, sum_er;
+    } steps[] = {{10, 4, 2, 10, 4},  {25, 4, 1, 25, 4}, {25, 4, 0, 25, 4},
+                 {-1, -1, 0, 25, 4}, {7, 2, 2, 32, 6},  {7, 2, 0, 32, 6},
+                 {9, -1, 1, 34, 6},  {0, 0, 0, 34, 6},  {1, 1, 2, 35, 7}};
+    int64_t rows0;
+    json_decref(ledger_of(n->id, &rows0));
+    int64_t rows = rows0;
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        int st = beat(n, "", steps[i].tl, steps[i].er, NULL);
+        int64_t now_rows;
+        json_t *l = ledger_of(n->id, &now_rows);
+        CHECK(st == 200 && now_rows - rows == steps[i].new_rows &&
+                  jint(l, "token_layers") == steps[i].sum_tl &&
+                  jint(l, "expert_rows") == steps[i].sum_er,
+              "step %zu (%lld, %lld): %d, +%lld rows (want %lld), sums %lld %lld (want %lld %lld)",
+              i, (long long)steps[i].tl, (long long)steps[i].er, st, (long long)(now_rows - rows),
+              (long long)steps[i].new_rows, (long long)jint(l, "token_layers"),
+              (long long)jint(l, "expert_rows"), (long long)steps[i].sum_tl,
+              (long long)steps[i].sum_er);
+        json_decref(l);
+        rows = now_rows;
+    }
+    /* credits: earned = token-layers + expert rows / n_expert_used (2); spent = tokens x n_layer
+     * (4) */
+    json_t *out = NULL;
+    int st = call("POST", "/v1/usage", carol, "{\"tokens\": 3}", &out, &err);
+    json_t *c = json_object_get(out, "credits");
+    CHECK(st == 200 && jint(c, "served_token_layers") == 35 && jint(c, "served_expert_rows") == 7 &&
+              jint(c, "used_tokens") == 3 &&
+              json_real_value(json_object_get(c, "earned")) == 35 + 7 / 2.0 &&
+              json_real_value(json_object_get(c, "spent")) == 12 &&
+              json_real_value(json_object_get(c, "balance")) == 35 + 3.5 - 12 &&
+              json_is_true(json_object_get(c, "volunteered")),
+          "credits: %d %s", st, err.msg);
+    json_decref(out);
+}
+
+/* ---- pause, resume, schedules -----------------------------------------------------------------
+ */
+
+static void test_pause(const char *dave) {
+    fake_node n;
+    char pk[MT_KEYS_HEX_SIZE], shard[96], pp[100];
+    new_pk(pk);
+    mt_error err;
+    CHECK(fake_join(dave, pk, 1LL << 40, &n, &err) == 201, "join: %s", err.msg);
+    CHECK(make_serving(&n, shard) && shard[0], "the node was given nothing to serve");
+    snprintf(pp, sizeof pp, "%s/pause", n.path);
+
+    json_t *out = NULL;
+    int st = call("POST", pp, n.token, "{\"now\": true}", &out, &err);
+    CHECK(st == 200 && json_is_true(json_object_get(out, "paused")) &&
+              (strcmp(jstr(out, "state"), "draining") == 0 ||
+               strcmp(jstr(out, "state"), "paused") == 0),
+          "pause now: %d %s, state %s", st, err.msg, jstr(out, "state"));
+    json_decref(out);
+    beat(&n, shard, -1, -1, &out);
+    CHECK(json_is_true(json_object_get(out, "drain")), "a paused node is not told to drain");
+    json_decref(out);
+    CHECK(wait_status(n.id, "role", "none", 5000), "the paused node kept its work");
+    CHECK(wait_status(n.id, "state", "paused", 5000), "the paused node is not 'paused'");
+    st = call("POST", pp, n.token, "{\"now\": false}", &out, &err); /* changes nothing */
+    CHECK(st == 200 && json_is_true(json_object_get(out, "paused")), "now: false resumed");
+    json_decref(out);
+
+    st = call("POST", pp, dave, "{\"resume\": true}", &out, &err); /* the account may, too */
+    CHECK(st == 200 && json_is_false(json_object_get(out, "paused")), "resume: %d %s", st, err.msg);
+    json_decref(out);
+    CHECK(make_serving(&n, shard), "the node did not serve again after resume");
+
+    /* a schedule that covers every minute, one that does not cover now, none */
+    st = call("POST", pp, n.token, "{\"schedule\": \"daily 00:00-24:00\"}", &out, &err);
+    CHECK(st == 200 && json_is_false(json_object_get(out, "paused")) &&
+              strcmp(jstr(out, "schedule"), "daily 00:00-24:00") == 0 &&
+              strcmp(jstr(out, "state"), "draining") == 0,
+          "all-day schedule: %d %s, state %s", st, err.msg, jstr(out, "state"));
+    json_decref(out);
+    beat(&n, shard, -1, -1, &out);
+    CHECK(json_is_true(json_object_get(out, "drain")), "a node in its pause window does not drain");
+    json_decref(out);
+    CHECK(wait_status(n.id, "role", "none", 5000), "a node in its pause window kept its work");
+
+    static const char *const days[7] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char body[100]; /* neither today nor yesterday (whose night could reach into today) */
+    snprintf(body, sizeof body, "{\"schedule\": \"%s 00:00-01:00\"}", days[(tm.tm_wday + 3) % 7]);
+    st = call("POST", pp, n.token, body, &out, &err);
+    CHECK(st == 200 && strcmp(jstr(out, "state"), "paused") != 0 &&
+              strcmp(jstr(out, "state"), "draining") != 0,
+          "schedule for another day: %d %s, state %s", st, err.msg, jstr(out, "state"));
+    json_decref(out);
+    CHECK(make_serving(&n, shard), "the node did not serve outside its pause window");
+    st = call("POST", pp, n.token, "{\"schedule\": \"\"}", &out, &err);
+    CHECK(st == 200 && strcmp(jstr(out, "schedule"), "") == 0 &&
+              strcmp(jstr(out, "state"), "serving") == 0,
+          "no schedule: %d %s", st, err.msg);
+    json_decref(out);
+}
+
+/* ---- routes ------------------------------------------------------------------------------------
+ */
+
+static void test_routes(const char *dave) {
+    /* the node of test_pause serves: a route of one stage through it */
+    json_t *out = NULL;
+    mt_error err;
+    int st = call("POST", "/v1/routes", dave, "{\"session\": 7}", &out, &err);
+    json_t *stages = json_object_get(out, "stages");
+    int64_t id = jint(json_array_get(stages, 0), "node_id");
+    CHECK(st == 200 && strcmp(jstr(out, "mode"), "cell") == 0 &&
+              strcmp(jstr(out, "head"), "head") == 0 && json_array_size(stages) == 1 && id > 0,
+          "route: %d %s", st, err.msg);
+    json_decref(out);
+    char body[100];
+    snprintf(body, sizeof body, "{\"session\": 7, \"avoid\": [%lld]}", (long long)id);
+    EXPECT(503, "no route", "POST", "/v1/routes", dave, body);
+}
+
+/* ---- a restart, and databases that are not this registry's ----------------------------------- */
+
+static void test_restart(const reg_opts *o, const char *carol, const char *alice,
+                         const fake_node *n) {
+    json_t *me0 = NULL, *ledger0 = NULL, *status0 = NULL;
+    mt_error err;
+    call("GET", "/v1/accounts/me", carol, NULL, &me0, &err);
+    call("GET", "/v1/ledger/nodes", NULL, NULL, &ledger0, &err);
+    call("GET", "/v1/status", NULL, NULL, &status0, &err);
+    char key0[65];
+    snprintf(key0, sizeof key0, "%s", mt_registry_pubkey_hex(reg));
+
+    mt_registry_stop(reg);
+    reg = reg_open(o, &err);
+    CHECK(reg != NULL, "restart: %s", err.msg);
+    if (!reg) return;
+    CHECK(strcmp(key0, mt_registry_pubkey_hex(reg)) == 0, "the registry's key changed");
+    json_t *me1 = NULL, *ledger1 = NULL, *status1 = NULL;
+    int st = call("GET", "/v1/accounts/me", carol, NULL, &me1, &err);
+    json_t *c0 = json_object_get(me0, "credits"), *c1 = json_object_get(me1, "credits");
+    CHECK(st == 200 && jint(me0, "account_id") == jint(me1, "account_id") &&
+              jint(c1, "served_token_layers") == 35 && jint(c1, "served_expert_rows") == 7 &&
+              json_equal(c0, c1) &&
+              json_equal(json_object_get(me0, "nodes"), json_object_get(me1, "nodes")),
+          "carol after a restart: %d %s", st, err.msg);
+    call("GET", "/v1/ledger/nodes", NULL, NULL, &ledger1, &err);
+    CHECK(json_equal(ledger0, ledger1) && jint(ledger1, "ledger_rows") > 0,
+          "the ledger changed across a restart");
+    call("GET", "/v1/status", NULL, NULL, &status1, &err);
+    CHECK(jint(status1, "nodes_known") == jint(status0, "nodes_known") &&
+              jint(status1, "nodes_known") >= 3,
+          "nodes known: %lld -> %lld", (long long)jint(status0, "nodes_known"),
+          (long long)jint(status1, "nodes_known"));
+    EXPECT(200, NULL, "GET", "/v1/accounts/me", alice, NULL);
+    /* the node's token still works, and its counters were kept: the same ones add nothing */
+    int64_t rows0 = jint(ledger1, "ledger_rows"), rows;
+    CHECK(beat(n, "", 1, 1, NULL) == 200, "the node's token after a restart");
+    json_t *l = ledger_of(n->id, &rows);
+    CHECK(rows == rows0 && jint(l, "token_layers") == 35, "the same counters added %lld rows",
+          (long long)(rows - rows0));
+    json_decref(l);
+    CHECK(beat(n, "", 2, 1, NULL) == 200, "beat");
+    l = ledger_of(n->id, &rows);
+    CHECK(rows == rows0 + 1 && jint(l, "token_layers") == 36, "one more token-layer: +%lld rows",
+          (long long)(rows - rows0));
+    json_decref(l);
+    json_decref(me0), json_decref(me1), json_decref(ledger0), json_decref(ledger1);
+    json_decref(status0), json_decref(status1);
+
+    /* another model, another mode: refused, saying why; the database stays usable */
+    mt_registry_stop(reg);
+    reg_opts other = *o;
+    other.model = model2;
+    reg = reg_open(&other, &err);
+    CHECK(reg == NULL && strstr(err.msg, "made for another model") &&
+              strstr(err.msg, "a new database"),
+          "another model: %s", reg ? "started" : err.msg);
+    mt_registry_stop(reg);
+    other = *o;
+    other.mode = MT_REGISTRY_SWARM;
+    reg = reg_open(&other, &err);
+    CHECK(reg == NULL && strstr(err.msg, "holds a cell") && strstr(err.msg, "--mode cell"),
+          "another mode: %s", reg ? "started" : err.msg);
+    mt_registry_stop(reg);
+    reg = reg_open(o, &err);
+    CHECK(reg != NULL, "the database after refused starts: %s", err.msg);
+    EXPECT(200, NULL, "GET", "/v1/accounts/me", carol, NULL);
+}
+
+/* ---- an admin token; swarm mode with --require-volunteer --------------------------------------
+ */
+
+static void test_admin(void) {
+    reg_opts o = {.name = "admin", .admin = "sesame"};
+    mt_error err;
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "admin registry: %s", err.msg);
+    if (!reg) return;
+    EXPECT(401, "admin token", "POST", "/v1/accounts", NULL, "{\"name\": \"x\"}");
+    EXPECT(403, "admin token", "POST", "/v1/accounts", "sesam", "{\"name\": \"x\"}");
+    EXPECT(403, "admin token", "POST", "/v1/accounts", "sesame2", "{\"name\": \"x\"}");
+    EXPECT(201, NULL, "POST", "/v1/accounts", "sesame", "{\"name\": \"x\"}");
+    EXPECT(401, "admin token", "GET", "/v1/ledger/nodes", NULL, NULL);
+    EXPECT(403, "admin token", "GET", "/v1/ledger/nodes", "nope", NULL);
+    EXPECT(200, NULL, "GET", "/v1/ledger/nodes", "sesame", NULL);
+    mt_registry_stop(reg);
+    reg = NULL;
+}
+
+static void test_swarm(void) {
+    reg_opts o = {.name = "swarm", .mode = MT_REGISTRY_SWARM, .require_volunteer = true};
+    mt_error err;
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "swarm registry: %s", err.msg);
+    if (!reg) return;
+    char *taker = new_account("taker", NULL), *giver = new_account("giver", NULL),
+         *helper = new_account("helper", NULL);
+    EXPECT(403, "not volunteered", "POST", "/v1/routes", taker, "{}");
+    EXPECT(403, "moontail node --registry", "POST", "/v1/routes", giver, "{}");
+    fake_node g, h;
+    char pk[MT_KEYS_HEX_SIZE], shard[96];
+    new_pk(pk);
+    CHECK(fake_join(giver, pk, 1LL << 40, &g, &err) == 201, "giver joins: %s", err.msg);
+    /* joined but not serving yet: still refused */
+    EXPECT(403, "not volunteered", "POST", "/v1/routes", giver, "{}");
+    CHECK(make_serving(&g, shard), "the giver's node does not serve");
+    json_t *out = NULL;
+    int st = call("POST", "/v1/routes", giver, "{\"session\": 1}", &out, &err);
+    json_t *experts = json_object_get(out, "experts");
+    CHECK(st == 200 && strcmp(jstr(out, "mode"), "swarm") == 0 &&
+              strcmp(jstr(out, "head"), "backbone") == 0 && json_array_size(experts) >= 1 &&
+              jint(json_array_get(experts, 0), "node_id") == g.id,
+          "giver's route: %d %s", st, err.msg);
+    json_decref(out);
+    EXPECT(403, "not volunteered", "POST", "/v1/routes", taker, "{}");
+    /* a node that claims a shard it was not given does not count */
+    char *cheat = new_account("cheat", NULL);
+    fake_node ch;
+    new_pk(pk);
+    CHECK(fake_join(cheat, pk, 1000, &ch, &err) == 201, "cheat joins: %s", err.msg);
+    CHECK(beat(&ch, shard, -1, -1, NULL) == 200 && beat(&ch, "L0-1A", -1, -1, NULL) == 200,
+          "cheat beats");
+    EXPECT(403, "not volunteered", "POST", "/v1/routes", cheat, "{}");
+    free(cheat);
+    /* a node that holds nothing but served something counts */
+    new_pk(pk);
+    CHECK(fake_join(helper, pk, 1000, &h, &err) == 201, "helper joins: %s", err.msg);
+    EXPECT(403, "not volunteered", "POST", "/v1/routes", helper, "{}");
+    CHECK(beat(&h, "", 5, 0, NULL) == 200, "helper beats");
+    EXPECT(200, NULL, "POST", "/v1/routes", helper, "{}");
+    free(taker), free(giver), free(helper);
+    mt_registry_stop(reg);
+    reg = NULL;
+}
+
+/* ---- a real node agent
+ * --------------------------------------------------------------------------- */
+
+static bool wait_agent(mt_agent *a, bool serving, int ms, mt_agent_state *s) {
+    for (double t0 = now_ms(); now_ms() - t0 < ms; sleep_ms(50)) {
+        mt_agent_get_state(a, s);
+        if ((s->shard[0] != 0) == serving) return true;
+    }
+    return false;
+}
+
+/* Token-layers the ledger holds for a node. */
+static int64_t ledger_token_layers(int64_t node) {
+    int64_t rows;
+    json_t *l = ledger_of(node, &rows);
+    int64_t v = jint(l, "token_layers");
+    json_decref(l);
+    return v;
+}
+
+static bool wait_ledger(int64_t node, int64_t want, int ms) {
+    for (double t0 = now_ms(); now_ms() - t0 < ms; sleep_ms(50))
+        if (ledger_token_layers(node) == want) return true;
+    return false;
+}
+
+/* Evaluates n tokens through the registry's route (a fresh session). */
+static bool generate(const char *tok, int n) {
+    char key[400], cache[400];
+    snprintf(key, sizeof key, "%s/requester.key", dir);
+    snprintf(cache, sizeof cache, "%s/requester-cache", dir);
+    mt_requester_config c = {.registry = base,
+                             .token = tok,
+                             .key_path = key,
+                             .cache_dir = cache,
+                             .threads = 1,
+                             .quiet = true};
+    mt_error err = {{0}};
+    mt_requester *q = mt_requester_open(&c, &err);
+    bool ok = q && mt_requester_begin(q, 32, &err) == 0;
+    float *logits = ok ? malloc((size_t)mt_requester_head(q)->hp.n_vocab * sizeof *logits) : NULL;
+    static const int32_t ids[8] = {5, 77, 3, 190, 42, 8, 130, 64};
+    ok = ok && logits && mt_requester_eval(q, ids, n, logits, &err) == 0;
+    CHECK(ok, "generation through the registry: %s", err.msg);
+    free(logits);
+    mt_requester_close(q);
+    return ok;
+}
+
+static mt_agent *agent_start(const char *tok, mt_error *err) {
+    char key[400], data[400];
+    snprintf(key, sizeof key, "%s/agent.key", dir);
+    snprintf(data, sizeof data, "%s/agent-data", dir);
+    mt_agent_config c = {.registry = base,
+                         .token = tok,
+                         .key_path = key,
+                         .name = "pc1",
+                         .listen = "127.0.0.1:0",
+                         .data_dir = data,
+                         .capacity = 1LL << 30,
+                         .speed = 1,
+                         .threads = 1,
+                         .quiet = true};
+    return mt_agent_start(&c, err);
+}
+
+/* The shard the agent serves is the registry's, byte for byte. */
+static bool holds_registry_shard(const mt_agent_state *s) {
+    char url[300], path[600];
+    snprintf(url, sizeof url, "/v1/shards/%s/manifest", s->shard);
+    snprintf(path, sizeof path, "%s/agent-data/%s.gguf", dir, s->shard);
+    json_t *m = NULL;
+    mt_error err;
+    call("GET", url, NULL, NULL, &m, &err);
+    bool same = m && mt_shard_file_matches(path, m);
+    json_decref(m);
+    return same;
+}
+
+static void test_agent(void) {
+    reg_opts o = {.name = "agents"};
+    mt_error err;
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "registry for agents: %s", err.msg);
+    if (!reg) return;
+    char *tok = new_account("cafe", NULL);
+    mt_agent *a = agent_start(tok, &err);
+    CHECK(a != NULL, "agent: %s", err.msg);
+    if (!a) goto out;
+    mt_agent_state s;
+    CHECK(wait_agent(a, true, 30000, &s), "the agent does not serve: %s", s.last_error);
+    CHECK(wait_status(s.node_id, "state", "serving", 5000), "the registry does not see it serve");
+    CHECK(holds_registry_shard(&s), "the agent's shard is not the seed's");
+
+    /* work through it reaches the ledger: 5 tokens x 4 layers */
+    if (generate(tok, 5))
+        CHECK(wait_ledger(s.node_id, 5 * 4, 5000), "ledger: %lld token-layers, want 20",
+              (long long)ledger_token_layers(s.node_id));
+    /* its key joins again elsewhere: the agent's token stops working, it joins again,
+     * and the work it was credited for is not credited twice */
+    char key[400], pk[MT_KEYS_HEX_SIZE];
+    snprintf(key, sizeof key, "%s/agent.key", dir);
+    mt_keys k;
+    fake_node imp;
+    CHECK(mt_keys_load(&k, key, &err) == 0, "agent key: %s", err.msg);
+    mt_keys_pk_to_hex(k.pk, pk);
+    CHECK(fake_join(tok, pk, 1000, &imp, &err) == 201 && imp.id == s.node_id, "impostor: %s",
+          err.msg);
+    int beats = s.heartbeats;
+    for (int i = 0; i < 100 && (s.heartbeats < beats + 4 || s.heartbeat_failures == 0); i++)
+        sleep_ms(50), mt_agent_get_state(a, &s);
+    CHECK(s.heartbeat_failures >= 1 && s.heartbeats >= beats + 4,
+          "the agent did not notice its token was replaced (%d failures)", s.heartbeat_failures);
+    CHECK(beat(&imp, "", -1, -1, NULL) == 401, "the agent did not join again");
+    CHECK(ledger_token_layers(s.node_id) == 20, "after joining again: %lld token-layers, want 20",
+          (long long)ledger_token_layers(s.node_id));
+    CHECK(wait_status(s.node_id, "state", "serving", 5000), "not serving after joining again");
+    if (generate(tok, 3))
+        CHECK(wait_ledger(s.node_id, 20 + 3 * 4, 5000), "ledger: %lld token-layers, want 32",
+              (long long)ledger_token_layers(s.node_id));
+
+    /* paused: it drains and stops serving; resumed: it serves again, from what it holds */
+    char pp[100];
+    snprintf(pp, sizeof pp, "/v1/nodes/%lld/pause", (long long)s.node_id);
+    EXPECT(200, NULL, "POST", pp, tok, "{\"now\": true}");
+    CHECK(wait_agent(a, false, 10000, &s), "a paused agent keeps serving");
+    CHECK(wait_status(s.node_id, "state", "paused", 5000), "the agent is not 'paused'");
+    EXPECT(503, "no route", "POST", "/v1/routes", tok, "{}");
+    EXPECT(200, NULL, "POST", pp, tok, "{\"resume\": true}");
+    CHECK(wait_agent(a, true, 10000, &s), "a resumed agent does not serve: %s", s.last_error);
+    CHECK(wait_status(s.node_id, "state", "serving", 5000), "the resumed agent is not serving");
+    mt_agent_stop(a);
+    mt_registry_stop(reg);
+    free(tok);
+
+    /* the same machine under a registry of another model: a shard of the same
+     * name is in its data directory, but it must fetch the new model's */
+    o = (reg_opts){.name = "agents-other", .model = model2};
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "registry of the other model: %s", err.msg);
+    if (!reg) return;
+    tok = new_account("cafe", NULL);
+    a = agent_start(tok, &err);
+    CHECK(a != NULL, "agent: %s", err.msg);
+    if (a) {
+        CHECK(wait_agent(a, true, 30000, &s), "the agent does not serve: %s", s.last_error);
+        CHECK(holds_registry_shard(&s), "the agent serves shard %s of the model it held before",
+              s.shard);
+        CHECK(wait_status(s.node_id, "state", "serving", 5000), "the registry does not see it");
+        generate(tok, 2);
+        mt_agent_stop(a);
+    }
+out:
+    free(tok);
+    mt_registry_stop(reg);
+    reg = NULL;
+}
+
+/* ---- main
+ * ------------------------------------------------------------------------------------------ */
+
+static bool make_model(const char *path, uint64_t seed) {
+    mt_synth_params p = mt_synth_default_params("qwen3moe");
+    p.type = MT_TYPE_F32;
+    p.seed = seed;
+    p.n_layer = 4, p.n_embd = 128, p.head_dim = 32, p.n_ff = 128, p.n_ff_exp = 64;
+    p.n_expert = 8, p.n_expert_used = 2;
+    mt_error err = {{0}};
+    int rc = mt_synth_write(&p, path, &err);
+    CHECK(rc == 0, "model: %s", err.msg);
+    return rc == 0;
+}
+
+int main(void) {
+    if (sodium_init() < 0) return 1;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/mt-test-registry-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        CHECK(false, "mkdtemp: %s", strerror(errno));
+        return check_report("test_control_registry");
+    }
+    snprintf(model, sizeof model, "%s/model.gguf", dir);
+    snprintf(model2, sizeof model2, "%s/other.gguf", dir);
+    if (!make_model(model, 3) || !make_model(model2, 4))
+        return check_report("test_control_registry");
+
+    double t0 = now_ms();
+    reg_opts cell = {.name = "cell"};
+    mt_error err;
+    reg = reg_open(&cell, &err);
+    CHECK(reg != NULL, "registry: %s", err.msg);
+    if (reg) {
+        char *alice = NULL, *bob = new_account("bob", NULL), *carol = new_account("carol", NULL),
+             *dave = new_account("dave", NULL);
+        fake_node ledger_node;
+        test_accounts(&alice);
+        test_node_validation(alice, bob);
+        test_other_endpoints(alice);
+        test_ledger(carol, &ledger_node);
+        test_pause(dave);
+        test_routes(dave);
+        EXPECT(200, NULL, "GET", "/v1/status", NULL, NULL); /* still serving after all that */
+        test_restart(&cell, carol, alice, &ledger_node);
+        free(alice), free(bob), free(carol), free(dave);
+        mt_registry_stop(reg);
+        reg = NULL;
+    }
+    test_admin();
+    test_swarm();
+    test_agent();
+    printf("test_control_registry: %.1f s\n", (now_ms() - t0) / 1e3);
+
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return check_report("test_control_registry");
+}
