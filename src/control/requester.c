@@ -324,6 +324,7 @@ const mt_model *mt_requester_head(const mt_requester *q) {
 
 int mt_requester_begin(mt_requester *q, int32_t n_ctx, mt_error *err) {
     if (q->s) mt_route_session_end(q->route, q->s);
+    q->n_avoid = 0; /* a new request trusts the registry's view again */
     q->s = mt_route_session_new(q->route, n_ctx, err);
     q->n_ctx = n_ctx;
     randombytes_buf(&q->session_hint, sizeof q->session_hint);
@@ -364,6 +365,9 @@ int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *log
             struct timespec ts = {0, 250 * 1000000L};
             nanosleep(&ts, NULL);
         }
+        /* nodes avoided for long may be back (restarted): after a few refusals the registry,
+         * which knows who is alive, decides alone */
+        if (attempt > 0 && attempt % 8 == 0) q->n_avoid = 0;
         rc = open_route(q, err);
         if (rc == 0 && !(q->s = mt_route_session_new(q->route, q->n_ctx, err))) rc = -1;
         if (rc == 0) rc = mt_route_eval(q->route, q->s, all, total, false, logits, err);
