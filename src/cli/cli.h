@@ -24,6 +24,7 @@ int cmd_account(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_cell(int argc, char **argv);
 int cmd_pause(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* One command-line option: a flag (bool), a string, a whole number in
  * [lo, hi] (int64_t) or a finite number (float). */

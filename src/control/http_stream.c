@@ -131,7 +131,7 @@ int mt_http_stream_write(mt_http_stream *st, const void *data, size_t len) {
         if (st->len - st->off + len > STREAM_MAX_PENDING) {
             st->gone = true; /* the client does not read what it asked for */
         } else {
-            if (st->len + len > st->cap) {
+            if (st->len + len > st->cap && st->off > 0) {
                 /* move the unsent bytes to the front before growing */
                 memmove(st->buf, st->buf + st->off, st->len - st->off);
                 st->len -= st->off;
