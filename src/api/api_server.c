@@ -121,8 +121,12 @@ static int64_t prompt_ids(mt_api_server *s, const api_request *rq, int32_t **ids
 static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req,
                      mt_http_response *resp) {
     const double t0 = now_s();
+    const char *what = kind == API_CHAT ? "chat" : "completion";
     api_key *key = authenticate(s, req, resp);
-    if (!key) return;
+    if (!key) {
+        say(s, "%s: 401 (%s API key)", what, mt_http_bearer(req) ? "unknown" : "no");
+        return;
+    }
     api_error e;
     int wait = api_keys_take(&s->keys, key, t0);
     if (wait > 0) {
@@ -130,6 +134,7 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
                  "Rate limit reached for key '%s': %g requests per minute. Try again in %d s",
                  key->name, s->keys.rate_per_min, wait);
         api_error_respond(&e, wait, resp);
+        say(s, "%s %s: 429 rate limit (retry in %d s)", key->name, what, wait);
         return;
     }
     api_request rq;
@@ -185,7 +190,7 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
                  " holds; try again shortly",
                  running, queued);
         api_error_respond(&e, 1, resp);
-        say(s, "%s: 503 busy (%d running, %d waiting)", key->name, running, queued);
+        say(s, "%s %s: 503 busy (%d running, %d waiting)", key->name, what, running, queued);
         goto cleanup;
     }
     api_keys_count_request(&s->keys, key);
@@ -194,7 +199,7 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
     return;
 fail:
     api_error_respond(&e, 0, resp);
-    if (e.status >= 500) say(s, "%s: %d %s", key->name, e.status, e.message);
+    say(s, "%s %s: %d %s", key->name, what, e.status, e.message);
 cleanup:
     if (reply) {
         api_reply_free(reply);
