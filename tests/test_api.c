@@ -319,6 +319,7 @@ static void test_keys(void) {
  * logits of step i peak at script[i]. */
 typedef struct fake {
     api_backend b;
+    const mt_vocab *vocab;
     const int32_t *script;
     int n_script;
     int fail_at; /* eval number that fails, or -1 */
@@ -359,7 +360,7 @@ static int fake_eval(void *slot, const int32_t *ids, int32_t n, float *logits, m
     while (f->hold) pthread_cond_wait(&f->cv, &f->mu);
     pthread_mutex_unlock(&f->mu);
     if (s->evals++ == f->fail_at) return mt_error_set(err, "node 10.0.0.7 stopped answering");
-    for (int i = 0; i < f->b.model->hp.n_vocab; i++) logits[i] = 0;
+    for (int i = 0; i < f->b.n_vocab; i++) logits[i] = 0;
     logits[f->script[s->step < f->n_script ? s->step : f->n_script - 1]] = 10;
     s->step++;
     return 0;
@@ -432,7 +433,7 @@ static void run_script(fake *f, const char *bytes, const int32_t *extra, int n_e
     for (int i = 0; i < n_extra; i++) script[n++] = extra[i];
     f->script = script;
     f->n_script = n;
-    api_engine *e = api_engine_start(&f->b, 1, 1, NULL);
+    api_engine *e = api_engine_start(&f->b, f->vocab, 1, 1, NULL);
     CHECK(e && submit(e, g, max_tokens, stop, 258) == 0, "submit");
     got_wait(g);
     api_engine_stop(e);
@@ -448,9 +449,10 @@ static void *release_later(void *arg) {
     return NULL;
 }
 
-static void test_engine(const mt_model *m) {
+static void test_engine(const mt_model *m, const mt_vocab *v) {
     fake f = {.b = {.kind = "fake",
                     .model = m,
+                    .n_vocab = m->hp.n_vocab,
                     .max_ctx = 4096,
                     .fail_status = 503,
                     .slot_open = fake_open,
@@ -458,6 +460,7 @@ static void test_engine(const mt_model *m) {
                     .begin = fake_begin,
                     .eval = fake_eval,
                     .end = fake_end},
+              .vocab = v,
               .fail_at = -1};
     f.b.impl = &f;
     pthread_mutex_init(&f.mu, NULL);
@@ -506,7 +509,7 @@ static void test_engine(const mt_model *m) {
     f.n_script = 1;
     f.hold = true;
     f.evals_started = 0;
-    api_engine *e = api_engine_start(&f.b, 1, 1, NULL);
+    api_engine *e = api_engine_start(&f.b, f.vocab, 1, 1, NULL);
     got g1, g2, g3;
     got_init(&g1), got_init(&g2), got_init(&g3);
     CHECK(submit(e, &g1, 5, NULL, -1) == 0, "first request");
@@ -565,7 +568,7 @@ int main(void) {
     CHECK(v, "test model: %s", err.msg);
     if (v) {
         test_chat(v);
-        test_engine(m);
+        test_engine(m, v);
     }
     test_parse();
     test_keys();

@@ -147,6 +147,7 @@ api_backend *api_backend_local(const char *model_path, int threads, int ubatch, 
         return NULL;
     }
     lb->b.model = lb->model;
+    lb->b.n_vocab = lb->model->hp.n_vocab;
     lb->b.max_ctx = lb->model->hp.n_ctx_train > 0 ? lb->model->hp.n_ctx_train : 4096;
     return &lb->b;
 }

@@ -115,6 +115,7 @@ api_backend *api_backend_registry(const mt_requester_config *cfg, mt_error *err)
         return NULL;
     }
     rb->b.model = mt_requester_head(rb->first);
+    rb->b.n_vocab = rb->b.model->hp.n_vocab;
     rb->b.max_ctx = rb->b.model->hp.n_ctx_train > 0 ? rb->b.model->hp.n_ctx_train : 4096;
     return &rb->b;
 }

@@ -21,8 +21,8 @@ typedef struct job {
 
 struct api_engine {
     api_backend *b;
-    mt_vocab *vocab;  /* the backend model's tokenizer (detokenizing) */
-    int n_slots, cap; /* workers; requests that may wait while every worker is busy */
+    const mt_vocab *vocab; /* the backend model's tokenizer (borrowed) */
+    int n_slots, cap;      /* workers; requests that may wait while every worker is busy */
     pthread_t *threads;
     void **slots;
     pthread_mutex_t mu;
@@ -98,10 +98,13 @@ static void fail(api_gen_result *r, int status, const char *fmt, const char *det
     snprintf(r->error, sizeof r->error, fmt, detail);
 }
 
-static void run_job(api_engine *e, void *slot, job *j) {
+/* Runs one request to its end: the text goes to the sink, the outcome to
+ * *out. Returns the tokens the backend evaluated, or -1 when the sequence
+ * did not begin (then there is nothing for the backend's end()). */
+static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
     const api_gen_params *p = &j->p;
     const api_backend *b = e->b;
-    const int32_t n_vocab = b->model->hp.n_vocab;
+    const int32_t n_vocab = b->n_vocab;
     api_gen_result r = {.finish_reason = "length", .prompt_tokens = p->n_prompt};
     mt_error err = {{0}};
     textbuf t = {0};
@@ -176,11 +179,11 @@ static void run_job(api_engine *e, void *slot, job *j) {
 cancelled:
     fail(&r, 499, "%s", "the client went away");
 done:
-    if (begun) b->end(slot, evaluated);
-    j->sink.done(j->sink.ctx, &r);
+    *out = r;
     free(t.p);
     free(logits);
     mt_sampler_free(smp);
+    return begun ? evaluated : -1;
 }
 
 /* ---- the queue and the workers ------------------------------------------------------------ */
@@ -208,22 +211,29 @@ static void *worker_main(void *arg) {
         e->n_running++;
         pthread_mutex_unlock(&e->mu);
         mt_error err = {{0}};
+        api_gen_result r = {.finish_reason = "length"};
+        int64_t evaluated = -1;
         if (!e->slots[index] && !(e->slots[index] = e->b->slot_open(e->b, index, &err))) {
-            api_gen_result r = {.finish_reason = "length", .error_status = 500};
+            r.error_status = 500;
             snprintf(r.error, sizeof r.error, "cannot set up a worker: %s", err.msg);
-            j.sink.done(j.sink.ctx, &r);
         } else {
-            run_job(e, e->slots[index], &j);
+            evaluated = run_job(e, e->slots[index], &j, &r);
         }
         api_gen_params_free(&j.p);
+        /* the slot counts as free before the client hears back, so that a
+         * client's next request finds room (it waits in the ring until this
+         * worker has also finished end() below) */
         pthread_mutex_lock(&e->mu);
         e->n_running--;
         pthread_mutex_unlock(&e->mu);
+        j.sink.done(j.sink.ctx, &r);
+        if (evaluated >= 0) e->b->end(e->slots[index], evaluated); /* e.g. usage to the registry */
     }
     return NULL;
 }
 
-api_engine *api_engine_start(api_backend *b, int slots, int queue, mt_error *err) {
+api_engine *api_engine_start(api_backend *b, const mt_vocab *vocab, int slots, int queue,
+                             mt_error *err) {
     if (slots < 1 || queue < 0) {
         mt_error_set(err, "the engine needs at least one slot and a queue length >= 0");
         return NULL;
@@ -234,6 +244,7 @@ api_engine *api_engine_start(api_backend *b, int slots, int queue, mt_error *err
         return NULL;
     }
     e->b = b;
+    e->vocab = vocab;
     e->n_slots = slots;
     e->cap = queue;
     pthread_mutex_init(&e->mu, NULL);
@@ -245,7 +256,6 @@ api_engine *api_engine_start(api_backend *b, int slots, int queue, mt_error *err
         mt_error_set(err, "out of memory");
         goto fail;
     }
-    if (!(e->vocab = mt_vocab_load(b->model->gguf, err))) goto fail;
     for (int i = 0; i < slots; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         if (!wa) {
@@ -307,7 +317,6 @@ void api_engine_stop(api_engine *e) {
     }
     for (int i = 0; e->slots && i < e->n_slots; i++)
         if (e->slots[i]) e->b->slot_close(e->b, e->slots[i]);
-    mt_vocab_free(e->vocab);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e->queue);

@@ -15,6 +15,7 @@
 #include "moontail/model.h"
 #include "moontail/requester.h"
 #include "moontail/sampler.h"
+#include "moontail/tokenizer.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,10 +29,13 @@ typedef struct api_backend api_backend;
  * own state (a KV cache, or a requester with its route); the engine calls a
  * slot's functions from that worker's thread only. */
 struct api_backend {
-    const char *kind;      /* "local" or "registry" */
-    const mt_model *model; /* holds the tokenizer (for a registry: the head shard) */
-    int32_t max_ctx;       /* most positions one request may use */
-    int fail_status;       /* HTTP status of a failed computation (500 local, 503 registry) */
+    const char *kind; /* "local" or "registry" */
+    /* holds the tokenizer and metadata (for a registry: the head shard); valid
+     * only until the first request, since a registry route may be replaced */
+    const mt_model *model;
+    int32_t n_vocab; /* logits per token */
+    int32_t max_ctx; /* most positions one request may use */
+    int fail_status; /* HTTP status of a failed computation (500 local, 503 registry) */
     void *(*slot_open)(api_backend *b, int index, mt_error *err);
     void (*slot_close)(api_backend *b, void *slot);
     /* a new sequence of up to n_ctx positions */
@@ -88,8 +92,11 @@ typedef struct api_gen_sink {
 
 typedef struct api_engine api_engine;
 
-/* Starts `slots` workers (>= 1) with room for `queue` waiting requests. */
-api_engine *api_engine_start(api_backend *b, int slots, int queue, mt_error *err);
+/* Starts `slots` workers (>= 1) with room for `queue` waiting requests.
+ * vocab (the backend model's, for detokenizing and end tokens) is borrowed
+ * and must outlive the engine. */
+api_engine *api_engine_start(api_backend *b, const mt_vocab *vocab, int slots, int queue,
+                             mt_error *err);
 /* Queues a request. Returns 0 (p's buffers are taken, done() will be called),
  * or -1 when the queue is full or the engine stops (nothing is taken or
  * called; *running and *queued say how busy it is). */

@@ -397,7 +397,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     }
     log_chat_template(s);
     int parallel = c->parallel > 0 ? c->parallel : 4, queue = c->queue >= 0 ? c->queue : 16;
-    if (!(s->engine = api_engine_start(s->backend, parallel, queue, err))) goto fail;
+    if (!(s->engine = api_engine_start(s->backend, s->vocab, parallel, queue, err))) goto fail;
     mt_http_server_config hc = {.addr = c->listen ? c->listen : "127.0.0.1:8080",
                                 .threads = 4,
                                 .max_body = c->max_body ? c->max_body : 1 << 20,
