@@ -111,6 +111,10 @@ api_backend *api_backend_registry(const mt_requester_config *cfg, mt_error *err)
     rb->cfg.key_path = rb->key_path = cfg->key_path ? strdup(cfg->key_path) : NULL;
     rb->cfg.cache_dir = rb->cache_dir = cfg->cache_dir ? strdup(cfg->cache_dir) : NULL;
     if (!(rb->first = mt_requester_open(&rb->cfg, err))) {
+        mt_error_prefix(err,
+                        "cannot use the cell of the registry %s (check --registry, the token,"
+                        " and that the cell has a route)",
+                        cfg->registry ? cfg->registry : "(none)");
         reg_destroy(&rb->b);
         return NULL;
     }
