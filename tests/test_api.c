@@ -487,7 +487,10 @@ static void test_engine(const mt_model *m, const mt_vocab *v) {
     run_script(&f, "ab", eos, 2, 10, NULL, &g);
     CHECK(g.len == 2 && strcmp(g.r.finish_reason, "stop") == 0 && g.r.completion_tokens == 3,
           "EOG: '%.*s' %s %d", (int)g.len, g.text, g.r.finish_reason, g.r.completion_tokens);
-    got_init(&g); /* a two-byte character arrives whole */
+    got_init(&g); /* a two-byte character arrives whole, even as the first token */
+    run_script(&f, "\xc3\xa9", NULL, 0, 2, "q", &g);
+    CHECK(g.len == 2 && g.pieces == 1, "UTF-8 first: %d pieces", g.pieces);
+    got_init(&g);
     run_script(&f, "x\xc3\xa9y", NULL, 0, 4, NULL, &g);
     CHECK(g.len == 4 && memcmp(g.text, "x\xc3\xa9y", 4) == 0 && g.pieces == 3, "UTF-8: %d pieces",
           g.pieces);

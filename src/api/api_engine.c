@@ -64,6 +64,8 @@ static bool text_add(textbuf *t, const char *s, size_t n) {
  * then *safe receives how far text may be sent: up to the longest tail that
  * is the beginning of some stop string, which the next token may complete. */
 static long find_stop(const api_gen_params *p, const textbuf *t, size_t *safe) {
+    *safe = t->len;
+    if (t->len == t->sent) return -1; /* nothing new (t->p may still be NULL) */
     long best = -1;
     for (int i = 0; i < p->n_stop; i++) {
         const char *hit = memmem(t->p + t->sent, t->len - t->sent, p->stop[i], strlen(p->stop[i]));
