@@ -4,8 +4,9 @@
  *
  * Server: requests are read whole (bodies up to max_body bytes, larger ones
  * get 413), then the handler fills a response: a JSON value, text, or a
- * file slice (Range: bytes=a-b is honoured for files, with 206/416). The
- * handler runs on one of the server's threads; it must be thread-safe. */
+ * file slice (Range: bytes=a-b is honoured for files, with 206/416), or a
+ * stream that another thread answers later (below). The handler runs on one
+ * of the server's threads; it must be thread-safe and should not block. */
 #ifndef MOONTAIL_HTTP_H
 #define MOONTAIL_HTTP_H
 
@@ -32,20 +33,36 @@ const char *mt_http_query(const mt_http_request *req, const char *name);
 /* The token of "Authorization: Bearer TOKEN", or NULL. */
 const char *mt_http_bearer(const mt_http_request *req);
 
+typedef struct mt_http_stream mt_http_stream;
+
 typedef struct mt_http_response {
     int status;
     json_t *json; /* taken (decref'd by the server) */
     char *text;   /* taken (free'd); with content_type */
     const char *content_type;
-    char *file; /* taken: serve this file (Range honoured) */
+    char *file;             /* taken: serve this file (Range honoured) */
+    json_t *headers;        /* taken, optional: {"Header-Name": "value", ...} added to the answer */
+    mt_http_stream *stream; /* taken: the answer comes later from a producer (see below) */
 } mt_http_response;
 
 typedef void (*mt_http_handler)(void *ctx, const mt_http_request *req, mt_http_response *resp);
 
 typedef struct mt_http_server mt_http_server;
 
-/* Listens on addr ("host:port", port 0 picks one; loopback unless told
- * otherwise) with `threads` worker threads (<= 0: 4). */
+typedef struct mt_http_server_config {
+    const char *addr; /* "host:port"; port 0 picks one; loopback unless told otherwise */
+    int threads;      /* worker threads (<= 0: 4) */
+    size_t max_body;  /* larger request bodies get 413 (0: 1 MiB) */
+    mt_http_handler handler;
+    void *ctx;
+    /* optional: the JSON body of the errors the server answers by itself (413
+     * body too large, 500 for a stream dropped unanswered), for APIs whose errors
+     * have another shape than {"error": message}. Returns a new reference. */
+    json_t *(*error_body)(int status, const char *message);
+} mt_http_server_config;
+
+mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *c, mt_error *err);
+/* The same with the default error shape. */
 mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_body,
                                      mt_http_handler handler, void *ctx, mt_error *err);
 void mt_http_server_stop(mt_http_server *s);
@@ -55,6 +72,43 @@ const char *mt_http_server_addr(const mt_http_server *s);
 /* Sets resp to {"error": message} with status. */
 void mt_http_error(mt_http_response *resp, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ---- answers written later: streams ---------------------------------------------------- */
+
+/* A handler that cannot answer at once (it waits for a computation on
+ * another thread) creates a stream, gives a reference to the producer
+ * (mt_http_stream_ref) and puts its own in resp->stream. The server then
+ * parks the connection (libmicrohttpd suspends it: no server thread waits)
+ * until the producer either
+ *   - answers whole: mt_http_stream_reply(), like a handler's response; or
+ *   - starts a body sent as it is written: mt_http_stream_begin(), then any
+ *     number of mt_http_stream_write(), then mt_http_stream_end(). The body
+ *     goes out with chunked transfer encoding as soon as it is written, which
+ *     is what server-sent events (text/event-stream) need.
+ * A producer that releases its last reference without answering gets the
+ * client a 500 (or, after begin, a body cut short). When the client goes
+ * away or the server stops, writes fail and mt_http_stream_gone() turns true,
+ * so a producer can stop its work early. Every function is thread-safe. */
+
+/* A new stream holding one reference. */
+mt_http_stream *mt_http_stream_new(void);
+mt_http_stream *mt_http_stream_ref(mt_http_stream *st);
+void mt_http_stream_release(mt_http_stream *st);
+
+/* The whole answer (json/text/headers of resp are taken; file and stream
+ * are not allowed). Returns 0, or -1 when the stream was already answered
+ * or begun. */
+int mt_http_stream_reply(mt_http_stream *st, mt_http_response *resp);
+/* Starts a body of unknown length with this status, content type and
+ * optional headers (taken). Returns 0, or -1 as for reply. */
+int mt_http_stream_begin(mt_http_stream *st, int status, const char *content_type, json_t *headers);
+/* Queues len bytes of body. Returns 0, or -1 when the client is gone, the
+ * server stops, or more than 8 MiB wait unsent (a client that does not read). */
+int mt_http_stream_write(mt_http_stream *st, const void *data, size_t len);
+/* The body is complete. */
+void mt_http_stream_end(mt_http_stream *st);
+/* The client went away or the server is stopping. */
+bool mt_http_stream_gone(mt_http_stream *st);
 
 /* ---- client ---------------------------------------------------------------------------- */
 

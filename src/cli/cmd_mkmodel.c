@@ -25,7 +25,9 @@ static const char usage[] =
     "  --mla-legacy         deepseek2 with one attn_kv_b (older converters)\n"
     "  --tied               no output.weight (the head reuses token_embd)\n"
     "  --rope-freqs         llama: a rope_freqs.weight (llama-3 style RoPE divisors)\n"
-    "  --logit-gain X       output head scale (default 5; larger = more peaked)\n";
+    "  --logit-gain X       output head scale (default 5; larger = more peaked)\n"
+    "  --readable           byte vocabulary: favour letters, digits, spaces and punctuation\n"
+    "                       (text that a terminal shows, like the built-in model's)\n";
 
 int cmd_mkmodel(int argc, char **argv) {
     const char *arch = "qwen3moe", *out = NULL;
@@ -105,6 +107,8 @@ int cmd_mkmodel(int argc, char **argv) {
             p.tied_output = true;
         } else if (strcmp(a, "--rope-freqs") == 0) {
             p.rope_freqs = true;
+        } else if (strcmp(a, "--readable") == 0) {
+            p.readable = true;
         } else {
             fprintf(stderr,
                     "moontail mkmodel: unknown option '%s'; see 'moontail mkmodel --help'\n", a);

@@ -26,6 +26,7 @@ static const char usage[] =
     "  pause     pause a node now, resume it, or give it pause windows\n"
     "  demo      a whole cell on this machine: registry + nodes, a prompt, where it ran\n"
     "  setup     first run: this machine's identity, an account, and volunteering\n"
+    "  serve     an OpenAI-compatible HTTP API (local model or a registry's cell)\n"
     "\n"
     "'moontail <command> --help' describes each command's options.\n";
 
@@ -42,7 +43,8 @@ int main(int argc, char **argv) {
                 {"keygen", cmd_keygen},   {"node", cmd_node},         {"prompt", cmd_prompt},
                 {"check", cmd_check},     {"cert", cmd_cert},         {"registry", cmd_registry},
                 {"account", cmd_account}, {"status", cmd_status},     {"cell", cmd_cell},
-                {"pause", cmd_pause},     {"demo", cmd_demo},         {"setup", cmd_setup}};
+                {"pause", cmd_pause},     {"demo", cmd_demo},         {"setup", cmd_setup},
+                {"serve", cmd_serve}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

@@ -1,12 +1,12 @@
 /* http_server.c - the HTTP server of http.h on libmicrohttpd: reads a
  * request whole, calls the handler, and sends its JSON, text or file
- * (with Range support) back. */
-#include "moontail/http.h"
+ * (with Range support) back, or parks the connection on a stream that a
+ * producer answers later (http_stream.c). */
+#include "http_internal.h"
 #include "moontail/transport.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
-#include <microhttpd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +21,19 @@ struct mt_http_server {
     size_t max_body;
     mt_http_handler handler;
     void *ctx;
+    json_t *(*error_body)(int status, const char *message);
+    pthread_mutex_t mu;      /* guards streams and stopping */
+    mt_http_stream *streams; /* attached to a connection, for stop */
+    bool stopping;
 };
 
+/* What the server keeps per request: the body read so far, then the stream
+ * its answer comes from (if the handler gave one). */
 typedef struct body {
     char *data;
     size_t len, cap;
     bool too_big;
+    mt_http_stream *stream;
 } body;
 
 const char *mt_http_header(const mt_http_request *req, const char *name) {
@@ -56,8 +63,16 @@ void mt_http_error(mt_http_response *resp, int status, const char *fmt, ...) {
     resp->json = json_pack("{s:s}", "error", msg);
 }
 
+static void add_headers(struct MHD_Response *r, json_t *headers) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(headers, k, v) {
+        if (json_is_string(v)) MHD_add_response_header(r, k, json_string_value(v));
+    }
+}
+
 static enum MHD_Result queue(struct MHD_Connection *c, int status, const char *type, char *data,
-                             size_t len) {
+                             size_t len, json_t *headers) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(data);
@@ -65,12 +80,14 @@ static enum MHD_Result queue(struct MHD_Connection *c, int status, const char *t
     }
     MHD_add_response_header(r, "Content-Type", type);
     MHD_add_response_header(r, "Cache-Control", "no-store");
+    add_headers(r, headers);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
 }
 
-static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *j) {
+static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *j,
+                                  json_t *headers) {
     char *s = json_dumps(j, JSON_COMPACT);
     if (!s) return MHD_NO;
     size_t n = strlen(s);
@@ -82,7 +99,16 @@ static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *
     }
     t[n] = '\n';
     t[n + 1] = 0;
-    return queue(c, status, "application/json", t, n + 1);
+    return queue(c, status, "application/json", t, n + 1, headers);
+}
+
+/* An error the server answers by itself, in the configured shape. */
+static enum MHD_Result queue_error(struct MHD_Connection *c, int status, const char *msg,
+                                   json_t *(*error_body)(int, const char *)) {
+    json_t *j = error_body ? error_body(status, msg) : json_pack("{s:s}", "error", msg);
+    enum MHD_Result ok = queue_json(c, status, j, NULL);
+    json_decref(j);
+    return ok;
 }
 
 /* Decimal digits at *p (advanced past them; no sign, no spaces), saturating
@@ -123,15 +149,13 @@ static int parse_range(const char *h, uint64_t n, uint64_t *from, uint64_t *to) 
     return 0;
 }
 
-static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, int status) {
+static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, int status,
+                                  json_t *headers, json_t *(*error_body)(int, const char *)) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         if (fd >= 0) close(fd);
-        json_t *j = json_pack("{s:s}", "error", "file not found");
-        enum MHD_Result ok = queue_json(c, 404, j);
-        json_decref(j);
-        return ok;
+        return queue_error(c, 404, "file not found", error_body);
     }
     uint64_t n = (uint64_t)sb.st_size, from = 0, to = n ? n - 1 : 0;
     int pr = parse_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), n, &from, &to);
@@ -154,6 +178,7 @@ static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, in
     }
     MHD_add_response_header(r, "Content-Type", "application/octet-stream");
     MHD_add_response_header(r, "Accept-Ranges", "bytes");
+    add_headers(r, headers);
     if (pr == 0) {
         char cr[96];
         snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, from, to, n);
@@ -163,6 +188,49 @@ static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, in
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
+}
+
+enum MHD_Result http_send_response(struct MHD_Connection *c, mt_http_response *resp,
+                                   json_t *(*error_body)(int, const char *)) {
+    enum MHD_Result ok;
+    int status = resp->status ? resp->status : 200;
+    if (resp->file) {
+        ok = queue_file(c, resp->file, status, resp->headers, error_body);
+    } else if (resp->text) {
+        ok = queue(c, status, resp->content_type ? resp->content_type : "text/plain; charset=utf-8",
+                   resp->text, strlen(resp->text), resp->headers);
+        resp->text = NULL;
+    } else {
+        if (!resp->json) resp->json = json_object();
+        ok = queue_json(c, status, resp->json, resp->headers);
+    }
+    json_decref(resp->json);
+    json_decref(resp->headers);
+    free(resp->text);
+    free(resp->file);
+    memset(resp, 0, sizeof *resp);
+    return ok;
+}
+
+static void streams_add(mt_http_server *s, mt_http_stream *st) {
+    pthread_mutex_lock(&s->mu);
+    st->prev = NULL;
+    st->next = s->streams;
+    if (s->streams) s->streams->prev = st;
+    s->streams = st;
+    if (s->stopping) http_stream_abort(st); /* too late: the server is going away */
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void streams_remove(mt_http_server *s, mt_http_stream *st) {
+    pthread_mutex_lock(&s->mu);
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        s->streams = st->next;
+    if (st->next) st->next->prev = st->prev;
+    st->prev = st->next = NULL;
+    pthread_mutex_unlock(&s->mu);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -177,6 +245,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = b;
         return MHD_YES;
     }
+    if (b->stream) /* resumed: the stream has news */
+        return http_stream_serve(c, b->stream, s->error_body);
     if (*upload_size) { /* a piece of the body */
         if (!b->too_big && b->len + *upload_size > s->max_body) b->too_big = true;
         if (!b->too_big) {
@@ -194,37 +264,36 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (b->too_big) {
-        json_t *j = json_pack("{s:s}", "error", "request body too large");
-        enum MHD_Result ok = queue_json(c, 413, j);
-        json_decref(j);
-        return ok;
+        char msg[128];
+        snprintf(msg, sizeof msg, "request body too large (the limit is %zu bytes)", s->max_body);
+        return queue_error(c, 413, msg, s->error_body);
     }
     mt_http_request req = {method, url, b->data ? b->data : "", b->len, c};
     mt_http_response resp = {0};
     s->handler(s->ctx, &req, &resp);
-    enum MHD_Result ok;
-    if (resp.file) {
-        ok = queue_file(c, resp.file, resp.status ? resp.status : 200);
-    } else if (resp.text) {
-        ok = queue(c, resp.status ? resp.status : 200,
-                   resp.content_type ? resp.content_type : "text/plain; charset=utf-8", resp.text,
-                   strlen(resp.text));
-        resp.text = NULL;
-    } else {
-        if (!resp.json) resp.json = json_object();
-        ok = queue_json(c, resp.status ? resp.status : 200, resp.json);
+    if (resp.stream) {
+        b->stream = resp.stream;
+        resp.stream = NULL;
+        json_decref(resp.json);
+        json_decref(resp.headers);
+        free(resp.text);
+        free(resp.file);
+        streams_add(s, b->stream);
+        return http_stream_serve(c, b->stream, s->error_body);
     }
-    json_decref(resp.json);
-    free(resp.text);
-    free(resp.file);
-    return ok;
+    return http_send_response(c, &resp, s->error_body);
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
                     enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    mt_http_server *s = cls;
     body *b = *con_cls;
     if (b) {
+        if (b->stream) {
+            streams_remove(s, b->stream);
+            http_stream_detach(b->stream);
+        }
         free(b->data);
         free(b);
     }
@@ -233,16 +302,30 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
 
 mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_body,
                                      mt_http_handler handler, void *ctx, mt_error *err) {
+    mt_http_server_config c = {addr, threads, max_body, handler, ctx, NULL};
+    return mt_http_server_start_cfg(&c, err);
+}
+
+mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *cfg, mt_error *err) {
+    if (!cfg->addr || !cfg->handler) {
+        mt_error_set(err, "HTTP server: an address and a handler are required");
+        return NULL;
+    }
     mt_http_server *s = calloc(1, sizeof *s);
     if (!s) {
         mt_error_set(err, "out of memory");
         return NULL;
     }
-    s->handler = handler;
-    s->ctx = ctx;
-    s->max_body = max_body ? max_body : 1 << 20;
+    const char *addr = cfg->addr;
+    const int threads = cfg->threads;
+    s->handler = cfg->handler;
+    s->ctx = cfg->ctx;
+    s->error_body = cfg->error_body;
+    s->max_body = cfg->max_body ? cfg->max_body : 1 << 20;
+    pthread_mutex_init(&s->mu, NULL);
     s->fd = mt_listen_tcp(addr, err);
     if (s->fd < 0) {
+        pthread_mutex_destroy(&s->mu);
         free(s);
         return NULL;
     }
@@ -251,13 +334,14 @@ mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_b
              colon == addr ? "127.0.0.1" : addr, mt_listen_port(s->fd));
     if (colon == addr) snprintf(s->addr, sizeof s->addr, "127.0.0.1:%d", mt_listen_port(s->fd));
     s->d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request,
-                         s, MHD_OPTION_LISTEN_SOCKET, s->fd, MHD_OPTION_THREAD_POOL_SIZE,
-                         (unsigned)(threads > 0 ? threads : 4), MHD_OPTION_NOTIFY_COMPLETED,
-                         on_done, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME,
+                         0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd,
+                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 4),
+                         MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
     if (!s->d) { /* MHD leaves a listen socket it was given open when it cannot start */
         close(s->fd);
+        pthread_mutex_destroy(&s->mu);
         free(s);
         mt_error_set(err, "HTTP server on %s: libmicrohttpd could not start", addr);
         return NULL;
@@ -267,10 +351,16 @@ mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_b
 
 void mt_http_server_stop(mt_http_server *s) {
     if (!s) return;
+    /* no connection may stay suspended when libmicrohttpd stops */
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    for (mt_http_stream *st = s->streams; st; st = st->next) http_stream_abort(st);
+    pthread_mutex_unlock(&s->mu);
     /* MHD closes the listen socket it was given (MHD_OPTION_LISTEN_SOCKET) when
      * it stops; closing s->fd again could close a descriptor that another
      * thread has opened meanwhile under the same number */
     MHD_stop_daemon(s->d);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }
 

@@ -1,0 +1,153 @@
+/* api_backend_local.c - the API's local backend (api_engine.h): a GGUF model
+ * computed in this process, as `moontail run` does.
+ *
+ * One model, one thread pool, many requests: every slot keeps its own KV
+ * cache (allocated per request for exactly the positions it may use), and
+ * evaluations take turns on the model in arrival order (a ticket lock). A
+ * long prompt is evaluated in micro-batches of `ubatch` tokens, each its own
+ * turn, so it does not hold up the tokens of other requests for long.
+ * Results do not depend on the turn order or the micro-batch size (DESIGN.md
+ * invariant 1), so a request's text is the same alone or in a crowd. */
+#include "api_engine.h"
+#include "moontail/session.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct local_backend {
+    api_backend b;
+    mt_model *model;
+    mt_pool *pool; /* shared by all slots: only the slot whose turn it is uses it */
+    int32_t ubatch;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t next_ticket, serving; /* the turn queue */
+} local_backend;
+
+typedef struct local_slot {
+    local_backend *lb;
+    mt_session s; /* model, this request's KV cache, the shared pool, n_past */
+} local_slot;
+
+/* ---- turns on the model ------------------------------------------------------------------ */
+
+static void turn_take(local_backend *lb) {
+    pthread_mutex_lock(&lb->mu);
+    uint64_t t = lb->next_ticket++;
+    while (lb->serving != t) pthread_cond_wait(&lb->cv, &lb->mu);
+    pthread_mutex_unlock(&lb->mu);
+}
+
+static void turn_give(local_backend *lb) {
+    pthread_mutex_lock(&lb->mu);
+    lb->serving++;
+    pthread_cond_broadcast(&lb->cv);
+    pthread_mutex_unlock(&lb->mu);
+}
+
+/* ---- slots ---------------------------------------------------------------------------------- */
+
+static void *local_slot_open(api_backend *b, int index, mt_error *err) {
+    (void)index;
+    local_backend *lb = b->impl;
+    local_slot *ls = calloc(1, sizeof *ls);
+    if (!ls) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    ls->lb = lb;
+    ls->s.model = lb->model;
+    ls->s.pool = lb->pool;
+    return ls;
+}
+
+static void local_slot_close(api_backend *b, void *slot) {
+    (void)b;
+    local_slot *ls = slot;
+    if (!ls) return;
+    mt_kv_cache_free(ls->s.kv);
+    free(ls);
+}
+
+static int local_begin(void *slot, int32_t n_ctx, mt_error *err) {
+    local_slot *ls = slot;
+    mt_kv_cache_free(ls->s.kv);
+    ls->s.n_past = 0;
+    ls->s.kv = mt_kv_cache_new(ls->lb->model, 0, ls->lb->model->hp.n_layer, n_ctx, err);
+    return ls->s.kv ? 0 : -1;
+}
+
+static int local_eval(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
+    local_slot *ls = slot;
+    if (!ls->s.kv) return mt_error_set(err, "no sequence begun");
+    for (int32_t b = 0; b < n; b += ls->lb->ubatch) {
+        int32_t nb = n - b < ls->lb->ubatch ? n - b : ls->lb->ubatch;
+        turn_take(ls->lb);
+        int rc = mt_session_eval(&ls->s, ids + b, nb, 0, false, logits, err);
+        turn_give(ls->lb);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static void local_end(void *slot, int64_t evaluated) {
+    (void)evaluated;
+    local_slot *ls = slot;
+    mt_kv_cache_free(ls->s.kv); /* the memory goes back between requests */
+    ls->s.kv = NULL;
+    ls->s.n_past = 0;
+}
+
+static void local_destroy(api_backend *b) {
+    if (!b) return;
+    local_backend *lb = b->impl;
+    mt_pool_free(lb->pool);
+    mt_model_free(lb->model);
+    pthread_mutex_destroy(&lb->mu);
+    pthread_cond_destroy(&lb->cv);
+    free(lb);
+}
+
+api_backend *api_backend_local(const char *model_path, int threads, int ubatch, mt_error *err) {
+    local_backend *lb = calloc(1, sizeof *lb);
+    if (!lb) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&lb->mu, NULL);
+    pthread_cond_init(&lb->cv, NULL);
+    lb->ubatch = ubatch > 0 ? ubatch : 512;
+    lb->b = (api_backend){.kind = "local",
+                          .fail_status = 500,
+                          .slot_open = local_slot_open,
+                          .slot_close = local_slot_close,
+                          .begin = local_begin,
+                          .eval = local_eval,
+                          .end = local_end,
+                          .destroy = local_destroy,
+                          .impl = lb};
+    if (!(lb->model = mt_model_load(model_path, err))) {
+        local_destroy(&lb->b);
+        return NULL;
+    }
+    const mt_model *m = lb->model;
+    if (!m->has_head || !m->has_attention || m->layer_begin != 0 || m->layer_end != m->hp.n_layer ||
+        (m->hp.n_expert > 0 && m->n_local_experts != m->hp.n_expert)) {
+        mt_error_set(err,
+                     "%s is a shard, not a whole model; serve a whole model with --model, or"
+                     " a cell through its registry with --registry",
+                     model_path);
+        local_destroy(&lb->b);
+        return NULL;
+    }
+    if (!(lb->pool = mt_pool_create(threads))) {
+        mt_error_set(err, "cannot start %d compute threads", threads);
+        local_destroy(&lb->b);
+        return NULL;
+    }
+    lb->b.model = lb->model;
+    lb->b.n_vocab = lb->model->hp.n_vocab;
+    lb->b.max_ctx = lb->model->hp.n_ctx_train > 0 ? lb->model->hp.n_ctx_train : 4096;
+    return &lb->b;
+}

@@ -1,0 +1,125 @@
+/* api_backend_registry.c - the API's registry backend (api_engine.h): every
+ * request runs through a cell or swarm, as `moontail prompt --registry`
+ * does, with the registry's routes and the requester's failover
+ * (requester.h): a node lost mid-request costs a replay, not the request.
+ *
+ * Each slot has its own requester, hence its own route and session, so
+ * nodes see several sessions at once and batch them. The first requester
+ * is opened at start (it fetches the head shard, whose GGUF holds the
+ * tokenizer, and proves the registry answers); the others open when their
+ * slot gets its first request, one at a time (they share the key file and
+ * the shard cache). After each request the tokens it used are reported to
+ * the registry for the account's metering. */
+#include "api_engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct reg_backend {
+    api_backend b;
+    mt_requester_config cfg; /* strings below */
+    char *registry, *token, *key_path, *cache_dir;
+    mt_requester *first; /* opened at start; slot 0 borrows it */
+    pthread_mutex_t open_mu;
+} reg_backend;
+
+typedef struct reg_slot {
+    reg_backend *rb;
+    mt_requester *q; /* NULL until the slot's first request */
+} reg_slot;
+
+static void *reg_slot_open(api_backend *b, int index, mt_error *err) {
+    reg_backend *rb = b->impl;
+    reg_slot *rs = calloc(1, sizeof *rs);
+    if (!rs) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    rs->rb = rb;
+    if (index == 0) rs->q = rb->first;
+    return rs;
+}
+
+static void reg_slot_close(api_backend *b, void *slot) {
+    reg_backend *rb = b->impl;
+    reg_slot *rs = slot;
+    if (!rs) return;
+    if (rs->q != rb->first) mt_requester_close(rs->q);
+    free(rs);
+}
+
+static int reg_begin(void *slot, int32_t n_ctx, mt_error *err) {
+    reg_slot *rs = slot;
+    if (!rs->q) {
+        pthread_mutex_lock(&rs->rb->open_mu);
+        rs->q = mt_requester_open(&rs->rb->cfg, err);
+        pthread_mutex_unlock(&rs->rb->open_mu);
+        if (!rs->q) {
+            mt_error_prefix(err, "cannot get a route from the registry %s", rs->rb->registry);
+            return -1;
+        }
+    }
+    return mt_requester_begin(rs->q, n_ctx, err);
+}
+
+static int reg_eval(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
+    return mt_requester_eval(((reg_slot *)slot)->q, ids, n, logits, err);
+}
+
+static void reg_end(void *slot, int64_t evaluated) {
+    reg_slot *rs = slot;
+    if (!rs->q || evaluated <= 0) return;
+    mt_error e = {{0}};
+    if (mt_requester_report_usage(rs->q, evaluated, &e) && !rs->rb->cfg.quiet)
+        fprintf(stderr, "moontail serve: could not report %lld tokens of usage to %s: %s\n",
+                (long long)evaluated, rs->rb->registry, e.msg);
+}
+
+static void reg_destroy(api_backend *b) {
+    if (!b) return;
+    reg_backend *rb = b->impl;
+    mt_requester_close(rb->first);
+    free(rb->registry);
+    free(rb->token);
+    free(rb->key_path);
+    free(rb->cache_dir);
+    pthread_mutex_destroy(&rb->open_mu);
+    free(rb);
+}
+
+api_backend *api_backend_registry(const mt_requester_config *cfg, mt_error *err) {
+    reg_backend *rb = calloc(1, sizeof *rb);
+    if (!rb) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&rb->open_mu, NULL);
+    rb->b = (api_backend){.kind = "registry",
+                          .fail_status = 503,
+                          .slot_open = reg_slot_open,
+                          .slot_close = reg_slot_close,
+                          .begin = reg_begin,
+                          .eval = reg_eval,
+                          .end = reg_end,
+                          .destroy = reg_destroy,
+                          .impl = rb};
+    rb->cfg = *cfg;
+    rb->cfg.registry = rb->registry = cfg->registry ? strdup(cfg->registry) : NULL;
+    rb->cfg.token = rb->token = cfg->token ? strdup(cfg->token) : NULL;
+    rb->cfg.key_path = rb->key_path = cfg->key_path ? strdup(cfg->key_path) : NULL;
+    rb->cfg.cache_dir = rb->cache_dir = cfg->cache_dir ? strdup(cfg->cache_dir) : NULL;
+    if (!(rb->first = mt_requester_open(&rb->cfg, err))) {
+        mt_error_prefix(err,
+                        "cannot use the cell of the registry %s (check --registry, the token,"
+                        " and that the cell has a route)",
+                        cfg->registry ? cfg->registry : "(none)");
+        reg_destroy(&rb->b);
+        return NULL;
+    }
+    rb->b.model = mt_requester_head(rb->first);
+    rb->b.n_vocab = rb->b.model->hp.n_vocab;
+    rb->b.max_ctx = rb->b.model->hp.n_ctx_train > 0 ? rb->b.model->hp.n_ctx_train : 4096;
+    return &rb->b;
+}

@@ -1,0 +1,55 @@
+/* api_chat.h - chat templates: turns a list of chat messages into the token
+ * ids a model was trained to see, with the assistant's turn opened.
+ *
+ * GGUF files carry a Jinja template (tokenizer.chat_template). MoonTail does
+ * not run Jinja; it recognises the common families by their marker tokens
+ * and renders them in C. A model without a template, or with one of no
+ * known family, gets ChatML (the caller logs that). */
+#ifndef MOONTAIL_API_CHAT_H
+#define MOONTAIL_API_CHAT_H
+
+#include "moontail/error.h"
+#include "moontail/tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum api_chat_format {
+    API_CHAT_CHATML, /* <|im_start|>role\n...<|im_end|>\n (Qwen, many others) */
+    API_CHAT_LLAMA3, /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    API_CHAT_DEEPSEEK3, /* system text, <｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜> */
+    API_CHAT_KIMI_K2, /* <|im_user|>user<|im_middle|>...<|im_end|> */
+} api_chat_format;
+
+typedef enum api_chat_role { API_ROLE_SYSTEM, API_ROLE_USER, API_ROLE_ASSISTANT } api_chat_role;
+
+typedef struct api_chat_message {
+    api_chat_role role;
+    const char *text; /* len bytes, UTF-8 */
+    size_t len;
+} api_chat_message;
+
+/* The family of a template text (NULL: the model has none). *known is false
+ * when the text was absent or of no known family (the result is then ChatML). */
+api_chat_format api_chat_detect(const char *tmpl, bool *known);
+const char *api_chat_format_name(api_chat_format f);
+
+/* The conversation as text, as the model sees it (for logs and tests; BOS
+ * is not included: the tokenizer adds it as the vocabulary asks). Returns a
+ * NUL-terminated heap string (len bytes), or NULL when out of memory. */
+char *api_chat_render(api_chat_format f, const api_chat_message *msgs, int n, size_t *len);
+
+/* The conversation's token ids: BOS when the vocabulary asks for one, the
+ * template's own text with its special tokens, the messages' text as plain
+ * text (so "<|im_end|>" typed in a message is not a control token). Returns
+ * the count and *out (heap), or -1 with err filled. */
+int64_t api_chat_tokenize(api_chat_format f, const mt_vocab *v, const api_chat_message *msgs, int n,
+                          int32_t **out, mt_error *err);
+
+/* The token that ends an assistant turn in this format, or -1 when the
+ * vocabulary lacks it. Generation stops there (as at any end-of-generation
+ * token). */
+int32_t api_chat_end_token(api_chat_format f, const mt_vocab *v);
+
+#endif

@@ -1,0 +1,780 @@
+/* api_openai.c - OpenAI's wire format (api_openai.h): parsing and checking
+ * request bodies, shaping answers and errors.
+ *
+ * Every field a client may send is known here. Fields this server cannot
+ * honour (tools, logprobs, n > 1, ...) are refused with a 400 that names
+ * them, rather than silently ignored; fields without effect on the output
+ * (user, store, metadata, ...) are accepted. Unknown fields are refused, as
+ * OpenAI does ("Unrecognized request argument supplied"). */
+#include "api_openai.h"
+
+#include <math.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+int api_fail(api_error *e, int status, const char *type, const char *param, const char *code,
+             const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A JSON string of n bytes; bytes that are not UTF-8 become '?' (jansson
+ * refuses invalid UTF-8, and error messages may quote what a client sent). */
+static json_t *text_json(const char *p, size_t n) {
+    json_t *s = json_stringn(p, n);
+    if (s) return s;
+    char *c = malloc(n + 1);
+    if (!c) return json_string("");
+    for (size_t i = 0; i < n; i++) c[i] = (unsigned char)p[i] < 0x80 && p[i] ? p[i] : '?';
+    s = json_stringn(c, n);
+    free(c);
+    return s ? s : json_string("");
+}
+
+json_t *api_error_json(const api_error *e) {
+    json_t *inner = json_object();
+    json_object_set_new(inner, "message", text_json(e->message, strlen(e->message)));
+    json_object_set_new(inner, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(inner, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(inner, "code", e->code ? json_string(e->code) : json_null());
+    return json_pack("{s:o}", "error", inner);
+}
+
+void api_error_respond(const api_error *e, int retry_after, mt_http_response *resp) {
+    json_decref(resp->json);
+    resp->status = e->status;
+    resp->json = api_error_json(e);
+    if (retry_after > 0) {
+        char v[24];
+        snprintf(v, sizeof v, "%d", retry_after);
+        json_decref(resp->headers);
+        resp->headers = json_pack("{s:s}", "Retry-After", v);
+    }
+}
+
+json_t *api_error_body(int status, const char *message) {
+    api_error e;
+    api_fail(&e, status, status >= 500 ? "server_error" : "invalid_request_error", NULL,
+             status == 413 ? "request_too_large" : NULL, "%s", message);
+    return api_error_json(&e);
+}
+
+/* ---- field checks ------------------------------------------------------------------------- */
+
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
+    }
+    return "something else";
+}
+
+static int bad_request(api_error *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad_request(api_error *e, const char *param, const char *fmt, ...) {
+    char msg[sizeof e->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return api_fail(e, 400, "invalid_request_error", param, NULL, "%s", msg);
+}
+
+static int unsupported(api_error *e, const char *param, const char *what) {
+    return api_fail(e, 400, "invalid_request_error", param, "unsupported_parameter",
+                    "'%s': %s is not supported by this server (moontail serve); see docs/api.md",
+                    param, what);
+}
+
+/* The field, or NULL when absent or null (OpenAI treats both as "not given"). */
+static json_t *field(const api_request *rq, const char *name) {
+    json_t *v = json_object_get(rq->root, name);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* A number in [lo, hi] into *out (unchanged when absent). */
+static int num_field(const api_request *rq, const char *name, double lo, double hi, float *out,
+                     api_error *e) {
+    json_t *v = field(rq, name);
+    if (!v) return 0;
+    if (!json_is_number(v))
+        return bad_request(e, name, "Invalid '%s': expected a number from %g to %g, but got %s",
+                           name, lo, hi, type_name(v));
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi)
+        return bad_request(e, name, "Invalid '%s': %g is out of range; it must be from %g to %g",
+                           name, d, lo, hi);
+    *out = (float)d;
+    return 0;
+}
+
+/* A whole number in [lo, hi] into *out (unchanged when absent). */
+static int int_field(const api_request *rq, const char *name, int64_t lo, int64_t hi, int64_t *out,
+                     api_error *e) {
+    json_t *v = field(rq, name);
+    if (!v) return 0;
+    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+        fabs(json_real_value(v)) < 9e15) {
+        /* 16.0 is a whole number too */
+    } else if (!json_is_integer(v)) {
+        return bad_request(e, name, "Invalid '%s': expected an integer, but got %s", name,
+                           type_name(v));
+    }
+    int64_t x = json_is_integer(v) ? json_integer_value(v) : (int64_t)json_real_value(v);
+    if (x < lo || x > hi) {
+        if (hi == INT64_MAX)
+            return bad_request(e, name, "Invalid '%s': %lld is out of range; it must be >= %lld",
+                               name, (long long)x, (long long)lo);
+        return bad_request(e, name,
+                           "Invalid '%s': %lld is out of range; it must be from %lld to %lld", name,
+                           (long long)x, (long long)lo, (long long)hi);
+    }
+    *out = x;
+    return 0;
+}
+
+static int bool_field(const api_request *rq, const char *name, bool *out, api_error *e) {
+    json_t *v = field(rq, name);
+    if (!v) return 0;
+    if (!json_is_boolean(v))
+        return bad_request(e, name, "Invalid '%s': expected a boolean, but got %s", name,
+                           type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int string_field(const api_request *rq, const char *name, const char **out, api_error *e) {
+    json_t *v = field(rq, name);
+    if (!v) return 0;
+    if (!json_is_string(v))
+        return bad_request(e, name, "Invalid '%s': expected a string, but got %s", name,
+                           type_name(v));
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* ---- the fields each endpoint knows ------------------------------------------------------- */
+
+static const char *const COMMON_FIELDS[] = {"model",
+                                            "max_tokens",
+                                            "temperature",
+                                            "top_p",
+                                            "seed",
+                                            "stop",
+                                            "stream",
+                                            "stream_options",
+                                            "n",
+                                            "frequency_penalty",
+                                            "presence_penalty",
+                                            "logit_bias",
+                                            "logprobs",
+                                            "user",
+                                            NULL};
+static const char *const COMPLETION_FIELDS[] = {"prompt", "best_of", "echo", "suffix", NULL};
+static const char *const CHAT_FIELDS[] = {"messages",           "max_completion_tokens",
+                                          "top_logprobs",       "tools",
+                                          "tool_choice",        "parallel_tool_calls",
+                                          "response_format",    "functions",
+                                          "function_call",      "store",
+                                          "metadata",           "service_tier",
+                                          "modalities",         "audio",
+                                          "prediction",         "reasoning_effort",
+                                          "web_search_options", NULL};
+
+static bool listed(const char *const *names, const char *k) {
+    for (; *names; names++)
+        if (strcmp(*names, k) == 0) return true;
+    return false;
+}
+
+static int check_known_fields(const api_request *rq, api_error *e) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(rq->root, k, v) {
+        (void)v;
+        if (listed(COMMON_FIELDS, k) ||
+            listed(rq->kind == API_CHAT ? CHAT_FIELDS : COMPLETION_FIELDS, k))
+            continue;
+        const bool other = listed(rq->kind == API_CHAT ? COMPLETION_FIELDS : CHAT_FIELDS, k);
+        return bad_request(e, k, "Unrecognized request argument supplied: '%s'%s", k,
+                           other ? rq->kind == API_CHAT ? " (it belongs to /v1/completions)"
+                                                        : " (it belongs to /v1/chat/completions)"
+                                 : "");
+    }
+    return 0;
+}
+
+/* stop: a string, or an array of up to 4 strings; each non-empty. */
+static int parse_stop(api_request *rq, api_error *e) {
+    json_t *v = field(rq, "stop");
+    if (!v) return 0;
+    size_t n = 1;
+    if (json_is_array(v)) {
+        n = json_array_size(v);
+        if (n > API_MAX_STOP)
+            return bad_request(e, "stop", "Invalid 'stop': at most %d stop strings, got %zu",
+                               API_MAX_STOP, n);
+    } else if (!json_is_string(v)) {
+        return bad_request(e, "stop",
+                           "Invalid 'stop': expected a string or an array of strings, but got %s",
+                           type_name(v));
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_string(s))
+            return bad_request(e, "stop", "Invalid 'stop[%zu]': expected a string, but got %s", i,
+                               type_name(s));
+        size_t len = json_string_length(s);
+        if (len == 0 || len > 1000 || memchr(json_string_value(s), 0, len))
+            return bad_request(e, "stop",
+                               "Invalid 'stop': each stop string must hold 1 to 1000 bytes"
+                               " (and no NUL)");
+        if (!(rq->stop[rq->n_stop] = strndup(json_string_value(s), len)))
+            return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        rq->n_stop++;
+    }
+    return 0;
+}
+
+static int parse_prompt(api_request *rq, api_error *e) {
+    json_t *v = json_object_get(rq->root, "prompt");
+    if (!v || json_is_null(v))
+        return bad_request(e, "prompt", "Missing required parameter: 'prompt'");
+    if (json_is_array(v)) {
+        size_t n = json_array_size(v);
+        if (n == 0) return bad_request(e, "prompt", "Invalid 'prompt': the array is empty");
+        json_t *first = json_array_get(v, 0);
+        if (json_is_integer(first) || json_is_array(first))
+            return unsupported(e, "prompt", "a prompt of token ids");
+        if (n > 1)
+            return bad_request(e, "prompt",
+                               "Invalid 'prompt': only one prompt per request is supported, got"
+                               " %zu; send one request per prompt",
+                               n);
+        v = first;
+    }
+    if (!json_is_string(v))
+        return bad_request(e, "prompt",
+                           "Invalid 'prompt': expected a string or an array of one string, but"
+                           " got %s",
+                           type_name(v));
+    rq->prompt = json_string_value(v);
+    rq->prompt_len = json_string_length(v);
+    return 0;
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text"} parts
+ * (joined with newlines into rq->owned[i]). */
+static int parse_content(api_request *rq, int i, json_t *c, api_error *e) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    api_chat_message *m = &rq->messages[i];
+    if (json_is_string(c)) {
+        m->text = json_string_value(c);
+        m->len = json_string_length(c);
+        return 0;
+    }
+    if (json_is_null(c)) {
+        if (m->role != API_ROLE_ASSISTANT)
+            return bad_request(e, param,
+                               "Invalid '%s': only an assistant message may have no"
+                               " content",
+                               param);
+        m->text = "";
+        m->len = 0;
+        return 0;
+    }
+    if (!json_is_array(c))
+        return bad_request(e, param,
+                           "Invalid '%s': expected a string or an array of text parts,"
+                           " but got %s",
+                           param, type_name(c));
+    size_t total = 0, k;
+    json_t *part;
+    json_array_foreach(c, k, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type))
+            return bad_request(e, param, "Invalid '%s[%zu]': expected an object with a 'type'",
+                               param, k);
+        if (strcmp(json_string_value(type), "text") != 0) {
+            char what[96];
+            snprintf(what, sizeof what, "a content part of type '%.40s'", json_string_value(type));
+            return unsupported(e, param, what);
+        }
+        if (!json_is_string(text))
+            return bad_request(e, param, "Invalid '%s[%zu].text': expected a string, but got %s",
+                               param, k, text ? type_name(text) : "nothing");
+        total += json_string_length(text) + 1;
+    }
+    char *joined = malloc(total + 1);
+    if (!joined) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    size_t n = 0;
+    json_array_foreach(c, k, part) {
+        json_t *text = json_object_get(part, "text");
+        if (k) joined[n++] = '\n';
+        memcpy(joined + n, json_string_value(text), json_string_length(text));
+        n += json_string_length(text);
+    }
+    joined[n] = 0;
+    rq->owned[i] = joined;
+    m->text = joined;
+    m->len = n;
+    return 0;
+}
+
+static int parse_messages(api_request *rq, api_error *e) {
+    json_t *v = json_object_get(rq->root, "messages");
+    if (!v || json_is_null(v))
+        return bad_request(e, "messages", "Missing required parameter: 'messages'");
+    if (!json_is_array(v))
+        return bad_request(e, "messages", "Invalid 'messages': expected an array, but got %s",
+                           type_name(v));
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return bad_request(e, "messages",
+                           "Invalid 'messages': empty array; expected at least"
+                           " one message");
+    if (n > 100000)
+        return bad_request(e, "messages", "Invalid 'messages': %zu messages is too many", n);
+    rq->messages = calloc(n, sizeof *rq->messages);
+    rq->owned = calloc(n, sizeof *rq->owned);
+    if (!rq->messages || !rq->owned)
+        return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    rq->n_messages = (int)n;
+    for (int i = 0; i < (int)n; i++) {
+        json_t *m = json_array_get(v, (size_t)i);
+        char param[64];
+        snprintf(param, sizeof param, "messages[%d]", i);
+        if (!json_is_object(m))
+            return bad_request(e, param, "Invalid '%s': expected an object, but got %s", param,
+                               type_name(m));
+        const char *k;
+        json_t *x;
+        json_object_foreach(m, k, x) {
+            if (strcmp(k, "role") == 0 || strcmp(k, "content") == 0 || strcmp(k, "name") == 0)
+                continue;
+            if (strcmp(k, "refusal") == 0 && json_is_null(x)) continue;
+            snprintf(param, sizeof param, "messages[%d].%.40s", i, k);
+            if (strcmp(k, "tool_calls") == 0 || strcmp(k, "function_call") == 0 ||
+                strcmp(k, "tool_call_id") == 0 || strcmp(k, "audio") == 0)
+                return unsupported(e, param, "tool calling and audio");
+            return bad_request(e, param, "Unrecognized field '%s' in a message", param);
+        }
+        json_t *role = json_object_get(m, "role");
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        if (!json_is_string(role))
+            return bad_request(e, param,
+                               "Invalid '%s': expected one of 'system', 'developer',"
+                               " 'user', 'assistant', but got %s",
+                               param, role ? type_name(role) : "nothing");
+        const char *r = json_string_value(role);
+        if (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0)
+            rq->messages[i].role = API_ROLE_SYSTEM;
+        else if (strcmp(r, "user") == 0)
+            rq->messages[i].role = API_ROLE_USER;
+        else if (strcmp(r, "assistant") == 0)
+            rq->messages[i].role = API_ROLE_ASSISTANT;
+        else if (strcmp(r, "tool") == 0 || strcmp(r, "function") == 0)
+            return unsupported(e, param, "the role 'tool' (tool calling)");
+        else
+            return bad_request(e, param,
+                               "Invalid '%s': '%.40s' is not one of 'system',"
+                               " 'developer', 'user', 'assistant'",
+                               param, r);
+        json_t *name = json_object_get(m, "name");
+        if (name && !json_is_string(name)) {
+            snprintf(param, sizeof param, "messages[%d].name", i);
+            return bad_request(e, param, "Invalid '%s': expected a string, but got %s", param,
+                               type_name(name));
+        }
+        json_t *c = json_object_get(m, "content");
+        if (!c) {
+            snprintf(param, sizeof param, "messages[%d].content", i);
+            return bad_request(e, param, "Missing required parameter: '%s'", param);
+        }
+        if (parse_content(rq, i, c, e)) return -1;
+    }
+    return 0;
+}
+
+/* Fields that only have a neutral value here: anything else is refused. */
+static int neutral_fields(api_request *rq, api_error *e) {
+    json_t *v;
+    int64_t n = 1;
+    if (int_field(rq, "n", 1, INT64_MAX, &n, e)) return -1;
+    if (n != 1)
+        return bad_request(e, "n",
+                           "Invalid 'n': only n = 1 (one choice per request) is"
+                           " supported, got %lld",
+                           (long long)n);
+    if ((v = field(rq, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
+        return unsupported(e, "logit_bias", "a logit bias");
+    if ((v = field(rq, "logprobs")) && !json_is_false(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == 0))
+        return unsupported(e, "logprobs", "returning log probabilities");
+    const char *user = NULL;
+    if (string_field(rq, "user", &user, e)) return -1;
+    if (rq->kind == API_COMPLETIONS) {
+        int64_t best_of = 1;
+        if (int_field(rq, "best_of", 1, INT64_MAX, &best_of, e)) return -1;
+        if (best_of != 1) return unsupported(e, "best_of", "best_of > 1");
+        if ((v = field(rq, "echo")) && !json_is_false(v))
+            return json_is_boolean(v) ? unsupported(e, "echo", "echoing the prompt")
+                                      : bad_request(e, "echo",
+                                                    "Invalid 'echo': expected a"
+                                                    " boolean, but got %s",
+                                                    type_name(v));
+        if ((v = field(rq, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
+            return unsupported(e, "suffix", "a suffix (fill-in-the-middle)");
+        return 0;
+    }
+    if ((v = field(rq, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
+        return unsupported(e, "top_logprobs", "returning log probabilities");
+    if ((v = field(rq, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return unsupported(e, "tools", "tool calling");
+    if ((v = field(rq, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return unsupported(e, "functions", "function calling");
+    if ((v = field(rq, "tool_choice")) &&
+        !(json_is_string(v) &&
+          (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
+        return unsupported(e, "tool_choice", "tool calling");
+    if ((v = field(rq, "function_call")) &&
+        !(json_is_string(v) &&
+          (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
+        return unsupported(e, "function_call", "function calling");
+    bool b = false;
+    if (bool_field(rq, "parallel_tool_calls", &b, e) || bool_field(rq, "store", &b, e)) return -1;
+    if ((v = field(rq, "response_format"))) {
+        json_t *t = json_object_get(v, "type");
+        if (!json_is_object(v) || !json_is_string(t))
+            return bad_request(e, "response_format",
+                               "Invalid 'response_format': expected an"
+                               " object with a 'type'");
+        if (strcmp(json_string_value(t), "text") != 0)
+            return unsupported(e, "response_format", "a response format other than 'text'");
+    }
+    if ((v = field(rq, "metadata")) && !json_is_object(v))
+        return bad_request(e, "metadata", "Invalid 'metadata': expected an object, but got %s",
+                           type_name(v));
+    const char *s = NULL;
+    if (string_field(rq, "service_tier", &s, e) || string_field(rq, "reasoning_effort", &s, e))
+        return -1;
+    if ((v = field(rq, "modalities"))) {
+        if (!json_is_array(v))
+            return bad_request(e, "modalities", "Invalid 'modalities': expected an array");
+        size_t k;
+        json_t *m;
+        json_array_foreach(v, k, m) {
+            if (!json_is_string(m) || strcmp(json_string_value(m), "text") != 0)
+                return unsupported(e, "modalities", "an output modality other than 'text'");
+        }
+    }
+    if (field(rq, "audio")) return unsupported(e, "audio", "audio output");
+    if (field(rq, "prediction")) return unsupported(e, "prediction", "predicted outputs");
+    if (field(rq, "web_search_options")) return unsupported(e, "web_search_options", "web search");
+    return 0;
+}
+
+int api_request_parse(api_kind kind, const char *body, size_t len, const char *model_name,
+                      api_request *rq, api_error *e) {
+    memset(rq, 0, sizeof *rq);
+    rq->kind = kind;
+    rq->max_tokens = -1;
+    /* OpenAI's sampling: temperature and top_p only, llama.cpp's other filters off */
+    rq->sp = mt_sampler_default_params();
+    rq->sp.temp = 1.0f;
+    rq->sp.top_p = 1.0f;
+    rq->sp.top_k = 0;
+    rq->sp.min_p = 0.0f;
+    rq->sp.repeat_last_n = -1; /* frequency and presence penalties see the whole text */
+    json_error_t je;
+    rq->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!rq->root && strstr(je.text, "\\u0000"))
+        return api_fail(e, 400, "invalid_request_error", NULL, "invalid_json",
+                        "The JSON body holds \\u0000 (a NUL character) in a string (line %d,"
+                        " column %d); text sent to this server must not contain NUL",
+                        je.line, je.column);
+    if (!rq->root)
+        return api_fail(e, 400, "invalid_request_error", NULL, "invalid_json",
+                        "We could not parse the JSON body of your request: %s (line %d, column"
+                        " %d). The body must be a JSON object, sent with Content-Type:"
+                        " application/json",
+                        je.text, je.line, je.column);
+    if (!json_is_object(rq->root))
+        return api_fail(e, 400, "invalid_request_error", NULL, "invalid_json",
+                        "The request body must be a JSON object, but it is %s",
+                        type_name(rq->root));
+    if (check_known_fields(rq, e)) return -1;
+    json_t *model = json_object_get(rq->root, "model");
+    if (!model || json_is_null(model))
+        return bad_request(e, "model",
+                           "Missing required parameter: 'model' (this server serves"
+                           " '%s')",
+                           model_name);
+    if (!json_is_string(model))
+        return bad_request(e, "model", "Invalid 'model': expected a string, but got %s",
+                           type_name(model));
+    rq->model = json_string_value(model);
+    if (strcmp(rq->model, model_name) != 0)
+        return api_fail(e, 400, "invalid_request_error", "model", "model_not_found",
+                        "The model '%.200s' does not exist on this server; it serves '%s' (see"
+                        " GET /v1/models)",
+                        rq->model, model_name);
+    if (kind == API_COMPLETIONS ? parse_prompt(rq, e) : parse_messages(rq, e)) return -1;
+    /* max_completion_tokens is the newer name of max_tokens in chat */
+    const char *mt_name = kind == API_CHAT && field(rq, "max_completion_tokens")
+                              ? "max_completion_tokens"
+                              : "max_tokens";
+    if (kind == API_CHAT && field(rq, "max_completion_tokens") && field(rq, "max_tokens"))
+        return bad_request(e, "max_tokens",
+                           "Give either 'max_tokens' or 'max_completion_tokens',"
+                           " not both");
+    if (int_field(rq, mt_name, 1, 1 << 24, &rq->max_tokens, e)) return -1;
+    int64_t seed = -1;
+    if (num_field(rq, "temperature", 0, 2, &rq->sp.temp, e) ||
+        num_field(rq, "top_p", 0, 1, &rq->sp.top_p, e) ||
+        num_field(rq, "frequency_penalty", -2, 2, &rq->sp.freq_penalty, e) ||
+        num_field(rq, "presence_penalty", -2, 2, &rq->sp.presence_penalty, e) ||
+        int_field(rq, "seed", INT64_MIN, INT64_MAX, &seed, e))
+        return -1;
+    if (field(rq, "seed"))
+        rq->sp.seed = (uint64_t)seed;
+    else
+        randombytes_buf(&rq->sp.seed, sizeof rq->sp.seed);
+    if (parse_stop(rq, e) || bool_field(rq, "stream", &rq->stream, e)) return -1;
+    json_t *so = field(rq, "stream_options");
+    if (so) {
+        if (!rq->stream)
+            return bad_request(e, "stream_options",
+                               "The 'stream_options' parameter is only"
+                               " allowed when 'stream' is true");
+        if (!json_is_object(so))
+            return bad_request(e, "stream_options",
+                               "Invalid 'stream_options': expected an"
+                               " object, but got %s",
+                               type_name(so));
+        const char *k;
+        json_t *x;
+        json_object_foreach(so, k, x) {
+            if (strcmp(k, "include_usage") == 0 && json_is_boolean(x))
+                rq->include_usage = json_is_true(x);
+            else if (strcmp(k, "include_obfuscation") == 0 && json_is_boolean(x))
+                continue; /* nothing to obfuscate on loopback or a LAN */
+            else
+                return bad_request(e, "stream_options",
+                                   "Invalid 'stream_options.%.40s': only"
+                                   " include_usage (a boolean) is known",
+                                   k);
+        }
+    }
+    return neutral_fields(rq, e);
+}
+
+void api_request_free(api_request *rq) {
+    for (int i = 0; rq->owned && i < rq->n_messages; i++) free(rq->owned[i]);
+    free(rq->owned);
+    free(rq->messages);
+    for (int i = 0; i < rq->n_stop; i++) free(rq->stop[i]);
+    json_decref(rq->root);
+    memset(rq, 0, sizeof *rq);
+}
+
+/* ---- answers ------------------------------------------------------------------------------ */
+
+struct api_reply {
+    api_kind kind;
+    char id[48];
+    json_int_t created;
+    char *model;
+    bool stream, include_usage;
+    bool begun; /* the event stream's head (and the chat role chunk) went out */
+    mt_http_stream *st;
+    char *text; /* the whole text, when not streaming */
+    size_t len, cap;
+    api_reply_done_fn on_done;
+    void *done_ctx;
+};
+
+static void random_id(char *out, size_t cap, const char *prefix) {
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    size_t n = (size_t)snprintf(out, cap, "%s", prefix);
+    for (; n < cap - 1 && n < strlen(prefix) + 24; n++)
+        out[n] = alnum[randombytes_uniform(sizeof alnum - 1)];
+    out[n] = 0;
+}
+
+api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool include_usage,
+                         mt_http_stream *st, api_reply_done_fn on_done, void *done_ctx) {
+    api_reply *r = calloc(1, sizeof *r);
+    if (!r || !(r->model = strdup(model))) {
+        free(r);
+        return NULL;
+    }
+    r->kind = kind;
+    random_id(r->id, sizeof r->id, kind == API_CHAT ? "chatcmpl-" : "cmpl-");
+    r->created = (json_int_t)time(NULL);
+    r->stream = stream;
+    r->include_usage = include_usage;
+    r->st = mt_http_stream_ref(st);
+    r->on_done = on_done;
+    r->done_ctx = done_ctx;
+    return r;
+}
+
+void api_reply_free(api_reply *r) {
+    if (!r) return;
+    mt_http_stream_release(r->st);
+    free(r->model);
+    free(r->text);
+    free(r);
+}
+
+static json_t *usage_json(const api_gen_result *g) {
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (int)g->prompt_tokens, "completion_tokens",
+                     (int)g->completion_tokens, "total_tokens",
+                     (int)(g->prompt_tokens + g->completion_tokens));
+}
+
+/* The fields every answer and chunk starts with. */
+static json_t *envelope(const api_reply *r, const char *object) {
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", r->id, "object", object, "created", r->created,
+                     "model", r->model);
+}
+
+/* One choice of a chunk: the text piece (or a delta) and a finish reason. */
+static json_t *chunk(const api_reply *r, json_t *delta_or_text, const char *finish) {
+    json_t *c = envelope(r, r->kind == API_CHAT ? "chat.completion.chunk" : "text_completion");
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0,
+                               r->kind == API_CHAT ? "delta" : "text", delta_or_text, "logprobs",
+                               "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(c, "choices", json_pack("[o]", choice));
+    if (r->include_usage) json_object_set_new(c, "usage", json_null());
+    return c;
+}
+
+/* Writes "data: JSON\n\n"; -1 when the client is gone. */
+static int send_event(api_reply *r, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return -1;
+    size_t n = strlen(s);
+    char *ev = malloc(n + 9);
+    int rc = -1;
+    if (ev) {
+        memcpy(ev, "data: ", 6);
+        memcpy(ev + 6, s, n);
+        memcpy(ev + 6 + n, "\n\n", 2);
+        rc = mt_http_stream_write(r->st, ev, n + 8);
+    }
+    free(ev);
+    free(s);
+    return rc;
+}
+
+/* The event stream's head, and for chat the first chunk that names the role. */
+static int begin_events(api_reply *r) {
+    if (r->begun) return 0;
+    r->begun = true;
+    json_t *h = json_pack("{s:s, s:s}", "Cache-Control", "no-cache", "X-Accel-Buffering", "no");
+    if (mt_http_stream_begin(r->st, 200, "text/event-stream; charset=utf-8", h)) return -1;
+    if (r->kind != API_CHAT) return 0;
+    return send_event(r,
+                      chunk(r, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
+}
+
+static int reply_text(void *ctx, const char *s, size_t n) {
+    api_reply *r = ctx;
+    if (!r->stream) {
+        if (r->len + n + 1 > r->cap) {
+            size_t cap = 2 * (r->len + n + 1) + 256;
+            char *t = realloc(r->text, cap);
+            if (!t) return -1;
+            r->text = t, r->cap = cap;
+        }
+        memcpy(r->text + r->len, s, n);
+        r->len += n;
+        r->text[r->len] = 0;
+        return mt_http_stream_gone(r->st) ? -1 : 0;
+    }
+    if (begin_events(r)) return -1;
+    json_t *piece = text_json(s, n);
+    return send_event(
+        r, chunk(r, r->kind == API_CHAT ? json_pack("{s:o}", "content", piece) : piece, NULL));
+}
+
+static void reply_done(void *ctx, const api_gen_result *g) {
+    api_reply *r = ctx;
+    if (r->on_done) r->on_done(r->done_ctx, g);
+    if (g->error_status) {
+        api_error e;
+        api_fail(&e, g->error_status == 499 ? 500 : g->error_status,
+                 g->error_status >= 500 ? "server_error" : "invalid_request_error", NULL,
+                 g->error_status == 503 ? "backend_unavailable" : NULL, "%s", g->error);
+        if (r->begun) { /* too late for a status: an error event ends the stream */
+            send_event(r, api_error_json(&e));
+            mt_http_stream_end(r->st);
+        } else {
+            mt_http_response resp = {0};
+            api_error_respond(&e, e.status == 503 ? 1 : 0, &resp);
+            mt_http_stream_reply(r->st, &resp);
+        }
+    } else if (r->stream) {
+        begin_events(r);
+        send_event(
+            r, chunk(r, r->kind == API_CHAT ? json_object() : json_string(""), g->finish_reason));
+        if (r->include_usage) {
+            json_t *u =
+                envelope(r, r->kind == API_CHAT ? "chat.completion.chunk" : "text_completion");
+            json_object_set_new(u, "choices", json_array());
+            json_object_set_new(u, "usage", usage_json(g));
+            send_event(r, u);
+        }
+        mt_http_stream_write(r->st, "data: [DONE]\n\n", 14);
+        mt_http_stream_end(r->st);
+    } else {
+        json_t *o = envelope(r, r->kind == API_CHAT ? "chat.completion" : "text_completion");
+        json_t *text = text_json(r->text ? r->text : "", r->len);
+        json_t *choice = r->kind == API_CHAT
+                             ? json_pack("{s:i, s:{s:s, s:o, s:n}, s:n, s:s}", "index", 0,
+                                         "message", "role", "assistant", "content", text, "refusal",
+                                         "logprobs", "finish_reason", g->finish_reason)
+                             : json_pack("{s:s, s:i, s:n, s:s}", "text", "", "index", 0, "logprobs",
+                                         "finish_reason", g->finish_reason);
+        if (r->kind != API_CHAT) json_object_set_new(choice, "text", text);
+        json_object_set_new(o, "choices", json_pack("[o]", choice));
+        json_object_set_new(o, "usage", usage_json(g));
+        mt_http_response resp = {.status = 200, .json = o};
+        mt_http_stream_reply(r->st, &resp);
+    }
+    api_reply_free(r);
+}
+
+api_gen_sink api_reply_sink(api_reply *r) {
+    return (api_gen_sink){reply_text, reply_done, r};
+}

@@ -1,0 +1,83 @@
+/* api_openai.h - the OpenAI wire format of `moontail serve`: request bodies
+ * of /v1/completions and /v1/chat/completions parsed and checked field by
+ * field, errors in OpenAI's shape, and answers shaped as OpenAI's (a whole
+ * JSON object, or server-sent events of chunks ending in "data: [DONE]").
+ * docs/api.md lists what is supported. */
+#ifndef MOONTAIL_API_OPENAI_H
+#define MOONTAIL_API_OPENAI_H
+
+#include "api_chat.h"
+#include "api_engine.h"
+#include "moontail/http.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+/* {"error": {"message", "type", "param", "code"}} with an HTTP status. */
+typedef struct api_error {
+    int status;
+    char message[720];
+    const char *type; /* "invalid_request_error", "rate_limit_error", "server_error", ... */
+    char param[64];   /* the field at fault; "" = null */
+    const char *code; /* NULL = null */
+} api_error;
+
+/* Fills e; returns -1. */
+int api_fail(api_error *e, int status, const char *type, const char *param, const char *code,
+             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* A new {"error": {...}} object. */
+json_t *api_error_json(const api_error *e);
+/* e as the answer (with a Retry-After header for 429 and 503 when retry_after > 0). */
+void api_error_respond(const api_error *e, int retry_after, mt_http_response *resp);
+/* The error body for errors the HTTP server answers by itself (413, ...). */
+json_t *api_error_body(int status, const char *message);
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+typedef enum api_kind { API_COMPLETIONS, API_CHAT } api_kind;
+
+typedef struct api_request {
+    api_kind kind;
+    json_t *root;       /* the parsed body; strings below may point into it */
+    const char *model;  /* as asked */
+    const char *prompt; /* completions: prompt_len bytes */
+    size_t prompt_len;
+    api_chat_message *messages; /* chat */
+    int n_messages;
+    char **owned;       /* per message: a joined copy of its text parts, or NULL */
+    int64_t max_tokens; /* -1: not given */
+    mt_sampler_params sp;
+    char *stop[API_MAX_STOP]; /* heap copies */
+    int n_stop;
+    bool stream, include_usage;
+} api_request;
+
+/* Parses a request body and checks every field against OpenAI's rules and
+ * what this server supports, and the model against model_name. Returns 0,
+ * or -1 with e filled (400, the field in e->param). */
+int api_request_parse(api_kind kind, const char *body, size_t len, const char *model_name,
+                      api_request *rq, api_error *e);
+void api_request_free(api_request *rq);
+
+/* ---- answers ------------------------------------------------------------------------------ */
+
+typedef struct api_reply api_reply;
+
+/* Called once a request is over, before its answer is finished (usage
+ * accounting, logging). */
+typedef void (*api_reply_done_fn)(void *ctx, const api_gen_result *r);
+
+/* The answer to one request, written to the stream st (a reference is
+ * taken): whole JSON, or server-sent events when stream. */
+api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool include_usage,
+                         mt_http_stream *st, api_reply_done_fn on_done, void *done_ctx);
+/* The engine's view of the reply: text() writes chunks or collects the text,
+ * done() finishes the answer and frees the reply. */
+api_gen_sink api_reply_sink(api_reply *r);
+/* Frees a reply that was never submitted (its stream reference too). */
+void api_reply_free(api_reply *r);
+
+#endif

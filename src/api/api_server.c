@@ -1,0 +1,432 @@
+/* api_server.c - `moontail serve` (api.h): the HTTP routes of the
+ * OpenAI-compatible API, authentication, rate limits, and the hand-over of
+ * a checked request to the engine (api_engine.h).
+ *
+ * A request is checked whole on the HTTP thread (key, rate limit, body,
+ * fields, model, tokens, context) and answered there when anything is
+ * wrong; only a valid request reaches the engine's queue. Its answer then
+ * comes through an HTTP stream (http.h) that the engine's worker writes, so
+ * no HTTP thread waits for the model. */
+#include "moontail/api.h"
+#include "api_chat.h"
+#include "api_engine.h"
+#include "api_keys.h"
+#include "api_openai.h"
+#include "moontail/http.h"
+
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct mt_api_server {
+    api_backend *backend;
+    api_engine *engine;
+    mt_vocab *vocab; /* tokenizing on the HTTP threads (thread-safe) */
+    api_keys keys;
+    mt_http_server *http;
+    char url[200];
+    char *model_name;
+    api_chat_format chat;
+    int32_t chat_end; /* the token that ends an assistant turn, or -1 */
+    int32_t max_ctx;
+    int chat_max_tokens;
+    json_int_t started;
+    bool quiet;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void say(const mt_api_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const mt_api_server *s, const char *fmt, ...) {
+    if (s->quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("moontail serve: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---- authentication ----------------------------------------------------------------------- */
+
+/* The caller's key, or NULL with a 401 in resp. */
+static api_key *authenticate(mt_api_server *s, const mt_http_request *req, mt_http_response *resp) {
+    const char *token = mt_http_bearer(req);
+    api_key *key = api_keys_find(&s->keys, token);
+    if (key) return key;
+    api_error e;
+    if (!token)
+        api_fail(&e, 401, "invalid_request_error", NULL, "missing_api_key",
+                 "You didn't provide an API key. Send it in an Authorization header using Bearer"
+                 " auth (Authorization: Bearer YOUR_KEY); the server's operator gives out keys");
+    else
+        api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                 "Incorrect API key provided: %.4s...; ask the server's operator for a valid"
+                 " key",
+                 token);
+    api_error_respond(&e, 0, resp);
+    return NULL;
+}
+
+/* ---- generation --------------------------------------------------------------------------- */
+
+/* What a finished request reports back (usage counts, the log line). */
+typedef struct req_note {
+    mt_api_server *s;
+    api_key *key;
+    api_kind kind;
+    bool stream;
+    double t0;
+} req_note;
+
+static void request_done(void *ctx, const api_gen_result *r) {
+    req_note *n = ctx;
+    if (!r->error_status)
+        api_keys_count_tokens(&n->s->keys, n->key, r->prompt_tokens, r->completion_tokens);
+    const char *what = n->kind == API_CHAT ? "chat" : "completion";
+    if (r->error_status)
+        say(n->s, "%s %s%s: %d %s (%.0f ms)", n->key->name, what, n->stream ? " stream" : "",
+            r->error_status, r->error, (now_s() - n->t0) * 1e3);
+    else
+        say(n->s, "%s %s%s: %d prompt + %d completion tokens, %s (%.0f ms)", n->key->name, what,
+            n->stream ? " stream" : "", r->prompt_tokens, r->completion_tokens, r->finish_reason,
+            (now_s() - n->t0) * 1e3);
+    free(n);
+}
+
+/* The request's prompt as token ids (completions: like `moontail run -p`;
+ * chat: through the chat template). */
+static int64_t prompt_ids(mt_api_server *s, const api_request *rq, int32_t **ids, api_error *e) {
+    mt_error err = {{0}};
+    int64_t n = rq->kind == API_CHAT
+                    ? api_chat_tokenize(s->chat, s->vocab, rq->messages, rq->n_messages, ids, &err)
+                    : mt_tokenize(s->vocab, rq->prompt, rq->prompt_len, true, true, ids, &err);
+    if (n < 0)
+        return api_fail(e, 400, "invalid_request_error",
+                        rq->kind == API_CHAT ? "messages" : "prompt", NULL,
+                        "The prompt could not be tokenized: %s", err.msg);
+    if (n == 0)
+        return api_fail(e, 400, "invalid_request_error", "prompt", NULL,
+                        "The prompt is empty and this model adds no BOS token; give some text");
+    return n;
+}
+
+static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req,
+                     mt_http_response *resp) {
+    const double t0 = now_s();
+    const char *what = kind == API_CHAT ? "chat" : "completion";
+    api_key *key = authenticate(s, req, resp);
+    if (!key) {
+        say(s, "%s: 401 (%s API key)", what, mt_http_bearer(req) ? "unknown" : "no");
+        return;
+    }
+    api_error e;
+    int wait = api_keys_take(&s->keys, key, t0);
+    if (wait > 0) {
+        api_fail(&e, 429, "requests", NULL, "rate_limit_exceeded",
+                 "Rate limit reached for key '%s': %g requests per minute. Try again in %d s",
+                 key->name, s->keys.rate_per_min, wait);
+        api_error_respond(&e, wait, resp);
+        say(s, "%s %s: 429 rate limit (retry in %d s)", key->name, what, wait);
+        return;
+    }
+    api_request rq;
+    int32_t *ids = NULL;
+    api_gen_params p = {0};
+    api_reply *reply = NULL;
+    req_note *note = NULL;
+    mt_http_stream *st = NULL;
+    if (api_request_parse(kind, req->body, req->body_len, s->model_name, &rq, &e)) goto fail;
+    int64_t n_prompt = prompt_ids(s, &rq, &ids, &e);
+    if (n_prompt < 0) goto fail;
+    const char *in = kind == API_CHAT ? "messages" : "prompt";
+    int64_t max_tokens = rq.max_tokens;
+    if (max_tokens < 0) { /* not given */
+        max_tokens = kind == API_CHAT ? s->chat_max_tokens : 16;
+        if (kind == API_CHAT && n_prompt < s->max_ctx && max_tokens > s->max_ctx - n_prompt)
+            max_tokens = s->max_ctx - n_prompt;
+    }
+    if (n_prompt + max_tokens > s->max_ctx) {
+        api_fail(&e, 400, "invalid_request_error", rq.max_tokens < 0 ? in : "max_tokens",
+                 "context_length_exceeded",
+                 "This model's maximum context length is %d tokens. However, you requested %lld"
+                 " tokens (%lld in the %s, %lld for the completion). Please reduce the length of"
+                 " the %s or the completion",
+                 s->max_ctx, (long long)(n_prompt + max_tokens), (long long)n_prompt, in,
+                 (long long)max_tokens, in);
+        goto fail;
+    }
+    p.prompt = ids;
+    ids = NULL;
+    p.n_prompt = (int32_t)n_prompt;
+    p.max_tokens = (int32_t)max_tokens;
+    p.sp = rq.sp;
+    p.end_token = kind == API_CHAT ? s->chat_end : -1;
+    for (int i = 0; i < rq.n_stop; i++) {
+        p.stop[i] = rq.stop[i];
+        rq.stop[i] = NULL;
+    }
+    p.n_stop = rq.n_stop;
+    rq.n_stop = 0;
+    if (!(note = malloc(sizeof *note)) || !(st = mt_http_stream_new()) ||
+        !(reply = api_reply_new(kind, s->model_name, rq.stream, rq.include_usage, st, request_done,
+                                note))) {
+        api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    *note = (req_note){s, key, kind, rq.stream, t0};
+    api_gen_sink sink = api_reply_sink(reply);
+    int running = 0, queued = 0;
+    if (api_engine_submit(s->engine, &p, &sink, &running, &queued)) {
+        api_fail(&e, 503, "server_error", NULL, "server_busy",
+                 "The server is busy: %d requests are running and %d waiting, the most it"
+                 " holds; try again shortly",
+                 running, queued);
+        api_error_respond(&e, 1, resp);
+        say(s, "%s %s: 503 busy (%d running, %d waiting)", key->name, what, running, queued);
+        goto cleanup;
+    }
+    api_keys_count_request(&s->keys, key);
+    resp->stream = st; /* the worker answers through it (the reply holds a reference) */
+    api_request_free(&rq);
+    return;
+fail:
+    api_error_respond(&e, 0, resp);
+    say(s, "%s %s: %d %s", key->name, what, e.status, e.message);
+cleanup:
+    if (reply) {
+        api_reply_free(reply);
+    }
+    free(note);
+    mt_http_stream_release(st);
+    free(ids);
+    api_gen_params_free(&p);
+    api_request_free(&rq);
+}
+
+/* ---- the other endpoints ------------------------------------------------------------------ */
+
+static json_t *model_json(const mt_api_server *s) {
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_name, "object", "model", "created",
+                     s->started, "owned_by", "moontail");
+}
+
+static void list_models(mt_api_server *s, const mt_http_request *req, mt_http_response *resp) {
+    if (!authenticate(s, req, resp)) return;
+    resp->json = json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s));
+}
+
+static void get_model(mt_api_server *s, const mt_http_request *req, mt_http_response *resp) {
+    if (!authenticate(s, req, resp)) return;
+    const char *id = req->path + strlen("/v1/models/");
+    if (strcmp(id, s->model_name) == 0) {
+        resp->json = model_json(s);
+        return;
+    }
+    api_error e;
+    api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
+             "The model '%.200s' does not exist on this server; it serves '%s'", id, s->model_name);
+    api_error_respond(&e, 0, resp);
+}
+
+static void usage(mt_api_server *s, const mt_http_request *req, mt_http_response *resp) {
+    api_key *key = authenticate(s, req, resp);
+    if (key) resp->json = api_keys_usage_json(&s->keys, key, now_s());
+}
+
+/* ---- routing ------------------------------------------------------------------------------ */
+
+static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp) {
+    mt_api_server *s = ctx;
+    const char *path = req->path, *m = req->method;
+    const bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
+    const bool post = strcmp(m, "POST") == 0;
+    const char *allow = NULL;
+    if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0) {
+        if (post) {
+            generate(s, path[4] == 'c' && path[5] == 'h' ? API_CHAT : API_COMPLETIONS, req, resp);
+            return;
+        }
+        allow = "POST";
+    } else if (strcmp(path, "/v1/models") == 0) {
+        if (get) return list_models(s, req, resp);
+        allow = "GET";
+    } else if (strncmp(path, "/v1/models/", 11) == 0 && path[11]) {
+        if (get) return get_model(s, req, resp);
+        allow = "GET";
+    } else if (strcmp(path, "/v1/usage") == 0) {
+        if (get) return usage(s, req, resp);
+        allow = "GET";
+    } else if (strcmp(path, "/health") == 0) {
+        if (get) {
+            resp->json = json_pack("{s:s}", "status", "ok");
+            return;
+        }
+        allow = "GET";
+    }
+    api_error e;
+    if (allow) {
+        api_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
+                 "Method %.16s is not allowed on %.200s; use %s", m, path, allow);
+        api_error_respond(&e, 0, resp);
+        resp->headers = json_pack("{s:s}", "Allow", allow);
+        return;
+    }
+    api_fail(&e, 404, "invalid_request_error", NULL, "unknown_url",
+             "Unknown request URL: %.16s %.200s. This server answers GET /v1/models, POST"
+             " /v1/completions, POST /v1/chat/completions and GET /v1/usage (see docs/api.md)",
+             m, path);
+    api_error_respond(&e, 0, resp);
+}
+
+/* ---- start and stop ----------------------------------------------------------------------- */
+
+/* Whether a listen address stays on this machine. */
+static bool loopback(const char *addr) {
+    const char *colon = strrchr(addr, ':');
+    size_t n = colon ? (size_t)(colon - addr) : strlen(addr);
+    if (n == 0) return true; /* ":port" listens on 127.0.0.1 */
+    char host[128];
+    if (n >= sizeof host) return false;
+    memcpy(host, addr, n);
+    host[n] = 0;
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
+           strcmp(host, "[::1]") == 0 || strcmp(host, "::1") == 0;
+}
+
+/* The file name without directories and extension. */
+static char *stem(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    const char *dot = strrchr(b, '.');
+    size_t n = dot && dot != b ? (size_t)(dot - b) : strlen(b);
+    return strndup(b, n);
+}
+
+static int check_config(const mt_api_config *c, mt_error *err) {
+    if (!c->model_path == !c->registry)
+        return mt_error_set(err, "give either a model file (--model FILE) or a registry"
+                                 " (--registry URL --token-file FILE)");
+    if (!c->api_keys && !c->no_auth)
+        return mt_error_set(err, "no API keys: give --api-keys FILE (one key per line), or"
+                                 " --no-auth to serve without keys on a loopback address");
+    if (c->api_keys && c->no_auth)
+        return mt_error_set(err, "give either --api-keys FILE or --no-auth, not both");
+    const char *listen = c->listen ? c->listen : "127.0.0.1:8080";
+    if (c->no_auth && !loopback(listen))
+        return mt_error_set(err,
+                            "--no-auth is only allowed on a loopback address (127.0.0.1,"
+                            " ::1), not %s; give --api-keys FILE to serve others",
+                            listen);
+    if (c->rate_per_min < 0) return mt_error_set(err, "the rate limit must be positive");
+    if (c->model_name && (!c->model_name[0] || strlen(c->model_name) > 200))
+        return mt_error_set(err, "--model-name must have 1 to 200 characters");
+    return 0;
+}
+
+static void log_chat_template(mt_api_server *s) {
+    mt_error err = {{0}};
+    char *tmpl = gguf_get_string(s->backend->model->gguf, "tokenizer.chat_template", &err);
+    bool known = false;
+    s->chat = api_chat_detect(tmpl, &known);
+    s->chat_end = api_chat_end_token(s->chat, s->vocab);
+    if (known)
+        say(s, "chat template: %s (recognised in the model's tokenizer.chat_template)",
+            api_chat_format_name(s->chat));
+    else if (tmpl)
+        say(s, "the model's chat template is of no family this server knows; chat uses ChatML"
+               " (<|im_start|>role ... <|im_end|>)");
+    else
+        say(s, "the model has no chat template (tokenizer.chat_template); chat uses ChatML"
+               " (<|im_start|>role ... <|im_end|>)");
+    if (s->chat_end < 0 && !known)
+        say(s, "the vocabulary has no <|im_end|> token: chat turns end only at the model's"
+               " end-of-generation tokens");
+    free(tmpl);
+}
+
+mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
+    if (check_config(c, err)) return NULL;
+    if (sodium_init() < 0) {
+        mt_error_set(err, "libsodium failed to initialise");
+        return NULL;
+    }
+    mt_api_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        mt_error_set(err, "out of memory");
+        return NULL;
+    }
+    s->quiet = c->quiet;
+    s->started = (json_int_t)time(NULL);
+    s->chat_max_tokens = c->chat_max_tokens > 0 ? c->chat_max_tokens : 1024;
+    if (api_keys_load(&s->keys, c->api_keys, c->rate_per_min, err)) goto fail;
+    if (c->model_path) {
+        s->backend = api_backend_local(c->model_path, c->threads, c->ubatch, err);
+    } else {
+        mt_requester_config rc = {.registry = c->registry,
+                                  .token = c->token,
+                                  .key_path = c->key_path ? c->key_path : "requester.key",
+                                  .cache_dir = c->cache_dir ? c->cache_dir : "moontail-cache",
+                                  .wire = c->wire,
+                                  .threads = c->threads,
+                                  .ubatch = c->ubatch,
+                                  .quiet = c->quiet};
+        s->backend = api_backend_registry(&rc, err);
+    }
+    if (!s->backend) goto fail;
+    if (!(s->vocab = mt_vocab_load(s->backend->model->gguf, err))) goto fail;
+    s->max_ctx = c->ctx > 0 ? c->ctx : s->backend->max_ctx;
+    if (c->model_name) {
+        s->model_name = strdup(c->model_name);
+    } else if (c->model_path) {
+        s->model_name = stem(c->model_path);
+    } else {
+        s->model_name = gguf_get_string(s->backend->model->gguf, "general.name", NULL);
+        if (!s->model_name) s->model_name = strdup("moontail");
+    }
+    if (!s->model_name) {
+        mt_error_set(err, "out of memory");
+        goto fail;
+    }
+    log_chat_template(s);
+    int parallel = c->parallel > 0 ? c->parallel : 4, queue = c->queue >= 0 ? c->queue : 16;
+    if (!(s->engine = api_engine_start(s->backend, s->vocab, parallel, queue, err))) goto fail;
+    mt_http_server_config hc = {.addr = c->listen ? c->listen : "127.0.0.1:8080",
+                                .threads = 4,
+                                .max_body = c->max_body ? c->max_body : 1 << 20,
+                                .handler = handle,
+                                .ctx = s,
+                                .error_body = api_error_body};
+    if (!(s->http = mt_http_server_start_cfg(&hc, err))) goto fail;
+    snprintf(s->url, sizeof s->url, "http://%s", mt_http_server_addr(s->http));
+    say(s, "model '%s' (%s backend, context %d), %d requests at once, %d may wait, %s, %s",
+        s->model_name, s->backend->kind, s->max_ctx, parallel, queue,
+        s->keys.open ? "no API keys (loopback only)" : "API keys required",
+        s->keys.rate_per_min > 0 ? "rate limit per key" : "no rate limit");
+    return s;
+fail:
+    mt_api_server_stop(s);
+    return NULL;
+}
+
+const char *mt_api_server_url(const mt_api_server *s) {
+    return s->url;
+}
+
+void mt_api_server_stop(mt_api_server *s) {
+    if (!s) return;
+    mt_http_server_stop(s->http); /* no new requests; open streams are cut */
+    api_engine_stop(s->engine);   /* running requests end at their next token */
+    mt_vocab_free(s->vocab);
+    if (s->backend) s->backend->destroy(s->backend);
+    api_keys_free(&s->keys);
+    free(s->model_name);
+    free(s);
+}

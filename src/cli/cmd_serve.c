@@ -1,0 +1,143 @@
+/* cmd_serve.c - `moontail serve`: the OpenAI-compatible HTTP API (api.h,
+ * docs/api.md) until SIGINT or SIGTERM. Prints "listening on URL" on
+ * stdout once it answers; one log line per request goes to stderr. */
+#include "cli.h"
+#include "moontail/api.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: moontail serve --model FILE --api-keys FILE [options]\n"
+    "       moontail serve --registry URL --token-file FILE --api-keys FILE [options]\n"
+    "\n"
+    "Serves an OpenAI-compatible API: GET /v1/models, POST /v1/completions,\n"
+    "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/usage.\n"
+    "See docs/api.md.\n"
+    "\n"
+    "  --model FILE          compute a GGUF model in this process\n"
+    "  --registry URL        or run every request through this registry's cell or swarm\n"
+    "  --token-file FILE     the registry account token (or MOONTAIL_TOKEN, or --token T)\n"
+    "  --key KEYFILE         requester identity for the registry (default requester.key)\n"
+    "  --cache DIR           where the head shard is kept (default moontail-cache)\n"
+    "  --wire f32|bf16       hidden states on the network (default f32: exact)\n"
+    "  --listen ADDR         HTTP address (default 127.0.0.1:8080; :0 picks a port)\n"
+    "  --model-name NAME     the model's id in the API (default: the file's stem, or the\n"
+    "                        model's general.name through a registry)\n"
+    "  --api-keys FILE       API keys, one per line, optional name after a space\n"
+    "  --no-auth             serve without keys (only on a loopback address)\n"
+    "  --rate-limit N/min    requests per minute per key (token bucket; default: none)\n"
+    "  --parallel N          requests computed at once (default 4)\n"
+    "  --queue N             requests that may wait for a free slot (default 16; more: 503)\n"
+    "  -t N                  compute threads (default: all CPUs)\n"
+    "  --ctx N               most tokens per request, prompt + completion (default: the\n"
+    "                        model's context length)\n"
+    "  --ubatch N            prompt tokens per evaluation (default 512)\n"
+    "  --chat-max-tokens N   max_tokens of a chat request that gives none (default 1024)\n"
+    "  --max-body-kb N       largest request body (default 1024 KiB; larger: 413)\n"
+    "  --quiet               no log lines on stderr\n";
+
+/* "N/min" -> N. */
+static bool parse_rate(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || strcmp(end, "/min") != 0 || !(v > 0) || v > 1e7) {
+        fprintf(stderr,
+                "moontail serve: --rate-limit expects N/min with N > 0, e.g. 60/min;"
+                " got '%s'\n",
+                s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
+               *key = "requester.key", *cache = "moontail-cache", *wire = "f32",
+               *listen = "127.0.0.1:8080", *model_name = NULL, *api_keys = NULL, *rate = NULL;
+    int64_t parallel = 4, queue = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024,
+            max_body_kb = 1024;
+    bool no_auth = false, quiet = false;
+    const cli_opt opts[] = {
+        {"--model", CLI_STRING, &model, 0, 0},
+        {"--registry", CLI_STRING, &registry, 0, 0},
+        {"--token", CLI_STRING, &token, 0, 0},
+        {"--token-file", CLI_STRING, &token_file, 0, 0},
+        {"--key", CLI_STRING, &key, 0, 0},
+        {"--cache", CLI_STRING, &cache, 0, 0},
+        {"--wire", CLI_STRING, &wire, 0, 0},
+        {"--listen", CLI_STRING, &listen, 0, 0},
+        {"--model-name", CLI_STRING, &model_name, 0, 0},
+        {"--api-keys", CLI_STRING, &api_keys, 0, 0},
+        {"--no-auth", CLI_FLAG, &no_auth, 0, 0},
+        {"--rate-limit", CLI_STRING, &rate, 0, 0},
+        {"--parallel", CLI_INT, &parallel, 1, 256},
+        {"--queue", CLI_INT, &queue, 0, 100000},
+        {"-t", CLI_INT, &threads, 1, 1024},
+        {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
+        {"--ubatch", CLI_INT, &ubatch, 1, 1 << 24},
+        {"--chat-max-tokens", CLI_INT, &chat_max, 1, 1 << 24},
+        {"--max-body-kb", CLI_INT, &max_body_kb, 1, 1 << 20},
+        {"--quiet", CLI_FLAG, &quiet, 0, 0},
+        {NULL, CLI_FLAG, NULL, 0, 0},
+    };
+    int prc = cli_parse("serve", argc, argv, opts, usage);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (!model == !registry) {
+        fprintf(stderr, "moontail serve: give either --model FILE or --registry URL; see"
+                        " 'moontail serve --help'\n");
+        return 2;
+    }
+    if (strcmp(wire, "f32") != 0 && strcmp(wire, "bf16") != 0) {
+        fprintf(stderr, "moontail serve: --wire must be f32 or bf16\n");
+        return 2;
+    }
+    double rate_per_min = 0;
+    if (rate && !parse_rate(rate, &rate_per_min)) return 2;
+    char *tok = NULL;
+    if (registry && !(tok = cli_token("serve", token, token_file))) return 2;
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    mt_api_config c = {.listen = listen,
+                       .model_path = model,
+                       .registry = registry,
+                       .token = tok,
+                       .key_path = key,
+                       .cache_dir = cache,
+                       .wire = strcmp(wire, "bf16") == 0 ? MT_PROTO_BF16 : MT_PROTO_F32,
+                       .model_name = model_name,
+                       .api_keys = api_keys,
+                       .no_auth = no_auth,
+                       .rate_per_min = rate_per_min,
+                       .parallel = (int)parallel,
+                       .queue = (int)queue,
+                       .threads = (int)threads,
+                       .ubatch = (int)ubatch,
+                       .ctx = (int)ctx,
+                       .chat_max_tokens = (int)chat_max,
+                       .max_body = (size_t)max_body_kb * 1024,
+                       .quiet = quiet};
+    mt_error err = {{0}};
+    mt_api_server *s = mt_api_server_start(&c, &err);
+    free(tok);
+    if (!s) {
+        fprintf(stderr, "moontail serve: %s\n", err.msg);
+        return 1;
+    }
+    printf("listening on %s\n", mt_api_server_url(s));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (!quiet)
+        fprintf(stderr, "moontail serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    mt_api_server_stop(s);
+    return 0;
+}

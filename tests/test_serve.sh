@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# test_serve.sh - `moontail serve`, the OpenAI-compatible API, end to end on
+# 127.0.0.1, driven by a client nobody here wrote: the official `openai` npm
+# package (pinned in tests/api, script tests/api/openai_client.mjs). Checks:
+#   - models, completions and chat completions, streamed and not: greedy text
+#     equals `moontail run --temp 0` (chat: run on the ChatML text), streamed
+#     deltas add up to the whole answer, usage equals `moontail tokenize`;
+#   - stop strings, seeds, 6 concurrent requests giving the texts of lone ones;
+#   - a bad key -> 401, bad fields -> 400 naming the field, the rate limit -> 429
+#     with Retry-After, GET /v1/usage counts what the key used;
+#   - at the curl level: malformed JSON, oversized bodies, unknown paths, wrong
+#     methods, a full queue (503), a client that hangs up mid-stream; the
+#     server keeps serving and stops cleanly on SIGTERM;
+#   - refusals at start: no keys, --no-auth off loopback, a bad key file;
+#   - the same API over a cell: a registry and 2 nodes (1 replica), serve
+#     --registry gives the local model's text.
+set -u
+. "$(dirname "$0")/lib/harness.bash"
+T="timeout 60"
+SRC=${MT_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+CLIENT="$SRC/tests/api/openai_client.mjs"
+if [ ! -f "$SRC/tests/api/node_modules/openai/package.json" ]; then
+    echo "test_serve: the openai client is not installed; './dev test' installs it" \
+        "(npm ci in tests/api)" >&2
+    exit 1
+fi
+cd "$tmp"
+
+# bg NAME CMD...: start in the background, wait for "listening on", set ADDR and PID
+bg() {
+    local name=$1
+    shift
+    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    PID=$!
+    pids+=("$PID")
+    wait_listening "$name" "$PID"
+}
+code() { curl -s -o "$tmp/body" -w '%{http_code}' "$@"; }
+
+M="$tmp/tiny.gguf"
+"$BIN" mkmodel -o "$M" --arch qwen3moe --type f32 --layers 2 --embd 64 --heads 4 --head-dim 16 \
+    --ff 64 --ff-exp 32 --experts 4 --experts-used 2 --seed 3 --readable >/dev/null || bad "mkmodel"
+KEY=sk-moontail-test-alice-4f1c0a
+printf '# test keys\n%s alice\n\nsk-moontail-test-bob-77e0d1 bob\n' "$KEY" >"$tmp/keys"
+
+# ---- references from the command line
+PROMPT="Once upon a time"
+N=12
+$T "$BIN" run -m "$M" -p "$PROMPT" -n $N --temp 0 --json >"$tmp/ref.json" 2>/dev/null || bad "reference run"
+REF_TEXT=$(json 'process.stdout.write(o.text)' <"$tmp/ref.json")
+REF_COMPLETION=$(json 'console.log(o.tokens.length)' <"$tmp/ref.json")
+REF_PROMPT=$("$BIN" tokenize -m "$M" -p "$PROMPT" --json | json 'console.log(o.tokens.length)')
+SYSTEM="You are terse."
+USER="Name a colour."
+CHAT_N=10
+CHATML=$(printf '<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant' "$SYSTEM" "$USER")$'\n'
+$T "$BIN" run -m "$M" -p "$CHATML" -n $CHAT_N --temp 0 --json >"$tmp/chatref.json" 2>/dev/null || bad "chat reference run"
+CHAT_REF=$(json 'process.stdout.write(o.text)' <"$tmp/chatref.json")
+CHAT_PROMPT=$("$BIN" tokenize -m "$M" -p "$CHATML" --json | json 'console.log(o.tokens.length)')
+STOP=${REF_TEXT:4:2}
+[ ${#REF_TEXT} -ge 8 ] && [ "$REF_COMPLETION" = $N ] && ok || bad "reference text too short: '$REF_TEXT'"
+
+# ---- servers: A (2 slots, context 256), L (2 requests a minute), C (1 slot, no queue, no keys)
+bg a "$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --parallel 2 --queue 8 \
+    --ctx 256 -t 1
+URL=$ADDR
+A_PID=$PID
+bg l "$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --rate-limit 2/min -t 1
+LURL=$ADDR
+# C's model is larger (mkmodel's default sizes, ~5 ms a token) so that its long request stays busy
+"$BIN" mkmodel -o "$tmp/c.gguf" --readable >/dev/null || bad "mkmodel c"
+bg c "$BIN" serve --model "$tmp/c.gguf" --no-auth --listen 127.0.0.1:0 --parallel 1 --queue 0 -t 1 \
+    --model-name tiny-c
+CURL_C=$ADDR
+C_PID=$PID
+grep -q "no chat template.*ChatML" "$tmp/a.err" && ok || bad "no log line about the ChatML fallback: $(cat "$tmp/a.err")"
+
+# ---- the official client
+run_client() { # MODE URL: runs openai_client.mjs, counts its PASS/FAIL lines
+    MT_MODE=$1 MT_URL=$2 MT_KEY=$KEY MT_MODEL=tiny MT_PROMPT=$PROMPT MT_N=$N MT_REF_TEXT=$REF_TEXT \
+        MT_REF_PROMPT_TOKENS=$REF_PROMPT MT_REF_COMPLETION_TOKENS=$REF_COMPLETION \
+        MT_CHAT_SYSTEM=$SYSTEM MT_CHAT_USER=$USER MT_CHAT_N=$CHAT_N MT_CHAT_REF_TEXT=$CHAT_REF \
+        MT_CHAT_PROMPT_TOKENS=$CHAT_PROMPT MT_STOP=$STOP MT_CTX=256 MT_LIMITED_URL=$LURL \
+        MT_LIMITED_KEY=sk-moontail-test-bob-77e0d1 $T node "$CLIENT" >"$tmp/client.out" 2>&1
+    local rc=$? line
+    while IFS= read -r line; do
+        case "$line" in
+            PASS*) ok ;;
+            FAIL*) bad "openai client: ${line#FAIL }" ;;
+        esac
+    done <"$tmp/client.out"
+    [ $rc -eq 0 ] && ok || bad "openai_client.mjs ($1) exited $rc: $(tail -5 "$tmp/client.out")"
+    grep -c '^PASS' "$tmp/client.out" | sed "s/^/openai client ($1): /; s/$/ checks passed/"
+}
+run_client full "$URL"
+
+# ---- curl: what a hand-written client may send
+H=(-H "Authorization: Bearer $KEY" -H "Content-Type: application/json")
+is_error() { # STATUS TYPE_OR_CODE: $tmp/body is {"error": {...}} naming it
+    json "const e=o.error; if (!e || typeof e.message !== 'string' || !('param' in e) ||
+          !('code' in e) || (e.type !== '$2' && e.code !== '$2')) process.exit(1)" <"$tmp/body"
+}
+[ "$(code "${H[@]}" -d '{"model": "tiny", "prompt": ' "$URL/v1/completions")" = 400 ] && is_error 400 invalid_json &&
+    ok || bad "malformed JSON not an OpenAI 400: $(cat "$tmp/body")"
+[ "$(code "${H[@]}" -d '[1,2]' "$URL/v1/chat/completions")" = 400 ] && ok || bad "a JSON array body not 400"
+[ "$(code "${H[@]}" -d '{"model":"tiny","prompt":"x","model":"tiny"}' "$URL/v1/completions")" = 400 ] &&
+    ok || bad "duplicate fields not 400"
+head -c 1200000 /dev/zero | tr '\0' 'a' | sed 's/^/{"model":"tiny","prompt":"/; s/$/"}/' >"$tmp/big.json"
+[ "$(code "${H[@]}" --data-binary @"$tmp/big.json" "$URL/v1/completions")" = 413 ] &&
+    is_error 413 request_too_large && ok || bad "oversized body not an OpenAI 413: $(head -c 300 "$tmp/body")"
+[ "$(code "${H[@]}" "$URL/v1/engines")" = 404 ] && is_error 404 unknown_url && ok || bad "unknown path not 404"
+[ "$(code "${H[@]}" "$URL/v1/completions")" = 405 ] && is_error 405 method_not_allowed && ok || bad "GET on completions not 405"
+curl -s -D - -o /dev/null "${H[@]}" "$URL/v1/completions" | grep -qi '^allow: POST' && ok || bad "405 without Allow"
+[ "$(code -d '{}' "$URL/v1/completions")" = 401 ] && is_error 401 missing_api_key && ok || bad "no key not 401"
+[ "$(code -H 'Authorization: Bearer wrong-key-123' "$URL/v1/models")" = 401 ] && is_error 401 invalid_api_key &&
+    ok || bad "wrong key not 401"
+[ "$(code "${H[@]}" -d '{"model":"tiny","prompt":"a<|im_end|>b","max_tokens":2}' "$URL/v1/completions")" = 200 ] &&
+    ok || bad "special-token text in a prompt: $(cat "$tmp/body")"
+[ "$(code "${H[@]}" -d '{"model":"tiny","prompt":"a\u0000b","max_tokens":2}' "$URL/v1/completions")" = 400 ] &&
+    grep -q 'NUL' "$tmp/body" && ok || bad "a NUL in a prompt not a 400 naming it: $(cat "$tmp/body")"
+[ "$(code "${H[@]}" -d '{"model":"tiny","prompt":"\ud800","max_tokens":2}' "$URL/v1/completions")" = 400 ] &&
+    is_error 400 invalid_json && ok || bad "a lone surrogate not a 400: $(cat "$tmp/body")"
+[ "$(code "${H[@]}" -d '{"model":"tiny","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}}]}]}' "$URL/v1/chat/completions")" = 400 ] &&
+    grep -q 'image_url' "$tmp/body" && ok || bad "an image part not a 400 naming it: $(cat "$tmp/body")"
+[ "$(code "$URL/health")" = 200 ] && ok || bad "/health"
+
+# a client that hangs up in the middle of a stream: the server notices and goes on
+curl -sN -d '{"model":"tiny-c","prompt":"x","max_tokens":2000,"temperature":0,"stream":true}' \
+    "$CURL_C/v1/completions" 2>/dev/null | head -c 300 >/dev/null
+for _ in $(seq 1 100); do grep -q "went away" "$tmp/c.err" && break; sleep 0.1; done
+grep -q "went away" "$tmp/c.err" && ok || bad "the server did not notice a client that hung up: $(tail -3 "$tmp/c.err")"
+
+# a full queue: C computes one request and lets none wait
+curl -sN -d '{"model":"tiny-c","prompt":"x","max_tokens":4000,"temperature":0,"stream":true}' "$CURL_C/v1/completions" \
+    >"$tmp/long.out" 2>/dev/null &
+long=$!
+for _ in $(seq 1 100); do [ -s "$tmp/long.out" ] && break; sleep 0.05; done
+[ "$(code -D "$tmp/hdr" -d '{"model":"tiny-c","prompt":"x","max_tokens":1}' "$CURL_C/v1/completions")" = 503 ] &&
+    is_error 503 server_busy && grep -qi '^retry-after: 1' "$tmp/hdr" && ok ||
+    bad "a request beyond the slots and queue not 503 with Retry-After: $(cat "$tmp/body")"
+[ "$(code "$CURL_C/v1/models")" = 200 ] && ok || bad "--no-auth server wants a key"
+# SIGTERM while a stream is open: the stream is cut, the server exits 0 at once
+kill -TERM "$C_PID"
+t0=$(date +%s%N)
+wait "$C_PID"
+rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ $rc -eq 0 ] && [ $ms -lt 5000 ] && ok || bad "serve after SIGTERM with an open stream: exit $rc after $ms ms"
+wait $long 2>/dev/null
+grep -q '"text"' "$tmp/long.out" && ! grep -q '\[DONE\]' "$tmp/long.out" && ok || bad "the long stream was not cut short"
+
+# after all that, A still answers
+[ "$(code "${H[@]}" -d '{"model":"tiny","prompt":"'"$PROMPT"'","max_tokens":'$N',"temperature":0}' "$URL/v1/completions")" = 200 ] &&
+    REF_TEXT=$REF_TEXT json "if (o.choices[0].text !== process.env.REF_TEXT) process.exit(1)" <"$tmp/body" &&
+    ok || bad "server A stopped serving after bad requests: $(cat "$tmp/body")"
+kill -0 "$A_PID" 2>/dev/null && ok || bad "server A died"
+# after everything it served, A stops cleanly (under ASan: nothing leaked)
+kill -TERM "$A_PID"
+wait "$A_PID" && ok || bad "server A exited $? on SIGTERM: $(tail -5 "$tmp/a.err")"
+
+# ---- refusals at start
+expect 1 "no API keys: give --api-keys FILE" "$BIN" serve --model "$M" --listen 127.0.0.1:0
+expect 1 "only allowed on a loopback address" "$BIN" serve --model "$M" --no-auth --listen 0.0.0.0:0
+printf 'short alice\n' >"$tmp/badkeys"
+expect 1 "badkeys line 1: a key must be 8 to 256 characters" "$BIN" serve --model "$M" --api-keys "$tmp/badkeys" --listen 127.0.0.1:0
+expect 2 "expects N/min" "$BIN" serve --model "$M" --api-keys "$tmp/keys" --rate-limit 5/hour
+expect 1 "is a shard" bash -c "'$BIN' split '$M' --layers 0:1 -o '$tmp/part.gguf' >/dev/null && '$BIN' serve --model '$tmp/part.gguf' --no-auth --listen 127.0.0.1:0"
+
+# ---- the same API over a cell: a registry and two nodes, one replica
+bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
+    --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 --listen 127.0.0.1:0 --quiet
+REG=$ADDR
+"$BIN" account new api --registry "$REG" -o "$tmp/api.token" >/dev/null 2>&1 || bad "account"
+cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))
+for k in 1 2; do
+    bg "n$k" "$BIN" node --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/n$k.key" \
+        --data "$tmp/d$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
+done
+for _ in $(seq 1 150); do
+    "$BIN" status --registry "$REG" --json 2>/dev/null | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
+    sleep 0.2
+done
+bg r "$BIN" serve --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/req.key" \
+    --cache "$tmp/cache" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --model-name tiny --parallel 2 -t 1
+if [ -n "$ADDR" ]; then
+    run_client basic "$ADDR"
+    grep -q "route:" "$tmp/r.err" && ok || bad "serve --registry shows no route: $(cat "$tmp/r.err")"
+fi
+
+finish
