@@ -27,6 +27,7 @@ int cmd_pause(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_setup(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_shell(int argc, char **argv);
 
 /* One command-line option: a flag (bool), a string, a whole number in
  * [lo, hi] (int64_t) or a finite number (float). */

@@ -6,6 +6,7 @@
 
 static const char usage[] =
     "usage: moontail <command> [options]\n"
+    "       moontail           (no command: a chat with the model in the terminal)\n"
     "\n"
     "commands:\n"
     "  run       generate text from a prompt (default: a built-in synthetic model)\n"
@@ -27,14 +28,17 @@ static const char usage[] =
     "  demo      a whole cell on this machine: registry + nodes, a prompt, where it ran\n"
     "  setup     first run: this machine's identity, an account, and volunteering\n"
     "  serve     an OpenAI-compatible HTTP API (local model or a registry's cell)\n"
+    "  shell     a chat with the model in the terminal (what 'moontail' alone runs)\n"
     "\n"
     "'moontail <command> --help' describes each command's options.\n";
 
 int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(usage, stdout);
+        return 0;
     }
+    /* no command (perhaps options): a chat in the terminal */
+    if (argc < 2 || argv[1][0] == '-') return cmd_shell(argc, argv);
     static const struct {
         const char *name;
         int (*fn)(int, char **);
@@ -44,7 +48,7 @@ int main(int argc, char **argv) {
                 {"check", cmd_check},     {"cert", cmd_cert},         {"registry", cmd_registry},
                 {"account", cmd_account}, {"status", cmd_status},     {"cell", cmd_cell},
                 {"pause", cmd_pause},     {"demo", cmd_demo},         {"setup", cmd_setup},
-                {"serve", cmd_serve}};
+                {"serve", cmd_serve},     {"shell", cmd_shell}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);
