@@ -2,13 +2,14 @@
  * pause windows ("Mon-Fri 09:00-18:00"). A paused node finishes what it
  * has, takes nothing new, and its work is placed elsewhere. */
 #include "cli.h"
+#include "cli_config.h"
 #include "moontail/http.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 static const char usage[] =
-    "usage: moontail pause --registry URL --node ID --token-file FILE\n"
+    "usage: moontail pause [--registry URL --token-file FILE] --node ID   (default: setup's)\n"
     "                      [--resume | --schedule \"Mon-Fri 09:00-18:00\"]\n"
     "\n"
     "  (no option)      pause now, until --resume\n"
@@ -29,8 +30,14 @@ int cmd_pause(int argc, char **argv) {
                             {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_parse("pause", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    cli_config conf;
+    if (!registry && cli_config_load(&conf) == 0 && conf.registry[0]) {
+        registry = conf.registry;
+        if (!token && !token_file && conf.has_token) token_file = conf.token_file;
+    }
     if (!registry || !node) {
-        fprintf(stderr, "moontail pause: --registry URL and --node ID are required\n");
+        fprintf(stderr, "moontail pause: --node ID is required, and --registry URL unless"
+                        " 'moontail setup' was run\n");
         return 2;
     }
     char *tok = cli_token("pause", token, token_file);
