@@ -54,9 +54,23 @@ expect 0 "stopped the node" "$BIN" setup --stop
 
 # a registry that opens no accounts by itself
 echo "s3cret" >"$tmp/admin"
-start_bg reg2 "$BIN" registry --model "$M" --db "$tmp/r2.db" --key "$tmp/r2.key" --shards "$tmp/seed2" \
-    --admin-token-file "$tmp/admin" --listen 127.0.0.1:0
+# (started from a config file, as a service would be)
+cat >"$tmp/registry.conf" <<CONF
+# a registry for the operator only
+model = $M
+db = $tmp/r2.db
+key = $tmp/r2.key
+shards = $tmp/seed2
+admin-token-file = $tmp/admin
+require-volunteer = false
+CONF
+start_bg reg2 "$BIN" registry --config "$tmp/registry.conf" --listen 127.0.0.1:0
 MOONTAIL_HOME="$tmp/home2" expect 1 "ask its operator" "$BIN" setup --accept-terms --registry "$ADDR" --no-start
+printf 'model %s\n' "$M" >"$tmp/bad.conf"
+expect 2 "expected 'key = value'" "$BIN" registry --config "$tmp/bad.conf"
+printf 'modle = %s\n' "$M" >"$tmp/typo.conf"
+expect 2 "unknown option '--modle'" "$BIN" registry --config "$tmp/typo.conf"
+expect 2 "--config needs a FILE" "$BIN" node --config
 
 # the unit files in the repository parse (the binary path need not exist here)
 if command -v systemd-analyze >/dev/null; then

@@ -62,6 +62,11 @@ char *cli_read_file(const char *path, size_t *len);
 #include <signal.h>
 void cli_block_stop_signals(sigset_t *sigs, bool hup);
 
+/* Replaces "--config FILE" in argv by the options the file holds (see
+ * cli_config_file.c), before the command line's own. 0, or -1 after saying
+ * what is wrong with the file. */
+int cli_expand_config(int *argc, char ***argv);
+
 /* The account token from --token-file, MOONTAIL_TOKEN or --token (heap; NULL
  * with a message saying how to get one). */
 char *cli_token(const char *cmd, const char *token, const char *token_file);

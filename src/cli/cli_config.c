@@ -67,3 +67,13 @@ int cli_config_save(const cli_config *c) {
     json_decref(j);
     return rc;
 }
+
+void cli_requester_paths(cli_config *c, const char **key, const char **cache) {
+    if (cli_config_load(c) < 0 || !c->home[0]) return; /* no home: keep the defaults */
+    bool dkey = strcmp(*key, CLI_DEFAULT_REQUESTER_KEY) == 0,
+         dcache = strcmp(*cache, CLI_DEFAULT_CACHE) == 0;
+    if (!dkey && !dcache) return;
+    if (mkdir(c->home, 0700) != 0 && errno != EEXIST) return;
+    if (dkey) *key = c->requester_key;
+    if (dcache) *cache = c->cache_dir;
+}

@@ -22,6 +22,14 @@ void cli_home_path(const char *home, const char *name, char *out, size_t cap);
 /* Reads config.json. 0 when loaded, 1 when there is none (c->home is set
  * either way), -1 when it cannot be read or parsed. */
 int cli_config_load(cli_config *c);
+/* What a requester uses when not told: its key and head-shard cache in the
+ * home ($MOONTAIL_HOME or ~/.moontail, made 0700 if missing), not in the
+ * current directory. *key / *cache are replaced only while they still hold
+ * these defaults. */
+#define CLI_DEFAULT_REQUESTER_KEY "requester.key"
+#define CLI_DEFAULT_CACHE         "moontail-cache"
+void cli_requester_paths(cli_config *c, const char **key, const char **cache);
+
 /* Writes config.json atomically. */
 int cli_config_save(const cli_config *c);
 

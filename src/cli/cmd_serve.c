@@ -2,6 +2,7 @@
  * docs/api.md) until SIGINT or SIGTERM. Prints "listening on URL" on
  * stdout once it answers; one log line per request goes to stderr. */
 #include "cli.h"
+#include "cli_config.h"
 #include "moontail/api.h"
 
 #include <pthread.h>
@@ -21,8 +22,8 @@ static const char usage[] =
     "  --model FILE          compute a GGUF model in this process\n"
     "  --registry URL        or run every request through this registry's cell or swarm\n"
     "  --token-file FILE     the registry account token (or MOONTAIL_TOKEN, or --token T)\n"
-    "  --key KEYFILE         requester identity for the registry (default requester.key)\n"
-    "  --cache DIR           where the head shard is kept (default moontail-cache)\n"
+    "  --key KEYFILE         requester identity for the registry (default in ~/.moontail)\n"
+    "  --cache DIR           where the head shard is kept (default ~/.moontail/cache)\n"
     "  --wire f32|bf16       hidden states on the network (default f32: exact)\n"
     "  --listen ADDR         HTTP address (default 127.0.0.1:8080; :0 picks a port)\n"
     "  --model-name NAME     the model's id in the API (default: the file's stem, or the\n"
@@ -99,6 +100,8 @@ int cmd_serve(int argc, char **argv) {
     double rate_per_min = 0;
     if (rate && !parse_rate(rate, &rate_per_min)) return 2;
     char *tok = NULL;
+    cli_config conf;
+    if (registry) cli_requester_paths(&conf, &key, &cache);
     if (registry && !(tok = cli_token("serve", token, token_file))) return 2;
     sigset_t sigs;
     sigemptyset(&sigs);

@@ -179,6 +179,10 @@ int cmd_shell(int argc, char **argv) {
     char *tok = NULL;
     const char *where;
     if (registry) {
+        const char *k = key, *ca = cache;
+        cli_requester_paths(&conf, &k, &ca);
+        snprintf(key, sizeof key, "%s", k);
+        snprintf(cache, sizeof cache, "%s", ca);
         if (!(tok = cli_token("shell", token, token_file))) return 2;
         mt_requester_config rc = {.registry = registry,
                                   .token = tok,

@@ -30,13 +30,15 @@ static const char usage[] =
     "  serve     an OpenAI-compatible HTTP API (local model or a registry's cell)\n"
     "  shell     a chat with the model in the terminal (what 'moontail' alone runs)\n"
     "\n"
-    "'moontail <command> --help' describes each command's options.\n";
+    "'moontail <command> --help' describes each command's options. Any command takes\n"
+    "--config FILE: a file of its long options, one 'key = value' per line.\n";
 
 int main(int argc, char **argv) {
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(usage, stdout);
         return 0;
     }
+    if (cli_expand_config(&argc, &argv)) return 2;
     /* no command (perhaps options): a chat in the terminal */
     if (argc < 2 || argv[1][0] == '-') return cmd_shell(argc, argv);
     static const struct {

@@ -1,0 +1,100 @@
+/* cli_config_file.c - `--config FILE` for every command: a file of the
+ * command's own long options, one per line, so that a service's settings
+ * live in a file (e.g. /etc/moontail/registry.conf) instead of a long
+ * command line:
+ *
+ *     # the cell's registry
+ *     model = /srv/models/model.gguf
+ *     listen = 192.168.1.10:8470
+ *     replicas = 2
+ *     require-volunteer = true      # a flag: true turns it on, false leaves it off
+ *     partner = 10.0.0.5:7411=<key> # repeatable options may appear more than once
+ *
+ * Each line becomes "--key value" (or "--key" for a flag set to true) placed
+ * before the command line's own arguments, so options given on the command
+ * line win. Keys are checked by the command like any option (an unknown key
+ * is "unknown option '--key'"); this file only checks the form of lines. */
+#include "cli.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+int cli_expand_config(int *argc, char ***argv) {
+    int at = -1;
+    for (int i = 1; i < *argc; i++)
+        if (strcmp((*argv)[i], "--config") == 0) {
+            at = i;
+            break;
+        }
+    if (at < 0) return 0;
+    if (at + 1 >= *argc) {
+        fprintf(stderr, "moontail: --config needs a FILE\n");
+        return -1;
+    }
+    const char *path = (*argv)[at + 1];
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    if (!text) return -1;
+    /* new argv: argv[0..at) (the command), the file's options, then the rest */
+    int cap = *argc + 2 * 256 + 1, n = 0;
+    char **out = calloc((size_t)cap, sizeof *out);
+    if (!out) {
+        free(text);
+        return -1;
+    }
+    for (int i = 0; i < at; i++) out[n++] = (*argv)[i];
+    int line_no = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        line_no++;
+        char *hash = strchr(line, '#');
+        if (hash && (hash == line || isspace((unsigned char)hash[-1]))) *hash = 0;
+        char *l = trim(line);
+        if (!*l) continue;
+        char *eq = strchr(l, '=');
+        if (!eq) {
+            fprintf(stderr, "moontail: %s:%d: expected 'key = value', got '%s'\n", path, line_no,
+                    l);
+            goto fail;
+        }
+        *eq = 0;
+        char *key = trim(l), *value = trim(eq + 1);
+        for (char *k = key; *k; k++)
+            if (!(isalnum((unsigned char)*k) || *k == '-' || *k == '_')) {
+                fprintf(stderr, "moontail: %s:%d: '%s' is not an option name\n", path, line_no,
+                        key);
+                goto fail;
+            }
+        if (!*key || n + 2 >= cap - (*argc - at)) {
+            fprintf(stderr, "moontail: %s:%d: %s\n", path, line_no,
+                    *key ? "too many options" : "an option name is missing");
+            goto fail;
+        }
+        if (strcmp(value, "false") == 0) continue; /* a flag left off */
+        char *opt = malloc(strlen(key) + 3);
+        if (!opt) goto fail;
+        sprintf(opt, "--%s", key);
+        for (char *k = opt; *k; k++)
+            if (*k == '_') *k = '-';
+        out[n++] = opt;
+        if (strcmp(value, "true") != 0) out[n++] = strdup(value);
+    }
+    for (int i = at + 2; i < *argc; i++) out[n++] = (*argv)[i];
+    out[n] = NULL;
+    /* the strings stay allocated for the life of the process, like argv */
+    *argc = n;
+    *argv = out;
+    return 0;
+fail:
+    free(out);
+    return -1;
+}
