@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] = "usage: moontail status --registry URL [--json]\n"
+static const char usage[] = "usage: moontail status [--registry URL] [--token-file F] [--json]\n"
+                            "       (default: the registry and account of 'moontail setup')\n"
                             "\n"
                             "  --registry URL   the registry (e.g. http://127.0.0.1:8470)\n"
                             "  --token-file F   also show this account's credits\n"
