@@ -45,11 +45,14 @@ typedef struct mt_route_peer {
 } mt_route_peer;
 
 typedef struct mt_route_config {
-    const char *head;     /* local shard (or whole model) with the head */
-    const char *backbone; /* local shard with attention of layers [0, a); NULL: none. May be
-                             the same file as head (loaded once) */
-    mt_proto_dtype wire;  /* dtype of hidden states and expert rows on the network */
-    const mt_keys *keys;  /* the requester's identity */
+    const char *head;           /* local shard (or whole model) with the head */
+    const mt_model *head_model; /* optional: that file already loaded (borrowed, must outlive the
+                                   route), so that a requester changing routes keeps one model
+                                   and the vocabulary it made from it */
+    const char *backbone;       /* local shard with attention of layers [0, a); NULL: none. May be
+                                   the same file as head (loaded once) */
+    mt_proto_dtype wire;        /* dtype of hidden states and expert rows on the network */
+    const mt_keys *keys;        /* the requester's identity */
     const mt_route_peer *stages;
     int n_stages;
     const mt_route_peer *experts; /* expert servers for the backbone's MoE layers */

@@ -26,6 +26,8 @@ struct mt_requester {
     char head_path[600], backbone_path[600];
     bool swarm;
     json_t *route_json;
+    mt_model *head_model; /* loaded once: every route borrows it (and the caller's vocabulary
+                             made from it stays valid across failovers) */
     mt_route *route;
     mt_route_session *s;
     int32_t n_ctx;
@@ -222,8 +224,10 @@ static int open_route(mt_requester *q, mt_error *err) {
     int n_stages = 0, n_experts = 0;
     int rc = peers_of(json_object_get(out, "stages"), &stages, &n_stages, err);
     if (rc == 0) rc = peers_of(json_object_get(out, "experts"), &experts, &n_experts, err);
+    if (rc == 0 && !q->head_model && !(q->head_model = mt_model_load(path, err))) rc = -1;
     if (rc == 0) {
         mt_route_config c = {.head = path,
+                             .head_model = q->head_model,
                              .backbone = q->swarm ? path : NULL,
                              .wire = q->cfg.wire,
                              .keys = &q->keys,
@@ -310,6 +314,7 @@ void mt_requester_close(mt_requester *q) {
     ticket_call(q, "done");
     if (q->s) mt_route_session_end(q->route, q->s);
     mt_route_close(q->route);
+    mt_model_free(q->head_model);
     json_decref(q->route_json);
     mt_keys_wipe(&q->keys);
     free(q->registry);

@@ -31,6 +31,7 @@ struct mt_route {
     mt_proto_dtype wire;
     int ubatch, timeout_ms, call_timeout_ms;
     mt_model *head;
+    bool head_borrowed; /* cfg->head_model: the caller frees it */
     mt_model *backbone; /* == head when the same file; NULL: none */
     int32_t local_end;  /* the backbone runs layers [0, local_end) */
     char source_id[MT_SHARD_HASH_HEX];
@@ -202,7 +203,12 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
         mt_error_set(err, "unknown wire dtype %d", (int)cfg->wire);
         goto fail;
     }
-    if (!(r->head = mt_model_load(cfg->head, err))) goto fail;
+    if (cfg->head_model) {
+        r->head = (mt_model *)cfg->head_model; /* borrowed: never freed here */
+        r->head_borrowed = true;
+    } else if (!(r->head = mt_model_load(cfg->head, err))) {
+        goto fail;
+    }
     if (!r->head->has_head) {
         mt_error_set(err, "%s does not hold the head (token embeddings and output)", cfg->head);
         goto fail;
@@ -304,7 +310,7 @@ void mt_route_close(mt_route *r) {
     free(r->hops);
     mt_pool_free(r->pool);
     if (r->backbone != r->head) mt_model_free(r->backbone);
-    mt_model_free(r->head);
+    if (!r->head_borrowed) mt_model_free(r->head);
     mt_keys_wipe(&r->keys);
     pthread_mutex_destroy(&r->lock);
     free(r);
