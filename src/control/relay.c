@@ -408,15 +408,13 @@ static void accept_hellos(mt_relay *r) {
          * nodes from connecting (a real hello takes one round trip) */
         hello_conn *h = NULL;
         if (r->n_hellos >= MAX_HELLOS) {
-            for (int i = 0; i < r->n_hellos; i++)
-                if (r->hellos[i].fd >= 0 && (!h || r->hellos[i].deadline < h->deadline))
+            /* a slot freed this round if there is one, else the oldest */
+            for (int i = 0; i < r->n_hellos && !(h && h->fd < 0); i++)
+                if (r->hellos[i].fd < 0 || !h || r->hellos[i].deadline < h->deadline)
                     h = &r->hellos[i];
-            if (!h) { /* every slot closed this round already: they go in the sweep */
-                refuse(r, fd, "%d connections are in their hello already", MAX_HELLOS);
-                continue;
-            }
-            refuse(r, h->fd, "%d connections in their hello: closed the oldest (%s)", MAX_HELLOS,
-                   h->peer);
+            if (h->fd >= 0)
+                refuse(r, h->fd, "%d connections in their hello: closed the oldest (%s)",
+                       MAX_HELLOS, h->peer);
         } else {
             h = &r->hellos[r->n_hellos++];
         }
@@ -717,10 +715,13 @@ mt_relay *mt_relay_start(const mt_relay_config *cfg, mt_error *err) {
     } else {
         snprintf(r->public_host, sizeof r->public_host, "%s", r->bind_host);
     }
-    char probe[192];
-    snprintf(probe, sizeof probe, "%s:1", r->public_host);
+    char probe[192]; /* the WELCOME carries at most 127 bytes of HOST:PORT */
+    snprintf(probe, sizeof probe, "%s:65535", r->public_host);
     if (!relay_addr_ok(probe)) {
-        mt_error_set(err, "--relay-host '%s' is not a host name or IP address", r->public_host);
+        mt_error_set(err,
+                     "--relay-host '%s' is not a host name or IP address of at most 121"
+                     " characters",
+                     r->public_host);
         goto fail;
     }
     r->lfd = mt_listen_tcp(cfg->listen, err);
