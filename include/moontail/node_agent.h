@@ -16,7 +16,18 @@
  * request is waiting. It also serves the shards it holds to peers (HTTP,
  * GET /v1/shards/<name> with Range) so that the model is never downloaded
  * whole by anyone. If the registry is unreachable it keeps serving what it
- * has and retries; if the registry no longer knows it, it joins again. */
+ * has and retries; if the registry no longer knows it, it joins again.
+ *
+ * Behind NAT (docs/volunteers.md): with `tunnel` the agent supervises a
+ * tunnel program (tunnel.h) and registers the public address it prints; with
+ * `relay` it keeps a connection to the registry's relay (relay.h) and
+ * registers the public address the relay gives it. In both modes the node's
+ * own data-plane server listens on loopback only, the public address goes to
+ * the registry in every heartbeat ("addr"; a change after a tunnel restart or
+ * a relay reconnect reaches the registry within one heartbeat), the node
+ * reports no ready shard while that address is down (so it gets no routes),
+ * and it does not serve shard bytes to peers (it registers no shard server;
+ * peers fetch from others and from the registry's seed copy). */
 #ifndef MOONTAIL_NODE_AGENT_H
 #define MOONTAIL_NODE_AGENT_H
 
@@ -26,18 +37,22 @@
 #include <stdint.h>
 
 typedef struct mt_agent_config {
-    const char *registry;     /* "http://host:port" */
-    const char *token;        /* the account's token */
-    const char *key_path;     /* this node's secret key file (created if missing) */
-    const char *name;         /* shown in status (NULL: the host name) */
-    const char *listen;       /* data plane "host:port" (port 0: pick one once) */
-    const char *shard_listen; /* shard server "host:port" (NULL: same host, port 0) */
-    const char *data_dir;     /* where shards are kept (created if missing) */
-    int64_t capacity;         /* bytes of shard offered (<= 0: 70% of available RAM) */
-    double speed;             /* <= 0: measure (1.0 = 10 GB/s of reads) */
-    int threads;              /* compute threads (<= 0: all CPUs) */
-    int max_sessions;         /* <= 0: 64 */
-    int n_ctx;                /* <= 0: the node default */
+    const char *registry;       /* "http://host:port" */
+    const char *token;          /* the account's token */
+    const char *key_path;       /* this node's secret key file (created if missing) */
+    const char *name;           /* shown in status (NULL: the host name) */
+    const char *listen;         /* data plane "host:port" (port 0: pick one once) */
+    const char *shard_listen;   /* shard server "host:port" (NULL: same host, port 0) */
+    const char *data_dir;       /* where shards are kept (created if missing) */
+    int64_t capacity;           /* bytes of shard offered (<= 0: 70% of available RAM) */
+    double speed;               /* <= 0: measure (1.0 = 10 GB/s of reads) */
+    int threads;                /* compute threads (<= 0: all CPUs) */
+    int max_sessions;           /* <= 0: 64 */
+    int n_ctx;                  /* <= 0: the node default */
+    const char *tunnel;         /* tunnel command ({port}, {host}); NULL: none */
+    const char *tunnel_pattern; /* NULL: the default (tunnel.h) */
+    int tunnel_wait_ms;         /* first address within (<= 0: 60000) */
+    bool relay;                 /* reach peers through the registry's relay */
     bool quiet;
 } mt_agent_config;
 
@@ -58,7 +73,9 @@ typedef struct mt_agent_state {
     char role[16];
     int heartbeats, heartbeat_failures;
     char last_error[512];
-    char addr[160]; /* data plane address as registered */
+    char addr[160];    /* data plane address as registered (public in tunnel / relay mode) */
+    char local[160];   /* where the data-plane server listens */
+    int tunnel_starts; /* times the tunnel program was started */
 } mt_agent_state;
 
 void mt_agent_get_state(mt_agent *a, mt_agent_state *out);

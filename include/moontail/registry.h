@@ -18,7 +18,11 @@
  *   - hands requesters a route per session, avoiding nodes they report as
  *     failed, and refuses (swarm mode) accounts that have not volunteered;
  *   - meters work: token-layers and expert rows served per node (credited
- *     to the node's account), tokens used per account.
+ *     to the node's account), tokens used per account;
+ *   - optionally runs a relay (relay.h) for nodes behind NAT: they keep a
+ *     connection to it, authenticated with their node token, and peers reach
+ *     them through a public port of the relay; the relay copies the data
+ *     plane's encrypted bytes and never decrypts them.
  *
  * The HTTP API is described in docs/control-plane.md. */
 #ifndef MOONTAIL_REGISTRY_H
@@ -38,16 +42,21 @@ typedef struct mt_registry_config {
     const char *shard_dir; /* where cut shards are kept (created if missing) */
     const char *listen;    /* "host:port" (NULL: 127.0.0.1:8470; port 0 picks one) */
     mt_registry_mode mode;
-    int replicas;            /* copies of every layer/expert slice (<= 0: 2) */
-    int spares;              /* hot spares (< 0: 1 in cell mode, 0 in swarm mode) */
-    int heartbeat_ms;        /* what nodes are told (<= 0: 1000) */
-    int dead_after_ms;       /* silence that makes a node dead (<= 0: 5000) */
-    int cert_minutes;        /* validity of issued certificates (<= 0: 60) */
-    const char *admin_token; /* needed to create accounts; NULL: anyone may (swarm sign-up) */
-    bool require_volunteer;  /* swarm: only accounts that volunteered may get routes */
-    int64_t capacity_limit;  /* testing aid: cap every node's offered capacity (0: none) */
-    int max_active;          /* requests holding routes at once; more wait in line (0: no limit) */
-    int ticket_ttl_ms;       /* a request not heard of for this long is dropped (<= 0: 30000) */
+    int replicas;             /* copies of every layer/expert slice (<= 0: 2) */
+    int spares;               /* hot spares (< 0: 1 in cell mode, 0 in swarm mode) */
+    int heartbeat_ms;         /* what nodes are told (<= 0: 1000) */
+    int dead_after_ms;        /* silence that makes a node dead (<= 0: 5000) */
+    int cert_minutes;         /* validity of issued certificates (<= 0: 60) */
+    const char *admin_token;  /* needed to create accounts; NULL: anyone may (swarm sign-up) */
+    bool require_volunteer;   /* swarm: only accounts that volunteered may get routes */
+    int64_t capacity_limit;   /* testing aid: cap every node's offered capacity (0: none) */
+    const char *relay_listen; /* run a relay: where nodes connect ("HOST:PORT"); NULL: none */
+    const char *relay_host;   /* the name nodes and peers reach the relay at (NULL: the host
+                                 of relay_listen) */
+    int relay_port_lo, relay_port_hi; /* public ports for relayed nodes (0, 0: any free port) */
+    int relay_max_conns;              /* relayed connections per node (<= 0: 64) */
+    int max_active;    /* requests holding routes at once; more wait in line (0: no limit) */
+    int ticket_ttl_ms; /* a request not heard of for this long is dropped (<= 0: 30000) */
     bool quiet;
 } mt_registry_config;
 
@@ -62,5 +71,7 @@ void mt_registry_stop(mt_registry *r);
 const char *mt_registry_url(const mt_registry *r);
 /* The registry's public key (hex), the authority nodes trust. */
 const char *mt_registry_pubkey_hex(const mt_registry *r);
+/* "HOST:PORT" of the relay nodes connect to, or NULL when there is none. */
+const char *mt_registry_relay_addr(const mt_registry *r);
 
 #endif

@@ -1,7 +1,8 @@
 /* cmd_node_agent.c - `moontail node --registry URL`: a node that joins a
  * registry and serves whatever shard it is assigned (node_agent.h), until
- * SIGINT or SIGTERM. Prints "listening on ADDR" (the data plane) on stdout
- * once joined; progress and changes go to stderr. */
+ * SIGINT or SIGTERM. Prints "listening on ADDR" (the data plane as peers
+ * reach it: with --tunnel or --relay the public address) on stdout once
+ * joined; progress and changes go to stderr. */
 #include "cli.h"
 #include "moontail/node_agent.h"
 
@@ -23,7 +24,18 @@ static const char usage[] =
     "  --key KEYFILE         this node's identity (default ./node.key; created if missing)\n"
     "  --data DIR            where shards are kept (default ./moontail-data)\n"
     "  --listen ADDR         data plane address peers reach (default 127.0.0.1:7411;\n"
-    "                        :0 picks a port once)\n"
+    "                        :0 picks a port once); with --tunnel or --relay, where the\n"
+    "                        node's own server listens on loopback\n"
+    "  --tunnel \"COMMAND\"    behind NAT: run COMMAND (/bin/sh -c; {port} and {host} become\n"
+    "                        the loopback data-plane port and host), register the public\n"
+    "                        address it prints, restart it with backoff when it exits,\n"
+    "                        e.g. --tunnel \"bore local {port} --to bore.pub\"\n"
+    "  --tunnel-pattern RE   the line giving the address: a PCRE2 regular expression whose\n"
+    "                        first capture group is HOST:PORT (default: a HOST:PORT or\n"
+    "                        tcp://HOST:PORT standing on its own)\n"
+    "  --tunnel-wait-s N     how long to wait for the first address (default 60)\n"
+    "  --relay               behind NAT without a tunnel program: peers reach this node\n"
+    "                        through the registry's relay (it must run --relay-listen)\n"
     "  --shard-listen ADDR   where peers fetch shards from (default: same host, any port)\n"
     "  --name NAME           shown in status (default: host name)\n"
     "  --capacity-mb N       shard bytes offered (default 70% of available RAM)\n"
@@ -37,7 +49,9 @@ int cmd_node_agent(int argc, char **argv) {
                *name = NULL;
     int64_t capacity_mb = 0, max_sessions = 0, ctx = 0, threads = 0;
     float speed = 0;
-    bool quiet = false;
+    const char *tunnel = NULL, *tunnel_pattern = NULL;
+    int64_t tunnel_wait_s = 60;
+    bool quiet = false, relay = false;
     const cli_opt opts[] = {
         {"--registry", CLI_STRING, &registry, 0, 0},
         {"--token", CLI_STRING, &token, 0, 0},
@@ -52,6 +66,10 @@ int cmd_node_agent(int argc, char **argv) {
         {"--max-sessions", CLI_INT, &max_sessions, 1, 1 << 20},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
         {"--threads", CLI_INT, &threads, 1, 1024},
+        {"--tunnel", CLI_STRING, &tunnel, 0, 0},
+        {"--tunnel-pattern", CLI_STRING, &tunnel_pattern, 0, 0},
+        {"--tunnel-wait-s", CLI_INT, &tunnel_wait_s, 1, 3600},
+        {"--relay", CLI_FLAG, &relay, 0, 0},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
@@ -59,6 +77,14 @@ int cmd_node_agent(int argc, char **argv) {
     if (prc) return prc > 0 ? 0 : 2;
     if (!registry) {
         fprintf(stderr, "moontail node: --registry URL is required here\n");
+        return 2;
+    }
+    if (tunnel && relay) {
+        fprintf(stderr, "moontail node: --tunnel and --relay: choose one\n");
+        return 2;
+    }
+    if (tunnel_pattern && !tunnel) {
+        fprintf(stderr, "moontail node: --tunnel-pattern needs --tunnel \"COMMAND\"\n");
         return 2;
     }
     if (speed < 0) {
@@ -81,6 +107,10 @@ int cmd_node_agent(int argc, char **argv) {
                          .threads = (int)threads,
                          .max_sessions = (int)max_sessions,
                          .n_ctx = (int)ctx,
+                         .tunnel = tunnel,
+                         .tunnel_pattern = tunnel_pattern,
+                         .tunnel_wait_ms = (int)tunnel_wait_s * 1000,
+                         .relay = relay,
                          .quiet = quiet};
     mt_error err = {{0}};
     mt_agent *a = mt_agent_start(&c, &err);

@@ -1,6 +1,8 @@
 /* cmd_registry.c - `moontail registry`: runs the control plane
- * (registry.h) until SIGINT or SIGTERM. Prints "listening on URL" on stdout
- * once it answers; placement changes and joins go to stderr. */
+ * (registry.h), and with --relay-listen the relay for nodes behind NAT
+ * (relay.h), until SIGINT or SIGTERM. Prints "relay on HOST:PORT" (with a
+ * relay) and "listening on URL" on stdout once it answers; placement
+ * changes and joins go to stderr. */
 #include "cli.h"
 #include "moontail/registry.h"
 
@@ -33,12 +35,21 @@ static const char usage[] =
     "  --require-volunteer   swarm: only accounts that served may get routes\n"
     "  --max-active N        requests running at once; more wait in line, told their\n"
     "                        place (default 0: no limit)\n"
+    "  --relay-listen ADDR   run a relay for nodes behind NAT (`node --relay`): they\n"
+    "                        connect here, e.g. 0.0.0.0:8471\n"
+    "  --relay-ports LO-HI   public ports handed to relayed nodes, one each (default:\n"
+    "                        any free port); open them in the firewall\n"
+    "  --relay-host NAME     the name or address nodes and peers reach this machine at\n"
+    "                        (default: the host of --relay-listen; needed with 0.0.0.0)\n"
+    "  --relay-max-conns N   relayed connections per node (default 64)\n"
     "  --quiet               no log lines on stderr\n";
 
 int cmd_registry(int argc, char **argv) {
     const char *model = NULL, *mode = "cell", *db = "registry.db", *key = "registry.key",
                *shards = "registry-shards", *listen = "127.0.0.1:8470", *admin_file = NULL;
     int64_t replicas = 2, spares = -1, hb = 1000, dead = 5000, cert_minutes = 60, max_active = 0;
+    const char *relay_listen = NULL, *relay_ports = NULL, *relay_host = NULL;
+    int64_t relay_max_conns = 64;
     bool require_volunteer = false, quiet = false;
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
@@ -55,6 +66,10 @@ int cmd_registry(int argc, char **argv) {
         {"--admin-token-file", CLI_STRING, &admin_file, 0, 0},
         {"--require-volunteer", CLI_FLAG, &require_volunteer, 0, 0},
         {"--max-active", CLI_INT, &max_active, 0, 1 << 20},
+        {"--relay-listen", CLI_STRING, &relay_listen, 0, 0},
+        {"--relay-ports", CLI_STRING, &relay_ports, 0, 0},
+        {"--relay-host", CLI_STRING, &relay_host, 0, 0},
+        {"--relay-max-conns", CLI_INT, &relay_max_conns, 1, 4096},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
@@ -71,6 +86,22 @@ int cmd_registry(int argc, char **argv) {
     if (dead <= hb) {
         fprintf(stderr, "moontail registry: --dead-after-ms must exceed --heartbeat-ms\n");
         return 2;
+    }
+    int port_lo = 0, port_hi = 0;
+    if ((relay_ports || relay_host) && !relay_listen) {
+        fprintf(stderr, "moontail registry: --relay-ports and --relay-host need --relay-listen\n");
+        return 2;
+    }
+    if (relay_ports) {
+        char tail = 0;
+        if (sscanf(relay_ports, "%d-%d%c", &port_lo, &port_hi, &tail) != 2 || port_lo < 1 ||
+            port_hi > 65535 || port_lo > port_hi) {
+            fprintf(stderr,
+                    "moontail registry: --relay-ports expects LO-HI with 1 <= LO <= HI <= 65535"
+                    " (e.g. 47000-47999), got '%s'\n",
+                    relay_ports);
+            return 2;
+        }
     }
     char *admin = NULL;
     if (admin_file && !(admin = cli_token("registry", NULL, admin_file))) return 2;
@@ -91,6 +122,11 @@ int cmd_registry(int argc, char **argv) {
                             .admin_token = admin,
                             .require_volunteer = require_volunteer,
                             .max_active = (int)max_active,
+                            .relay_listen = relay_listen,
+                            .relay_host = relay_host,
+                            .relay_port_lo = port_lo,
+                            .relay_port_hi = port_hi,
+                            .relay_max_conns = (int)relay_max_conns,
                             .quiet = quiet};
     mt_error err = {{0}};
     mt_registry *r = mt_registry_start(&c, &err);
@@ -102,6 +138,7 @@ int cmd_registry(int argc, char **argv) {
     if (!quiet)
         fprintf(stderr, "moontail registry: %s mode, %lld replicas, key %s\n", mode,
                 (long long)replicas, mt_registry_pubkey_hex(r));
+    if (mt_registry_relay_addr(r)) printf("relay on %s\n", mt_registry_relay_addr(r));
     printf("listening on %s\n", mt_registry_url(r));
     fflush(stdout);
     int sig = 0;

@@ -1,15 +1,19 @@
 /* node_agent.c - a node driven by the registry (node_agent.h): join,
  * heartbeats, background shard fetches, (re)starting the data-plane server
  * with the assigned shard and partners, draining, and serving held shards
- * to peers. */
+ * to peers; behind NAT, a tunnel program or the registry's relay gives it
+ * the public address it registers. */
 #include "moontail/node_agent.h"
 #include "moontail/http.h"
 #include "moontail/hwinfo.h"
 #include "moontail/keys.h"
 #include "moontail/node.h"
 #include "moontail/progress.h"
+#include "moontail/relay.h"
 #include "moontail/shard_fetch.h"
 #include "moontail/transport.h"
+#include "moontail/tunnel.h"
+#include "relay_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -34,11 +38,18 @@ struct mt_agent {
     mt_agent_config cfg;
     char *registry, *token, *key_path, *data_dir;
     char name[64];
+    char log_name[80];    /* "node NAME", prefix of the tunnel's and relay's log lines */
     char listen[160];     /* data plane, fixed port */
     char shard_addr[160]; /* shard server as bound */
     mt_keys keys;
     mt_keys_authorized *auth;
-    mt_http_server *shards;
+    mt_http_server *shards; /* NULL in tunnel / relay mode */
+    mt_tunnel *tunnel;
+    mt_relay_client *relay;
+    bool nat;              /* tunnel or relay mode */
+    char public_addr[160]; /* tunnel / relay: the address registered last */
+    bool public_up;        /* tunnel / relay: the address works now */
+    char relay_addr[160];  /* the registry's relay, from its join answer */
     mt_hwinfo hw;
     double speed;
     int64_t capacity;
@@ -85,9 +96,11 @@ static void say(mt_agent *a, const char *fmt, ...) {
     if (a->cfg.quiet) return;
     va_list ap;
     va_start(ap, fmt);
+    flockfile(stderr); /* one whole line even when threads log at once */
     fprintf(stderr, "node %s: ", a->name);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    funlockfile(stderr);
     va_end(ap);
 }
 
@@ -278,8 +291,13 @@ static int join(mt_agent *a, mt_error *err) {
                            a->hw.simd, "gpu", a->hw.gpu, "vram", (json_int_t)a->hw.vram);
     char pk[MT_KEYS_HEX_SIZE];
     mt_keys_pk_to_hex(a->keys.pk, pk);
+    /* relay mode joins before it has a public address: the first heartbeat brings it */
+    pthread_mutex_lock(&a->lock);
+    char addr[160];
+    snprintf(addr, sizeof addr, "%s", a->public_addr[0] ? a->public_addr : a->listen);
+    pthread_mutex_unlock(&a->lock);
     json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:f}", "name", a->name, "pubkey", pk,
-                             "addr", a->listen, "shard_addr", a->shard_addr, "hw", hw, "capacity",
+                             "addr", addr, "shard_addr", a->shard_addr, "hw", hw, "capacity",
                              (json_int_t)a->capacity, "speed", a->speed);
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes", a->registry);
@@ -289,7 +307,7 @@ static int join(mt_agent *a, mt_error *err) {
     int rc = -1;
     json_t *id = json_object_get(out, "node_id"), *tok = json_object_get(out, "token"),
            *rk = json_object_get(out, "registry_key"), *cert = json_object_get(out, "cert"),
-           *hbms = json_object_get(out, "heartbeat_ms");
+           *hbms = json_object_get(out, "heartbeat_ms"), *relay = json_object_get(out, "relay");
     uint8_t rpk[MT_KEYS_PUBLIC_BYTES], cb[MT_CERT_BYTES];
     size_t cl = 0;
     if (st != 201) {
@@ -320,6 +338,11 @@ static int join(mt_agent *a, mt_error *err) {
         /* a join starts the node's counters at 0 in the registry: report the
          * work it was not credited for yet, not again what it was */
         a->joined = a->credited;
+        if (json_is_string(relay) && relay_addr_ok(json_string_value(relay)))
+            snprintf(a->relay_addr, sizeof a->relay_addr, "%s", json_string_value(relay));
+        else
+            a->relay_addr[0] = 0;
+        if (a->relay) mt_relay_client_set_auth(a->relay, a->node_id, a->node_token);
         pthread_mutex_unlock(&a->lock);
         if (rc == 0) say(a, "joined %s as node %lld", a->registry, (long long)a->node_id);
     }
@@ -352,13 +375,32 @@ static void heartbeat(mt_agent *a) {
         a->tok_per_s = (double)(total.served_tokens - a->last_tokens) / (t - a->last_tok_time);
     a->last_tok_time = t;
     a->last_tokens = total.served_tokens;
+    /* tunnel / relay: the public address now; while it is down, no ready shard (no routes) */
+    char pub[160] = "";
+    if (a->tunnel) mt_tunnel_addr(a->tunnel, pub, sizeof pub);
+    if (a->relay) mt_relay_client_addr(a->relay, pub, sizeof pub);
+    if (a->nat) {
+        if (pub[0] && strcmp(pub, a->public_addr) != 0) {
+            say(a, "public address now %s (was %s); telling the registry", pub,
+                a->public_addr[0] ? a->public_addr : "none");
+            snprintf(a->public_addr, sizeof a->public_addr, "%s", pub);
+        } else if (pub[0] && !a->public_up) {
+            say(a, "public address %s is back", pub);
+        } else if (!pub[0] && a->public_up) {
+            say(a, "public address %s is down; this node takes no routes until it is back",
+                a->public_addr);
+        }
+        a->public_up = pub[0] != 0;
+    }
     json_t *body = json_pack(
-        "{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:f}, s:I}", "ready_shard", a->serving, "served",
-        "token_layers", (json_int_t)(total.served_token_layers - a->joined.served_token_layers),
-        "expert_rows", (json_int_t)(total.served_expert_rows - a->joined.served_expert_rows),
-        "tokens", (json_int_t)(total.served_tokens - a->joined.served_tokens), "load", "queue",
-        s.queued, "sessions", s.sessions, "tok_per_s", a->tok_per_s, "cert_expires",
+        "{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:f}, s:I}", "ready_shard",
+        !a->nat || a->public_up ? a->serving : "", "served", "token_layers",
+        (json_int_t)(total.served_token_layers - a->joined.served_token_layers), "expert_rows",
+        (json_int_t)(total.served_expert_rows - a->joined.served_expert_rows), "tokens",
+        (json_int_t)(total.served_tokens - a->joined.served_tokens), "load", "queue", s.queued,
+        "sessions", s.sessions, "tok_per_s", a->tok_per_s, "cert_expires",
         (json_int_t)a->cert_expires);
+    if (a->nat && a->public_addr[0]) json_object_set_new(body, "addr", json_string(a->public_addr));
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes/%lld/heartbeat", a->registry, (long long)a->node_id);
     char token[65];
@@ -485,6 +527,80 @@ static int fix_listen(mt_agent *a, const char *listen, mt_error *err) {
     return 0;
 }
 
+/* Tunnel and relay modes: the node's own server must stay on loopback. */
+static int check_loopback(const char *listen, mt_error *err) {
+    const char *colon = strrchr(listen, ':');
+    size_t hl = colon ? (size_t)(colon - listen) : 0;
+    if (colon && (hl == 0 || (hl >= 4 && strncmp(listen, "127.", 4) == 0) ||
+                  (hl == 9 && strncmp(listen, "localhost", 9) == 0) ||
+                  (hl == 5 && strncmp(listen, "[::1]", 5) == 0)))
+        return 0;
+    return mt_error_set(err,
+                        "--listen %s: with --tunnel or --relay the node's own server stays on"
+                        " loopback (peers reach it through the tunnel or the relay); use"
+                        " 127.0.0.1:PORT or 127.0.0.1:0",
+                        listen);
+}
+
+/* The tunnel or the relay client has a new public address (or lost it): heartbeat now. */
+static void on_public_change(void *ctx) {
+    mt_agent *a = ctx;
+    pthread_mutex_lock(&a->lock);
+    pthread_cond_broadcast(&a->wake);
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* Starts the tunnel program and waits for its first address (before joining). */
+static int start_tunnel(mt_agent *a, mt_error *err) {
+    const char *colon = strrchr(a->listen, ':');
+    char host[128];
+    snprintf(host, sizeof host, "%.*s", (int)(colon - a->listen), a->listen);
+    mt_tunnel_config tc = {.command = a->cfg.tunnel,
+                           .pattern = a->cfg.tunnel_pattern,
+                           .local_host = host,
+                           .local_port = atoi(colon + 1),
+                           .on_change = on_public_change,
+                           .ctx = a,
+                           .log_name = a->log_name,
+                           .quiet = a->cfg.quiet};
+    a->tunnel = mt_tunnel_start(&tc, err);
+    if (!a->tunnel) return -1;
+    char pub[160];
+    int wait_ms = a->cfg.tunnel_wait_ms > 0 ? a->cfg.tunnel_wait_ms : 60000;
+    if (mt_tunnel_wait(a->tunnel, wait_ms, pub, sizeof pub, err)) return -1;
+    snprintf(a->public_addr, sizeof a->public_addr, "%s", pub);
+    a->public_up = true;
+    return 0;
+}
+
+/* Connects to the registry's relay (after joining) and waits for the public address. */
+static int start_relay(mt_agent *a, mt_error *err) {
+    if (!a->relay_addr[0])
+        return mt_error_set(err,
+                            "the registry at %s runs no relay (its operator starts one with"
+                            " `moontail registry --relay-listen HOST:PORT`); use --tunnel"
+                            " \"COMMAND\" or a --listen address that peers can reach",
+                            a->registry);
+    mt_relay_client_config rc = {.relay = a->relay_addr,
+                                 .local = a->listen,
+                                 .node_id = a->node_id,
+                                 .token = a->node_token,
+                                 .on_change = on_public_change,
+                                 .ctx = a,
+                                 .log_name = a->log_name,
+                                 .quiet = a->cfg.quiet};
+    a->relay = mt_relay_client_start(&rc, err);
+    if (!a->relay) return -1;
+    char pub[160];
+    int wait_ms = a->cfg.tunnel_wait_ms > 0 ? a->cfg.tunnel_wait_ms : 60000;
+    if (mt_relay_client_wait(a->relay, wait_ms, pub, sizeof pub, err)) return -1;
+    pthread_mutex_lock(&a->lock);
+    snprintf(a->public_addr, sizeof a->public_addr, "%s", pub);
+    a->public_up = true;
+    pthread_mutex_unlock(&a->lock);
+    return 0;
+}
+
 static int load_or_make_key(mt_agent *a, mt_error *err) {
     struct stat sb;
     if (stat(a->key_path, &sb) == 0) return mt_keys_load(&a->keys, a->key_path, err);
@@ -506,6 +622,7 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
         return NULL;
     }
     a->cfg = *cfg;
+    a->nat = cfg->tunnel || cfg->relay;
     a->registry = strdup(cfg->registry);
     size_t rl = strlen(a->registry);
     while (rl > 0 && a->registry[rl - 1] == '/') a->registry[--rl] = 0;
@@ -524,7 +641,14 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
         mt_error_set(err, "data directory %s: %s", a->data_dir, strerror(errno));
         goto fail;
     }
-    if (load_or_make_key(a, err) || fix_listen(a, cfg->listen, err)) goto fail;
+    if (cfg->tunnel && cfg->relay) {
+        mt_error_set(err, "--tunnel and --relay: choose one way for peers to reach this node");
+        goto fail;
+    }
+    if ((a->nat && check_loopback(cfg->listen, err)) || load_or_make_key(a, err) ||
+        fix_listen(a, cfg->listen, err))
+        goto fail;
+    snprintf(a->log_name, sizeof a->log_name, "node %s", a->name);
     a->auth = mt_keys_authorized_new();
     if (!a->auth) {
         mt_error_set(err, "out of memory");
@@ -541,12 +665,22 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
         const char *colon = strrchr(a->listen, ':');
         snprintf(sl, sizeof sl, "%.*s:0", (int)(colon - a->listen), a->listen);
     }
-    a->shards = mt_http_server_start(sl, 2, 4096, shard_handler, a, err);
-    if (!a->shards) goto fail;
-    snprintf(a->shard_addr, sizeof a->shard_addr, "%s", mt_http_server_addr(a->shards));
+    /* behind NAT peers could not reach a shard server: none is registered */
+    if (!a->nat) {
+        a->shards = mt_http_server_start(sl, 2, 4096, shard_handler, a, err);
+        if (!a->shards) goto fail;
+        snprintf(a->shard_addr, sizeof a->shard_addr, "%s", mt_http_server_addr(a->shards));
+    }
     say(a, "%.1f GB offered, speed %.2f (%.1f GB/s reads), %d cores, %s", a->capacity / 1e9,
         a->speed, a->speed * 10, a->hw.cores, a->hw.simd);
+    if (cfg->tunnel && start_tunnel(a, err)) goto fail;
     if (join(a, err)) goto fail;
+    if (cfg->relay && start_relay(a, err)) goto fail;
+    if (a->nat)
+        say(a,
+            "own server on %s (loopback); peers reach it at %s through the %s; it serves no"
+            " shard bytes to peers",
+            a->listen, a->public_addr, a->tunnel ? "tunnel" : "relay");
     if (pthread_create(&a->hb_thread, NULL, hb_main, a) != 0) {
         mt_error_set(err, "cannot start the heartbeat thread");
         goto fail;
@@ -569,6 +703,9 @@ void mt_agent_stop(mt_agent *a) {
     pthread_mutex_lock(&a->lock);
     stop_node(a);
     pthread_mutex_unlock(&a->lock);
+    /* without a->lock: their threads call on_public_change, which takes it */
+    if (a->tunnel) mt_tunnel_stop(a->tunnel);
+    if (a->relay) mt_relay_client_stop(a->relay);
     if (a->shards) mt_http_server_stop(a->shards);
     if (a->auth) mt_keys_authorized_free(a->auth);
     json_decref(a->sources);
@@ -594,6 +731,8 @@ void mt_agent_get_state(mt_agent *a, mt_agent_state *o) {
     o->heartbeats = a->heartbeats;
     o->heartbeat_failures = a->failures;
     snprintf(o->last_error, sizeof o->last_error, "%s", a->last_error);
-    snprintf(o->addr, sizeof o->addr, "%s", a->listen);
+    snprintf(o->addr, sizeof o->addr, "%s", a->nat ? a->public_addr : a->listen);
+    snprintf(o->local, sizeof o->local, "%s", a->listen);
     pthread_mutex_unlock(&a->lock);
+    o->tunnel_starts = a->tunnel ? mt_tunnel_starts(a->tunnel) : 0;
 }

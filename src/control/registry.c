@@ -1,9 +1,11 @@
 /* registry.c - the registry's life cycle (registry.h): database, identity,
- * model layout, HTTP server, and the placement thread that re-places shards
- * when nodes come, go, or pause. */
+ * model layout, HTTP server, the placement thread that re-places shards
+ * when nodes come, go, or pause, and the relay for nodes behind NAT (which
+ * asks here whether a node's proof matches its token). */
 #include "registry_internal.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +85,42 @@ static void *ticker(void *arg) {
     return NULL;
 }
 
+/* The relay's check of a control hello: the proof must be keyed with this
+ * node's token (the database keeps its BLAKE2b hash, which is the key). */
+static int relay_auth(void *ctx, int64_t node_id, const uint8_t challenge[MT_RELAY_CHALLENGE_BYTES],
+                      const uint8_t proof[32], char *why, size_t why_size) {
+    mt_registry *r = ctx;
+    char hash[65] = "";
+    pthread_mutex_lock(&r->lock);
+    sqlite3_stmt *st = reg_db_prepare(r, NULL, "SELECT token_hash FROM nodes WHERE id = ?");
+    if (st) {
+        sqlite3_bind_int64(st, 1, node_id);
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+            snprintf(hash, sizeof hash, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&r->lock);
+    uint8_t key[32], want[32];
+    size_t kl = 0;
+    if (!hash[0] || sodium_hex2bin(key, sizeof key, hash, strlen(hash), NULL, &kl, NULL) != 0 ||
+        kl != sizeof key) {
+        snprintf(why, why_size,
+                 "node %lld is not known to this registry; restart the node so that it joins"
+                 " again",
+                 (long long)node_id);
+        return -1;
+    }
+    mt_relay_proof(key, challenge, node_id, want);
+    if (sodium_memcmp(want, proof, sizeof want) != 0) {
+        snprintf(why, why_size,
+                 "node %lld: the proof does not match its current node token (it may have"
+                 " joined again since); restart the node",
+                 (long long)node_id);
+        return -1;
+    }
+    return 0;
+}
+
 mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     if (!cfg->model || !cfg->db || !cfg->key || !cfg->shard_dir) {
         mt_error_set(err, "registry: the model, database, key file and shard directory are all"
@@ -110,6 +148,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     r->cfg.key = strdup(cfg->key);
     r->cfg.admin_token = cfg->admin_token ? strdup(cfg->admin_token) : NULL;
     r->cfg.listen = r->listen = strdup(cfg->listen ? cfg->listen : "127.0.0.1:8470");
+    r->cfg.relay_listen = r->cfg.relay_host = NULL; /* used only below, by the relay */
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     if (mkdir(r->shard_dir, 0755) != 0 && errno != EEXIST) {
@@ -122,6 +161,18 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     r->http = mt_http_server_start(r->listen, 4, 1 << 20, reg_api_handle, r, err);
     if (!r->http) goto fail;
     snprintf(r->url, sizeof r->url, "http://%s", mt_http_server_addr(r->http));
+    if (cfg->relay_listen) {
+        mt_relay_config rc = {.listen = cfg->relay_listen,
+                              .public_host = cfg->relay_host,
+                              .port_lo = cfg->relay_port_lo,
+                              .port_hi = cfg->relay_port_hi,
+                              .max_conns = cfg->relay_max_conns,
+                              .auth = relay_auth,
+                              .auth_ctx = r,
+                              .quiet = cfg->quiet};
+        r->relay = mt_relay_start(&rc, err);
+        if (!r->relay) goto fail;
+    }
     if (pthread_create(&r->ticker, NULL, ticker, r) != 0) {
         mt_error_set(err, "cannot start the placement thread");
         goto fail;
@@ -135,6 +186,7 @@ fail:
 
 void mt_registry_stop(mt_registry *r) {
     if (!r) return;
+    if (r->relay) mt_relay_stop(r->relay); /* before the database its checks read */
     if (r->http) mt_http_server_stop(r->http);
     pthread_mutex_lock(&r->lock);
     r->stopping = true;
@@ -164,4 +216,8 @@ const char *mt_registry_url(const mt_registry *r) {
 
 const char *mt_registry_pubkey_hex(const mt_registry *r) {
     return r->key_hex;
+}
+
+const char *mt_registry_relay_addr(const mt_registry *r) {
+    return r->relay ? mt_relay_addr(r->relay) : NULL;
 }

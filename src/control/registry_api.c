@@ -6,6 +6,7 @@
 #include "moontail/cert.h"
 #include "moontail/schedule.h"
 #include "registry_internal.h"
+#include "relay_internal.h"
 
 #include <sodium.h>
 #include <stdarg.h>
@@ -57,13 +58,10 @@ static int64_t int_field(json_t *body, const char *name, int64_t lo, int64_t hi,
     return json_integer_value(v);
 }
 
+/* HOST:PORT that peers can be handed: a host name or address (IPv6 in
+ * brackets) and a port in 1..65535. */
 static bool valid_addr(const char *a) {
-    const char *colon = strrchr(a, ':');
-    if (!colon || colon == a || !colon[1]) return false;
-    for (const char *p = colon + 1; *p; p++)
-        if (*p < '0' || *p > '9') return false;
-    int port = atoi(colon + 1);
-    return port > 0 && port < 65536;
+    return relay_addr_ok(a);
 }
 
 /* The node whose token hashes to h, or 0. */
@@ -298,6 +296,7 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
         json_pack("{s:I, s:s, s:s, s:s, s:i, s:s}", "node_id", (json_int_t)id, "token", token,
                   "registry_key", r->key_hex, "cert", cert, "heartbeat_ms", r->cfg.heartbeat_ms,
                   "mode", r->cfg.mode == MT_REGISTRY_SWARM ? "swarm" : "cell");
+    if (r->relay) json_object_set_new(resp->json, "relay", json_string(mt_relay_addr(r->relay)));
     free(cert);
     pthread_cond_broadcast(&r->wake);
 }
@@ -354,6 +353,13 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     if (id < 0) return;
     const char *ready = str_field(body, "ready_shard", 95, false, resp);
     if (!ready && resp->json) return;
+    /* a node behind a tunnel or the relay reports its public address, which may change */
+    const char *addr = str_field(body, "addr", 127, false, resp);
+    if (!addr && resp->json) return;
+    if (addr && !valid_addr(addr))
+        return mt_http_error(resp, 400,
+                             "field \"addr\" must be HOST:PORT (a host name or IP address, IPv6"
+                             " in brackets, and a port in 1..65535)");
     json_t *served = json_object_get(body, "served"), *load = json_object_get(body, "load");
     if (served && !json_is_object(served))
         return mt_http_error(resp, 400, "field \"served\" must be an object");
@@ -406,10 +412,23 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         sqlite3_bind_double(st, 9, tok_per_s);
         sqlite3_bind_int64(st, 10, id);
     }
-    if (!st || reg_db_step_done(r, st, &err) || reg_db_exec(r, &err, "COMMIT")) {
+    bool moved = addr && strcmp(addr, n.addr) != 0;
+    bool failed = !st || reg_db_step_done(r, st, &err);
+    if (!failed && moved) {
+        st = reg_db_prepare(r, &err, "UPDATE nodes SET addr = ? WHERE id = ?");
+        if (st) {
+            sqlite3_bind_text(st, 1, addr, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 2, id);
+        }
+        failed = !st || reg_db_step_done(r, st, &err);
+    }
+    if (failed || reg_db_exec(r, &err, "COMMIT")) {
         reg_db_exec(r, NULL, "ROLLBACK");
         return mt_http_error(resp, 500, "%s", err.msg);
     }
+    if (moved && !r->cfg.quiet)
+        fprintf(stderr, "registry: node %lld '%s' is now at %s (was %s)\n", (long long)id, n.name,
+                addr, n.addr);
     reg_node_get(r, id, &n);
     if (!was_alive) pthread_cond_broadcast(&r->wake); /* back: placement may use it again */
 

@@ -10,6 +10,7 @@
 #include "moontail/model.h"
 #include "moontail/placement.h"
 #include "moontail/registry.h"
+#include "moontail/relay.h"
 #include "moontail/shard.h"
 
 #include <jansson.h>
@@ -74,6 +75,7 @@ typedef struct reg_ticket {
 struct mt_registry {
     mt_registry_config cfg;
     char *db_path, *model_path, *shard_dir, *listen;
+    mt_relay *relay;      /* NULL unless relay_listen was given */
     pthread_mutex_t lock; /* the database and everything below */
     sqlite3 *db;
     mt_http_server *http;

@@ -14,6 +14,8 @@
 #                           `status` function prints (default 30 s); 1 on timeout
 # Background processes whose pids a script adds to `pids` are killed on exit;
 # a script may define extra_cleanup (run before the scratch dir goes).
+# KEEP_TMP=1 keeps the scratch directory (its path is printed) for a look at
+# the processes' logs after a failure.
 BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
 tmp=$(mktemp -d)
 pids=()
@@ -21,7 +23,7 @@ harness_cleanup() {
     for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
     if declare -F extra_cleanup >/dev/null; then extra_cleanup; fi
-    rm -rf "$tmp"
+    if [ -n "${KEEP_TMP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
 }
 trap harness_cleanup EXIT
 fails=0 checks=0
