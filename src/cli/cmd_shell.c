@@ -249,7 +249,10 @@ int cmd_shell(int argc, char **argv) {
             free(line);
             continue;
         }
-        if (tty) add_history(s);
+        if (tty)
+            add_history(s);
+        else
+            printf("you> %s\n", s); /* a transcript of a piped session reads like a terminal's */
         if (strcmp(s, "/quit") == 0 || strcmp(s, "/exit") == 0) {
             free(line);
             break;
