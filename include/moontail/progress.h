@@ -22,4 +22,10 @@ void mt_progress_init(mt_progress *p, FILE *out, const char *label);
 /* Reports done of total bytes at rate bytes/s (eta_s < 0: unknown). */
 void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s);
 
+/* Reads a file once, in order, so that the pages a model or shard maps are
+ * in memory before its first request (the first token would otherwise wait
+ * for the disk), reporting "label" progress on out (NULL: silently). Returns
+ * 0, or -1 when the file cannot be read (nothing else depends on it). */
+int mt_progress_warm(const char *path, const char *label, FILE *out);
+
 #endif

@@ -3,10 +3,12 @@
  * is generated on the fly (deterministic, so every machine gets the same). */
 #include "cli.h"
 #include "model_source.h"
+#include "moontail/progress.h"
 #include "moontail/synth_model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int cli_write_builtin_model(const char *path, mt_error *err) {
@@ -18,7 +20,17 @@ int cli_write_builtin_model(const char *path, mt_error *err) {
 }
 
 mt_model *cli_open_model(const char *path, mt_error *err) {
-    if (path) return mt_model_load(path, err);
+    if (path) {
+        /* a large model: read it in once with a progress bar, so that the wait is shown
+         * here and not hidden in the first token */
+        struct stat sb;
+        if (isatty(2) && stat(path, &sb) == 0 && sb.st_size > (256 << 20)) {
+            char label[300];
+            snprintf(label, sizeof label, "loading %.200s", path);
+            mt_progress_warm(path, label, stderr);
+        }
+        return mt_model_load(path, err);
+    }
     const char *dir = getenv("TMPDIR");
     char tmp[512];
     snprintf(tmp, sizeof tmp, "%s/moontail-default-XXXXXX", dir && *dir ? dir : "/tmp");

@@ -192,6 +192,9 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .threads = a->cfg.threads,
                         .quiet = a->cfg.quiet};
     pthread_mutex_unlock(&a->lock);
+    char label[96];
+    snprintf(label, sizeof label, "node %.30s: loading %.40s", a->name, name);
+    mt_progress_warm(path, label, a->cfg.quiet ? NULL : stderr);
     mt_node *n = mt_node_start(&c, err);
     pthread_mutex_lock(&a->lock);
     free(path);

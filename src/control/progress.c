@@ -1,7 +1,10 @@
 /* progress.c - progress bars on terminals, plain lines in logs (progress.h). */
 #include "moontail/progress.h"
 
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,4 +45,34 @@ void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double ra
     }
     fflush(p->out);
     if (last) p->finished = true;
+}
+
+int mt_progress_warm(const char *path, const char *label, FILE *out) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    const size_t chunk = 4u << 20;
+    char *buf = malloc(chunk);
+    if (!buf) {
+        close(fd);
+        return -1;
+    }
+    mt_progress p;
+    mt_progress_init(&p, out, label);
+    uint64_t total = (uint64_t)sb.st_size, done = 0;
+    double t0 = now_s();
+    ssize_t k;
+    while ((k = read(fd, buf, chunk)) > 0) {
+        done += (uint64_t)k;
+        double dt = now_s() - t0, rate = dt > 0 ? (double)done / dt : 0;
+        mt_progress_update(&p, done, total, rate, rate > 0 ? (double)(total - done) / rate : -1);
+    }
+    if (total == 0) mt_progress_update(&p, 0, 0, 0, -1);
+    free(buf);
+    close(fd);
+    return k < 0 ? -1 : 0;
 }
