@@ -28,6 +28,10 @@ static char *trim(char *s) {
     return s;
 }
 
+/* The expanded argv lives as long as the process, like the real one; kept
+ * here so that it stays reachable (leak checkers see it as in use). */
+static char **expanded;
+
 int cli_expand_config(int *argc, char ***argv) {
     int at = -1;
     for (int i = 1; i < *argc; i++)
@@ -52,6 +56,7 @@ int cli_expand_config(int *argc, char ***argv) {
         return -1;
     }
     for (int i = 0; i < at; i++) out[n++] = (*argv)[i];
+    const int first_own = n; /* out[first_own..) are strings made here until the command line's */
     int line_no = 0;
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -86,15 +91,17 @@ int cli_expand_config(int *argc, char ***argv) {
         for (char *k = opt; *k; k++)
             if (*k == '_') *k = '-';
         out[n++] = opt;
-        if (strcmp(value, "true") != 0) out[n++] = strdup(value);
+        if (strcmp(value, "true") != 0 && !(out[n++] = strdup(value))) goto fail;
     }
+    free(text);
     for (int i = at + 2; i < *argc; i++) out[n++] = (*argv)[i];
     out[n] = NULL;
-    /* the strings stay allocated for the life of the process, like argv */
     *argc = n;
-    *argv = out;
+    *argv = expanded = out;
     return 0;
 fail:
+    for (int i = first_own; i < n; i++) free(out[i]);
     free(out);
+    free(text);
     return -1;
 }
