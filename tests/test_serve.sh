@@ -26,15 +26,6 @@ if [ ! -f "$SRC/tests/api/node_modules/openai/package.json" ]; then
 fi
 cd "$tmp"
 
-# bg NAME CMD...: start in the background, wait for "listening on", set ADDR and PID
-bg() {
-    local name=$1
-    shift
-    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    PID=$!
-    pids+=("$PID")
-    wait_listening "$name" "$PID"
-}
 code() { curl -s -o "$tmp/body" -w '%{http_code}' "$@"; }
 
 M="$tmp/tiny.gguf"
@@ -61,15 +52,15 @@ STOP=${REF_TEXT:4:2}
 [ ${#REF_TEXT} -ge 8 ] && [ "$REF_COMPLETION" = $N ] && ok || bad "reference text too short: '$REF_TEXT'"
 
 # ---- servers: A (2 slots, context 256), L (2 requests a minute), C (1 slot, no queue, no keys)
-bg a "$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --parallel 2 --queue 8 \
+start_bg a "$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --parallel 2 --queue 8 \
     --ctx 256 -t 1
 URL=$ADDR
 A_PID=$PID
-bg l "$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --rate-limit 2/min -t 1
+start_bg l "$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --rate-limit 2/min -t 1
 LURL=$ADDR
 # C's model is larger (mkmodel's default sizes, ~5 ms a token) so that its long request stays busy
 "$BIN" mkmodel -o "$tmp/c.gguf" --readable >/dev/null || bad "mkmodel c"
-bg c "$BIN" serve --model "$tmp/c.gguf" --no-auth --listen 127.0.0.1:0 --parallel 1 --queue 0 -t 1 \
+start_bg c "$BIN" serve --model "$tmp/c.gguf" --no-auth --listen 127.0.0.1:0 --parallel 1 --queue 0 -t 1 \
     --model-name tiny-c
 CURL_C=$ADDR
 C_PID=$PID
@@ -167,20 +158,20 @@ expect 2 "expects N/min" "$BIN" serve --model "$M" --api-keys "$tmp/keys" --rate
 expect 1 "is a shard" bash -c "'$BIN' split '$M' --layers 0:1 -o '$tmp/part.gguf' >/dev/null && '$BIN' serve --model '$tmp/part.gguf' --no-auth --listen 127.0.0.1:0"
 
 # ---- the same API over a cell: a registry and two nodes, one replica
-bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
+start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
     --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 --listen 127.0.0.1:0 --quiet
 REG=$ADDR
 "$BIN" account new api --registry "$REG" -o "$tmp/api.token" >/dev/null 2>&1 || bad "account"
 cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))
 for k in 1 2; do
-    bg "n$k" "$BIN" node --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/n$k.key" \
+    start_bg "n$k" "$BIN" node --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/n$k.key" \
         --data "$tmp/d$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
 done
 for _ in $(seq 1 150); do
     "$BIN" status --registry "$REG" --json 2>/dev/null | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
     sleep 0.2
 done
-bg r "$BIN" serve --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/req.key" \
+start_bg r "$BIN" serve --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/req.key" \
     --cache "$tmp/cache" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --model-name tiny --parallel 2 -t 1
 if [ -n "$ADDR" ]; then
     run_client basic "$ADDR"

@@ -36,15 +36,6 @@ extra_cleanup() { # tunnels left by a failed check (the agents kill them when th
     done
 }
 
-# bg NAME CMD...: start in the background, wait for "listening on", set ADDR and PID
-bg() {
-    local name=$1
-    shift
-    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    PID=$!
-    pids+=("$PID")
-    wait_listening "$name" "$PID"
-}
 status() { "$BIN" status --registry "$URL" --json 2>/dev/null; }
 # wait_for JS SECONDS: until JS (on o = status of $URL) is true
 wait_for() {
@@ -78,7 +69,7 @@ NODE=(--capacity-mb "$cap_mb" --speed 1 --threads 1 --listen 127.0.0.1:0)
 REGOPT=(--replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500)
 
 # ==== (a) a node behind a tunnel program ======================================================
-bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
+start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
     "${REGOPT[@]}" --listen 127.0.0.1:0
 URL=$ADDR
 ACCT=a
@@ -88,9 +79,9 @@ for (let i = 0; i < 3; i++) { const s = net.createServer(); s.listen(0, "127.0.0
   ports.push(s.address().port); if (ports.length == 3) { console.log(ports.join("\n")); process.exit(0); } }); }' >"$tmp/ports"
 P1=$(sed -n 1p "$tmp/ports")
 P2=$(sed -n 2p "$tmp/ports")
-bg plain "$BIN" node --registry "$URL" --token-file "$tmp/a.token" --key "$tmp/plain.key" \
+start_bg plain "$BIN" node --registry "$URL" --token-file "$tmp/a.token" --key "$tmp/plain.key" \
     --data "$tmp/dplain" --name plain "${NODE[@]}"
-bg tun "$BIN" node --registry "$URL" --token-file "$tmp/a.token" --key "$tmp/tun.key" \
+start_bg tun "$BIN" node --registry "$URL" --token-file "$tmp/a.token" --key "$tmp/tun.key" \
     --data "$tmp/dtun" --name tunneled "${NODE[@]}" --tunnel "$LIB/fake_tunnel.sh $tmp {port}"
 TUN_PID=$PID
 [ "$ADDR" = "127.0.0.1:$P1" ] && ok || bad "the tunneled node printed '$ADDR', not the tunnel's address 127.0.0.1:$P1: $(cat "$tmp/tun.err")"
@@ -144,7 +135,7 @@ code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
     ok || bad "a heartbeat with a bad addr was not refused"
 
 # ==== (b) nodes through the registry's relay ===================================================
-bg rel "$BIN" registry --model "$M" --db "$tmp/rel.db" --key "$tmp/rel.key" --shards "$tmp/relseed" \
+start_bg rel "$BIN" registry --model "$M" --db "$tmp/rel.db" --key "$tmp/rel.key" --shards "$tmp/relseed" \
     "${REGOPT[@]}" --listen 127.0.0.1:0 --relay-listen 127.0.0.1:0
 URL=$ADDR
 RELAY=$(sed -n 's/^relay on //p' "$tmp/rel.out")
@@ -153,7 +144,7 @@ ACCT=b
 "$BIN" account new b --registry "$URL" -o "$tmp/b.token" >/dev/null 2>&1 || bad "account b"
 declare -A pub_of pid_of
 for k in 1 2; do
-    bg "r$k" "$BIN" node --registry "$URL" --token-file "$tmp/b.token" --key "$tmp/r$k.key" \
+    start_bg "r$k" "$BIN" node --registry "$URL" --token-file "$tmp/b.token" --key "$tmp/r$k.key" \
         --data "$tmp/dr$k" --name "relayed$k" "${NODE[@]}" --relay
     pub_of[$k]=$ADDR
     pid_of[$k]=$PID
@@ -201,7 +192,7 @@ done
 wait_for 'o.ready && o.nodes_serving == 2' 20 && ok || bad "the relayed nodes stopped serving"
 prompt_check c1
 # a new node still joins through the relay; a node that leaves frees its port
-bg r3 "$BIN" node --registry "$URL" --token-file "$tmp/b.token" --key "$tmp/r3.key" \
+start_bg r3 "$BIN" node --registry "$URL" --token-file "$tmp/b.token" --key "$tmp/r3.key" \
     --data "$tmp/dr3" --name relayed3 "${NODE[@]}" --relay
 [ "${ADDR%:*}" = "${RELAY%:*}" ] && ok || bad "a third node got no relay address after the hostile clients: $(cat "$tmp/r3.err")"
 kill -TERM "${pid_of[2]}"
