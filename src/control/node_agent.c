@@ -702,7 +702,18 @@ void mt_agent_stop(mt_agent *a) {
     pthread_cond_broadcast(&a->wake);
     pthread_mutex_unlock(&a->lock);
     if (a->hb_started) pthread_join(a->hb_thread, NULL);
-    if (a->fetch_joinable) pthread_join(a->fetch_thread, NULL);
+    /* a shard fetch may be waiting on a slow peer: give it 5 s, then leave it running (and
+     * the agent allocated for it) rather than keep a stopping node waiting for minutes */
+    bool fetch_left = false;
+    if (a->fetch_joinable) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 5;
+        if (pthread_timedjoin_np(a->fetch_thread, NULL, &ts) != 0) {
+            say(a, "a shard fetch is still waiting on the network; not waiting for it");
+            fetch_left = true;
+        }
+    }
     pthread_mutex_lock(&a->lock);
     stop_node(a);
     pthread_mutex_unlock(&a->lock);
@@ -710,6 +721,7 @@ void mt_agent_stop(mt_agent *a) {
     if (a->tunnel) mt_tunnel_stop(a->tunnel);
     if (a->relay) mt_relay_client_stop(a->relay);
     if (a->shards) mt_http_server_stop(a->shards);
+    if (fetch_left) return; /* the fetch thread still uses the agent; the process ends soon */
     if (a->auth) mt_keys_authorized_free(a->auth);
     json_decref(a->sources);
     mt_keys_wipe(&a->keys);
