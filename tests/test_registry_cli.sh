@@ -14,6 +14,7 @@
 #   - `moontail cell earnings` reports served tokens per node from the ledger;
 #   - swarm mode with --require-volunteer refuses an account that has not
 #     volunteered, saying how to volunteer, and serves one whose node serves;
+#     an expert server killed mid-generation leaves the text unchanged;
 #   - bad requests get 4xx answers and the registry keeps serving.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
@@ -155,17 +156,20 @@ json 'if (!(o.tokens > 0 && o.earnings > 0 && o.nodes.length == 5)) process.exit
 
 # ---- swarm mode: lend before you prompt
 SW=(registry --model "$M" --mode swarm --require-volunteer --db "$tmp/sw.db" --key "$tmp/sw.key"
-    --shards "$tmp/swseed" --replicas 1 --heartbeat-ms 200 --dead-after-ms 1500)
+    --shards "$tmp/swseed" --replicas 2 --heartbeat-ms 200 --dead-after-ms 1500)
 start_bg sw "$BIN" "${SW[@]}" --listen 127.0.0.1:0
 SURL=$ADDR
 "$BIN" account new taker --registry "$SURL" -o "$tmp/taker.token" 2>/dev/null || bad "account taker"
 "$BIN" account new giver --registry "$SURL" -o "$tmp/giver.token" 2>/dev/null || bad "account giver"
-for k in 1 2; do
+declare -A snode_pid snode_addr
+for k in 1 2 3 4; do
     start_bg "sn$k" "$BIN" node --registry "$SURL" --token-file "$tmp/giver.token" --key "$tmp/s$k.key" \
         --data "$tmp/s$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
+    snode_pid[$k]=$PID
+    snode_addr[$k]=$ADDR
 done
 for _ in $(seq 1 150); do
-    "$BIN" status --registry "$SURL" --json | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
+    "$BIN" status --registry "$SURL" --json | json 'process.exit(o.min_replicas_serving >= 2 ? 0 : 1)' 2>/dev/null && break
     sleep 0.2
 done
 SP=(prompt --registry "$SURL" --key "$tmp/req2.key" --cache "$tmp/cache2" -p "$PROMPT" -n 24 --temp 0 --json)
@@ -173,5 +177,23 @@ expect 1 "not volunteered" "$BIN" "${SP[@]}" --token-file "$tmp/taker.token"
 grep -q "moontail node --registry" "$tmp/o" && ok || bad "the refusal does not say how to volunteer"
 $T "$BIN" "${SP[@]}" --token-file "$tmp/giver.token" >"$tmp/sw.json" 2>"$tmp/sw.err"
 [ "$(tokens <"$tmp/sw.json")" = "$ref" ] && ok || bad "swarm prompt differs: $(cat "$tmp/sw.err")"
+# an expert server of the route dies mid-generation: the other replica's experts take over
+"$BIN" prompt --registry "$SURL" --token-file "$tmp/giver.token" --key "$tmp/req2.key" --cache "$tmp/cache2" \
+    -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/swl.txt" 2>"$tmp/swl.err" &
+spid=$!
+sroute=""
+for _ in $(seq 1 500); do
+    sroute=$(sed -n 's/^requester: route: //p' "$tmp/swl.err" | head -1)
+    [ -n "$sroute" ] && [ "$(stat -c %s "$tmp/swl.txt")" -gt 20 ] && break
+    sleep 0.02
+done
+sfirst=${sroute%%e\[*}
+svictim=""
+for k in 1 2 3 4; do [ "${snode_addr[$k]}" = "$sfirst" ] && svictim=$k; done
+[ -n "$svictim" ] && kill -9 "${snode_pid[$svictim]}" || bad "could not find the swarm route's first expert server ($sroute)"
+wait $spid && ok || bad "swarm prompt after an expert server died failed: $(tail -5 "$tmp/swl.err")"
+cmp -s "$tmp/swl.txt" "$tmp/ref_long.txt" && ok || bad "swarm text after failover differs from the local run"
+grep -q "recovered on a new route" "$tmp/swl.err" && ok || bad "no swarm failover happened: $(cat "$tmp/swl.err")"
+sed -n 's/^requester: \(recovered.*\)/swarm failover: \1/p' "$tmp/swl.err"
 
 finish
