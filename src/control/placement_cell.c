@@ -230,61 +230,23 @@ double pl_cell_time(const pl_ctx *c, const int32_t *v, int32_t n) {
     return cell_fill(c, v, n, 0, c->L, NULL, &t) < 0 ? -1 : t;
 }
 
+/* One pipeline: the groups cell_fill makes of the list, in layer order. */
+static int cell_fill_list(const pl_ctx *c, const int32_t *list, int32_t n, int32_t idx,
+                          pl_pieces *out) {
+    cell_group *groups = malloc((size_t)(n > 0 ? n : 1) * sizeof *groups);
+    if (!groups) return -1;
+    int32_t g = cell_fill(c, list, n, 0, c->L, groups, NULL);
+    int rc = g < 0 ? -1 : g > 0;
+    for (int32_t j = 0; j < g && rc == 1; j++)
+        if (emit_group(c, &groups[j], idx, out)) rc = 0;
+    free(groups);
+    return rc;
+}
+
 int32_t pl_cell_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
                       const int32_t *idx, pl_pieces *out) {
-    if (n_pool <= 0 || want <= 0) return 0;
-    int32_t n = n_pool, made = 0, r_max = want < n ? want : n;
-    int32_t *v = malloc((size_t)n * sizeof *v), *len = malloc((size_t)r_max * sizeof *len);
-    int32_t *lists = malloc((size_t)r_max * (size_t)n * sizeof *lists);
-    cell_group *groups = malloc((size_t)n * sizeof *groups);
-    pl_pieces tmp = {0};
-    if (!v || !len || !lists || !groups) {
-        made = -1;
-        goto done;
-    }
-    memcpy(v, pool, (size_t)n * sizeof *v);
-    pl_sort_fastest(c, v, n);
-    uint64_t total = 0;
-    for (int32_t i = 0; i < n; i++) total += c->nodes[v[i]].capacity;
-    for (int32_t r = r_max; r >= 1 && made == 0; r--) {
-        if (total / (uint64_t)r < c->model_bytes) continue;
-        int rc = pl_draft(c, v, n, r, pl_cell_feasible, c->model_bytes, lists, len);
-        if (rc < 0) {
-            made = -1;
-            break;
-        }
-        if (rc == 0) continue;
-        if (pl_balance(c, lists, len, n, r, pl_cell_time)) {
-            made = -1;
-            break;
-        }
-        tmp.n = 0;
-        bool ok = true;
-        for (int32_t k = 0; k < r && ok; k++) {
-            int32_t g = cell_fill(c, lists + (size_t)k * n, len[k], 0, c->L, groups, NULL);
-            if (g < 0) {
-                made = -1;
-                goto done;
-            }
-            ok = g > 0;
-            for (int32_t j = 0; j < g && ok; j++)
-                if (emit_group(c, &groups[j], idx[k], &tmp)) ok = false;
-        }
-        if (!ok) continue;
-        for (int32_t i = 0; i < tmp.n; i++)
-            if (pl_push(out, tmp.v[i])) {
-                made = -1;
-                goto done;
-            }
-        made = r;
-    }
-done:
-    free(v);
-    free(len);
-    free(lists);
-    free(groups);
-    pl_pieces_free(&tmp);
-    return made;
+    return pl_build(c, pool, n_pool, want, idx, out, c->model_bytes, pl_cell_feasible, pl_cell_time,
+                    cell_fill_list);
 }
 
 /* ------------------------------------------------------------------ keep */

@@ -105,6 +105,20 @@ typedef double (*pl_time_fn)(const pl_ctx *c, const int32_t *v, int32_t n);
 int pl_balance(const pl_ctx *c, int32_t *lists, int32_t *len, int32_t n, int32_t r,
                pl_time_fn time);
 
+/* A mode's layout of one pipeline / replica over nodes list[0..n) (as
+ * pl_draft and pl_balance leave them), appended to out as pieces with index
+ * idx: 1 done, 0 the nodes cannot make it, -1 out of memory. */
+typedef int (*pl_fill_fn)(const pl_ctx *c, const int32_t *list, int32_t n, int32_t idx,
+                          pl_pieces *out);
+
+/* What both modes' builders do: as many of `want` pipelines / replicas as
+ * the pool allows, each a drafted and balanced list of nodes laid out by
+ * fill; need_bytes is what one copy holds. Appends the pieces to out (with
+ * the indices idx[k]) and returns how many were made, or -1. */
+int32_t pl_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
+                 const int32_t *idx, pl_pieces *out, uint64_t need_bytes, pl_feasible_fn feasible,
+                 pl_time_fn time, pl_fill_fn fill);
+
 /* A shard to place on free nodes while keeping a plan: layers [a, b),
  * attention or not, experts [eb, ee). pl_fill_piece puts it on the fastest
  * free node that holds it whole, else (experts only, or attention plus

@@ -202,55 +202,8 @@ done:
 
 int32_t pl_swarm_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
                        const int32_t *idx, pl_pieces *out) {
-    if (n_pool <= 0 || want <= 0) return 0;
-    int32_t n = n_pool, made = 0, r_max = want < n ? want : n;
-    int32_t *v = malloc((size_t)n * sizeof *v), *len = malloc((size_t)r_max * sizeof *len);
-    int32_t *lists = malloc((size_t)r_max * (size_t)n * sizeof *lists);
-    pl_pieces tmp = {0};
-    if (!v || !len || !lists) {
-        made = -1;
-        goto done;
-    }
-    memcpy(v, pool, (size_t)n * sizeof *v);
-    pl_sort_fastest(c, v, n);
-    uint64_t total = 0;
-    for (int32_t i = 0; i < n; i++) total += c->nodes[v[i]].capacity;
-    for (int32_t r = r_max; r >= 1 && made == 0; r--) {
-        if (total / (uint64_t)r < c->experts_bytes) continue;
-        int rc = pl_draft(c, v, n, r, pl_swarm_feasible, c->experts_bytes, lists, len);
-        if (rc < 0) {
-            made = -1;
-            break;
-        }
-        if (rc == 0) continue;
-        if (pl_balance(c, lists, len, n, r, pl_swarm_time)) {
-            made = -1;
-            break;
-        }
-        tmp.n = 0;
-        bool ok = true;
-        for (int32_t k = 0; k < r && ok; k++) {
-            int f = replica_fill(c, lists + (size_t)k * n, len[k], idx[k], &tmp);
-            if (f < 0) {
-                made = -1;
-                goto done;
-            }
-            ok = f == 1;
-        }
-        if (!ok) continue;
-        for (int32_t i = 0; i < tmp.n; i++)
-            if (pl_push(out, tmp.v[i])) {
-                made = -1;
-                goto done;
-            }
-        made = r;
-    }
-done:
-    free(v);
-    free(len);
-    free(lists);
-    pl_pieces_free(&tmp);
-    return made;
+    return pl_build(c, pool, n_pool, want, idx, out, c->experts_bytes, pl_swarm_feasible,
+                    pl_swarm_time, replica_fill);
 }
 
 /* ------------------------------------------------------------------ keep */
