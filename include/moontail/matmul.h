@@ -29,4 +29,13 @@ void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_p
 /* Row r of w decoded to f32 (n_cols floats), e.g. an embedding lookup. */
 void mt_matrix_get_row(const mt_matrix *w, int64_t r, float *dst);
 
+/* Bytes of weights the matmuls of this process have read so far: every
+ * mt_matmul adds n_rows * row_bytes once (its rows are streamed once per
+ * call, whatever n_tok), an embedding lookup adds one row. `moontail bench`
+ * divides the growth over a decode step by the step's time. */
+uint64_t mt_matmul_weight_bytes(void);
+
+/* Adds to that count (kernels outside mt_matmul that stream weights). */
+void mt_matmul_count_bytes(uint64_t bytes);
+
 #endif

@@ -11,6 +11,7 @@ static const char usage[] =
     "  run       generate text from a prompt (default: a built-in synthetic model)\n"
     "  tokenize  print the token ids of a text\n"
     "  eval      evaluate a token sequence and print the top logits at each position\n"
+    "  bench     prefill and decode tokens/s, weight bytes per token, memory bandwidth\n"
     "  mkmodel   write a deterministic synthetic GGUF model\n"
     "  split     cut a model into shards (one, or a whole cell/swarm plan)\n"
     "  plan      check that a plan's shards hold the whole model ('plan check')\n"
@@ -37,12 +38,13 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } cmds[] = {{"run", cmd_run},         {"tokenize", cmd_tokenize}, {"eval", cmd_eval},
-                {"mkmodel", cmd_mkmodel}, {"split", cmd_split},       {"plan", cmd_plan},
-                {"keygen", cmd_keygen},   {"node", cmd_node},         {"prompt", cmd_prompt},
-                {"check", cmd_check},     {"cert", cmd_cert},         {"registry", cmd_registry},
-                {"account", cmd_account}, {"status", cmd_status},     {"cell", cmd_cell},
-                {"pause", cmd_pause},     {"demo", cmd_demo},         {"setup", cmd_setup}};
+    } cmds[] = {{"run", cmd_run},           {"tokenize", cmd_tokenize}, {"eval", cmd_eval},
+                {"bench", cmd_bench},       {"mkmodel", cmd_mkmodel},   {"split", cmd_split},
+                {"plan", cmd_plan},         {"keygen", cmd_keygen},     {"node", cmd_node},
+                {"prompt", cmd_prompt},     {"check", cmd_check},       {"cert", cmd_cert},
+                {"registry", cmd_registry}, {"account", cmd_account},   {"status", cmd_status},
+                {"cell", cmd_cell},         {"pause", cmd_pause},       {"demo", cmd_demo},
+                {"setup", cmd_setup}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

@@ -11,8 +11,19 @@
 
 #include "moontail/quant.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+static atomic_uint_fast64_t weight_bytes; /* mt_matmul_weight_bytes */
+
+uint64_t mt_matmul_weight_bytes(void) {
+    return atomic_load_explicit(&weight_bytes, memory_order_relaxed);
+}
+
+void mt_matmul_count_bytes(uint64_t bytes) {
+    atomic_fetch_add_explicit(&weight_bytes, bytes, memory_order_relaxed);
+}
 
 /* Tiles of the row loop: RB weight rows stay in cache while TB converted
  * activation rows stream past them. Only speed depends on these. */
@@ -61,6 +72,7 @@ static void dot_rows(void *ctx, int64_t begin, int64_t end) {
 
 void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_pool *pool) {
     if (n_tok <= 0 || w->n_rows <= 0) return;
+    mt_matmul_count_bytes((uint64_t)w->n_rows * w->row_bytes);
     matmul_job job = {
         .w = w,
         .x = x,
@@ -88,6 +100,7 @@ void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_p
 }
 
 void mt_matrix_get_row(const mt_matrix *w, int64_t r, float *dst) {
+    mt_matmul_count_bytes(w->row_bytes);
     quant_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes, dst,
                          w->n_cols);
 }
