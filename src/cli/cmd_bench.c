@@ -37,6 +37,7 @@ static const char usage[] =
     "  -r N            timed runs (default 3); medians are reported\n"
     "  --ubatch N      prompt micro-batch (default: the whole prompt)\n"
     "  --stream-mib N  STREAM array size in MiB (default 512; 0 = skip the triad)\n"
+    "  --stream-only   measure the memory bandwidth only (no model)\n"
     "  --json          one JSON object instead of the table\n";
 
 typedef struct bench_run {
@@ -111,10 +112,31 @@ done:
     return rc;
 }
 
+static int bench_stream_only(int threads, int64_t mib, bool json) {
+    mt_pool *pool = mt_pool_create(threads);
+    mt_membw bw;
+    if (!pool || mt_membw_measure(pool, (size_t)mib << 20, 5, &bw)) {
+        fprintf(stderr, "moontail bench: cannot allocate 3 x %lld MiB for the STREAM triad\n",
+                (long long)mib);
+        mt_pool_free(pool);
+        return 1;
+    }
+    if (json)
+        printf("{\"threads\":%d,\"triad_gbs\":%.3f,\"read_gbs\":%.3f,\"array_bytes\":%zu}\n",
+               mt_pool_size(pool), bw.triad_gbs, bw.read_gbs, bw.array_bytes);
+    else
+        printf(
+            "memory   STREAM triad %.1f GB/s, read-only %.1f GB/s (%d threads, 3 x %zu MiB, best "
+            "of 5)\n",
+            bw.triad_gbs, bw.read_gbs, mt_pool_size(pool), bw.array_bytes >> 20);
+    mt_pool_free(pool);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     int64_t threads = 0, n_prompt = 128, n_gen = 32, runs = 3, ubatch = 0, stream_mib = 512;
-    bool json = false;
+    bool json = false, stream_only = false;
     const cli_opt opts[] = {
         {"-m", CLI_STRING, &model_path, 0, 0},
         {"-t", CLI_INT, &threads, 1, 1024},
@@ -124,10 +146,13 @@ int cmd_bench(int argc, char **argv) {
         {"--ubatch", CLI_INT, &ubatch, 1, 1 << 20},
         {"--stream-mib", CLI_INT, &stream_mib, 0, 1 << 20},
         {"--json", CLI_FLAG, &json, 0, 0},
+        {"--stream-only", CLI_FLAG, &stream_only, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("bench", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    if (stream_only)
+        return bench_stream_only((int)threads, stream_mib > 0 ? stream_mib : 512, json);
     mt_error err = {{0}};
     mt_model *m = cli_open_model(model_path, &err);
     if (!m) {
