@@ -3,10 +3,12 @@
  *
  * Each activation row is converted once to the weight type's vec-dot
  * partner (Q8_0, Q8_K, F16, ...) into a scratch buffer; then the weight rows
- * are split among the pool's threads in contiguous chunks and every output
- * element is one quant_vec_dot call. Because an element never depends on
- * which thread computed it, on the chunking, or on the other rows of the
- * batch, y is bit-identical for every pool size and batch composition. */
+ * are split among the pool's threads in contiguous chunks, and each thread
+ * walks its rows in tiles (quant_tile): a tile's weight rows are read from
+ * memory once and reused from cache for every group of tokens. Every output
+ * element equals quant_vec_dot of its two rows, so it never depends on which
+ * thread computed it, on the tiling, or on the other rows of the batch: y is
+ * bit-identical for every pool size and batch composition. */
 #include "moontail/matmul.h"
 
 #include "moontail/quant.h"
@@ -25,9 +27,9 @@ void mt_matmul_count_bytes(uint64_t bytes) {
     atomic_fetch_add_explicit(&weight_bytes, bytes, memory_order_relaxed);
 }
 
-/* Tiles of the row loop: RB weight rows stay in cache while TB converted
- * activation rows stream past them. Only speed depends on these. */
-enum { ROW_TILE = 16, TOK_TILE = 32 };
+/* Tiles of the row loop: ROW_TILE weight rows stay in cache while TOK_TILE
+ * converted activation rows stream past them. Only speed depends on these. */
+enum { ROW_TILE = 32, TOK_TILE = 64 };
 
 typedef struct matmul_job {
     const mt_matrix *w;
@@ -36,8 +38,7 @@ typedef struct matmul_job {
     mt_type vt;          /* quant_vec_dot_type(w->type) */
     uint8_t *xc;         /* (n_tok, xc_row_bytes): x converted to vt */
     size_t xc_row_bytes; /* mt_type_row_size(vt, n_cols) */
-    quant_vec_dot_fn dot;
-    float *y; /* (n_tok, n_rows) */
+    float *y;            /* (n_tok, n_rows) */
 } matmul_job;
 
 /* ------------------------------------------------------------ stages */
@@ -58,12 +59,9 @@ static void dot_rows(void *ctx, int64_t begin, int64_t end) {
         const int64_t r1 = r0 + ROW_TILE < end ? r0 + ROW_TILE : end;
         for (int64_t t0 = 0; t0 < job->n_tok; t0 += TOK_TILE) {
             const int64_t t1 = t0 + TOK_TILE < job->n_tok ? t0 + TOK_TILE : job->n_tok;
-            for (int64_t r = r0; r < r1; r++) {
-                const uint8_t *w_row = wd + (size_t)r * w->row_bytes;
-                for (int64_t t = t0; t < t1; t++)
-                    job->y[t * w->n_rows + r] =
-                        job->dot(w->n_cols, w_row, job->xc + (size_t)t * job->xc_row_bytes);
-            }
+            quant_tile(w->type, w->n_cols, wd + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0,
+                       job->xc + (size_t)t0 * job->xc_row_bytes, job->xc_row_bytes, t1 - t0,
+                       job->y + (size_t)t0 * (size_t)w->n_rows + (size_t)r0, (size_t)w->n_rows);
         }
     }
 }
@@ -78,9 +76,9 @@ void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_p
         .x = x,
         .n_tok = n_tok,
         .vt = quant_vec_dot_type(w->type),
-        .dot = quant_vec_dot_get(w->type), /* aborts on an unsupported type */
         .y = y,
     };
+    (void)quant_vec_dot_get(w->type); /* aborts on an unsupported type */
     job.xc_row_bytes = mt_type_row_size(job.vt, w->n_cols);
     uint8_t *scratch = NULL;
     if (job.vt == MT_TYPE_F32) {
