@@ -26,6 +26,30 @@ typedef struct mt_matrix {
  * pool size. */
 void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_pool *pool);
 
+/* One product of a task list: y[t * y_stride + r] = W[r] . x[t] for
+ * t < n_tok, r < w->n_rows, where the n_tok activation rows xc are already
+ * converted to quant_vec_dot_type(w->type), xc_stride bytes apart. */
+typedef struct mt_matmul_task {
+    const mt_matrix *w;
+    const void *xc;
+    size_t xc_stride;
+    int64_t n_tok;
+    float *y;
+    size_t y_stride; /* floats between token rows of y */
+} mt_matmul_task;
+
+/* Runs every task of the list in one parallel section of the pool (the
+ * weight rows of all tasks are split among the threads by cost), so many
+ * small products cost one synchronisation. Each y element is bit-identical
+ * to what mt_matmul computes for it. */
+void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool);
+
+/* Converts n_tok rows of n_cols floats (x, row-major) to the vec-dot type vt
+ * into dst (rows mt_type_row_size(vt, n_cols) bytes apart); small batches
+ * on the calling thread, large ones in the pool. */
+void mt_convert_rows(mt_type vt, const float *x, int64_t n_tok, int64_t n_cols, void *dst,
+                     mt_pool *pool);
+
 /* Row r of w decoded to f32 (n_cols floats), e.g. an embedding lookup. */
 void mt_matrix_get_row(const mt_matrix *w, int64_t r, float *dst);
 
