@@ -7,7 +7,7 @@
 # Without MODEL arguments it uses (and first writes, if missing, with
 # `moontail mkmodel`) six models in DIR (default $TMPDIR/moontail-bench, never
 # the repository): a qwen3moe shape (Qwen3-30B-A3B's widths, 6 layers) and a
-# deepseek2 shape (DeepSeek-V2-Lite's widths, 1 dense + 3 MoE layers), each in
+# deepseek2 shape (DeepSeek-V2-Lite's widths with a V3-style q_lora, 1 dense + 3 MoE layers), each in
 # Q8_0, Q4_K and MXFP4, 1-2 GB apiece, so decoding streams weights from RAM.
 #
 # For each model it runs RUNS rounds; a round runs `moontail bench` once and
@@ -57,7 +57,7 @@ AMX="$ROOT/tools/golden/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/li
 # ---------------------------------------------------------------- models
 Q3="--arch qwen3moe --layers 6 --embd 2048 --heads 32 --heads-kv 4 --head-dim 128 --experts 64
     --experts-used 8 --ff-exp 768 --ff 768 --seed 7"
-DS="--arch deepseek2 --layers 4 --dense-layers 1 --embd 2048 --heads 16 --heads-kv 1 --q-lora 0
+DS="--arch deepseek2 --layers 4 --dense-layers 1 --embd 2048 --heads 16 --heads-kv 1 --q-lora 768
     --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts 64 --experts-used 6
     --shared-experts 2 --ff-exp 1536 --ff 6144 --groups 0 --groups-used 0 --seed 7"
 if [ ${#MODELS[@]} -eq 0 ]; then

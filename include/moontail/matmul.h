@@ -44,6 +44,12 @@ typedef struct mt_matmul_task {
  * to what mt_matmul computes for it. */
 void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool);
 
+/* y[k] = w[k] . x for k < n (n <= 8) in one parallel section: products
+ * that share their input (q, k and v), each y[k] as mt_matmul gives it;
+ * x is converted once per distinct vec-dot type. */
+void mt_matmul_many(const mt_matrix *const *w, float *const *y, int n, const float *x,
+                    int64_t n_tok, mt_pool *pool);
+
 /* Converts n_tok rows of n_cols floats (x, row-major) to the vec-dot type vt
  * into dst (rows mt_type_row_size(vt, n_cols) bytes apart); small batches
  * on the calling thread, large ones in the pool. */
