@@ -582,7 +582,8 @@ static void test_convert(void) {
 /* The reduction orders of quant_kernels.h, re-derived from the spec's
  * element decoding; each must match quant_vec_dot bit for bit. Q8_0-family:
  * 8 exact int lanes of 4 consecutive products per block, lane floats
- * acc = fmaf(lane, dw * dx, acc), then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+ * acc = fmaf(lane, dw * dx, acc) (even blocks lanes 0-7, odd blocks 8-15),
+ * then b = a[l] + a[l+8] and ((b0+b4)+(b2+b6)) + ((b1+b5)+(b3+b7)).
  * Q4_K: lanes of 4 consecutive elements per sub-block, scaled by the
  * sub-block scale and summed over the super-block as ints; floats as above,
  * minus the fmaf chain of the mins. Q6_K: ggml's generic order (element
@@ -595,7 +596,7 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc
     if (t == MT_TYPE_Q8_0 || t == MT_TYPE_Q4_0 || t == MT_TYPE_MXFP4) {
         static const int T[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
         const int wbytes = t == MT_TYPE_Q8_0 ? 34 : t == MT_TYPE_Q4_0 ? 18 : 17;
-        float acc[8] = {0};
+        float acc[16] = {0};
         for (int64_t b = 0; b < n / 32; b++) {
             const uint8_t *wb = w + wbytes * b, *xb = xc + 34 * b;
             uint16_t dwh, dxh;
@@ -614,9 +615,12 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc
             }
             float dx = mt_f16_to_f32(dxh);
             float d = t == MT_TYPE_MXFP4 ? dx * ldexpf(1.0f, wb[0] - 128) : mt_f16_to_f32(dwh) * dx;
-            for (int l = 0; l < 8; l++) acc[l] = fmaf((float)lane[l], d, acc[l]);
+            float *a = acc + 8 * (b % 2);
+            for (int l = 0; l < 8; l++) a[l] = fmaf((float)lane[l], d, a[l]);
         }
-        return tree8(acc);
+        float sum8[8];
+        for (int l = 0; l < 8; l++) sum8[l] = acc[l] + acc[l + 8];
+        return tree8(sum8);
     }
     float lanes[8] = {0}, mins = 0;
     for (int64_t b = 0; b < n / 256; b++) {
@@ -824,10 +828,11 @@ static void compare_set(const char *name) {
      * the reference vec_dot of each element, on random-byte weights */
     for (int ti = 0; ti < N_WTYPES; ti++) {
         mt_type t = weight_types[ti].t, vt = quant_vec_dot_type(t);
-        const int64_t len = mt_type_traits_get(t)->blck == 1 ? 77 : 512;
+        const int blck = mt_type_traits_get(t)->blck; /* odd block counts on purpose */
+        const int64_t len = blck == 1 ? 77 : blck == 32 ? 544 : 768;
         const size_t wrow = mt_type_row_size(t, len), xrow = mt_type_row_size(vt, len);
         uint8_t *tw = malloc(9 * wrow), *tx = malloc(9 * xrow);
-        float xf[512], yt[81], yr[81];
+        float xf[768], yt[81], yr[81];
         quant_kernels_select("reference");
         for (int r = 0; r < 9; r++) {
             fill(w, len, r % 4);

@@ -21,7 +21,8 @@
 
 #define QX_TGT  AVX2
 #define QX_VNNI 0
-#define QX_TB   2
+#define QX_TB   1
+#define QX_ZMM  0
 #include "quant_x86.inc"
 
 /* ------------------------------------------------------------ Q6_K */

@@ -13,6 +13,7 @@
 #define QX_TGT  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define QX_VNNI 1
 #define QX_TB   4
+#define QX_ZMM  1
 #include "quant_x86.inc"
 
 bool quant_avx512_install(quant_kernel_set *ks) {

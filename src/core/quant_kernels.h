@@ -15,8 +15,9 @@
  * each one out in C):
  *  - Q8_0, Q4_0, MXFP4 (against Q8_0 activations): in each 32-element block,
  *    lane l (0..7) is the exact int32 sum of the products of elements
- *    4l..4l+3; lane float l accumulates fmaf((float)lane, dw * dx, acc[l])
- *    block after block; the 8 lane floats are added by quant_hsum8.
+ *    4l..4l+3; block b adds it to lane float 8 * (b mod 2) + l as
+ *    fmaf((float)lane, dw * dx, acc) (two blocks fill a 512-bit register);
+ *    the 16 lane floats are added by quant_hsum16.
  *  - Q4_K (against Q8_K): lane l of a super-block is the exact int32 sum
  *    over its 8 sub-blocks s of sc[s] * (products of elements 32s+4l..+3);
  *    lanes accumulate fmaf((float)lane, dw * dx, acc[l]); the mins term
@@ -126,6 +127,13 @@ static inline float quant_e8m0_half(uint8_t e) {
  * 256-bit register to the lower, then the upper pair to the lower, gives. */
 static inline float quant_hsum8(const float a[8]) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/* 16 lanes: lane l and l + 8 first, then quant_hsum8. */
+static inline float quant_hsum16(const float a[16]) {
+    float b[8];
+    for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
+    return quant_hsum8(b);
 }
 
 /* The same tree over 16 double lanes (lane l and l + 8 first). */

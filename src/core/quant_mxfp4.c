@@ -67,11 +67,11 @@ size_t quant_mxfp4_quantize(const float *src, void *dst, int64_t n) {
 
 /* The Q8_0-family order (quant_kernels.h): per block, 8 exact int32 lane
  * sums of 4 consecutive products of table values and activations, each
- * added to its lane float as fmaf(lane, dx * 2^(e-128), acc); quant_hsum8
- * at the end. */
+ * added to its lane float as fmaf(lane, dx * 2^(e-128), acc); even blocks into lanes 0-7, odd
+ * into 8-15; quant_hsum16 at the end. */
 float quant_mxfp4_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
-    float acc[8] = {0};
+    float acc[16] = {0};
     for (int64_t i = 0; i < n / QK_32; i++, wb += MXFP4_BYTES, xb += Q8_0_BYTES) {
         const float d = quant_load_f16(xb) * quant_e8m0_half(wb[0]);
         const uint8_t *wq = wb + MXFP4_QS;
@@ -82,8 +82,8 @@ float quant_mxfp4_vec_dot(int64_t n, const void *w, const void *x) {
                 const int q = j < 16 ? (wq[j] & 0xF) : (wq[j - 16] >> 4);
                 s += xq[j] * quant_mxfp4_values[q];
             }
-            acc[l] = fmaf((float)s, d, acc[l]);
+            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
         }
     }
-    return quant_hsum8(acc);
+    return quant_hsum16(acc);
 }

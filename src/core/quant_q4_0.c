@@ -55,10 +55,10 @@ size_t quant_q4_0_quantize(const float *src, void *dst, int64_t n) {
 /* The Q8_0-family order (quant_kernels.h): per block, 8 exact int32 lane
  * sums of 4 consecutive products (element j < 16 from the low nibble of
  * qs[j], j >= 16 from the high nibble of qs[j - 16]), each added to its lane
- * float as fmaf(lane, dw * dx, acc); quant_hsum8 at the end. */
+ * float as fmaf(lane, dw * dx, acc); even blocks into lanes 0-7, odd into 8-15; quant_hsum16 at the end. */
 float quant_q4_0_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
-    float acc[8] = {0};
+    float acc[16] = {0};
     for (int64_t i = 0; i < n / QK_32; i++, wb += Q4_0_BYTES, xb += Q8_0_BYTES) {
         const uint8_t *wq = wb + Q4_0_QS;
         const int8_t *xq = (const int8_t *)(xb + Q8_0_QS);
@@ -69,8 +69,8 @@ float quant_q4_0_vec_dot(int64_t n, const void *w, const void *x) {
                 const int q = j < 16 ? (wq[j] & 0xF) : (wq[j - 16] >> 4);
                 s += (q - 8) * xq[j];
             }
-            acc[l] = fmaf((float)s, d, acc[l]);
+            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
         }
     }
-    return quant_hsum8(acc);
+    return quant_hsum16(acc);
 }
