@@ -197,7 +197,7 @@ void quant_ref_kernels(quant_kernel_set *ks);
 bool quant_avx2_install(quant_kernel_set *ks);
 
 /* Replaces entries of `ks` (already holding the AVX2 set) with AVX-512
- * kernels if this CPU has AVX-512 F, BW, VL and VNNI (quant_avx512.c). */
+ * kernels if this CPU has AVX-512 F, BW, VL, VNNI and VBMI (quant_avx512.c). */
 bool quant_avx512_install(quant_kernel_set *ks);
 
 /* ------------------------------------------------ reference kernels */
