@@ -824,6 +824,35 @@ static void compare_set(const char *name) {
             }
         }
     }
+    /* activation conversion of special values: NaN and infinite elements,
+     * zero blocks, blocks too small for 127/amax, exact ties */
+    {
+        enum { NS = 1024 };
+        float xs[NS];
+        uint8_t c1[NS * 2], c2[NS * 2];
+        for (int v = 0; v < 6; v++) {
+            fill(xs, NS, v % 4);
+            for (int i = 0; i < NS; i++) {
+                if (v == 0 && i % 37 == 5) xs[i] = NAN;
+                if (v == 1 && i % 300 == 7) xs[i] = i % 2 ? INFINITY : -INFINITY;
+                if (v == 2 && i < 512) xs[i] = 0.0f;
+                if (v == 3 && i >= 256 && i < 768) xs[i] *= 1e-38f;
+                if (v == 4) xs[i] = (float)((i % 9) - 4) * 0.5f; /* many ties */
+                if (v == 5 && i % 64 == 0) xs[i] = -xs[i] * 1e6f;
+            }
+            const mt_type vts[2] = {MT_TYPE_Q8_0, MT_TYPE_Q8_K};
+            for (int k = 0; k < 2; k++) {
+                quant_kernels_select("reference");
+                size_t b1 = quant_convert_activations(vts[k], xs, c1, NS);
+                quant_kernels_select(name);
+                size_t b2 = quant_convert_activations(vts[k], xs, c2, NS);
+                n++;
+                if ((b1 != b2 || memcmp(c1, c2, b1) != 0) && bad++ < 5)
+                    fprintf(stderr, "  %s conversion of special values (case %d) differs\n",
+                            k ? "Q8_K" : "Q8_0", v);
+            }
+        }
+    }
     /* tiles of every shape up to 9 x 9 (all micro-tile remainders) against
      * the reference vec_dot of each element, on random-byte weights */
     for (int ti = 0; ti < N_WTYPES; ti++) {
