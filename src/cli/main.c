@@ -3,6 +3,9 @@
 
 #include <stdio.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 static const char usage[] =
     "usage: moontail <command> [options]\n"
@@ -31,6 +34,15 @@ static const char usage[] =
     "'moontail <command> --help' describes each command's options.\n";
 
 int main(int argc, char **argv) {
+#ifdef __GLIBC__
+    /* A forward pass allocates scratch buffers of a few MB per layer and
+     * frees them again. By default glibc returns such blocks to the kernel
+     * (mmap, or trimming the heap), so every layer pays page faults to get
+     * them back: ~5% of a prompt. Keep freed memory in the process instead;
+     * the peak scratch of one pass stays mapped. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
