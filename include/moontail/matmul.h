@@ -22,8 +22,8 @@ typedef struct mt_matrix {
 
 /* y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tok, r < n_rows.
  * x is (n_tok, n_cols) row-major f32, y is (n_tok, n_rows). Each y element is
- * computed by one quant_vec_dot call, so y does not depend on n_tok or the
- * pool size. */
+ * bit-identical to quant_vec_dot of its two rows (tiles share loads, never
+ * sums), so y does not depend on n_tok, the tiling or the pool size. */
 void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_pool *pool);
 
 /* One product of a task list: y[t * y_stride + r] = W[r] . x[t] for

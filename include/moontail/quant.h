@@ -4,10 +4,12 @@
  * activations are first converted to the weight type's partner format
  * (`quant_vec_dot_type`: Q8_0 for Q4_0/Q8_0/MXFP4, Q8_K for Q4_K/Q6_K, F16 for
  * F16, BF16 for BF16, F32 for F32), then `quant_vec_dot` reduces one weight
- * row against one converted activation row. Each call computes one output
- * element in one fixed order, so results never depend on batching or
- * threads. Kernels are reached through a function table so that SIMD
- * variants picked at run time can replace the portable reference ones. */
+ * row against one converted activation row. Each output element is reduced
+ * in one fixed order (the orders are spelled out in src/core/quant_kernels.h:
+ * lanes that a vector unit fills at full width), so results never depend on
+ * batching, tiling or threads. Kernels are reached through a function table
+ * so that SIMD variants picked at run time (AVX2, AVX-512) replace the
+ * portable reference ones with bit-identical results. */
 #ifndef MOONTAIL_QUANT_H
 #define MOONTAIL_QUANT_H
 
