@@ -6,10 +6,12 @@
  *   - hand-built blocks whose values follow from ENGINE-REFERENCE.md 1.5;
  *   - quantize -> dequantize error bounds per type;
  *   - activation conversion (ggml's x86 Q8_0 rounding, Q8_K with bsums);
- *   - vec_dot: bit-exact against ggml's generic formula re-derived here,
- *     close to a double dot of the decoded operands, and within a stated
- *     bound of the dot with raw f32 activations;
- *   - every kernel set (reference, avx2 if present) bit-identical.
+ *   - vec_dot: bit-exact against MoonTail's reduction order (quant_kernels.h)
+ *     re-derived here from the spec's element decoding, close to a double
+ *     dot of the decoded operands, and within a stated bound of the dot with
+ *     raw f32 activations;
+ *   - every kernel set (reference, avx2, avx512 where the CPU has them)
+ *     bit-identical, for vec_dot and for matrix tiles of any shape.
  * Prints the measured figures; returns nonzero on any failure. */
 #include "check.h"
 #include "moontail/quant.h"
@@ -577,19 +579,30 @@ static void test_convert(void) {
 
 /* ------------------------------------------------------------ vec_dot */
 
-/* ggml's generic vec_dot formulas, re-derived from the spec's element
- * decoding; each must match quant_vec_dot bit for bit. */
-static float ggml_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc) {
-    float sumf = 0;
+/* The reduction orders of quant_kernels.h, re-derived from the spec's
+ * element decoding; each must match quant_vec_dot bit for bit. Q8_0-family:
+ * 8 exact int lanes of 4 consecutive products per block, lane floats
+ * acc = fmaf(lane, dw * dx, acc) (even blocks lanes 0-7, odd blocks 8-15),
+ * then b = a[l] + a[l+8] and ((b0+b4)+(b2+b6)) + ((b1+b5)+(b3+b7)).
+ * Q4_K: lanes of 4 consecutive elements per sub-block, scaled by the
+ * sub-block scale and summed over the super-block as ints; floats as above,
+ * minus the fmaf chain of the mins. Q6_K: ggml's generic order (element
+ * index mod 8, lanes added 0..7). */
+static float tree8(const float a[8]) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc) {
     if (t == MT_TYPE_Q8_0 || t == MT_TYPE_Q4_0 || t == MT_TYPE_MXFP4) {
         static const int T[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
         const int wbytes = t == MT_TYPE_Q8_0 ? 34 : t == MT_TYPE_Q4_0 ? 18 : 17;
+        float acc[16] = {0};
         for (int64_t b = 0; b < n / 32; b++) {
             const uint8_t *wb = w + wbytes * b, *xb = xc + 34 * b;
             uint16_t dwh, dxh;
             memcpy(&dxh, xb, 2);
             memcpy(&dwh, wb, 2);
-            int sumi = 0;
+            int lane[8] = {0};
             for (int j = 0; j < 32; j++) {
                 int xq = (int8_t)xb[2 + j], wq;
                 if (t == MT_TYPE_Q8_0)
@@ -598,20 +611,18 @@ static float ggml_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc)
                     wq = (j < 16 ? wb[2 + j] & 0xF : wb[2 + j - 16] >> 4) - 8;
                 else
                     wq = T[j < 16 ? wb[1 + j] & 0xF : wb[1 + j - 16] >> 4];
-                sumi += wq * xq;
+                lane[j / 4] += wq * xq;
             }
             float dx = mt_f16_to_f32(dxh);
-            if (t == MT_TYPE_Q8_0)
-                sumf += (float)sumi * (mt_f16_to_f32(dwh) * dx);
-            else if (t == MT_TYPE_Q4_0)
-                sumf += (float)sumi * mt_f16_to_f32(dwh) * dx;
-            else
-                sumf += dx * ldexpf(1.0f, wb[0] - 128) * (float)sumi;
+            float d = t == MT_TYPE_MXFP4 ? dx * ldexpf(1.0f, wb[0] - 128) : mt_f16_to_f32(dwh) * dx;
+            float *a = acc + 8 * (b % 2);
+            for (int l = 0; l < 8; l++) a[l] = fmaf((float)lane[l], d, a[l]);
         }
-        return sumf;
+        float sum8[8];
+        for (int l = 0; l < 8; l++) sum8[l] = acc[l] + acc[l + 8];
+        return tree8(sum8);
     }
-    /* K-quants: 8 int32 lanes (element index mod 8) per super-block */
-    float lanes[8] = {0};
+    float lanes[8] = {0}, mins = 0;
     for (int64_t b = 0; b < n / 256; b++) {
         const uint8_t *xb = xc + 292 * b;
         float dx;
@@ -624,7 +635,7 @@ static float ggml_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc)
                 int sc = s < 4 ? sb[s] & 63 : (sb[s + 4] & 0xF) | ((sb[s - 4] >> 6) << 4);
                 int q =
                     (s % 2 == 0) ? wb[16 + 32 * (s / 2) + l] & 0xF : wb[16 + 32 * (s / 2) + l] >> 4;
-                acc[i % 8] += sc * q * (int8_t)xb[4 + i];
+                acc[l / 4] += sc * q * (int8_t)xb[4 + i];
             }
             for (int g = 0; g < 16; g++) {
                 int s = g / 2;
@@ -637,8 +648,8 @@ static float ggml_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc)
             memcpy(&dh, wb, 2);
             memcpy(&dminh, wb + 2, 2);
             float d = mt_f16_to_f32(dh) * dx;
-            for (int l = 0; l < 8; l++) lanes[l] += d * (float)acc[l];
-            sumf -= (mt_f16_to_f32(dminh) * dx) * (float)summ;
+            for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
+            mins = fmaf(mt_f16_to_f32(dminh) * dx, (float)summ, mins);
         } else {
             const uint8_t *wb = w + 210 * b;
             for (int i = 0; i < 256; i++) {
@@ -654,6 +665,8 @@ static float ggml_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc)
             for (int l = 0; l < 8; l++) lanes[l] += d * (float)acc[l];
         }
     }
+    if (t == MT_TYPE_Q4_K) return tree8(lanes) - mins;
+    float sumf = 0;
     for (int l = 0; l < 8; l++) sumf += lanes[l];
     return sumf;
 }
@@ -669,7 +682,7 @@ static void test_vec_dot(void) {
     for (int ti = 0; ti < N_WTYPES; ti++) {
         mt_type t = weight_types[ti].t, vt = quant_vec_dot_type(t);
         double worst_tight = 0, worst_loose = 0;
-        int not_ggml = 0;
+        int not_order = 0;
         for (int trial = 0; trial < 20; trial++) {
             fill(w, N, trial % 3);
             fill(x, N, (trial + 1) % 4 == 3 ? 0 : (trial + 1) % 4);
@@ -681,7 +694,7 @@ static void test_vec_dot(void) {
             CHECK(dot == quant_vec_dot_get(t)(N, wq, xc), "%s: quant_vec_dot_get differs",
                   weight_types[ti].name);
             if (t != MT_TYPE_F32 && t != MT_TYPE_F16 && t != MT_TYPE_BF16)
-                not_ggml += f32_bits(dot) != f32_bits(ggml_dot(t, N, wq, xc));
+                not_order += f32_bits(dot) != f32_bits(order_dot(t, N, wq, xc));
 
             /* tight: the exact dot of the decoded operands */
             double exact = 0, mag = 0;
@@ -714,8 +727,8 @@ static void test_vec_dot(void) {
                   weight_types[ti].name, trial, dot, raw, bound);
             worst_loose = fmax(worst_loose, loose / bound);
         }
-        CHECK(not_ggml == 0, "%s: %d of 20 dots differ from ggml's generic formula",
-              weight_types[ti].name, not_ggml);
+        CHECK(not_order == 0, "%s: %d of 20 dots differ from the specified reduction order",
+              weight_types[ti].name, not_order);
         printf("  %-6s  %.2e                               %.3f\n", weight_types[ti].name,
                worst_tight, worst_loose);
     }
@@ -729,13 +742,11 @@ static void test_vec_dot(void) {
 
 /* ------------------------------------------------------------ kernel sets */
 
-static void test_kernel_sets(void) {
+/* Compares kernel set `name` with the reference set. */
+static void compare_set(const char *name) {
     const char *start = quant_kernel_name();
-    printf("kernel set in use: %s\n", start);
-    CHECK(quant_kernels_select("reference") == 0, "reference kernels must always exist");
-    CHECK(quant_kernels_select("no-such-set") == -1, "unknown kernel set accepted");
-    if (quant_kernels_select("avx2") != 0) {
-        printf("avx2 kernels not available here; nothing to compare\n");
+    if (quant_kernels_select(name) != 0) {
+        printf("%s kernels not available here; nothing to compare\n", name);
         quant_kernels_select(start);
         return;
     }
@@ -758,7 +769,7 @@ static void test_kernel_sets(void) {
             size_t xb1 = quant_convert_activations(vt, x, xc1, len);
             float d1 = quant_vec_dot(t, len, wq, xc1);
             quant_dequantize_row(t, wq, y1, len);
-            quant_kernels_select("avx2");
+            quant_kernels_select(name);
             size_t xb2 = quant_convert_activations(vt, x, xc2, len);
             float d2 = quant_vec_dot(t, len, wq, xc1);
             quant_dequantize_row(t, wq, y2, len);
@@ -766,8 +777,8 @@ static void test_kernel_sets(void) {
             if (f32_bits(d1) != f32_bits(d2) || xb1 != xb2 || memcmp(xc1, xc2, xb1) != 0 ||
                 memcmp(y1, y2, (size_t)len * sizeof *y1) != 0) {
                 if (bad++ < 5)
-                    fprintf(stderr, "  %s trial %d: reference %a, avx2 %a\n", weight_types[ti].name,
-                            trial, (double)d1, (double)d2);
+                    fprintf(stderr, "  %s trial %d: reference %a, %s %a\n", weight_types[ti].name,
+                            trial, (double)d1, name, (double)d2);
             }
         }
     }
@@ -803,20 +814,87 @@ static void test_kernel_sets(void) {
             }
             quant_kernels_select("reference");
             float d1 = quant_vec_dot(t, N, wq, xc1);
-            quant_kernels_select("avx2");
+            quant_kernels_select(name);
             float d2 = quant_vec_dot(t, N, wq, xc1);
             n++;
             if (f32_bits(d1) != f32_bits(d2) && !(isnan(d1) && isnan(d2))) {
                 if (bad++ < 5)
-                    fprintf(stderr, "  %s random bytes %d: reference %a, avx2 %a\n",
-                            weight_types[ti].name, trial, (double)d1, (double)d2);
+                    fprintf(stderr, "  %s random bytes %d: reference %a, %s %a\n",
+                            weight_types[ti].name, trial, (double)d1, name, (double)d2);
             }
         }
     }
-    CHECK(bad == 0, "avx2 kernels differ from reference in %d of %d cases", bad, n);
-    printf("avx2 vs reference: %d cases (dot, conversion, decode; quantized and random-byte "
+    /* activation conversion of special values: NaN and infinite elements,
+     * zero blocks, blocks too small for 127/amax, exact ties */
+    {
+        enum { NS = 1024 };
+        float xs[NS];
+        uint8_t c1[NS * 2], c2[NS * 2];
+        for (int v = 0; v < 6; v++) {
+            fill(xs, NS, v % 4);
+            for (int i = 0; i < NS; i++) {
+                if (v == 0 && i % 37 == 5) xs[i] = NAN;
+                if (v == 1 && i % 300 == 7) xs[i] = i % 2 ? INFINITY : -INFINITY;
+                if (v == 2 && i < 512) xs[i] = 0.0f;
+                if (v == 3 && i >= 256 && i < 768) xs[i] *= 1e-38f;
+                if (v == 4) xs[i] = (float)((i % 9) - 4) * 0.5f; /* many ties */
+                if (v == 5 && i % 64 == 0) xs[i] = -xs[i] * 1e6f;
+            }
+            const mt_type vts[2] = {MT_TYPE_Q8_0, MT_TYPE_Q8_K};
+            for (int k = 0; k < 2; k++) {
+                quant_kernels_select("reference");
+                size_t b1 = quant_convert_activations(vts[k], xs, c1, NS);
+                quant_kernels_select(name);
+                size_t b2 = quant_convert_activations(vts[k], xs, c2, NS);
+                n++;
+                if ((b1 != b2 || memcmp(c1, c2, b1) != 0) && bad++ < 5)
+                    fprintf(stderr, "  %s conversion of special values (case %d) differs\n",
+                            k ? "Q8_K" : "Q8_0", v);
+            }
+        }
+    }
+    /* tiles of every shape up to 9 x 9 (all micro-tile remainders) against
+     * the reference vec_dot of each element, on random-byte weights */
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        mt_type t = weight_types[ti].t, vt = quant_vec_dot_type(t);
+        const int blck = mt_type_traits_get(t)->blck; /* odd block counts on purpose */
+        const int64_t len = blck == 1 ? 77 : blck == 32 ? 544 : 768;
+        const size_t wrow = mt_type_row_size(t, len), xrow = mt_type_row_size(vt, len);
+        uint8_t *tw = malloc(9 * wrow), *tx = malloc(9 * xrow);
+        float xf[768], yt[81], yr[81];
+        quant_kernels_select("reference");
+        for (int r = 0; r < 9; r++) {
+            fill(w, len, r % 4);
+            quant_quantize_row(t, w, tw + r * wrow, len);
+        }
+        for (int k = 0; k < 9; k++) {
+            fill(xf, len, (k + 1) % 4);
+            quant_convert_activations(vt, xf, tx + k * xrow, len);
+        }
+        for (int r = 0; r < 9; r++)
+            for (int k = 0; k < 9; k++)
+                yr[k * 9 + r] = quant_vec_dot(t, len, tw + r * wrow, tx + k * xrow);
+        quant_kernels_select(name);
+        for (int nr = 1; nr <= 9; nr++)
+            for (int nt = 1; nt <= 9; nt++) {
+                memset(yt, 0, sizeof yt);
+                quant_tile(t, len, tw, wrow, nr, tx, xrow, nt, yt, 9);
+                n++;
+                bool same = true;
+                for (int r = 0; r < nr; r++)
+                    for (int k = 0; k < nt; k++)
+                        same &= f32_bits(yt[k * 9 + r]) == f32_bits(yr[k * 9 + r]);
+                if (!same && bad++ < 5)
+                    fprintf(stderr, "  %s tile %d x %d: an element differs from vec_dot\n",
+                            weight_types[ti].name, nr, nt);
+            }
+        free(tw);
+        free(tx);
+    }
+    CHECK(bad == 0, "%s kernels differ from reference in %d of %d cases", name, bad, n);
+    printf("%s vs reference: %d cases (dot, tiles, conversion, decode; quantized and random-byte "
            "blocks) bit-identical\n",
-           n - bad);
+           name, n - bad);
     quant_kernels_select(start);
     free(w);
     free(x);
@@ -827,6 +905,15 @@ static void test_kernel_sets(void) {
     free(xc2);
 }
 
+static void test_kernel_sets(void) {
+    printf("kernel set in use: %s\n", quant_kernel_name());
+    CHECK(quant_kernels_select("reference") == 0, "reference kernels must always exist");
+    CHECK(quant_kernels_select("no-such-set") == -1, "unknown kernel set accepted");
+    compare_set("reference"); /* tiles against vec_dot within the reference set */
+    compare_set("avx2");
+    compare_set("avx512");
+}
+
 int main(void) {
     printf("quant kernels: %s\n", quant_kernel_name());
     test_type_table();
@@ -835,12 +922,13 @@ int main(void) {
     test_blocks();
     test_roundtrip();
     test_convert();
-    quant_kernels_select("reference");
-    test_vec_dot();
-    if (quant_kernels_select("avx2") == 0) {
-        printf("(again with the avx2 kernels)\n");
+    static const char *const sets[] = {"reference", "avx2", "avx512"};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        if (quant_kernels_select(sets[i]) != 0) continue;
+        printf("(%s kernels)\n", sets[i]);
         test_vec_dot();
     }
+    quant_kernels_select("reference");
     test_kernel_sets();
     return check_report("test_quant");
 }

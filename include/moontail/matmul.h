@@ -22,11 +22,50 @@ typedef struct mt_matrix {
 
 /* y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tok, r < n_rows.
  * x is (n_tok, n_cols) row-major f32, y is (n_tok, n_rows). Each y element is
- * computed by one quant_vec_dot call, so y does not depend on n_tok or the
- * pool size. */
+ * bit-identical to quant_vec_dot of its two rows (tiles share loads, never
+ * sums), so y does not depend on n_tok, the tiling or the pool size. */
 void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_pool *pool);
+
+/* One product of a task list: y[t * y_stride + r] = W[r] . x[t] for
+ * t < n_tok, r < w->n_rows, where the n_tok activation rows xc are already
+ * converted to quant_vec_dot_type(w->type), xc_stride bytes apart. */
+typedef struct mt_matmul_task {
+    const mt_matrix *w;
+    const void *xc;
+    size_t xc_stride;
+    int64_t n_tok;
+    float *y;
+    size_t y_stride; /* floats between token rows of y */
+} mt_matmul_task;
+
+/* Runs every task of the list in one parallel section of the pool (the
+ * weight rows of all tasks are split among the threads by cost), so many
+ * small products cost one synchronisation. Each y element is bit-identical
+ * to what mt_matmul computes for it. */
+void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool);
+
+/* y[k] = w[k] . x for k < n (n <= 8) in one parallel section: products
+ * that share their input (q, k and v), each y[k] as mt_matmul gives it;
+ * x is converted once per distinct vec-dot type. */
+void mt_matmul_many(const mt_matrix *const *w, float *const *y, int n, const float *x,
+                    int64_t n_tok, mt_pool *pool);
+
+/* Converts n_tok rows of n_cols floats (x, row-major) to the vec-dot type vt
+ * into dst (rows mt_type_row_size(vt, n_cols) bytes apart); small batches
+ * on the calling thread, large ones in the pool. */
+void mt_convert_rows(mt_type vt, const float *x, int64_t n_tok, int64_t n_cols, void *dst,
+                     mt_pool *pool);
 
 /* Row r of w decoded to f32 (n_cols floats), e.g. an embedding lookup. */
 void mt_matrix_get_row(const mt_matrix *w, int64_t r, float *dst);
+
+/* Bytes of weights the matmuls of this process have read so far: every
+ * mt_matmul adds n_rows * row_bytes once (its rows are streamed once per
+ * call, whatever n_tok), an embedding lookup adds one row. `moontail bench`
+ * divides the growth over a decode step by the step's time. */
+uint64_t mt_matmul_weight_bytes(void);
+
+/* Adds to that count (kernels outside mt_matmul that stream weights). */
+void mt_matmul_count_bytes(uint64_t bytes);
 
 #endif

@@ -4,10 +4,12 @@
  * activations are first converted to the weight type's partner format
  * (`quant_vec_dot_type`: Q8_0 for Q4_0/Q8_0/MXFP4, Q8_K for Q4_K/Q6_K, F16 for
  * F16, BF16 for BF16, F32 for F32), then `quant_vec_dot` reduces one weight
- * row against one converted activation row. Each call computes one output
- * element in one fixed order, so results never depend on batching or
- * threads. Kernels are reached through a function table so that SIMD
- * variants picked at run time can replace the portable reference ones. */
+ * row against one converted activation row. Each output element is reduced
+ * in one fixed order (the orders are spelled out in src/core/quant_kernels.h:
+ * lanes that a vector unit fills at full width), so results never depend on
+ * batching, tiling or threads. Kernels are reached through a function table
+ * so that SIMD variants picked at run time (AVX2, AVX-512) replace the
+ * portable reference ones with bit-identical results. */
 #ifndef MOONTAIL_QUANT_H
 #define MOONTAIL_QUANT_H
 
@@ -45,12 +47,23 @@ float quant_vec_dot(mt_type t, int64_t n, const void *w_row, const void *x_conv)
 typedef float (*quant_vec_dot_fn)(int64_t n, const void *w_row, const void *x_conv);
 quant_vec_dot_fn quant_vec_dot_get(mt_type t);
 
+/* A tile of a matrix product: y[t * y_stride + r] = vec_dot(n, row r of w,
+ * row t of x) for r < nr, t < nt, with weight rows w_stride bytes apart and
+ * converted activation rows x_stride apart. Each element is bit-identical to
+ * quant_vec_dot of the same two rows (so to a 1 x 1 tile), whatever nr and
+ * nt: the kernel only shares loads between elements, never a sum. */
+typedef void (*quant_tile_fn)(int64_t n, const uint8_t *w, size_t w_stride, int64_t nr,
+                              const uint8_t *x, size_t x_stride, int64_t nt, float *y,
+                              size_t y_stride);
+void quant_tile(mt_type t, int64_t n, const uint8_t *w, size_t w_stride, int64_t nr,
+                const uint8_t *x, size_t x_stride, int64_t nt, float *y, size_t y_stride);
+
 /* Name of the kernel set in use ("reference", "avx2", ...). The set is picked
  * on first use: the best one this CPU runs, or the one named by the
  * environment variable MT_KERNELS. */
 const char *quant_kernel_name(void);
 
-/* Switches to the kernel set `name` ("reference", "avx2"); returns 0, or -1
+/* Switches to the kernel set `name` ("reference", "avx2", "avx512"); returns 0, or -1
  * if this build or CPU does not have it. Not thread-safe against running
  * kernels: call it at start-up (tests use it to compare sets). */
 int quant_kernels_select(const char *name);

@@ -11,6 +11,7 @@ int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_split(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -2,9 +2,10 @@
  *
  * Every call goes through one kernel table (quant_kernels.h). The table is
  * built once: the portable reference kernels, then any SIMD kernels this CPU
- * can run laid over them. MT_KERNELS=reference (or avx2) in the environment
- * forces a set; tests switch sets with quant_kernels_select to check that
- * every set gives bit-identical results. */
+ * can run laid over them: "avx2" (AVX2, FMA, F16C) and, on top of it,
+ * "avx512" (AVX-512 F/BW/VL with VNNI). MT_KERNELS=reference (avx2, avx512)
+ * in the environment forces a set; tests switch sets with
+ * quant_kernels_select to check that every set gives bit-identical results. */
 #include "quant_kernels.h"
 
 #include <pthread.h>
@@ -16,7 +17,8 @@
 
 static quant_kernel_set set_reference;
 static quant_kernel_set set_avx2;
-static bool have_avx2;
+static quant_kernel_set set_avx512;
+static bool have_avx2, have_avx512;
 static _Atomic(const quant_kernel_set *) active;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -65,6 +67,10 @@ static bool select_by_name(const char *name) {
         atomic_store(&active, &set_avx2);
         return true;
     }
+    if (strcmp(name, "avx512") == 0 && have_avx512) {
+        atomic_store(&active, &set_avx512);
+        return true;
+    }
     return false;
 }
 
@@ -72,7 +78,11 @@ static void init_sets(void) {
     quant_ref_kernels(&set_reference);
     quant_ref_kernels(&set_avx2);
     have_avx2 = quant_avx2_install(&set_avx2);
-    atomic_store(&active, have_avx2 ? &set_avx2 : &set_reference);
+    if (have_avx2) {
+        set_avx512 = set_avx2;
+        have_avx512 = quant_avx512_install(&set_avx512);
+    }
+    atomic_store(&active, have_avx512 ? &set_avx512 : have_avx2 ? &set_avx2 : &set_reference);
     const char *env = getenv("MT_KERNELS");
     if (env && *env && !select_by_name(env))
         fprintf(stderr, "moontail: MT_KERNELS=%s is not available here; using %s kernels\n", env,
@@ -139,6 +149,22 @@ quant_vec_dot_fn quant_vec_dot_get(mt_type t) {
     const quant_kernel_set *ks = kernels();
     if ((unsigned)t >= MT_TYPE_COUNT || !ks->vec_dot[t]) misuse(__func__, t, 0);
     return ks->vec_dot[t];
+}
+
+void quant_tile(mt_type t, int64_t n, const uint8_t *w, size_t w_stride, int64_t nr,
+                const uint8_t *x, size_t x_stride, int64_t nt, float *y, size_t y_stride) {
+    const quant_kernel_set *ks = kernels();
+    if ((unsigned)t >= MT_TYPE_COUNT || !ks->vec_dot[t]) misuse(__func__, t, n);
+    check_n(__func__, t, n);
+    if (ks->tile[t]) {
+        ks->tile[t](n, w, w_stride, nr, x, x_stride, nt, y, y_stride);
+        return;
+    }
+    const quant_vec_dot_fn dot = ks->vec_dot[t];
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t k = 0; k < nt; k++)
+            y[(size_t)k * y_stride + (size_t)r] =
+                dot(n, w + (size_t)r * w_stride, x + (size_t)k * x_stride);
 }
 
 float quant_vec_dot(mt_type t, int64_t n, const void *w_row, const void *x_conv) {

@@ -1,9 +1,11 @@
 /* quant_float.c - reference kernels of the unquantized formats F32, F16, BF16.
  *
  * Activations meet a float weight row in the same format (ggml converts them
- * to F16 for F16 weights and to BF16 for BF16 weights). The dot products are
- * ggml's scalar ones: each product is rounded to f32, then the products are
- * summed in double from index 0 upwards, and the sum is rounded to f32 once. */
+ * to F16 for F16 weights and to BF16 for BF16 weights). A dot product sums
+ * the exact products (double)w_i * (double)x_i in double, in 16 lanes
+ * (i mod 16, each from low i to high), adds the lanes with quant_hsum16d and
+ * rounds to f32 once: as exact as ggml's double sum, and an order that SIMD
+ * code can follow at full width. */
 #include "quant_kernels.h"
 
 /* ---------------------------------------------------------------- F32 */
@@ -19,12 +21,10 @@ size_t quant_f32_quantize(const float *src, void *dst, int64_t n) {
 
 float quant_f32_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x; /* (n) f32 each, any alignment */
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float p = quant_load_f32(wb + 4 * i) * quant_load_f32(xb + 4 * i);
-        sum += (double)p;
-    }
-    return (float)sum;
+    double acc[16] = {0};
+    for (int64_t i = 0; i < n; i++)
+        acc[i % 16] += (double)quant_load_f32(wb + 4 * i) * (double)quant_load_f32(xb + 4 * i);
+    return (float)quant_hsum16d(acc);
 }
 
 /* ---------------------------------------------------------------- F16 */
@@ -42,12 +42,10 @@ size_t quant_f16_quantize(const float *src, void *dst, int64_t n) {
 
 float quant_f16_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float p = quant_load_f16(wb + 2 * i) * quant_load_f16(xb + 2 * i);
-        sum += (double)p;
-    }
-    return (float)sum;
+    double acc[16] = {0};
+    for (int64_t i = 0; i < n; i++)
+        acc[i % 16] += (double)quant_load_f16(wb + 2 * i) * (double)quant_load_f16(xb + 2 * i);
+    return (float)quant_hsum16d(acc);
 }
 
 /* --------------------------------------------------------------- BF16 */
@@ -74,10 +72,8 @@ size_t quant_bf16_quantize(const float *src, void *dst, int64_t n) {
 
 float quant_bf16_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float p = load_bf16(wb + 2 * i) * load_bf16(xb + 2 * i);
-        sum += (double)p;
-    }
-    return (float)sum;
+    double acc[16] = {0};
+    for (int64_t i = 0; i < n; i++)
+        acc[i % 16] += (double)load_bf16(wb + 2 * i) * (double)load_bf16(xb + 2 * i);
+    return (float)quant_hsum16d(acc);
 }

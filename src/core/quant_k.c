@@ -113,38 +113,37 @@ size_t quant_q4_k_quantize(const float *src, void *dst, int64_t n) {
 
 /* ------------------------------------------------------------ dot */
 
-/* ggml_vec_dot_q4_K_q8_K (generic), whose sums are laid out like 8 SIMD
- * lanes: lane l (0..7) collects, as exact int32, sc[s] * w[e] * x[e] for the
- * elements e = 8k + l of the super-block; each super-block then adds
- * (dw * dx) * lane into a float per lane, and subtracts (dminw * dx) * (the
- * exact sum of bsums * mins) from the total. The 8 lane floats are added to
- * the total last, lane 0 first. */
+/* The Q4_K order (quant_kernels.h): lane l (0..7) of a super-block is the
+ * exact int32 sum over the 8 sub-blocks s of sc[s] * (the products of
+ * elements 32s+4l .. 32s+4l+3); each super-block adds fmaf((float)lane,
+ * dw * dx, acc[l]) per lane and fmaf(dminw * dx, (float)summ, mins) for the
+ * exact sum summ of bsums * mins; the result is quant_hsum8(acc) - mins. */
 float quant_q4_k_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
     float lanes[8] = {0};
-    float sum = 0.0f;
+    float mins = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++, wb += Q4_K_BYTES, xb += Q8_K_BYTES) {
         const int8_t *xq = (const int8_t *)(xb + Q8_K_QS);
         const uint8_t *wq = wb + Q4_K_QS;
-        uint8_t a[QK_K]; /* the 4-bit quants in element order */
-        for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++) {
-                a[64 * c + l] = wq[32 * c + l] & 0xF;
-                a[64 * c + 32 + l] = wq[32 * c + l] >> 4;
-            }
         int sc[8], m[8];
         int32_t summ = quant_q4_k_scales_and_min_sum(wb, xb, sc, m);
         int32_t acc[8] = {0};
-        for (int e = 0; e < QK_K; e++) acc[e & 7] += sc[e / 32] * (xq[e] * a[e]);
-
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *q = wq + 32 * (s / 2);
+            for (int l = 0; l < 8; l++) {
+                int32_t p = 0;
+                for (int j = 4 * l; j < 4 * l + 4; j++)
+                    p += (s % 2 ? q[j] >> 4 : q[j] & 0xF) * xq[32 * s + j];
+                acc[l] += sc[s] * p;
+            }
+        }
         const float dx = quant_load_f32(xb);
         const float d = quant_load_f16(wb) * dx;
-        for (int l = 0; l < 8; l++) lanes[l] += d * (float)acc[l];
+        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
         const float dmin = quant_load_f16(wb + Q4_K_DMIN) * dx;
-        sum -= dmin * (float)summ;
+        mins = fmaf(dmin, (float)summ, mins);
     }
-    for (int l = 0; l < 8; l++) sum += lanes[l];
-    return sum;
+    return quant_hsum8(lanes) - mins;
 }
 
 /* ================================================================ Q6_K */

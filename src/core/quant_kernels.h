@@ -7,7 +7,25 @@
  *
  * A kernel set is a table indexed by mt_type. quant.c starts from the
  * reference set (quant_ref_kernels) and lets a SIMD file replace entries
- * (quant_avx2_install); a SIMD entry must return bit-identical results. */
+ * (quant_avx2_install, quant_avx512_install); a SIMD entry must return
+ * bit-identical results.
+ *
+ * Reduction orders. Every dot product is defined so that SIMD code can
+ * follow it exactly and still run at full width (the reference kernels spell
+ * each one out in C):
+ *  - Q8_0, Q4_0, MXFP4 (against Q8_0 activations): in each 32-element block,
+ *    lane l (0..7) is the exact int32 sum of the products of elements
+ *    4l..4l+3; block b adds it to lane float 8 * (b mod 2) + l as
+ *    fmaf((float)lane, dw * dx, acc) (two blocks fill a 512-bit register);
+ *    the 16 lane floats are added by quant_hsum16.
+ *  - Q4_K (against Q8_K): lane l of a super-block is the exact int32 sum
+ *    over its 8 sub-blocks s of sc[s] * (products of elements 32s+4l..+3);
+ *    lanes accumulate fmaf((float)lane, dw * dx, acc[l]); the mins term
+ *    accumulates fmaf(dmin * dx, (float)summ, mins); result hsum8 - mins.
+ *  - Q6_K: ggml's generic order (lane = element index mod 8).
+ *  - F32, F16, BF16: lane l (0..15) sums (double)w_i * (double)x_i (exact
+ *    products) for i = l mod 16 in double, lanes added by quant_hsum16d,
+ *    rounded to f32 once. */
 #ifndef MOONTAIL_QUANT_KERNELS_H
 #define MOONTAIL_QUANT_KERNELS_H
 
@@ -105,6 +123,26 @@ static inline float quant_e8m0_half(uint8_t e) {
     return f;
 }
 
+/* The fixed addition tree of 8 lane sums: what adding the upper half of a
+ * 256-bit register to the lower, then the upper pair to the lower, gives. */
+static inline float quant_hsum8(const float a[8]) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/* 16 lanes: lane l and l + 8 first, then quant_hsum8. */
+static inline float quant_hsum16(const float a[16]) {
+    float b[8];
+    for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
+    return quant_hsum8(b);
+}
+
+/* The same tree over 16 double lanes (lane l and l + 8 first). */
+static inline double quant_hsum16d(const double a[16]) {
+    double b[8];
+    for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
+    return ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
+}
+
 /* Doubled E2M1 values of the 16 FP4 codes. */
 extern const int8_t quant_mxfp4_values[16];
 
@@ -137,6 +175,8 @@ static inline int32_t quant_q4_k_scales_and_min_sum(const uint8_t *wb, const uin
 /* ---------------------------------------------------------- the table */
 
 typedef void (*quant_row_fn)(const void *src, float *dst, int64_t n);
+/* quant_tile_fn (quant.h): a tile of a matrix product, each element equal
+ * bit for bit to vec_dot of its weight row and activation row. */
 typedef size_t (*quant_encode_fn)(const float *src, void *dst, int64_t n);
 
 typedef struct quant_kernel_set {
@@ -146,14 +186,19 @@ typedef struct quant_kernel_set {
     quant_encode_fn convert[MT_TYPE_COUNT];  /* activations, as ggml's CPU matmul */
     mt_type vec_dot_type[MT_TYPE_COUNT];     /* MT_TYPE_COUNT: no vec_dot */
     quant_vec_dot_fn vec_dot[MT_TYPE_COUNT]; /* weight row . converted activations */
+    quant_tile_fn tile[MT_TYPE_COUNT];       /* many rows . many activations; NULL: vec_dot each */
 } quant_kernel_set;
 
 /* Fills `ks` with the portable kernels (quant.c). */
 void quant_ref_kernels(quant_kernel_set *ks);
 
-/* Replaces entries of `ks` with AVX2 kernels if this CPU has AVX2; returns
- * whether it did (quant_avx2.c; a stub elsewhere). */
+/* Replaces entries of `ks` with AVX2 kernels if this CPU has AVX2, FMA and
+ * F16C; returns whether it did (quant_avx2.c; a stub elsewhere). */
 bool quant_avx2_install(quant_kernel_set *ks);
+
+/* Replaces entries of `ks` (already holding the AVX2 set) with AVX-512
+ * kernels if this CPU has AVX-512 F, BW, VL, VNNI and VBMI (quant_avx512.c). */
+bool quant_avx512_install(quant_kernel_set *ks);
 
 /* ------------------------------------------------ reference kernels */
 

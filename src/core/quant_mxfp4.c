@@ -65,21 +65,25 @@ size_t quant_mxfp4_quantize(const float *src, void *dst, int64_t n) {
 
 /* ------------------------------------------------------------ dot */
 
-/* ggml_vec_dot_mxfp4_q8_0 (generic): d = dx * scale, exact int32 sums of
- * both halves, sum += d * (float)sumi, blocks in order. */
+/* The Q8_0-family order (quant_kernels.h): per block, 8 exact int32 lane
+ * sums of 4 consecutive products of table values and activations, each
+ * added to its lane float as fmaf(lane, dx * 2^(e-128), acc); even blocks into lanes 0-7, odd
+ * into 8-15; quant_hsum16 at the end. */
 float quant_mxfp4_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
-    float sum = 0.0f;
+    float acc[16] = {0};
     for (int64_t i = 0; i < n / QK_32; i++, wb += MXFP4_BYTES, xb += Q8_0_BYTES) {
         const float d = quant_load_f16(xb) * quant_e8m0_half(wb[0]);
         const uint8_t *wq = wb + MXFP4_QS;
         const int8_t *xq = (const int8_t *)(xb + Q8_0_QS);
-        int32_t sumi1 = 0, sumi2 = 0;
-        for (int j = 0; j < QK_32 / 2; j++) {
-            sumi1 += xq[j] * quant_mxfp4_values[wq[j] & 0xF];
-            sumi2 += xq[j + QK_32 / 2] * quant_mxfp4_values[wq[j] >> 4];
+        for (int l = 0; l < 8; l++) {
+            int32_t s = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++) {
+                const int q = j < 16 ? (wq[j] & 0xF) : (wq[j - 16] >> 4);
+                s += xq[j] * quant_mxfp4_values[q];
+            }
+            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
         }
-        sum += d * (float)(sumi1 + sumi2);
     }
-    return sum;
+    return quant_hsum16(acc);
 }

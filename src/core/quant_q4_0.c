@@ -52,20 +52,25 @@ size_t quant_q4_0_quantize(const float *src, void *dst, int64_t n) {
 
 /* ------------------------------------------------------------ dot */
 
-/* ggml_vec_dot_q4_0_q8_0 (generic): exact int32 sums of the low and high
- * halves, then sum += (float)sumi * dw * dx (left to right), blocks in order. */
+/* The Q8_0-family order (quant_kernels.h): per block, 8 exact int32 lane
+ * sums of 4 consecutive products (element j < 16 from the low nibble of
+ * qs[j], j >= 16 from the high nibble of qs[j - 16]), each added to its lane
+ * float as fmaf(lane, dw * dx, acc); even blocks into lanes 0-7, odd into 8-15; quant_hsum16 at the end. */
 float quant_q4_0_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
-    float sum = 0.0f;
+    float acc[16] = {0};
     for (int64_t i = 0; i < n / QK_32; i++, wb += Q4_0_BYTES, xb += Q8_0_BYTES) {
         const uint8_t *wq = wb + Q4_0_QS;
         const int8_t *xq = (const int8_t *)(xb + Q8_0_QS);
-        int32_t sumi0 = 0, sumi1 = 0;
-        for (int j = 0; j < QK_32 / 2; j++) {
-            sumi0 += ((wq[j] & 0xF) - 8) * xq[j];
-            sumi1 += ((wq[j] >> 4) - 8) * xq[j + QK_32 / 2];
+        const float d = quant_load_f16(wb) * quant_load_f16(xb);
+        for (int l = 0; l < 8; l++) {
+            int32_t s = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++) {
+                const int q = j < 16 ? (wq[j] & 0xF) : (wq[j - 16] >> 4);
+                s += (q - 8) * xq[j];
+            }
+            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
         }
-        sum += (float)(sumi0 + sumi1) * quant_load_f16(wb) * quant_load_f16(xb);
     }
-    return sum;
+    return quant_hsum16(acc);
 }

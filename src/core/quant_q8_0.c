@@ -72,17 +72,24 @@ size_t quant_q8_0_convert(const float *src, void *dst, int64_t n) {
 
 /* ------------------------------------------------------------ dot */
 
-/* ggml_vec_dot_q8_0_q8_0 (generic): an exact int32 sum per block, then
- * sum += (float)sumi * (dw * dx), blocks in order. */
+/* The Q8_0-family order (quant_kernels.h): per block, 8 exact int32 lane
+ * sums of 4 consecutive products, each added to its lane float as
+ * fmaf(lane, dw * dx, acc), even blocks into lanes 0-7 and odd blocks into
+ * lanes 8-15; the 16 lane floats are added by quant_hsum16 at the end.
+ * (ggml's generic C sums each block into one int and the blocks in order;
+ * its x86 kernels sum 8 float lanes like this one, with other groupings.) */
 float quant_q8_0_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
-    float sum = 0.0f;
+    float acc[16] = {0};
     for (int64_t i = 0; i < n / QK_32; i++, wb += Q8_0_BYTES, xb += Q8_0_BYTES) {
         const int8_t *wq = (const int8_t *)(wb + Q8_0_QS);
         const int8_t *xq = (const int8_t *)(xb + Q8_0_QS);
-        int32_t sumi = 0;
-        for (int j = 0; j < QK_32; j++) sumi += (int32_t)wq[j] * xq[j];
-        sum += (float)sumi * (quant_load_f16(wb) * quant_load_f16(xb));
+        const float d = quant_load_f16(wb) * quant_load_f16(xb);
+        for (int l = 0; l < 8; l++) {
+            int32_t s = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++) s += (int32_t)wq[j] * xq[j];
+            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
+        }
     }
-    return sum;
+    return quant_hsum16(acc);
 }

@@ -55,9 +55,9 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
     if (!q) return mt_error_set(err, "attention: out of memory for %d tokens", n_tok);
     float *k = q + (size_t)n_tok * nq, *v = k + (size_t)n_tok * nk, *o = v + (size_t)n_tok * nv;
 
-    mt_matmul(&l->wq, a, n_tok, q, pool);
-    mt_matmul(&l->wk, a, n_tok, k, pool);
-    mt_matmul(&l->wv, a, n_tok, v, pool);
+    const mt_matrix *qkv[3] = {&l->wq, &l->wk, &l->wv};
+    float *const qkv_out[3] = {q, k, v};
+    mt_matmul_many(qkv, qkv_out, 3, a, n_tok, pool);
     add_bias(q, l->bq, n_tok, nq);
     add_bias(k, l->bk, n_tok, nk);
     add_bias(v, l->bv, n_tok, nv);

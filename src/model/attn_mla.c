@@ -10,6 +10,7 @@
  *   out     = Wo concat_h(Wv_b[h] o_h)
  * Legacy files (one attn_kv_b) are expanded per position instead. */
 #include "model_internal.h"
+#include "moontail/quant.h"
 
 #include <string.h>
 
@@ -43,6 +44,45 @@ static mt_matrix head_matrix(const mt_experts *x, int32_t e) {
     mt_matrix m = x->m;
     m.data = (const char *)m.data + (size_t)e * x->expert_bytes;
     return m;
+}
+
+/* y_h = M_h x_h for every head h of a per-head 3-D tensor, all heads in one
+ * parallel section. Row (t, h) of x starts at x + (t * H + h) * xs floats
+ * (n_cols = M's columns long); its result goes to y + (t * H + h) * ys. */
+static int per_head_matmul(const mt_experts *heads, int32_t H, const float *x, size_t xs, int64_t T,
+                           float *y, size_t ys, mt_pool *pool, mt_error *err) {
+    const int64_t n_cols = heads->m.n_cols, rows = T * H;
+    const mt_type vt = quant_vec_dot_type(heads->m.type);
+    const size_t rb = mt_type_row_size(vt, n_cols);
+    mt_matrix *mats = calloc((size_t)H, sizeof *mats);
+    mt_matmul_task *tasks = calloc((size_t)H, sizeof *tasks);
+    float *packed = xs == (size_t)n_cols ? NULL : malloc((size_t)rows * n_cols * sizeof(float));
+    uint8_t *xc = vt == MT_TYPE_F32 ? NULL : malloc((size_t)rows * rb);
+    int rc = 0;
+    if (!mats || !tasks || (xs != (size_t)n_cols && !packed) || (vt != MT_TYPE_F32 && !xc)) {
+        rc = mt_error_set(err, "MLA attention: out of memory for %lld rows", (long long)rows);
+        goto done;
+    }
+    const float *src = x;
+    if (packed) {
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(packed + i * n_cols, x + (size_t)i * xs, (size_t)n_cols * sizeof(float));
+        src = packed;
+    }
+    const uint8_t *xv = (const uint8_t *)src;
+    if (xc) {
+        mt_convert_rows(vt, src, rows, n_cols, xc, pool);
+        xv = xc;
+    }
+    for (int32_t h = 0; h < H; h++) {
+        mats[h] = head_matrix(heads, h);
+        tasks[h] = (mt_matmul_task){&mats[h], xv + (size_t)h * rb, (size_t)H * rb,
+                                    T,        y + (size_t)h * ys,  (size_t)H * ys};
+    }
+    mt_matmul_tasks(tasks, H, pool);
+done:
+    free(mats), free(tasks), free(packed), free(xc);
+    return rc;
 }
 
 /* Legacy layout: K_h = [Wkv_b c_s]_k_nope ; k_pe_s and V_h = [Wkv_b c_s]_v,
@@ -91,25 +131,26 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
     const int32_t lora = hp->kv_lora_rank, w = lora + rope, qk = nope + rope;
     const size_t T = (size_t)n_tok;
     size_t n_qa = hp->q_lora_rank > 0 ? T * hp->q_lora_rank : 0;
-    size_t g = (size_t)(lora > nope ? lora : nope) + (size_t)(lora > dv ? lora : dv);
-    size_t total = n_qa + T * H * qk + T * w + T * H * w + T * H * lora + T * H * dv + T * g;
+    size_t total = n_qa + T * H * qk + T * w + T * H * w + T * H * lora + T * H * dv;
     float *buf = malloc(total * sizeof(float));
     if (!buf) return mt_error_set(err, "MLA attention: out of memory for %d tokens", n_tok);
     float *qa = buf, *q = qa + n_qa, *kva = q + T * H * qk, *qabs = kva + T * w,
-          *lat = qabs + T * H * w, *o = lat + T * H * lora, *gin = o + T * H * dv,
-          *gout = gin + T * (size_t)(lora > nope ? lora : nope);
+          *lat = qabs + T * H * w, *o = lat + T * H * lora;
     int rc = 0;
 
     if (hp->q_lora_rank > 0) {
-        mt_matmul(&l->wq_a, a, n_tok, qa, pool);
+        const mt_matrix *in[2] = {&l->wq_a, &l->wkv_a};
+        float *const res[2] = {qa, kva};
+        mt_matmul_many(in, res, 2, a, n_tok, pool);
         for (size_t t = 0; t < T; t++)
             mt_rmsnorm(qa + t * hp->q_lora_rank, l->q_a_norm, hp->q_lora_rank, hp->eps,
                        qa + t * hp->q_lora_rank);
         mt_matmul(&l->wq_b, qa, n_tok, q, pool);
     } else {
-        mt_matmul(&l->wq, a, n_tok, q, pool);
+        const mt_matrix *in[2] = {&l->wq, &l->wkv_a};
+        float *const res[2] = {q, kva};
+        mt_matmul_many(in, res, 2, a, n_tok, pool);
     }
-    mt_matmul(&l->wkv_a, a, n_tok, kva, pool);
 
     int32_t max_pos = 0;
     for (size_t t = 0; t < T; t++) {
@@ -130,27 +171,15 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
                               pos + t0, (int32_t)(t1 - t0), o + t0 * H * dv, pool, err);
         }
     } else {
-        /* q~_h = Wk_b[h] q_nope_h, then append q_pe_h; one matmul per head over all tokens */
-        for (int32_t h = 0; h < H; h++) {
-            mt_matrix kb = head_matrix(&l->wk_b, h);
-            for (size_t t = 0; t < T; t++)
-                memcpy(gin + t * nope, q + (t * H + h) * qk, (size_t)nope * sizeof(float));
-            mt_matmul(&kb, gin, n_tok, gout, pool);
-            for (size_t t = 0; t < T; t++) {
-                float *dst = qabs + (t * H + h) * w;
-                memcpy(dst, gout + t * lora, (size_t)lora * sizeof(float));
-                memcpy(dst + lora, q + (t * H + h) * qk + nope, (size_t)rope * sizeof(float));
-            }
-        }
-        mla_job job = {hp, qabs, kv, il, pos, lat, max_pos};
-        mt_pool_run(pool, (int64_t)T * H, mla_heads, &job);
-        for (int32_t h = 0; h < H; h++) {
-            mt_matrix vb = head_matrix(&l->wv_b, h);
-            for (size_t t = 0; t < T; t++)
-                memcpy(gin + t * lora, lat + (t * H + h) * lora, (size_t)lora * sizeof(float));
-            mt_matmul(&vb, gin, n_tok, gout, pool);
-            for (size_t t = 0; t < T; t++)
-                memcpy(o + (t * H + h) * dv, gout + t * dv, (size_t)dv * sizeof(float));
+        /* q~_h = Wk_b[h] q_nope_h for all heads at once, then append q_pe_h */
+        rc = per_head_matmul(&l->wk_b, H, q, (size_t)qk, n_tok, qabs, (size_t)w, pool, err);
+        for (size_t i = 0; rc == 0 && i < T * H; i++)
+            memcpy(qabs + i * w + lora, q + i * qk + nope, (size_t)rope * sizeof(float));
+        if (rc == 0) {
+            mla_job job = {hp, qabs, kv, il, pos, lat, max_pos};
+            mt_pool_run(pool, (int64_t)T * H, mla_heads, &job);
+            /* o_h = Wv_b[h] lat_h, all heads at once */
+            rc = per_head_matmul(&l->wv_b, H, lat, (size_t)lora, n_tok, o, (size_t)dv, pool, err);
         }
     }
     if (rc == 0) mt_matmul(&l->wo, o, n_tok, out, pool);

@@ -83,8 +83,10 @@ static mt_matrix expert_matrix(const mt_experts *x, int32_t slot) {
     return m;
 }
 
-/* Rows are grouped by expert so each expert's weights stream once; every
- * row's result is independent of its group, so grouping never changes a bit. */
+/* Rows are grouped by expert so each expert's weights stream once per call,
+ * experts no row chose are skipped, and all chosen experts run together in
+ * one mt_ffn_multi (two parallel sections). Every row's result is
+ * independent of its group, so grouping never changes a bit. */
 int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids, const float *u,
                          float *y, mt_pool *pool, mt_error *err) {
     const mt_model *m = model;
@@ -100,31 +102,50 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
                                 "expert %d of layer %d is not held here (this shard holds %d"
                                 " of %d experts)",
                                 ids[r], il, l->gate_exps.n_expert, hp->n_expert);
-    float *xin = malloc((size_t)n * E * sizeof(float));
-    float *yout = malloc((size_t)n * E * sizeof(float));
-    int32_t *rows = malloc((size_t)n * sizeof(int32_t));
+    const int32_t X = hp->n_expert;
+    float *xin = malloc((size_t)n * E * sizeof(float) + 1);
+    float *yout = malloc((size_t)n * E * sizeof(float) + 1);
+    int32_t *rows = malloc((size_t)n * sizeof(int32_t) + 1);
+    int32_t *count = calloc((size_t)X + 1, sizeof(int32_t));
+    mt_matrix *mats = calloc(3 * (size_t)X, sizeof(mt_matrix));
+    mt_ffn_task *tasks = calloc((size_t)X, sizeof(mt_ffn_task));
     int rc = 0;
-    if (!xin || !yout || !rows) {
+    if (!xin || !yout || !rows || !count || !mats || !tasks) {
         rc = mt_error_set(err, "experts: out of memory for %d rows", n);
         goto done;
     }
-    for (int32_t e = 0; e < hp->n_expert && rc == 0; e++) {
-        int32_t k = 0;
-        for (int32_t r = 0; r < n; r++)
-            if (ids[r] == e) {
-                memcpy(xin + (size_t)k * E, u + (size_t)r * E, E * sizeof(float));
-                rows[k++] = r;
-            }
-        if (k == 0) continue;
-        int32_t slot = mt_model_expert_slot(m, e);
-        mt_matrix g = expert_matrix(&l->gate_exps, slot), up = expert_matrix(&l->up_exps, slot),
-                  dn = expert_matrix(&l->down_exps, slot);
-        rc = mt_ffn_dense(&g, &up, &dn, k, xin, yout, pool, err);
-        for (int32_t i = 0; rc == 0 && i < k; i++)
-            memcpy(y + (size_t)rows[i] * E, yout + (size_t)i * E, E * sizeof(float));
+    /* counting sort of the rows by expert, stable (rows keep their order) */
+    for (int32_t r = 0; r < n; r++) count[ids[r] + 1]++;
+    for (int32_t e = 0; e < X; e++) count[e + 1] += count[e];
+    int32_t *next = malloc((size_t)X * sizeof(int32_t) + 1);
+    if (!next) {
+        rc = mt_error_set(err, "experts: out of memory for %d rows", n);
+        goto done;
     }
+    memcpy(next, count, (size_t)X * sizeof(int32_t));
+    for (int32_t r = 0; r < n; r++) {
+        const int32_t k = next[ids[r]]++;
+        rows[k] = r;
+        memcpy(xin + (size_t)k * E, u + (size_t)r * E, E * sizeof(float));
+    }
+    free(next);
+    int n_tasks = 0;
+    for (int32_t e = 0; e < X; e++) {
+        const int32_t k0 = count[e], k1 = count[e + 1];
+        if (k1 == k0) continue; /* no row chose it: its weights are never read */
+        const int32_t slot = mt_model_expert_slot(m, e);
+        mt_matrix *g = &mats[3 * n_tasks];
+        g[0] = expert_matrix(&l->gate_exps, slot);
+        g[1] = expert_matrix(&l->up_exps, slot);
+        g[2] = expert_matrix(&l->down_exps, slot);
+        tasks[n_tasks++] = (mt_ffn_task){
+            &g[0], &g[1], &g[2], k1 - k0, xin + (size_t)k0 * E, yout + (size_t)k0 * E};
+    }
+    rc = mt_ffn_multi(tasks, n_tasks, pool, err);
+    for (int32_t k = 0; rc == 0 && k < n; k++)
+        memcpy(y + (size_t)rows[k] * E, yout + (size_t)k * E, E * sizeof(float));
 done:
-    free(xin), free(yout), free(rows);
+    free(xin), free(yout), free(rows), free(count), free(mats), free(tasks);
     return rc;
 }
 

@@ -48,6 +48,19 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
 int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err);
+/* One SwiGLU block over its own tokens: out (n_tok, down rows) =
+ * down . (silu(gate . x) * (up . x)), x (n_tok, gate cols). */
+typedef struct mt_ffn_task {
+    const mt_matrix *gate, *up, *down;
+    int32_t n_tok;
+    const float *x;
+    float *out;
+} mt_ffn_task;
+
+/* Runs all blocks in two parallel sections of the pool (gate/up of all, then
+ * down of all); each output row is bit-identical to a run of its block on
+ * that row alone. */
+int mt_ffn_multi(const mt_ffn_task *tasks, int n_tasks, mt_pool *pool, mt_error *err);
 int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down, int32_t n_tok,
                  const float *u, float *out, mt_pool *pool, mt_error *err);
 int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, const float *u,

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# vs-llamacpp.sh - MoonTail and llama.cpp side by side on the same synthetic
+# MoE models, the same threads, the same prompt and decode lengths.
+#
+#   bench/vs-llamacpp.sh [-t THREADS] [-r RUNS] [-p PROMPT] [-n GEN] [--dir DIR] [MODEL...]
+#
+# Without MODEL arguments it uses (and first writes, if missing, with
+# `moontail mkmodel`) six models in DIR (default $TMPDIR/moontail-bench, never
+# the repository): a qwen3moe shape (Qwen3-30B-A3B's widths, 6 layers) and a
+# deepseek2 shape (DeepSeek-V2-Lite's widths with a V3-style q_lora, 1 dense + 3 MoE layers), each in
+# Q8_0, Q4_K and MXFP4, 1-2 GB apiece, so decoding streams weights from RAM.
+#
+# For each model it runs RUNS rounds; a round runs `moontail bench` once and
+# bench/llamacpp_bench.mjs (llama.cpp v0.4.0 from node-llama-cpp 3.21.1, as the
+# golden tests use) once, taking turns on who goes first, so a change in the
+# machine's load hits both alike. Each invocation loads the model, warms up
+# with one untimed run, then times one prefill of PROMPT tokens (one batch)
+# and GEN single-token decode steps. The table gives medians over the rounds
+# and the ratios MoonTail / llama.cpp, MoonTail's weight bytes per decoded
+# token and the GB/s they make, next to a STREAM triad measured before and
+# after (best of the two). The load average before and after is printed:
+# other work on the machine makes every number here worse, and llama.cpp's
+# spinning thread barriers suffer most when there are fewer free cores than
+# threads.
+#
+# Needs a built ./build/moontail and tools/golden's node_modules
+# (cd tools/golden && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --ignore-scripts),
+# with the AMX library removed as tools/golden/regen.sh explains.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+MT="${MT_BIN:-$ROOT/build/moontail}"
+LC="$ROOT/bench/llamacpp_bench.mjs"
+THREADS=$(nproc)
+RUNS=5
+PROMPT=128
+GEN=32
+DIR="${TMPDIR:-/tmp}/moontail-bench"
+MODELS=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -t) THREADS="$2"; shift 2 ;;
+        -r) RUNS="$2"; shift 2 ;;
+        -p) PROMPT="$2"; shift 2 ;;
+        -n) GEN="$2"; shift 2 ;;
+        --dir) DIR="$2"; shift 2 ;;
+        -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "vs-llamacpp.sh: unknown option $1" >&2; exit 2 ;;
+        *) MODELS+=("$1"); shift ;;
+    esac
+done
+[ -x "$MT" ] || { echo "vs-llamacpp.sh: build moontail first ($MT)" >&2; exit 1; }
+[ -d "$ROOT/tools/golden/node_modules/node-llama-cpp" ] ||
+    { echo "vs-llamacpp.sh: install tools/golden's node_modules first (see the header)" >&2; exit 1; }
+AMX="$ROOT/tools/golden/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-cpu-sapphirerapids.so"
+[ -e "$AMX" ] && { echo "vs-llamacpp.sh: remove $AMX first (see tools/golden/regen.sh)" >&2; exit 1; }
+
+# ---------------------------------------------------------------- models
+Q3="--arch qwen3moe --layers 6 --embd 2048 --heads 32 --heads-kv 4 --head-dim 128 --experts 64
+    --experts-used 8 --ff-exp 768 --ff 768 --seed 7"
+DS="--arch deepseek2 --layers 4 --dense-layers 1 --embd 2048 --heads 16 --heads-kv 1 --q-lora 768
+    --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts 64 --experts-used 6
+    --shared-experts 2 --ff-exp 1536 --ff 6144 --groups 0 --groups-used 0 --seed 7"
+if [ ${#MODELS[@]} -eq 0 ]; then
+    mkdir -p "$DIR"
+    for shape in q3 ds2; do
+        for type in q8_0 q4_k mxfp4; do
+            f="$DIR/$shape-$type.gguf"
+            if [ ! -f "$f" ]; then
+                echo "writing $f" >&2
+                if [ $shape = q3 ]; then opts=$Q3; else opts=$DS; fi
+                # shellcheck disable=SC2086
+                "$MT" mkmodel -o "$f.tmp" --type $type $opts && mv "$f.tmp" "$f"
+            fi
+            MODELS+=("$f")
+        done
+    done
+fi
+
+# ---------------------------------------------------------------- runs
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+"$MT" bench --stream-only -t "$THREADS" --json > "$OUT/stream0.json"
+for m in "${MODELS[@]}"; do
+    name=$(basename "$m" .gguf)
+    for r in $(seq 1 "$RUNS"); do
+        echo "$name: round $r of $RUNS" >&2
+        mt() { "$MT" bench -m "$m" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 1 --stream-mib 0 --json \
+            >> "$OUT/$name.mt"; }
+        lc() { node "$LC" "$m" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 1 >> "$OUT/$name.lc"; }
+        if [ $((r % 2)) -eq 1 ]; then mt; lc; else lc; mt; fi
+    done
+done
+"$MT" bench --stream-only -t "$THREADS" --json > "$OUT/stream1.json"
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---------------------------------------------------------------- table
+node - "$OUT" "$THREADS" "$RUNS" "$PROMPT" "$GEN" "$LOAD_BEFORE" "$LOAD_AFTER" "${MODELS[@]}" <<'EOF'
+const fs = require("fs"), path = require("path");
+const [out, threads, runs, prompt, gen, loadBefore, loadAfter, ...models] = process.argv.slice(2);
+const lines = f => fs.readFileSync(f, "utf8").trim().split("\n").map(l => JSON.parse(l));
+const median = v => { const s = [...v].sort((a, b) => a - b), m = s.length >> 1;
+                      return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
+const s0 = JSON.parse(fs.readFileSync(path.join(out, "stream0.json"), "utf8"));
+const s1 = JSON.parse(fs.readFileSync(path.join(out, "stream1.json"), "utf8"));
+const triad = Math.max(s0.triad_gbs, s1.triad_gbs), read = Math.max(s0.read_gbs, s1.read_gbs);
+const f = (x, w, d = 2) => x.toFixed(d).padStart(w);
+console.log(`threads ${threads}, prompt ${prompt} tokens (one batch), decode ${gen} tokens; ` +
+            `${runs} interleaved runs per engine, medians`);
+console.log(`load average before ${loadBefore}, after ${loadAfter} (${require("os").cpus().length} CPUs)`);
+console.log(`memory: STREAM triad ${triad.toFixed(1)} GB/s, read-only ${read.toFixed(1)} GB/s ` +
+            `(best of before/after; ${s0.threads} threads)`);
+let lc0 = null;
+console.log("");
+console.log("model              |   prefill tok/s: MT    llama   ratio |   decode tok/s: MT    llama   ratio |" +
+            " MT MB/tok  GB/s  %triad");
+for (const m of models) {
+    const name = path.basename(m, ".gguf");
+    const mt = lines(path.join(out, name + ".mt")), lc = lines(path.join(out, name + ".lc"));
+    lc0 = lc0 ?? lc[0];
+    const mp = median(mt.map(r => r.prefill_tps)), lp = median(lc.map(r => r.prefill_tps));
+    const md = median(mt.map(r => r.decode_tps)), ld = median(lc.map(r => r.decode_tps));
+    const bytes = median(mt.map(r => r.weight_bytes_per_token)), gbs = bytes * md / 1e9;
+    console.log(`${name.padEnd(18)} | ${f(mp, 20)} ${f(lp, 8)} ${f(mp / lp, 7)} | ${f(md, 19)} ${f(ld, 8)} ` +
+                `${f(md / ld, 7)} | ${f(bytes / 1e6, 9, 1)} ${f(gbs, 5)} ${f(100 * gbs / triad, 6, 0)}%`);
+}
+if (lc0) console.log(`\nllama.cpp ${lc0.llama_cpp?.release} (${lc0.cpu_backend}), MoonTail kernels ` +
+                     `${lines(path.join(out, path.basename(models[0], ".gguf") + ".mt"))[0].kernels}`);
+EOF
