@@ -20,6 +20,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2")))
@@ -253,7 +254,10 @@ bool quant_avx2_install(quant_kernel_set *ks) {
     ks->vec_dot[MT_TYPE_Q4_K] = q4_k_vec_dot;
     ks->vec_dot[MT_TYPE_Q6_K] = q6_k_vec_dot;
     ks->vec_dot[MT_TYPE_BF16] = bf16_vec_dot;
-    if (__builtin_cpu_supports("f16c")) ks->vec_dot[MT_TYPE_F16] = f16_vec_dot;
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang before 16 has no "f16c" for
+     * __builtin_cpu_supports, and the fuzz build (docs/fuzzing.md) uses clang */
+    unsigned a, b, c, d;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C)) ks->vec_dot[MT_TYPE_F16] = f16_vec_dot;
     return true;
 }
 
