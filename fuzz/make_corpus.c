@@ -4,7 +4,8 @@
  * from it (fuzz_gguf), the plan and piece manifests of those shards
  * (fuzz_manifest), every data-plane message type from mt_proto_encode
  * (fuzz_proto, and sealed into frames for fuzz_frame), a client hello
- * (fuzz_frame), request bodies (fuzz_openai) and texts (fuzz_tokenize).
+ * (fuzz_frame), request bodies (fuzz_openai), texts (fuzz_tokenize) and
+ * registry API requests (fuzz_registry).
  * Built with the fuzz build; run by `./dev fuzz-corpus`. The output is
  * deterministic; the seeds are committed. */
 #include "../src/net/net_internal.h"
@@ -260,6 +261,40 @@ static void texts(void) {
         seed1("fuzz_tokenize", t[i].name, t[i].sel, t[i].text, strlen(t[i].text));
 }
 
+static void registry_requests(void) {
+    static const char pk[] = "7d3f1a2b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7";
+    char join[600];
+    snprintf(join, sizeof join,
+             "POST /v1/nodes u\n{\"name\": \"n2\", \"pubkey\": \"%s\", \"addr\": "
+             "\"127.0.0.1:9\", \"capacity\": 1000000, \"speed\": 1.5, \"hw\": {\"ram\": "
+             "8000000000, \"cores\": 4, \"simd\": \"avx2\", \"gpu\": \"\"}}",
+             pk);
+    static const struct {
+        const char *name, *req;
+    } q[] = {
+        {"account", "POST /v1/accounts a\n{\"name\": \"bob\"}"},
+        {"me", "GET /v1/accounts/me u\n"},
+        {"cert", "POST /v1/accounts/me/cert u\n{\"pubkey\": \"00ff\"}"},
+        {"heartbeat", "POST /v1/nodes/@/heartbeat n\n{\"ready_shard\": \"\", \"served\": "
+                      "{\"token_layers\": 5, \"expert_rows\": 2}, \"load\": 0.5}"},
+        {"pause", "POST /v1/nodes/@/pause n\n{\"pause\": true, \"schedule\": \"mon-fri "
+                  "09:00-17:00\"}"},
+        {"resume", "POST /v1/nodes/@/pause u\n{\"resume\": true}"},
+        {"shard", "GET /v1/shards/stage-0-l0-2 -\n"},
+        {"route", "POST /v1/routes u\n{\"session\": 12345, \"avoid\": [1, 2]}"},
+        {"keepalive", "POST /v1/routes/keepalive u\n{\"ticket\": \"abc\"}"},
+        {"done", "POST /v1/routes/done u\n{\"ticket\": \"abc\"}"},
+        {"usage", "POST /v1/usage u\n{\"tokens\": 7, \"used_tokens\": 3}"},
+        {"ledger", "GET /v1/ledger/nodes u\n"},
+        {"status", "GET /v1/status -\n"},
+        {"metrics", "GET /metrics -\n"},
+        {"index", "GET / -\n"},
+    };
+    seed("fuzz_registry", "join", join, strlen(join));
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        seed("fuzz_registry", q[i].name, q[i].req, strlen(q[i].req));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_corpus OUT_DIR (fuzz/corpus)\n");
@@ -272,5 +307,6 @@ int main(int argc, char **argv) {
     frames();
     bodies();
     texts();
+    registry_requests();
     return 0;
 }
