@@ -5,7 +5,7 @@
  * (fuzz_manifest), every data-plane message type from mt_proto_encode
  * (fuzz_proto, and sealed into frames for fuzz_frame), a client hello
  * (fuzz_frame), request bodies (fuzz_openai), texts (fuzz_tokenize) and
- * registry API requests (fuzz_registry).
+ * registry API requests (fuzz_registry) and pause schedules (fuzz_schedule).
  * Built with the fuzz build; run by `./dev fuzz-corpus`. The output is
  * deterministic; the seeds are committed. */
 #include "../src/net/net_internal.h"
@@ -295,6 +295,16 @@ static void registry_requests(void) {
         seed("fuzz_registry", q[i].name, q[i].req, strlen(q[i].req));
 }
 
+static void schedules(void) {
+    static const char *const t[] = {"Mon-Fri 09:00-18:00; Sat 10:00-14:00", "daily 22:00-06:00",
+                                    "Fri-Mon 00:00-24:00, mon wed fri 12:30-13:15", "18:00-08:00"};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "schedule-%zu", i);
+        seed("fuzz_schedule", name, t[i], strlen(t[i]));
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_corpus OUT_DIR (fuzz/corpus)\n");
@@ -308,5 +318,6 @@ int main(int argc, char **argv) {
     bodies();
     texts();
     registry_requests();
+    schedules();
     return 0;
 }
