@@ -25,6 +25,11 @@ typedef struct mt_http_request {
     const char *body;   /* NUL-terminated (may hold NULs before body_len) */
     size_t body_len;
     void *conn; /* for mt_http_header / mt_http_query */
+    /* Without a connection (conn NULL: a handler driven in-process, as
+     * fuzz/fuzz_registry.c does): headers and query arguments as
+     * name, value, ..., NULL (either may be NULL: none). */
+    const char *const *headers;
+    const char *const *query;
 } mt_http_request;
 
 /* A request header or query argument (NULL when absent). */

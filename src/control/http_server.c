@@ -36,11 +36,20 @@ typedef struct body {
     mt_http_stream *stream;
 } body;
 
+/* name's value in a NULL-terminated name, value, ... list (header names ignore case). */
+static const char *list_value(const char *const *kv, const char *name, bool nocase) {
+    for (; kv && kv[0] && kv[1]; kv += 2)
+        if (nocase ? strcasecmp(kv[0], name) == 0 : strcmp(kv[0], name) == 0) return kv[1];
+    return NULL;
+}
+
 const char *mt_http_header(const mt_http_request *req, const char *name) {
+    if (!req->conn) return list_value(req->headers, name, true);
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
 const char *mt_http_query(const mt_http_request *req, const char *name) {
+    if (!req->conn) return list_value(req->query, name, false);
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
@@ -268,7 +277,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         snprintf(msg, sizeof msg, "request body too large (the limit is %zu bytes)", s->max_body);
         return queue_error(c, 413, msg, s->error_body);
     }
-    mt_http_request req = {method, url, b->data ? b->data : "", b->len, c};
+    mt_http_request req = {method, url, b->data ? b->data : "", b->len, c, NULL, NULL};
     mt_http_response resp = {0};
     s->handler(s->ctx, &req, &resp);
     if (resp.stream) {

@@ -15,6 +15,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -103,9 +104,11 @@ AVX2 static float q6_k_vec_dot(int64_t n, const void *w, const void *x) {
 
 bool quant_avx2_install(quant_kernel_set *ks) {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-        !__builtin_cpu_supports("f16c"))
-        return false;
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang before 16 has no "f16c" for
+     * __builtin_cpu_supports, and the fuzz build (docs/fuzzing.md) uses clang */
+    unsigned a, b, c, d;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !f16c) return false;
     ks->name = "avx2";
     qx_install(ks);
     ks->vec_dot[MT_TYPE_Q6_K] = q6_k_vec_dot;

@@ -1,0 +1,323 @@
+/* make_corpus.c - writes the seed inputs of the fuzz targets
+ * (fuzz/corpus/<target>/) from MoonTail's own writers, so every seed is a
+ * valid input the parser must accept: a tiny synthetic model and shards cut
+ * from it (fuzz_gguf), the plan and piece manifests of those shards
+ * (fuzz_manifest), every data-plane message type from mt_proto_encode
+ * (fuzz_proto, and sealed into frames for fuzz_frame), a client hello
+ * (fuzz_frame), request bodies (fuzz_openai), texts (fuzz_tokenize) and
+ * registry API requests (fuzz_registry) and pause schedules (fuzz_schedule).
+ * Built with the fuzz build; run by `./dev fuzz-corpus`. The output is
+ * deterministic; the seeds are committed. */
+#include "../src/net/net_internal.h"
+#include "fuzz_util.h"
+#include "moontail/gguf.h"
+#include "moontail/proto.h"
+#include "moontail/shard.h"
+#include "moontail/shard_fetch.h"
+#include "moontail/tokenizer.h"
+#include "moontail/transport.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *out_root;
+
+static void seed(const char *target, const char *name, const void *data, size_t len) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", out_root, target);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) fuzz_die(path, strerror(errno));
+    snprintf(path, sizeof path, "%s/%s/%s", out_root, target, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) fuzz_die(path, "write failed");
+}
+
+/* seed() with a one-byte prefix (the targets' selector byte). */
+static void seed1(const char *target, const char *name, uint8_t first, const void *data,
+                  size_t len) {
+    uint8_t *b = malloc(len + 1);
+    b[0] = first;
+    memcpy(b + 1, data, len);
+    seed(target, name, b, len + 1);
+    free(b);
+}
+
+static void *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fuzz_die(path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *b = malloc((size_t)n + 1);
+    if (fread(b, 1, (size_t)n, f) != (size_t)n) fuzz_die(path, "read failed");
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static void seed_file(const char *target, const char *name, const char *path) {
+    size_t len;
+    void *b = slurp(path, &len);
+    seed(target, name, b, len);
+    free(b);
+}
+
+/* ---- GGUF files and manifests -----------------------------------------------------------------
+ */
+
+static void gguf_and_manifests(void) {
+    mt_error err = {0};
+    char model[400], path[600];
+    snprintf(model, sizeof model, "%s/tiny.gguf", fuzz_dir());
+    mt_synth_params p = fuzz_tiny_params();
+    if (mt_synth_write(&p, model, &err) != 0) fuzz_die("model", err.msg);
+    seed_file("fuzz_gguf", "model", model); /* no .gguf: .gitignore */
+    gguf_file *f = gguf_open(model, &err);
+    if (!f) fuzz_die(model, err.msg);
+    mt_plan plan;
+    char manifest[600];
+    if (mt_plan_cell(f, 2, &plan, &err) != 0 ||
+        mt_plan_write(f, &plan, fuzz_dir(), manifest, sizeof manifest, &err) != 0)
+        fuzz_die("cell plan", err.msg);
+    mt_plan_free(&plan);
+    seed_file("fuzz_manifest", "cell-manifest.json", manifest);
+    const char *shards[] = {"tiny-head-0.gguf", "tiny-stage-0.gguf", "tiny-stage-1.gguf"};
+    const char *names[] = {"shard-head", "shard-stage-0", "shard-stage-1"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", fuzz_dir(), shards[i]);
+        seed_file("fuzz_gguf", names[i], path);
+    }
+    if (mt_plan_swarm(f, 2, &plan, &err) != 0 ||
+        mt_plan_write(f, &plan, fuzz_dir(), manifest, sizeof manifest, &err) != 0)
+        fuzz_die("swarm plan", err.msg);
+    mt_plan_free(&plan);
+    seed_file("fuzz_manifest", "swarm-manifest.json", manifest);
+    snprintf(path, sizeof path, "%s/tiny-experts-1.gguf", fuzz_dir());
+    seed_file("fuzz_gguf", "shard-experts-1", path);
+    gguf_close(f);
+
+    /* the piece manifest of a shard, with small pieces so it lists several */
+    snprintf(path, sizeof path, "%s/tiny-stage-0.gguf", fuzz_dir());
+    json_t *m = mt_shard_manifest_of_file(path, "tiny-stage-0.gguf", 4096, &err);
+    if (!m) fuzz_die("piece manifest", err.msg);
+    char *txt = json_dumps(m, JSON_COMPACT);
+    seed("fuzz_manifest", "piece-manifest.json", txt, strlen(txt));
+    free(txt);
+    json_decref(m);
+
+    /* a vocabulary-only file */
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_string(w, "general.architecture", "llama");
+    mt_vocab_write_bytes(w, "qwen2", true);
+    snprintf(path, sizeof path, "%s/vocab.gguf", fuzz_dir());
+    if (gguf_writer_write(w, path, &err) != 0) fuzz_die(path, err.msg);
+    gguf_writer_free(w);
+    seed_file("fuzz_gguf", "vocab", path);
+}
+
+/* ---- data-plane messages ----------------------------------------------------------------------
+ */
+
+#define N_EMBD 4 /* fuzz_proto's selector byte 3 */
+
+static uint8_t *frame_script; /* fuzz_frame mode 1: [op][len] payload ... */
+static size_t script_len;
+
+static void message(const char *name, const mt_proto_msg *m) {
+    uint8_t *enc;
+    size_t len;
+    mt_error err = {0};
+    if (mt_proto_encode(m, N_EMBD, &enc, &len, &err) != 0) fuzz_die(name, err.msg);
+    seed1("fuzz_proto", name, N_EMBD - 1, enc, len);
+    if (len <= 255) { /* the frame script carries a one-byte length */
+        frame_script = realloc(frame_script, script_len + 2 + len);
+        frame_script[script_len] = 0;
+        frame_script[script_len + 1] = (uint8_t)len;
+        memcpy(frame_script + script_len + 2, enc, len);
+        script_len += 2 + len;
+    }
+    free(enc);
+}
+
+static void messages(void) {
+    float rows[3 * N_EMBD];
+    for (int i = 0; i < 3 * N_EMBD; i++) rows[i] = (float)i * 0.25f - 1.0f;
+    int32_t pos[3] = {0, 1, 2}, ids[3] = {0, 2, 3}, held[2] = {1, 3};
+    mt_proto_hop hops[2] = {{"10.0.0.2:7001", {1}, 1, 2}, {"node.example:7002", {2}, 2, 3}};
+    mt_proto_msg m;
+
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_INFO, m.request_id = 1;
+    message("info", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_STAGE_FORWARD, m.request_id = 2, m.session = 77;
+    m.n = 3, m.layer_begin = 0, m.layer_end = 2, m.pos = pos, m.rows = rows;
+    message("stage_forward", &m);
+    m.dtype = MT_PROTO_BF16;
+    message("stage_forward_bf16", &m);
+    m.dtype = MT_PROTO_F32, m.n_hops = 2, m.hops = hops, m.n = 1, m.layer_end = 1;
+    message("stage_forward_hops", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_EXPERT_RUN, m.request_id = 3, m.layer_begin = 1;
+    m.n = 3, m.ids = ids, m.rows = rows;
+    message("expert_run", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_SESSION_END, m.request_id = 4, m.session = 77;
+    message("session_end", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_INFO_REPLY, m.request_id = 1;
+    mt_proto_info *in = &m.info;
+    snprintf(in->arch, sizeof in->arch, "qwen3moe");
+    in->n_embd = N_EMBD, in->n_layer = 2, in->n_expert = 4, in->n_expert_used = 2;
+    in->layer_begin = 0, in->layer_end = 2, in->attention = true, in->experts = true;
+    in->n_ctx = 256, in->max_sessions = 8;
+    memset(in->source_id, 'a', MT_SHARD_HASH_HEX - 1);
+    in->n_held = 2, in->held = held;
+    message("info_reply", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_STAGE_REPLY, m.request_id = 2, m.n = 2;
+    m.rows = rows;
+    message("stage_reply", &m);
+    m.type = MT_PROTO_EXPERT_REPLY, m.dtype = MT_PROTO_BF16;
+    message("expert_reply_bf16", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_SESSION_END_REPLY, m.request_id = 4;
+    m.existed = true;
+    message("session_end_reply", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_ERROR, m.request_id = 5;
+    m.code = MT_PROTO_ERR_UNKNOWN_SESSION;
+    snprintf(m.text, sizeof m.text, "session 77 is unknown: replay from position 0");
+    message("error", &m);
+}
+
+/* ---- frames and hellos ------------------------------------------------------------------------
+ */
+
+static void frames(void) {
+    seed1("fuzz_frame", "script", 1, frame_script, script_len);
+    /* mode 0: two frames sealed under the fuzzer's key, back to back */
+    net_dir d;
+    memset(&d, 0, sizeof d);
+    fuzz_frame_key(d.key, sizeof d.key);
+    size_t l1, l2;
+    uint8_t *f1 = net_frame_seal(&d, frame_script + 2, frame_script[1], &l1);
+    uint8_t *f2 = net_frame_seal(&d, "", 0, &l2);
+    uint8_t *both = malloc(l1 + l2);
+    memcpy(both, f1, l1), memcpy(both + l1, f2, l2);
+    seed1("fuzz_frame", "raw", 0, both, l1 + l2);
+    free(f1), free(f2), free(both);
+    /* mode 2: a client hello (transport.h), then the start of a frame */
+    uint8_t hello[MT_CONN_HELLO_BYTES + 8] = {'M', 'T', 'N', '1', MT_CONN_VERSION, 0, 0, 0};
+    for (int i = 8; i < MT_CONN_HELLO_BYTES; i++) hello[i] = (uint8_t)(i * 13);
+    hello[MT_CONN_HELLO_BYTES] = 64;
+    seed1("fuzz_frame", "hello", 2, hello, sizeof hello);
+}
+
+/* ---- HTTP request bodies and texts ------------------------------------------------------------
+ */
+
+static void bodies(void) {
+    static const struct {
+        const char *name;
+        int chat;
+        const char *body;
+    } b[] = {
+        {"completion", 0,
+         "{\"model\":\"tiny\",\"prompt\":[\"Hello\"],\"max_tokens\":7,\"temperature\":0,"
+         "\"top_p\":0.5,\"seed\":-3,\"stop\":\"\\n\",\"stream\":true,"
+         "\"stream_options\":{\"include_usage\":true},\"n\":1,\"user\":\"u\","
+         "\"logprobs\":null,\"echo\":false}"},
+        {"completion_ids", 0,
+         "{\"model\":\"tiny\",\"prompt\":\"a b\",\"stop\":[\"x\",\"yz\"],"
+         "\"frequency_penalty\":0.5,\"presence_penalty\":-0.5,\"max_tokens\":null}"},
+        {"chat", 1,
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},"
+         "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+         "{\"type\":\"text\",\"text\":\"b\"}],\"name\":\"x\"},"
+         "{\"role\":\"assistant\",\"content\":null}],"
+         "\"max_completion_tokens\":3,\"tools\":[],\"response_format\":"
+         "{\"type\":\"text\"}}"},
+        {"chat_system", 1,
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+         "{\"role\":\"user\",\"content\":\"Hi \\u00e9\\ud83d\\ude00\"}],\"stream\":true,"
+         "\"temperature\":1.5,\"seed\":42}"},
+    };
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        seed1("fuzz_openai", b[i].name, (uint8_t)b[i].chat, b[i].body, strlen(b[i].body));
+}
+
+static void texts(void) {
+    static const struct {
+        const char *name;
+        uint8_t sel; /* vocabulary (mod the count) | 0x40 add_special | 0x80 parse_special */
+        const char *text;
+    } t[] = {
+        {"ascii", 0, "Hello, world! It's 2026: 12345 tokens, 3.14 and    spaces\n\ttabs."},
+        {"utf8", 1, "Grüße, мир, 世界, 🌍 and \xe2\x80\x94 dashes"},
+        {"special", 0x80 | 0x40, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"},
+        {"digits", 2, "1234567890 0.000001 1e10 -42"},
+        {"kimi", 3, "  leading space, 'quotes', CAPS and camelCase\r\n\r\n"},
+        {"default", 4, "don't can't I'm we'll they've"},
+        {"qwen3", 5, "The Qwen3 vocabulary: \xe4\xbd\xa0\xe5\xa5\xbd <think>x</think>"},
+        {"invalid", 0x80 | 5, "\xff\xfe broken \xc3 utf8 \xed\xa0\x80 <|endoftext|>"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        seed1("fuzz_tokenize", t[i].name, t[i].sel, t[i].text, strlen(t[i].text));
+}
+
+static void registry_requests(void) {
+    static const char pk[] = "7d3f1a2b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7";
+    char join[600];
+    snprintf(join, sizeof join,
+             "POST /v1/nodes u\n{\"name\": \"n2\", \"pubkey\": \"%s\", \"addr\": "
+             "\"127.0.0.1:9\", \"capacity\": 1000000, \"speed\": 1.5, \"hw\": {\"ram\": "
+             "8000000000, \"cores\": 4, \"simd\": \"avx2\", \"gpu\": \"\"}}",
+             pk);
+    static const struct {
+        const char *name, *req;
+    } q[] = {
+        {"account", "POST /v1/accounts a\n{\"name\": \"bob\"}"},
+        {"me", "GET /v1/accounts/me u\n"},
+        {"cert", "POST /v1/accounts/me/cert u\n{\"pubkey\": \"00ff\"}"},
+        {"heartbeat", "POST /v1/nodes/@/heartbeat n\n{\"ready_shard\": \"\", \"served\": "
+                      "{\"token_layers\": 5, \"expert_rows\": 2}, \"load\": 0.5}"},
+        {"pause", "POST /v1/nodes/@/pause n\n{\"pause\": true, \"schedule\": \"mon-fri "
+                  "09:00-17:00\"}"},
+        {"resume", "POST /v1/nodes/@/pause u\n{\"resume\": true}"},
+        {"shard", "GET /v1/shards/stage-0-l0-2 -\n"},
+        {"route", "POST /v1/routes u\n{\"session\": 12345, \"avoid\": [1, 2]}"},
+        {"keepalive", "POST /v1/routes/keepalive u\n{\"ticket\": \"abc\"}"},
+        {"done", "POST /v1/routes/done u\n{\"ticket\": \"abc\"}"},
+        {"usage", "POST /v1/usage u\n{\"tokens\": 7, \"used_tokens\": 3}"},
+        {"ledger", "GET /v1/ledger/nodes u\n"},
+        {"status", "GET /v1/status -\n"},
+        {"metrics", "GET /metrics -\n"},
+        {"index", "GET / -\n"},
+    };
+    seed("fuzz_registry", "join", join, strlen(join));
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        seed("fuzz_registry", q[i].name, q[i].req, strlen(q[i].req));
+}
+
+static void schedules(void) {
+    static const char *const t[] = {"Mon-Fri 09:00-18:00; Sat 10:00-14:00", "daily 22:00-06:00",
+                                    "Fri-Mon 00:00-24:00, mon wed fri 12:30-13:15", "18:00-08:00"};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "schedule-%zu", i);
+        seed("fuzz_schedule", name, t[i], strlen(t[i]));
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: make_corpus OUT_DIR (fuzz/corpus)\n");
+        return 2;
+    }
+    out_root = argv[1];
+    if (mkdir(out_root, 0755) != 0 && errno != EEXIST) fuzz_die(out_root, strerror(errno));
+    gguf_and_manifests();
+    messages();
+    frames();
+    bodies();
+    texts();
+    registry_requests();
+    schedules();
+    return 0;
+}
