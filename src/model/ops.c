@@ -25,11 +25,9 @@ typedef float v8f __attribute__((vector_size(32)));
  * the note that AVX changes how such values are passed does not apply. */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-static inline __attribute__((always_inline)) v8f load8(const float *p) {
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* 8 floats at p into the v8f variable v (a macro, not a function: clang refuses a
+ * function returning v8f in code built without AVX, such as the default clone) */
+#define LOAD8(v, p) memcpy(&(v), (p), sizeof(v8f))
 
 /* q . k in 8 lanes (lane j mod 8 sums q[j] * k[j] from low j to high, a
  * multiply then an add), lanes added as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)):
@@ -38,7 +36,12 @@ static inline __attribute__((always_inline)) float dot_lanes(const float *q, con
                                                              int32_t n) {
     v8f acc = {0};
     int32_t j = 0;
-    for (; j + 8 <= n; j += 8) acc += load8(q + j) * load8(k + j);
+    for (; j + 8 <= n; j += 8) {
+        v8f a8, b8;
+        LOAD8(a8, q + j);
+        LOAD8(b8, k + j);
+        acc += a8 * b8;
+    }
     float a[8];
     memcpy(a, &acc, sizeof a);
     for (; j < n; j++) a[j % 8] += q[j] * k[j];
@@ -72,8 +75,10 @@ void mt_attend_one(const float *q, const float *k, size_t k_stride, int32_t dk, 
         const v8f pv = {p, p, p, p, p, p, p, p};
         int32_t d = 0;
         for (; d + 8 <= dv; d += 8) {
-            v8f o = load8(out + d);
-            o += pv * load8(vs + d);
+            v8f o, w;
+            LOAD8(o, out + d);
+            LOAD8(w, vs + d);
+            o += pv * w;
             memcpy(out + d, &o, sizeof o);
         }
         for (; d < dv; d++) out[d] += p * vs[d];
