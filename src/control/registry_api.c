@@ -301,25 +301,23 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
     pthread_cond_broadcast(&r->wake);
 }
 
-/* Seeds and peers that hold shard `name`: peers first, the registry last. */
-static json_t *sources_of(mt_registry *r, const char *name, int64_t except, int64_t now) {
+/* Peers among nodes[0..k) that serve shard `name` (the seed is added apart). */
+static json_t *sources_of(mt_registry *r, const reg_node *nodes, int32_t k, const char *name,
+                          int64_t except, int64_t now) {
     json_t *a = json_array();
-    reg_node *nodes;
-    int32_t n;
-    if (reg_nodes_load(r, &nodes, &n, NULL) == 0) {
-        for (int32_t i = 0; i < n; i++)
-            if (nodes[i].id != except && nodes[i].shard_addr[0] &&
-                strcmp(nodes[i].ready_shard, name) == 0 && reg_node_alive(r, &nodes[i], now)) {
-                char url[160];
-                snprintf(url, sizeof url, "http://%s", nodes[i].shard_addr);
-                json_array_append_new(a, json_string(url));
-            }
-        free(nodes);
-    }
+    for (int32_t i = 0; i < k; i++)
+        if (nodes[i].id != except && nodes[i].shard_addr[0] &&
+            strcmp(nodes[i].ready_shard, name) == 0 && reg_node_alive(r, &nodes[i], now)) {
+            char url[160];
+            snprintf(url, sizeof url, "http://%s", nodes[i].shard_addr);
+            json_array_append_new(a, json_string(url));
+        }
     return a;
 }
 
-static json_t *assignment_json(mt_registry *r, const reg_node *n, int64_t now) {
+/* n's assignment; a stage's partners are looked up in all[0..k). */
+static json_t *assignment_json(mt_registry *r, const reg_node *n, const reg_node *all, int32_t k,
+                               int64_t now) {
     char name[96];
     reg_shard_name(&n->a, name);
     json_t *j =
@@ -329,18 +327,12 @@ static json_t *assignment_json(mt_registry *r, const reg_node *n, int64_t now) {
     if (name[0]) json_object_set_new(j, "shard", json_string(name));
     if (n->a.role == REG_ROLE_STAGE) { /* paired layer: the partners this stage calls */
         json_t *partners = json_array();
-        reg_node *all;
-        int32_t k;
-        if (reg_nodes_load(r, &all, &k, NULL) == 0) {
-            for (int32_t i = 0; i < k; i++)
-                if (all[i].a.role == REG_ROLE_PARTNER && all[i].a.paired_with == n->id)
-                    json_array_append_new(partners,
-                                          json_pack("{s:I, s:s, s:s, s:b}", "node_id",
-                                                    (json_int_t)all[i].id, "addr", all[i].addr,
-                                                    "key", all[i].pubkey, "alive",
-                                                    reg_node_alive(r, &all[i], now)));
-            free(all);
-        }
+        for (int32_t i = 0; i < k; i++)
+            if (all[i].a.role == REG_ROLE_PARTNER && all[i].a.paired_with == n->id)
+                json_array_append_new(
+                    partners, json_pack("{s:I, s:s, s:s, s:b}", "node_id", (json_int_t)all[i].id,
+                                        "addr", all[i].addr, "key", all[i].pubkey, "alive",
+                                        reg_node_alive(r, &all[i], now)));
         json_object_set_new(j, "partners", partners);
     }
     return j;
@@ -432,15 +424,21 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     reg_node_get(r, id, &n);
     if (!was_alive) pthread_cond_broadcast(&r->wake); /* back: placement may use it again */
 
-    json_t *out = json_pack("{s:o, s:b, s:I, s:s}", "assignment", assignment_json(r, &n, now),
-                            "drain", n.paused || !reg_node_available(r, &n, now), "plan_version",
-                            (json_int_t)r->plan_version, "state", reg_node_state(r, &n, now));
+    /* one read of the node rows serves the partners and the shard's sources */
+    reg_node *all = NULL;
+    int32_t k = 0;
+    if (reg_nodes_load(r, &all, &k, NULL)) k = 0;
+    json_t *out =
+        json_pack("{s:o, s:b, s:I, s:s}", "assignment", assignment_json(r, &n, all, k, now),
+                  "drain", n.paused || !reg_node_available(r, &n, now), "plan_version",
+                  (json_int_t)r->plan_version, "state", reg_node_state(r, &n, now));
     char name[96];
     reg_shard_name(&n.a, name);
     if (name[0]) {
-        json_object_set_new(out, "sources", sources_of(r, name, id, now));
+        json_object_set_new(out, "sources", sources_of(r, all, k, name, id, now));
         json_object_set_new(out, "seed", json_string(r->url));
     }
+    free(all);
     /* a fresh certificate when the last one is past half its life */
     if (expires - now / 1000 < 30LL * r->cfg.cert_minutes) {
         char *cert = issue_cert(r, n.pubkey, MT_CERT_ROLE_NODE, n.account_id);
