@@ -6,6 +6,7 @@
  * everything it started. Logs of every process stay in the demo directory
  * when something fails (and with --keep). */
 #include "cli.h"
+#include "generate.h"
 #include "model_source.h"
 #include "moontail/http.h"
 #include "moontail/requester.h"
@@ -222,7 +223,8 @@ static void print_route(const names *nm, const char *route) {
     printf(" (the head, token ids and text stayed in this process)\n");
 }
 
-/* Generates n tokens greedily through the cell, streaming the text. */
+/* Generates n tokens greedily through the cell (generate.c, as `moontail
+ * prompt` does), then says where each layer ran. */
 static int prompt_cell(demo *d, const names *nm, const char *url, const char *token,
                        const char *prompt, int n_predict) {
     char key[600], cache[600];
@@ -235,53 +237,30 @@ static int prompt_cell(demo *d, const names *nm, const char *url, const char *to
                              .threads = 1,
                              .quiet = true};
     mt_error err = {{0}};
-    mt_requester *q = mt_requester_open(&c, &err);
-    mt_vocab *v = q ? mt_vocab_load(mt_requester_head(q)->gguf, &err) : NULL;
+    cli_requester_ctx p = {mt_requester_open(&c, &err), 0};
+    mt_vocab *v = p.q ? mt_vocab_load(mt_requester_head(p.q)->gguf, &err) : NULL;
     int rc = -1;
-    int32_t *ids = NULL;
-    int64_t n_ids = 0;
-    float *logits = NULL;
-    mt_detok dt;
-    if (!v) goto done;
-    const int32_t V = mt_requester_head(q)->hp.n_vocab;
-    if ((n_ids = mt_tokenize(v, prompt, strlen(prompt), true, true, &ids, &err)) <= 0) {
-        if (n_ids == 0) mt_error_set(&err, "the prompt has no tokens");
-        goto done;
-    }
-    logits = malloc((size_t)V * sizeof *logits);
-    mt_detok_init(&dt, v, false);
-    if (!logits || mt_requester_begin(q, (int32_t)n_ids + n_predict, &err) ||
-        mt_requester_eval(q, ids, (int32_t)n_ids, logits, &err))
-        goto done;
-    mt_requester_stats st;
-    mt_requester_get_stats(q, &st);
-    print_route(nm, st.route);
-    printf("\n%s", prompt);
-    fflush(stdout);
-    double t0 = now_s();
-    int produced = 0;
-    for (int i = 0; i < n_predict; i++) {
-        int32_t best = 0;
-        for (int32_t k = 1; k < V; k++)
-            if (logits[k] > logits[best]) best = k;
-        if (mt_vocab_is_eog(v, best)) break;
-        char piece[256];
-        int64_t len = mt_detok_push(&dt, best, piece, sizeof piece);
-        if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
+    if (v) {
+        cli_gen g;
+        cli_gen_defaults(&g);
+        g.prompt = prompt;
+        g.n_predict = n_predict;
+        g.sp.temp = 0; /* greedy: the same text every time */
+        cli_gen_backend be = cli_requester_backend(&p);
+        printf("\n%s", prompt);
         fflush(stdout);
-        produced++;
-        if (i + 1 < n_predict && mt_requester_eval(q, &best, 1, logits, &err)) goto done;
+        rc = cli_generate(&g, v, mt_requester_head(p.q)->hp.n_vocab, &be, cli_now_ms(), &err);
     }
-    double dt_s = now_s() - t0;
-    printf("\n\n%d tokens in %.2f s (%.1f tokens/s) through the cell\n", produced, dt_s,
-           dt_s > 0 ? produced / dt_s : 0.0);
-    rc = 0;
-done:
-    if (rc) fprintf(stderr, "moontail demo: prompting the cell failed: %s\n", err.msg);
-    free(ids);
-    free(logits);
+    if (rc == 0) {
+        mt_requester_stats st;
+        mt_requester_get_stats(p.q, &st);
+        printf("\n");
+        print_route(nm, st.route);
+    } else {
+        fprintf(stderr, "moontail demo: prompting the cell failed: %s\n", err.msg);
+    }
     mt_vocab_free(v);
-    mt_requester_close(q);
+    mt_requester_close(p.q);
     return rc;
 }
 

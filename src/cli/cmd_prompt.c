@@ -64,33 +64,6 @@ static void prompt_json(void *ctx, json_t *root) {
 
 /* ---- through a registry --------------------------------------------------------- */
 
-typedef struct reg_ctx {
-    mt_requester *q;
-    int64_t tokens;
-} reg_ctx;
-
-static int reg_open(void *ctx, int32_t n_ctx, mt_error *err) {
-    return mt_requester_begin(((reg_ctx *)ctx)->q, n_ctx, err);
-}
-
-static int reg_eval(void *ctx, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
-    reg_ctx *p = ctx;
-    int rc = mt_requester_eval(p->q, ids, n, logits, err);
-    if (rc == 0) p->tokens += n;
-    return rc;
-}
-
-static void reg_json(void *ctx, json_t *root) {
-    reg_ctx *p = ctx;
-    mt_requester_stats s;
-    mt_requester_get_stats(p->q, &s);
-    json_object_set_new(root, "route", json_string(s.route));
-    json_object_set_new(root, "failovers", json_integer(s.failovers));
-    json_object_set_new(root, "recovery_ms", json_real(s.total_recovery_ms));
-    json_object_set_new(root, "replays", json_integer(s.replays));
-    if (s.failovers) json_object_set_new(root, "last_failure", json_string(s.last_failure));
-}
-
 static int prompt_registry(const cli_gen *g, const char *registry, const char *token,
                            const char *token_file, const char *key, const char *cache,
                            const char *wire, int call_timeout_ms) {
@@ -111,11 +84,11 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
                              .ubatch = (int)g->ubatch,
                              .call_timeout_ms = call_timeout_ms,
                              .quiet = false};
-    reg_ctx p = {mt_requester_open(&c, &err), 0};
+    cli_requester_ctx p = {mt_requester_open(&c, &err), 0};
     mt_vocab *vocab = NULL;
     int rc = -1;
     if (p.q && (vocab = mt_vocab_load(mt_requester_head(p.q)->gguf, &err))) {
-        cli_gen_backend be = {reg_open, reg_eval, reg_json, &p};
+        cli_gen_backend be = cli_requester_backend(&p);
         rc = cli_generate(g, vocab, mt_requester_head(p.q)->hp.n_vocab, &be, t0, &err);
     }
     if (rc) fprintf(stderr, "moontail prompt: %s\n", err.msg[0] ? err.msg : "failed");

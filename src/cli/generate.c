@@ -206,6 +206,7 @@ int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
     } else {
         if (nb > 0) fwrite(piece, 1, (size_t)nb, stdout);
         fputc('\n', stdout);
+        fflush(stdout); /* the text, then the figures, also when both go to one terminal */
         fprintf(stderr,
                 "moontail: prompt %lld tokens in %.1f ms, generated %lld in %.1f ms (%.1f tok/s)\n",
                 (long long)n_prompt, t2 - t1, (long long)n_gen, t3 - t2,

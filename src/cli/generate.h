@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "moontail/error.h"
+#include "moontail/requester.h"
 #include "moontail/sampler.h"
 #include "moontail/tokenizer.h"
 
@@ -28,6 +29,14 @@ typedef struct cli_gen_backend {
     void (*add_json)(void *ctx, json_t *root);
     void *ctx;
 } cli_gen_backend;
+
+/* A requester as the backend (requester_backend.c); tokens counts what was
+ * evaluated, for usage reports. */
+typedef struct cli_requester_ctx {
+    mt_requester *q;
+    int64_t tokens;
+} cli_requester_ctx;
+cli_gen_backend cli_requester_backend(cli_requester_ctx *ctx);
 
 /* Defaults (-n 32, llama.cpp's sampler defaults). */
 void cli_gen_defaults(cli_gen *g);
