@@ -156,45 +156,40 @@ after_failure() {
         "$(sed -n 's/^requester: \(route failed.*\)/\1/p' "$tmp/$name.err" | head -1 | head -c 300); $line"
 }
 
-# 3a: kill the first stage of the route; 4a: a spare restores 2 replicas
-long_prompt kill1
-A=$(node_k "$FIRST")
-if [ -n "$A" ] && kill -0 $PPID_ 2>/dev/null; then
-    A_ID=$(node_id "$A")
-    kill_node "$A"
+# kill_during NAME WHICH ADDR: kill -9 the node at ADDR (WHICH: "first" or "last" stage of
+# the route) while NAME generates; the text must not change and a spare must restore 2
+# replicas. Sets KILLED and KILLED_ID (the node's k and id), REC (recovery ms) and
+# RESTORE (ms from the kill to 2 replicas).
+kill_during() {
+    local name=$1 which=$2 k id dead t_kill
+    k=$(node_k "$3")
+    REC="" RESTORE="" KILLED="" KILLED_ID=""
+    if [ -z "$k" ] || ! kill -0 $PPID_ 2>/dev/null; then
+        bad "could not find the route's $which node in '$ROUTE' while generating: $(cat "$tmp/$name.err")"
+        wait $PPID_
+        return
+    fi
+    id=$(node_id "$k")
+    KILLED=$k KILLED_ID=$id
+    kill_node "$k"
     t_kill=$(date +%s%N)
-    wait_for "o.nodes.find(n => n.node_id == $A_ID).state == 'dead'" 30 && dead1=$(ms_since "$t_kill")
-    after_failure kill1 "kill -9 of the first stage (pc$A)" "$t_kill"
-    rec_first=$RECOVERY_MS
-    wait_for "o.nodes.find(n => n.node_id == $A_ID).state == 'dead' && o.min_replicas_serving == 2" 30 && ok ||
-        bad "2 replicas not restored after pc$A died: $(status | head -c 1500)"
-    restore1=$(ms_since "$t_kill")
-    echo "pc$A killed: the registry saw it dead after ${dead1:-?} ms; a spare restored 2 replicas" \
-        "$restore1 ms after the kill"
-else
-    bad "could not find the route's first node in '$ROUTE' while generating: $(cat "$tmp/kill1.err")"
-    wait $PPID_
-fi
+    wait_for "o.nodes.find(n => n.node_id == $id).state == 'dead'" 30 && dead=$(ms_since "$t_kill")
+    after_failure "$name" "kill -9 of the $which stage (pc$k)" "$t_kill"
+    REC=$RECOVERY_MS
+    wait_for "o.nodes.find(n => n.node_id == $id).state == 'dead' && o.min_replicas_serving == 2" 30 && ok ||
+        bad "2 replicas not restored after pc$k died: $(status | head -c 1500)"
+    RESTORE=$(ms_since "$t_kill")
+    echo "pc$k killed: the registry saw it dead after ${dead:-?} ms; a spare restored 2 replicas" \
+        "$RESTORE ms after the kill"
+}
 
-# 3b: kill the last stage; 4b: the other spare restores 2 replicas
+# 3a/4a: the first stage of the route; 3b/4b: the last stage (the other spare takes it)
+long_prompt kill1
+kill_during kill1 first "$FIRST"
+rec_first=$REC restore1=$RESTORE A=$KILLED A_ID=$KILLED_ID
 long_prompt kill2
-B=$(node_k "$LAST")
-if [ -n "$B" ] && kill -0 $PPID_ 2>/dev/null; then
-    B_ID=$(node_id "$B")
-    kill_node "$B"
-    t_kill=$(date +%s%N)
-    wait_for "o.nodes.find(n => n.node_id == $B_ID).state == 'dead'" 30 && dead2=$(ms_since "$t_kill")
-    after_failure kill2 "kill -9 of the last stage (pc$B)" "$t_kill"
-    rec_last=$RECOVERY_MS
-    wait_for "o.nodes.find(n => n.node_id == $B_ID).state == 'dead' && o.min_replicas_serving == 2" 30 && ok ||
-        bad "2 replicas not restored after pc$B died: $(status | head -c 1500)"
-    restore2=$(ms_since "$t_kill")
-    echo "pc$B killed: the registry saw it dead after ${dead2:-?} ms; the other spare restored" \
-        "2 replicas $restore2 ms after the kill"
-else
-    bad "could not find the route's last node in '$ROUTE' while generating: $(cat "$tmp/kill2.err")"
-    wait $PPID_
-fi
+kill_during kill2 last "$LAST"
+rec_last=$REC restore2=$RESTORE B=$KILLED
 timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL"
 
 # 3c: cut a stage's link (its process lives on); the requester must still finish
