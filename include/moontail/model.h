@@ -76,6 +76,9 @@ typedef struct mt_experts {
     int32_t n_expert;
 } mt_experts;
 
+/* Most layers a model may declare (the shard format's limit too). */
+#define MT_MAX_LAYERS 65536
+
 typedef struct mt_layer {
     float *attn_norm; /* (n_embd) */
     float *ffn_norm;  /* (n_embd) */

@@ -153,6 +153,11 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     get_int(&r, "attention.head_count_kv", &hp->n_head_kv, false);
     get_float(&r, "attention.layer_norm_rms_epsilon", &hp->eps, true);
     if (r.failed) return -1;
+    /* layers are allocated per model before any tensor is bound: bound the count
+     * (as shards do) so that a hostile block_count cannot ask for gigabytes */
+    if (hp->n_layer > MT_MAX_LAYERS)
+        return mt_error_set(err, "%s: block_count %d is more than %d layers; the file is damaged",
+                            f->path, hp->n_layer, MT_MAX_LAYERS);
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
         hp->n_head % hp->n_head_kv != 0)
         return mt_error_set(err,

@@ -8,6 +8,7 @@
  * (routed expert tensors sliced along ne[2] when only some experts are
  * kept) and the moontail.shard.* keys with a content hash per tensor. */
 #include "moontail/shard.h"
+#include "moontail/model.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -147,7 +148,7 @@ int mt_shard_layout_read(const gguf_file *f, mt_shard_layout *out, mt_error *err
     uint32_t n_layer = 0, n_expert = 0;
     int rc = arch_u32(f, arch, "block_count", true, &n_layer, err);
     if (!rc) rc = arch_u32(f, arch, "expert_count", false, &n_expert, err);
-    if (!rc && (n_layer < 1 || n_layer > 65536))
+    if (!rc && (n_layer < 1 || n_layer > MT_MAX_LAYERS))
         rc = mt_error_set(err, "%s: %s.block_count = %u is outside 1..65536", f->path, arch,
                           n_layer);
     if (!rc && n_expert > 65536)
