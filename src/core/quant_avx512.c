@@ -11,7 +11,8 @@
 
 #include <immintrin.h>
 
-#define QX_TGT  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+#define QX_TGT                                                                                     \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 #define QX_VNNI 1
 #define QX_TB   4
 #define QX_ZMM  1

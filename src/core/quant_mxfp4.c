@@ -67,8 +67,8 @@ size_t quant_mxfp4_quantize(const float *src, void *dst, int64_t n) {
 
 /* The Q8_0-family order (quant_kernels.h): per block, 8 exact int32 lane
  * sums of 4 consecutive products of table values and activations, each
- * added to its lane float as fmaf(lane, dx * 2^(e-128), acc); even blocks into lanes 0-7, odd
- * into 8-15; quant_hsum16 at the end. */
+ * added to its lane float as fmaf(lane, dx * 2^(e-128), acc), even blocks
+ * into lanes 0-7 and odd blocks into lanes 8-15; quant_hsum16 at the end. */
 float quant_mxfp4_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
     float acc[16] = {0};
