@@ -76,6 +76,10 @@ typedef struct mt_node_config {
     int max_batch_tokens; /* tokens per step; <= 0: 4096 */
     int timeout_ms;       /* handshake and each send/recv wait; <= 0: 30000 */
     bool quiet;           /* no log lines on stderr */
+    /* FOR TESTS ONLY (`moontail node --misbehave corrupt-output[:RATE]`): the fraction of
+     * STAGE_FORWARD replies whose output rows get bits flipped, to test spot-checking
+     * (docs/spot-checking.md). 0: an honest node. */
+    double corrupt_rate;
 } mt_node_config;
 
 /* Counters for tests and the status page. */

@@ -54,6 +54,7 @@ typedef struct mt_agent_config {
     int tunnel_wait_ms;         /* first address within (<= 0: 60000) */
     bool relay;                 /* reach peers through the registry's relay */
     bool quiet;
+    double corrupt_rate; /* FOR TESTS ONLY: passed to the data-plane server (node.h) */
 } mt_agent_config;
 
 typedef struct mt_agent mt_agent;

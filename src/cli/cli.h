@@ -68,6 +68,16 @@ void cli_block_stop_signals(sigset_t *sigs, bool hup);
  * what is wrong with the file. */
 int cli_expand_config(int *argc, char ***argv);
 
+/* FOR TESTS ONLY: `moontail node --misbehave corrupt-output[:RATE]` (docs/testing.md) as the
+ * fraction of replies to corrupt (RATE in (0, 1], default 1); false after saying what is
+ * wrong. */
+bool cli_misbehave(const char *cmd, const char *spec, double *rate);
+
+/* --spot-check RATE of the requesters: the fraction of (session, stage) pairs checked on a
+ * replica, in [0, 1]; false after saying what is wrong. */
+#define CLI_SPOT_CHECK_DEFAULT 0.05
+bool cli_spot_check(const char *cmd, float value, double *rate);
+
 /* The account token from --token-file, MOONTAIL_TOKEN or --token (heap; NULL
  * with a message saying how to get one). */
 char *cli_token(const char *cmd, const char *token, const char *token_file);

@@ -119,3 +119,37 @@ int cli_take_all(int *argc, char **argv, const char *name, const char **out) {
     *argc = k;
     return n;
 }
+
+bool cli_misbehave(const char *cmd, const char *spec, double *rate) {
+    static const char kind[] = "corrupt-output";
+    size_t k = strlen(kind);
+    float r = 1;
+    bool ok = strncmp(spec, kind, k) == 0 && (spec[k] == 0 || spec[k] == ':');
+    if (ok && spec[k] == ':') {
+        char *end;
+        errno = 0;
+        r = strtof(spec + k + 1, &end);
+        ok = errno == 0 && end != spec + k + 1 && *end == 0 && r > 0 && r <= 1;
+    }
+    if (!ok) {
+        fprintf(stderr,
+                "moontail %s: --misbehave expects corrupt-output[:RATE] with RATE in (0, 1], got"
+                " '%s' (it is for testing spot-checks only)\n",
+                cmd, spec);
+        return false;
+    }
+    *rate = r;
+    return true;
+}
+
+bool cli_spot_check(const char *cmd, float value, double *rate) {
+    if (!(value >= 0 && value <= 1)) {
+        fprintf(stderr,
+                "moontail %s: --spot-check expects a fraction in [0, 1] (0 turns checks off, 1"
+                " checks every stage of every request), got %g\n",
+                cmd, (double)value);
+        return false;
+    }
+    *rate = value;
+    return true;
+}

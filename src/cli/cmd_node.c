@@ -127,6 +127,8 @@ int cmd_node(int argc, char **argv) {
         if (strcmp(argv[i], "--registry") == 0) return cmd_node_agent(argc, argv);
     const char *shard = NULL, *key = NULL, *authorized = NULL, *listen = "127.0.0.1:7411",
                *cert_path = NULL;
+    const char *misbehave = NULL; /* testing only, not in the usage (docs/testing.md) */
+    double corrupt_rate = 0;
     int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0;
     bool quiet = false;
     mt_node_partner *partners = NULL;
@@ -147,6 +149,7 @@ int cmd_node(int argc, char **argv) {
         {"--max-batch", CLI_INT, &max_batch, 1, 1 << 20},
         {"--threads", CLI_INT, &threads, 1, 1024},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
+        {"--misbehave", CLI_STRING, &misbehave, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = n_authorities < 0 ? -1 : cli_parse("node", argc, argv, opts, usage);
@@ -154,6 +157,7 @@ int cmd_node(int argc, char **argv) {
         rc = prc > 0 ? 0 : 2;
         goto out;
     }
+    if (misbehave && !cli_misbehave("node", misbehave, &corrupt_rate)) goto out;
     if (!shard || !key || (!authorized && n_authorities == 0)) {
         fprintf(stderr, "moontail node: --shard, --key and at least one of --authorized and"
                         " --authority are required; see 'moontail node --help'\n");
@@ -205,7 +209,8 @@ int cmd_node(int argc, char **argv) {
                           .n_ctx = (int)ctx,
                           .threads = (int)threads,
                           .max_batch_tokens = (int)max_batch,
-                          .quiet = quiet};
+                          .quiet = quiet,
+                          .corrupt_rate = corrupt_rate};
     mt_node *node = mt_node_start(&cfg, &err);
     uint8_t my_pk[MT_KEYS_PUBLIC_BYTES]; /* to check a reread certificate against */
     memcpy(my_pk, keys.pk, sizeof my_pk);

@@ -52,6 +52,7 @@ int cmd_node_agent(int argc, char **argv) {
     const char *tunnel = NULL, *tunnel_pattern = NULL;
     int64_t tunnel_wait_s = 60;
     bool quiet = false, relay = false;
+    const char *misbehave = NULL; /* testing only, not in the usage (docs/testing.md) */
     const cli_opt opts[] = {
         {"--registry", CLI_STRING, &registry, 0, 0},
         {"--token", CLI_STRING, &token, 0, 0},
@@ -71,10 +72,13 @@ int cmd_node_agent(int argc, char **argv) {
         {"--tunnel-wait-s", CLI_INT, &tunnel_wait_s, 1, 3600},
         {"--relay", CLI_FLAG, &relay, 0, 0},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
+        {"--misbehave", CLI_STRING, &misbehave, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("node", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    double corrupt_rate = 0;
+    if (misbehave && !cli_misbehave("node", misbehave, &corrupt_rate)) return 2;
     if (!registry) {
         fprintf(stderr, "moontail node: --registry URL is required here\n");
         return 2;
@@ -111,7 +115,8 @@ int cmd_node_agent(int argc, char **argv) {
                          .tunnel_pattern = tunnel_pattern,
                          .tunnel_wait_ms = (int)tunnel_wait_s * 1000,
                          .relay = relay,
-                         .quiet = quiet};
+                         .quiet = quiet,
+                         .corrupt_rate = corrupt_rate};
     mt_error err = {{0}};
     mt_agent *a = mt_agent_start(&c, &err);
     free(tok);

@@ -190,7 +190,8 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .max_sessions = a->cfg.max_sessions,
                         .n_ctx = a->cfg.n_ctx,
                         .threads = a->cfg.threads,
-                        .quiet = a->cfg.quiet};
+                        .quiet = a->cfg.quiet,
+                        .corrupt_rate = a->cfg.corrupt_rate};
     pthread_mutex_unlock(&a->lock);
     char label[96];
     snprintf(label, sizeof label, "node %.30s: loading %.40s", a->name, name);

@@ -445,6 +445,10 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
         mt_error_set(err, "node: at most 2^20 sessions");
         goto fail;
     }
+    if (!(n->cfg.corrupt_rate >= 0 && n->cfg.corrupt_rate <= 1)) {
+        mt_error_set(err, "node: the corrupt-output rate must be in [0, 1]");
+        goto fail;
+    }
     if (!(n->model = mt_model_load(cfg->shard_path, err))) goto fail;
     const mt_model *m = n->model;
     if (n->cfg.n_ctx <= 0)

@@ -7,8 +7,11 @@
  * which forwards them: node_chain.c). */
 #include "node_internal.h"
 
+#include <sodium.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- sessions (worker only) --------------------------------------------------------- */
 
@@ -44,6 +47,31 @@ static node_session *session_slot(mt_node *n) {
         pthread_mutex_unlock(&n->lock);
     }
     return lru;
+}
+
+/* ---- misbehaving on purpose (tests only) ---------------------------------------------- */
+
+/* With cfg.corrupt_rate (mt_node_config; `--misbehave corrupt-output[:RATE]`), flips the
+ * sign bit of every fourth element of a reply's rows, for that fraction of replies: a node
+ * computing wrong results, for the spot-checking tests. Logged with the wall-clock time so
+ * that a test can measure how long detection took. */
+static void maybe_corrupt(mt_node *n, const mt_proto_msg *m, float *rows) {
+    double rate = n->cfg.corrupt_rate;
+    if (!(rate > 0) || (rate < 1 && randombytes_uniform(1u << 30) >= rate * (1u << 30))) return;
+    const size_t count = (size_t)m->n * (size_t)n->info.n_embd;
+    for (size_t i = 0; i < count; i += 4) {
+        uint32_t bits;
+        memcpy(&bits, &rows[i], sizeof bits);
+        bits ^= 0x80000000u;
+        memcpy(&rows[i], &bits, sizeof bits);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    node_log(n,
+             "misbehave (testing only): corrupted the output of session %016llx positions"
+             " [%d, %d) at unix ms %lld",
+             (unsigned long long)m->session, m->pos[0], m->pos[0] + m->n,
+             (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 /* ---- the worker --------------------------------------------------------------------- */
@@ -102,6 +130,7 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
                             a, b, err.msg);
         } else {
             s->n_past = m->pos[0] + m->n;
+            maybe_corrupt(n, m, hidden + (size_t)t * E);
             mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
                               .request_id = m->request_id,
                               .dtype = m->dtype,
