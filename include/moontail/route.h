@@ -44,6 +44,35 @@ typedef struct mt_route_peer {
     int32_t expert_begin, expert_end;
 } mt_route_peer;
 
+/* A node that can check stage `stage` of a route (it holds the same layers). */
+typedef struct mt_route_checker {
+    int stage;
+    mt_route_peer peer;
+} mt_route_checker;
+
+/* Spot-check counters (see mt_route_config.check_rate). */
+typedef struct mt_route_check_stats {
+    int64_t checks;     /* (session, stage) pairs given a shadow session */
+    int64_t compared;   /* passes whose output a checker confirmed bit for bit */
+    int64_t dropped;    /* checks dropped (checker failed or too slow) */
+    int64_t mismatches; /* outputs that differed */
+    char last_dropped[400];
+} mt_route_check_stats;
+
+/* Where a checker and the checked stage disagreed (after a failed mt_route_eval). */
+typedef struct mt_route_mismatch {
+    int stage;                                 /* index of the checked stage in the route */
+    char checked_addr[128], checker_addr[128]; /* "host:port" */
+    uint8_t checked_pk[MT_KEYS_PUBLIC_BYTES], checker_pk[MT_KEYS_PUBLIC_BYTES];
+    int32_t layer_begin, layer_end;
+    int32_t pos, n;                          /* the positions whose outputs differ */
+    uint64_t session;                        /* the checked stage's session id */
+    int32_t step;                            /* the session's mt_route_eval call (0: first) */
+    char checked_hash[65], checker_hash[65]; /* BLAKE2b-256 (hex) of each output's f32 rows */
+    int64_t reply_unix_ms;                   /* when the checked stage's output arrived */
+    int64_t detected_unix_ms;                /* when the comparison found the difference */
+} mt_route_mismatch;
+
 typedef struct mt_route_config {
     const char *head;           /* local shard (or whole model) with the head */
     const mt_model *head_model; /* optional: that file already loaded (borrowed, must outlive the
@@ -67,6 +96,17 @@ typedef struct mt_route_config {
                             would cost a whole connect timeout first) */
     bool chain;          /* send one STAGE_FORWARD to the first stage with the later stages as next
                             hops (proto.h), instead of calling each stage in turn */
+    /* spot-checking (docs/spot-checking.md; not with chain): checkers[i] holds the same layers
+     * as stage checkers[i].stage. Each new session gives each stage that has a checker, with
+     * probability check_rate (0: never, 1: always), a shadow session on one of its checkers
+     * (picked at random) that gets the stage's input rows in every pass; before a pass
+     * returns, the checker's output must equal the stage's bit for bit, or mt_route_eval
+     * fails and mt_route_last_mismatch says where. A checker that fails or is slow (it has
+     * 2 s plus the pass's own time after the pass ends) only drops its check. */
+    const mt_route_checker *checkers;
+    int n_checkers;
+    double check_rate;
+    mt_route_check_stats *check_stats; /* optional: counters added to (the caller's) */
 } mt_route_config;
 
 typedef struct mt_route mt_route;
@@ -81,6 +121,13 @@ const mt_model *mt_route_head(const mt_route *r);
 int32_t mt_route_max_ctx(const mt_route *r);
 /* Replays done so far (after evictions or reconnects), for tests and logs. */
 int mt_route_replays(const mt_route *r);
+
+/* Changes the spot-check rate for sessions made from now on (0..1). */
+void mt_route_set_check_rate(mt_route *r, double rate);
+
+/* After a failed mt_route_eval: true (and *out) when it failed because a
+ * spot-check found a stage's output different from its checker's. */
+bool mt_route_last_mismatch(const mt_route *r, mt_route_mismatch *out);
 
 /* After a failed mt_route_eval: the addresses (up to max) of the nodes whose
  * connection is broken and did not come back, or that failed the call;

@@ -3,9 +3,11 @@
  * expert servers run the backbone's routed experts (called concurrently,
  * each reconnected once when its connection broke: expert_remote.h);
  * sessions keep their token history so a stage that lost them can be
- * replayed from position 0. Also the route file reader. */
+ * replayed from position 0; sampled stages are spot-checked on a replica
+ * (route_check.h). Also the route file reader. */
 #include "moontail/route.h"
 #include "expert_remote.h"
+#include "route_check.h"
 #include "moontail/expert_dispatch.h"
 #include "moontail/remote.h"
 #include "moontail/shard.h"
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- structures ------------------------------------------------------------------- */
 
@@ -46,7 +49,14 @@ struct mt_route {
     int replays;
     bool chain;
     bool no_reconnect;
-    mt_proto_hop *hops; /* (n_stages - 1) the later stages, when chain */
+    mt_proto_hop *hops;         /* (n_stages - 1) the later stages, when chain */
+    mt_route_checker *checkers; /* (n_checkers) nodes that can check a stage */
+    int n_checkers;
+    double check_rate;
+    mt_route_check_stats *check_stats; /* the caller's, or own_stats */
+    mt_route_check_stats own_stats;
+    bool has_mismatch;
+    mt_route_mismatch mismatch; /* the last one */
     pthread_mutex_t lock;
 };
 
@@ -54,8 +64,10 @@ struct mt_route_session {
     uint64_t id;
     int32_t n_ctx;
     int32_t n_past;
-    int32_t *tokens; /* (n_ctx) history */
-    mt_kv_cache *kv; /* the backbone's layers; NULL without one */
+    int32_t *tokens;      /* (n_ctx) history */
+    mt_kv_cache *kv;      /* the backbone's layers; NULL without one */
+    route_check **checks; /* (n_stages) the stage's spot-check, NULL: not checked */
+    int32_t step;         /* mt_route_eval calls so far */
 };
 
 /* ---- opening a route ------------------------------------------------------------------ */
@@ -250,6 +262,26 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
         goto fail;
     }
     if (setup_experts(r, cfg, err)) goto fail;
+    r->check_stats = cfg->check_stats ? cfg->check_stats : &r->own_stats;
+    r->check_rate = cfg->check_rate;
+    if (!(r->check_rate >= 0 && r->check_rate <= 1)) {
+        mt_error_set(err, "the spot-check rate %g is not a fraction in [0, 1]", cfg->check_rate);
+        goto fail;
+    }
+    if (cfg->n_checkers > 0) {
+        if (!(r->checkers = calloc((size_t)cfg->n_checkers, sizeof *r->checkers))) {
+            mt_error_set(err, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < cfg->n_checkers; i++) {
+            if (cfg->checkers[i].stage < 0 || cfg->checkers[i].stage >= cfg->n_stages) {
+                mt_error_set(err, "checker %s is for stage %d, but the route has %d stages",
+                             cfg->checkers[i].peer.addr, cfg->checkers[i].stage, cfg->n_stages);
+                goto fail;
+            }
+            r->checkers[r->n_checkers++] = cfg->checkers[i];
+        }
+    }
     r->chain = cfg->chain;
     if (r->chain && cfg->n_stages > 1) {
         if (cfg->n_stages - 1 > MT_PROTO_MAX_HOPS) {
@@ -308,6 +340,7 @@ void mt_route_close(mt_route *r) {
     free(r->stages);
     free(r->experts);
     free(r->hops);
+    free(r->checkers);
     mt_pool_free(r->pool);
     if (r->backbone != r->head) mt_model_free(r->backbone);
     if (!r->head_borrowed) mt_model_free(r->head);
@@ -326,6 +359,17 @@ int mt_route_replays(const mt_route *r) {
     return r->replays;
 }
 
+void mt_route_set_check_rate(mt_route *r, double rate) {
+    pthread_mutex_lock(&r->lock);
+    if (rate >= 0 && rate <= 1) r->check_rate = rate;
+    pthread_mutex_unlock(&r->lock);
+}
+
+bool mt_route_last_mismatch(const mt_route *r, mt_route_mismatch *out) {
+    if (r->has_mismatch && out) *out = r->mismatch;
+    return r->has_mismatch;
+}
+
 int mt_route_failed_peers(const mt_route *r, char (*addrs)[128], int max) {
     int n = 0;
     for (int i = 0; i < r->n_stages && n < max; i++)
@@ -338,6 +382,40 @@ int mt_route_failed_peers(const mt_route *r, char (*addrs)[128], int max) {
 }
 
 /* ---- sessions --------------------------------------------------------------------------- */
+
+/* Gives each stage that has checkers, with probability check_rate, a shadow
+ * session on one of them picked at random (route_check.h). A check that
+ * cannot start is counted as dropped; the session goes on unchecked there. */
+static void sample_checks(mt_route *r, mt_route_session *s) {
+    if (!(s->checks = calloc((size_t)r->n_stages, sizeof *s->checks))) return;
+    for (int i = 0; i < r->n_stages; i++) {
+        int n = 0;
+        for (int k = 0; k < r->n_checkers; k++) n += r->checkers[k].stage == i;
+        if (n == 0) continue;
+        const uint32_t scale = 1u << 30;
+        if (r->check_rate < 1 && randombytes_uniform(scale) >= r->check_rate * scale) continue;
+        uint32_t pick = randombytes_uniform((uint32_t)n);
+        const mt_route_checker *c = NULL;
+        for (int k = 0; k < r->n_checkers && !c; k++)
+            if (r->checkers[k].stage == i && pick-- == 0) c = &r->checkers[k];
+        route_check_config cc = {.peer = c->peer,
+                                 .keys = &r->keys,
+                                 .layer_begin = r->stages[i].layer_begin,
+                                 .layer_end = r->stages[i].layer_end,
+                                 .n_embd = r->head->hp.n_embd,
+                                 .wire = r->wire,
+                                 .timeout_ms = r->timeout_ms > 0 ? r->timeout_ms : 10000,
+                                 .call_timeout_ms = r->call_timeout_ms};
+        mt_error e = {{0}};
+        if ((s->checks[i] = route_check_start(&cc, &e))) {
+            r->check_stats->checks++;
+        } else {
+            r->check_stats->dropped++;
+            snprintf(r->check_stats->last_dropped, sizeof r->check_stats->last_dropped, "%.399s",
+                     e.msg);
+        }
+    }
+}
 
 mt_route_session *mt_route_session_new(mt_route *r, int32_t n_ctx, mt_error *err) {
     if (n_ctx <= 0) n_ctx = r->max_ctx;
@@ -359,6 +437,8 @@ mt_route_session *mt_route_session_new(mt_route *r, int32_t n_ctx, mt_error *err
         free(s);
         return NULL;
     }
+    if (r->n_checkers > 0 && r->check_rate > 0 && !(r->chain && r->n_stages > 1))
+        sample_checks(r, s);
     return s;
 }
 
@@ -368,6 +448,8 @@ void mt_route_session_end(mt_route *r, mt_route_session *s) {
     for (int i = 0; i < r->n_stages; i++)
         if (r->stages[i].r) mt_remote_session_end(r->stages[i].r, s->id, NULL, NULL);
     pthread_mutex_unlock(&r->lock);
+    for (int i = 0; s->checks && i < r->n_stages; i++) route_check_end(s->checks[i]);
+    free(s->checks);
     mt_kv_cache_free(s->kv);
     free(s->tokens);
     free(s);
@@ -385,9 +467,74 @@ uint64_t mt_route_session_id(const mt_route_session *s) {
 
 enum { PASS_OK = 0, PASS_FAIL = -1, PASS_REPLAY = 1 };
 
+static int64_t unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* After a pass: waits for the spot-checks it sent (sent[i]: stage i's) and
+ * compares. The checkers had the pass's whole duration to answer; they get
+ * 2 s plus that duration again, then their check is dropped (a slow checker
+ * must not hold the generation up for long). A difference fails the pass
+ * (when it had not failed already) and is kept for mt_route_last_mismatch. */
+static int finish_checks(mt_route *r, mt_route_session *s, const bool *sent,
+                         const int64_t *reply_ms, int32_t p0, int32_t n, double t_start, int rc,
+                         mt_error *err) {
+    const double now = route_check_now_ms(), deadline = now + 2000 + (now - t_start);
+    mt_route_check_stats *st = r->check_stats;
+    for (int i = 0; i < r->n_stages; i++) {
+        if (!sent[i]) continue;
+        route_check_result res;
+        route_check_outcome o = route_check_wait(s->checks[i], deadline, &res);
+        if (o == ROUTE_CHECK_LOST) {
+            st->dropped++;
+            snprintf(st->last_dropped, sizeof st->last_dropped,
+                     "the check of layers [%d, %d) on %.128s was dropped: %.200s",
+                     r->stages[i].layer_begin, r->stages[i].layer_end,
+                     route_check_addr(s->checks[i]), res.why);
+            route_check_end(s->checks[i]);
+            s->checks[i] = NULL;
+            continue;
+        }
+        if (rc != PASS_OK) continue; /* the stage's output is not used anyway */
+        if (o == ROUTE_CHECK_SAME) {
+            st->compared++;
+            continue;
+        }
+        st->mismatches++;
+        mt_route_mismatch *m = &r->mismatch;
+        memset(m, 0, sizeof *m);
+        m->stage = i;
+        snprintf(m->checked_addr, sizeof m->checked_addr, "%s", r->stages[i].peer.addr);
+        snprintf(m->checker_addr, sizeof m->checker_addr, "%s", route_check_addr(s->checks[i]));
+        memcpy(m->checked_pk, r->stages[i].peer.pk, sizeof m->checked_pk);
+        memcpy(m->checker_pk, route_check_pk(s->checks[i]), sizeof m->checker_pk);
+        m->layer_begin = r->stages[i].layer_begin;
+        m->layer_end = r->stages[i].layer_end;
+        m->pos = p0;
+        m->n = n;
+        m->session = s->id;
+        m->step = s->step;
+        memcpy(m->checked_hash, res.main_hash, sizeof m->checked_hash);
+        memcpy(m->checker_hash, res.check_hash, sizeof m->checker_hash);
+        m->reply_unix_ms = reply_ms[i];
+        m->detected_unix_ms = unix_ms();
+        r->has_mismatch = true;
+        rc = mt_error_set(err,
+                          "spot check: stage %s and checker %s computed layers [%d, %d) of"
+                          " positions [%d, %d) differently",
+                          m->checked_addr, m->checker_addr, m->layer_begin, m->layer_end, p0,
+                          p0 + n);
+    }
+    return rc;
+}
+
 /* One pass of tokens [p0, p0 + n) (token ids in `tokens`) through the route;
  * hidden receives the last layer's output. PASS_REPLAY when a stage lost the
- * session or its connection (and came back): the caller replays from 0. */
+ * session or its connection (and came back): the caller replays from 0.
+ * Stages with a spot-check get the same input rows on their checker, whose
+ * output is compared with theirs once the pass is through (finish_checks). */
 static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t p0,
                       int32_t n, float *hidden, int32_t *pos, mt_error *err) {
     for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
@@ -399,7 +546,12 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
             return PASS_FAIL;
     }
     const int n_calls = r->chain && r->n_stages > 1 ? 1 : r->n_stages;
-    for (int i = 0; i < n_calls; i++) {
+    const bool checking = s->checks && n_calls == r->n_stages;
+    bool sent[checking ? r->n_stages : 1];
+    int64_t reply_ms[checking ? r->n_stages : 1];
+    const double t_start = route_check_now_ms();
+    int rc = PASS_OK;
+    for (int i = 0; i < n_calls && rc == PASS_OK; i++) {
         route_stage *st = &r->stages[i];
         uint32_t code = 0;
         int32_t n_hops = n_calls < r->n_stages ? r->n_stages - 1 : 0;
@@ -410,25 +562,40 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
             r->hops[k].layer_begin = h->layer_begin;
             r->hops[k].layer_end = h->layer_end;
         }
+        if (checking) {
+            sent[i] = s->checks[i] != NULL;
+            if (sent[i]) route_check_send(s->checks[i], pos, n, hidden);
+        }
         st->failed = false;
         if (mt_remote_stage_chain(st->r, s->id, st->layer_begin, st->layer_end, r->hops, n_hops,
-                                  pos, n, hidden, r->wire, &code, err) == 0)
+                                  pos, n, hidden, r->wire, &code, err) == 0) {
+            if (checking && sent[i]) {
+                reply_ms[i] = unix_ms();
+                route_check_keep_main(s->checks[i], hidden);
+            }
             continue;
+        }
         /* a node that cannot compute (e.g. its paired partner is gone) is as good as lost
          * for this route; an unknown session is only a replay away */
         st->failed = code != MT_PROTO_ERR_UNKNOWN_SESSION;
-        if (code == MT_PROTO_ERR_UNKNOWN_SESSION && p0 > 0) return PASS_REPLAY;
-        if (code == 0 && !r->no_reconnect && !mt_remote_is_open(st->r)) {
+        rc = PASS_FAIL;
+        if (code == MT_PROTO_ERR_UNKNOWN_SESSION && p0 > 0) {
+            rc = PASS_REPLAY;
+        } else if (code == 0 && !r->no_reconnect && !mt_remote_is_open(st->r)) {
             /* the connection broke: reconnect once */
             mt_error e2 = {{0}};
-            if (connect_stage(r, st, &e2) == 0) return PASS_REPLAY;
-            char first[sizeof err->msg];
-            snprintf(first, sizeof first, "%s", err->msg);
-            mt_error_set(err, "%.300s; reconnecting failed too: %.200s", first, e2.msg);
+            if (connect_stage(r, st, &e2) == 0) {
+                rc = PASS_REPLAY;
+            } else {
+                char first[sizeof err->msg];
+                snprintf(first, sizeof first, "%s", err->msg);
+                mt_error_set(err, "%.300s; reconnecting failed too: %.200s", first, e2.msg);
+            }
         }
-        return PASS_FAIL;
+        for (int k = i + 1; checking && k < r->n_stages; k++) sent[k] = false;
     }
-    return PASS_OK;
+    if (checking) rc = finish_checks(r, s, sent, reply_ms, p0, n, t_start, rc, err);
+    return rc;
 }
 
 /* Runs tokens [p0, p0 + n) of `all` in micro-batches; the last `want` rows of
@@ -473,6 +640,7 @@ int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32
             return mt_error_set(err, "token id %d at index %d is outside the vocabulary [0, %d)",
                                 tokens[i], i, r->head->hp.n_vocab);
     pthread_mutex_lock(&r->lock);
+    r->has_mismatch = false;
     const int32_t p0 = s->n_past;
     memcpy(s->tokens + p0, tokens, (size_t)n * sizeof(int32_t)); /* committed on success */
     int rc = route_run(r, s, s->tokens, p0, n, p0, all_logits, logits, err);
@@ -484,6 +652,7 @@ int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32
                                    " its replay; giving up");
     }
     if (rc == PASS_OK) s->n_past = p0 + n;
+    s->step++;
     pthread_mutex_unlock(&r->lock);
     return rc == PASS_OK ? 0 : -1;
 }
