@@ -19,6 +19,10 @@
  *     failed, and refuses (swarm mode) accounts that have not volunteered;
  *   - meters work: token-layers and expert rows served per node (credited
  *     to the node's account), tokens used per account;
+ *   - checks the nodes a requester's spot-check reports as disagreeing by
+ *     computing the disputed layers itself, and quarantines a node found
+ *     wrong (no role, no route, no credit) until an operator releases it
+ *     (docs/spot-checking.md);
  *   - optionally runs a relay (relay.h) for nodes behind NAT: they keep a
  *     connection to it, authenticated with their node token, and peers reach
  *     them through a public port of the relay; the relay copies the data
@@ -55,8 +59,9 @@ typedef struct mt_registry_config {
                                  of relay_listen) */
     int relay_port_lo, relay_port_hi; /* public ports for relayed nodes (0, 0: any free port) */
     int relay_max_conns;              /* relayed connections per node (<= 0: 64) */
-    int max_active;    /* requests holding routes at once; more wait in line (0: no limit) */
-    int ticket_ttl_ms; /* a request not heard of for this long is dropped (<= 0: 30000) */
+    int max_active;         /* requests holding routes at once; more wait in line (0: no limit) */
+    int ticket_ttl_ms;      /* a request not heard of for this long is dropped (<= 0: 30000) */
+    int reports_per_minute; /* spot-check reports one account may make a minute (<= 0: 6) */
     bool quiet;
 } mt_registry_config;
 

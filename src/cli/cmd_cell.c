@@ -1,5 +1,7 @@
-/* cmd_cell.c - `moontail cell earnings`: what each machine of a cell earned,
- * from the registry's ledger.
+/* cmd_cell.c - the operator's commands for a cell: `moontail cell earnings`,
+ * what each machine earned, from the registry's ledger; `moontail cell
+ * release`, letting a node that a spot-check quarantined work again
+ * (docs/spot-checking.md).
  *
  * A cell sells tokens at P per million. A token passes every layer once, so
  * a node that computed T token-layers (plus its expert rows / n_expert_used,
@@ -15,13 +17,51 @@
 
 static const char usage[] =
     "usage: moontail cell earnings --registry URL --price-per-mtok P --share S [--json]\n"
+    "       moontail cell release --registry URL --node ID --admin-token-file F\n"
     "\n"
+    "earnings: what each node earned, from the ledger\n"
     "  --price-per-mtok P   what the cell charges per million tokens\n"
     "  --share S            the part of that paid to machines, 0..1\n"
     "  --admin-token-file F the registry's admin token, when it has one\n"
-    "  --json               one JSON object\n";
+    "  --json               one JSON object\n"
+    "\n"
+    "release: a node that a spot-check quarantined (it computed wrong results) may work\n"
+    "again; see 'moontail status' for why it was quarantined. Needs the admin token.\n";
+
+static int cell_release(int argc, char **argv) {
+    const char *registry = NULL, *admin_file = NULL;
+    int64_t node = 0;
+    const cli_opt opts[] = {{"--registry", CLI_STRING, &registry, 0, 0},
+                            {"--node", CLI_INT, &node, 1, INT64_MAX},
+                            {"--admin-token-file", CLI_STRING, &admin_file, 0, 0},
+                            {NULL, CLI_FLAG, NULL, 0, 0}};
+    int prc = cli_parse("cell release", argc, argv, opts, usage);
+    if (prc) return prc > 0 ? 0 : 2;
+    if (!registry || !node || !admin_file) {
+        fprintf(stderr, "moontail cell release: --registry URL, --node ID and --admin-token-file F"
+                        " are required\n");
+        return 2;
+    }
+    char *admin = cli_token("cell", NULL, admin_file);
+    if (!admin) return 2;
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/nodes/%lld/release", registry, (long long)node);
+    json_t *res = NULL, *body = json_object();
+    mt_error err = {{0}};
+    int st = mt_http_json("POST", url, admin, body, 10000, &res, &err);
+    json_decref(body);
+    free(admin);
+    if (st == 200)
+        printf("node %lld released: %s\n", (long long)node,
+               json_string_value(json_object_get(res, "state")));
+    else
+        fprintf(stderr, "moontail cell release: %s\n", err.msg);
+    json_decref(res);
+    return st == 200 ? 0 : 1;
+}
 
 int cmd_cell(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "release") == 0) return cell_release(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "earnings") != 0) {
         bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
         fputs(usage, help ? stdout : stderr);

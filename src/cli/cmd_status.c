@@ -99,6 +99,11 @@ int cmd_status(int argc, char **argv) {
            num(s, "min_replicas_serving"), replicas, num(s, "queue"),
            json_number_value(json_object_get(s, "tok_per_s")), num(s, "plan_version"));
     if (str(s, "plan_note")[0]) printf("note: %s\n", str(s, "plan_note"));
+    json_t *reports = json_object_get(s, "reports");
+    if (num(s, "nodes_quarantined") > 0 || num(reports, "total") > 0)
+        printf("spot-checks: %lld node(s) quarantined; %lld report(s), %lld confirmed by the"
+               " registry\n",
+               num(s, "nodes_quarantined"), num(reports, "total"), num(reports, "confirmed"));
     if (num(s, "max_active") > 0 || num(s, "requests_waiting") > 0)
         printf("requests: %lld running, %lld waiting in line (at most %lld at once)\n",
                num(s, "requests_active"), num(s, "requests_waiting"), num(s, "max_active"));
@@ -114,7 +119,7 @@ int cmd_status(int argc, char **argv) {
                                                                : "not volunteering yet");
     }
     print_coverage(json_object_get(s, "layers"), replicas);
-    printf("%5s  %-16s %-9s %-8s %-16s %4s %7s %8s %6s %9s\n", "id", "name", "state", "role",
+    printf("%5s  %-16s %-11s %-8s %-16s %4s %7s %8s %6s %9s\n", "id", "name", "state", "role",
            "shard", "rep", "queue", "tok/s", "GB", "uptime");
     json_t *nodes = json_object_get(s, "nodes");
     for (size_t i = 0; i < json_array_size(nodes); i++) {
@@ -122,10 +127,14 @@ int cmd_status(int argc, char **argv) {
         long long up = num(n, "uptime_ms") / 1000;
         char upt[32];
         snprintf(upt, sizeof upt, "%lldh%02lldm%02llds", up / 3600, up / 60 % 60, up % 60);
-        printf("%5lld  %-16.16s %-9s %-8s %-16.16s %4lld %7lld %8.1f %6.1f %9s\n",
+        printf("%5lld  %-16.16s %-11s %-8s %-16.16s %4lld %7lld %8.1f %6.1f %9s\n",
                num(n, "node_id"), str(n, "name"), str(n, "state"), str(n, "role"),
                str(n, "shard")[0] ? str(n, "shard") : "-", num(n, "replica"), num(n, "queue"),
                json_number_value(json_object_get(n, "tok_per_s")), num(n, "capacity") / 1e9, upt);
+        json_t *q = json_object_get(n, "quarantine");
+        if (q)
+            printf("       quarantined: %s; release with 'moontail cell release --node %lld'\n",
+                   str(q, "reason"), num(n, "node_id"));
     }
     json_decref(s);
     return 0;

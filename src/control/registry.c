@@ -139,6 +139,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     if (r->cfg.dead_after_ms <= 0) r->cfg.dead_after_ms = 5000;
     if (r->cfg.cert_minutes <= 0) r->cfg.cert_minutes = 60;
     if (r->cfg.ticket_ttl_ms <= 0) r->cfg.ticket_ttl_ms = 30000;
+    if (r->cfg.reports_per_minute <= 0) r->cfg.reports_per_minute = 6;
     if (r->cfg.max_active < 0) r->cfg.max_active = 0;
     r->db_path = strdup(cfg->db);
     r->shard_dir = strdup(cfg->shard_dir);
@@ -195,6 +196,7 @@ void mt_registry_stop(mt_registry *r) {
     if (r->ticker_started) pthread_join(r->ticker, NULL);
     reg_db_close(r);
     if (r->have_plan) mt_place_plan_free(&r->plan);
+    mt_model_free(r->referee_model);
     free(r->tickets);
     mt_shard_layout_free(&r->layout);
     if (r->model) gguf_close(r->model);

@@ -155,6 +155,22 @@ static char *issue_cert(mt_registry *r, const char *pk_hex, mt_cert_role role, i
     return hex;
 }
 
+const char *reg_api_str_field(json_t *body, const char *name, size_t max, bool required,
+                              mt_http_response *resp) {
+    return str_field(body, name, max, required, resp);
+}
+int64_t reg_api_int_field(json_t *body, const char *name, int64_t lo, int64_t hi, int64_t dflt,
+                          bool required, bool *ok, mt_http_response *resp) {
+    return int_field(body, name, lo, hi, dflt, required, ok, resp);
+}
+int64_t reg_api_account(mt_registry *r, const mt_http_request *req, mt_http_response *resp) {
+    return authed_account(r, req, resp);
+}
+bool reg_api_admin_ok(mt_registry *r, const mt_http_request *req, const char *what,
+                      mt_http_response *resp) {
+    return admin_ok(r, req, what, resp);
+}
+
 /* ---- accounts ------------------------------------------------------------------------- */
 
 static void accounts_create(mt_registry *r, const mt_http_request *req, json_t *body,
@@ -378,6 +394,7 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     /* counters are cumulative since the node started: a smaller one means it restarted */
     int64_t d_tl = tl >= n.served_token_layers ? tl - n.served_token_layers : tl;
     int64_t d_er = er >= n.served_expert_rows ? er - n.served_expert_rows : er;
+    if (n.quarantined) d_tl = d_er = 0; /* found computing wrong results: no credit */
     int64_t up = reg_node_alive(r, &n, now) ? now - n.last_seen : 0;
     mt_error err = {{0}};
     if (reg_db_exec(r, &err, "BEGIN") ||
@@ -680,6 +697,10 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
         nodes_heartbeat(r, req, p + 10, body, resp);
     else if (post && node_path(p, "pause"))
         nodes_pause(r, req, p + 10, body, resp);
+    else if (post && node_path(p, "release"))
+        reg_node_release(r, req, p + 10, resp);
+    else if (post && strcmp(p, "/v1/reports") == 0)
+        reg_reports_post(r, req, body, resp);
     else if (get && strncmp(p, "/v1/shards/", 11) == 0)
         shards_get(r, p + 11, resp);
     else if (post && strcmp(p, "/v1/routes") == 0)

@@ -13,7 +13,13 @@
  *   nodes     machines: identity, address, hardware, state, assignment,
  *             counters as last reported
  *   ledger    append-only work served (per node, credited to its account)
- *             and tokens used (per account) */
+ *             and tokens used (per account)
+ *   reports   spot-check reports (docs/spot-checking.md): who reported which
+ *             two nodes for which layers, and what the registry's own check
+ *             found for each
+ *
+ * Columns added after a database was first made are added to it when it is
+ * opened (migrate below), so an older registry's database keeps working. */
 #include "registry_internal.h"
 
 #include <stdarg.h>
@@ -47,12 +53,51 @@ static const char schema[] =
     "  served_expert_rows INTEGER NOT NULL DEFAULT 0,"
     "  served_tokens INTEGER NOT NULL DEFAULT 0,"
     "  load_queue INTEGER NOT NULL DEFAULT 0, load_sessions INTEGER NOT NULL DEFAULT 0,"
-    "  tok_per_s REAL NOT NULL DEFAULT 0);"
+    "  tok_per_s REAL NOT NULL DEFAULT 0,"
+    "  quarantined INTEGER NOT NULL DEFAULT 0, quarantined_at INTEGER NOT NULL DEFAULT 0,"
+    "  quarantine_reason TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS ledger("
     "  id INTEGER PRIMARY KEY, t INTEGER NOT NULL, account_id INTEGER NOT NULL,"
     "  node_id INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL, amount INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS ledger_account ON ledger(account_id);"
-    "CREATE INDEX IF NOT EXISTS ledger_node ON ledger(node_id);";
+    "CREATE INDEX IF NOT EXISTS ledger_node ON ledger(node_id);"
+    "CREATE TABLE IF NOT EXISTS reports("
+    "  id INTEGER PRIMARY KEY, t INTEGER NOT NULL, account_id INTEGER NOT NULL,"
+    "  checked INTEGER NOT NULL, checker INTEGER NOT NULL,"
+    "  layer_begin INTEGER NOT NULL, layer_end INTEGER NOT NULL,"
+    "  position INTEGER NOT NULL, tokens INTEGER NOT NULL,"
+    "  checked_hash TEXT NOT NULL, checker_hash TEXT NOT NULL,"
+    "  checked_result TEXT NOT NULL, checker_result TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS reports_account ON reports(account_id, t);";
+
+/* Columns of `nodes` newer than the first schema: added to older databases. */
+static const struct {
+    const char *name, *decl;
+} added_node_columns[] = {
+    {"quarantined", "INTEGER NOT NULL DEFAULT 0"},
+    {"quarantined_at", "INTEGER NOT NULL DEFAULT 0"},
+    {"quarantine_reason", "TEXT NOT NULL DEFAULT ''"},
+};
+
+static bool node_has_column(mt_registry *r, const char *name) {
+    sqlite3_stmt *st = reg_db_prepare(r, NULL,
+                                      "SELECT 1 FROM pragma_table_info('nodes')"
+                                      " WHERE name = ?");
+    if (!st) return false;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    bool has = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    return has;
+}
+
+static int migrate(mt_registry *r, mt_error *err) {
+    for (size_t i = 0; i < sizeof added_node_columns / sizeof added_node_columns[0]; i++)
+        if (!node_has_column(r, added_node_columns[i].name) &&
+            reg_db_exec(r, err, "ALTER TABLE nodes ADD COLUMN %s %s", added_node_columns[i].name,
+                        added_node_columns[i].decl))
+            return -1;
+    return 0;
+}
 
 int reg_db_open(mt_registry *r, const char *path, mt_error *err) {
     int rc = sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
@@ -62,7 +107,8 @@ int reg_db_open(mt_registry *r, const char *path, mt_error *err) {
     sqlite3_busy_timeout(r->db, 5000);
     if (reg_db_exec(r, err, "PRAGMA journal_mode=WAL") ||
         reg_db_exec(r, err, "PRAGMA synchronous=FULL") ||
-        reg_db_exec(r, err, "PRAGMA foreign_keys=ON") || reg_db_exec(r, err, "%s", schema)) {
+        reg_db_exec(r, err, "PRAGMA foreign_keys=ON") || reg_db_exec(r, err, "%s", schema) ||
+        migrate(r, err)) {
         mt_error_prefix(err, "registry database %s", path);
         return -1;
     }

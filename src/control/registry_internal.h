@@ -59,6 +59,9 @@ typedef struct reg_node {
     int64_t served_token_layers, served_expert_rows, served_tokens;
     int32_t load_queue, load_sessions;
     double tok_per_s;
+    bool quarantined; /* a spot-check found it computing wrong results (registry_reports.c) */
+    int64_t quarantined_at;
+    char quarantine_reason[256];
 } reg_node;
 
 /* ---- admission (registry_queue.c) --------------------------------------------------------- */
@@ -101,6 +104,8 @@ struct mt_registry {
     uint64_t cert_serial; /* serial of the last certificate issued (start: time-based) */
     reg_ticket *tickets;  /* active and queued requests, queued ones in arrival order */
     int32_t n_tickets, cap_tickets;
+    bool probing;            /* a spot-check report's probe runs (one at a time) */
+    mt_model *referee_model; /* the whole model for probes (mapped), loaded by the first */
 };
 
 int64_t reg_now_ms(void);
@@ -160,6 +165,53 @@ json_t *reg_account_credits(mt_registry *r, int64_t account);
 
 /* registry_api.c: the HTTP endpoints (an mt_http_handler with ctx = the registry) */
 void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *resp);
+
+/* registry_referee.c: the registry's own check of the nodes a spot-check
+ * report names (docs/spot-checking.md) */
+typedef enum reg_probe_result {
+    REG_PROBE_RIGHT,     /* every reply equals the registry's own result, bit for bit */
+    REG_PROBE_WRONG,     /* a reply differs: the node computes wrong results */
+    REG_PROBE_NO_ANSWER, /* it could not be asked (refused, broken, an ERROR): no verdict */
+} reg_probe_result;
+typedef struct reg_probe_target {
+    int64_t node_id;
+    char addr[128];
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
+} reg_probe_target;
+typedef struct reg_probe_outcome {
+    reg_probe_result result;
+    char why[256];
+} reg_probe_outcome;
+const char *reg_probe_result_name(reg_probe_result res);
+/* A fresh key with a requester certificate of this registry, for one probe
+ * (with the registry's lock held: it takes a certificate serial). */
+int reg_referee_identity(mt_registry *r, mt_keys *k, mt_error *err);
+/* Probes the targets on layers [a, b) for up to `positions` positions as
+ * identity `keys` (without the registry's lock; one probe at a time). -1
+ * only when the registry itself cannot compute (out[] is then undecided). */
+int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b, int32_t positions,
+                      const reg_probe_target *targets, int n_targets, reg_probe_outcome *out,
+                      mt_error *err);
+
+/* registry_reports.c: POST /v1/reports (spot-check reports, quarantine) and
+ * POST /v1/nodes/ID/release (the operator lets a quarantined node work
+ * again); with the registry's lock held (a probe lets go of it meanwhile) */
+void reg_reports_post(mt_registry *r, const mt_http_request *req, json_t *body,
+                      mt_http_response *resp);
+void reg_node_release(mt_registry *r, const mt_http_request *req, const char *id_text,
+                      mt_http_response *resp);
+
+/* registry_api.c helpers the other handlers share: a string field of at
+ * most max printable bytes, an integer field in [lo, hi] (NULL / dflt with
+ * resp set when bad; *ok false), the request's account (401 when none), and
+ * whether it carries the admin token (401/403 otherwise) */
+const char *reg_api_str_field(json_t *body, const char *name, size_t max, bool required,
+                              mt_http_response *resp);
+int64_t reg_api_int_field(json_t *body, const char *name, int64_t lo, int64_t hi, int64_t dflt,
+                          bool required, bool *ok, mt_http_response *resp);
+int64_t reg_api_account(mt_registry *r, const mt_http_request *req, mt_http_response *resp);
+bool reg_api_admin_ok(mt_registry *r, const mt_http_request *req, const char *what,
+                      mt_http_response *resp);
 
 /* registry_status.c */
 json_t *reg_status_json(mt_registry *r);

@@ -88,6 +88,8 @@ static const node_metric node_metrics[] = {
     {"moontail_node_last_seen_seconds", "gauge", "last_seen_ms_ago",
      "Seconds since the node's last heartbeat", true},
     {"moontail_node_capacity_bytes", "gauge", "capacity", "Bytes of shard the node offers", false},
+    {"moontail_node_quarantined", "gauge", "quarantined",
+     "1 while the node is quarantined (a spot-check found it computing wrong results)", false},
 };
 
 static void node_labels(FILE *f, json_t *n) {
@@ -134,8 +136,8 @@ static void node_families(FILE *f, json_t *nodes) {
 /* ---- the registry ------------------------------------------------------------------------- */
 
 /* reg_node_state's answers: every state gets a sample, 0 when no node is in it */
-static const char *const node_states[] = {"joining", "loading", "serving",  "spare",
-                                          "idle",    "paused",  "draining", "dead"};
+static const char *const node_states[] = {"joining", "loading",  "serving", "spare",      "idle",
+                                          "paused",  "draining", "dead",    "quarantined"};
 
 char *reg_metrics_text(mt_registry *r) {
     json_t *s = reg_status_json(r);
@@ -213,6 +215,16 @@ char *reg_metrics_text(mt_registry *r) {
         value(f, json_object_get(x, "assigned"));
         fputc('\n', f);
     }
+
+    json_t *reports = json_object_get(s, "reports");
+    family(f, "moontail_spot_check_reports_total", "counter",
+           "Spot-check reports taken, by what the registry's own check found: confirmed (a node"
+           " computed wrong) or unconfirmed");
+    fputs("moontail_spot_check_reports_total{verdict=\"confirmed\"} ", f);
+    value(f, json_object_get(reports, "confirmed"));
+    fputs("\nmoontail_spot_check_reports_total{verdict=\"unconfirmed\"} ", f);
+    value(f, json_object_get(reports, "unconfirmed"));
+    fputc('\n', f);
 
     node_families(f, nodes);
     json_decref(s);

@@ -13,7 +13,7 @@
     " capacity, speed, paused, schedule, joined, last_seen, uptime_ms, role, replica,"             \
     " layer_begin, layer_end, attention, expert_begin, expert_end, paired_with, ready_shard,"      \
     " served_token_layers, served_expert_rows, served_tokens, load_queue, load_sessions,"          \
-    " tok_per_s"
+    " tok_per_s, quarantined, quarantined_at, quarantine_reason"
 
 static void text(sqlite3_stmt *st, int col, char *out, size_t cap) {
     const unsigned char *s = sqlite3_column_text(st, col);
@@ -57,6 +57,9 @@ static void node_row(sqlite3_stmt *st, reg_node *n) {
     n->load_queue = sqlite3_column_int(st, c++);
     n->load_sessions = sqlite3_column_int(st, c++);
     n->tok_per_s = sqlite3_column_double(st, c++);
+    n->quarantined = sqlite3_column_int(st, c++) != 0;
+    n->quarantined_at = sqlite3_column_int64(st, c++);
+    text(st, c++, n->quarantine_reason, sizeof n->quarantine_reason);
 }
 
 int reg_nodes_load(mt_registry *r, reg_node **out, int32_t *n, mt_error *err) {
@@ -139,10 +142,12 @@ static bool scheduled_pause(const reg_node *n, int64_t now_ms) {
 }
 
 bool reg_node_available(const mt_registry *r, const reg_node *n, int64_t now_ms) {
-    return reg_node_alive(r, n, now_ms) && !n->paused && !scheduled_pause(n, now_ms);
+    return reg_node_alive(r, n, now_ms) && !n->paused && !n->quarantined &&
+           !scheduled_pause(n, now_ms);
 }
 
 const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_ms) {
+    if (n->quarantined) return "quarantined"; /* until an operator releases it, alive or not */
     if (!reg_node_alive(r, n, now_ms)) return n->last_seen ? "dead" : "joining";
     if (n->paused || scheduled_pause(n, now_ms)) return n->a.role ? "draining" : "paused";
     if (n->a.role == REG_ROLE_NONE) return "idle";

@@ -150,6 +150,34 @@ static json_t *hop_json(const reg_node *x, const mt_place_hop *h) {
                      h->expert_begin, h->expert_end);
 }
 
+enum { MAX_CHECKERS = 4 }; /* listed per stage */
+
+static bool listed(const int64_t *ids, int32_t n, int64_t id) {
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] == id) return true;
+    return false;
+}
+
+/* Spot-check candidates for a stage of layers [a, b) (docs/spot-checking.md):
+ * other stages holding exactly those layers that serve now, are not on the
+ * route and not skipped (avoided, or not serving). */
+static json_t *checkers_json(const reg_node *nodes, int32_t n, const mt_place_route *route,
+                             int32_t a, int32_t b, const int64_t *skip, int32_t n_skip) {
+    json_t *out = json_array();
+    for (int32_t i = 0; i < n && json_array_size(out) < MAX_CHECKERS; i++) {
+        const reg_node *x = &nodes[i];
+        if (x->a.role != REG_ROLE_STAGE || x->a.layer_begin != a || x->a.layer_end != b ||
+            listed(skip, n_skip, x->id))
+            continue;
+        bool on_route = false;
+        for (int32_t h = 0; h < route->n_hops; h++) on_route |= route->hops[h].node == x->id;
+        if (!on_route)
+            json_array_append_new(out, json_pack("{s:I, s:s, s:s}", "node_id", (json_int_t)x->id,
+                                                 "addr", x->addr, "key", x->pubkey));
+    }
+    return out;
+}
+
 json_t *reg_route(mt_registry *r, uint64_t session, const int64_t *avoid, int32_t n_avoid,
                   mt_error *err) {
     reg_node *nodes;
@@ -176,9 +204,15 @@ json_t *reg_route(mt_registry *r, uint64_t session, const int64_t *avoid, int32_
         json_t *hops = json_array();
         for (int32_t h = 0; h < route.n_hops; h++) {
             if (route.hops[h].role == MT_PLACE_PARTNER) continue; /* its stage calls it */
-            for (int32_t i = 0; i < n; i++)
-                if (nodes[i].id == route.hops[h].node)
-                    json_array_append_new(hops, hop_json(&nodes[i], &route.hops[h]));
+            for (int32_t i = 0; i < n; i++) {
+                if (nodes[i].id != route.hops[h].node) continue;
+                json_t *hop = hop_json(&nodes[i], &route.hops[h]);
+                if (!swarm)
+                    json_object_set_new(hop, "checkers",
+                                        checkers_json(nodes, n, &route, route.hops[h].layer_begin,
+                                                      route.hops[h].layer_end, skip, k));
+                json_array_append_new(hops, hop);
+            }
         }
         out = json_pack("{s:s, s:s, s:s, s:I, s:i, s:o}", "mode", swarm ? "swarm" : "cell",
                         "source_id", r->source_id, "head", swarm ? "backbone" : "head",

@@ -2,11 +2,28 @@
  * JSON for `moontail status` and the status page: every node's state, role,
  * shard, load and tokens/s; every layer's coverage (holders serving now and
  * holders assigned, against the replicas wanted), spares, queue, and
- * whether requests can be routed. */
+ * whether requests can be routed; quarantined nodes and spot-check reports
+ * (docs/spot-checking.md). */
 #include "registry_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Spot-check reports so far (docs/spot-checking.md): all, and those in which
+ * the registry's own check found a node wrong. */
+static json_t *reports_json(mt_registry *r) {
+    int64_t total = 0, confirmed = 0;
+    sqlite3_stmt *st = reg_db_prepare(r, NULL,
+                                      "SELECT COUNT(*), COALESCE(SUM(checked_result = 'wrong' OR"
+                                      " checker_result = 'wrong'), 0) FROM reports");
+    if (st && sqlite3_step(st) == SQLITE_ROW) {
+        total = sqlite3_column_int64(st, 0);
+        confirmed = sqlite3_column_int64(st, 1);
+    }
+    if (st) sqlite3_finalize(st);
+    return json_pack("{s:I, s:I, s:I}", "total", (json_int_t)total, "confirmed",
+                     (json_int_t)confirmed, "unconfirmed", (json_int_t)(total - confirmed));
+}
 
 json_t *reg_status_json(mt_registry *r) {
     int64_t now = reg_now_ms();
@@ -19,7 +36,7 @@ json_t *reg_status_json(mt_registry *r) {
     int32_t *serving = calloc((size_t)L * (size_t)(X ? X : 1) + 1, sizeof *serving);
     int32_t *assigned = calloc((size_t)L * (size_t)(X ? X : 1) + 1, sizeof *assigned);
     json_t *jn = json_array();
-    int32_t n_alive = 0, n_serving = 0, n_spares = 0, queue = 0;
+    int32_t n_alive = 0, n_serving = 0, n_spares = 0, n_quarantined = 0, queue = 0;
     double tok_per_s = 0;
     for (int32_t i = 0; i < n; i++) {
         const reg_node *x = &nodes[i];
@@ -30,6 +47,7 @@ json_t *reg_status_json(mt_registry *r) {
         n_alive += alive;
         n_serving += is_serving;
         n_spares += strcmp(state, "spare") == 0;
+        n_quarantined += x->quarantined;
         if (alive) queue += x->load_queue, tok_per_s += x->tok_per_s;
         /* a slice (layer, expert) is covered by a stage's attention + its experts, or by
          * a partner / expert server; in cell mode a layer counts once per pipeline */
@@ -67,6 +85,11 @@ json_t *reg_status_json(mt_registry *r) {
         json_object_set_new(o, "served_tokens", json_integer(x->served_tokens));
         if (x->a.role == REG_ROLE_PARTNER)
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
+        json_object_set_new(o, "quarantined", json_boolean(x->quarantined));
+        if (x->quarantined)
+            json_object_set_new(o, "quarantine",
+                                json_pack("{s:I, s:s}", "since_ms", (json_int_t)x->quarantined_at,
+                                          "reason", x->quarantine_reason));
         json_array_append_new(jn, o);
     }
     json_t *layers = json_array();
@@ -106,5 +129,7 @@ json_t *reg_status_json(mt_registry *r) {
     json_object_set_new(st, "requests_active", json_integer(active));
     json_object_set_new(st, "requests_waiting", json_integer(waiting));
     json_object_set_new(st, "max_active", json_integer(r->cfg.max_active));
+    json_object_set_new(st, "nodes_quarantined", json_integer(n_quarantined));
+    json_object_set_new(st, "reports", reports_json(r));
     return st;
 }
