@@ -10,7 +10,17 @@
  * token history on it before evaluating what was asked. With the f32 wire
  * the logits are bit-identical to an uninterrupted run, so the generated
  * text is too. The time from the failure to the first logits on the new
- * route is measured (mt_requester_stats). */
+ * route is measured (mt_requester_stats).
+ *
+ * Spot-checking (docs/spot-checking.md): with spot_check > 0, that fraction
+ * of (session, stage) pairs is computed twice, by the stage and by another
+ * node the registry lists as holding the same layers, and the outputs are
+ * compared bit for bit before the logits are used (route.h). On a
+ * difference the requester reports both nodes to the registry, which checks
+ * them itself and quarantines a node it finds wrong; the requester then
+ * avoids the node found wrong (or, without a verdict, the checked one) and
+ * replays on a new route as after a failure, so the text is the one a clean
+ * run gives; it checks every stage for the rest of that request. */
 #ifndef MOONTAIL_REQUESTER_H
 #define MOONTAIL_REQUESTER_H
 
@@ -30,6 +40,8 @@ typedef struct mt_requester_config {
     int timeout_ms;      /* connect + handshake to nodes (<= 0: 5 s) */
     int call_timeout_ms; /* each reply from a node (<= 0: 30 s) */
     int max_failovers;   /* new routes per session before giving up (<= 0: 8) */
+    double spot_check;   /* fraction of (session, stage) pairs checked on a replica, 0..1
+                            (0: none; the commands default to 0.05) */
     bool quiet;
 } mt_requester_config;
 
@@ -60,6 +72,14 @@ typedef struct mt_requester_stats {
     int replays;      /* history replays inside routes (evictions, reconnects) */
     char route[1024]; /* the current route, as "addr[a,b) addr[b,c) ..." */
     char last_failure[512];
+    /* spot-checks (summed over routes and sessions) */
+    int64_t spot_checks;       /* (session, stage) pairs given a checker */
+    int64_t spot_compared;     /* passes a checker confirmed bit for bit */
+    int64_t spot_dropped;      /* checks dropped (a checker failed or was slow) */
+    int64_t spot_mismatches;   /* outputs that differed */
+    int reports;               /* mismatches reported to the registry */
+    int reports_confirmed;     /* ... in which the registry found a node wrong */
+    char last_spot_check[768]; /* the last mismatch and the registry's verdict */
 } mt_requester_stats;
 
 void mt_requester_get_stats(const mt_requester *q, mt_requester_stats *s);

@@ -375,6 +375,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                   .key_path = c->key_path ? c->key_path : "requester.key",
                                   .cache_dir = c->cache_dir ? c->cache_dir : "moontail-cache",
                                   .wire = c->wire,
+                                  .spot_check = c->spot_check,
                                   .threads = c->threads,
                                   .ubatch = c->ubatch,
                                   .quiet = c->quiet};

@@ -235,6 +235,7 @@ static int prompt_cell(demo *d, const names *nm, const char *url, const char *to
                              .key_path = key,
                              .cache_dir = cache,
                              .threads = 1,
+                             .spot_check = CLI_SPOT_CHECK_DEFAULT,
                              .quiet = true};
     mt_error err = {{0}};
     cli_requester_ctx p = {mt_requester_open(&c, &err), 0};

@@ -22,6 +22,10 @@ static const char usage[] =
     "  --key KEYFILE       the requester's identity (default ~/.moontail/requester.key)\n"
     "  --cache DIR         where the head shard is kept (default ~/.moontail/cache)\n"
     "  --wire f32|bf16     hidden states on the network (default f32: exact)\n"
+    "  --spot-check RATE   with --registry: the fraction of stages per request computed\n"
+    "                      twice, on another node holding the same layers, and compared\n"
+    "                      bit for bit; a node found wrong is reported and avoided\n"
+    "                      (default 0.05; 0: off, 1: every stage; docs/spot-checking.md)\n"
     "  --route FILE        route file (JSON): the local head shard, the requester's key,\n"
     "                      the stage nodes and/or expert servers; see docs or route.h\n"
     "  -p PROMPT           prompt text; special tokens such as <|im_start|> are parsed\n"
@@ -66,7 +70,7 @@ static void prompt_json(void *ctx, json_t *root) {
 
 static int prompt_registry(const cli_gen *g, const char *registry, const char *token,
                            const char *token_file, const char *key, const char *cache,
-                           const char *wire, int call_timeout_ms) {
+                           const char *wire, int call_timeout_ms, double spot_check) {
     if (strcmp(wire, "f32") != 0 && strcmp(wire, "bf16") != 0) {
         fprintf(stderr, "moontail prompt: --wire must be f32 or bf16\n");
         return 2;
@@ -83,6 +87,7 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
                              .threads = (int)g->threads,
                              .ubatch = (int)g->ubatch,
                              .call_timeout_ms = call_timeout_ms,
+                             .spot_check = spot_check,
                              .quiet = false};
     cli_requester_ctx p = {mt_requester_open(&c, &err), 0};
     mt_vocab *vocab = NULL;
@@ -120,6 +125,7 @@ int cmd_prompt(int argc, char **argv) {
                *key = "requester.key", *cache = "moontail-cache", *wire = "f32";
     cli_config conf;
     int64_t call_timeout_ms = 0; /* 0: the default of the mode */
+    float spot_check_opt = -1;   /* -1: not given */
     const cli_opt extra[] = {{"--route", CLI_STRING, &route_path, 0, 0},
                              {"--registry", CLI_STRING, &registry, 0, 0},
                              {"--token", CLI_STRING, &token, 0, 0},
@@ -128,6 +134,7 @@ int cmd_prompt(int argc, char **argv) {
                              {"--cache", CLI_STRING, &cache, 0, 0},
                              {"--wire", CLI_STRING, &wire, 0, 0},
                              {"--call-timeout-ms", CLI_INT, &call_timeout_ms, 100, 3600000},
+                             {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
                              {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_gen_parse("prompt", argc, argv, &g, extra, usage);
     if (prc) return prc > 0 ? 0 : 2;
@@ -136,6 +143,8 @@ int cmd_prompt(int argc, char **argv) {
         return 2;
     }
     if (positional) g.prompt = positional;
+    double spot_check = CLI_SPOT_CHECK_DEFAULT;
+    if (spot_check_opt != -1 && !cli_spot_check("prompt", spot_check_opt, &spot_check)) return 2;
     /* after `moontail setup`, the registry, token and keys come from ~/.moontail */
     if (!route_path && !registry && cli_config_load(&conf) == 0 && conf.registry[0]) {
         registry = conf.registry;
@@ -150,7 +159,12 @@ int cmd_prompt(int argc, char **argv) {
     }
     if (registry)
         return prompt_registry(&g, registry, token, token_file, key, cache, wire,
-                               (int)call_timeout_ms);
+                               (int)call_timeout_ms, spot_check);
+    if (spot_check_opt != -1) {
+        fprintf(stderr, "moontail prompt: --spot-check needs --registry (a route file lists no"
+                        " nodes to check on)\n");
+        return 2;
+    }
     mt_error err = {{0}};
     double t0 = cli_now_ms();
     prompt_ctx p = {route_path, NULL, NULL};

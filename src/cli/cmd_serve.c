@@ -25,6 +25,8 @@ static const char usage[] =
     "  --key KEYFILE         requester identity for the registry (default in ~/.moontail)\n"
     "  --cache DIR           where the head shard is kept (default ~/.moontail/cache)\n"
     "  --wire f32|bf16       hidden states on the network (default f32: exact)\n"
+    "  --spot-check RATE     with --registry: the fraction of stages per request computed\n"
+    "                        twice and compared (default 0.05; 0: off; docs/spot-checking.md)\n"
     "  --listen ADDR         HTTP address (default 127.0.0.1:8080; :0 picks a port)\n"
     "  --model-name NAME     the model's id in the API (default: the file's stem, or the\n"
     "                        model's general.name through a registry)\n"
@@ -63,6 +65,7 @@ int cmd_serve(int argc, char **argv) {
     int64_t parallel = 4, queue = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024,
             max_body_kb = 1024;
     bool no_auth = false, quiet = false;
+    float spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
         {"--registry", CLI_STRING, &registry, 0, 0},
@@ -71,6 +74,7 @@ int cmd_serve(int argc, char **argv) {
         {"--key", CLI_STRING, &key, 0, 0},
         {"--cache", CLI_STRING, &cache, 0, 0},
         {"--wire", CLI_STRING, &wire, 0, 0},
+        {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
         {"--listen", CLI_STRING, &listen, 0, 0},
         {"--model-name", CLI_STRING, &model_name, 0, 0},
         {"--api-keys", CLI_STRING, &api_keys, 0, 0},
@@ -97,8 +101,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "moontail serve: --wire must be f32 or bf16\n");
         return 2;
     }
-    double rate_per_min = 0;
+    double rate_per_min = 0, spot_check = 0;
     if (rate && !parse_rate(rate, &rate_per_min)) return 2;
+    if (!cli_spot_check("serve", spot_check_opt, &spot_check)) return 2;
     char *tok = NULL;
     cli_config conf;
     if (registry) cli_requester_paths(&conf, &key, &cache);
@@ -116,6 +121,7 @@ int cmd_serve(int argc, char **argv) {
                        .key_path = key,
                        .cache_dir = cache,
                        .wire = strcmp(wire, "bf16") == 0 ? MT_PROTO_BF16 : MT_PROTO_F32,
+                       .spot_check = spot_check,
                        .model_name = model_name,
                        .api_keys = api_keys,
                        .no_auth = no_auth,

@@ -37,6 +37,8 @@ static const char usage[] =
     "  --temp T            temperature (default 0.7; 0 = greedy)\n"
     "  --seed N            sampling seed\n"
     "  -t N                threads for a local model\n"
+    "  --spot-check RATE   with a registry: the fraction of stages per answer computed\n"
+    "                      twice and compared (default 0.05; 0: off; docs/spot-checking.md)\n"
     "\n"
     "in the shell: /help, /reset (forget the conversation), /status, /quit\n";
 
@@ -152,15 +154,22 @@ static char *read_line(bool tty) {
 int cmd_shell(int argc, char **argv) {
     const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL, *system = NULL;
     int64_t n_predict = 256, seed = -1, threads = 0;
-    float temp = 0.7f;
-    const cli_opt opts[] = {
-        {"-m", CLI_STRING, &model, 0, 0},        {"--registry", CLI_STRING, &registry, 0, 0},
-        {"--token", CLI_STRING, &token, 0, 0},   {"--token-file", CLI_STRING, &token_file, 0, 0},
-        {"--system", CLI_STRING, &system, 0, 0}, {"-n", CLI_INT, &n_predict, 1, 1 << 20},
-        {"--temp", CLI_FLOAT, &temp, 0, 0},      {"--seed", CLI_INT, &seed, 0, UINT32_MAX},
-        {"-t", CLI_INT, &threads, 1, 1024},      {NULL, CLI_FLAG, NULL, 0, 0}};
+    float temp = 0.7f, spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
+    const cli_opt opts[] = {{"-m", CLI_STRING, &model, 0, 0},
+                            {"--registry", CLI_STRING, &registry, 0, 0},
+                            {"--token", CLI_STRING, &token, 0, 0},
+                            {"--token-file", CLI_STRING, &token_file, 0, 0},
+                            {"--system", CLI_STRING, &system, 0, 0},
+                            {"-n", CLI_INT, &n_predict, 1, 1 << 20},
+                            {"--temp", CLI_FLOAT, &temp, 0, 0},
+                            {"--seed", CLI_INT, &seed, 0, UINT32_MAX},
+                            {"-t", CLI_INT, &threads, 1, 1024},
+                            {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
+                            {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_parse("shell", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    double spot_check = 0;
+    if (!cli_spot_check("shell", spot_check_opt, &spot_check)) return 2;
     if (model && registry) {
         fprintf(stderr, "moontail shell: give -m MODEL or --registry URL, not both\n");
         return 2;
@@ -189,6 +198,7 @@ int cmd_shell(int argc, char **argv) {
                                   .key_path = key,
                                   .cache_dir = cache,
                                   .threads = (int)threads,
+                                  .spot_check = spot_check,
                                   .quiet = true};
         b = api_backend_registry(&rc, &err);
         where = registry;

@@ -23,6 +23,12 @@ static void req_json(void *ctx, json_t *root) {
     json_object_set_new(root, "recovery_ms", json_real(s.total_recovery_ms));
     json_object_set_new(root, "replays", json_integer(s.replays));
     if (s.failovers) json_object_set_new(root, "last_failure", json_string(s.last_failure));
+    json_t *spot = json_pack(
+        "{s:I, s:I, s:I, s:I, s:i, s:i}", "checks", (json_int_t)s.spot_checks, "compared",
+        (json_int_t)s.spot_compared, "dropped", (json_int_t)s.spot_dropped, "mismatches",
+        (json_int_t)s.spot_mismatches, "reports", s.reports, "confirmed", s.reports_confirmed);
+    if (s.last_spot_check[0]) json_object_set_new(spot, "last", json_string(s.last_spot_check));
+    json_object_set_new(root, "spot_check", spot);
 }
 
 cli_gen_backend cli_requester_backend(cli_requester_ctx *ctx) {

@@ -1,6 +1,7 @@
 /* requester.c - generation through a registry with failover (requester.h):
  * certificate, routes, the head shard, and replaying a session's history on
- * a new route when a node is lost. */
+ * a new route when a node is lost or a spot-check finds one computing
+ * wrong results (reported to the registry, which checks it itself). */
 #include "moontail/requester.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
@@ -36,6 +37,9 @@ struct mt_requester {
     int32_t n_avoid;
     char ticket[33];       /* this request's place at the registry (registry_queue.c) */
     double last_keepalive; /* ms */
+    double check_rate;     /* spot-checks now: cfg.spot_check, or 1 after a mismatch */
+    mt_route_check_stats checks;
+    int64_t dropped_said; /* checks.dropped already told */
     mt_requester_stats stats;
 };
 
@@ -144,6 +148,29 @@ static int peers_of(json_t *arr, mt_route_peer **out, int *n, mt_error *err) {
     return 0;
 }
 
+/* The spot-check candidates the registry lists with each stage (cell mode). */
+static int checkers_of(json_t *stages, mt_route_checker **out, int *n, mt_error *err) {
+    *n = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < json_array_size(stages); i++)
+        total += json_array_size(json_object_get(json_array_get(stages, i), "checkers"));
+    if (!(*out = calloc(total ? total : 1, sizeof **out)))
+        return mt_error_set(err, "out of memory");
+    for (size_t i = 0; i < json_array_size(stages); i++) {
+        json_t *list = json_object_get(json_array_get(stages, i), "checkers");
+        mt_route_peer *peers = NULL;
+        int k = 0;
+        if (!list) continue;
+        if (!json_is_array(list) || peers_of(list, &peers, &k, err)) {
+            free(peers);
+            return mt_error_set(err, "the registry's route lists malformed checkers");
+        }
+        for (int j = 0; j < k; j++) (*out)[(*n)++] = (mt_route_checker){(int)i, peers[j]};
+        free(peers);
+    }
+    return 0;
+}
+
 static void describe_route(mt_requester *q) {
     char *p = q->stats.route;
     size_t left = sizeof q->stats.route;
@@ -222,8 +249,11 @@ static int open_route(mt_requester *q, mt_error *err) {
     }
     mt_route_peer *stages = NULL, *experts = NULL;
     int n_stages = 0, n_experts = 0;
+    mt_route_checker *checkers = NULL;
+    int n_checkers = 0;
     int rc = peers_of(json_object_get(out, "stages"), &stages, &n_stages, err);
     if (rc == 0) rc = peers_of(json_object_get(out, "experts"), &experts, &n_experts, err);
+    if (rc == 0) rc = checkers_of(json_object_get(out, "stages"), &checkers, &n_checkers, err);
     if (rc == 0 && !q->head_model && !(q->head_model = mt_model_load(path, err))) rc = -1;
     if (rc == 0) {
         mt_route_config c = {.head = path,
@@ -239,7 +269,11 @@ static int open_route(mt_requester *q, mt_error *err) {
                              .ubatch = q->cfg.ubatch,
                              .timeout_ms = q->cfg.timeout_ms > 0 ? q->cfg.timeout_ms : 5000,
                              .call_timeout_ms =
-                                 q->cfg.call_timeout_ms > 0 ? q->cfg.call_timeout_ms : 30000};
+                                 q->cfg.call_timeout_ms > 0 ? q->cfg.call_timeout_ms : 30000,
+                             .checkers = checkers,
+                             .n_checkers = n_checkers,
+                             .check_rate = q->check_rate,
+                             .check_stats = &q->checks};
         mt_route_close(q->route);
         char failed[128] = "";
         c.failed_addr = failed;
@@ -254,6 +288,7 @@ static int open_route(mt_requester *q, mt_error *err) {
     }
     free(stages);
     free(experts);
+    free(checkers);
     json_decref(q->route_json);
     q->route_json = out;
     if (rc == 0) {
@@ -275,6 +310,13 @@ mt_requester *mt_requester_open(const mt_requester_config *cfg, mt_error *err) {
         return NULL;
     }
     q->cfg = *cfg;
+    if (!(cfg->spot_check >= 0 && cfg->spot_check <= 1)) {
+        free(q);
+        mt_error_set(err, "requester: the spot-check rate %g is not a fraction in [0, 1]",
+                     cfg->spot_check);
+        return NULL;
+    }
+    q->check_rate = cfg->spot_check;
     q->registry = strdup(cfg->registry);
     size_t rl = strlen(q->registry);
     while (rl > 0 && q->registry[rl - 1] == '/') q->registry[--rl] = 0;
@@ -330,10 +372,117 @@ const mt_model *mt_requester_head(const mt_requester *q) {
 int mt_requester_begin(mt_requester *q, int32_t n_ctx, mt_error *err) {
     if (q->s) mt_route_session_end(q->route, q->s);
     q->n_avoid = 0; /* a new request trusts the registry's view again */
+    q->check_rate = q->cfg.spot_check;
+    if (q->route) mt_route_set_check_rate(q->route, q->check_rate);
     q->s = mt_route_session_new(q->route, n_ctx, err);
     q->n_ctx = n_ctx;
     randombytes_buf(&q->session_hint, sizeof q->session_hint);
     return q->s ? 0 : -1;
+}
+
+/* ---- spot-check mismatches --------------------------------------------------------------- */
+
+/* The id of the node at addr: a stage of the current route, or one of its
+ * checkers; 0 when not found. */
+static int64_t node_id_at(const mt_requester *q, const char *addr) {
+    json_t *stages = json_object_get(q->route_json, "stages");
+    for (size_t i = 0; i < json_array_size(stages); i++) {
+        json_t *h = json_array_get(stages, i), *c = json_object_get(h, "checkers");
+        const char *a = json_string_value(json_object_get(h, "addr"));
+        if (a && strcmp(a, addr) == 0) return json_integer_value(json_object_get(h, "node_id"));
+        for (size_t k = 0; k < json_array_size(c); k++) {
+            a = json_string_value(json_object_get(json_array_get(c, k), "addr"));
+            if (a && strcmp(a, addr) == 0)
+                return json_integer_value(json_object_get(json_array_get(c, k), "node_id"));
+        }
+    }
+    return 0;
+}
+
+static void avoid_id(mt_requester *q, int64_t id) {
+    for (int32_t i = 0; i < q->n_avoid; i++)
+        if (q->avoid[i] == id) return;
+    if (id > 0 && q->n_avoid < MAX_AVOID) q->avoid[q->n_avoid++] = id;
+}
+
+/* POST /v1/reports: the registry checks both nodes itself and answers with
+ * what it found (it may be busy with another report: asked again for up to
+ * 20 s). The answer, or NULL. */
+static json_t *report_mismatch(mt_requester *q, const mt_route_mismatch *m, int64_t checked,
+                               int64_t checker, mt_error *err) {
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/reports", q->registry);
+    json_t *body =
+        json_pack("{s:[I,I], s:[i,i], s:i, s:i, s:[s,s]}", "nodes", (json_int_t)checked,
+                  (json_int_t)checker, "layers", m->layer_begin, m->layer_end, "position", m->pos,
+                  "tokens", m->n, "hashes", m->checked_hash, m->checker_hash);
+    json_t *out = NULL;
+    const double t0 = now_ms();
+    for (;;) {
+        json_decref(out);
+        out = NULL;
+        int st = mt_http_json("POST", url, q->token, body, 120000, &out, err);
+        json_int_t wait = json_integer_value(json_object_get(out, "retry_ms"));
+        if (st == 200 || st != 429 || wait <= 0 || wait > 2000 || now_ms() - t0 > 20000) {
+            if (st != 200) json_decref(out), out = NULL;
+            break;
+        }
+        struct timespec ts = {0, (long)wait * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    json_decref(body);
+    return out;
+}
+
+/* After a spot-check mismatch: says what was found, reports it, and decides
+ * whom this request avoids from now on (the nodes the registry found wrong;
+ * without a verdict, the checked node, whose output was about to be used).
+ * Every stage is checked for the rest of the request. */
+static void on_mismatch(mt_requester *q, const mt_route_mismatch *m) {
+    int64_t checked = node_id_at(q, m->checked_addr), checker = node_id_at(q, m->checker_addr);
+    q->stats.reports++;
+    say(q,
+        "spot check: node %lld (%s) and checker node %lld (%s) computed layers [%d, %d) of"
+        " positions [%d, %d) differently (session %016llx, step %d; detected %lld ms after the"
+        " node's reply, at unix ms %lld); reporting both to the registry",
+        (long long)checked, m->checked_addr, (long long)checker, m->checker_addr, m->layer_begin,
+        m->layer_end, m->pos, m->pos + m->n, (unsigned long long)m->session, m->step,
+        (long long)(m->detected_unix_ms - m->reply_unix_ms), (long long)m->detected_unix_ms);
+    mt_error err = {{0}};
+    json_t *v = checked && checker ? report_mismatch(q, m, checked, checker, &err) : NULL;
+    if (!checked || !checker) mt_error_set(&err, "the nodes are not on the registry's route");
+    char verdict[400] = "";
+    size_t len = 0;
+    bool avoided = false;
+    json_t *nodes = json_object_get(v, "nodes");
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        json_t *x = json_array_get(nodes, i);
+        int64_t id = json_integer_value(json_object_get(x, "node_id"));
+        const char *res = json_string_value(json_object_get(x, "result"));
+        if (!res) res = "?";
+        int k = snprintf(verdict + len, sizeof verdict - len, "%snode %lld %s", i ? ", " : "",
+                         (long long)id, res);
+        if (k > 0 && (size_t)k < sizeof verdict - len) len += (size_t)k;
+        if (strcmp(res, "wrong") == 0 || strcmp(res, "quarantined") == 0) {
+            avoid_id(q, id);
+            avoided = true;
+        }
+    }
+    const char *word = json_string_value(json_object_get(v, "verdict"));
+    if (word && strcmp(word, "confirmed") == 0) q->stats.reports_confirmed++;
+    if (!avoided) avoid_id(q, checked); /* no verdict: do not use the checked output again */
+    snprintf(q->stats.last_spot_check, sizeof q->stats.last_spot_check,
+             "layers [%d, %d) at positions [%d, %d): %s (%s)", m->layer_begin, m->layer_end, m->pos,
+             m->pos + m->n, v ? word : "not reported", v ? verdict : err.msg);
+    if (v)
+        say(q, "spot check: the registry's own check: %s (%s in %lld ms); %s", word, verdict,
+            json_integer_value(json_object_get(v, "check_ms")),
+            avoided ? "continuing without the node found wrong"
+                    : "no node found wrong; continuing without the checked node");
+    else
+        say(q, "spot check: could not report (%s); continuing without the checked node", err.msg);
+    json_decref(v);
+    if (q->cfg.spot_check > 0) q->check_rate = 1;
 }
 
 int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *logits,
@@ -341,10 +490,17 @@ int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *log
     if (!q->s) return mt_error_set(err, "no session: call mt_requester_begin first");
     if (now_ms() - q->last_keepalive > 10000) ticket_call(q, "keepalive");
     const double t_call = now_ms();
-    if (mt_route_eval(q->route, q->s, ids, n, false, logits, err) == 0) return 0;
+    int ok = mt_route_eval(q->route, q->s, ids, n, false, logits, err);
+    if (q->checks.dropped > q->dropped_said) {
+        say(q, "spot check: %s", q->checks.last_dropped);
+        q->dropped_said = q->checks.dropped;
+    }
+    if (ok == 0) return 0;
     /* the failed call's own time: short for a broken connection, the reply
      * timeout (and one reconnect attempt) for a node that went silent */
     double t0 = now_ms();
+    mt_route_mismatch mm;
+    if (mt_route_last_mismatch(q->route, &mm)) on_mismatch(q, &mm);
     /* the history to replay: everything before this call, then the new tokens */
     int32_t n_past = 0;
     const int32_t *hist = mt_route_session_tokens(q->s, &n_past);
@@ -405,4 +561,8 @@ int mt_requester_report_usage(mt_requester *q, int64_t tokens, mt_error *err) {
 void mt_requester_get_stats(const mt_requester *q, mt_requester_stats *s) {
     *s = q->stats;
     s->replays = q->route ? mt_route_replays(q->route) : 0;
+    s->spot_checks = q->checks.checks;
+    s->spot_compared = q->checks.compared;
+    s->spot_dropped = q->checks.dropped;
+    s->spot_mismatches = q->checks.mismatches;
 }
