@@ -19,13 +19,22 @@
  *     (tokens x layers); when its key joins again elsewhere it joins again
  *     without being credited twice; it drains when paused and comes back;
  *     under a registry of another model it does not serve the shard of the
- *     same name it kept from the first.
+ *     same name it kept from the first;
+ *   - spot-check reports (docs/spot-checking.md), against in-process nodes
+ *     (node.h), one of them corrupting its output: every field and abuse
+ *     case refused (401/400/404/409/429 with the field named); the registry
+ *     checks both named nodes itself and quarantines only the corrupting one
+ *     (state, no role, no route, no credit, kept over a restart and over a
+ *     database made before quarantines existed); a claim against two honest
+ *     nodes quarantines nobody, and a node found right is not probed again
+ *     at once; the admin token releases a node, nothing else does.
  * Stand-in nodes are plain HTTP calls: join, then heartbeats that claim
  * their assigned shard is ready. */
 #include "check.h"
 #include "moontail/cert.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
+#include "moontail/node.h"
 #include "moontail/node_agent.h"
 #include "moontail/registry.h"
 #include "moontail/requester.h"
@@ -35,6 +44,7 @@
 
 #include <errno.h>
 #include <sodium.h>
+#include <sqlite3.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -71,6 +81,8 @@ typedef struct reg_opts {
     mt_registry_mode mode;
     const char *admin;
     bool require_volunteer;
+    int replicas;           /* 0: 1 */
+    int reports_per_minute; /* 0: the default */
 } reg_opts;
 
 static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
@@ -84,7 +96,8 @@ static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
                             .shard_dir = shards,
                             .listen = "127.0.0.1:0",
                             .mode = o->mode,
-                            .replicas = 1,
+                            .replicas = o->replicas ? o->replicas : 1,
+                            .reports_per_minute = o->reports_per_minute,
                             .spares = 0,
                             .heartbeat_ms = 200,
                             .dead_after_ms = 60000, /* stand-ins beat only when told to */
@@ -175,14 +188,15 @@ typedef struct fake_node {
     char path[64]; /* "/v1/nodes/ID" */
 } fake_node;
 
-static int fake_join(const char *account, const char *pk, int64_t capacity, fake_node *n,
-                     mt_error *err) {
+/* Joins as a node at addr (its data plane; stand-ins use the discard port). */
+static int fake_join_at(const char *account, const char *pk, int64_t capacity, const char *addr,
+                        fake_node *n, mt_error *err) {
     char body[600];
     snprintf(body, sizeof body,
-             "{\"name\": \"stand-in\", \"pubkey\": \"%s\", \"addr\": \"127.0.0.1:9\","
+             "{\"name\": \"stand-in\", \"pubkey\": \"%s\", \"addr\": \"%s\","
              " \"capacity\": %lld, \"speed\": 1.5, \"hw\": {\"ram\": 8000000000, \"cores\": 4,"
              " \"simd\": \"avx2\", \"gpu\": \"\"}}",
-             pk, (long long)capacity);
+             pk, addr, (long long)capacity);
     json_t *out = NULL;
     int st = call("POST", "/v1/nodes", account, body, &out, err);
     if (st == 201) {
@@ -193,6 +207,11 @@ static int fake_join(const char *account, const char *pk, int64_t capacity, fake
     }
     json_decref(out);
     return st;
+}
+
+static int fake_join(const char *account, const char *pk, int64_t capacity, fake_node *n,
+                     mt_error *err) {
+    return fake_join_at(account, pk, capacity, "127.0.0.1:9", n, err);
 }
 
 static void new_pk(char pk[MT_KEYS_HEX_SIZE]) {
@@ -765,6 +784,7 @@ static void test_swarm(void) {
          *helper = new_account("helper", NULL);
     EXPECT(403, "not volunteered", "POST", "/v1/routes", taker, "{}");
     EXPECT(403, "moontail node --registry", "POST", "/v1/routes", giver, "{}");
+    EXPECT(400, "swarm", "POST", "/v1/reports", taker, "{}");
     fake_node g, h;
     char pk[MT_KEYS_HEX_SIZE], shard[96];
     new_pk(pk);
@@ -959,6 +979,346 @@ out:
     reg = NULL;
 }
 
+/* ---- spot-check reports and quarantine --------------------------------------------------------
+ */
+
+/* An in-process node serving the whole model (so it holds any stage's layers),
+ * admitting what the registry certifies; corrupt_rate 1: every output wrong. */
+typedef struct real_node {
+    mt_node *node;
+    mt_keys_authorized *auth;
+    fake_node f; /* its row at the registry */
+    char shard[96];
+} real_node;
+
+static bool real_node_start(real_node *rn, const char *account, double corrupt_rate) {
+    memset(rn, 0, sizeof *rn);
+    mt_keys k;
+    mt_error err = {{0}};
+    uint8_t reg_pk[MT_KEYS_PUBLIC_BYTES];
+    rn->auth = mt_keys_authorized_new();
+    if (mt_keys_generate(&k, &err) || !rn->auth ||
+        mt_keys_pk_from_hex(reg_pk, mt_registry_pubkey_hex(reg), &err) ||
+        mt_keys_authorized_add_authority(rn->auth, reg_pk, "registry", &err)) {
+        CHECK(false, "node identity: %s", err.msg);
+        return false;
+    }
+    mt_node_config c = {.shard_path = model,
+                        .keys = &k,
+                        .authorized = rn->auth,
+                        .listen = "127.0.0.1:0",
+                        .threads = 1,
+                        .quiet = true,
+                        .corrupt_rate = corrupt_rate};
+    rn->node = mt_node_start(&c, &err);
+    char pk[MT_KEYS_HEX_SIZE];
+    mt_keys_pk_to_hex(k.pk, pk);
+    mt_keys_wipe(&k);
+    CHECK(rn->node != NULL, "node: %s", err.msg);
+    if (!rn->node) return false;
+    int st = fake_join_at(account, pk, 1LL << 40, mt_node_addr(rn->node), &rn->f, &err);
+    CHECK(st == 201, "the node joins: %d %s", st, err.msg);
+    return st == 201;
+}
+
+static void real_node_stop(real_node *rn) {
+    mt_node_stop(rn->node);
+    mt_keys_authorized_free(rn->auth);
+    rn->node = NULL, rn->auth = NULL;
+}
+
+/* POST /v1/reports about nodes a (checked) and b (checker), layers [0, 4). */
+static int report(const char *tok, int64_t a, int64_t b, json_t **out, mt_error *err) {
+    char body[400];
+    snprintf(body, sizeof body,
+             "{\"nodes\": [%lld, %lld], \"layers\": [0, 4], \"position\": 9, \"tokens\": 1,"
+             " \"hashes\": [\"%064d\", \"%063d1\"]}",
+             (long long)a, (long long)b, 0, 0);
+    return call("POST", "/v1/reports", tok, body, out, err);
+}
+
+/* The result the report answer gives for node id ("" when absent). */
+static const char *result_of(const json_t *out, int64_t id) {
+    json_t *nodes = json_object_get(out, "nodes");
+    for (size_t i = 0; i < json_array_size(nodes); i++)
+        if (jint(json_array_get(nodes, i), "node_id") == id)
+            return jstr(json_array_get(nodes, i), "result");
+    return "";
+}
+
+static void test_report_fields(const char *tok, const real_node *a, const real_node *spare) {
+    char body[600], ok_hashes[200];
+    snprintf(ok_hashes, sizeof ok_hashes, "\"hashes\": [\"%064d\", \"%063d1\"]", 0, 0);
+    const long long A = a->f.id, S = spare->f.id;
+    EXPECT(401, "account token", "POST", "/v1/reports", NULL, "{}");
+    EXPECT(401, "account token", "POST", "/v1/reports", "nope", "{}");
+    EXPECT(401, "account token", "POST", "/v1/reports", a->f.token, "{}"); /* a node's token */
+    static const struct {
+        const char *fields; /* the body without the hashes */
+        const char *why;
+    } bad[] = {
+        {"\"layers\": [0, 4], \"position\": 0, \"tokens\": 1", "\"nodes\""},
+        {"\"nodes\": [1], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1", "\"nodes\""},
+        {"\"nodes\": [1, 2, 3], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1", "\"nodes\""},
+        {"\"nodes\": [\"1\", 2], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1", "\"nodes\""},
+        {"\"nodes\": [0, 2], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1", "\"nodes\""},
+        {"\"nodes\": [2, 2], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1", "twice"},
+        {"\"nodes\": [1, 2], \"position\": 0, \"tokens\": 1", "\"layers\""},
+        {"\"nodes\": [1, 2], \"layers\": [2, 1], \"position\": 0, \"tokens\": 1", "\"layers\""},
+        {"\"nodes\": [1, 2], \"layers\": [0, 5], \"position\": 0, \"tokens\": 1", "\"layers\""},
+        {"\"nodes\": [1, 2], \"layers\": [-1, 2], \"position\": 0, \"tokens\": 1", "\"layers\""},
+        {"\"nodes\": [1, 2], \"layers\": [0, 2.5], \"position\": 0, \"tokens\": 1", "\"layers\""},
+        {"\"nodes\": [1, 2], \"layers\": [0, 4], \"tokens\": 1", "\"position\""},
+        {"\"nodes\": [1, 2], \"layers\": [0, 4], \"position\": -1, \"tokens\": 1", "\"position\""},
+        {"\"nodes\": [1, 2], \"layers\": [0, 4], \"position\": 99999999, \"tokens\": 1",
+         "\"position\""},
+        {"\"nodes\": [1, 2], \"layers\": [0, 4], \"position\": 0, \"tokens\": 0", "\"tokens\""},
+        {"\"nodes\": [1, 2], \"layers\": [0, 4], \"position\": 0", "\"tokens\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(body, sizeof body, "{%s, %s}", bad[i].fields, ok_hashes);
+        EXPECT(400, bad[i].why, "POST", "/v1/reports", tok, body);
+    }
+    static const char *const bad_hashes[] = {
+        "",
+        "\"hashes\": \"ab\"",
+        "\"hashes\": [\"00\", \"11\"]",
+        "\"hashes\": [1, 2]",
+        "\"hashes\": [\"000000000000000000000000000000000000000000000000000000000000000X\","
+        " \"0000000000000000000000000000000000000000000000000000000000000001\"]",
+        "\"hashes\": [\"ABCD000000000000000000000000000000000000000000000000000000000000\","
+        " \"0000000000000000000000000000000000000000000000000000000000000001\"]",
+    };
+    for (size_t i = 0; i < sizeof bad_hashes / sizeof *bad_hashes; i++) {
+        snprintf(body, sizeof body,
+                 "{\"nodes\": [1, 2], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1%s%s}",
+                 bad_hashes[i][0] ? ", " : "", bad_hashes[i]);
+        EXPECT(400, "\"hashes\"", "POST", "/v1/reports", tok, body);
+    }
+    snprintf(body, sizeof body,
+             "{\"nodes\": [1, 2], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1, \"hashes\":"
+             " [\"%064d\", \"%064d\"]}",
+             0, 0);
+    EXPECT(400, "nothing to report", "POST", "/v1/reports", tok, body);
+    /* nodes that do not exist, or are not stages of the layers named */
+    snprintf(body, sizeof body,
+             "{\"nodes\": [%lld, 999], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1, %s}", A,
+             ok_hashes);
+    EXPECT(404, "node 999", "POST", "/v1/reports", tok, body);
+    snprintf(body, sizeof body,
+             "{\"nodes\": [%lld, %lld], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1, %s}", A,
+             S, ok_hashes);
+    EXPECT(409, "not a stage", "POST", "/v1/reports", tok, body);
+    snprintf(body, sizeof body,
+             "{\"nodes\": [%lld, %lld], \"layers\": [0, 2], \"position\": 0, \"tokens\": 1, %s}", A,
+             S, ok_hashes);
+    EXPECT(409, "layers [0, 2)", "POST", "/v1/reports", tok, body);
+    json_t *st = NULL;
+    mt_error err;
+    call("GET", "/v1/status", NULL, NULL, &st, &err);
+    json_t *reports = json_object_get(st, "reports");
+    CHECK(jint(reports, "total") == 0 && jint(st, "nodes_quarantined") == 0,
+          "refused reports were counted: %lld", (long long)jint(reports, "total"));
+    json_decref(st);
+}
+
+/* Token-layers the ledger credits node with (the registry has admin token `admin`). */
+static int64_t credited(int64_t node, const char *admin) {
+    json_t *l = NULL;
+    mt_error err;
+    int st = call("GET", "/v1/ledger/nodes", admin, NULL, &l, &err);
+    CHECK(st == 200, "ledger: %d %s", st, err.msg);
+    int64_t v = -1;
+    json_t *nodes = json_object_get(l, "nodes");
+    for (size_t i = 0; i < json_array_size(nodes); i++)
+        if (jint(json_array_get(nodes, i), "node_id") == node)
+            v = jint(json_array_get(nodes, i), "token_layers");
+    json_decref(l);
+    return v;
+}
+
+static void test_reports(void) {
+    reg_opts o = {.name = "reports", .admin = "opensesame", .replicas = 2, .reports_per_minute = 4};
+    mt_error err;
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "registry for reports: %s", err.msg);
+    if (!reg) return;
+    char *tok = new_account("reporter", "opensesame"), *other = new_account("other", "opensesame");
+    real_node a, b, c; /* honest, corrupting, honest (the spare) */
+    bool up = real_node_start(&a, tok, 0) && real_node_start(&b, tok, 1) &&
+              make_serving(&a.f, a.shard) && make_serving(&b.f, b.shard) &&
+              real_node_start(&c, tok, 0);
+    CHECK(up && strcmp(a.shard, "L0-4A-E0-8") == 0 && strcmp(b.shard, "L0-4A-E0-8") == 0,
+          "two pipelines of one stage each: %s %s", a.shard, b.shard);
+    if (!up) goto out;
+    CHECK(beat(&c.f, "", -1, -1, NULL) == 200 && wait_status(c.f.id, "state", "spare", 5000),
+          "the third node is not a spare");
+
+    /* routes name the other pipeline's stage as the stage's checker */
+    for (int session = 0; session < 2; session++) {
+        json_t *out = NULL;
+        char body[64];
+        snprintf(body, sizeof body, "{\"session\": %d}", session);
+        call("POST", "/v1/routes", tok, body, &out, &err);
+        json_t *stage = json_array_get(json_object_get(out, "stages"), 0);
+        json_t *checkers = json_object_get(stage, "checkers");
+        int64_t on = jint(stage, "node_id"), by = jint(json_array_get(checkers, 0), "node_id");
+        CHECK(json_array_size(checkers) == 1 && on != by && (on == a.f.id || on == b.f.id) &&
+                  (by == a.f.id || by == b.f.id) &&
+                  strcmp(jstr(json_array_get(checkers, 0), "key"),
+                         on == a.f.id ? b.f.pk : a.f.pk) == 0,
+              "route %d: stage %lld, checkers %s", session, (long long)on, json_dumps(checkers, 0));
+        json_decref(out);
+    }
+
+    test_report_fields(tok, &a, &c);
+
+    CHECK(beat(&b.f, b.shard, 7, 0, NULL) == 200 && credited(b.f.id, "opensesame") == 7,
+          "the node is not credited before its quarantine");
+
+    /* a is checked, b disagrees: the registry's own check finds b wrong */
+    json_t *out = NULL;
+    int st = report(tok, a.f.id, b.f.id, &out, &err);
+    CHECK(st == 200 && strcmp(jstr(out, "verdict"), "confirmed") == 0 &&
+              strcmp(result_of(out, a.f.id), "right") == 0 &&
+              strcmp(result_of(out, b.f.id), "wrong") == 0 &&
+              json_array_size(json_object_get(out, "quarantined")) == 1 &&
+              json_integer_value(json_array_get(json_object_get(out, "quarantined"), 0)) == b.f.id,
+          "report a/b: %d %s %s", st, err.msg, out ? json_dumps(out, 0) : "");
+    json_decref(out);
+    CHECK(wait_status(b.f.id, "state", "quarantined", 5000), "b is not quarantined");
+    CHECK(wait_status(b.f.id, "role", "none", 5000), "b kept its role");
+    CHECK(wait_status(a.f.id, "state", "serving", 5000), "a is not serving after the report");
+    CHECK(make_serving(&c.f, c.shard) && strcmp(c.shard, b.shard) == 0,
+          "the spare did not take the quarantined node's shard: '%s'", c.shard);
+    json_t *bs = node_status(b.f.id);
+    CHECK(json_is_true(json_object_get(bs, "quarantined")) &&
+              strstr(jstr(json_object_get(bs, "quarantine"), "reason"), "layers [0, 4)"),
+          "b's status does not say why it is quarantined");
+    json_decref(bs);
+    /* no route through it, whatever the session; it is nobody's checker either */
+    for (int session = 0; session < 4; session++) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"session\": %d}", session);
+        out = NULL;
+        call("POST", "/v1/routes", tok, body, &out, &err);
+        char *text = out ? json_dumps(out, 0) : NULL;
+        char needle[80];
+        snprintf(needle, sizeof needle, "\"node_id\": %lld", (long long)b.f.id);
+        CHECK(text && !strstr(text, needle), "a route uses the quarantined node: %s",
+              text ? text : err.msg);
+        free(text);
+        json_decref(out);
+    }
+    /* it is told to drain and earns nothing while quarantined */
+    int64_t before = credited(b.f.id, "opensesame");
+    out = NULL;
+    st = beat(&b.f, "", 1000, 50, &out);
+    CHECK(st == 200 && json_is_true(json_object_get(out, "drain")) &&
+              strcmp(jstr(out, "state"), "quarantined") == 0,
+          "the quarantined node's heartbeat: %d, state %s", st, jstr(out, "state"));
+    json_decref(out);
+    CHECK(credited(b.f.id, "opensesame") == before, "a quarantined node was credited: %lld -> %lld",
+          (long long)before, (long long)credited(b.f.id, "opensesame"));
+
+    /* reported again: no probe of a quarantined node, nor of one found right just now */
+    out = NULL;
+    st = report(tok, b.f.id, a.f.id, &out, &err);
+    CHECK(st == 200 && strcmp(result_of(out, b.f.id), "quarantined") == 0 &&
+              strcmp(result_of(out, a.f.id), "right_recently") == 0 &&
+              strcmp(jstr(out, "verdict"), "confirmed") == 0,
+          "report b/a: %d %s", st, err.msg);
+    json_decref(out);
+    /* an unsupported claim against two honest nodes quarantines nobody */
+    out = NULL;
+    st = report(other, c.f.id, a.f.id, &out, &err);
+    CHECK(st == 200 && strcmp(jstr(out, "verdict"), "unconfirmed") == 0 &&
+              strcmp(result_of(out, c.f.id), "right") == 0 &&
+              json_array_size(json_object_get(out, "quarantined")) == 0,
+          "report c/a: %d %s %s", st, err.msg, out ? json_dumps(out, 0) : "");
+    json_decref(out);
+    out = NULL;
+    st = report(other, c.f.id, a.f.id, &out, &err);
+    CHECK(st == 200 && strcmp(result_of(out, c.f.id), "right_recently") == 0 &&
+              strcmp(result_of(out, a.f.id), "right_recently") == 0,
+          "c/a again: %d %s", st, err.msg);
+    json_decref(out);
+    CHECK(wait_status(a.f.id, "state", "serving", 2000) &&
+              wait_status(c.f.id, "state", "serving", 2000),
+          "an honest node lost its work to a false report");
+    /* at most 4 reports a minute per account: `tok` made 2, `other` 2 */
+    for (int i = 0; i < 2; i++) {
+        st = report(tok, a.f.id, c.f.id, NULL, &err);
+        CHECK(st == 200, "report %d within the limit: %d %s", i + 3, st, err.msg);
+    }
+    EXPECT(429, "at most 4 a minute", "POST", "/v1/reports", tok,
+           "{\"nodes\": [1, 2], \"layers\": [0, 4], \"position\": 0, \"tokens\": 1, \"hashes\":"
+           " [\"0000000000000000000000000000000000000000000000000000000000000000\","
+           " \"0000000000000000000000000000000000000000000000000000000000000001\"]}");
+    out = NULL;
+    call("GET", "/v1/status", NULL, NULL, &out, &err);
+    json_t *reports = json_object_get(out, "reports");
+    CHECK(jint(reports, "total") == 6 && jint(reports, "confirmed") == 2 &&
+              jint(out, "nodes_quarantined") == 1,
+          "status counts %lld reports (%lld confirmed), %lld quarantined; want 6, 2, 1",
+          (long long)jint(reports, "total"), (long long)jint(reports, "confirmed"),
+          (long long)jint(out, "nodes_quarantined"));
+    json_decref(out);
+
+    /* the quarantine outlives a restart */
+    mt_registry_stop(reg);
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "registry again: %s", err.msg);
+    if (!reg) goto out;
+    CHECK(wait_status(b.f.id, "state", "quarantined", 2000), "a restart released the node");
+
+    /* only the operator releases it */
+    char rel[100];
+    snprintf(rel, sizeof rel, "%s/release", b.f.path);
+    EXPECT(401, "admin token", "POST", rel, NULL, "{}");
+    EXPECT(403, "admin token", "POST", rel, b.f.token, "{}");
+    EXPECT(403, "admin token", "POST", rel, tok, "{}");
+    EXPECT(404, "no such node", "POST", "/v1/nodes/abc/release", "opensesame", "{}");
+    EXPECT(404, "no such node", "POST", "/v1/nodes/9999/release", "opensesame", "{}");
+    char rel_a[100];
+    snprintf(rel_a, sizeof rel_a, "%s/release", a.f.path);
+    EXPECT(409, "not quarantined", "POST", rel_a, "opensesame", "{}");
+    EXPECT(200, NULL, "POST", rel, "opensesame", "{}");
+    EXPECT(409, "not quarantined", "POST", rel, "opensesame", "{}");
+    CHECK(beat(&b.f, "", 1010, 50, NULL) == 200 && credited(b.f.id, "opensesame") == before + 10,
+          "a released node is not credited again: %lld, want %lld",
+          (long long)credited(b.f.id, "opensesame"), (long long)before + 10);
+    CHECK(wait_status(b.f.id, "state", "spare", 5000), "the released node is not a spare");
+
+    /* a database from before quarantines existed gets the columns when opened */
+    mt_registry_stop(reg);
+    reg = NULL;
+    char db[400];
+    snprintf(db, sizeof db, "%s/%s.db", dir, o.name);
+    sqlite3 *h = NULL;
+    bool dropped = sqlite3_open(db, &h) == SQLITE_OK &&
+                   sqlite3_exec(h,
+                                "ALTER TABLE nodes DROP COLUMN quarantined;"
+                                " ALTER TABLE nodes DROP COLUMN quarantined_at;"
+                                " ALTER TABLE nodes DROP COLUMN quarantine_reason;",
+                                NULL, NULL, NULL) == SQLITE_OK;
+    sqlite3_close(h);
+    CHECK(dropped, "could not make an old database");
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "registry on an old database: %s", err.msg);
+    if (reg) {
+        json_t *n = node_status(b.f.id);
+        CHECK(n && json_is_false(json_object_get(n, "quarantined")),
+              "the old database's node reads wrong");
+        json_decref(n);
+    }
+out:
+    real_node_stop(&a), real_node_stop(&b), real_node_stop(&c);
+    free(tok), free(other);
+    mt_registry_stop(reg);
+    reg = NULL;
+}
+
 /* ---- main
  * ------------------------------------------------------------------------------------------ */
 
@@ -1002,6 +1362,7 @@ int main(void) {
         test_ledger(carol, &ledger_node);
         test_pause(dave);
         test_routes(dave);
+        EXPECT(403, "has none", "POST", "/v1/nodes/1/release", NULL, "{}"); /* no admin token */
         EXPECT(200, NULL, "GET", "/v1/status", NULL, NULL); /* still serving after all that */
         test_restart(&cell, carol, alice, &ledger_node);
         free(alice), free(bob), free(carol), free(dave);
@@ -1011,6 +1372,7 @@ int main(void) {
     test_admin();
     test_swarm();
     test_agent();
+    test_reports();
     printf("test_control_registry: %.1f s\n", (now_ms() - t0) / 1e3);
 
     char cmd[400];

@@ -9,7 +9,7 @@
  * costs its sender a report and the registry one probe, and quarantines
  * nobody. What a report can cost is bounded:
  *   - every field is checked, and both nodes must be stages that hold
- *     exactly the layers named, now;
+ *     exactly the layers named, now (or be quarantined already);
  *   - an account may make reports_per_minute reports a minute (429 beyond);
  *   - one probe runs at a time (429 "busy" meanwhile);
  *   - a node the registry found right within the last PROBE_COOLDOWN_MS is
@@ -191,7 +191,8 @@ void reg_reports_post(mt_registry *r, const mt_http_request *req, json_t *body,
         if (reg_node_get(r, ids[i], &n[i]))
             return mt_http_error(resp, 404, "node %lld is not known to this registry",
                                  (long long)ids[i]);
-        if (n[i].a.role != REG_ROLE_STAGE || n[i].a.layer_begin != a || n[i].a.layer_end != b)
+        if (!n[i].quarantined &&
+            (n[i].a.role != REG_ROLE_STAGE || n[i].a.layer_begin != a || n[i].a.layer_end != b))
             return mt_http_error(resp, 409,
                                  "node %lld is not a stage holding layers [%d, %d) now (it is %s"
                                  " [%d, %d)); report what the route and its checkers held",

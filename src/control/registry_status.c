@@ -9,13 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Spot-check reports so far (docs/spot-checking.md): all, and those in which
- * the registry's own check found a node wrong. */
+/* Spot-check reports so far (docs/spot-checking.md): all, and the confirmed
+ * ones, in which the registry's own check found a node wrong (now, or when
+ * it quarantined it before). */
 static json_t *reports_json(mt_registry *r) {
     int64_t total = 0, confirmed = 0;
     sqlite3_stmt *st = reg_db_prepare(r, NULL,
-                                      "SELECT COUNT(*), COALESCE(SUM(checked_result = 'wrong' OR"
-                                      " checker_result = 'wrong'), 0) FROM reports");
+                                      "SELECT COUNT(*), COALESCE(SUM(checked_result IN"
+                                      " ('wrong', 'quarantined') OR checker_result IN"
+                                      " ('wrong', 'quarantined')), 0) FROM reports");
     if (st && sqlite3_step(st) == SQLITE_ROW) {
         total = sqlite3_column_int64(st, 0);
         confirmed = sqlite3_column_int64(st, 1);
