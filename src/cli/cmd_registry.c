@@ -35,6 +35,8 @@ static const char usage[] =
     "  --require-volunteer   swarm: only accounts that served may get routes\n"
     "  --max-active N        requests running at once; more wait in line, told their\n"
     "                        place (default 0: no limit)\n"
+    "  --reports-per-minute N  spot-check reports one account may make a minute; each\n"
+    "                        makes the registry check the two nodes named (default 6)\n"
     "  --relay-listen ADDR   run a relay for nodes behind NAT (`node --relay`): they\n"
     "                        connect here, e.g. 0.0.0.0:8471\n"
     "  --relay-ports LO-HI   public ports handed to relayed nodes, one each (default:\n"
@@ -47,7 +49,8 @@ static const char usage[] =
 int cmd_registry(int argc, char **argv) {
     const char *model = NULL, *mode = "cell", *db = "registry.db", *key = "registry.key",
                *shards = "registry-shards", *listen = "127.0.0.1:8470", *admin_file = NULL;
-    int64_t replicas = 2, spares = -1, hb = 1000, dead = 5000, cert_minutes = 60, max_active = 0;
+    int64_t replicas = 2, spares = -1, hb = 1000, dead = 5000, cert_minutes = 60, max_active = 0,
+            reports_per_minute = 6;
     const char *relay_listen = NULL, *relay_ports = NULL, *relay_host = NULL;
     int64_t relay_max_conns = 64;
     bool require_volunteer = false, quiet = false;
@@ -66,6 +69,7 @@ int cmd_registry(int argc, char **argv) {
         {"--admin-token-file", CLI_STRING, &admin_file, 0, 0},
         {"--require-volunteer", CLI_FLAG, &require_volunteer, 0, 0},
         {"--max-active", CLI_INT, &max_active, 0, 1 << 20},
+        {"--reports-per-minute", CLI_INT, &reports_per_minute, 1, 100000},
         {"--relay-listen", CLI_STRING, &relay_listen, 0, 0},
         {"--relay-ports", CLI_STRING, &relay_ports, 0, 0},
         {"--relay-host", CLI_STRING, &relay_host, 0, 0},
@@ -122,6 +126,7 @@ int cmd_registry(int argc, char **argv) {
                             .admin_token = admin,
                             .require_volunteer = require_volunteer,
                             .max_active = (int)max_active,
+                            .reports_per_minute = (int)reports_per_minute,
                             .relay_listen = relay_listen,
                             .relay_host = relay_host,
                             .relay_port_lo = port_lo,
