@@ -15,6 +15,12 @@
  * and with the bf16 wire within a measured tolerance; (a) also in chain
  * mode (one request to the first stage, which forwards along the others as
  * next hops), and a chain whose middle node is gone (the error names it).
+ * Spot-checks (route.h check_rate): a stage checked on an honest replica
+ * gives the same logits with every pass compared; a replica or a stage that
+ * corrupts its output (--misbehave) fails the eval with the mismatch named
+ * (stage, both nodes, positions, hashes); a checker that is gone only drops
+ * its check; rate 0 and chain mode check nothing; a rate of 0.5 checks about
+ * half the sessions; bad check settings are refused.
  * Then hostile input (hop lists included):
  * malformed and wrong requests get ERROR replies naming the problem, and the
  * same server keeps serving. */
@@ -555,6 +561,170 @@ static void check_eviction_replay(void) {
     free_set(&s);
 }
 
+/* ---- spot-checks ----------------------------------------------------------------------------
+ */
+
+static mt_route *open_checked(const char *head, const mt_route_peer *stages, int n_stages,
+                              const mt_route_checker *checkers, int n_checkers, double rate,
+                              mt_route_check_stats *stats, mt_error *err) {
+    mt_route_config c = {.head = head,
+                         .wire = MT_PROTO_F32,
+                         .keys = &k_req,
+                         .stages = stages,
+                         .n_stages = n_stages,
+                         .threads = 1,
+                         .timeout_ms = 5000,
+                         .call_timeout_ms = 20000,
+                         .chain = chain_mode,
+                         .checkers = checkers,
+                         .n_checkers = n_checkers,
+                         .check_rate = rate,
+                         .check_stats = stats};
+    return mt_route_open(&c, err);
+}
+
+/* Evaluates the prompt in a new session (N - 1 tokens, then 1); 0, or -1 with
+ * err and *mm when a spot-check failed it. */
+static int eval_checked(mt_route *r, float *logits, uint64_t *session, mt_route_mismatch *mm,
+                        mt_error *err) {
+    const int32_t V = mt_route_head(r)->hp.n_vocab;
+    mt_route_session *x = mt_route_session_new(r, N, err);
+    int rc = x ? mt_route_eval(r, x, base_prompt, N - 1, true, logits, err) : -1;
+    if (rc == 0)
+        rc = mt_route_eval(r, x, base_prompt + N - 1, 1, false, logits + (size_t)(N - 1) * V, err);
+    if (x) *session = mt_route_session_id(x);
+    if (rc && mm && !mt_route_last_mismatch(r, mm)) memset(mm, 0, sizeof *mm);
+    mt_route_session_end(r, x);
+    return rc;
+}
+
+static bool is_hex64(const char *h) {
+    if (strlen(h) != 64) return false;
+    for (; *h; h++)
+        if (!strchr("0123456789abcdef", *h)) return false;
+    return true;
+}
+
+static void check_spot_checks(void) {
+    model_set s;
+    if (!make_set(&s, "qwen3moe")) return;
+    float *ref = reference(s.whole, base_prompt);
+    const int32_t V = s.whole->hp.n_vocab;
+    float *logits = calloc((size_t)N * V, sizeof(float));
+    mt_node *st[N_LAYER], *twin = start_node(s.stage[1], NULL, 0, 8), *liar = NULL;
+    for (int i = 0; i < N_LAYER; i++) st[i] = start_node(s.stage[i], NULL, 0, 8);
+    mt_node_config lc = {.shard_path = s.stage[1],
+                         .keys = &k_node,
+                         .authorized = auth,
+                         .listen = "127.0.0.1:0",
+                         .n_ctx = 64,
+                         .threads = 1,
+                         .quiet = true,
+                         .corrupt_rate = 1};
+    mt_error err = {{0}};
+    liar = mt_node_start(&lc, &err);
+    CHECK(liar != NULL, "corrupting node: %s", err.msg);
+    bool up = twin && liar;
+    for (int i = 0; i < N_LAYER; i++) up &= st[i] != NULL;
+    if (!up) goto out;
+    mt_route_peer stages[N_LAYER];
+    for (int i = 0; i < N_LAYER; i++) stages[i] = peer_of(st[i]);
+    mt_route_checker by_twin = {1, peer_of(twin)}, by_liar = {1, peer_of(liar)};
+    uint64_t session = 0;
+    mt_route_mismatch mm;
+
+    /* an honest replica agrees on every pass: same logits, 2 passes compared */
+    mt_route_check_stats cs = {0};
+    mt_route *r = open_checked(s.head, stages, N_LAYER, &by_twin, 1, 1, &cs, &err);
+    CHECK(r && eval_checked(r, logits, &session, NULL, &err) == 0, "checked by a twin: %s",
+          err.msg);
+    CHECK(memcmp(logits, ref, (size_t)N * V * sizeof(float)) == 0,
+          "a checked route's logits differ from the whole model");
+    CHECK(cs.checks == 1 && cs.compared == 2 && cs.mismatches == 0 && cs.dropped == 0,
+          "twin: %lld checks, %lld compared, %lld mismatches, %lld dropped (%s)",
+          (long long)cs.checks, (long long)cs.compared, (long long)cs.mismatches,
+          (long long)cs.dropped, cs.last_dropped);
+    mt_route_close(r);
+
+    /* a corrupting checker: the eval fails and says where */
+    memset(&cs, 0, sizeof cs);
+    r = open_checked(s.head, stages, N_LAYER, &by_liar, 1, 1, &cs, &err);
+    int rc = r ? eval_checked(r, logits, &session, &mm, &err) : 0;
+    CHECK(r && rc != 0 && has(err.msg, "spot check") && mm.stage == 1 && mm.layer_begin == 1 &&
+              mm.layer_end == 2 && mm.pos == 0 && mm.n == N - 1 && mm.session == session &&
+              strcmp(mm.checked_addr, stages[1].addr) == 0 &&
+              strcmp(mm.checker_addr, by_liar.peer.addr) == 0 && is_hex64(mm.checked_hash) &&
+              is_hex64(mm.checker_hash) && strcmp(mm.checked_hash, mm.checker_hash) != 0 &&
+              mm.detected_unix_ms >= mm.reply_unix_ms && cs.mismatches == 1,
+          "a corrupting checker: rc %d, %s; stage %d [%d, %d) pos %d n %d, checker %s", rc, err.msg,
+          mm.stage, mm.layer_begin, mm.layer_end, mm.pos, mm.n, mm.checker_addr);
+    mt_route_close(r);
+
+    /* a corrupting stage checked by an honest replica: the same, the other way round */
+    mt_route_peer bad_route[N_LAYER] = {stages[0], peer_of(liar), stages[2], stages[3]};
+    r = open_checked(s.head, bad_route, N_LAYER, &by_twin, 1, 1, NULL, &err);
+    rc = r ? eval_checked(r, logits, &session, &mm, &err) : 0;
+    CHECK(r && rc != 0 && mm.stage == 1 && strcmp(mm.checked_addr, bad_route[1].addr) == 0 &&
+              strcmp(mm.checker_addr, by_twin.peer.addr) == 0,
+          "a corrupting stage: rc %d, %s", rc, err.msg);
+    /* rate 0: nothing checked, and the corrupting stage goes unnoticed */
+    mt_route_close(r);
+    memset(&cs, 0, sizeof cs);
+    r = open_checked(s.head, bad_route, N_LAYER, &by_twin, 1, 0, &cs, &err);
+    CHECK(r && eval_checked(r, logits, &session, NULL, &err) == 0 && cs.checks == 0 &&
+              memcmp(logits, ref, (size_t)N * V * sizeof(float)) != 0,
+          "rate 0: %s, %lld checks", err.msg, (long long)cs.checks);
+    mt_route_close(r);
+
+    /* a checker that is gone only drops its check */
+    mt_route_checker gone = by_twin;
+    mt_node_stop(twin);
+    twin = NULL;
+    memset(&cs, 0, sizeof cs);
+    r = open_checked(s.head, stages, N_LAYER, &gone, 1, 1, &cs, &err);
+    CHECK(r && eval_checked(r, logits, &session, NULL, &err) == 0 &&
+              memcmp(logits, ref, (size_t)N * V * sizeof(float)) == 0,
+          "with a checker gone: %s", err.msg);
+    CHECK(cs.checks == 1 && cs.dropped == 1 && cs.compared == 0 &&
+              has(cs.last_dropped, gone.peer.addr),
+          "a checker gone: %lld checks, %lld dropped: %s", (long long)cs.checks,
+          (long long)cs.dropped, cs.last_dropped);
+    mt_route_close(r);
+
+    /* chain mode sends one request along the stages: nothing to compare per stage */
+    chain_mode = true;
+    memset(&cs, 0, sizeof cs);
+    r = open_checked(s.head, stages, N_LAYER, &by_liar, 1, 1, &cs, &err);
+    CHECK(r && eval_checked(r, logits, &session, NULL, &err) == 0 && cs.checks == 0,
+          "chain mode: %s, %lld checks", err.msg, (long long)cs.checks);
+    mt_route_close(r);
+    chain_mode = false;
+
+    /* a rate of 0.5 checks about half the sessions (binomial: 100 +- 7 of 200) */
+    memset(&cs, 0, sizeof cs);
+    r = open_checked(s.head, stages, N_LAYER, &by_liar, 1, 0.5, &cs, &err);
+    for (int i = 0; r && i < 200; i++) mt_route_session_end(r, mt_route_session_new(r, N, &err));
+    CHECK(r && cs.checks >= 60 && cs.checks <= 140, "rate 0.5: %lld of 200 sessions checked",
+          (long long)cs.checks);
+    mt_route_close(r);
+
+    /* bad settings */
+    r = open_checked(s.head, stages, N_LAYER, &by_liar, 1, 1.5, NULL, &err);
+    CHECK(!r && has(err.msg, "spot-check rate"), "rate 1.5: %s", r ? "opened" : err.msg);
+    mt_route_close(r);
+    mt_route_checker off = {7, by_liar.peer};
+    r = open_checked(s.head, stages, N_LAYER, &off, 1, 1, NULL, &err);
+    CHECK(!r && has(err.msg, "stage 7"), "checker of stage 7: %s", r ? "opened" : err.msg);
+    mt_route_close(r);
+out:
+    for (int i = 0; i < N_LAYER; i++) mt_node_stop(st[i]);
+    mt_node_stop(twin);
+    mt_node_stop(liar);
+    free(logits);
+    free(ref);
+    free_set(&s);
+}
+
 /* ---- expert servers and partners that restart ------------------------------------------------
  */
 
@@ -960,6 +1130,7 @@ int main(void) {
            worst_bf16, worst_bf16_rel);
     check_eviction_replay();
     check_expert_restart();
+    check_spot_checks();
     check_hostile();
     mt_keys_authorized_free(auth);
     return check_report("test_node");

@@ -20,7 +20,8 @@
  *     invariant 1). One difference makes the node wrong; no answer (refused,
  *     broken, an ERROR reply) proves nothing either way.
  * It runs without the registry's lock (the caller lets only one probe run at
- * a time) and keeps the model loaded (mapped, not read) between probes. */
+ * a time), lasts at most about PROBE_TOTAL_MS plus one call's timeout, and
+ * keeps the model loaded (mapped, not read) between probes. */
 #include "moontail/cert.h"
 #include "moontail/remote.h"
 #include "registry_internal.h"
@@ -36,6 +37,7 @@ enum {
     PROBE_SINGLE_CALLS = 8,
     PROBE_CONNECT_MS = 5000,
     PROBE_CALL_MS = 30000,
+    PROBE_TOTAL_MS = 60000, /* a node still being asked after this gets no verdict */
 };
 
 const char *reg_probe_result_name(reg_probe_result res) {
@@ -112,6 +114,7 @@ int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b,
         }
     }
     /* one prompt-like call, then single tokens */
+    const int64_t t_start = reg_now_ms();
     for (int32_t p = 0; p < T;) {
         const int32_t n = p == 0 ? T - PROBE_SINGLE_CALLS : 1;
         const size_t bytes = (size_t)n * E * sizeof(float);
@@ -121,6 +124,12 @@ int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b,
             goto done;
         for (int t = 0; t < n_targets; t++) {
             if (out[t].result != REG_PROBE_RIGHT) continue;
+            if (reg_now_ms() - t_start > PROBE_TOTAL_MS) {
+                out[t].result = REG_PROBE_NO_ANSWER;
+                snprintf(out[t].why, sizeof out[t].why,
+                         "it answered too slowly: the probe took over %d s", PROBE_TOTAL_MS / 1000);
+                continue;
+            }
             mt_error e = {{0}};
             memcpy(reply, input + (size_t)p * E, bytes);
             if (mt_remote_stage_forward(rem[t], session[t], a, b, pos + p, n, reply, MT_PROTO_F32,
