@@ -289,6 +289,11 @@ static void registry_requests(void) {
         {"status", "GET /v1/status -\n"},
         {"metrics", "GET /metrics -\n"},
         {"index", "GET / -\n"},
+        {"report", "POST /v1/reports u\n{\"nodes\": [@, 2], \"layers\": [0, 2], \"position\": 3,"
+                   " \"tokens\": 1, \"hashes\": [\"00000000000000000000000000000000000000000000"
+                   "00000000000000000000\", \"0000000000000000000000000000000000000000000000000"
+                   "000000000000001\"]}"},
+        {"release", "POST /v1/nodes/@/release a\n{}"},
     };
     seed("fuzz_registry", "join", join, strlen(join));
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
