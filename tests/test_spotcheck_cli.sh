@@ -13,6 +13,7 @@
 #   - the spare takes the quarantined node's shard; then 4 prompts with every
 #     stage checked on honest nodes: checks compared, no mismatch, no report,
 #     nobody else quarantined, `run`'s tokens each time;
+#   - the node's own log says it is quarantined, and later released;
 #   - `cell release` refuses another token, releases with the admin token;
 #   - bad --spot-check and --misbehave values exit 2 with a message.
 set -u
@@ -113,6 +114,12 @@ fi
 status | json "process.exit(o.nodes.find(n=>n.node_id==$bad_id).state=='quarantined' && o.nodes_quarantined===1 && o.reports.confirmed===1 ? 0 : 1)" &&
     ok || bad "node $bad_id is not quarantined: $(status | head -c 1500)"
 expect 0 "quarantined: computed layers" "$BIN" status --registry "$URL"
+in_log() { # FILE PATTERN: within 10 s
+    for _ in $(seq 1 50); do grep -q "$2" "$1" && return 0; sleep 0.2; done
+    return 1
+}
+in_log "$tmp/n2.err" "the registry quarantined this node" && ok || bad "the node was not told it is quarantined"
+
 curl -s "$URL/metrics" >"$tmp/metrics.txt"
 grep -q '^moontail_nodes{state="quarantined"} 1$' "$tmp/metrics.txt" &&
     grep -q "^moontail_node_quarantined{node_id=\"$bad_id\",name=\"pc2\"} 1$" "$tmp/metrics.txt" &&
@@ -142,4 +149,5 @@ expect 0 "node $bad_id released" "$BIN" cell release --registry "$URL" --node "$
 expect 1 "not quarantined" "$BIN" cell release --registry "$URL" --node "$bad_id" --admin-token-file "$tmp/admin.token"
 wait_for "o.nodes.find(n=>n.node_id==$bad_id).state != 'quarantined' && o.nodes_quarantined === 0" 10 && ok ||
     bad "the released node is still quarantined: $(status | head -c 1500)"
+in_log "$tmp/n2.err" "released from quarantine" && ok || bad "the node was not told it is released"
 finish

@@ -69,6 +69,7 @@ struct mt_agent {
     char want[96];
     partner_set want_partners;
     bool drain;
+    bool quarantined; /* the registry says so (docs/spot-checking.md) */
     mt_node *node;
     char serving[96];
     partner_set serving_partners;
@@ -432,6 +433,16 @@ static void heartbeat(mt_agent *a) {
     snprintf(a->want, sizeof a->want, "%s", shard && safe_name(shard) ? shard : "");
     parse_partners(asg, &a->want_partners);
     a->drain = json_is_true(json_object_get(out, "drain"));
+    /* tell whoever runs this machine, once each time it happens */
+    const char *state = json_string_value(json_object_get(out, "state"));
+    bool quarantined = state && strcmp(state, "quarantined") == 0;
+    if (quarantined && !a->quarantined)
+        say(a, "the registry quarantined this node: a spot-check found it computing wrong"
+               " results (docs/spot-checking.md). Check the machine (memory, overclocking),"
+               " then ask the operator to release it ('moontail cell release')");
+    else if (!quarantined && a->quarantined)
+        say(a, "released from quarantine");
+    a->quarantined = quarantined;
     json_t *src = json_object_get(out, "sources");
     if (json_is_array(src)) {
         json_decref(a->sources);
