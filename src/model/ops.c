@@ -51,7 +51,10 @@ static inline __attribute__((always_inline)) float dot_lanes(const float *q, con
 /* out = softmax(scale * q.K^T) . V over positions [0, n_pos). Scores are
  * dot_lanes; the softmax sums in double from position 0; out[d] adds
  * p_s * v_s[d] for s in order (vectorised across d, which changes nothing). */
-#if defined(__x86_64__) && defined(__GNUC__)
+/* (clang 14 emits a target_clones function's ifunc only in a file that calls it, so other
+ * files cannot link to it: a clang build, such as the fuzz build, gets the portable version,
+ * which computes the same bits) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 void mt_attend_one(const float *q, const float *k, size_t k_stride, int32_t dk, const float *v,
