@@ -56,7 +56,7 @@ static void run_path(const char *path) {
         names[n++] = strdup(e->d_name);
     }
     closedir(d);
-    qsort(names, n, sizeof *names, by_name);
+    if (n) qsort(names, n, sizeof *names, by_name); /* an empty directory: names is NULL */
     for (size_t i = 0; i < n; i++) {
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", path, names[i]);
