@@ -70,7 +70,13 @@ int32_t mt_vocab_write_bytes(struct gguf_writer *w, const char *pre, bool add_bo
  * error) or cannot be parsed (err filled, *bad set). */
 static json_t *load_side_file(const char *dir, const char *name, bool *bad, mt_error *err) {
     char p[4096];
-    snprintf(p, sizeof p, "%s%s", dir, name);
+    int len = snprintf(p, sizeof p, "%s%s", dir, name);
+    if (len < 0 || (size_t)len >= sizeof p) {
+        *bad = true;
+        mt_error_set(err, "the directory %.200s... is too long a path (at most %zu bytes)", dir,
+                     sizeof p - 32);
+        return NULL;
+    }
     if (access(p, F_OK) != 0) return NULL;
     json_error_t je;
     json_t *j = json_load_file(p, 0, &je);
@@ -83,7 +89,9 @@ static json_t *load_side_file(const char *dir, const char *name, bool *bad, mt_e
 
 static char *read_text_file(const char *dir, const char *name) {
     char p[4096];
-    snprintf(p, sizeof p, "%s%s", dir, name);
+    int len = snprintf(p, sizeof p, "%s%s", dir, name);
+    if (len < 0 || (size_t)len >= sizeof p)
+        return NULL; /* cannot be: load_side_file took the longer tokenizer_config.json */
     FILE *fp = fopen(p, "rb");
     if (!fp) return NULL;
     char *buf = NULL;
