@@ -47,12 +47,37 @@ static const char schema[] =
     "  served_expert_rows INTEGER NOT NULL DEFAULT 0,"
     "  served_tokens INTEGER NOT NULL DEFAULT 0,"
     "  load_queue INTEGER NOT NULL DEFAULT 0, load_sessions INTEGER NOT NULL DEFAULT 0,"
-    "  tok_per_s REAL NOT NULL DEFAULT 0);"
+    "  tok_per_s REAL NOT NULL DEFAULT 0, load_kv_bytes INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS ledger("
     "  id INTEGER PRIMARY KEY, t INTEGER NOT NULL, account_id INTEGER NOT NULL,"
     "  node_id INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL, amount INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS ledger_account ON ledger(account_id);"
     "CREATE INDEX IF NOT EXISTS ledger_node ON ledger(node_id);";
+
+/* Columns added after a schema was in use: a database made by an older
+ * registry gets them (CREATE TABLE IF NOT EXISTS leaves its tables alone). */
+static const struct {
+    const char *table, *column, *decl;
+} added_columns[] = {
+    {"nodes", "load_kv_bytes", "INTEGER NOT NULL DEFAULT 0"},
+};
+
+static int add_missing_columns(mt_registry *r, mt_error *err) {
+    for (size_t i = 0; i < sizeof added_columns / sizeof *added_columns; i++) {
+        char sql[160];
+        snprintf(sql, sizeof sql, "SELECT %s FROM %s LIMIT 0", added_columns[i].column,
+                 added_columns[i].table);
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) == SQLITE_OK) {
+            sqlite3_finalize(st);
+            continue;
+        }
+        if (reg_db_exec(r, err, "ALTER TABLE %s ADD COLUMN %s %s", added_columns[i].table,
+                        added_columns[i].column, added_columns[i].decl))
+            return -1;
+    }
+    return 0;
+}
 
 int reg_db_open(mt_registry *r, const char *path, mt_error *err) {
     int rc = sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
@@ -62,7 +87,8 @@ int reg_db_open(mt_registry *r, const char *path, mt_error *err) {
     sqlite3_busy_timeout(r->db, 5000);
     if (reg_db_exec(r, err, "PRAGMA journal_mode=WAL") ||
         reg_db_exec(r, err, "PRAGMA synchronous=FULL") ||
-        reg_db_exec(r, err, "PRAGMA foreign_keys=ON") || reg_db_exec(r, err, "%s", schema)) {
+        reg_db_exec(r, err, "PRAGMA foreign_keys=ON") || reg_db_exec(r, err, "%s", schema) ||
+        add_missing_columns(r, err)) {
         mt_error_prefix(err, "registry database %s", path);
         return -1;
     }
