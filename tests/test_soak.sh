@@ -192,8 +192,8 @@ quiet_counts() {
         for _ in 1 2 3 4 5; do
             local f=(/proc/"$pid"/fd/*) t
             t=$(sed -n 's/^Threads:[[:space:]]*//p' "/proc/$pid/status")
-            [ ${#f[@]} -lt $fds ] && fds=${#f[@]}
-            [ "${t:-999999}" -lt $thr ] && thr=$t
+            [ ${#f[@]} -lt "$fds" ] && fds=${#f[@]}
+            [ "${t:-999999}" -lt "$thr" ] && thr=$t
             sleep 0.2
         done
         echo "$name $fds $thr" >>"$1"
