@@ -51,6 +51,7 @@ IDLE_S=5   # the nodes' --session-idle-s: abandoned sessions expire after it
 SAMPLE_S=3 # RSS, descriptors and threads sampled this often
 WARM_S=$((SOAK_SECONDS / 5 > 10 ? SOAK_SECONDS / 5 : 10))
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+size() { stat -c %s "$1" 2>/dev/null || echo 0; } # 0 until the child has created it
 status() { curl -s --max-time 10 "$URL/v1/status"; }
 
 # ---- the model: 6 layers, each node has room for 2 of them (3 stages a pipeline)
@@ -132,13 +133,13 @@ abandon() {
         >"out/$w-$k.txt" 2>"out/$w-$k.err" &
     child=$!
     for _ in $(seq 1 600); do
-        [ "$(stat -c %s "out/$w-$k.txt")" -ge 8 ] && break
+        [ "$(size "out/$w-$k.txt")" -ge 8 ] && break
         kill -0 "$child" 2>/dev/null || break
         sleep 0.05
     done
     if kill -9 "$child" 2>/dev/null; then
         wait "$child" 2>/dev/null
-        echo "abandoned $w $k $j $(stat -c %s "out/$w-$k.txt")" >>"results/$w"
+        echo "abandoned $w $k $j $(size "out/$w-$k.txt")" >>"results/$w"
     else
         wait "$child"
         rc=$?
@@ -260,7 +261,7 @@ echo "every node at 0 sessions and 0 KV bytes $(($(now_ms) - t_end)) ms after th
     >ab.txt 2>ab.err &
 apid=$!
 for _ in $(seq 1 600); do
-    [ "$(stat -c %s ab.txt)" -ge 8 ] && break
+    [ "$(size ab.txt)" -ge 8 ] && break
     kill -0 "$apid" 2>/dev/null || break
     sleep 0.05
 done
