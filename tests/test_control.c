@@ -839,6 +839,22 @@ static void remove_outputs(const char *out) {
     unlink(part_of(out, ".part.map"));
 }
 
+/* One of several fetches of the same file at once. */
+typedef struct together {
+    const json_t *m;
+    test_server **srv;
+    const char *out;
+    int rc;
+    mt_fetch_progress st;
+    mt_error err;
+} together;
+
+static void *together_main(void *arg) {
+    together *t = arg;
+    t->rc = fetch(t->m, t->srv, 3, 1, t->out, &t->st, NULL, &t->err);
+    return NULL;
+}
+
 static void test_fetch(const char *dir, const char *path, const uint8_t *data) {
     /* copies: every piece corrupt; and pieces from 40 on corrupt */
     char bad_all[300], bad_tail[300], out[300];
@@ -957,6 +973,31 @@ static void test_fetch(const char *dir, const char *path, const uint8_t *data) {
               gets == N_PIECES - 9 && st.bad_pieces == 0,
           "lying map: %s; reused %llu, %d downloads", err.msg, (unsigned long long)st.bytes_reused,
           gets);
+    remove_outputs(out);
+
+    /* four fetches of one file at once (requesters sharing a cache): they take turns, all
+     * succeed, and the ones that waited find the file fetched and download nothing */
+    for (int i = 0; i < 3; i++) atomic_store(&s[i].shard_gets, 0);
+    together t[4];
+    pthread_t th[4];
+    for (int k = 0; k < 4; k++) {
+        t[k] = (together){.m = m, .srv = srv, .out = out};
+        CHECK(pthread_create(&th[k], NULL, together_main, &t[k]) == 0, "thread %d", k);
+    }
+    int ok = 0, reused = 0;
+    for (int k = 0; k < 4; k++) {
+        pthread_join(th[k], NULL);
+        ok += t[k].rc == 0;
+        reused += t[k].st.bytes_reused == FILE_BYTES;
+        if (t[k].rc) fprintf(stderr, "  fetch %d of 4 at once: %s\n", k, t[k].err.msg);
+    }
+    gets = atomic_load(&s[0].shard_gets) + atomic_load(&s[1].shard_gets) +
+           atomic_load(&s[2].shard_gets);
+    CHECK(ok == 4 && same_file(out, data, FILE_BYTES) && gets == N_PIECES && reused == 3 &&
+              !exists(part_of(out, ".part")) && !exists(part_of(out, ".part.map")),
+          "4 fetches at once: %d succeeded, %d found the file, %d pieces downloaded (wanted 4, 3,"
+          " %d)",
+          ok, reused, gets, N_PIECES);
     remove_outputs(out);
 
     /* no sources, and a manifest that is not one */

@@ -12,8 +12,10 @@
  *   - pause now, resume and schedules change the node's state and drain;
  *   - routes: 503 while nothing serves, a stage route once a node serves,
  *     swarm --require-volunteer refuses accounts until they volunteer;
+ *   - a heartbeat's load (sessions, KV cache bytes) shows in /v1/status;
  *   - a restart on the same database keeps accounts, nodes, ledger and
- *     credits, and a database of another model or mode is refused;
+ *     credits, and a database of another model or mode is refused; a
+ *     database from before a column was added gets it;
  *   - a real node agent (node_agent.h) joins, fetches its shard from the
  *     seed, serves it, and a requester's tokens through it reach the ledger
  *     (tokens x layers); when its key joins again elsewhere it joins again
@@ -446,10 +448,18 @@ static void test_node_validation(const char *alice, const char *bob) {
     EXPECT(400, "\"queue\"", "POST", hb, tok, "{\"load\": {\"queue\": -1}}");
     EXPECT(400, "\"tok_per_s\"", "POST", hb, tok, "{\"load\": {\"tok_per_s\": \"fast\"}}");
     EXPECT(400, "\"tok_per_s\"", "POST", hb, tok, "{\"load\": {\"tok_per_s\": -1}}");
+    EXPECT(400, "\"kv_bytes\"", "POST", hb, tok, "{\"load\": {\"kv_bytes\": -1}}");
+    EXPECT(400, "\"kv_bytes\"", "POST", hb, tok, "{\"load\": {\"kv_bytes\": \"1 MB\"}}");
     EXPECT(400, "\"ready_shard\"", "POST", hb, tok, "{\"ready_shard\": 5}");
     EXPECT(400, "\"ready_shard\"", "POST", hb, tok, "{\"ready_shard\": \"L0\\t1\"}");
     EXPECT(400, "\"cert_expires\"", "POST", hb, tok, "{\"cert_expires\": \"soon\"}");
     EXPECT(200, NULL, "POST", hb, tok, "{}");
+    EXPECT(200, NULL, "POST", hb, tok, "{\"load\": {\"sessions\": 3, \"kv_bytes\": 12345678}}");
+    json_t *load = node_status(again.id);
+    CHECK(jint(load, "sessions") == 3 && jint(load, "kv_bytes") == 12345678,
+          "status after a heartbeat with 3 sessions and 12345678 KV bytes: %lld, %lld",
+          (long long)jint(load, "sessions"), (long long)jint(load, "kv_bytes"));
+    json_decref(load);
 
     /* pause */
     char pp[100];
@@ -698,6 +708,17 @@ static void test_restart(const reg_opts *o, const char *carol, const char *alice
     snprintf(key0, sizeof key0, "%s", mt_registry_pubkey_hex(reg));
 
     mt_registry_stop(reg);
+    /* as a registry from before load_kv_bytes existed left it */
+    char db[400];
+    snprintf(db, sizeof db, "%s/%s.db", dir, o->name);
+    sqlite3 *old = NULL;
+    char *msg = NULL;
+    CHECK(sqlite3_open(db, &old) == SQLITE_OK &&
+              sqlite3_exec(old, "ALTER TABLE nodes DROP COLUMN load_kv_bytes", NULL, NULL, &msg) ==
+                  SQLITE_OK,
+          "dropping a column from %s: %s", db, msg ? msg : sqlite3_errmsg(old));
+    sqlite3_free(msg);
+    sqlite3_close(old);
     reg = reg_open(o, &err);
     CHECK(reg != NULL, "restart: %s", err.msg);
     if (!reg) return;
@@ -727,6 +748,15 @@ static void test_restart(const reg_opts *o, const char *carol, const char *alice
           (long long)(rows - rows0));
     json_decref(l);
     CHECK(beat(n, "", 2, 1, NULL) == 200, "beat");
+    char path[100];
+    snprintf(path, sizeof path, "%s/heartbeat", n->path);
+    EXPECT(
+        200, NULL, "POST", path, n->token,
+        "{\"served\": {\"token_layers\": 2, \"expert_rows\": 1}, \"load\": {\"kv_bytes\": 4096}}");
+    json_t *ns = node_status(n->id);
+    CHECK(jint(ns, "kv_bytes") == 4096, "kv_bytes in a database that lacked the column: %lld",
+          (long long)jint(ns, "kv_bytes"));
+    json_decref(ns);
     l = ledger_of(n->id, &rows);
     CHECK(rows == rows0 + 1 && jint(l, "token_layers") == 36, "one more token-layer: +%lld rows",
           (long long)(rows - rows0));

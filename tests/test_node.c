@@ -21,6 +21,9 @@
  * (stage, both nodes, positions, hashes); a checker that is gone only drops
  * its check; rate 0 and chain mode check nothing; a rate of 0.5 checks about
  * half the sessions; bad check settings are refused.
+ * Sessions nobody uses expire after the node's session_idle_ms: their KV
+ * caches are freed (the stats' sessions and kv_bytes go back to 0) while a
+ * session in use stays, and a late request is told to replay.
  * Then hostile input (hop lists included):
  * malformed and wrong requests get ERROR replies naming the problem, and the
  * same server keeps serving. */
@@ -1113,6 +1116,116 @@ done:
     free_set(&s);
 }
 
+/* ---- idle sessions expire ------------------------------------------------------------------ */
+
+/* Sends one STAGE_FORWARD of n tokens at p0 and returns the reply's type
+ * (ERROR's code in *code). */
+static uint16_t stage_call(raw *w, uint64_t id, uint64_t session, int32_t p0, int32_t n,
+                           const float *rows, uint32_t *code) {
+    int32_t pos[8];
+    for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
+    mt_proto_msg m = stage_msg(id, session, 1, 2, pos, n, (float *)rows);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    mt_proto_encode(&m, w->E, &buf, &len, NULL);
+    mt_proto_msg r = raw_call(w, buf, len);
+    free(buf);
+    uint16_t type = r.type;
+    *code = r.code;
+    mt_proto_msg_free(&r);
+    return type;
+}
+
+/* Waits (at most 10 s: a bound against hanging, not a timing check) until
+ * the node holds `sessions` sessions. */
+static void wait_sessions(mt_node *n, int32_t sessions, mt_node_stats *st) {
+    for (int i = 0; i < 1000; i++) {
+        mt_node_get_stats(n, st);
+        if (st->sessions == sessions) return;
+        sleep_ms(10);
+    }
+}
+
+static void check_idle_expiry(void) {
+    model_set s;
+    if (!make_set(&s, "qwen3moe")) return;
+    const int idle_ms = 1000;
+    mt_node_config c = {.shard_path = s.stage[1], /* layer 1 only */
+                        .keys = &k_node,
+                        .authorized = auth,
+                        .listen = "127.0.0.1:0",
+                        .n_ctx = 64,
+                        .threads = 1,
+                        .timeout_ms = 5000,
+                        .session_idle_ms = idle_ms,
+                        .quiet = true};
+    mt_error err = {{0}};
+    mt_node *node = mt_node_start(&c, &err);
+    CHECK(node != NULL, "node with session_idle_ms: %s", err.msg);
+    raw w = {0};
+    if (!node || !raw_open(&w, node, &k_req)) {
+        CHECK(false, "raw connection for the expiry check");
+        mt_node_stop(node);
+        free_set(&s);
+        return;
+    }
+    /* one layer's K and V rows for every position of the context, in f32 */
+    const mt_hparams *hp = &s.whole->hp;
+    const uint64_t cache_bytes = (uint64_t)c.n_ctx * hp->n_head_kv *
+                                 ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) * 4;
+    float *rows = calloc((size_t)4 * w.E, sizeof(float));
+    for (int i = 0; i < 4 * w.E; i++) rows[i] = 0.02f * (float)(i % 31);
+    uint32_t code = 0;
+    CHECK(stage_call(&w, 1, 101, 0, 3, rows, &code) == MT_PROTO_STAGE_REPLY, "session A starts");
+    CHECK(stage_call(&w, 2, 102, 0, 3, rows, &code) == MT_PROTO_STAGE_REPLY, "session B starts");
+    mt_node_stats st;
+    mt_node_get_stats(node, &st);
+    CHECK(st.sessions == 2 && st.kv_bytes == 2 * cache_bytes,
+          "two sessions hold %d sessions and %llu KV bytes (wanted 2 and %llu)", st.sessions,
+          (unsigned long long)st.kv_bytes, (unsigned long long)(2 * cache_bytes));
+    /* B keeps working (a request every idle/10) for 2.5 idle times; A is left alone */
+    int32_t b_pos = 3;
+    for (int k = 0; k < 25; k++, b_pos++) {
+        sleep_ms(idle_ms / 10);
+        CHECK(stage_call(&w, 10 + (uint64_t)k, 102, b_pos, 1, rows, &code) == MT_PROTO_STAGE_REPLY,
+              "session B in use, step %d: code %u", k, code);
+    }
+    wait_sessions(node, 1, &st);
+    CHECK(st.sessions == 1 && st.expired == 1 && st.kv_bytes == cache_bytes,
+          "after A's idle time: %d sessions, %llu expired, %llu KV bytes (wanted 1, 1, %llu)",
+          st.sessions, (unsigned long long)st.expired, (unsigned long long)st.kv_bytes,
+          (unsigned long long)cache_bytes);
+    CHECK(stage_call(&w, 40, 101, 3, 1, rows, &code) == MT_PROTO_ERROR &&
+              code == MT_PROTO_ERR_UNKNOWN_SESSION,
+          "a request of the expired session A: code %u, wanted UNKNOWN_SESSION (replay)", code);
+    CHECK(stage_call(&w, 41, 102, b_pos, 1, rows, &code) == MT_PROTO_STAGE_REPLY,
+          "session B goes on: code %u", code);
+    /* nobody sends anything: B expires too, every KV byte is given back */
+    wait_sessions(node, 0, &st);
+    CHECK(st.sessions == 0 && st.kv_bytes == 0 && st.expired == 2 && st.evictions == 0,
+          "idle node: %d sessions, %llu KV bytes, %llu expired, %llu evicted (wanted 0, 0, 2, 0)",
+          st.sessions, (unsigned long long)st.kv_bytes, (unsigned long long)st.expired,
+          (unsigned long long)st.evictions);
+    /* SESSION_END frees at once, and a session that was ended is not counted as expired */
+    CHECK(stage_call(&w, 50, 103, 0, 2, rows, &code) == MT_PROTO_STAGE_REPLY, "session C starts");
+    mt_proto_msg end = {.type = MT_PROTO_SESSION_END, .request_id = 51, .session = 103};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    mt_proto_encode(&end, w.E, &buf, &len, NULL);
+    mt_proto_msg r = raw_call(&w, buf, len);
+    CHECK(r.type == MT_PROTO_SESSION_END_REPLY && r.existed, "SESSION_END of C: %s", r.text);
+    mt_proto_msg_free(&r);
+    free(buf);
+    mt_node_get_stats(node, &st);
+    CHECK(st.sessions == 0 && st.kv_bytes == 0 && st.expired == 2,
+          "after SESSION_END: %d sessions, %llu KV bytes, %llu expired", st.sessions,
+          (unsigned long long)st.kv_bytes, (unsigned long long)st.expired);
+    mt_conn_close(w.c);
+    free(rows);
+    mt_node_stop(node);
+    free_set(&s);
+}
+
 int main(void) {
     mt_error err = {{0}};
     if (mt_keys_generate(&k_node, &err) || mt_keys_generate(&k_req, &err) ||
@@ -1131,6 +1244,7 @@ int main(void) {
     check_eviction_replay();
     check_expert_restart();
     check_spot_checks();
+    check_idle_expiry();
     check_hostile();
     mt_keys_authorized_free(auth);
     return check_report("test_node");

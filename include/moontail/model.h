@@ -165,6 +165,9 @@ typedef struct mt_kv_cache {
 mt_kv_cache *mt_kv_cache_new(const mt_model *m, int32_t layer_begin, int32_t layer_end,
                              int32_t n_ctx, mt_error *err);
 void mt_kv_cache_free(mt_kv_cache *kv);
+/* Bytes the cache reserves for its whole context (0 for NULL); the memory
+ * resident is what the positions written so far touched. */
+size_t mt_kv_cache_bytes(const mt_kv_cache *kv);
 
 /* -------------------------------------------------------------- forward */
 

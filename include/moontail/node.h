@@ -33,7 +33,11 @@
  * request starts at 0. At most max_sessions sessions are kept; a new one
  * evicts the least recently used. A request for an unknown (evicted) session
  * that does not start at 0 gets ERROR MT_PROTO_ERR_UNKNOWN_SESSION: the
- * requester replays the session's tokens from position 0.
+ * requester replays the session's tokens from position 0. A session that
+ * gets no request for session_idle_ms expires: its KV cache is freed, as
+ * SESSION_END would (a requester that was killed never sends one). A
+ * requester that comes back later is told the session is unknown and
+ * replays, so expiry costs time, never a result.
  *
  * Paired layers: a node holding the attention part but only some of the
  * routed experts runs the others on its partners (expert_dispatch.h over
@@ -75,6 +79,7 @@ typedef struct mt_node_config {
     int threads;          /* compute threads; <= 0: all CPUs */
     int max_batch_tokens; /* tokens per step; <= 0: 4096 */
     int timeout_ms;       /* handshake and each send/recv wait; <= 0: 30000 */
+    int session_idle_ms;  /* a session unused this long expires; <= 0: 600000 (10 min) */
     bool quiet;           /* no log lines on stderr */
     /* FOR TESTS ONLY (`moontail node --misbehave corrupt-output[:RATE]`): the fraction of
      * STAGE_FORWARD replies whose output rows get bits flipped, to test spot-checking
@@ -92,7 +97,9 @@ typedef struct mt_node_stats {
     int32_t max_stage_requests;   /* most STAGE_FORWARD requests in one call */
     int32_t max_expert_requests;  /* most EXPERT_RUN requests in one call */
     uint64_t evictions;           /* sessions evicted for room */
+    uint64_t expired;             /* sessions dropped after session_idle_ms unused */
     int32_t sessions;             /* sessions held now */
+    uint64_t kv_bytes;            /* bytes their KV caches reserve now (mt_kv_cache_bytes) */
     int32_t queued;               /* requests waiting for the worker now */
     int32_t connections;          /* open connections now */
     uint64_t served_tokens;       /* tokens computed by stage requests (not failed) */

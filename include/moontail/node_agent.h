@@ -49,6 +49,7 @@ typedef struct mt_agent_config {
     int threads;                /* compute threads (<= 0: all CPUs) */
     int max_sessions;           /* <= 0: 64 */
     int n_ctx;                  /* <= 0: the node default */
+    int session_idle_ms;        /* unused sessions expire after (<= 0: the node default) */
     const char *tunnel;         /* tunnel command ({port}, {host}); NULL: none */
     const char *tunnel_pattern; /* NULL: the default (tunnel.h) */
     int tunnel_wait_ms;         /* first address within (<= 0: 60000) */

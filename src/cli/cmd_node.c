@@ -39,6 +39,8 @@ static const char usage[] =
     "  --partner ADDR=KEY    a node holding the other routed experts of a paired layer\n"
     "                        (its address and 64-hex-digit public key); repeatable\n"
     "  --max-sessions N      sessions kept at once, least recently used evicted (default 64)\n"
+    "  --session-idle-s N    a session unused for N seconds expires, its KV cache freed\n"
+    "                        (a requester that died never ends it; default 600)\n"
     "  --ctx N               positions per session (default min(model context, 4096))\n"
     "  --max-batch N         tokens computed per step (default 4096)\n"
     "  --threads N           compute threads (default: all CPUs)\n"
@@ -129,7 +131,7 @@ int cmd_node(int argc, char **argv) {
                *cert_path = NULL;
     const char *misbehave = NULL; /* testing only, not in the usage (docs/testing.md) */
     double corrupt_rate = 0;
-    int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0;
+    int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0, session_idle_s = 0;
     bool quiet = false;
     mt_node_partner *partners = NULL;
     char **addrs = NULL;
@@ -145,6 +147,7 @@ int cmd_node(int argc, char **argv) {
         {"--cert", CLI_STRING, &cert_path, 0, 0},
         {"--listen", CLI_STRING, &listen, 0, 0},
         {"--max-sessions", CLI_INT, &max_sessions, 1, 1 << 20},
+        {"--session-idle-s", CLI_INT, &session_idle_s, 1, 7 * 86400},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
         {"--max-batch", CLI_INT, &max_batch, 1, 1 << 20},
         {"--threads", CLI_INT, &threads, 1, 1024},
@@ -209,6 +212,7 @@ int cmd_node(int argc, char **argv) {
                           .n_ctx = (int)ctx,
                           .threads = (int)threads,
                           .max_batch_tokens = (int)max_batch,
+                          .session_idle_ms = (int)session_idle_s * 1000,
                           .quiet = quiet,
                           .corrupt_rate = corrupt_rate};
     mt_node *node = mt_node_start(&cfg, &err);

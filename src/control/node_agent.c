@@ -191,6 +191,7 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .max_sessions = a->cfg.max_sessions,
                         .n_ctx = a->cfg.n_ctx,
                         .threads = a->cfg.threads,
+                        .session_idle_ms = a->cfg.session_idle_ms,
                         .quiet = a->cfg.quiet,
                         .corrupt_rate = a->cfg.corrupt_rate};
     pthread_mutex_unlock(&a->lock);
@@ -398,13 +399,13 @@ static void heartbeat(mt_agent *a) {
         a->public_up = pub[0] != 0;
     }
     json_t *body = json_pack(
-        "{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:f}, s:I}", "ready_shard",
+        "{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:I, s:f}, s:I}", "ready_shard",
         !a->nat || a->public_up ? a->serving : "", "served", "token_layers",
         (json_int_t)(total.served_token_layers - a->joined.served_token_layers), "expert_rows",
         (json_int_t)(total.served_expert_rows - a->joined.served_expert_rows), "tokens",
         (json_int_t)(total.served_tokens - a->joined.served_tokens), "load", "queue", s.queued,
-        "sessions", s.sessions, "tok_per_s", a->tok_per_s, "cert_expires",
-        (json_int_t)a->cert_expires);
+        "sessions", s.sessions, "kv_bytes", (json_int_t)s.kv_bytes, "tok_per_s", a->tok_per_s,
+        "cert_expires", (json_int_t)a->cert_expires);
     if (a->nat && a->public_addr[0]) json_object_set_new(body, "addr", json_string(a->public_addr));
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes/%lld/heartbeat", a->registry, (long long)a->node_id);

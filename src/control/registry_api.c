@@ -383,6 +383,7 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         ok ? int_field(served, "tokens", 0, INT64_MAX / 4, n.served_tokens, false, &ok, resp) : 0;
     int64_t q = ok ? int_field(load, "queue", 0, 1 << 30, 0, false, &ok, resp) : 0;
     int64_t ss = ok ? int_field(load, "sessions", 0, 1 << 30, 0, false, &ok, resp) : 0;
+    int64_t kvb = ok ? int_field(load, "kv_bytes", 0, INT64_MAX / 4, 0, false, &ok, resp) : 0;
     int64_t expires =
         ok ? int_field(body, "cert_expires", 0, INT64_MAX / 1000, 0, false, &ok, resp) : 0;
     if (!ok) return;
@@ -407,7 +408,7 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         r, &err,
         "UPDATE nodes SET last_seen = ?, uptime_ms = uptime_ms + ?, ready_shard = ?,"
         " served_token_layers = ?, served_expert_rows = ?, served_tokens = ?, load_queue = ?,"
-        " load_sessions = ?, tok_per_s = ? WHERE id = ?");
+        " load_sessions = ?, tok_per_s = ?, load_kv_bytes = ? WHERE id = ?");
     bool was_alive = reg_node_alive(r, &n, now);
     if (st) {
         sqlite3_bind_int64(st, 1, now);
@@ -419,7 +420,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         sqlite3_bind_int64(st, 7, q);
         sqlite3_bind_int64(st, 8, ss);
         sqlite3_bind_double(st, 9, tok_per_s);
-        sqlite3_bind_int64(st, 10, id);
+        sqlite3_bind_int64(st, 10, kvb);
+        sqlite3_bind_int64(st, 11, id);
     }
     bool moved = addr && strcmp(addr, n.addr) != 0;
     bool failed = !st || reg_db_step_done(r, st, &err);

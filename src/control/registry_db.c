@@ -53,7 +53,7 @@ static const char schema[] =
     "  served_expert_rows INTEGER NOT NULL DEFAULT 0,"
     "  served_tokens INTEGER NOT NULL DEFAULT 0,"
     "  load_queue INTEGER NOT NULL DEFAULT 0, load_sessions INTEGER NOT NULL DEFAULT 0,"
-    "  tok_per_s REAL NOT NULL DEFAULT 0,"
+    "  tok_per_s REAL NOT NULL DEFAULT 0, load_kv_bytes INTEGER NOT NULL DEFAULT 0,"
     "  quarantined INTEGER NOT NULL DEFAULT 0, quarantined_at INTEGER NOT NULL DEFAULT 0,"
     "  quarantine_reason TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS ledger("
@@ -77,6 +77,7 @@ static const struct {
     {"quarantined", "INTEGER NOT NULL DEFAULT 0"},
     {"quarantined_at", "INTEGER NOT NULL DEFAULT 0"},
     {"quarantine_reason", "TEXT NOT NULL DEFAULT ''"},
+    {"load_kv_bytes", "INTEGER NOT NULL DEFAULT 0"},
 };
 
 static bool node_has_column(mt_registry *r, const char *name) {

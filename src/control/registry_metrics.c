@@ -75,6 +75,8 @@ static const node_metric node_metrics[] = {
      "1 while the node's heartbeats arrive, 0 once it is dead", false},
     {"moontail_node_queue", "gauge", "queue", "Requests waiting at the node", false},
     {"moontail_node_sessions", "gauge", "sessions", "Sessions the node holds state for", false},
+    {"moontail_node_kv_cache_bytes", "gauge", "kv_bytes",
+     "Bytes the KV caches of the node's sessions reserve", false},
     {"moontail_node_tokens_per_second", "gauge", "tok_per_s",
      "Tokens per second the node computed recently", false},
     {"moontail_node_served_token_layers_total", "counter", "served_token_layers",

@@ -82,9 +82,10 @@ json_t *reg_status_json(mt_registry *r) {
             x->load_queue, "sessions", x->load_sessions, "tok_per_s", x->tok_per_s,
             "last_seen_ms_ago", (json_int_t)(x->last_seen ? now - x->last_seen : -1), "schedule",
             x->schedule);
-        /* two more fields, kept out of the long pack format above */
+        /* more fields, kept out of the long pack format above */
         json_object_set_new(o, "alive", json_boolean(alive));
         json_object_set_new(o, "served_tokens", json_integer(x->served_tokens));
+        json_object_set_new(o, "kv_bytes", json_integer(x->load_kv_bytes));
         if (x->a.role == REG_ROLE_PARTNER)
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
         json_object_set_new(o, "quarantined", json_boolean(x->quarantined));

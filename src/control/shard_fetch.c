@@ -1,5 +1,10 @@
 /* shard_fetch.c - manifests of shard files and the parallel, resumable,
- * verified download of a shard from peers and seeds (shard_fetch.h). */
+ * verified download of a shard from peers and seeds (shard_fetch.h).
+ *
+ * Fetches of the same file by several processes (requesters sharing a
+ * cache directory) take turns: each holds a lock on <out>.part.map while it
+ * fetches, and one that had to wait first looks whether the file it wants
+ * is there already. */
 #include "moontail/shard_fetch.h"
 #include "moontail/http.h"
 
@@ -10,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -276,6 +282,32 @@ static void reuse_pieces(fetch *f) {
     free(buf);
 }
 
+/* Opens path (created if missing) with an exclusive lock on it; *waited
+ * tells whether another holder made this wait. -1 with errno on failure. A
+ * holder deletes the file when it is done, so a lock on a file that is no
+ * longer at path locks nothing: open it again. */
+static int open_locked(const char *path, bool *waited) {
+    *waited = false;
+    for (;;) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) return -1;
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            *waited = true;
+            if (flock(fd, LOCK_EX) != 0) {
+                int e = errno;
+                close(fd);
+                errno = e;
+                return -1;
+            }
+        }
+        struct stat held, now;
+        if (fstat(fd, &held) == 0 && stat(path, &now) == 0 && held.st_ino == now.st_ino &&
+            held.st_dev == now.st_dev)
+            return fd;
+        close(fd);
+    }
+}
+
 int mt_shard_fetch(const mt_fetch_config *c, mt_fetch_progress *stats, mt_error *err) {
     if (mt_shard_manifest_check(c->manifest, err)) return -1;
     if (c->n_sources <= 0)
@@ -301,8 +333,19 @@ int mt_shard_fetch(const mt_fetch_config *c, mt_fetch_progress *stats, mt_error 
     }
     sprintf(part, "%s.part", c->out);
     sprintf(map, "%s.part.map", c->out);
+    bool waited = false;
+    if ((f.map_fd = open_locked(map, &waited)) < 0) {
+        mt_error_set(err, "%s: %s", map, strerror(errno));
+        goto done;
+    }
+    if (waited && mt_shard_file_matches(c->out, c->manifest)) { /* fetched meanwhile */
+        unlink(map);
+        f.p.bytes_done = f.p.bytes_reused = f.total;
+        f.p.pieces_done = f.n_pieces;
+        rc = 0;
+        goto done;
+    }
     f.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    f.map_fd = open(map, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (f.fd < 0 || f.map_fd < 0 || ftruncate(f.fd, (off_t)f.total) != 0 ||
         ftruncate(f.map_fd, f.n_pieces) != 0) {
         mt_error_set(err, "%s: %s", part, strerror(errno));

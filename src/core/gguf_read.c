@@ -232,8 +232,8 @@ static int read_value(cursor *c, gguf_value *v, const char *key) {
                                 key, buf[0]);
         return 0;
     }
-    uint32_t et;
-    uint64_t n;
+    uint32_t et = 0; /* set by cur_u32; initialized for gcc -O3's maybe-uninitialized */
+    uint64_t n = 0;
     if (cur_u32(c, &et, "an array element type") || cur_u64(c, &n, "an array length")) return -1;
     if (et >= GGUF_TYPE_COUNT || et == GGUF_TYPE_ARRAY)
         return mt_error_set(c->err,
@@ -288,7 +288,7 @@ static int read_tensor_info(cursor *c, gguf_tensor *t, uint64_t idx) {
                             t->name, t->n_dims, GGUF_MAX_DIMS);
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
-        uint64_t ne;
+        uint64_t ne = 0;
         if (cur_u64(c, &ne, "a tensor dimension")) return -1;
         if (ne == 0 || ne > (uint64_t)INT64_MAX)
             return mt_error_set(c->err, "%s: tensor '%s' dimension %u is %llu (must be >= 1)",

@@ -89,6 +89,7 @@ typedef struct node_session {
     int32_t layer_begin, layer_end; /* the range it was started with */
     int32_t n_past;                 /* positions [0, n_past) are in the cache */
     uint64_t last_used;             /* step of its last request (LRU) */
+    int64_t last_used_ms;           /* node_now_ms() of its last request (idle expiry) */
 } node_session;
 
 struct mt_node {
@@ -110,7 +111,7 @@ struct mt_node {
     pthread_t accept_thread, worker_thread;
     bool accept_started, worker_started;
     pthread_mutex_t lock;
-    pthread_cond_t work_cv;        /* worker: something queued, or stop */
+    pthread_cond_t work_cv;        /* worker: something queued, or stop (CLOCK_MONOTONIC) */
     pthread_cond_t client_cv;      /* readers: inflight went down, or stop */
     pthread_cond_t done_cv;        /* stop: a reader thread ended */
     pthread_cond_t fwd_cv;         /* readers: a chained job finished */
@@ -143,6 +144,9 @@ void node_job_done(node_job *j);
 bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd);
 
 /* ---- node_worker.c ---------------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in milliseconds (the clock of work_cv's timed waits). */
+int64_t node_now_ms(void);
 
 /* The worker thread (arg: the mt_node). */
 void *node_worker_main(void *arg);

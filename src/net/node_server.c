@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- log and replies ---------------------------------------------------------------- */
@@ -433,7 +434,11 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     n->listen_fd = -1;
     n->wake[0] = n->wake[1] = -1;
     pthread_mutex_init(&n->lock, NULL);
-    pthread_cond_init(&n->work_cv, NULL);
+    pthread_condattr_t mono; /* the worker's timed waits (session expiry) use the monotonic clock */
+    pthread_condattr_init(&mono);
+    pthread_condattr_setclock(&mono, CLOCK_MONOTONIC);
+    pthread_cond_init(&n->work_cv, &mono);
+    pthread_condattr_destroy(&mono);
     pthread_cond_init(&n->client_cv, NULL);
     pthread_cond_init(&n->done_cv, NULL);
     pthread_cond_init(&n->fwd_cv, NULL);
@@ -441,6 +446,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     if (n->cfg.max_sessions <= 0) n->cfg.max_sessions = 64;
     if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
     if (n->cfg.timeout_ms <= 0) n->cfg.timeout_ms = 30000;
+    if (n->cfg.session_idle_ms <= 0) n->cfg.session_idle_ms = 600000;
     if (n->cfg.max_sessions > (1 << 20)) {
         mt_error_set(err, "node: at most 2^20 sessions");
         goto fail;
@@ -513,6 +519,19 @@ void mt_node_stop(mt_node *n) {
     }
     if (n->accept_started) pthread_join(n->accept_thread, NULL);
     if (n->worker_started) pthread_join(n->worker_thread, NULL);
+    if (n->worker_started) {
+        mt_node_stats st;
+        mt_node_get_stats(n, &st);
+        const mt_node_stats *s = &st;
+        node_log(n,
+                 "stopping: %llu tokens in %llu stage batches (at most %d requests in one),"
+                 " %llu expert batches (at most %d requests in one); sessions: %d held,"
+                 " %llu expired unused, %llu evicted",
+                 (unsigned long long)s->served_tokens, (unsigned long long)s->stage_batches,
+                 s->max_stage_requests, (unsigned long long)s->expert_batches,
+                 s->max_expert_requests, s->sessions, (unsigned long long)s->expired,
+                 (unsigned long long)s->evictions);
+    }
     pthread_mutex_lock(&n->lock);
     for (node_client *c = n->clients; c; c = c->next)
         if (c->wake_fd >= 0) shutdown(c->wake_fd, SHUT_RDWR);

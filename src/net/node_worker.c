@@ -4,7 +4,8 @@
  * all STAGE_FORWARD requests of a layer range as one mt_model_forward_batch
  * and all EXPERT_RUN requests of a layer as one mt_model_run_experts, and
  * replies to each (a chained STAGE_FORWARD's rows go back to its reader,
- * which forwards them: node_chain.c). */
+ * which forwards them: node_chain.c). Between steps, and while it waits
+ * for work, it drops sessions unused for session_idle_ms (node.h). */
 #include "node_internal.h"
 
 #include <sodium.h>
@@ -12,6 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+int64_t node_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* ---- sessions (worker only) --------------------------------------------------------- */
 
@@ -24,11 +31,32 @@ static node_session *session_find(mt_node *n, const uint8_t *owner, uint64_t id)
 }
 
 static void session_drop(mt_node *n, node_session *s) {
+    size_t bytes = mt_kv_cache_bytes(s->kv);
     mt_kv_cache_free(s->kv);
     memset(s, 0, sizeof *s);
     pthread_mutex_lock(&n->lock);
     n->stats.sessions--;
+    n->stats.kv_bytes -= bytes;
     pthread_mutex_unlock(&n->lock);
+}
+
+/* Drops the sessions unused since now - session_idle_ms. */
+static void sessions_expire(mt_node *n, int64_t now) {
+    int dropped = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < n->cfg.max_sessions; i++) {
+        node_session *s = &n->sessions[i];
+        if (!s->used || now - s->last_used_ms < n->cfg.session_idle_ms) continue;
+        bytes += mt_kv_cache_bytes(s->kv);
+        session_drop(n, s);
+        dropped++;
+    }
+    if (!dropped) return;
+    pthread_mutex_lock(&n->lock);
+    n->stats.expired += (uint64_t)dropped;
+    pthread_mutex_unlock(&n->lock);
+    node_log(n, "%d session%s unused for %d s expired; %.1f MB of KV cache freed", dropped,
+             dropped == 1 ? "" : "s", n->cfg.session_idle_ms / 1000, (double)bytes / 1e6);
 }
 
 /* A free slot, else the least recently used session not used in this step
@@ -254,6 +282,7 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
         s->n_past = 0;
         pthread_mutex_lock(&n->lock);
         n->stats.sessions++;
+        n->stats.kv_bytes += mt_kv_cache_bytes(s->kv);
         pthread_mutex_unlock(&n->lock);
     } else if (p0 > s->n_past) {
         node_send_error(c, m->request_id, MT_PROTO_ERR_POSITION,
@@ -263,6 +292,7 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
         return -1;
     }
     s->last_used = n->step;
+    s->last_used_ms = node_now_ms();
     *out = s;
     return 0;
 }
@@ -294,8 +324,9 @@ static node_job *worker_step(mt_node *n, node_job *list) {
         }
         node_session *s = NULL;
         if (!defer && m->type == MT_PROTO_STAGE_FORWARD && tokens && tokens + m->n > max_tok) {
-            defer = true; /* and keep its session from being evicted meanwhile */
-            if ((s = session_find(n, j->client->pk, m->session))) s->last_used = n->step;
+            defer = true; /* and keep its session from being evicted or expired meanwhile */
+            if ((s = session_find(n, j->client->pk, m->session)))
+                s->last_used = n->step, s->last_used_ms = node_now_ms();
             s = NULL;
         }
         if (!defer && m->type == MT_PROTO_EXPERT_RUN) defer = rows && rows + m->n > max_rows;
@@ -345,26 +376,47 @@ static node_job *worker_step(mt_node *n, node_job *list) {
     return deferred;
 }
 
+/* How often idle sessions are looked for: expiry happens between
+ * session_idle_ms and session_idle_ms plus this after the last request. */
+static int64_t sweep_interval_ms(const mt_node *n) {
+    int64_t t = n->cfg.session_idle_ms / 4;
+    return t < 10 ? 10 : t > 1000 ? 1000 : t;
+}
+
 void *node_worker_main(void *arg) {
     mt_node *n = arg;
+    int64_t next_sweep = node_now_ms() + sweep_interval_ms(n);
     pthread_mutex_lock(&n->lock);
-    for (;;) {
-        while (!n->stop && (!n->q_head || n->held)) pthread_cond_wait(&n->work_cv, &n->lock);
-        if (n->stop) break;
-        node_job *list = n->q_head;
-        n->q_head = n->q_tail = NULL;
-        n->stats.queued = 0;
-        pthread_mutex_unlock(&n->lock);
-        node_job *deferred = worker_step(n, list);
-        pthread_mutex_lock(&n->lock);
-        if (deferred) { /* back in front of anything that arrived meanwhile */
-            node_job *t = deferred;
-            int k = 1;
-            for (; t->next; t = t->next) k++;
-            t->next = n->q_head;
-            if (!n->q_head) n->q_tail = t;
-            n->q_head = deferred;
-            n->stats.queued += k;
+    while (!n->stop) {
+        if (n->q_head && !n->held) {
+            node_job *list = n->q_head;
+            n->q_head = n->q_tail = NULL;
+            n->stats.queued = 0;
+            pthread_mutex_unlock(&n->lock);
+            node_job *deferred = worker_step(n, list);
+            pthread_mutex_lock(&n->lock);
+            if (deferred) { /* back in front of anything that arrived meanwhile */
+                node_job *t = deferred;
+                int k = 1;
+                for (; t->next; t = t->next) k++;
+                t->next = n->q_head;
+                if (!n->q_head) n->q_tail = t;
+                n->q_head = deferred;
+                n->stats.queued += k;
+            }
+        } else if (n->stats.sessions == 0) {
+            pthread_cond_wait(&n->work_cv, &n->lock); /* nothing to expire */
+        } else {
+            struct timespec until = {.tv_sec = next_sweep / 1000,
+                                     .tv_nsec = (long)(next_sweep % 1000) * 1000000L};
+            pthread_cond_timedwait(&n->work_cv, &n->lock, &until); /* woken or timed out */
+        }
+        int64_t now = node_now_ms();
+        if (now >= next_sweep && !n->stop) {
+            pthread_mutex_unlock(&n->lock);
+            sessions_expire(n, now);
+            pthread_mutex_lock(&n->lock);
+            next_sweep = now + sweep_interval_ms(n);
         }
     }
     node_job *list = n->q_head;
