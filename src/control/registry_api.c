@@ -400,7 +400,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     int64_t d_tl = tl >= n.served_token_layers ? tl - n.served_token_layers : tl;
     int64_t d_er = er >= n.served_expert_rows ? er - n.served_expert_rows : er;
     if (n.quarantined) d_tl = d_er = 0; /* found computing wrong results: no credit */
-    int64_t up = reg_node_alive(r, &n, now) ? now - n.last_seen : 0;
+    /* uptime grows by the gaps between heartbeats, not by a registry's own downtime */
+    int64_t up = reg_node_heard(r, &n, now) ? now - n.last_seen : 0;
     mt_error err = {{0}};
     if (reg_db_exec(r, &err, "BEGIN") ||
         reg_ledger_add(r, now, n.account_id, id, "served_token_layers", d_tl, &err) ||
