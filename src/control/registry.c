@@ -172,6 +172,11 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     r->started_ms = reg_now_ms();
     r->cert_serial = (uint64_t)r->started_ms * 1000; /* unique across restarts */
     restart_grace(r);
+    /* the first plan before the first request: a route asked for right after a restart
+     * would otherwise find none ("not placed any shard yet") until the ticker's first turn */
+    pthread_mutex_lock(&r->lock);
+    reg_replan(r, r->started_ms);
+    pthread_mutex_unlock(&r->lock);
     r->http = mt_http_server_start(r->listen, 4, 1 << 20, reg_api_handle, r, err);
     if (!r->http) goto fail;
     snprintf(r->url, sizeof r->url, "http://%s", mt_http_server_addr(r->http));
