@@ -12,7 +12,10 @@
  *   - shard_fetch.h: manifests (piece hashes recomputed here), fetches from
  *     three servers (pieces spread over peers, the seed unused), a source
  *     with corrupt bytes, all sources bad, resume after an interruption,
- *     a .part whose map lies, and manifests that must be refused. */
+ *     a .part whose map lies, and manifests that must be refused; a file
+ *     size limit (RLIMIT_FSIZE, the stand-in for a full disk that needs no
+ *     root) fails a fetch before any download, with an error naming the
+ *     directory, and leaves no partial file, also over an earlier partial. */
 #include "check.h"
 #include "moontail/http.h"
 #include "moontail/schedule.h"
@@ -24,8 +27,10 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -998,6 +1003,41 @@ static void test_fetch(const char *dir, const char *path, const uint8_t *data) {
           "4 fetches at once: %d succeeded, %d found the file, %d pieces downloaded (wanted 4, 3,"
           " %d)",
           ok, reused, gets, N_PIECES);
+    remove_outputs(out);
+
+    /* no room for the shard (a file size limit of a third of it): refused before any piece
+     * is downloaded, the directory named, no partial kept; also when an earlier fetch left
+     * a partial file behind */
+    struct rlimit was;
+    getrlimit(RLIMIT_FSIZE, &was);
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old_sa;
+    sigaction(SIGXFSZ, &ign, &old_sa); /* the limit gives EFBIG instead of killing us */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* an earlier try's partial: 10 pieces and their map */
+            write_file(part_of(out, ".part"), data, 10 * PIECE);
+            uint8_t map10[N_PIECES] = {0};
+            memset(map10, 1, 10);
+            write_file(part_of(out, ".part.map"), map10, N_PIECES);
+        }
+        for (int i = 0; i < 3; i++) atomic_store(&s[i].shard_gets, 0);
+        struct rlimit lim = {FILE_BYTES / 3, was.rlim_max};
+        setrlimit(RLIMIT_FSIZE, &lim);
+        rc = fetch(m, srv, 3, 1, out, &st, NULL, &err);
+        setrlimit(RLIMIT_FSIZE, &was);
+        gets = atomic_load(&s[0].shard_gets) + atomic_load(&s[1].shard_gets) +
+               atomic_load(&s[2].shard_gets);
+        char want[400];
+        snprintf(want, sizeof want, "no space left in %s for its %d bytes", dir, FILE_BYTES);
+        CHECK(rc < 0 && st.no_space && strstr(err.msg, want) && strstr(err.msg, "bytes free"),
+              "no room (pass %d): rc %d, no_space %d: %s", pass, rc, st.no_space, err.msg);
+        CHECK(gets == 0, "no room (pass %d): %d pieces downloaded for nothing", pass, gets);
+        CHECK(!exists(out) && !exists(part_of(out, ".part")) && !exists(part_of(out, ".part.map")),
+              "no room (pass %d): a partial file is left", pass);
+    }
+    sigaction(SIGXFSZ, &old_sa, NULL);
+    rc = fetch(m, srv, 3, 1, out, &st, NULL, &err); /* with room again: fine */
+    CHECK(rc == 0 && !st.no_space && same_file(out, data, FILE_BYTES), "after the limit: %s",
+          err.msg);
     remove_outputs(out);
 
     /* no sources, and a manifest that is not one */

@@ -16,6 +16,12 @@
  *   - a restart on the same database keeps accounts, nodes, ledger and
  *     credits, and a database of another model or mode is refused; a
  *     database from before a column was added gets it;
+ *   - after a restart the nodes alive when the registry stopped stay alive
+ *     and keep their shards for dead_after_ms from the start (a node dead
+ *     before the stop stays dead, and the downtime is not uptime); then,
+ *     unheard, they die;
+ *   - a node that lowers its capacity below its shard (a full disk) loses
+ *     it to a spare;
  *   - a real node agent (node_agent.h) joins, fetches its shard from the
  *     seed, serves it, and a requester's tokens through it reach the ledger
  *     (tokens x layers); when its key joins again elsewhere it joins again
@@ -85,6 +91,8 @@ typedef struct reg_opts {
     bool require_volunteer;
     int replicas;           /* 0: 1 */
     int reports_per_minute; /* 0: the default */
+    int spares;             /* (0) */
+    int dead_after_ms;      /* (0: 60000, as the stand-ins beat only when told to) */
 } reg_opts;
 
 static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
@@ -100,9 +108,9 @@ static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
                             .mode = o->mode,
                             .replicas = o->replicas ? o->replicas : 1,
                             .reports_per_minute = o->reports_per_minute,
-                            .spares = 0,
+                            .spares = o->spares,
                             .heartbeat_ms = 200,
-                            .dead_after_ms = 60000, /* stand-ins beat only when told to */
+                            .dead_after_ms = o->dead_after_ms > 0 ? o->dead_after_ms : 60000,
                             .admin_token = o->admin,
                             .require_volunteer = o->require_volunteer,
                             .quiet = true};
@@ -453,6 +461,9 @@ static void test_node_validation(const char *alice, const char *bob) {
     EXPECT(400, "\"ready_shard\"", "POST", hb, tok, "{\"ready_shard\": 5}");
     EXPECT(400, "\"ready_shard\"", "POST", hb, tok, "{\"ready_shard\": \"L0\\t1\"}");
     EXPECT(400, "\"cert_expires\"", "POST", hb, tok, "{\"cert_expires\": \"soon\"}");
+    EXPECT(400, "\"capacity\"", "POST", hb, tok, "{\"capacity\": 0}");
+    EXPECT(400, "\"capacity\"", "POST", hb, tok, "{\"capacity\": \"1 GB\"}");
+    EXPECT(400, "\"capacity\"", "POST", hb, tok, "{\"capacity\": 1e9}");
     EXPECT(200, NULL, "POST", hb, tok, "{}");
     EXPECT(200, NULL, "POST", hb, tok, "{\"load\": {\"sessions\": 3, \"kv_bytes\": 12345678}}");
     json_t *load = node_status(again.id);
@@ -782,6 +793,104 @@ static void test_restart(const reg_opts *o, const char *carol, const char *alice
     reg = reg_open(o, &err);
     CHECK(reg != NULL, "the database after refused starts: %s", err.msg);
     EXPECT(200, NULL, "GET", "/v1/accounts/me", carol, NULL);
+}
+
+/* ---- a restart's grace; a node that shrinks ----------------------------------------------------
+ */
+
+static int64_t status_int(int64_t id, const char *key) {
+    json_t *n = node_status(id);
+    int64_t v = jint(n, key);
+    json_decref(n);
+    return v;
+}
+
+static void test_restart_grace(void) {
+    const int dead_ms = 600;
+    reg_opts o = {.name = "grace", .dead_after_ms = dead_ms};
+    mt_error err;
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "grace registry: %s", err.msg);
+    if (!reg) return;
+    char *acct = new_account("erin", NULL), pk[MT_KEYS_HEX_SIZE], shard[96];
+    fake_node a, gone;
+    new_pk(pk);
+    CHECK(fake_join(acct, pk, 100000000, &a, &err) == 201, "join: %s", err.msg);
+    CHECK(make_serving(&a, shard), "the node does not serve");
+    new_pk(pk);
+    CHECK(fake_join(acct, pk, 100000000, &gone, &err) == 201, "join: %s", err.msg);
+    beat(&gone, "", -1, -1, NULL);
+    /* `gone` falls silent; `a` beats on until the stop */
+    for (double t0 = now_ms(); now_ms() - t0 < 2 * dead_ms; sleep_ms(100))
+        beat(&a, shard, -1, -1, NULL);
+    CHECK(wait_status(gone.id, "state", "dead", 5000), "the silent node is not dead");
+    CHECK(beat(&a, shard, -1, -1, NULL) == 200, "beat");
+    int64_t uptime0 = status_int(a.id, "uptime_ms");
+
+    mt_registry_stop(reg);
+    sleep_ms(2 * dead_ms); /* down for longer than dead_after_ms */
+    double t_start = now_ms();
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "grace registry restart: %s", err.msg);
+    if (!reg) {
+        free(acct);
+        return;
+    }
+    /* right away: `a` serves its shard and gets routes; `gone` is still dead */
+    json_t *na = node_status(a.id), *ng = node_status(gone.id);
+    CHECK(strcmp(jstr(na, "state"), "serving") == 0 && strcmp(jstr(na, "shard"), shard) == 0,
+          "after a restart the serving node is %s with '%s'", jstr(na, "state"), jstr(na, "shard"));
+    CHECK(strcmp(jstr(ng, "state"), "dead") == 0, "the node dead before the stop is %s",
+          jstr(ng, "state"));
+    json_decref(na), json_decref(ng);
+    json_t *out = NULL;
+    int st = call("POST", "/v1/routes", acct, "{\"session\": 3}", &out, &err);
+    CHECK(st == 200 && jint(json_array_get(json_object_get(out, "stages"), 0), "node_id") == a.id,
+          "a route right after the restart: %d %s", st, err.msg);
+    json_decref(out);
+    /* its first beat after the downtime adds nothing to its uptime */
+    CHECK(beat(&a, shard, -1, -1, NULL) == 200, "beat after the restart");
+    CHECK(status_int(a.id, "uptime_ms") == uptime0, "the downtime became uptime: %lld -> %lld ms",
+          (long long)uptime0, (long long)status_int(a.id, "uptime_ms"));
+    /* unheard, it dies dead_after_ms after its beat like any node */
+    CHECK(wait_status(a.id, "state", "dead", 5000), "the grace does not end");
+    printf("restart grace: the node died %.0f ms after the restart (dead after %d ms)\n",
+           now_ms() - t_start, dead_ms);
+    free(acct);
+    mt_registry_stop(reg);
+    reg = NULL;
+}
+
+static void test_capacity_shrink(void) {
+    reg_opts o = {.name = "shrink", .spares = 1};
+    mt_error err;
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "shrink registry: %s", err.msg);
+    if (!reg) return;
+    char *acct = new_account("frank", NULL), pk[MT_KEYS_HEX_SIZE], shard[96], spare_shard[96];
+    fake_node a, b;
+    new_pk(pk);
+    CHECK(fake_join(acct, pk, 100000000, &a, &err) == 201, "join: %s", err.msg);
+    CHECK(make_serving(&a, shard), "the node does not serve");
+    new_pk(pk);
+    CHECK(fake_join(acct, pk, 100000000, &b, &err) == 201, "join: %s", err.msg);
+    CHECK(wait_status(b.id, "role", "spare", 5000), "the second node is not a spare");
+    /* a's disk turns out too small: it offers 1 MB */
+    char hb[100], body[200];
+    snprintf(hb, sizeof hb, "%s/heartbeat", a.path);
+    snprintf(body, sizeof body, "{\"ready_shard\": \"%s\", \"capacity\": 1000000}", shard);
+    EXPECT(200, NULL, "POST", hb, a.token, body);
+    CHECK(status_int(a.id, "capacity") == 1000000, "capacity %lld after the heartbeat",
+          (long long)status_int(a.id, "capacity"));
+    CHECK(make_serving(&b, spare_shard) && strcmp(spare_shard, shard) == 0,
+          "the spare did not take shard %s (got '%s')", shard, spare_shard);
+    json_t *n = node_status(a.id);
+    CHECK(strcmp(jstr(n, "state"), "serving") != 0 && strcmp(jstr(n, "shard"), "") == 0,
+          "the node that shrank is %s with '%s'", jstr(n, "state"), jstr(n, "shard"));
+    json_decref(n);
+    free(acct);
+    mt_registry_stop(reg);
+    reg = NULL;
 }
 
 /* ---- an admin token; swarm mode with --require-volunteer --------------------------------------
@@ -1399,6 +1508,8 @@ int main(void) {
         mt_registry_stop(reg);
         reg = NULL;
     }
+    test_restart_grace();
+    test_capacity_shrink();
     test_admin();
     test_swarm();
     test_agent();

@@ -169,10 +169,12 @@ kill_during() {
         wait $PPID_
         return
     fi
-    id=$(node_id "$k")
-    KILLED=$k KILLED_ID=$id
+    # the kill first: the status lookup takes long enough on a busy machine for an
+    # 800-token generation to end before it
     kill_node "$k"
     t_kill=$(date +%s%N)
+    id=$(node_id "$k")
+    KILLED=$k KILLED_ID=$id
     wait_for "o.nodes.find(n => n.node_id == $id).state == 'dead'" 30 && dead=$(ms_since "$t_kill")
     after_failure "$name" "kill -9 of the $which stage (pc$k)" "$t_kill"
     REC=$RECOVERY_MS
@@ -196,9 +198,9 @@ timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL"
 long_prompt cut
 C=$(node_k "$FIRST")
 if [ -n "$C" ] && kill -0 $PPID_ 2>/dev/null; then
-    C_ID=$(node_id "$C")
     timeout 5 ip -n "${NS[C]}" link set eth0 down
     t_cut=$(date +%s%N)
+    C_ID=$(node_id "$C")
     # the registry only sees silence: dead after --dead-after-ms; no spare is left
     wait_for "o.nodes.find(n => n.node_id == $C_ID).state == 'dead' && o.min_replicas_serving == 1" 30 && ok ||
         bad "the registry did not mark the cut pc$C dead: $(status | head -c 1500)"

@@ -8,7 +8,10 @@
  *     and each account's key with its own Ed25519 key, and nodes admit
  *     exactly the keys its certificates name (cert.h);
  *   - knows the nodes by their heartbeats (default every second; a node not
- *     heard from for dead_after_ms is dead);
+ *     heard from for dead_after_ms is dead). Time the registry itself was
+ *     down does not count: after a restart, the nodes that were alive when
+ *     it stopped stay alive for dead_after_ms from the start, so that they
+ *     can check in before placement moves their shards;
  *   - places shards: every layer covered `replicas` times (cell: pipelines
  *     of stages, small machines paired on a layer; swarm: expert servers),
  *     `spares` hot spares, faster nodes where compute is heaviest

@@ -12,13 +12,20 @@
  * resumes: the partial file <out>.part and its piece map <out>.part.map
  * survive an interrupted fetch, and the next fetch skips pieces already
  * there (re-verified). The finished file is checked whole and renamed to
- * out. Nothing is ever trusted from a source without its hash. */
+ * out. Nothing is ever trusted from a source without its hash.
+ *
+ * Disk space: the whole of <out>.part is reserved (fallocate) before any
+ * piece is fetched, so a disk too small fails at once rather than after
+ * most of the download. A fetch that fails for lack of space (at the start
+ * or on a later write) removes its partial files, which could not be
+ * completed there and only hold the room, and says so in stats->no_space. */
 #ifndef MOONTAIL_SHARD_FETCH_H
 #define MOONTAIL_SHARD_FETCH_H
 
 #include "moontail/error.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define MT_SHARD_PIECE_BYTES (4u << 20)
@@ -38,6 +45,8 @@ typedef struct mt_fetch_progress {
     int pieces_done, pieces_total;
     int pieces_from_peers, pieces_from_seed; /* downloaded in this fetch */
     int bad_pieces;                          /* rejected by their hash */
+    bool no_space;      /* failed for lack of room in out's directory (partial files removed) */
+    uint64_t disk_free; /* then: the bytes free there once they were removed */
 } mt_fetch_progress;
 
 typedef void (*mt_fetch_progress_fn)(void *ctx, const mt_fetch_progress *p);

@@ -76,7 +76,11 @@ struct mt_agent {
     char fetching[96];
     mt_fetch_progress progress;
     mt_progress bar;        /* the fetch in progress, on stderr */
-    char fetch_failed[96];  /* the shard whose last fetch failed (retried next heartbeat) */
+    char fetch_failed[96];  /* the shard whose last fetch failed */
+    int fetch_failures;     /* its failed fetches in a row */
+    double fetch_retry_at;  /* now_s() before which it is not fetched again (backoff) */
+    int64_t disk_limit;     /* what the data directory can hold, once a fetch ran out of
+                               room there (-1: never); caps the capacity offered */
     char verified[96];      /* the shard last checked against the registry's manifest */
     mt_node_stats base;     /* counters of node instances already stopped */
     mt_node_stats credited; /* the counters in the last heartbeat the registry took */
@@ -118,6 +122,13 @@ static bool safe_name(const char *s) {
               *p == '-' || *p == '_'))
             return false;
     return true;
+}
+
+/* The bytes of shard the node offers: what it was given, or less once its
+ * data directory turned out to be too small (caller holds a->lock, or the
+ * heartbeat thread has not started). */
+static int64_t offered_capacity(const mt_agent *a) {
+    return a->disk_limit >= 0 && a->disk_limit < a->capacity ? a->disk_limit : a->capacity;
 }
 
 static char *shard_path(const mt_agent *a, const char *name) {
@@ -222,6 +233,27 @@ static void on_progress(void *ctx, const mt_fetch_progress *p) {
         mt_progress_update(&a->bar, p->bytes_done, p->bytes_total, p->rate, p->eta_s);
 }
 
+/* A fetch ran out of room in the data directory: from now on the node offers
+ * only what fits there (with the shard it serves, already on disk), so that
+ * the registry places the shard on another node instead of waiting for this
+ * one (caller holds a->lock). */
+static void disk_full(mt_agent *a, const char *name, const mt_fetch_progress *fin,
+                      const char *why) {
+    int64_t held = 0;
+    char *path = a->serving[0] ? shard_path(a, a->serving) : NULL;
+    struct stat sb;
+    if (path && stat(path, &sb) == 0) held = (int64_t)sb.st_size;
+    free(path);
+    int64_t was = offered_capacity(a), fits = (int64_t)fin->disk_free + held;
+    if (fits < 1) fits = 1; /* the registry's smallest capacity: nothing fits */
+    if (a->disk_limit < 0 || fits < a->disk_limit) a->disk_limit = fits;
+    say(a,
+        "%s; shard %s does not fit in %s: offering %.1f MB from now on (was %.1f MB), so that"
+        " the registry places it elsewhere. To offer more, free space in %s or give the node a"
+        " --data directory on a larger disk, then restart it",
+        why, name, a->data_dir, offered_capacity(a) / 1e6, was / 1e6, a->data_dir);
+}
+
 static void *fetch_main(void *arg) {
     mt_agent *a = arg;
     pthread_mutex_lock(&a->lock);
@@ -233,6 +265,7 @@ static void *fetch_main(void *arg) {
     char url[600];
     snprintf(url, sizeof url, "%s/v1/shards/%s/manifest", a->registry, name);
     json_t *m = NULL, *hb = NULL; /* the manifest; the sources */
+    mt_fetch_progress fin = {0};
     int st = mt_http_json("GET", url, NULL, NULL, 600000, &m, &err);
     int rc = st == 200 && m ? mt_shard_manifest_check(m, &err) : -1;
     if (st != 200 && rc) mt_error_prefix(&err, "manifest of %s", name);
@@ -258,7 +291,6 @@ static void *fetch_main(void *arg) {
                               .out = path,
                               .progress = on_progress,
                               .progress_ctx = a};
-        mt_fetch_progress fin;
         char label[96];
         snprintf(label, sizeof label, "node %.30s: fetching %.40s", a->name, name);
         mt_progress_init(&a->bar, stderr, label);
@@ -276,10 +308,18 @@ static void *fetch_main(void *arg) {
     pthread_mutex_lock(&a->lock);
     if (rc) {
         snprintf(a->last_error, sizeof a->last_error, "%s", err.msg);
+        a->fetch_failures = strcmp(a->fetch_failed, name) == 0 ? a->fetch_failures + 1 : 1;
         snprintf(a->fetch_failed, sizeof a->fetch_failed, "%s", name);
-        say(a, "%s", err.msg);
+        /* the same shard again after 1 s, doubling to 60 s: not on every heartbeat */
+        int wait_s = a->fetch_failures > 6 ? 60 : 1 << (a->fetch_failures - 1);
+        a->fetch_retry_at = now_s() + wait_s;
+        if (fin.no_space)
+            disk_full(a, name, &fin, err.msg);
+        else
+            say(a, "%s; trying again in %d s", err.msg, wait_s);
     } else {
         a->fetch_failed[0] = 0;
+        a->fetch_failures = 0;
         snprintf(a->verified, sizeof a->verified, "%s", name);
     }
     a->fetching[0] = 0;
@@ -301,10 +341,11 @@ static int join(mt_agent *a, mt_error *err) {
     pthread_mutex_lock(&a->lock);
     char addr[160];
     snprintf(addr, sizeof addr, "%s", a->public_addr[0] ? a->public_addr : a->listen);
+    int64_t capacity = offered_capacity(a);
     pthread_mutex_unlock(&a->lock);
     json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:f}", "name", a->name, "pubkey", pk,
                              "addr", addr, "shard_addr", a->shard_addr, "hw", hw, "capacity",
-                             (json_int_t)a->capacity, "speed", a->speed);
+                             (json_int_t)capacity, "speed", a->speed);
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes", a->registry);
     json_t *out = NULL;
@@ -399,13 +440,14 @@ static void heartbeat(mt_agent *a) {
         a->public_up = pub[0] != 0;
     }
     json_t *body = json_pack(
-        "{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:I, s:f}, s:I}", "ready_shard",
+        "{s:s, s:{s:I, s:I, s:I}, s:{s:i, s:i, s:I, s:f}, s:I, s:I}", "ready_shard",
         !a->nat || a->public_up ? a->serving : "", "served", "token_layers",
         (json_int_t)(total.served_token_layers - a->joined.served_token_layers), "expert_rows",
         (json_int_t)(total.served_expert_rows - a->joined.served_expert_rows), "tokens",
         (json_int_t)(total.served_tokens - a->joined.served_tokens), "load", "queue", s.queued,
         "sessions", s.sessions, "kv_bytes", (json_int_t)s.kv_bytes, "tok_per_s", a->tok_per_s,
-        "cert_expires", (json_int_t)a->cert_expires);
+        "cert_expires", (json_int_t)a->cert_expires, "capacity",
+        (json_int_t)offered_capacity(a));
     if (a->nat && a->public_addr[0]) json_object_set_new(body, "addr", json_string(a->public_addr));
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes/%lld/heartbeat", a->registry, (long long)a->node_id);
@@ -485,7 +527,8 @@ static void heartbeat(mt_agent *a) {
                 snprintf(a->last_error, sizeof a->last_error, "%s", e2.msg);
                 say(a, "cannot serve %s yet: %s", a->want, e2.msg);
             }
-        } else if (!a->fetch_running) {
+        } else if (!a->fetch_running &&
+                   (strcmp(a->fetch_failed, a->want) != 0 || now_s() >= a->fetch_retry_at)) {
             if (a->fetch_joinable) pthread_join(a->fetch_thread, NULL), a->fetch_joinable = false;
             snprintf(a->fetching, sizeof a->fetching, "%s", a->want);
             memset(&a->progress, 0, sizeof a->progress);
@@ -646,6 +689,7 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
     a->key_path = strdup(cfg->key_path);
     a->data_dir = strdup(cfg->data_dir);
     a->heartbeat_ms = 1000;
+    a->disk_limit = -1;
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->wake, NULL);
     if (cfg->name)

@@ -121,6 +121,18 @@ static int relay_auth(void *ctx, int64_t node_id, const uint8_t challenge[MT_REL
     return 0;
 }
 
+/* The nodes alive when the registry last ran (heard from within dead_after_ms
+ * of the last heartbeat it took) stay alive for dead_after_ms from this start. */
+static void restart_grace(mt_registry *r) {
+    sqlite3_stmt *st = reg_db_prepare(r, NULL, "SELECT MAX(last_seen) FROM nodes");
+    int64_t last = 0;
+    if (st && sqlite3_step(st) == SQLITE_ROW) last = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (last <= 0) return; /* a new database: nobody to wait for */
+    r->grace_from = last - r->cfg.dead_after_ms;
+    r->grace_until = r->started_ms + r->cfg.dead_after_ms;
+}
+
 mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     if (!cfg->model || !cfg->db || !cfg->key || !cfg->shard_dir) {
         mt_error_set(err, "registry: the model, database, key file and shard directory are all"
@@ -159,6 +171,12 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     if (reg_db_open(r, r->db_path, err) || load_key(r, err) || load_model(r, err)) goto fail;
     r->started_ms = reg_now_ms();
     r->cert_serial = (uint64_t)r->started_ms * 1000; /* unique across restarts */
+    restart_grace(r);
+    /* the first plan before the first request: a route asked for right after a restart
+     * would otherwise find none ("not placed any shard yet") until the ticker's first turn */
+    pthread_mutex_lock(&r->lock);
+    reg_replan(r, r->started_ms);
+    pthread_mutex_unlock(&r->lock);
     r->http = mt_http_server_start(r->listen, 4, 1 << 20, reg_api_handle, r, err);
     if (!r->http) goto fail;
     snprintf(r->url, sizeof r->url, "http://%s", mt_http_server_addr(r->http));

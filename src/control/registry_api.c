@@ -386,7 +386,12 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     int64_t kvb = ok ? int_field(load, "kv_bytes", 0, INT64_MAX / 4, 0, false, &ok, resp) : 0;
     int64_t expires =
         ok ? int_field(body, "cert_expires", 0, INT64_MAX / 1000, 0, false, &ok, resp) : 0;
+    /* a node offers less when its disk turns out too small for a shard (node_agent.c) */
+    int64_t capacity =
+        ok ? int_field(body, "capacity", 1, INT64_MAX / 2, n.capacity, false, &ok, resp) : 0;
     if (!ok) return;
+    if (r->cfg.capacity_limit > 0 && capacity > r->cfg.capacity_limit)
+        capacity = r->cfg.capacity_limit;
     json_t *tps = json_object_get(load, "tok_per_s");
     double tok_per_s = tps ? json_number_value(tps) : 0; /* 0 when not a number */
     if (tps && (!json_is_number(tps) || !(tok_per_s >= 0 && tok_per_s < 1e12)))
@@ -396,7 +401,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     int64_t d_tl = tl >= n.served_token_layers ? tl - n.served_token_layers : tl;
     int64_t d_er = er >= n.served_expert_rows ? er - n.served_expert_rows : er;
     if (n.quarantined) d_tl = d_er = 0; /* found computing wrong results: no credit */
-    int64_t up = reg_node_alive(r, &n, now) ? now - n.last_seen : 0;
+    /* uptime grows by the gaps between heartbeats, not by a registry's own downtime */
+    int64_t up = reg_node_heard(r, &n, now) ? now - n.last_seen : 0;
     mt_error err = {{0}};
     if (reg_db_exec(r, &err, "BEGIN") ||
         reg_ledger_add(r, now, n.account_id, id, "served_token_layers", d_tl, &err) ||
@@ -423,12 +429,20 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         sqlite3_bind_int64(st, 10, kvb);
         sqlite3_bind_int64(st, 11, id);
     }
-    bool moved = addr && strcmp(addr, n.addr) != 0;
+    bool moved = addr && strcmp(addr, n.addr) != 0, resized = capacity != n.capacity;
     bool failed = !st || reg_db_step_done(r, st, &err);
     if (!failed && moved) {
         st = reg_db_prepare(r, &err, "UPDATE nodes SET addr = ? WHERE id = ?");
         if (st) {
             sqlite3_bind_text(st, 1, addr, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 2, id);
+        }
+        failed = !st || reg_db_step_done(r, st, &err);
+    }
+    if (!failed && resized) {
+        st = reg_db_prepare(r, &err, "UPDATE nodes SET capacity = ? WHERE id = ?");
+        if (st) {
+            sqlite3_bind_int64(st, 1, capacity);
             sqlite3_bind_int64(st, 2, id);
         }
         failed = !st || reg_db_step_done(r, st, &err);
@@ -440,8 +454,12 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     if (moved && !r->cfg.quiet)
         fprintf(stderr, "registry: node %lld '%s' is now at %s (was %s)\n", (long long)id, n.name,
                 addr, n.addr);
+    if (resized && !r->cfg.quiet)
+        fprintf(stderr, "registry: node %lld '%s' now offers %.1f MB (was %.1f MB)\n",
+                (long long)id, n.name, capacity / 1e6, n.capacity / 1e6);
     reg_node_get(r, id, &n);
-    if (!was_alive) pthread_cond_broadcast(&r->wake); /* back: placement may use it again */
+    if (!was_alive || resized) /* back, or smaller: placement looks again */
+        pthread_cond_broadcast(&r->wake);
 
     /* one read of the node rows serves the partners and the shard's sources */
     reg_node *all = NULL;

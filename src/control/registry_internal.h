@@ -101,7 +101,10 @@ struct mt_registry {
     bool ticker_started, stopping;
     pthread_cond_t wake;
     int64_t routes_served;
-    int64_t started_ms;   /* when this process started (counters above restart from 0) */
+    int64_t started_ms; /* when this process started (counters above restart from 0) */
+    /* restart grace (reg_node_alive): nodes heard from at or after grace_from (alive when the
+     * registry last ran) count as alive until grace_until, dead_after_ms after the start */
+    int64_t grace_from, grace_until;
     uint64_t cert_serial; /* serial of the last certificate issued (start: time-based) */
     reg_ticket *tickets;  /* active and queued requests, queued ones in arrival order */
     int32_t n_tickets, cap_tickets;
@@ -127,8 +130,11 @@ int64_t reg_ledger_sum(mt_registry *r, const char *where_col, int64_t id, const 
 int reg_nodes_load(mt_registry *r, reg_node **out, int32_t *n, mt_error *err);
 int reg_node_get(mt_registry *r, int64_t id, reg_node *out);
 int reg_node_save_assign(mt_registry *r, int64_t id, const reg_assign *a, mt_error *err);
-/* Alive: heard from within dead_after_ms. Available: alive, not paused now. */
+/* Alive: heard from within dead_after_ms, or alive when the registry last ran
+ * and it started less than dead_after_ms ago. Heard: the first part only.
+ * Available: alive, not paused now. */
 bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms);
+bool reg_node_heard(const mt_registry *r, const reg_node *n, int64_t now_ms);
 bool reg_node_available(const mt_registry *r, const reg_node *n, int64_t now_ms);
 const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_ms);
 const char *reg_role_name(reg_role role);

@@ -127,8 +127,15 @@ int reg_node_save_assign(mt_registry *r, int64_t id, const reg_assign *a, mt_err
     return reg_db_step_done(r, st, err);
 }
 
-bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms) {
+bool reg_node_heard(const mt_registry *r, const reg_node *n, int64_t now_ms) {
     return n->last_seen > 0 && now_ms - n->last_seen <= r->cfg.dead_after_ms;
+}
+
+bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms) {
+    if (reg_node_heard(r, n, now_ms)) return true;
+    /* the time the registry was down is not silence: without this, a restart found every
+     * node dead, unassigned them all and placed the shards anew as they checked in */
+    return n->last_seen > 0 && n->last_seen >= r->grace_from && now_ms <= r->grace_until;
 }
 
 /* Inside a pause window now (local time of the registry). */

@@ -69,6 +69,11 @@ static int get_cert(mt_requester *q, mt_error *err) {
     json_t *body = json_pack("{s:s}", "pubkey", pk), *out = NULL;
     int st = mt_http_json("POST", url, q->token, body, 10000, &out, err);
     json_decref(body);
+    if (st < 0) /* the first call to the registry: no answer at all is worth saying plainly */
+        mt_error_prefix(err,
+                        "the registry at %s does not answer (is it running and reachable? "
+                        "`moontail status --registry %s` tells)",
+                        q->registry, q->registry);
     const char *hex = json_string_value(json_object_get(out, "cert"));
     uint8_t cert[MT_CERT_BYTES];
     size_t n = 0;

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -153,6 +154,7 @@ typedef struct fetch {
     uint64_t downloaded;
     char error[512];
     bool failed;
+    bool no_space; /* a write failed for lack of room (ENOSPC, EDQUOT, EFBIG, a short write) */
 } fetch;
 
 static double now_s(void) {
@@ -210,6 +212,53 @@ static int get_piece(fetch *f, int i, uint8_t *buf, bool *from_seed, mt_error *e
     return -1;
 }
 
+/* Writes n bytes at offset off. Returns 0 or an errno value; a short write
+ * to a regular file that reports no error means the disk is full. */
+static int write_all_at(int fd, const void *data, size_t n, uint64_t off) {
+    const uint8_t *p = data;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return errno;
+        if (w == 0) return ENOSPC;
+        p += w, n -= (size_t)w, off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* The directory part of path ("." when it has none). */
+static void dir_of(const char *path, char *out, size_t cap) {
+    snprintf(out, cap, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (slash == out)
+        out[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        snprintf(out, cap, ".");
+}
+
+/* The fetch ran out of disk: its partial files go (they cannot be completed
+ * there and only hold the room) and the error says how much room there is. */
+static void fail_no_space(fetch *f, const char *part, const char *map, const char *why,
+                          mt_error *err) {
+    /* closed first: an open file keeps its blocks, and the free space is measured next */
+    if (f->fd >= 0) close(f->fd), f->fd = -1;
+    if (f->map_fd >= 0) close(f->map_fd), f->map_fd = -1;
+    unlink(part);
+    unlink(map);
+    char dir[4096];
+    dir_of(f->cfg->out, dir, sizeof dir);
+    struct statvfs sv;
+    uint64_t avail = statvfs(dir, &sv) == 0 ? (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize : 0;
+    mt_error_set(err,
+                 "fetching shard '%s': no space left in %s for its %llu bytes (%s; %llu bytes"
+                 " free there once the partial file was removed)",
+                 f->name, dir, (unsigned long long)f->total, why, (unsigned long long)avail);
+    f->p.no_space = true;
+    f->p.disk_free = avail;
+}
+
 static void *worker(void *arg) {
     fetch *f = arg;
     uint8_t *buf = malloc(f->piece);
@@ -226,20 +275,26 @@ static void *worker(void *arg) {
         int i = f->failed ? f->n_pieces : f->next++;
         pthread_mutex_unlock(&f->lock);
         if (i >= f->n_pieces) break;
-        bool seed = false;
+        bool seed = false, full = false;
         mt_error err = {{0}};
         int rc = get_piece(f, i, buf, &seed, &err);
-        if (rc == 0 && (pwrite(f->fd, buf, piece_len(f, i), (off_t)((uint64_t)i * f->piece)) !=
-                            (ssize_t)piece_len(f, i) ||
-                        fdatasync(f->fd) != 0))
-            rc = mt_error_set(&err, "writing piece %d: %s", i, strerror(errno));
+        if (rc == 0) {
+            int e = write_all_at(f->fd, buf, piece_len(f, i), (uint64_t)i * f->piece);
+            if (e == 0 && fdatasync(f->fd) != 0) e = errno;
+            full = e == ENOSPC || e == EDQUOT || e == EFBIG;
+            if (e) rc = mt_error_set(&err, "writing piece %d: %s", i, strerror(e));
+        }
         uint8_t one = 1;
-        if (rc == 0 && pwrite(f->map_fd, &one, 1, i) != 1)
-            rc = mt_error_set(&err, "writing the piece map: %s", strerror(errno));
+        if (rc == 0) {
+            int e = write_all_at(f->map_fd, &one, 1, (uint64_t)i);
+            full = e == ENOSPC || e == EDQUOT || e == EFBIG;
+            if (e) rc = mt_error_set(&err, "writing the piece map: %s", strerror(e));
+        }
         pthread_mutex_lock(&f->lock);
         if (rc) {
             if (!f->failed) snprintf(f->error, sizeof f->error, "%s", err.msg);
             f->failed = true;
+            f->no_space |= full;
         } else {
             f->have[i] = 1;
             f->downloaded += piece_len(f, i);
@@ -348,7 +403,18 @@ int mt_shard_fetch(const mt_fetch_config *c, mt_fetch_progress *stats, mt_error 
     f.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (f.fd < 0 || f.map_fd < 0 || ftruncate(f.fd, (off_t)f.total) != 0 ||
         ftruncate(f.map_fd, f.n_pieces) != 0) {
-        mt_error_set(err, "%s: %s", part, strerror(errno));
+        int e = errno;
+        if (e == ENOSPC || e == EDQUOT || e == EFBIG)
+            fail_no_space(&f, part, map, strerror(e), err);
+        else
+            mt_error_set(err, "%s: %s", part, strerror(e));
+        goto done;
+    }
+    /* reserve the room now: a disk too small fails here, not after most of the download
+     * (file systems without fallocate get the sparse file and fail on a write instead) */
+    int fe = f.total > 0 && fallocate(f.fd, 0, 0, (off_t)f.total) != 0 ? errno : 0;
+    if (fe == ENOSPC || fe == EDQUOT || fe == EFBIG) {
+        fail_no_space(&f, part, map, strerror(fe), err);
         goto done;
     }
     reuse_pieces(&f);
@@ -361,6 +427,10 @@ int mt_shard_fetch(const mt_fetch_config *c, mt_fetch_progress *stats, mt_error 
         if (pthread_create(&tid[started], NULL, worker, &f)) break;
     if (started == 0) worker(&f);
     for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    if (f.failed && f.no_space) {
+        fail_no_space(&f, part, map, f.error, err);
+        goto done;
+    }
     if (f.failed) {
         mt_error_set(err, "fetching shard '%s': %s (%d of %d pieces kept for the next try)", f.name,
                      f.error, f.p.pieces_done, f.n_pieces);
