@@ -1,9 +1,9 @@
 /* quant_avx512.c - the "avx512" kernel set: the kernels of quant_x86.inc
  * compiled for AVX-512 VL with VNNI (vpdpbusd multiplies 4 byte pairs into
  * an int32 lane in one instruction, vpdpwssd 2 word pairs), laid over the
- * avx2 set when the CPU has AVX-512 F, BW, VL, VNNI and VBMI (vpermb lays
- * out two 4-bit blocks in one instruction). The 32 vector
- * registers allow micro-tiles of 4 weight rows x 4 tokens. Results are
+ * avx2 set when the CPU has AVX-512 F, BW, VL, VNNI and VBMI (vpermb looks
+ * up 64 MXFP4 codes in one instruction). The 32 vector registers allow
+ * micro-tiles of 4 weight rows x 4 tokens. Results are
  * bit-identical to the reference kernels (see quant_x86.inc). */
 #include "quant_kernels.h"
 
