@@ -7,6 +7,7 @@
  * in the environment forces a set; tests switch sets with
  * quant_kernels_select to check that every set gives bit-identical results. */
 #include "quant_kernels.h"
+#include "vec_kernels.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 void quant_ref_kernels(quant_kernel_set *ks) {
     memset(ks, 0, sizeof *ks);
     ks->name = "reference";
+    ks->vec = &vec_ref_kernels;
     for (int t = 0; t < MT_TYPE_COUNT; t++) ks->vec_dot_type[t] = MT_TYPE_COUNT;
 
 #define SET(T, deq, q, conv, vdt, dot)                                                             \
@@ -92,6 +94,10 @@ static void init_sets(void) {
 static inline const quant_kernel_set *kernels(void) {
     pthread_once(&init_once, init_sets);
     return atomic_load_explicit(&active, memory_order_acquire);
+}
+
+const vec_kernel_set *vec_kernels_active(void) {
+    return kernels()->vec;
 }
 
 const char *quant_kernel_name(void) {

@@ -12,6 +12,7 @@
  * sub-blocks are interleaved so that madd_epi16 pairs each lane's sums with
  * their own sub-block scales. */
 #include "quant_kernels.h"
+#include "vec_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -111,6 +112,7 @@ bool quant_avx2_install(quant_kernel_set *ks) {
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !f16c) return false;
     ks->name = "avx2";
     qx_install(ks);
+    ks->vec = vec_avx2_kernels;
     ks->vec_dot[MT_TYPE_Q6_K] = q6_k_vec_dot;
     return true;
 }

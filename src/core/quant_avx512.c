@@ -6,6 +6,7 @@
  * micro-tiles of 4 weight rows x 4 tokens. Results are
  * bit-identical to the reference kernels (see quant_x86.inc). */
 #include "quant_kernels.h"
+#include "vec_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -26,6 +27,7 @@ bool quant_avx512_install(quant_kernel_set *ks) {
         return false;
     ks->name = "avx512";
     qx_install(ks);
+    ks->vec = vec_avx512_kernels;
     return true;
 }
 

@@ -179,6 +179,8 @@ typedef void (*quant_row_fn)(const void *src, float *dst, int64_t n);
  * bit for bit to vec_dot of its weight row and activation row. */
 typedef size_t (*quant_encode_fn)(const float *src, void *dst, int64_t n);
 
+struct vec_kernel_set; /* vec_kernels.h: the float vector kernels of the same set */
+
 typedef struct quant_kernel_set {
     const char *name;
     quant_row_fn dequantize[MT_TYPE_COUNT];  /* decode a row of this type */
@@ -187,6 +189,7 @@ typedef struct quant_kernel_set {
     mt_type vec_dot_type[MT_TYPE_COUNT];     /* MT_TYPE_COUNT: no vec_dot */
     quant_vec_dot_fn vec_dot[MT_TYPE_COUNT]; /* weight row . converted activations */
     quant_tile_fn tile[MT_TYPE_COUNT];       /* many rows . many activations; NULL: vec_dot each */
+    const struct vec_kernel_set *vec;        /* norms, softmax, SwiGLU, RoPE, attention */
 } quant_kernel_set;
 
 /* Fills `ks` with the portable kernels (quant.c). */

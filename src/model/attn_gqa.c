@@ -73,8 +73,10 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
             for (int32_t h = 0; h < hp->n_head_kv; h++)
                 mt_rmsnorm(kt + h * dk, l->k_norm, dk, hp->eps, kt + h * dk);
         }
-        mt_rope_apply(hp, m->rope_freqs, pos[t], qt, (int32_t)dk, hp->n_head);
-        mt_rope_apply(hp, m->rope_freqs, pos[t], kt, (int32_t)dk, hp->n_head_kv);
+        float cs[512], sn[512];
+        mt_rope_table(hp, m->rope_freqs, pos[t], cs, sn);
+        mt_rope_rotate(hp, cs, sn, qt, (int32_t)dk, hp->n_head);
+        mt_rope_rotate(hp, cs, sn, kt, (int32_t)dk, hp->n_head_kv);
         memcpy(kc + (size_t)pos[t] * kv[t]->k_width, kt, (size_t)nk * sizeof(float));
         memcpy(vc + (size_t)pos[t] * kv[t]->v_width, v + (size_t)t * nv,
                (size_t)nv * sizeof(float));

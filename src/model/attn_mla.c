@@ -158,8 +158,10 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
         if (pos[t] > max_pos) max_pos = pos[t];
         float *kt = kva + t * w;
         mt_rmsnorm(kt, l->kv_a_norm, lora, hp->eps, kt);
-        mt_rope_apply(hp, NULL, pos[t], kt + lora, rope, 1);
-        mt_rope_apply(hp, NULL, pos[t], q + t * H * qk + nope, qk, H); /* rope slice of each head */
+        float cs[512], sn[512];
+        mt_rope_table(hp, NULL, pos[t], cs, sn);
+        mt_rope_rotate(hp, cs, sn, kt + lora, rope, 1);
+        mt_rope_rotate(hp, cs, sn, q + t * H * qk + nope, qk, H); /* rope slice of each head */
         memcpy(cache + (size_t)pos[t] * w, kt, (size_t)w * sizeof(float));
     }
 

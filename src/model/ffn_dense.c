@@ -9,6 +9,7 @@
  * output row depends only on its own input row and its block's weights. */
 #include "model_internal.h"
 #include "moontail/quant.h"
+#include "moontail/vecops.h"
 
 #include <string.h>
 
@@ -34,7 +35,7 @@ static void glu_rows(void *ctx, int64_t begin, int64_t end) {
         const mt_ffn_task *t = &j->tasks[k];
         const int64_t F = t->gate->n_rows, i = r - j->row0[k];
         float *g = j->g + j->gh_off[k] + (size_t)i * F, *h = j->h + j->gh_off[k] + (size_t)i * F;
-        for (int64_t f = 0; f < F; f++) h[f] = mt_silu(g[f]) * h[f];
+        mt_vec_swiglu(g, h, F);
         const mt_type vt = quant_vec_dot_type(t->down->type);
         if (vt != MT_TYPE_F32)
             quant_convert_activations(

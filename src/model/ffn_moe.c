@@ -11,6 +11,7 @@
  * depends only on its own token, and a token's expert outputs are summed in
  * its top-k order, so batching never changes a result. */
 #include "model_internal.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 #include <string.h>
@@ -37,13 +38,12 @@ void mt_moe_route(const mt_hparams *hp, const float *exp_probs_b, const float *z
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     float *p = scratch, *sel = scratch + X;
     if (hp->gating == MT_GATING_SIGMOID) {
-        for (int32_t e = 0; e < X; e++) p[e] = 1.0f / (1.0f + expf(-z[e]));
+        for (int32_t e = 0; e < X; e++) p[e] = 1.0f / (1.0f + mt_expf(-z[e]));
     } else {
         float max = -INFINITY;
         for (int32_t e = 0; e < X; e++) max = fmaxf(max, z[e]);
-        double sum = 0.0;
-        for (int32_t e = 0; e < X; e++) sum += (double)(p[e] = expf(z[e] - max));
-        float inv = (float)(1.0 / sum);
+        memcpy(p, z, (size_t)X * sizeof *p);
+        const float inv = (float)(1.0 / mt_vec_exp_sum(p, X, max));
         for (int32_t e = 0; e < X; e++) p[e] *= inv;
     }
     for (int32_t e = 0; e < X; e++) sel[e] = exp_probs_b ? p[e] + exp_probs_b[e] : p[e];
@@ -198,7 +198,7 @@ int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, 
             if (l->shexp_gate_inp.data) {
                 float gz;
                 mt_matmul(&l->shexp_gate_inp, u + t * E, 1, &gz, NULL);
-                gate = 1.0f / (1.0f + expf(-gz));
+                gate = 1.0f / (1.0f + mt_expf(-gz));
             }
             for (int32_t d = 0; d < E; d++) out[t * E + d] += sh[t * E + d] * gate;
         }

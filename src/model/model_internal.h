@@ -16,14 +16,14 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] for one vector of n. */
 void mt_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out);
 
-static inline float mt_silu(float x) {
-    return x / (1.0f + expf(-x));
-}
-
-/* Per-position rotation table for one RoPE configuration: for pair i of a
- * token at pos, cos/sin of the (YaRN-corrected) angle times mscale. */
-void mt_rope_apply(const mt_hparams *hp, const float *freq_divisors, int32_t pos, float *x,
-                   int32_t head_dim, int32_t n_heads);
+/* RoPE for position pos: cs[i], sn[i] (i < n_rot / 2, n_rot <= 1024 is
+ * checked at load) are the cosine and sine of pair i's (YaRN-corrected)
+ * angle times mscale; mt_rope_rotate turns the first n_rot dims of each of
+ * n_heads heads (head_dim apart) by them. */
+void mt_rope_table(const mt_hparams *hp, const float *freq_divisors, int32_t pos, float *cs,
+                   float *sn);
+void mt_rope_rotate(const mt_hparams *hp, const float *cs, const float *sn, float *x,
+                    int32_t head_dim, int32_t n_heads);
 
 /* ------------------------------------------------------------ layer kinds */
 

@@ -5,8 +5,11 @@
  * multiplication in f32; YaRN blends interpolated and extrapolated angles
  * with a linear ramp between the correction dims and scales cos/sin by
  * hp->rope_mscale. NORM mode rotates (x[2i], x[2i+1]); NEOX mode rotates
- * (x[i], x[i + n_rot/2]). Dims past n_rot are left alone. */
+ * (x[i], x[i + n_rot/2]). Dims past n_rot are left alone. The table of a
+ * position is made once and serves every head of q and k; the rotation is a
+ * vector kernel (vecops.h). */
 #include "model_internal.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 
@@ -15,10 +18,9 @@ static float yarn_corr_dim(int32_t n_rot, int32_t n_ctx_orig, float b, float bas
     return (float)n_rot * logf((float)n_ctx_orig / (b * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-void mt_rope_apply(const mt_hparams *hp, const float *freq_divisors, int32_t pos, float *x,
-                   int32_t head_dim, int32_t n_heads) {
+void mt_rope_table(const mt_hparams *hp, const float *freq_divisors, int32_t pos, float *cs,
+                   float *sn) {
     const int32_t n_rot = hp->n_rot, half = n_rot / 2;
-    float cs[512], sn[512]; /* n_rot <= 1024 is checked at load */
     float low = 0.0f, high = 0.0f;
     if (hp->rope_yarn) {
         low = floorf(yarn_corr_dim(n_rot, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->rope_base));
@@ -40,14 +42,15 @@ void mt_rope_apply(const mt_hparams *hp, const float *freq_divisors, int32_t pos
         sn[i] = sinf(theta) * hp->rope_mscale;
         theta_base *= theta_scale;
     }
+}
+
+void mt_rope_rotate(const mt_hparams *hp, const float *cs, const float *sn, float *x,
+                    int32_t head_dim, int32_t n_heads) {
+    const int32_t half = hp->n_rot / 2;
     for (int32_t h = 0; h < n_heads; h++) {
-        float *v = x + (size_t)h * head_dim;
-        for (int32_t i = 0; i < half; i++) {
-            int32_t i0 = hp->rope_neox ? i : 2 * i;
-            int32_t i1 = hp->rope_neox ? i + half : 2 * i + 1;
-            float x0 = v[i0], x1 = v[i1];
-            v[i0] = x0 * cs[i] - x1 * sn[i];
-            v[i1] = x0 * sn[i] + x1 * cs[i];
-        }
+        if (hp->rope_neox)
+            mt_vec_rope_neox(x + (size_t)h * head_dim, cs, sn, half);
+        else
+            mt_vec_rope_norm(x + (size_t)h * head_dim, cs, sn, half);
     }
 }

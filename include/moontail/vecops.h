@@ -1,0 +1,49 @@
+/* vecops.h - the float vector steps of the forward pass other than matrix
+ * products: sums for RMSNorm and softmax, exponentials, SwiGLU, RoPE
+ * rotations and attention over cached rows.
+ *
+ * Like the quant kernels (quant.h), they run through the kernel set picked
+ * at start-up (portable C, AVX2 or AVX-512; MT_KERNELS and
+ * quant_kernels_select pick one for both), and every set returns the same
+ * bits: each result is defined by one fixed order of IEEE operations
+ * (src/core/vec_kernels.h), so logits never depend on the CPU. */
+#ifndef MOONTAIL_VECOPS_H
+#define MOONTAIL_VECOPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* e^x within 1 ulp, the same bits on every machine (libm's expf may differ
+ * between the variants glibc picks per CPU). */
+float mt_expf(float x);
+
+/* Sum of x[i]^2 (each square rounded to float) accumulated in double. */
+double mt_vec_sum_squares(const float *x, int64_t n);
+
+/* y[i] = x[i] * s * w[i]; y may be x. */
+void mt_vec_scale_mul(const float *x, float s, const float *w, float *y, int64_t n);
+
+/* v[i] = mt_expf(v[i] - max) for i < n; returns their sum, accumulated in
+ * double. */
+double mt_vec_exp_sum(float *v, int64_t n, float max);
+
+/* h[i] = silu(g[i]) * h[i], silu(x) = x / (1 + mt_expf(-x)). */
+void mt_vec_swiglu(const float *g, float *h, int64_t n);
+
+/* Rotates the pairs of one head by angle i: (x[i], x[i + half]) (NEOX) or
+ * (x[2i], x[2i+1]) (NORM), i < half, with cs[i], sn[i] its cosine and sine
+ * (scaled): x0' = x0 cs - x1 sn, x1' = x0 sn + x1 cs. */
+void mt_vec_rope_neox(float *x, const float *cs, const float *sn, int32_t half);
+void mt_vec_rope_norm(float *x, const float *cs, const float *sn, int32_t half);
+
+/* scores[s] = (q . k_s) * scale for s < n_pos, k_s = k + s * k_stride floats
+ * (dk wide); returns the largest score. */
+float mt_vec_attn_scores(const float *q, const float *k, size_t k_stride, int32_t dk, int32_t n_pos,
+                         float scale, float *scores);
+
+/* out[d] = sum over s < n_pos, in order, of (p[s] * inv) * v_s[d] for
+ * d < dv, v_s = v + s * v_stride floats. */
+void mt_vec_attn_mix(const float *p, float inv, const float *v, size_t v_stride, int32_t dv,
+                     int32_t n_pos, float *out);
+
+#endif
