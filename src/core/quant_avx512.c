@@ -11,6 +11,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #define QX_TGT                                                                                     \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
