@@ -4,12 +4,13 @@
  * Each activation row is converted once to the weight type's vec-dot
  * partner (Q8_0, Q8_K, F16, ...). Then a list of matrix products (tasks)
  * runs as ONE parallel section: the weight rows of all tasks are cut into
- * one contiguous slice per thread, balanced by cost (bytes of weights times
- * tokens), and each thread walks its rows in tiles (quant_tile): a tile's
- * weight rows are read from memory once and reused from cache for every
- * group of tokens. Decoding runs many small products per layer (q, k, v;
- * gate and up of every chosen expert), so one synchronisation for all of
- * them instead of one per product is what lets two or more threads help.
+ * chunks and the chunk list into one contiguous slice per thread, balanced
+ * by cost (bytes of weights times tokens). Each thread streams its own
+ * slice front to back, then takes the last chunks of slower threads' slices,
+ * and walks a chunk's rows in tiles (quant_tile): a tile's weight rows are
+ * read from memory once and reused from cache for every group of tokens. Decoding runs many small
+ * products per layer (q, k, v; gate and up of every chosen expert), so one synchronisation for all
+ * of them instead of one per product is what lets two or more threads help.
  *
  * Every output element equals quant_vec_dot of its two rows, so it never
  * depends on which thread computed it, on the slicing or tiling, or on the
@@ -20,6 +21,7 @@
 #include "moontail/quant.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -74,11 +76,23 @@ void mt_convert_rows(mt_type vt, const float *x, int64_t n_tok, int64_t n_cols, 
 
 /* ------------------------------------------------------------ task lists */
 
+/* A run of weight rows [r0, r1) of one task: the unit of work that threads
+ * claim. */
+typedef struct chunk {
+    int task;
+    int64_t r0, r1;
+} chunk;
+
+/* Chunks per thread when rows allow: enough that the last ones even out
+ * the threads, few enough that claiming them costs nothing. */
+enum { CHUNKS_PER_THREAD = 24, CHUNK_MIN_ROWS = 32 };
+
 typedef struct tasks_job {
     const mt_matmul_task *tasks;
-    int n_tasks;
+    const chunk *chunks;
     int n_slices;
-    uint64_t *cost; /* (n_tasks + 1) prefix sums of the tasks' costs */
+    const int *slice0;        /* (n_slices + 1) first chunk of each slice */
+    _Atomic uint64_t *claims; /* (n_slices) next chunk from the front | end << 32 */
 } tasks_job;
 
 /* Cost of one weight row of a task: its bytes once from memory, and about
@@ -86,19 +100,6 @@ typedef struct tasks_job {
  * memory streams bytes). Only the balance between threads depends on it. */
 static uint64_t row_cost(const mt_matmul_task *t) {
     return (uint64_t)t->w->row_bytes * (uint64_t)(2 + t->n_tok);
-}
-
-/* Where global cost c falls: task *k, row *r (rounded down to a multiple
- * of 4, the kernels' row group). Monotonic in c, so slices partition. */
-static void locate(const tasks_job *j, uint64_t c, int *k, int64_t *r) {
-    int i = 0;
-    while (i < j->n_tasks && j->cost[i + 1] <= c) i++;
-    if (i == j->n_tasks) {
-        *k = i, *r = 0;
-        return;
-    }
-    const int64_t row = (int64_t)((c - j->cost[i]) / row_cost(&j->tasks[i]));
-    *k = i, *r = row & ~(int64_t)3;
 }
 
 static void run_rows(const mt_matmul_task *t, int64_t begin, int64_t end) {
@@ -115,40 +116,107 @@ static void run_rows(const mt_matmul_task *t, int64_t begin, int64_t end) {
     }
 }
 
-static void run_slices(void *ctx, int64_t begin, int64_t end) {
-    const tasks_job *j = ctx;
-    const uint64_t total = j->cost[j->n_tasks];
-    for (int64_t s = begin; s < end; s++) {
-        int k0, k1;
-        int64_t r0, r1;
-        locate(j, (uint64_t)((unsigned __int128)total * (uint64_t)s / (uint64_t)j->n_slices), &k0,
-               &r0);
-        locate(j, (uint64_t)((unsigned __int128)total * (uint64_t)(s + 1) / (uint64_t)j->n_slices),
-               &k1, &r1);
-        for (int k = k0; k <= k1 && k < j->n_tasks; k++) {
-            const int64_t lo = k == k0 ? r0 : 0;
-            const int64_t hi = k == k1 ? r1 : j->tasks[k].w->n_rows;
-            if (lo < hi) run_rows(&j->tasks[k], lo, hi);
+/* Claims the next chunk of a slice from its front (its owner) or its back
+ * (a thread that finished its own); false when none is left. */
+static bool claim(_Atomic uint64_t *c, bool back, int *idx) {
+    uint64_t v = atomic_load_explicit(c, memory_order_relaxed);
+    for (;;) {
+        const uint32_t f = (uint32_t)v, e = (uint32_t)(v >> 32);
+        if (f >= e) return false;
+        const uint64_t nv =
+            back ? (uint64_t)f | (uint64_t)(e - 1) << 32 : (uint64_t)(f + 1) | (uint64_t)e << 32;
+        if (atomic_compare_exchange_weak_explicit(c, &v, nv, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *idx = back ? (int)e - 1 : (int)f;
+            return true;
         }
     }
 }
 
+/* Thread s works through slice s from the front, then takes chunks from the
+ * back of the others' slices: a thread that was slowed down (by memory, or
+ * by another process on its core) leaves its last chunks to the others
+ * instead of making them wait. */
+static void run_slices(void *ctx, int64_t begin, int64_t end) {
+    const tasks_job *j = ctx;
+    int idx;
+    for (int64_t s = begin; s < end; s++)
+        while (claim(&j->claims[s], false, &idx)) {
+            const chunk *c = &j->chunks[idx];
+            run_rows(&j->tasks[c->task], c->r0, c->r1);
+        }
+    for (int k = 1; k < j->n_slices; k++) {
+        const int o = (int)((begin + k) % j->n_slices);
+        while (claim(&j->claims[o], true, &idx)) {
+            const chunk *c = &j->chunks[idx];
+            run_rows(&j->tasks[c->task], c->r0, c->r1);
+        }
+    }
+}
+
+/* Cuts the tasks' rows into chunks of about `target` cost (multiples of 4
+ * rows, the kernels' row group; at least CHUNK_MIN_ROWS) and the chunk list
+ * into n slices of about equal cost. Returns the number of chunks, or -1 if
+ * `cap` is too small. */
+static int make_chunks(const mt_matmul_task *tasks, int n_tasks, uint64_t total, int n,
+                       chunk *chunks, int cap, int *slice0) {
+    const uint64_t target = total / ((uint64_t)n * CHUNKS_PER_THREAD) + 1;
+    int nc = 0;
+    for (int k = 0; k < n_tasks; k++) {
+        const int64_t rows = tasks[k].n_tok > 0 ? tasks[k].w->n_rows : 0;
+        if (rows == 0) continue;
+        int64_t per = (int64_t)(target / row_cost(&tasks[k]));
+        per = per < CHUNK_MIN_ROWS ? CHUNK_MIN_ROWS : (per + 3) & ~(int64_t)3;
+        for (int64_t r = 0; r < rows; r += per) {
+            if (nc == cap) return -1;
+            chunks[nc++] = (chunk){k, r, r + per < rows ? r + per : rows};
+        }
+    }
+    /* slice s starts at the first chunk whose cost begins at or past s/n of
+     * the total */
+    uint64_t c = 0;
+    int s = 0;
+    for (int i = 0; i < nc; i++) {
+        while (s < n && c >= (uint64_t)((unsigned __int128)total * (uint64_t)s / (uint64_t)n))
+            slice0[s++] = i;
+        const chunk *ch = &chunks[i];
+        c += (uint64_t)(ch->r1 - ch->r0) * row_cost(&tasks[ch->task]);
+    }
+    while (s <= n) slice0[s++] = nc;
+    return nc;
+}
+
 void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool) {
-    uint64_t stack_cost[17], *cost = stack_cost;
     if (n_tasks <= 0) return;
-    if (n_tasks > 16 && !(cost = malloc(((size_t)n_tasks + 1) * sizeof *cost)))
-        out_of_memory("mt_matmul_tasks", ((size_t)n_tasks + 1) * sizeof *cost);
-    cost[0] = 0;
+    uint64_t total = 0;
     for (int k = 0; k < n_tasks; k++) {
         const mt_matmul_task *t = &tasks[k];
         (void)quant_vec_dot_get(t->w->type); /* aborts on an unsupported type */
         const int64_t rows = t->n_tok > 0 ? t->w->n_rows : 0;
-        cost[k + 1] = cost[k] + (uint64_t)rows * row_cost(t);
+        total += (uint64_t)rows * row_cost(t);
         if (rows > 0) mt_matmul_count_bytes((uint64_t)rows * t->w->row_bytes);
     }
-    tasks_job j = {tasks, n_tasks, mt_pool_size(pool), cost};
-    if (cost[n_tasks] > 0) mt_pool_run(pool, j.n_slices, run_slices, &j);
-    if (cost != stack_cost) free(cost);
+    if (total == 0) return;
+    const int n = mt_pool_size(pool);
+    /* chunks of at least 31/32 of the target: below 2 * CHUNKS_PER_THREAD per
+     * thread, plus one per task for its last, short chunk */
+    const int cap = 2 * n * CHUNKS_PER_THREAD + n_tasks + 1;
+    chunk stack_chunks[512], *chunks = stack_chunks;
+    int stack_slice0[65], *slice0 = stack_slice0;
+    _Atomic uint64_t stack_claims[64], *claims = stack_claims;
+    if (cap > 512 && !(chunks = malloc((size_t)cap * sizeof *chunks)))
+        out_of_memory("mt_matmul_tasks", (size_t)cap * sizeof *chunks);
+    if (n > 64 && (!(slice0 = malloc((size_t)(n + 1) * sizeof *slice0)) ||
+                   !(claims = malloc((size_t)n * sizeof *claims))))
+        out_of_memory("mt_matmul_tasks", (size_t)n * (sizeof *slice0 + sizeof *claims));
+    const int nc = make_chunks(tasks, n_tasks, total, n, chunks, cap, slice0);
+    if (nc < 0) abort(); /* cap bounds the chunk count; a bug otherwise */
+    for (int s = 0; s < n; s++)
+        atomic_init(&claims[s], (uint64_t)slice0[s] | (uint64_t)slice0[s + 1] << 32);
+    tasks_job j = {tasks, chunks, n, slice0, claims};
+    mt_pool_run(pool, n, run_slices, &j);
+    if (chunks != stack_chunks) free(chunks);
+    if (slice0 != stack_slice0) free(slice0), free(claims);
 }
 
 /* ------------------------------------------------------------ one matrix */
