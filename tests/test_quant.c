@@ -742,6 +742,25 @@ static void test_vec_dot(void) {
 
 /* ------------------------------------------------------------ kernel sets */
 
+/* Overwrites a row of quantized weights with random bytes, keeping the f16
+ * scale fields finite (some subnormal) and MXFP4 exponents moderate. */
+static void random_blocks(mt_type t, uint8_t *row, int64_t len) {
+    const int wblk = mt_type_traits_get(t)->type_size;
+    const int64_t nb = len / mt_type_traits_get(t)->blck;
+    for (int64_t i = 0; i < nb * wblk; i++) row[i] = (uint8_t)rng_u64();
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *wb = row + b * wblk;
+        uint16_t h = (uint16_t)(rng_u64() & 0xbbff);
+        if (t == MT_TYPE_Q6_K)
+            memcpy(wb + 208, &h, 2);
+        else if (t == MT_TYPE_MXFP4)
+            wb[0] = (uint8_t)(rng_u64() % 200 + 27);
+        else
+            memcpy(wb, &h, 2);
+        if (t == MT_TYPE_Q4_K) memcpy(wb + 2, &h, 2);
+    }
+}
+
 /* Compares kernel set `name` with the reference set. */
 static void compare_set(const char *name) {
     const char *start = quant_kernel_name();
@@ -854,43 +873,48 @@ static void compare_set(const char *name) {
         }
     }
     /* tiles of every shape up to 9 x 9 (all micro-tile remainders) against
-     * the reference vec_dot of each element, on random-byte weights */
-    for (int ti = 0; ti < N_WTYPES; ti++) {
-        mt_type t = weight_types[ti].t, vt = quant_vec_dot_type(t);
-        const int blck = mt_type_traits_get(t)->blck; /* odd block counts on purpose */
-        const int64_t len = blck == 1 ? 77 : blck == 32 ? 544 : 768;
-        const size_t wrow = mt_type_row_size(t, len), xrow = mt_type_row_size(vt, len);
-        uint8_t *tw = malloc(9 * wrow), *tx = malloc(9 * xrow);
-        float xf[768], yt[81], yr[81];
-        quant_kernels_select("reference");
-        for (int r = 0; r < 9; r++) {
-            fill(w, len, r % 4);
-            quant_quantize_row(t, w, tw + r * wrow, len);
-        }
-        for (int k = 0; k < 9; k++) {
-            fill(xf, len, (k + 1) % 4);
-            quant_convert_activations(vt, xf, tx + k * xrow, len);
-        }
-        for (int r = 0; r < 9; r++)
-            for (int k = 0; k < 9; k++)
-                yr[k * 9 + r] = quant_vec_dot(t, len, tw + r * wrow, tx + k * xrow);
-        quant_kernels_select(name);
-        for (int nr = 1; nr <= 9; nr++)
-            for (int nt = 1; nt <= 9; nt++) {
-                memset(yt, 0, sizeof yt);
-                quant_tile(t, len, tw, wrow, nr, tx, xrow, nt, yt, 9);
-                n++;
-                bool same = true;
-                for (int r = 0; r < nr; r++)
-                    for (int k = 0; k < nt; k++)
-                        same &= f32_bits(yt[k * 9 + r]) == f32_bits(yr[k * 9 + r]);
-                if (!same && bad++ < 5)
-                    fprintf(stderr, "  %s tile %d x %d: an element differs from vec_dot\n",
-                            weight_types[ti].name, nr, nt);
+     * the reference vec_dot of each element, on quantized weights and (pass
+     * 1) on random-byte weights with finite scales */
+    for (int pass = 0; pass < 2; pass++)
+        for (int ti = 0; ti < N_WTYPES; ti++) {
+            mt_type t = weight_types[ti].t, vt = quant_vec_dot_type(t);
+            if (pass == 1 && (t == MT_TYPE_F32 || t == MT_TYPE_F16 || t == MT_TYPE_BF16)) continue;
+            const int blck = mt_type_traits_get(t)->blck; /* odd block counts on purpose */
+            const int64_t len = blck == 1 ? 77 : blck == 32 ? 544 : 768;
+            const size_t wrow = mt_type_row_size(t, len), xrow = mt_type_row_size(vt, len);
+            uint8_t *tw = malloc(9 * wrow), *tx = malloc(9 * xrow);
+            float xf[768], yt[81], yr[81];
+            quant_kernels_select("reference");
+            for (int r = 0; r < 9; r++) {
+                fill(w, len, r % 4);
+                quant_quantize_row(t, w, tw + r * wrow, len);
+                if (pass == 1) random_blocks(t, tw + r * wrow, len);
             }
-        free(tw);
-        free(tx);
-    }
+            for (int k = 0; k < 9; k++) {
+                fill(xf, len, (k + 1) % 4);
+                quant_convert_activations(vt, xf, tx + k * xrow, len);
+            }
+            for (int r = 0; r < 9; r++)
+                for (int k = 0; k < 9; k++)
+                    yr[k * 9 + r] = quant_vec_dot(t, len, tw + r * wrow, tx + k * xrow);
+            quant_kernels_select(name);
+            for (int nr = 1; nr <= 9; nr++)
+                for (int nt = 1; nt <= 9; nt++) {
+                    memset(yt, 0, sizeof yt);
+                    quant_tile(t, len, tw, wrow, nr, tx, xrow, nt, yt, 9);
+                    n++;
+                    bool same = true;
+                    for (int r = 0; r < nr; r++)
+                        for (int k = 0; k < nt; k++)
+                            same &= f32_bits(yt[k * 9 + r]) == f32_bits(yr[k * 9 + r]);
+                    if (!same && bad++ < 5)
+                        fprintf(stderr,
+                                "  %s tile %d x %d (%s weights): an element differs from vec_dot\n",
+                                weight_types[ti].name, nr, nt, pass ? "random-byte" : "quantized");
+                }
+            free(tw);
+            free(tx);
+        }
     CHECK(bad == 0, "%s kernels differ from reference in %d of %d cases", name, bad, n);
     printf("%s vs reference: %d cases (dot, tiles, conversion, decode; quantized and random-byte "
            "blocks) bit-identical\n",
