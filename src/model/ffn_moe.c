@@ -123,12 +123,10 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
         goto done;
     }
     memcpy(next, count, (size_t)X * sizeof(int32_t));
-    for (int32_t r = 0; r < n; r++) {
-        const int32_t k = next[ids[r]]++;
-        rows[k] = r;
-        memcpy(xin + (size_t)k * E, u + (size_t)r * E, E * sizeof(float));
-    }
+    for (int32_t r = 0; r < n; r++) rows[next[ids[r]]++] = r;
     free(next);
+    /* an expert that one row chose reads that row and writes its result in
+     * place (always so when decoding); the rows of others are gathered */
     int n_tasks = 0;
     for (int32_t e = 0; e < X; e++) {
         const int32_t k0 = count[e], k1 = count[e + 1];
@@ -138,12 +136,21 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
         g[0] = expert_matrix(&l->gate_exps, slot);
         g[1] = expert_matrix(&l->up_exps, slot);
         g[2] = expert_matrix(&l->down_exps, slot);
-        tasks[n_tasks++] = (mt_ffn_task){
-            &g[0], &g[1], &g[2], k1 - k0, xin + (size_t)k0 * E, yout + (size_t)k0 * E};
+        const float *x = u + (size_t)rows[k0] * E;
+        float *out = y + (size_t)rows[k0] * E;
+        if (k1 - k0 > 1) {
+            for (int32_t k = k0; k < k1; k++)
+                memcpy(xin + (size_t)k * E, u + (size_t)rows[k] * E, E * sizeof(float));
+            x = xin + (size_t)k0 * E;
+            out = yout + (size_t)k0 * E;
+        }
+        tasks[n_tasks++] = (mt_ffn_task){&g[0], &g[1], &g[2], k1 - k0, x, out};
     }
     rc = mt_ffn_multi(tasks, n_tasks, pool, err);
-    for (int32_t k = 0; rc == 0 && k < n; k++)
-        memcpy(y + (size_t)rows[k] * E, yout + (size_t)k * E, E * sizeof(float));
+    for (int32_t e = 0; rc == 0 && e < X; e++)
+        if (count[e + 1] - count[e] > 1)
+            for (int32_t k = count[e]; k < count[e + 1]; k++)
+                memcpy(y + (size_t)rows[k] * E, yout + (size_t)k * E, E * sizeof(float));
 done:
     free(xin), free(yout), free(rows), free(count), free(mats), free(tasks);
     return rc;
