@@ -91,6 +91,7 @@ typedef struct tasks_job {
     const mt_matmul_task *tasks;
     const chunk *chunks;
     int n_slices;
+    int n_chunks;
     const int *slice0;        /* (n_slices + 1) first chunk of each slice */
     _Atomic uint64_t *claims; /* (n_slices) next chunk from the front | end << 32 */
 } tasks_job;
@@ -133,6 +134,20 @@ static bool claim(_Atomic uint64_t *c, bool back, int *idx) {
     }
 }
 
+/* Bytes of a chunk's first rows fetched into L2 while the chunk before it
+ * runs: a chunk that starts another matrix would otherwise begin with a
+ * few rows of cache misses before the kernels' own prefetching (rows
+ * ahead of the ones they read) gets going. */
+enum { PREFETCH_START = 4096 };
+
+static void prefetch_start(const tasks_job *j, const chunk *c) {
+    const mt_matrix *w = j->tasks[c->task].w;
+    const char *p = (const char *)w->data + (size_t)c->r0 * w->row_bytes;
+    size_t n = (size_t)(c->r1 - c->r0) * w->row_bytes;
+    if (n > PREFETCH_START) n = PREFETCH_START;
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 2);
+}
+
 /* Thread s works through slice s from the front, then takes chunks from the
  * back of the others' slices: a thread that was slowed down (by memory, or
  * by another process on its core) leaves its last chunks to the others
@@ -143,6 +158,7 @@ static void run_slices(void *ctx, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; s++)
         while (claim(&j->claims[s], false, &idx)) {
             const chunk *c = &j->chunks[idx];
+            if (idx + 1 < j->n_chunks) prefetch_start(j, &j->chunks[idx + 1]);
             run_rows(&j->tasks[c->task], c->r0, c->r1);
         }
     for (int k = 1; k < j->n_slices; k++) {
@@ -213,7 +229,7 @@ void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool) {
     if (nc < 0) abort(); /* cap bounds the chunk count; a bug otherwise */
     for (int s = 0; s < n; s++)
         atomic_init(&claims[s], (uint64_t)slice0[s] | (uint64_t)slice0[s + 1] << 32);
-    tasks_job j = {tasks, chunks, n, slice0, claims};
+    tasks_job j = {tasks, chunks, n, nc, slice0, claims};
     mt_pool_run(pool, n, run_slices, &j);
     if (chunks != stack_chunks) free(chunks);
     if (slice0 != stack_slice0) free(slice0), free(claims);
