@@ -8,9 +8,10 @@
  * by cost (bytes of weights times tokens). Each thread streams its own
  * slice front to back, then takes the last chunks of slower threads' slices,
  * and walks a chunk's rows in tiles (quant_tile): a tile's weight rows are
- * read from memory once and reused from cache for every group of tokens. Decoding runs many small
- * products per layer (q, k, v; gate and up of every chosen expert), so one synchronisation for all
- * of them instead of one per product is what lets two or more threads help.
+ * read from memory once and reused from cache for every group of tokens.
+ * Decoding runs many small products per layer (q, k, v; gate and up of
+ * every chosen expert), so one synchronisation for all of them instead of
+ * one per product is what lets two or more threads help.
  *
  * Every output element equals quant_vec_dot of its two rows, so it never
  * depends on which thread computed it, on the slicing or tiling, or on the
