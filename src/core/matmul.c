@@ -136,15 +136,18 @@ static bool claim(_Atomic uint64_t *c, bool back, int *idx) {
 }
 
 /* Bytes of a chunk's first rows fetched into L2 while the chunk before it
- * runs: a chunk that starts another matrix would otherwise begin with a
- * few rows of cache misses before the kernels' own prefetching (rows
- * ahead of the ones they read) gets going. */
-enum { PREFETCH_START = 4096 };
+ * runs, when it starts another matrix: it would otherwise begin with a few
+ * rows of cache misses before the kernels' own prefetching (rows ahead of
+ * the ones they read, which runs on into a chunk that continues the same
+ * rows) gets going. A burst of prefetches waits for free fill buffers, so
+ * it is kept short. */
+enum { PREFETCH_START = 2048 };
 
-static void prefetch_start(const tasks_job *j, const chunk *c) {
-    const mt_matrix *w = j->tasks[c->task].w;
-    const char *p = (const char *)w->data + (size_t)c->r0 * w->row_bytes;
-    size_t n = (size_t)(c->r1 - c->r0) * w->row_bytes;
+static void prefetch_start(const tasks_job *j, const chunk *c, const chunk *next) {
+    if (next->task == c->task && next->r0 == c->r1) return;
+    const mt_matrix *w = j->tasks[next->task].w;
+    const char *p = (const char *)w->data + (size_t)next->r0 * w->row_bytes;
+    size_t n = (size_t)(next->r1 - next->r0) * w->row_bytes;
     if (n > PREFETCH_START) n = PREFETCH_START;
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 2);
 }
@@ -159,7 +162,7 @@ static void run_slices(void *ctx, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; s++)
         while (claim(&j->claims[s], false, &idx)) {
             const chunk *c = &j->chunks[idx];
-            if (idx + 1 < j->n_chunks) prefetch_start(j, &j->chunks[idx + 1]);
+            if (idx + 1 < j->n_chunks) prefetch_start(j, c, &j->chunks[idx + 1]);
             run_rows(&j->tasks[c->task], c->r0, c->r1);
         }
     for (int k = 1; k < j->n_slices; k++) {
