@@ -88,13 +88,20 @@ typedef struct chunk {
  * the threads, few enough that claiming them costs nothing. */
 enum { CHUNKS_PER_THREAD = 24, CHUNK_MIN_ROWS = 32 };
 
+/* The chunks of a slice not yet claimed: [front, end) packed as
+ * front | end << 32, one cache line each (the owner claims from it while
+ * others run theirs). */
+typedef struct slice_claim {
+    _Alignas(64) _Atomic uint64_t next;
+} slice_claim;
+
 typedef struct tasks_job {
     const mt_matmul_task *tasks;
     const chunk *chunks;
     int n_slices;
     int n_chunks;
-    const int *slice0;        /* (n_slices + 1) first chunk of each slice */
-    _Atomic uint64_t *claims; /* (n_slices) next chunk from the front | end << 32 */
+    const int *slice0;   /* (n_slices + 1) first chunk of each slice */
+    slice_claim *claims; /* (n_slices) */
 } tasks_job;
 
 /* Cost of one weight row of a task: its bytes once from memory, and about
@@ -160,14 +167,14 @@ static void run_slices(void *ctx, int64_t begin, int64_t end) {
     const tasks_job *j = ctx;
     int idx;
     for (int64_t s = begin; s < end; s++)
-        while (claim(&j->claims[s], false, &idx)) {
+        while (claim(&j->claims[s].next, false, &idx)) {
             const chunk *c = &j->chunks[idx];
             if (idx + 1 < j->n_chunks) prefetch_start(j, c, &j->chunks[idx + 1]);
             run_rows(&j->tasks[c->task], c->r0, c->r1);
         }
     for (int k = 1; k < j->n_slices; k++) {
         const int o = (int)((begin + k) % j->n_slices);
-        while (claim(&j->claims[o], true, &idx)) {
+        while (claim(&j->claims[o].next, true, &idx)) {
             const chunk *c = &j->chunks[idx];
             run_rows(&j->tasks[c->task], c->r0, c->r1);
         }
@@ -223,16 +230,16 @@ void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool) {
     const int cap = 2 * n * CHUNKS_PER_THREAD + n_tasks + 1;
     chunk stack_chunks[512], *chunks = stack_chunks;
     int stack_slice0[65], *slice0 = stack_slice0;
-    _Atomic uint64_t stack_claims[64], *claims = stack_claims;
+    slice_claim stack_claims[64], *claims = stack_claims;
     if (cap > 512 && !(chunks = malloc((size_t)cap * sizeof *chunks)))
         out_of_memory("mt_matmul_tasks", (size_t)cap * sizeof *chunks);
     if (n > 64 && (!(slice0 = malloc((size_t)(n + 1) * sizeof *slice0)) ||
-                   !(claims = malloc((size_t)n * sizeof *claims))))
+                   !(claims = aligned_alloc(64, (size_t)n * sizeof *claims))))
         out_of_memory("mt_matmul_tasks", (size_t)n * (sizeof *slice0 + sizeof *claims));
     const int nc = make_chunks(tasks, n_tasks, total, n, chunks, cap, slice0);
     if (nc < 0) abort(); /* cap bounds the chunk count; a bug otherwise */
     for (int s = 0; s < n; s++)
-        atomic_init(&claims[s], (uint64_t)slice0[s] | (uint64_t)slice0[s + 1] << 32);
+        atomic_init(&claims[s].next, (uint64_t)slice0[s] | (uint64_t)slice0[s + 1] << 32);
     tasks_job j = {tasks, chunks, n, nc, slice0, claims};
     mt_pool_run(pool, n, run_slices, &j);
     if (chunks != stack_chunks) free(chunks);
