@@ -769,8 +769,8 @@ static void compare_set(const char *name) {
         quant_kernels_select(start);
         return;
     }
-    enum { N = 2048 };
-    float *w = malloc(N * sizeof *w), *x = malloc(N * sizeof *x);
+    enum { N = 2048, N_TILE = 2304 /* the widest tile rows below */ };
+    float *w = malloc(N_TILE * sizeof *w), *x = malloc(N * sizeof *x);
     float *y1 = malloc(N * sizeof *y1), *y2 = malloc(N * sizeof *y2);
     uint8_t *wq = malloc(N * 4), *xc1 = malloc(N * 4), *xc2 = malloc(N * 4);
     int bad = 0, n = 0;
@@ -880,10 +880,12 @@ static void compare_set(const char *name) {
             mt_type t = weight_types[ti].t, vt = quant_vec_dot_type(t);
             if (pass == 1 && (t == MT_TYPE_F32 || t == MT_TYPE_F16 || t == MT_TYPE_BF16)) continue;
             const int blck = mt_type_traits_get(t)->blck; /* odd block counts on purpose */
-            const int64_t len = blck == 1 ? 77 : blck == 32 ? 544 : 768;
+            /* pass 1: K-quant rows wide enough that a tile's prepared activations
+             * do not fit on the stack */
+            const int64_t len = blck == 1 ? 77 : blck == 32 ? 544 : pass ? N_TILE : 768;
             const size_t wrow = mt_type_row_size(t, len), xrow = mt_type_row_size(vt, len);
             uint8_t *tw = malloc(9 * wrow), *tx = malloc(9 * xrow);
-            float xf[768], yt[81], yr[81];
+            float xf[N_TILE], yt[81], yr[81];
             quant_kernels_select("reference");
             for (int r = 0; r < 9; r++) {
                 fill(w, len, r % 4);
