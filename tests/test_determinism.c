@@ -1,9 +1,11 @@
 /* test_determinism.c - invariant 1 of DESIGN.md on one machine: logits are
  * bit-identical whatever the thread count, whether tokens are evaluated one
  * at a time, in micro-batches, or all at once, and whether a session's tokens
- * share a batch with other sessions'. Checked for every architecture on F32
- * and on quantized weights. */
+ * share a batch with other sessions', and whichever kernel set (portable,
+ * AVX2, AVX-512) computes them. Checked for every architecture on F32 and on
+ * quantized weights. */
 #include "check.h"
+#include "moontail/quant.h"
 #include "moontail/session.h"
 #include "moontail/synth_model.h"
 
@@ -56,6 +58,18 @@ static void check_variant(const variant *v) {
               mt_type_traits_get(v->type)->name, runs[r].threads, runs[r].ubatch);
         free(got);
     }
+    /* Every kernel set this CPU runs (portable C, AVX2, AVX-512) gives the
+     * same logits: what a machine with another CPU computes. */
+    static const char *const sets[] = {"reference", "avx2", "avx512"};
+    const char *start = quant_kernel_name();
+    for (size_t k = 0; ref && k < sizeof sets / sizeof sets[0]; k++) {
+        if (quant_kernels_select(sets[k]) != 0) continue;
+        float *got = eval(m, ids, N, 2, 0);
+        CHECK(got && memcmp(ref, got, bytes) == 0, "%s %s: logits differ with the %s kernels",
+              v->arch, mt_type_traits_get(v->type)->name, sets[k]);
+        free(got);
+    }
+    quant_kernels_select(start);
     /* Several sessions in one batch: token rows of sessions A (6 tokens), B (3)
      * and C (2) interleaved in one forward call give each session's logits
      * bit for bit (A alone is `ref`; B and C alone computed here). */
