@@ -70,7 +70,12 @@ int32_t mt_vocab_write_bytes(struct gguf_writer *w, const char *pre, bool add_bo
  * error) or cannot be parsed (err filled, *bad set). */
 static json_t *load_side_file(const char *dir, const char *name, bool *bad, mt_error *err) {
     char p[4096];
-    snprintf(p, sizeof p, "%s%s", dir, name);
+    if (snprintf(p, sizeof p, "%s%s", dir, name) >= (int)sizeof p) {
+        *bad = true;
+        mt_error_set(err, "%s: the path is longer than %zu bytes; use a shorter directory", dir,
+                     sizeof p - 1);
+        return NULL;
+    }
     if (access(p, F_OK) != 0) return NULL;
     json_error_t je;
     json_t *j = json_load_file(p, 0, &je);
@@ -83,7 +88,7 @@ static json_t *load_side_file(const char *dir, const char *name, bool *bad, mt_e
 
 static char *read_text_file(const char *dir, const char *name) {
     char p[4096];
-    snprintf(p, sizeof p, "%s%s", dir, name);
+    if (snprintf(p, sizeof p, "%s%s", dir, name) >= (int)sizeof p) return NULL;
     FILE *fp = fopen(p, "rb");
     if (!fp) return NULL;
     char *buf = NULL;

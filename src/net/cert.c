@@ -73,7 +73,7 @@ void mt_cert_time_str(uint64_t t, char out[32]) {
     struct tm tm;
     time_t tt = (time_t)t;
     if (t > 253402300799ull || !gmtime_r(&tt, &tm)) {
-        snprintf(out, 32, "%llu (unix seconds)", (unsigned long long)t);
+        snprintf(out, 32, "unix time %llu", (unsigned long long)t); /* at most 30 chars */
         return;
     }
     strftime(out, 32, "%Y-%m-%d %H:%M:%S UTC", &tm);
