@@ -29,8 +29,8 @@ static const char usage[] =
     "  --touch uniform|measured  experts a batch touches: 1-(1-k/E)^B, or as the calibration\n"
     "                        measured (default: measured for --model calib, else uniform)\n"
     "  --threads N           compute threads per node (default: the calibration's)\n"
-    "  --calib-time wall|min|cpu  the bench's median step, fastest step, or CPU time (one\n"
-    "                        thread only) (default wall)\n"
+    "  --calib-time wall|min|cpu  the bench's median step, fastest step, or CPU time / threads\n"
+    "                        (a machine of one's own, every thread busy) (default wall)\n"
     "topology\n"
     "  --machines N          machines placed as the registry does (default 200)\n"
     "  --ram-gb G            RAM per machine; a node offers 70%% of G - 4 GB (default 64)\n"
@@ -54,6 +54,7 @@ static const char usage[] =
     "  --burst               all users start one request at 0 (the validation's protocol)\n"
     "  --route-per-request   a new route per request (moontail prompt), not per user\n"
     "  --think-ms M          between a user's requests (default 0)\n"
+    "  --retry-after-s S     after a request failed, before the user's next (default 10)\n"
     "  --duration-s S --warmup-s S   steady runs (default 3600, 600)\n"
     "  --ubatch N --max-sessions N --max-batch N --seed N\n"
     "failure\n"
@@ -62,6 +63,8 @@ static const char usage[] =
     "                        -1: the one on the first requester's route)\n"
     "  --fail-silent         it goes silent (cable, power) instead of being killed\n"
     "  --dead-after-ms M --heartbeat-ms M --call-timeout-ms M --fetch-gbps G --load-ms M\n"
+    "  --bucket-s S          the timeline's step (default 1)\n"
+    "  --timeline-s B,A      the timeline from B s before the failure to A s after (30,120)\n"
     "output\n"
     "  --json                one JSON object\n"
     "  --quiet               no model description\n";
@@ -156,6 +159,7 @@ int main(int argc, char **argv) {
     int32_t users[MAX_RUNS] = {1};
     bool json = false, quiet = false, sweep = false, model_calib = false;
     double ram_gb = 64, capacity_gb = 0, max_users = 256;
+    double timeline_before_ms = 30e3, timeline_after_ms = 120e3;
     cfg.machines = 200;
     cs_shape k3 = k3_shape();
     int32_t layers = 0, experts = 0, used = 0, embd = 0, ff_exp = 0, vocab = 0, dense = -1;
@@ -280,6 +284,8 @@ int main(int argc, char **argv) {
             cfg.work.gen = (int32_t)num(a, v, 1, 1 << 20);
         else if (!strcmp(a, "--think-ms"))
             cfg.work.think_ms = num(a, v, 0, 1e9);
+        else if (!strcmp(a, "--retry-after-s"))
+            cfg.work.retry_after_ms = 1e3 * num(a, v, 0, 1e6);
         else if (!strcmp(a, "--duration-s"))
             cfg.work.duration_ms = 1e3 * num(a, v, 1, 1e7);
         else if (!strcmp(a, "--warmup-s"))
@@ -304,6 +310,14 @@ int main(int argc, char **argv) {
             cfg.failure.call_timeout_ms = num(a, v, 1, 1e9);
         else if (!strcmp(a, "--fetch-gbps"))
             cfg.failure.fetch_gbps = num(a, v, 1e-6, 1e6);
+        else if (!strcmp(a, "--timeline-s")) {
+            char *end = NULL;
+            timeline_before_ms = 1e3 * strtod(v, &end);
+            if (end == v || *end != ',' || timeline_before_ms < 0)
+                die("--timeline-s takes BEFORE,AFTER in seconds, not '%s'", v);
+            timeline_after_ms = 1e3 * num(a, end + 1, 0, 1e7);
+        } else if (!strcmp(a, "--bucket-s"))
+            cfg.timeline_bucket_ms = 1e3 * num(a, v, 0.001, 1e6);
         else if (!strcmp(a, "--load-ms"))
             cfg.failure.load_ms = num(a, v, 0, 1e9);
         else
@@ -410,6 +424,7 @@ int main(int argc, char **argv) {
                 json_object_set_new(rj, "recovery_ms_mean", json_real(r.recovery_ms_mean));
                 json_object_set_new(rj, "recovery_ms_max", json_real(r.recovery_ms_max));
                 json_object_set_new(rj, "restored_ms", json_real(r.restored_ms));
+                json_object_set_new(rj, "first_after_fail_ms", json_real(r.first_after_fail_ms));
                 json_t *tl = json_array();
                 for (int b = 0; b < r.n_timeline; b++)
                     json_array_append_new(tl, json_real(r.timeline[b] / (r.bucket_ms / 1e3)));
@@ -422,13 +437,15 @@ int main(int argc, char **argv) {
             print_row(u, &r);
             if (cfg.failure.at_ms >= 0) {
                 printf("failure  node at %.0f s: %d requesters affected, detected within %.2f s;"
-                       " failure -> their next token %.1f s mean, %.1f s worst; spare serving"
-                       " after %.1f s; requests failed %d, short %d\n",
+                       " failure -> their next token %.1f s mean, %.1f s worst (those that"
+                       " recovered); the cell's first token %.1f s after; spare serving after"
+                       " %.1f s; requests failed %d, short %d\n",
                        cfg.failure.at_ms / 1e3, r.affected, r.detect_ms_max / 1e3,
-                       r.recovery_ms_mean / 1e3, r.recovery_ms_max / 1e3, r.restored_ms / 1e3,
-                       r.requests_failed, r.requests_short);
-                cs_print_timeline(stdout, &r, cfg.failure.at_ms - 30e3,
-                                  cfg.failure.at_ms + fmax(120e3, r.restored_ms + 60e3));
+                       r.recovery_ms_mean / 1e3, r.recovery_ms_max / 1e3,
+                       r.first_after_fail_ms / 1e3, r.restored_ms / 1e3, r.requests_failed,
+                       r.requests_short);
+                cs_print_timeline(stdout, &r, cfg.failure.at_ms - timeline_before_ms,
+                                  cfg.failure.at_ms + timeline_after_ms);
             }
         }
         fflush(stdout);

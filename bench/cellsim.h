@@ -112,8 +112,9 @@ typedef struct cs_calibration {
 } cs_calibration;
 
 /* Which of the bench's times a point takes: the median wall time of its steps, the
- * fastest step (the least disturbed by other work), or the process's CPU time (what the
- * step costs when it has the CPUs to itself; single-threaded calibrations only). */
+ * fastest step (the least disturbed by other work), or the process's CPU time divided by
+ * its threads (what the step takes on a machine of its own when it keeps every thread
+ * busy: exact for one thread, a lower bound for more). */
 typedef enum cs_time_kind { CS_TIME_WALL, CS_TIME_MIN, CS_TIME_CPU } cs_time_kind;
 
 int cs_calibration_load(const char *path, cs_time_kind which, cs_calibration *out, mt_error *err);
@@ -168,6 +169,7 @@ typedef struct cs_workload {
     bool route_per_request; /* a new route per request (`moontail prompt` per request); else
                                one route per user, kept across its requests (shell, serve) */
     double think_ms;        /* between a user's requests */
+    double retry_after_ms;  /* after a request failed (no working route), before the next */
     double duration_ms, warmup_ms; /* steady mode: run length; tokens before warmup not counted */
     int32_t ubatch;                /* tokens per pass (requester's micro-batch) */
     uint64_t seed;
@@ -226,7 +228,8 @@ typedef struct cs_result {
     double recovery_ms_mean, recovery_ms_max; /* failure -> next token, affected requesters */
     int32_t affected;                         /* requesters whose call failed */
     double restored_ms;                       /* spare serving (from the failure); < 0: never */
-    double *timeline;                         /* tokens per bucket (n_timeline), owned */
+    double first_after_fail_ms; /* the cell's first token after the failure; < 0: none */
+    double *timeline;           /* tokens per bucket (n_timeline), owned */
     int32_t n_timeline;
     double bucket_ms;
     double sim_events;

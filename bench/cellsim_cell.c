@@ -269,6 +269,7 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
     S->fail_node = -1;
     S->rng = cfg->work.seed ? cfg->work.seed : 1;
     out->restored_ms = -1;
+    out->first_after_fail_ms = -1;
     out->fail_at_ms = cfg->failure.at_ms;
     const cs_workload *w = &cfg->work;
     int rc = -1;
@@ -426,7 +427,8 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
     }
     out->user_tps = S->n_tps ? S->tps_sum / S->n_tps : 0;
     out->ttft_ms = S->n_ttft ? S->ttft_sum / S->n_ttft : 0;
-    out->recovery_ms_mean = S->n_rec ? S->rec_sum / S->n_rec : 0;
+    out->recovery_ms_mean = S->n_rec ? S->rec_sum / S->n_rec : -1;
+    if (!S->n_rec) out->recovery_ms_max = -1; /* nobody hit recovered within its request */
     out->step_ms_mean = S->steps ? S->step_ms_sum / S->steps : 0;
     out->batch_mean = S->steps ? S->step_tok_sum / S->steps : 0;
     out->cpu_used = S->t_last > 0 ? S->cpu_work / S->t_last : 0;
@@ -462,6 +464,7 @@ void cs_config_defaults(cs_config *c) {
                             .duration_ms = 3600e3,
                             .warmup_ms = 600e3,
                             .ubatch = 512,
+                            .retry_after_ms = 10000,
                             .seed = 1};
     c->compute.threads = 1;
     c->replicas = 2;

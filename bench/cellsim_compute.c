@@ -175,6 +175,9 @@ static int load_points(json_t *root, const char *key, bool prefill, cs_time_kind
             macs +=
                 n * (lc.attn_macs + (lc.expert_bytes > 0 ? s->n_expert_used * lc.expert_macs : 0));
         }
+        /* CPU time over the threads: the step's time on a machine of its own if it keeps
+         * every thread busy (exact for one thread) */
+        if (which == CS_TIME_CPU) ms /= c->threads;
         c->points[c->n_points++] = (cs_point){n, macs / s->n_layer, bytes, ms, prefill};
         if (!prefill && s->n_expert > 0 && c->n_touch < CS_MAX_POINTS && n > 1) {
             int k = c->n_touch++;
@@ -237,11 +240,8 @@ int cs_calibration_load(const char *path, cs_time_kind which, cs_calibration *c,
     }
     s->n_dense = s->n_layer - n_moe;
     c->threads = threads;
-    if (which == CS_TIME_CPU && threads != 1) {
-        mt_error_set(err,
-                     "%s: measured with %d threads; CPU times mean a compute time only for"
-                     " one thread (use the wall times, or calibrate with -t 1)",
-                     path, threads);
+    if (which == CS_TIME_CPU && threads < 1) {
+        mt_error_set(err, "%s: \"threads\" must be at least 1", path);
         goto done;
     }
     if (load_points(root, "decode", false, which, c, path, err) ||

@@ -37,15 +37,21 @@ void cs_print_timeline(FILE *f, const cs_result *r, double from_ms, double to_ms
     if (!r->timeline || r->n_timeline == 0) return;
     int b0 = (int)fmax(0, floor(from_ms / r->bucket_ms));
     int b1 = (int)fmin(r->n_timeline, ceil(to_ms / r->bucket_ms));
-    fprintf(f, "timeline (tokens/s per %.0f s; the failure at %.0f s)\n", r->bucket_ms / 1e3,
-            r->fail_at_ms / 1e3);
+    const double per_s = r->bucket_ms / 1e3;
+    double top = 0;
+    for (int b = b0; b < b1; b++) top = fmax(top, r->timeline[b] / per_s);
+    fprintf(f, "timeline tokens/s in each %.0f s (the failure at %.0f s; # = %.3g tok/s)\n", per_s,
+            r->fail_at_ms / 1e3, top > 0 ? top / 50 : 0);
     for (int b = b0; b < b1; b++) {
-        double t = b * r->bucket_ms / 1e3, v = r->timeline[b] / (r->bucket_ms / 1e3);
-        int bar = (int)fmin(60, v * 60 / fmax(1e-9, r->agg_tps * 2));
-        fprintf(f, "  %8.0f s %8.2f |%.*s%s\n", t, v, bar,
-                "############################################################",
-                r->fail_at_ms >= b * r->bucket_ms && r->fail_at_ms < (b + 1) * r->bucket_ms
-                    ? "  <- failure"
-                    : "");
+        double v = r->timeline[b] / per_s;
+        int bar = top > 0 ? (int)lround(v * 50 / top) : 0;
+        bool failed_here =
+            r->fail_at_ms >= b * r->bucket_ms && r->fail_at_ms < (b + 1) * r->bucket_ms;
+        bool restored_here = r->restored_ms >= 0 &&
+                             r->fail_at_ms + r->restored_ms >= b * r->bucket_ms &&
+                             r->fail_at_ms + r->restored_ms < (b + 1) * r->bucket_ms;
+        fprintf(f, "  %8.0f s %8.2f |%.*s%s%s\n", b * per_s, v, bar,
+                "##################################################",
+                failed_here ? "  <- failure" : "", restored_here ? "  <- spare serving" : "");
     }
 }

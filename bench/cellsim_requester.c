@@ -79,6 +79,8 @@ static void user_token(sim *S, int u) {
             if (rec > R->recovery_ms_max) R->recovery_ms_max = rec;
         }
     }
+    if (S->cfg->failure.at_ms >= 0 && S->now >= S->cfg->failure.at_ms && R->first_after_fail_ms < 0)
+        R->first_after_fail_ms = S->now - S->cfg->failure.at_ms;
     U->generated++;
     if (U->generated == 1) U->t_first = S->now;
     U->t_last = S->now;
@@ -173,7 +175,7 @@ static void user_failover(sim *S, int u, int failed_node) {
         U->have_session = false;
         U->phase = U_SLEEP;
         U->then = -1;
-        sim_push(S, S->now + f->retry_ms + S->cfg->work.think_ms, EV_USER, u, 0);
+        sim_push(S, S->now + S->cfg->work.retry_after_ms, EV_USER, u, 0);
         return;
     }
     if (failed_node >= 0 && U->n_avoid < 256) U->avoid[U->n_avoid++] = S->nodes[failed_node].id;
@@ -292,7 +294,7 @@ void cs_user_on_event(sim *S, int u, int64_t b) {
         S->res->requests_failed++;
         U->phase = U_SLEEP;
         U->then = -1;
-        sim_push(S, S->now + S->cfg->failure.retry_ms + w->think_ms, EV_USER, u, 0);
+        sim_push(S, S->now + w->retry_after_ms, EV_USER, u, 0);
         return;
     }
     U->have_route = true;
