@@ -30,6 +30,14 @@ int cmd_setup(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
 
+/* `moontail bench --layer-times` (bench_layers.c): per-layer time of batched
+ * decode steps for the batch sizes in `batches` ("1,2,4"), prefill steps for
+ * `prefills`, sessions holding ctx positions, runs timed steps each. Returns
+ * the exit status. */
+struct mt_model;
+int bench_layer_times(const struct mt_model *m, const char *model_path, int threads,
+                      const char *batches, const char *prefills, int32_t ctx, int runs, bool json);
+
 /* One command-line option: a flag (bool), a string, a whole number in
  * [lo, hi] (int64_t) or a finite number (float). */
 typedef enum cli_opt_kind { CLI_FLAG, CLI_STRING, CLI_INT, CLI_FLOAT } cli_opt_kind;

@@ -38,7 +38,14 @@ static const char usage[] =
     "  --ubatch N      prompt micro-batch (default: the whole prompt)\n"
     "  --stream-mib N  STREAM array size in MiB (default 512; 0 = skip the triad)\n"
     "  --stream-only   measure the memory bandwidth only (no model)\n"
-    "  --json          one JSON object instead of the table\n";
+    "  --json          one JSON object instead of the table\n"
+    "\n"
+    "  --layer-times   per-layer time of decode steps of B sessions computed together, as a\n"
+    "                  node batches them (bench/cellsim's input, docs/cellsim.md); then -p is\n"
+    "                  the context each session holds and -r the timed steps per size\n"
+    "  --batches LIST  batch sizes for --layer-times (default 1,2,4,8,16,32,64)\n"
+    "  --prefills LIST prefill sizes (one session, consecutive positions) for --layer-times\n"
+    "                  (default none)\n";
 
 typedef struct bench_run {
     double prefill_s, decode_s;
@@ -136,7 +143,8 @@ static int bench_stream_only(int threads, int64_t mib, bool json) {
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     int64_t threads = 0, n_prompt = 128, n_gen = 32, runs = 3, ubatch = 0, stream_mib = 512;
-    bool json = false, stream_only = false;
+    bool json = false, stream_only = false, layer_times = false;
+    const char *batches = "1,2,4,8,16,32,64", *prefills = "";
     const cli_opt opts[] = {
         {"-m", CLI_STRING, &model_path, 0, 0},
         {"-t", CLI_INT, &threads, 1, 1024},
@@ -147,6 +155,9 @@ int cmd_bench(int argc, char **argv) {
         {"--stream-mib", CLI_INT, &stream_mib, 0, 1 << 20},
         {"--json", CLI_FLAG, &json, 0, 0},
         {"--stream-only", CLI_FLAG, &stream_only, 0, 0},
+        {"--layer-times", CLI_FLAG, &layer_times, 0, 0},
+        {"--batches", CLI_STRING, &batches, 0, 0},
+        {"--prefills", CLI_STRING, &prefills, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("bench", argc, argv, opts, usage);
@@ -164,6 +175,12 @@ int cmd_bench(int argc, char **argv) {
                 m->gguf->path);
         mt_model_free(m);
         return 1;
+    }
+    if (layer_times) {
+        int lrc = bench_layer_times(m, model_path, (int)threads, batches, prefills,
+                                    (int32_t)n_prompt, (int)runs, json);
+        mt_model_free(m);
+        return lrc;
     }
     int rc = 1;
     bench_run *r = calloc((size_t)runs, sizeof *r);

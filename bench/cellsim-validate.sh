@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# cellsim-validate.sh - checks bench/cellsim against a real pipeline of
+# `moontail node` processes, each in its own network namespace (a bridge and
+# veth pairs this script creates, tests/lib/netns.bash), on this machine.
+#
+# The model is synthetic, deepseek2 in Q4_K (8 layers, n_embd 2048, MLA with
+# 16 heads, 32 experts of 1024, 8 used, 1 shared), split into pipelines of 4
+# and 8 stages (`moontail split --plan cell:N`), stage k on host k+1, each node
+# with one compute thread. For every round (ROUNDS, default 3):
+#   1. the data plane's cost per stage round trip through these namespaces
+#      (bench_dataplane on a model of the same width whose layers cost almost
+#      nothing, 4 stages on hosts 1-4, requests in turn);
+#   2. for each pipeline and C = 1, 2, 4, 8 requesters at once: the layer
+#      times of the model (`moontail bench --layer-times -t 1`: decode steps
+#      of 1..8 sessions, prefills of 32 and 128 tokens, as CPU time: what a
+#      step costs when it has a core), then the measurement (build/cellsim_load:
+#      one route per requester, a prompt of PROMPT tokens, then GEN tokens in
+#      all), which also measures the CPU capacity the rest of the machine left
+#      the experiment meanwhile (CPU time its processes received per second
+#      while one of them was runnable), then the layer times again;
+#   3. the prediction: cellsim with the calibrations just before and after,
+#      the same pipeline and protocol, every node and requester sharing one
+#      machine (--shared-host) whose CPUs are that capacity.
+# Then it prints measured against predicted (per round and as medians) with
+# the error in percent. This machine is shared with other work, which changes
+# every figure from one minute to the next: that is why the calibration is CPU
+# time (what a step costs when it has a core) and the CPU capacity left to the
+# experiment is measured during each run. What the comparison then checks is
+# the model of the cell itself: compute per step and batch, messages, the
+# pipeline's timing, how nodes share the CPUs they have.
+#
+#   sudo bench/cellsim-validate.sh          (after: cmake --build build)
+# Root only; without namespaces it prints "SKIP: ..." and exits 0. Builds
+# nothing: uses $MT_BUILD (default build/). Traffic stays inside the
+# namespaces it creates (10.234.X.0/24); every process and namespace is
+# removed on exit, also on failure or ^C. Environment: ROUNDS (3), STAGES
+# ("4 8"), USERS ("1 2 4 8"), PROMPT (32), GEN (32), KEEP=DIR (keep the
+# measurements, calibrations and predictions there).
+set -u
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${MT_BUILD:-$SRC/build}
+for b in moontail cellsim cellsim_load bench_dataplane; do
+    [ -x "$BUILD/$b" ] || {
+        echo "bench/cellsim-validate.sh: $BUILD/$b is missing; build first (cmake --build build)" >&2
+        exit 1
+    }
+done
+export MT_BIN=$BUILD/moontail
+. "$SRC/tests/lib/harness.bash"
+NETNS_PREFIX="mtcs$$"
+NETNS_NET=10.234
+. "$SRC/tests/lib/netns.bash"
+extra_cleanup() {
+    netns_cleanup
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$tmp"/*.json "$tmp"/*.jsonl "$KEEP"/ 2>/dev/null; fi
+}
+trap 'exit 1' INT TERM HUP
+t_start=$SECONDS
+ROUNDS=${ROUNDS:-3}
+STAGES=${STAGES:-"4 8"}
+USERS=${USERS:-"1 2 4 8"}
+PROMPT=${PROMPT:-32}
+GEN=${GEN:-32}
+CORES=$(nproc)
+T="timeout 300"
+
+die() {
+    echo "bench/cellsim-validate.sh: $*" >&2
+    exit 1
+}
+# interruptible CMD...: CMD in the background, waited for, so that ^C ends it at once
+interruptible() {
+    "$@" &
+    pids+=("$!")
+    wait "$!"
+}
+
+max_stages=0
+for n in $STAGES; do [ "$n" -gt "$max_stages" ] && max_stages=$n; done
+if ! netns_setup "$max_stages"; then
+    echo "SKIP: network namespaces not available ($why)"
+    exit 0
+fi
+echo "netns: requesters in $R, stage hosts ${N[*]} (${IP[*]})"
+
+# ---- models, shards, keys
+$T "$BIN" mkmodel -o "$tmp/v.gguf" --arch deepseek2 --type q4_k --layers 8 --embd 2048 \
+    --heads 16 --q-lora 512 --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts 32 \
+    --experts-used 8 --ff-exp 1024 --shared-experts 1 --dense-layers 0 --groups 1 \
+    --groups-used 1 --seed 7 || die "mkmodel"
+# the transport probe: the same width, layers that cost almost nothing (as bench_dataplane's)
+$T "$BIN" mkmodel -o "$tmp/p.gguf" --arch llama --dense --type q8_0 --layers 4 --embd 2048 \
+    --heads 2 --heads-kv 1 --head-dim 64 --ff 64 --seed 11 || die "mkmodel probe"
+for n in $STAGES; do
+    $T "$BIN" split "$tmp/v.gguf" --plan "cell:$n" -o "$tmp/v$n" >/dev/null || die "split cell:$n"
+done
+$T "$BIN" split "$tmp/p.gguf" --plan cell:4 -o "$tmp/p4" >/dev/null || die "split probe"
+req=$($T "$BIN" keygen -o "$tmp/req.key") || die "keygen"
+nodekey=$($T "$BIN" keygen -o "$tmp/node.key") || die "keygen"
+printf '%s requester\n' "$req" >"$tmp/auth"
+
+OURS="" # the nodes' process ids: their threads are not "other programs"
+node_on() { # NAME HOST SHARD: a node in host HOST's namespace (sets ADDR)
+    bg "$1" "${N[$2]}" "$BIN" node --listen "${IP[$2]}:0" --threads 1 --ctx 512 --quiet \
+        --key "$tmp/node.key" --authorized "$tmp/auth" --shard "$3" || die "node $1 did not start"
+    OURS="$OURS${OURS:+,}$PID"
+}
+route() { # FILE HEAD ADDR...
+    local f=$1 head=$2 sep="" peers=""
+    shift 2
+    for a in "$@"; do
+        peers="$peers$sep{\"addr\": \"$a\", \"key\": \"$nodekey\"}"
+        sep=", "
+    done
+    echo "{\"head\": \"$head\", \"key\": \"$tmp/req.key\", \"stages\": [$peers]}" >"$f"
+}
+# layers per stage, from the split's manifest: "2,2,2,2"
+stage_layers() {
+    json "console.log(o.shards.filter(s => s.role == 'stage').map(s => s.layers[1] - s.layers[0]).join(','))" \
+        <"$1"/*-manifest.json
+}
+declare -A LAYERS
+for n in $STAGES; do
+    addrs=()
+    for k in $(seq 0 $((n - 1))); do
+        node_on "v$n-$k" $((k + 1)) "$tmp/v$n/v-stage-$k.gguf"
+        addrs+=("$ADDR")
+    done
+    route "$tmp/v$n.json" "$tmp/v$n/v-head-0.gguf" "${addrs[@]}"
+    LAYERS[$n]=$(stage_layers "$tmp/v$n")
+done
+addrs=()
+for k in 0 1 2 3; do
+    node_on "p-$k" $((k + 1)) "$tmp/p4/p-stage-$k.gguf"
+    addrs+=("$ADDR")
+done
+route "$tmp/p4.json" "$tmp/p4/p-head-0.gguf" "${addrs[@]}"
+echo "nodes up ($((SECONDS - t_start)) s); $CORES CPUs shared by every node and requester;" \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---- rounds: calibrate, measure, predict
+# calibrate I: the layer times of the model, one thread, into cal$I.json
+calibrate() {
+    interruptible $T "$BIN" bench -m "$tmp/v.gguf" --layer-times -t 1 --batches 1,2,3,4,6,8 \
+        --prefills 32,128 -p "$PROMPT" -r 3 --json >"$tmp/cal$1.json" || die "calibration"
+}
+# the data plane's cost per message through these namespaces (half a stage round trip)
+probe() {
+    interruptible inns "$R" $T "$BUILD/bench_dataplane" --model "$tmp/p.gguf" --route "ns=$tmp/p4.json" \
+        --tokens 64 --rounds 1 --conc-tokens 4 --no-chain >"$tmp/probe.txt" || die "transport probe"
+    # "4 stages, f32, turn   inproc | ms/tok x loc us/trip | bytes": the us per stage round trip
+    local trip
+    trip=$(awk -F'|' '/^4 stages, f32, turn/ {split($2, a, " "); print a[3]}' "$tmp/probe.txt")
+    [ -n "$trip" ] || die "no '4 stages, f32, turn' row in the probe's output: $(cat "$tmp/probe.txt")"
+    awk -v t="$trip" 'BEGIN {printf "%.1f", t / 2}'
+}
+: >"$tmp/measured.jsonl"
+: >"$tmp/predicted.jsonl"
+i=0
+for r in $(seq 1 "$ROUNDS"); do
+    overhead=$(probe)
+    echo "== round $r of $ROUNDS: data plane ${overhead} us per message (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+    runs=()
+    calibrate $i
+    for n in $STAGES; do
+        for c in $USERS; do
+            interruptible inns "$R" $T "$BUILD/cellsim_load" --route "$tmp/v$n.json" --users "$c" \
+                --prompt "$PROMPT" --gen "$GEN" --ours "$OURS" --json >"$tmp/m.json" ||
+                die "cellsim_load $n stages, $c users"
+            calibrate $((i + 1))
+            capacity=$(json 'console.log(o.cpu_capacity.toFixed(3))' <"$tmp/m.json")
+            # predicted with the calibrations just before and just after the measurement
+            $T "$BUILD/cellsim" --calib "$tmp/cal$i.json" --calib "$tmp/cal$((i + 1)).json" \
+                --calib-time cpu --model calib --stages "${LAYERS[$n]}" --shared-host \
+                --cores "$CORES" --cpu-share "$capacity" --threads 1 --burst --users "$c" \
+                --prompt "$PROMPT" --gen "$GEN" --overhead-us "$overhead" --latency-us 0 \
+                --gbps 10 --json >"$tmp/p.json" || die "cellsim"
+            json "o.round = $r; console.log(JSON.stringify(o))" <"$tmp/m.json" >>"$tmp/measured.jsonl"
+            json "const x = o.runs[0]; console.log(JSON.stringify({round: $r, stages: $n, users: $c,
+                agg_tps: x.agg_tps, user_tps: x.user_tps, capacity: $capacity}))" \
+                <"$tmp/p.json" >>"$tmp/predicted.jsonl"
+            echo "$n stages, $c users: measured $(json 'console.log(o.agg_tps.toFixed(2))' <"$tmp/m.json")" \
+                "tok/s, predicted $(json 'console.log(o.runs[0].agg_tps.toFixed(2))' <"$tmp/p.json")" \
+                "(CPU capacity left to the experiment $capacity of $CORES;" \
+                "CPUs used $(json 'console.log(o.cpu_used.toFixed(2))' <"$tmp/m.json"), simulated" \
+                "$(json 'console.log(o.runs[0].cpu_used.toFixed(2))' <"$tmp/p.json");" \
+                "layer CPU time at 1 session" \
+                "$(json 'console.log(o.decode[0].cpu_ms_per_layer.toFixed(2))' <"$tmp/cal$i.json") /" \
+                "$(json 'console.log(o.decode[0].cpu_ms_per_layer.toFixed(2))' <"$tmp/cal$((i + 1)).json")" \
+                "ms before / after)"
+            i=$((i + 1))
+        done
+    done
+done
+
+# ---- the comparison
+echo
+echo "== measured (cellsim_load) against predicted (cellsim), prompt $PROMPT, $GEN tokens each"
+node -e '
+const fs = require("fs");
+const rd = f => fs.readFileSync(f, "utf8").trim().split("\n").filter(Boolean).map(JSON.parse);
+const m = rd(process.argv[1]), p = rd(process.argv[2]);
+const med = v => { const s = [...v].sort((a, b) => a - b), n = s.length;
+    return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
+const pct = (pr, me) => (100 * (pr - me) / me);
+const fmt = (v, d = 2) => v.toFixed(d);
+const rng = v => fmt(Math.min(...v)) + "-" + fmt(Math.max(...v));
+const keys = [...new Set(m.map(x => x.stages + ":" + x.users))];
+console.log("stages users | aggregate tok/s: measured (range)  predicted (range)  error | per user tok/s: measured (range)  predicted (range)  error | per-round errors agg / user");
+let worst = 0;
+for (const k of keys) {
+    const [n, c] = k.split(":").map(Number);
+    const ms = m.filter(x => x.stages == n && x.users == c), ps = p.filter(x => x.stages == n && x.users == c);
+    const ea = [], eu = [];
+    for (const x of ms) { const y = ps.find(q => q.round == x.round);
+        if (y) { ea.push(pct(y.agg_tps, x.agg_tps)); eu.push(pct(y.user_tps, x.user_tps)); } }
+    const ma = med(ms.map(x => x.agg_tps)), pa = med(ps.map(x => x.agg_tps));
+    const mu = med(ms.map(x => x.user_tps)), pu = med(ps.map(x => x.user_tps));
+    worst = Math.max(worst, Math.abs(pct(pa, ma)), Math.abs(pct(pu, mu)));
+    console.log(String(n).padStart(6) + String(c).padStart(6) + " | " +
+        fmt(ma).padStart(8) + " (" + rng(ms.map(x => x.agg_tps)) + ") " + fmt(pa).padStart(8) + " (" +
+        rng(ps.map(x => x.agg_tps)) + ") " + (pct(pa, ma) >= 0 ? "+" : "") + fmt(pct(pa, ma), 1) + "% | " +
+        fmt(mu).padStart(8) + " (" + rng(ms.map(x => x.user_tps)) + ") " + fmt(pu).padStart(8) + " (" +
+        rng(ps.map(x => x.user_tps)) + ") " + (pct(pu, mu) >= 0 ? "+" : "") + fmt(pct(pu, mu), 1) + "% | " +
+        ea.map(e => fmt(e, 0)).join(",") + " / " + eu.map(e => fmt(e, 0)).join(","));
+}
+console.log("largest error of the medians: " + fmt(worst, 1) + "% (goal: within 20%)");
+' "$tmp/measured.jsonl" "$tmp/predicted.jsonl"
+echo "total $((SECONDS - t_start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,249 @@
+/* cellsim.h - bench/cellsim: a discrete-event simulation of a MoonTail cell
+ * (docs/cellsim.md): machines holding pipeline stages as the registry places
+ * them (src/control/placement_cell.c), requesters calling each stage in turn
+ * (route.c's default mode), nodes batching whatever tokens wait into one step
+ * (node_worker.c), stage groups calling their partners per MoE layer, a LAN,
+ * and a node failure with the requester's failover (requester.c) and the
+ * registry's spare.
+ *
+ * Files: cellsim_events.c (the event queue), cellsim_compute.c (layer shapes,
+ * bytes, MACs, the compute-time model and its calibration from `moontail
+ * bench --layer-times`), cellsim_cell.c (the simulation), cellsim_report.c
+ * (tables and JSON), cellsim.c (the command). Times are in milliseconds. */
+#ifndef MOONTAIL_BENCH_CELLSIM_H
+#define MOONTAIL_BENCH_CELLSIM_H
+
+#include "moontail/error.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- event queue (cellsim_events.c) ----------------------------------------------- */
+
+/* An event: at time t, of a kind, about object a (and b: a version, a call
+ * number, a message index). Equal times pop in the order they were pushed. */
+typedef struct cs_event {
+    double t;
+    uint64_t seq;
+    int32_t kind;
+    int32_t a;
+    int64_t b;
+} cs_event;
+
+typedef struct cs_queue {
+    cs_event *v; /* binary min-heap on (t, seq) */
+    int64_t n, cap;
+    uint64_t next_seq;
+} cs_queue;
+
+int cs_queue_push(cs_queue *q, double t, int32_t kind, int32_t a, int64_t b);
+bool cs_queue_pop(cs_queue *q, cs_event *out);
+void cs_queue_free(cs_queue *q);
+
+/* ---- model shape, bytes and MACs (cellsim_compute.c) ------------------------------- */
+
+/* A deepseek2-style model (MLA attention, routed + shared experts), the shape
+ * `moontail mkmodel --arch deepseek2` writes. Matrices are of `type` when
+ * their rows are a whole number of its blocks, else Q8_0, else F32 (as the
+ * synthetic writer and llama.cpp's quantizer do); routers and norms are F32. */
+typedef struct cs_shape {
+    int32_t n_layer, n_dense; /* layers, of which the first n_dense have a dense FFN */
+    int32_t n_embd, n_vocab;
+    int32_t n_head, q_lora, kv_lora, qk_nope, qk_rope, v_dim;
+    int32_t n_ff; /* dense FFN width */
+    int32_t n_expert, n_expert_used, n_expert_shared, n_ff_exp;
+    int type; /* mt_type of the matrices */
+} cs_shape;
+
+/* Per layer: bytes held and read, and multiply-adds per token. */
+typedef struct cs_layer_cost {
+    double attn_bytes;   /* non-expert part: norms, attention, router, shared expert or dense FFN */
+    double expert_bytes; /* one routed expert (0: dense layer) */
+    double attn_macs;    /* per token, non-expert part */
+    double expert_macs;  /* per token per routed expert */
+} cs_layer_cost;
+
+cs_layer_cost cs_layer_cost_of(const cs_shape *s, int32_t layer);
+double cs_head_bytes(const cs_shape *s);
+double cs_head_macs(const cs_shape *s);
+double cs_model_bytes(const cs_shape *s);
+
+/* ---- compute time (cellsim_compute.c) --------------------------------------------- */
+
+enum { CS_MAX_POINTS = 64 };
+
+/* One measured step: a layer computing n tokens, reading `bytes` of weights
+ * with `macs` multiply-adds in all, in ms. */
+typedef struct cs_point {
+    double n_tok, macs, bytes, ms;
+    bool prefill;
+} cs_point;
+
+/* Time of one compute call (a layer's step, or a partner's experts):
+ *   ms = c0_ms + ms_per_gmac * macs / 1e9 + ms_per_gb * bytes / 1e9
+ * fitted to `moontail bench --layer-times` points. Which experts a batch of
+ * n tokens touches: the measured fraction of a layer's experts at each batch
+ * size when touch_measured (the calibration model itself), else the uniform
+ * expectation 1 - (1 - k/E)^n. */
+typedef struct cs_compute {
+    double c0_ms, ms_per_gmac, ms_per_gb;
+    int threads; /* compute threads the figures were measured with */
+    bool touch_measured;
+    int n_touch;
+    double touch_n[CS_MAX_POINTS], touch_frac[CS_MAX_POINTS]; /* ascending n */
+    double head_ms;                                           /* measured head, or 0: modelled */
+    /* the fit's quality over its points (relative error) */
+    double fit_rms_rel, fit_max_rel;
+    int n_fit_points;
+} cs_compute;
+
+/* A calibration file: `moontail bench --layer-times --json` output. Fills
+ * shape (the calibrated model's), its points, head_ms and, when touch is
+ * non-NULL, the measured touched-expert fractions. */
+typedef struct cs_calibration {
+    cs_shape shape;
+    double attn_bytes, expert_bytes; /* as the bench read them from the file */
+    int threads;
+    int n_points;
+    cs_point points[CS_MAX_POINTS];
+    double touch_n[CS_MAX_POINTS], touch_frac[CS_MAX_POINTS];
+    int n_touch;
+    double head_ms;
+} cs_calibration;
+
+/* Which of the bench's times a point takes: the median wall time of its steps, the
+ * fastest step (the least disturbed by other work), or the process's CPU time divided by
+ * its threads (what the step takes on a machine of its own when it keeps every thread
+ * busy: exact for one thread, a lower bound for more). */
+typedef enum cs_time_kind { CS_TIME_WALL, CS_TIME_MIN, CS_TIME_CPU } cs_time_kind;
+
+int cs_calibration_load(const char *path, cs_time_kind which, cs_calibration *out, mt_error *err);
+/* Fits c0, ms/GMAC and ms/GB over the points of n calibrations (weighted by
+ * 1/ms^2: relative errors). Coefficients are kept non-negative. */
+int cs_compute_fit(const cs_calibration *cal, int n, cs_compute *out, mt_error *err);
+
+/* Expected distinct experts of a layer's n_expert that n tokens touch. */
+double cs_touched_fraction(const cs_compute *c, const cs_shape *s, double n_tok);
+/* ms for one compute call. */
+double cs_compute_ms(const cs_compute *c, double macs, double bytes);
+/* ms of layer l for n tokens on a node holding experts [0, held) of it
+ * (held = n_expert: the whole layer); attention says whether it runs the
+ * non-expert part too. */
+double cs_layer_ms(const cs_compute *c, const cs_shape *s, int32_t l, double n_tok, int32_t held,
+                   bool attention);
+
+/* ---- the cell (cellsim_cell.c) ------------------------------------------------------ */
+
+/* The network between machines (each machine has one full-duplex link to a
+ * non-blocking switch). A message of B bytes from x to y takes
+ *   overhead_us + B / bandwidth (x's sending side and y's receiving side are
+ *   each busy for that long, first come first served) + latency_us. */
+typedef struct cs_lan {
+    double latency_us;  /* one way: wire and switch */
+    double gbps;        /* each link, each direction */
+    double overhead_us; /* per message: the data plane's own cost (encryption, system calls,
+                           thread hand-offs and wake-ups) measured end to end */
+    double connect_ms;  /* opening a data-plane connection (TCP, handshake, INFO) */
+    double registry_ms; /* one HTTP call to the registry */
+    int wire_bytes;     /* bytes per hidden-state element: 4 (f32) or 2 (bf16) */
+} cs_lan;
+
+typedef struct cs_failure {
+    double at_ms; /* < 0: no failure */
+    int64_t node; /* node id; 0: the stage holding the middle layer of pipeline 0; -1: the
+                     stage holding the middle layer on requester 0's route */
+    bool silent;  /* a cut link or a machine switched off (replies time out, connects time
+                     out) instead of a killed process (connections reset at once) */
+    double dead_after_ms, heartbeat_ms;                               /* registry */
+    double call_timeout_ms, connect_timeout_ms, retry_ms, give_up_ms; /* requester */
+    double fetch_gbps; /* a spare fetching the lost shard from its peers */
+    double load_ms;    /* then opening it and starting its server */
+} cs_failure;
+
+typedef struct cs_workload {
+    int32_t users;          /* concurrent requesters */
+    int32_t prompt, gen;    /* tokens per request */
+    bool burst;             /* every user starts one request at 0 (the validation's protocol);
+                               else each repeats requests until duration_ms, starting at a random
+                               time within the first request */
+    bool route_per_request; /* a new route per request (`moontail prompt` per request); else
+                               one route per user, kept across its requests (shell, serve) */
+    double think_ms;        /* between a user's requests */
+    double retry_after_ms;  /* after a request failed (no working route), before the next */
+    double duration_ms, warmup_ms; /* steady mode: run length; tokens before warmup not counted */
+    int32_t ubatch;                /* tokens per pass (requester's micro-batch) */
+    uint64_t seed;
+} cs_workload;
+
+enum { CS_MAX_STAGES = 1024 };
+
+typedef struct cs_config {
+    cs_shape shape;
+    cs_compute compute;
+    cs_lan lan;
+    cs_failure failure;
+    cs_workload work;
+    /* topology: machines placed by the registry's placement, or (n_stages > 0) one pipeline
+     * of n_stages nodes with stage_layers[i] layers each */
+    int32_t machines;
+    double capacity_bytes; /* what each machine offers for shards */
+    int32_t replicas, spares, max_group;
+    int32_t n_stages;
+    int32_t stage_layers[CS_MAX_STAGES];
+    /* CPUs: every machine its own (threads cores used by a node), or all nodes and requesters on
+     * one machine with `cores` CPUs shared evenly among the threads that want them */
+    bool shared_host;
+    double cores;
+    /* shared host: the CPUs it gives 1, 2, ... n_share runnable threads of ours (the last for
+     * more; one value: that many whatever the threads), when other programs use the rest
+     * (measured: cellsim_load's cpu_capacity); none: cores */
+    double share[16];
+    int32_t n_share;
+    int32_t max_sessions, max_batch_tokens; /* node limits (node.h defaults 64, 4096) */
+    double timeline_bucket_ms;              /* tokens per bucket in the timeline */
+} cs_config;
+
+/* Defaults: node and requester defaults of the code (max_sessions 64, ubatch 512, call timeout
+ * 30 s, connect timeout 5 s, retries 250 ms for up to 20 s), registry defaults (heartbeat 1 s,
+ * dead after 5 s), 2 replicas, 1 spare, groups of up to 8, 1 GbE with 50 us latency. */
+void cs_config_defaults(cs_config *c);
+
+typedef struct cs_result {
+    /* topology */
+    int32_t pipelines, nodes_used, spares, groups, partners;
+    int32_t stages_min, stages_max; /* stage groups per pipeline */
+    char topology[512];             /* one line describing it */
+    /* throughput */
+    double agg_tps;                              /* decoded tokens/s over the measured window */
+    double user_tps, user_tps_min, user_tps_max; /* per request: decode tokens/s (mean, range) */
+    double ttft_ms;                              /* mean time to first token */
+    double step_ms_mean;                         /* mean stage step */
+    double batch_mean;                           /* mean tokens per stage step */
+    double cpu_used; /* compute done / time to the last token, in CPUs (all machines) */
+    int64_t tokens;  /* generated in the window */
+    int32_t requests_done, requests_failed, requests_short; /* short: fewer tokens than asked */
+    int64_t replays, failovers, evictions;
+    /* failure */
+    double fail_at_ms, detect_ms_max;         /* last affected requester's detection */
+    double recovery_ms_mean, recovery_ms_max; /* failure -> next token, affected requesters */
+    int32_t affected;                         /* requesters whose call failed */
+    double restored_ms;                       /* spare serving (from the failure); < 0: never */
+    double first_after_fail_ms; /* the cell's first token after the failure; < 0: none */
+    double *timeline;           /* tokens per bucket (n_timeline), owned */
+    int32_t n_timeline;
+    double bucket_ms;
+    double sim_events;
+} cs_result;
+
+/* Runs one simulation. Fails (err) on an impossible configuration: a model the
+ * machines cannot hold, an unknown failure node. */
+int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err);
+void cs_result_free(cs_result *r);
+
+/* ---- reports (cellsim_report.c) ---------------------------------------------------- */
+
+#include <stdio.h>
+void cs_print_compute(FILE *f, const cs_compute *c, const cs_shape *s);
+void cs_print_timeline(FILE *f, const cs_result *r, double from_ms, double to_ms);
+
+#endif
