@@ -45,6 +45,7 @@ IMPAIR=${MT_BUILD:-build}/impair_link
 NETNS_NET=10.236
 NETNS_PREFIX=mtft$$
 . "$(dirname "$0")/lib/netns.bash"
+. "$(dirname "$0")/lib/long_prompt.bash"
 TMPFS=""
 extra_cleanup() {
     netns_cleanup # first: pc7 keeps files open on the tmpfs
@@ -130,25 +131,6 @@ P=(prompt --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/req.key" 
 timeout 60 "${RQ[@]}" "$BIN" "${P[@]}" -p "$PROMPT" -n $NSHORT --temp 0 --json >"$tmp/p1.json" 2>"$tmp/p1.err"
 [ "$(tokens <"$tmp/p1.json" 2>/dev/null)" = "$ref" ] && ok || bad "first prompt: $(cat "$tmp/p1.err")"
 
-# long_prompt NAME: a long greedy generation from the requester's namespace in the
-# background (PPID_); waits until it has a route and prints text; sets ROUTE, FIRST, LAST
-long_prompt() {
-    local name=$1
-    timeout 120 "${RQ[@]}" "$BIN" "${P[@]}" -p "$PROMPT" -n $NLONG --temp 0 --ignore-eos \
-        >"$tmp/$name.txt" 2>"$tmp/$name.err" &
-    PPID_=$!
-    pids+=("$PPID_")
-    ROUTE=""
-    for _ in $(seq 1 500); do
-        ROUTE=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
-        [ -n "$ROUTE" ] && [ "$(stat -c %s "$tmp/$name.txt")" -gt 20 ] && break
-        kill -0 $PPID_ 2>/dev/null || break
-        sleep 0.02
-    done
-    FIRST=${ROUTE%%\[*}
-    LAST=${ROUTE##* }
-    LAST=${LAST%%\[*}
-}
 # finish_prompt NAME WHAT T: the generation NAME ended with the local text after a
 # failover; sets REC_MS = the failed call's time + the requester's recovery time
 # (the fault to the first token on the new route, within one token's time)
@@ -173,7 +155,7 @@ finish_prompt() {
 }
 
 # ---- 1. SIGSTOP of the route's first stage
-long_prompt stop
+long_prompt stop 120
 S=$(node_k "$FIRST")
 if [ -n "$S" ] && kill -0 $PPID_ 2>/dev/null; then
     kill -STOP "${NPID[S]}"
@@ -314,7 +296,7 @@ if [ -n "$TMPFS" ]; then
     wait_for "o.nodes.find(n => n.name == 'pc7').state == 'spare' && o.min_replicas_serving == 2" 30 && ok ||
         bad "pc7 did not join as a spare: $(status | head -c 1500)"
     D_ID=$(node_id 7)
-    long_prompt kill
+    long_prompt kill 120
     K=$(node_k "$FIRST")
     if [ -n "$K" ] && kill -0 $PPID_ 2>/dev/null; then
         { kill -9 "${NPID[K]}" && wait "${NPID[K]}"; } 2>/dev/null
@@ -345,7 +327,7 @@ fi
 
 # ---- 4. the registry killed mid-generation, a prompt while it is down, a restart
 before=$(assignments)
-long_prompt reg
+long_prompt reg 120
 { kill -9 "$REGPID" && wait "$REGPID"; } 2>/dev/null
 t_reg=$(now_ns)
 timeout 60 "${RQ[@]}" "$BIN" "${P[@]}" -p "$PROMPT" -n $NSHORT --temp 0 --json >"$tmp/down.json" 2>"$tmp/down.err"
@@ -380,7 +362,7 @@ after=$(assignments)
 fault_line registry "in-flight text same; $down_what; 3000 ms down; no shard moved; first prompt done $up_ms ms after the restart" "$gap"
 
 # ---- 5. a stage's link cut mid-generation
-long_prompt cut
+long_prompt cut 120
 C=$(node_k "$FIRST")
 if [ -n "$C" ] && kill -0 $PPID_ 2>/dev/null; then
     timeout 5 ip -n "${NS[C]}" link set eth0 down

@@ -34,6 +34,7 @@ RELAY="$(cd "$(dirname "$0")" && pwd)/lib/latency_relay.mjs"
 NETNS_NET=10.232
 NETNS_PREFIX=mtrg$$
 . "$(dirname "$0")/lib/netns.bash"
+. "$(dirname "$0")/lib/long_prompt.bash"
 extra_cleanup() { netns_cleanup; [ -n "${KEEPLOGS:-}" ] && cp -r "$tmp" "$KEEPLOGS"; }
 trap 'exit 1' INT TERM HUP
 t_start=$SECONDS
@@ -120,25 +121,6 @@ json "process.exit(/^10\.232\.\d+\.\d+:7411\[0,\d+\) .*:7411\[\d+,4\)$/.test(o.r
     <"$tmp/p1.json" && ok || bad "unexpected route: $(head -c 400 "$tmp/p1.json")"
 
 # ---- 3. failures during a generation
-# long_prompt NAME: a long greedy generation in the background (PPID_); waits
-# until it has a route and prints text; sets ROUTE, FIRST, LAST (addresses)
-long_prompt() {
-    local name=$1
-    timeout 90 "${RQ[@]}" "$BIN" "${P[@]}" -p "$PROMPT" -n $NLONG --temp 0 --ignore-eos \
-        >"$tmp/$name.txt" 2>"$tmp/$name.err" &
-    PPID_=$!
-    pids+=("$PPID_")
-    ROUTE=""
-    for _ in $(seq 1 500); do
-        ROUTE=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
-        [ -n "$ROUTE" ] && [ "$(stat -c %s "$tmp/$name.txt")" -gt 20 ] && break
-        kill -0 $PPID_ 2>/dev/null || break
-        sleep 0.02
-    done
-    FIRST=${ROUTE%%\[*}
-    LAST=${ROUTE##* }
-    LAST=${LAST%%\[*}
-}
 # after_failure NAME WHAT T: the generation NAME finished with the local text
 # and a failover; prints the recovery time (RECOVERY_MS)
 after_failure() {
