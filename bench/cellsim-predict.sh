@@ -107,13 +107,14 @@ for (const m of [...new Set(runs.map(r => r.m))]) {
     if (one.length) console.log("1 user: " + cell(one.map(r => r.user_tps)) + " tok/s, first token after " +
         f(med(one.map(r => r.ttft_ms / 1e3)), 0) + " s");
     for (const u of users) {
-        const x = rs.filter(r => r.users == u);
+        const x = rs.filter(r => r.users == u), measured = x.filter(r => r.user_requests > 0);
         console.log(String(u).padStart(4) + " users: aggregate " + cell(x.map(r => r.agg_tps)) +
-            " tok/s, per user " + cell(x.map(r => r.user_tps)) + ", evictions " +
+            " tok/s, per user " + (measured.length ? cell(measured.map(r => r.user_tps)) : "- (no request finished)") +
+            ", evictions " +
             f(med(x.map(r => r.evictions)), 0) + ", replays " + f(med(x.map(r => r.replays)), 0) +
             ", requests done " + f(med(x.map(r => r.requests_done)), 0));
     }
-    const s = v => v >= 0 ? f(v / 1e3, 0) + " s" : "never";
+    const s = v => v >= 0 ? f(v / 1e3, 0) + " s" : "never (none recovered within its request)";
     for (const x of fs)
         console.log("failure, " + x.users + " users, seed " + x.seed + ": " + x.affected +
             " requesters hit; failure -> their next token " + s(x.recovery_ms_mean) + " mean, " +

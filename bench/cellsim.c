@@ -134,20 +134,24 @@ static int parse_list(const char *opt, const char *v, int32_t *out, int max, int
 }
 
 static json_t *run_json(int32_t users, const cs_result *r) {
-    return json_pack(
-        "{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:i,s:i,s:i,s:f}", "users", users, "agg_tps",
-        r->agg_tps, "user_tps", r->user_tps, "user_tps_min", r->user_tps_min, "user_tps_max",
-        r->user_tps_max, "ttft_ms", r->ttft_ms, "batch_mean", r->batch_mean, "step_ms_mean",
-        r->step_ms_mean, "replays", (json_int_t)r->replays, "evictions", (json_int_t)r->evictions,
-        "failovers", (json_int_t)r->failovers, "requests_done", r->requests_done, "requests_failed",
-        r->requests_failed, "requests_short", r->requests_short, "cpu_used", r->cpu_used);
+    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:i,s:i,s:i,s:f,s:i}", "users",
+                     users, "agg_tps", r->agg_tps, "user_tps", r->user_tps, "user_tps_min",
+                     r->user_tps_min, "user_tps_max", r->user_tps_max, "ttft_ms", r->ttft_ms,
+                     "batch_mean", r->batch_mean, "step_ms_mean", r->step_ms_mean, "replays",
+                     (json_int_t)r->replays, "evictions", (json_int_t)r->evictions, "failovers",
+                     (json_int_t)r->failovers, "requests_done", r->requests_done, "requests_failed",
+                     r->requests_failed, "requests_short", r->requests_short, "cpu_used",
+                     r->cpu_used, "user_requests", r->user_requests);
 }
 
 static void print_row(int32_t users, const cs_result *r) {
-    printf("%6d %10.3f %10.3f (%.3f-%.3f) %9.1f %7.1f %9.1f %7lld %7lld %6lld %5d %5d\n", users,
-           r->agg_tps, r->user_tps, r->user_tps_min, r->user_tps_max, r->ttft_ms / 1e3,
-           r->batch_mean, r->step_ms_mean, (long long)r->replays, (long long)r->evictions,
-           (long long)r->failovers, r->requests_done, r->requests_failed);
+    char per_user[64] = "         - (no request measured)";
+    if (r->user_requests > 0)
+        snprintf(per_user, sizeof per_user, "%10.3f (%.3f-%.3f)", r->user_tps, r->user_tps_min,
+                 r->user_tps_max);
+    printf("%6d %10.3f %s %9.1f %7.1f %9.1f %7lld %7lld %6lld %5d %5d\n", users, r->agg_tps,
+           per_user, r->ttft_ms / 1e3, r->batch_mean, r->step_ms_mean, (long long)r->replays,
+           (long long)r->evictions, (long long)r->failovers, r->requests_done, r->requests_failed);
 }
 
 int main(int argc, char **argv) {
@@ -436,12 +440,15 @@ int main(int argc, char **argv) {
         } else {
             print_row(u, &r);
             if (cfg.failure.at_ms >= 0) {
+                char rec[96] = "none of them recovered within its request";
+                if (r.recovery_ms_mean >= 0)
+                    snprintf(rec, sizeof rec,
+                             "failure -> their next token %.1f s mean, %.1f s worst",
+                             r.recovery_ms_mean / 1e3, r.recovery_ms_max / 1e3);
                 printf("failure  node at %.0f s: %d requesters affected, detected within %.2f s;"
-                       " failure -> their next token %.1f s mean, %.1f s worst (those that"
-                       " recovered); the cell's first token %.1f s after; spare serving after"
-                       " %.1f s; requests failed %d, short %d\n",
-                       cfg.failure.at_ms / 1e3, r.affected, r.detect_ms_max / 1e3,
-                       r.recovery_ms_mean / 1e3, r.recovery_ms_max / 1e3,
+                       " %s; the cell's first token %.1f s after; spare serving after %.1f s;"
+                       " requests failed %d, short %d\n",
+                       cfg.failure.at_ms / 1e3, r.affected, r.detect_ms_max / 1e3, rec,
                        r.first_after_fail_ms / 1e3, r.restored_ms / 1e3, r.requests_failed,
                        r.requests_short);
                 cs_print_timeline(stdout, &r, cfg.failure.at_ms - timeline_before_ms,

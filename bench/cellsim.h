@@ -216,11 +216,12 @@ typedef struct cs_result {
     /* throughput */
     double agg_tps;                              /* decoded tokens/s over the measured window */
     double user_tps, user_tps_min, user_tps_max; /* per request: decode tokens/s (mean, range) */
-    double ttft_ms;                              /* mean time to first token */
-    double step_ms_mean;                         /* mean stage step */
-    double batch_mean;                           /* mean tokens per stage step */
-    double cpu_used; /* compute done / time to the last token, in CPUs (all machines) */
-    int64_t tokens;  /* generated in the window */
+    int32_t user_requests; /* requests those figures come from (begun after the warm-up) */
+    double ttft_ms;        /* mean time to first token */
+    double step_ms_mean;   /* mean stage step */
+    double batch_mean;     /* mean tokens per stage step */
+    double cpu_used;       /* compute done / time to the last token, in CPUs (all machines) */
+    int64_t tokens;        /* generated in the window */
     int32_t requests_done, requests_failed, requests_short; /* short: fewer tokens than asked */
     int64_t replays, failovers, evictions;
     /* failure */

@@ -426,6 +426,7 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
         out->agg_tps = out->tokens / ((w->duration_ms - w->warmup_ms) / 1e3);
     }
     out->user_tps = S->n_tps ? S->tps_sum / S->n_tps : 0;
+    out->user_requests = S->n_tps;
     out->ttft_ms = S->n_ttft ? S->ttft_sum / S->n_ttft : 0;
     out->recovery_ms_mean = S->n_rec ? S->rec_sum / S->n_rec : -1;
     if (!S->n_rec) out->recovery_ms_max = -1; /* nobody hit recovered within its request */

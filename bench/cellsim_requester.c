@@ -96,10 +96,9 @@ static void user_token(sim *S, int u) {
     /* the request is over */
     R->requests_done++;
     if (w->burst || U->t_req >= w->warmup_ms) {
-        if (w->gen > 1 && U->t_last > U->t_first)
-            S->tps_sum += (w->gen - 1) / ((U->t_last - U->t_first) / 1e3), S->n_tps++;
-        if (w->gen > 1 && U->t_last > U->t_first) {
+        if (w->gen > 1 && U->t_last > U->t_first) { /* the decode rate */
             double tps = (w->gen - 1) / ((U->t_last - U->t_first) / 1e3);
+            S->tps_sum += tps, S->n_tps++;
             if (R->user_tps_min == 0 || tps < R->user_tps_min) R->user_tps_min = tps;
             if (tps > R->user_tps_max) R->user_tps_max = tps;
         }
@@ -125,8 +124,9 @@ void cs_user_stage_answer(sim *S, int u, int err) {
     cs_user *U = &S->users[u];
     int ni = U->route[U->stage];
     sim_call_end(S, sim_user_ep(S, u));
-    if (err == E_UNKNOWN_SESSION && U->run_p0 > 0 && !U->replayed) {
-        /* PASS_REPLAY: the whole history again from 0 on the same route */
+    if (err == E_UNKNOWN_SESSION && U->mb_p0 > 0 && !U->replayed) {
+        /* PASS_REPLAY: the whole history again from 0 on the same route (a second one in
+         * the same eval is an error: "lost the session again during its replay") */
         S->res->replays++;
         U->replayed = true;
         U->run_p0 = U->mb_p0 = 0;

@@ -91,17 +91,27 @@ static bool parse_batches(const char *s, int32_t *out, int *n) {
     return *n > 0;
 }
 
-/* Bytes of the model's MoE layers: the mean non-expert part and the mean
- * one-expert size over MoE layers (zeros for a dense model). */
-static int moe_layer_bytes(const mt_model *m, double *attn, double *expert, int32_t *n_moe,
-                           mt_error *err) {
+/* Bytes of the model's MoE layers, means over them: the non-expert part (every tensor, as a
+ * shard holds it), the part the matrix products read (its matrices: norms and biases are
+ * not products, and mt_matmul_weight_bytes counts products), and one expert. Zeros for a
+ * dense model. */
+static int moe_layer_bytes(const mt_model *m, double *attn, double *attn_matmul, double *expert,
+                           int32_t *n_moe, mt_error *err) {
     mt_shard_layout l;
     if (mt_shard_layout_read(m->gguf, &l, err)) return -1;
-    double a = 0, e = 0;
+    double a = 0, am = 0, e = 0;
     int32_t k = 0;
     for (int32_t il = 0; il < l.n_layer; il++)
         if (l.expert_bytes[il]) a += (double)l.attn_bytes[il], e += (double)l.expert_bytes[il], k++;
+    for (uint64_t t = 0; t < m->gguf->n_tensors; t++) {
+        const gguf_tensor *gt = &m->gguf->tensors[t];
+        int32_t il = l.layer[t];
+        if (l.part[t] == MT_SHARD_PART_ATTENTION && il >= 0 && l.expert_bytes[il] &&
+            gt->n_dims >= 2)
+            am += (double)gt->nbytes;
+    }
     *attn = k ? a / k : 0;
+    *attn_matmul = k ? am / k : 0;
     *expert = k ? e / k : 0;
     *n_moe = k;
     mt_shard_layout_free(&l);
@@ -110,7 +120,7 @@ static int moe_layer_bytes(const mt_model *m, double *attn, double *expert, int3
 
 /* Decode steps of B sessions; fills p. */
 static int time_decode(const mt_model *m, mt_pool *pool, int32_t B, int32_t ctx, int runs,
-                       double attn_bytes, double expert_bytes, int32_t n_moe, layer_point *p,
+                       double attn_matmul, double expert_bytes, int32_t n_moe, layer_point *p,
                        mt_error *err) {
     const int32_t L = m->hp.n_layer, E = m->hp.n_embd, V = m->hp.n_vocab;
     const int32_t n_ctx = ctx + runs + 2;
@@ -155,9 +165,10 @@ static int time_decode(const mt_model *m, mt_pool *pool, int32_t B, int32_t ctx,
     p->batch = B;
     step_times(p, ms, cpu, runs);
     p->bytes_per_layer = bytes / runs;
-    /* the non-MoE layers (if any) read no experts: the experts per MoE layer */
+    /* what the products read beyond the MoE layers' matrices is experts (dense layers, if
+     * any, are counted as MoE layers' non-expert parts: exact for models without them) */
     p->experts = n_moe && expert_bytes > 0
-                     ? (p->bytes_per_layer * L - attn_bytes * n_moe) / n_moe / expert_bytes
+                     ? (p->bytes_per_layer * L - attn_matmul * n_moe) / n_moe / expert_bytes
                      : 0;
     if (p->experts < 0) p->experts = 0;
     rc = 0;
@@ -246,9 +257,9 @@ int bench_layer_times(const mt_model *m, const char *model_path, int threads, co
     if (!parse_batches(batches, bs, &n_b)) return 2;
     if (prefills && *prefills && !parse_batches(prefills, ps, &n_p)) return 2;
     mt_error err = {{0}};
-    double attn = 0, expert = 0;
+    double attn = 0, attn_matmul = 0, expert = 0;
     int32_t n_moe = 0;
-    if (moe_layer_bytes(m, &attn, &expert, &n_moe, &err)) {
+    if (moe_layer_bytes(m, &attn, &attn_matmul, &expert, &n_moe, &err)) {
         fprintf(stderr, "moontail bench: %s\n", err.msg);
         return 1;
     }
@@ -265,7 +276,8 @@ int bench_layer_times(const mt_model *m, const char *model_path, int threads, co
     for (size_t i = 0; i < m->gguf->size; i += 4096) acc ^= bytes[i];
     (void)acc;
     for (int i = 0; i < n_b; i++) {
-        if (time_decode(m, pool, bs[i], ctx, runs, attn, expert, n_moe, &dec[i], &err)) goto fail;
+        if (time_decode(m, pool, bs[i], ctx, runs, attn_matmul, expert, n_moe, &dec[i], &err))
+            goto fail;
         if (!json)
             fprintf(stderr, "moontail bench: batch %d: %.3f ms per layer\n", bs[i],
                     dec[i].ms_per_layer);
@@ -293,6 +305,7 @@ int bench_layer_times(const mt_model *m, const char *model_path, int threads, co
         const mt_type_traits *tt = mt_type_traits_get(t);
         json_object_set_new(o, "type", json_string(tt ? tt->name : "?"));
         json_object_set_new(o, "attn_bytes", json_real(attn));
+        json_object_set_new(o, "attn_matmul_bytes", json_real(attn_matmul));
         json_object_set_new(o, "expert_bytes", json_real(expert));
         json_object_set_new(o, "head_ms", json_real(head_ms));
         json_object_set_new(o, "head_bytes", json_real(head_bytes));
