@@ -110,7 +110,7 @@ expect 0 "node $paused_id:" "$BIN" pause --registry "$URL" --node "$paused_id" -
 qa=$!
 for _ in $(seq 1 500); do grep -q "route:" "$tmp/qa.err" && break; sleep 0.02; done
 $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/qb.json" 2>"$tmp/qb.err" || bad "queued prompt failed: $(cat "$tmp/qb.err")"
-wait $qa || bad "first prompt failed while another waited"
+wait $qa || bad "first prompt failed while another waited: $(tail -5 "$tmp/qa.err")"
 grep -q "waiting in line: position 1" "$tmp/qb.err" && ok || bad "the second request was not told its place: $(cat "$tmp/qb.err")"
 [ "$(tokens <"$tmp/qb.json")" = "$ref" ] && ok || bad "queued prompt differs"
 cmp -s "$tmp/qa.txt" "$tmp/ref_long.txt" && ok || bad "the running prompt's text changed while another waited"
