@@ -303,6 +303,23 @@ static int open_route(mt_requester *q, mt_error *err) {
     return rc;
 }
 
+/* The first route. The registry may list a node that has not (re)started its
+ * data plane yet, e.g. one resumed a moment ago: a node that refuses the
+ * connection is avoided and another route asked for, as in a failover, for up
+ * to 8 tries or 20 s. Any other failure (the registry's answer, the head) ends
+ * it at once. */
+static int open_first_route(mt_requester *q, mt_error *err) {
+    const double t0 = now_ms();
+    for (int attempt = 0;; attempt++) {
+        const int32_t avoided = q->n_avoid;
+        if (open_route(q, err) == 0) return 0;
+        if (q->n_avoid == avoided || attempt >= 7 || now_ms() - t0 > 20000) return -1;
+        say(q, "%s; asking for a route without that node", err->msg);
+        struct timespec ts = {0, 250 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 mt_requester *mt_requester_open(const mt_requester_config *cfg, mt_error *err) {
     if (!cfg->registry || !cfg->token || !cfg->key_path || !cfg->cache_dir) {
         mt_error_set(err, "requester: registry URL, account token, key file and cache directory"
@@ -337,7 +354,7 @@ mt_requester *mt_requester_open(const mt_requester_config *cfg, mt_error *err) {
     else
         rc = mt_keys_generate(&q->keys, err) || mt_keys_save(&q->keys, cfg->key_path, err);
     if (rc == 0) rc = get_cert(q, err);
-    if (rc == 0) rc = open_route(q, err);
+    if (rc == 0) rc = open_first_route(q, err);
     if (rc) {
         mt_requester_close(q);
         return NULL;
