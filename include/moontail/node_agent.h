@@ -17,7 +17,7 @@
  * GET /v1/shards/<name> with Range) so that the model is never downloaded
  * whole by anyone. If the registry is unreachable it keeps serving what it
  * has and retries; if the registry no longer knows it, it joins again. A
- * failed fetch is tried again after 1 s, doubling to 60 s; one that found
+ * failed fetch is tried again after 1 s, doubling to 10 s; one that found
  * the data directory too small (shard_fetch.h keeps no partial file then)
  * lowers the capacity the node offers to what fits there, with the shard it
  * serves (heartbeat "capacity"), so that the registry places the shard on

@@ -310,8 +310,9 @@ static void *fetch_main(void *arg) {
         snprintf(a->last_error, sizeof a->last_error, "%s", err.msg);
         a->fetch_failures = strcmp(a->fetch_failed, name) == 0 ? a->fetch_failures + 1 : 1;
         snprintf(a->fetch_failed, sizeof a->fetch_failed, "%s", name);
-        /* the same shard again after 1 s, doubling to 60 s: not on every heartbeat */
-        int wait_s = a->fetch_failures > 6 ? 60 : 1 << (a->fetch_failures - 1);
+        /* the same shard again after 1 s, doubling to 10 s: not on every heartbeat, and a
+         * node whose sources were busy a while is not left idle for a minute */
+        int wait_s = a->fetch_failures > 4 ? 10 : 1 << (a->fetch_failures - 1);
         a->fetch_retry_at = now_s() + wait_s;
         if (fin.no_space)
             disk_full(a, name, &fin, err.msg);
