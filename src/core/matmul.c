@@ -114,6 +114,11 @@ static uint64_t row_cost(const mt_matmul_task *t) {
 static void run_rows(const mt_matmul_task *t, int64_t begin, int64_t end) {
     const mt_matrix *w = t->w;
     const uint8_t *wd = w->data, *xc = t->xc;
+    if (t->n_tok == 1) { /* decoding: the whole run in one call (the kernels read it as streams) */
+        quant_tile(w->type, w->n_cols, wd + (size_t)begin * w->row_bytes, w->row_bytes, end - begin,
+                   xc, t->xc_stride, 1, t->y + (size_t)begin, t->y_stride);
+        return;
+    }
     for (int64_t r0 = begin; r0 < end; r0 += ROW_TILE) {
         const int64_t r1 = r0 + ROW_TILE < end ? r0 + ROW_TILE : end;
         for (int64_t t0 = 0; t0 < t->n_tok; t0 += TOK_TILE) {
