@@ -69,6 +69,7 @@ struct mt_agent {
     char want[96];
     partner_set want_partners;
     bool drain;
+    bool beat_now; /* the data plane stopped or started: tell the registry without waiting */
     bool quarantined; /* the registry says so (docs/spot-checking.md) */
     mt_node *node;
     char serving[96];
@@ -512,6 +513,7 @@ static void heartbeat(mt_agent *a) {
             say(a, "%s: no more work here; stopping the data plane",
                 a->drain ? "draining" : "idle");
             stop_node(a);
+            a->beat_now = true;
         }
     } else if (strcmp(a->want, a->serving) != 0 ||
                !same_partners(&a->want_partners, &a->serving_partners)) {
@@ -527,6 +529,8 @@ static void heartbeat(mt_agent *a) {
             if (start_node(a, a->want, &a->want_partners, &e2)) {
                 snprintf(a->last_error, sizeof a->last_error, "%s", e2.msg);
                 say(a, "cannot serve %s yet: %s", a->want, e2.msg);
+            } else {
+                a->beat_now = true;
             }
         } else if (!a->fetch_running &&
                    (strcmp(a->fetch_failed, a->want) != 0 || now_s() >= a->fetch_retry_at)) {
@@ -551,6 +555,12 @@ static void *hb_main(void *arg) {
     while (!a->stopping) {
         heartbeat(a);
         if (a->stopping) break;
+        /* until its next report the registry would still route to a stopped
+         * data plane (or not yet to a started one) */
+        if (a->beat_now) {
+            a->beat_now = false;
+            continue;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         long ms = a->heartbeat_ms;
