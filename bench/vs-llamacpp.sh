@@ -18,8 +18,12 @@
 # and GEN single-token decode steps. The table gives medians over the rounds
 # and the ratios MoonTail / llama.cpp, MoonTail's weight bytes per decoded
 # token and the GB/s they make, next to a STREAM triad measured before and
-# after (best of the two). The load average before and after is printed:
-# other work on the machine makes every number here worse, and llama.cpp's
+# after (best of the two). Each MoonTail run also measures a triad of its own
+# just before it (`moontail bench`'s default), and %triad is the median over
+# the rounds of each run's decode GB/s over its own triad, so a change in the
+# machine's memory traffic during the script moves both figures of a run
+# alike; the range of those triads is printed beside it. The load average
+# before and after is printed: other work on the machine makes every number here worse, and llama.cpp's
 # spinning thread barriers suffer most when there are fewer free cores than
 # threads.
 #
@@ -43,7 +47,7 @@ while [ $# -gt 0 ]; do
         -p) PROMPT="$2"; shift 2 ;;
         -n) GEN="$2"; shift 2 ;;
         --dir) DIR="$2"; shift 2 ;;
-        -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "vs-llamacpp.sh: unknown option $1" >&2; exit 2 ;;
         *) MODELS+=("$1"); shift ;;
     esac
@@ -85,7 +89,7 @@ for m in "${MODELS[@]}"; do
     name=$(basename "$m" .gguf)
     for r in $(seq 1 "$RUNS"); do
         echo "$name: round $r of $RUNS" >&2
-        mt() { "$MT" bench -m "$m" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 1 --stream-mib 0 --json \
+        mt() { "$MT" bench -m "$m" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 1 --json \
             >> "$OUT/$name.mt"; }
         lc() { node "$LC" "$m" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 1 >> "$OUT/$name.lc"; }
         if [ $((r % 2)) -eq 1 ]; then mt; lc; else lc; mt; fi
@@ -113,7 +117,7 @@ console.log(`memory: STREAM triad ${triad.toFixed(1)} GB/s, read-only ${read.toF
 let lc0 = null;
 console.log("");
 console.log("model              |   prefill tok/s: MT    llama   ratio |   decode tok/s: MT    llama   ratio |" +
-            " MT MB/tok  GB/s  %triad");
+            " MT MB/tok  GB/s  %triad  triads");
 for (const m of models) {
     const name = path.basename(m, ".gguf");
     const mt = lines(path.join(out, name + ".mt")), lc = lines(path.join(out, name + ".lc"));
@@ -121,8 +125,12 @@ for (const m of models) {
     const mp = median(mt.map(r => r.prefill_tps)), lp = median(lc.map(r => r.prefill_tps));
     const md = median(mt.map(r => r.decode_tps)), ld = median(lc.map(r => r.decode_tps));
     const bytes = median(mt.map(r => r.weight_bytes_per_token)), gbs = bytes * md / 1e9;
+    /* each MoonTail run measured its own triad just before it: the share is taken run by run */
+    const share = median(mt.map(r => r.weight_bytes_per_token * r.decode_tps / 1e9 / r.triad_gbs));
+    const tr = mt.map(r => r.triad_gbs);
     console.log(`${name.padEnd(18)} | ${f(mp, 20)} ${f(lp, 8)} ${f(mp / lp, 7)} | ${f(md, 19)} ${f(ld, 8)} ` +
-                `${f(md / ld, 7)} | ${f(bytes / 1e6, 9, 1)} ${f(gbs, 5)} ${f(100 * gbs / triad, 6, 0)}%`);
+                `${f(md / ld, 7)} | ${f(bytes / 1e6, 9, 1)} ${f(gbs, 5)} ${f(100 * share, 6, 0)}% ` +
+                `${f(Math.min(...tr), 5, 1)}-${f(Math.max(...tr), 4, 1)}`);
 }
 if (lc0) console.log(`\nllama.cpp ${lc0.llama_cpp?.release} (${lc0.cpu_backend}), MoonTail kernels ` +
                      `${lines(path.join(out, path.basename(models[0], ".gguf") + ".mt"))[0].kernels}`);
