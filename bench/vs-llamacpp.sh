@@ -22,10 +22,10 @@
 # just before it (`moontail bench`'s default), and %triad is the median over
 # the rounds of each run's decode GB/s over its own triad, so a change in the
 # machine's memory traffic during the script moves both figures of a run
-# alike; the range of those triads is printed beside it. The load average
-# before and after is printed: other work on the machine makes every number here worse, and llama.cpp's
-# spinning thread barriers suffer most when there are fewer free cores than
-# threads.
+# alike (%read likewise against its read-only sum); the range of those triads
+# is printed beside them. The load average before and after is printed: other
+# work on the machine makes every number here worse, and llama.cpp's spinning
+# thread barriers suffer most when there are fewer free cores than threads.
 #
 # Needs a built ./build/moontail and tools/golden's node_modules
 # (cd tools/golden && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --ignore-scripts),
@@ -117,7 +117,7 @@ console.log(`memory: STREAM triad ${triad.toFixed(1)} GB/s, read-only ${read.toF
 let lc0 = null;
 console.log("");
 console.log("model              |   prefill tok/s: MT    llama   ratio |   decode tok/s: MT    llama   ratio |" +
-            " MT MB/tok  GB/s  %triad  triads");
+            " MT MB/tok  GB/s  %triad %read  triads");
 for (const m of models) {
     const name = path.basename(m, ".gguf");
     const mt = lines(path.join(out, name + ".mt")), lc = lines(path.join(out, name + ".lc"));
@@ -126,11 +126,11 @@ for (const m of models) {
     const md = median(mt.map(r => r.decode_tps)), ld = median(lc.map(r => r.decode_tps));
     const bytes = median(mt.map(r => r.weight_bytes_per_token)), gbs = bytes * md / 1e9;
     /* each MoonTail run measured its own triad just before it: the share is taken run by run */
-    const share = median(mt.map(r => r.weight_bytes_per_token * r.decode_tps / 1e9 / r.triad_gbs));
+    const share = k => median(mt.map(r => r.weight_bytes_per_token * r.decode_tps / 1e9 / r[k]));
     const tr = mt.map(r => r.triad_gbs);
     console.log(`${name.padEnd(18)} | ${f(mp, 20)} ${f(lp, 8)} ${f(mp / lp, 7)} | ${f(md, 19)} ${f(ld, 8)} ` +
-                `${f(md / ld, 7)} | ${f(bytes / 1e6, 9, 1)} ${f(gbs, 5)} ${f(100 * share, 6, 0)}% ` +
-                `${f(Math.min(...tr), 5, 1)}-${f(Math.max(...tr), 4, 1)}`);
+                `${f(md / ld, 7)} | ${f(bytes / 1e6, 9, 1)} ${f(gbs, 5)} ${f(100 * share("triad_gbs"), 6, 0)}% ` +
+                `${f(100 * share("read_gbs"), 5, 0)}% ${f(Math.min(...tr), 5, 1)}-${f(Math.max(...tr), 4, 1)}`);
 }
 if (lc0) console.log(`\nllama.cpp ${lc0.llama_cpp?.release} (${lc0.cpu_backend}), MoonTail kernels ` +
                      `${lines(path.join(out, path.basename(models[0], ".gguf") + ".mt"))[0].kernels}`);
