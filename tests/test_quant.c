@@ -917,34 +917,44 @@ static void compare_set(const char *name) {
             free(tw);
             free(tx);
         }
-    /* decoding runs: one token against up to 41 rows, which the kernels read
-     * as four streams from 16 rows on (every run length and remainder) */
+    /* decoding runs: 1-3 tokens against up to 41 rows, which the kernels
+     * read as four streams from 16 rows on (every run length and remainder) */
     for (int ti = 0; ti < N_WTYPES; ti++) {
-        enum { MAX_ROWS = 41 };
+        enum { MAX_ROWS = 41, MAX_TOK = 3 };
         mt_type t = weight_types[ti].t, vt = quant_vec_dot_type(t);
         const int blck = mt_type_traits_get(t)->blck;
         const int64_t len = blck == 1 ? 77 : blck == 32 ? 544 : 768;
         const size_t wrow = mt_type_row_size(t, len), xrow = mt_type_row_size(vt, len);
-        uint8_t *tw = malloc(MAX_ROWS * wrow), *tx = malloc(xrow);
-        float xf[768], yt[MAX_ROWS], yr[MAX_ROWS];
+        uint8_t *tw = malloc(MAX_ROWS * wrow), *tx = malloc(MAX_TOK * xrow);
+        float xf[768], yt[MAX_TOK * MAX_ROWS], yr[MAX_TOK * MAX_ROWS];
         quant_kernels_select("reference");
         for (int r = 0; r < MAX_ROWS; r++) {
             fill(w, len, r % 4);
             quant_quantize_row(t, w, tw + r * wrow, len);
             if (r % 3 == 1 && blck > 1) random_blocks(t, tw + r * wrow, len);
         }
-        fill(xf, len, 2);
-        quant_convert_activations(vt, xf, tx, len);
-        for (int r = 0; r < MAX_ROWS; r++) yr[r] = quant_vec_dot(t, len, tw + r * wrow, tx);
-        quant_kernels_select(name);
-        for (int nr = 1; nr <= MAX_ROWS; nr++) {
-            memset(yt, 0, sizeof yt);
-            quant_tile(t, len, tw, wrow, nr, tx, xrow, 1, yt, (size_t)nr);
-            n++;
-            if (memcmp(yt, yr, (size_t)nr * sizeof *yt) != 0 && bad++ < 5)
-                fprintf(stderr, "  %s decoding %d rows: an element differs from vec_dot\n",
-                        weight_types[ti].name, nr);
+        for (int k = 0; k < MAX_TOK; k++) {
+            fill(xf, len, k + 1);
+            quant_convert_activations(vt, xf, tx + k * xrow, len);
         }
+        for (int k = 0; k < MAX_TOK; k++)
+            for (int r = 0; r < MAX_ROWS; r++)
+                yr[k * MAX_ROWS + r] = quant_vec_dot(t, len, tw + r * wrow, tx + k * xrow);
+        quant_kernels_select(name);
+        for (int nt = 1; nt <= MAX_TOK; nt++)
+            for (int nr = 1; nr <= MAX_ROWS; nr++) {
+                memset(yt, 0, sizeof yt);
+                quant_tile(t, len, tw, wrow, nr, tx, xrow, nt, yt, MAX_ROWS);
+                n++;
+                bool same = true;
+                for (int k = 0; k < nt; k++)
+                    same &=
+                        memcmp(yt + k * MAX_ROWS, yr + k * MAX_ROWS, (size_t)nr * sizeof *yt) == 0;
+                if (!same && bad++ < 5)
+                    fprintf(stderr,
+                            "  %s decoding %d rows x %d tokens: an element differs from vec_dot\n",
+                            weight_types[ti].name, nr, nt);
+            }
         free(tw);
         free(tx);
     }

@@ -40,6 +40,11 @@ void mt_matmul_count_bytes(uint64_t bytes) {
  * converted activation rows stream past them. Only speed depends on these. */
 enum { ROW_TILE = 32, TOK_TILE = 64 };
 
+/* Up to this many tokens (decoding, or a node's small batch) a whole run of
+ * rows goes to the kernels at once, which read it as four streams
+ * (QX_SPREAD4 in quant_x86.inc). */
+enum { SPREAD_TOKENS = 3 };
+
 /* Below this many activation elements a conversion runs on the calling
  * thread: waking the pool would cost more. */
 enum { CONVERT_INLINE = 1 << 15 };
@@ -114,9 +119,9 @@ static uint64_t row_cost(const mt_matmul_task *t) {
 static void run_rows(const mt_matmul_task *t, int64_t begin, int64_t end) {
     const mt_matrix *w = t->w;
     const uint8_t *wd = w->data, *xc = t->xc;
-    if (t->n_tok == 1) { /* decoding: the whole run in one call (the kernels read it as streams) */
+    if (t->n_tok <= SPREAD_TOKENS) { /* decoding: the whole run in one call (read as streams) */
         quant_tile(w->type, w->n_cols, wd + (size_t)begin * w->row_bytes, w->row_bytes, end - begin,
-                   xc, t->xc_stride, 1, t->y + (size_t)begin, t->y_stride);
+                   xc, t->xc_stride, t->n_tok, t->y + (size_t)begin, t->y_stride);
         return;
     }
     for (int64_t r0 = begin; r0 < end; r0 += ROW_TILE) {
