@@ -806,28 +806,19 @@ static void compare_set(const char *name) {
     for (int ti = 0; ti < N_WTYPES; ti++) {
         mt_type t = weight_types[ti].t, vt = quant_vec_dot_type(t);
         if (t == MT_TYPE_F32 || t == MT_TYPE_F16 || t == MT_TYPE_BF16) continue;
-        const int wblk = mt_type_traits_get(t)->type_size, xblk = mt_type_traits_get(vt)->type_size;
+        const int xblk = mt_type_traits_get(vt)->type_size;
         const int64_t nb = N / mt_type_traits_get(t)->blck;
         for (int trial = 0; trial < 50; trial++) {
-            for (int64_t i = 0; i < (int64_t)mt_type_row_size(t, N); i++)
-                wq[i] = (uint8_t)rng_u64();
+            random_blocks(t, wq, N);
             for (int64_t i = 0; i < (int64_t)mt_type_row_size(vt, N); i++)
                 xc1[i] = (uint8_t)rng_u64();
-            for (int64_t b = 0; b < nb; b++) {
-                uint8_t *wb = wq + b * wblk, *xb = xc1 + b * xblk;
-                uint16_t h = (uint16_t)(rng_u64() & 0xbbff); /* finite, some subnormal */
-                if (t == MT_TYPE_Q6_K)
-                    memcpy(wb + 208, &h, 2);
-                else if (t == MT_TYPE_MXFP4)
-                    wb[0] = (uint8_t)(rng_u64() % 200 + 27);
-                else
-                    memcpy(wb, &h, 2);
-                if (t == MT_TYPE_Q4_K) memcpy(wb + 2, &h, 2);
+            for (int64_t b = 0; b < nb; b++) { /* activation scales: finite, some subnormal */
+                uint8_t *xb = xc1 + b * xblk;
                 if (vt == MT_TYPE_Q8_K) {
                     float d = rng_gauss();
                     memcpy(xb, &d, 4);
                 } else {
-                    h = (uint16_t)(rng_u64() & 0xbbff);
+                    uint16_t h = (uint16_t)(rng_u64() & 0xbbff);
                     memcpy(xb, &h, 2);
                 }
             }
