@@ -54,21 +54,11 @@ static double cpu_ms(void) {
     return clock_ms(CLOCK_PROCESS_CPUTIME_ID);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Fills p's times from the per-step wall and CPU times (sorts both). */
 static void step_times(layer_point *p, double *ms, double *cpu, int runs) {
-    p->ms_per_layer = median_of(ms, runs);
+    p->ms_per_layer = bench_median(ms, runs);
     p->ms_min = ms[0];
-    p->cpu_ms = median_of(cpu, runs);
+    p->cpu_ms = bench_median(cpu, runs);
 }
 
 /* Parses "1,2,4,8" into out (ascending not required); false with a message. */
@@ -118,6 +108,18 @@ static int moe_layer_bytes(const mt_model *m, double *attn, double *attn_matmul,
     return 0;
 }
 
+/* Step `step` of a timing loop has just finished a forward pass started at
+ * t0 (wall), c0 (CPU) with the weight counter at w0: its per-layer wall and
+ * CPU ms and weight bytes are recorded (step 0, the warm-up, is not). */
+static void record_step(int step, int32_t L, double t0, double c0, uint64_t w0, double *ms,
+                        double *cpu, double *bytes) {
+    const double t1 = now_ms(), c1 = cpu_ms();
+    if (step == 0) return;
+    ms[step - 1] = (t1 - t0) / L;
+    cpu[step - 1] = (c1 - c0) / L;
+    *bytes += (double)(mt_matmul_weight_bytes() - w0) / L;
+}
+
 /* Decode steps of B sessions; fills p. */
 static int time_decode(const mt_model *m, mt_pool *pool, int32_t B, int32_t ctx, int runs,
                        double attn_matmul, double expert_bytes, int32_t n_moe, layer_point *p,
@@ -155,12 +157,7 @@ static int time_decode(const mt_model *m, mt_pool *pool, int32_t B, int32_t ctx,
         uint64_t w0 = mt_matmul_weight_bytes();
         double t0 = now_ms(), c0 = cpu_ms();
         if (mt_model_forward_batch(m, kv, 0, L, pos, B, hidden, NULL, pool, err)) goto done;
-        double t1 = now_ms(), c1 = cpu_ms();
-        if (step > 0) {
-            ms[step - 1] = (t1 - t0) / L;
-            cpu[step - 1] = (c1 - c0) / L;
-            bytes += (double)(mt_matmul_weight_bytes() - w0) / L;
-        }
+        record_step(step, L, t0, c0, w0, ms, cpu, &bytes);
     }
     p->batch = B;
     step_times(p, ms, cpu, runs);
@@ -199,12 +196,7 @@ static int time_prefill(const mt_model *m, mt_pool *pool, int32_t B, int runs, l
         uint64_t w0 = mt_matmul_weight_bytes();
         double t0 = now_ms(), c0 = cpu_ms();
         if (mt_model_forward_layers(m, kv, 0, L, pos, B, hidden, NULL, pool, err)) goto done;
-        double t1 = now_ms(), c1 = cpu_ms();
-        if (step > 0) {
-            ms[step - 1] = (t1 - t0) / L;
-            cpu[step - 1] = (c1 - c0) / L;
-            bytes += (double)(mt_matmul_weight_bytes() - w0) / L;
-        }
+        record_step(step, L, t0, c0, w0, ms, cpu, &bytes);
     }
     p->batch = B;
     step_times(p, ms, cpu, runs);
@@ -234,7 +226,7 @@ static void time_head(const mt_model *m, mt_pool *pool, int runs, double *ms_out
             ms[r] = now_ms() - t0;
             w = mt_matmul_weight_bytes() - w0;
         }
-        *ms_out = median_of(ms + 1, runs);
+        *ms_out = bench_median(ms + 1, runs);
         *bytes_out = (double)w;
     }
     free(hidden), free(logits), free(ms);

@@ -30,6 +30,9 @@ int cmd_setup(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
 
+/* The median of v[0..n) (n > 0); sorts v (cmd_bench.c). */
+double bench_median(double *v, int n);
+
 /* `moontail bench --layer-times` (bench_layers.c): per-layer time of batched
  * decode steps for the batch sizes in `batches` ("1,2,4"), prefill steps for
  * `prefills`, sessions holding ctx positions, runs timed steps each. Returns

@@ -63,7 +63,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+double bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -212,13 +212,13 @@ int cmd_bench(int argc, char **argv) {
             goto fail;
 
     for (int64_t i = 0; i < runs; i++) tmp[i] = (double)n_prompt / r[i].prefill_s;
-    const double pp = median(tmp, (int)runs);
+    const double pp = bench_median(tmp, (int)runs);
     for (int64_t i = 0; i < runs; i++) tmp[i] = (double)n_gen / r[i].decode_s;
-    const double tg = median(tmp, (int)runs);
+    const double tg = bench_median(tmp, (int)runs);
     for (int64_t i = 0; i < runs; i++) tmp[i] = (double)r[i].decode_bytes / (double)n_gen;
-    const double bytes_tok = median(tmp, (int)runs);
+    const double bytes_tok = bench_median(tmp, (int)runs);
     for (int64_t i = 0; i < runs; i++) tmp[i] = (double)r[i].prefill_bytes;
-    const double bytes_prefill = median(tmp, (int)runs);
+    const double bytes_prefill = bench_median(tmp, (int)runs);
     const double gbs = bytes_tok * tg / 1e9;
 
     if (json) {
