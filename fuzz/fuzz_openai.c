@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&e, 0, sizeof e);
     if (api_request_parse(kind, body, size - 1, "tiny", &rq, &e) == 0) {
         if (kind == API_CHAT)
-            for (int f = API_CHAT_CHATML; f <= API_CHAT_KIMI_K2; f++) {
+            for (int f = API_CHAT_CHATML; f <= API_CHAT_KIMI_K3; f++) {
                 size_t len;
                 free(api_chat_render((api_chat_format)f, rq.messages, rq.n_messages, &len));
             }

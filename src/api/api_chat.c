@@ -20,12 +20,32 @@
 /* Kimi K2's template adds this system message when the conversation has none. */
 #define KIMI_DEFAULT_SYSTEM "You are Kimi, an AI assistant created by Moonshot AI."
 
+/* Kimi K3 writes XTML tags: a tag opens as <|open|>name attr="value"...<|sep|> and closes as
+ * <|close|>name<|sep|>; every message ends with <|end_of_msg|>. Its template's defaults
+ * (thinking on, thinking_effort "max") add a system message of type thinking-effort before
+ * the conversation, wrap each past assistant message in an empty think section and a
+ * response section, and open the new assistant message with its think section. */
+#define K3_EOM        "<|end_of_msg|>"
+#define K3_MSG_END    "<|close|>message<|sep|>" K3_EOM
+#define K3_SYSTEM     "<|open|>message role=\"system\"<|sep|>"
+#define K3_USER       "<|open|>message role=\"user\"<|sep|>"
+#define K3_ASSISTANT  "<|open|>message role=\"assistant\"<|sep|>"
+#define K3_THINK_OPEN "<|open|>think<|sep|>"
+#define K3_EFFORT                                                                                  \
+    "<|open|>message role=\"system\" type=\"thinking-effort\"<|sep|>"                              \
+    "`thinking_effort` guides on how much to think in your thinking channel (not including the"    \
+    " response channel), supported values include `low`, `medium`, `high`, and `max`.\n"           \
+    "Now the system is invoked with `thinking_effort=max`." K3_MSG_END
+
 /* ---- detection ---------------------------------------------------------------------------- */
 
 api_chat_format api_chat_detect(const char *tmpl, bool *known) {
     *known = true;
     if (tmpl) {
-        /* Kimi's markers first: its template also holds <|im_end|> */
+        /* Kimi K3's tag markers (llama.cpp's test: all three), before any other family */
+        if (strstr(tmpl, "<|open|>") && strstr(tmpl, "<|close|>") && strstr(tmpl, K3_EOM))
+            return API_CHAT_KIMI_K3;
+        /* Kimi K2's markers next: its template also holds <|im_end|> */
         if (strstr(tmpl, "<|im_middle|>")) return API_CHAT_KIMI_K2;
         if (strstr(tmpl, "<|im_start|>")) return API_CHAT_CHATML;
         if (strstr(tmpl, "<|start_header_id|>")) return API_CHAT_LLAMA3;
@@ -45,6 +65,8 @@ const char *api_chat_format_name(api_chat_format f) {
         return "deepseek3";
     case API_CHAT_KIMI_K2:
         return "kimi-k2";
+    case API_CHAT_KIMI_K3:
+        return "kimi-k3";
     }
     return "?";
 }
@@ -52,6 +74,7 @@ const char *api_chat_format_name(api_chat_format f) {
 int32_t api_chat_end_token(api_chat_format f, const mt_vocab *v) {
     const char *t = f == API_CHAT_LLAMA3      ? "<|eot_id|>"
                     : f == API_CHAT_DEEPSEEK3 ? DS_EOS
+                    : f == API_CHAT_KIMI_K3   ? K3_EOM
                                               : "<|im_end|>";
     return mt_vocab_find(v, t, strlen(t));
 }
@@ -160,6 +183,22 @@ static void build(api_chat_format f, const api_chat_message *msgs, int n, seglis
             tmpl(l, "<|im_end|>");
         }
         tmpl(l, "<|im_assistant|>assistant<|im_middle|>");
+        break;
+    case API_CHAT_KIMI_K3:
+        /* no default system message; message text is not trimmed */
+        tmpl(l, K3_EFFORT);
+        for (int i = 0; i < n; i++) {
+            if (msgs[i].role == API_ROLE_ASSISTANT) {
+                tmpl(l, K3_ASSISTANT K3_THINK_OPEN "<|close|>think<|sep|><|open|>response<|sep|>");
+                text(l, &msgs[i]);
+                tmpl(l, "<|close|>response<|sep|>" K3_MSG_END);
+            } else {
+                tmpl(l, msgs[i].role == API_ROLE_SYSTEM ? K3_SYSTEM : K3_USER);
+                text(l, &msgs[i]);
+                tmpl(l, K3_MSG_END);
+            }
+        }
+        tmpl(l, K3_ASSISTANT K3_THINK_OPEN);
         break;
     }
 }

@@ -20,6 +20,8 @@ typedef enum api_chat_format {
     API_CHAT_LLAMA3, /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
     API_CHAT_DEEPSEEK3, /* system text, <｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜> */
     API_CHAT_KIMI_K2, /* <|im_user|>user<|im_middle|>...<|im_end|> */
+    API_CHAT_KIMI_K3, /* <|open|>message role="user"<|sep|>...<|close|>message<|sep|><|end_of_msg|>,
+                         after a thinking-effort system message */
 } api_chat_format;
 
 typedef enum api_chat_role { API_ROLE_SYSTEM, API_ROLE_USER, API_ROLE_ASSISTANT } api_chat_role;
