@@ -17,10 +17,12 @@
 #include <stdint.h>
 
 typedef enum mt_arch {
-    MT_ARCH_LLAMA,     /* llama dense or Mixtral-style MoE */
-    MT_ARCH_QWEN2MOE,  /* softmax router, sigmoid-gated shared expert, qkv biases */
-    MT_ARCH_QWEN3MOE,  /* softmax router with renorm, QK-norm */
-    MT_ARCH_DEEPSEEK2, /* MLA attention, sigmoid+bias router, shared experts */
+    MT_ARCH_LLAMA,       /* llama dense or Mixtral-style MoE */
+    MT_ARCH_QWEN2MOE,    /* softmax router, sigmoid-gated shared expert, qkv biases */
+    MT_ARCH_QWEN3MOE,    /* softmax router with renorm, QK-norm */
+    MT_ARCH_DEEPSEEK2,   /* MLA attention, sigmoid+bias router, shared experts */
+    MT_ARCH_KIMI_LINEAR, /* KDA (linear attention) and nope MLA layers, deepseek2-style MoE */
+    MT_ARCH_KIMI_K3,     /* kimi-linear + attention residuals, latent MoE, situ, gates */
 } mt_arch;
 
 typedef enum mt_gating { MT_GATING_SOFTMAX = 1, MT_GATING_SIGMOID = 2 } mt_gating;
@@ -66,6 +68,24 @@ typedef struct mt_hparams {
     int32_t q_lora_rank; /* 0 = plain attn_q ("lite") */
     int32_t kv_lora_rank;
     int32_t qk_nope, qk_rope, v_head_dim;
+    bool mla_nope; /* kimi: the rope slice of q and k is never rotated */
+
+    /* KDA layers (kimi-linear, kimi-k3): head_count_kv 0 in the per-layer array */
+    int32_t n_kda_layers;
+    int32_t kda_head_dim;       /* KDA heads = n_head, each kda_head_dim wide */
+    int32_t ssm_conv;           /* short causal convolution kernel K */
+    float kda_gate_lower_bound; /* -INFINITY: kimi-linear's softplus decay gate */
+
+    /* kimi-k3 */
+    int32_t attn_res_block;  /* 0 = no cross-layer attention residuals */
+    int32_t n_res_bank;      /* checkpoints banked by the last layer: ceil(n_layer / block) */
+    int32_t n_expert_latent; /* 0 = routed experts at n_embd */
+    bool act_situ;           /* situ instead of SwiGLU in every FFN */
+    float situ_beta, situ_linear_beta;
+
+    /* Derived widths */
+    int32_t n_embd_exp; /* what routed experts read and write: n_expert_latent or n_embd */
+    int32_t n_hidden;   /* floats per token between layers: n_embd * (1 + n_res_bank) */
 } mt_hparams;
 
 /* A merged expert tensor {n_cols, n_rows, n_expert}: expert e is the 2-D
@@ -116,6 +136,30 @@ typedef struct mt_layer {
     mt_matrix gate_shexp, up_shexp; /* (n_ff_shexp, n_embd) */
     mt_matrix down_shexp;           /* (n_embd, n_ff_shexp) */
     mt_matrix shexp_gate_inp;       /* (1, n_embd) qwen2moe sigmoid gate; data NULL if none */
+
+    /* kimi: layer kind and the MoE's per-layer expert width */
+    bool is_kda;      /* a KDA layer (else attention) */
+    int32_t n_ff_exp; /* routed expert width of this layer */
+
+    /* KDA attention; D = n_head * kda_head_dim, hd = kda_head_dim */
+    float *conv_q, *conv_k, *conv_v; /* (D, K) taps per channel, oldest first */
+    mt_matrix ssm_f_a;               /* (hd, n_embd) */
+    mt_matrix ssm_f_b;               /* (D, hd) decay gate, low rank */
+    mt_matrix ssm_beta;              /* (n_head, n_embd) */
+    float *ssm_a;                    /* (n_head) -exp(A_log) */
+    float *ssm_dt_b;                 /* (D) */
+    mt_matrix ssm_g;                 /* (D, n_embd) k3 output gate, full rank */
+    mt_matrix ssm_g_a;               /* (hd, n_embd) kimi-linear output gate, low rank */
+    mt_matrix ssm_g_b;               /* (D, hd) */
+    float *ssm_norm;                 /* (hd) per-head RMSNorm of the output */
+
+    /* kimi-k3 */
+    mt_matrix attn_gate;   /* (n_head * v_head_dim, n_embd) MLA output gate; data NULL if none */
+    float *attn_res_score; /* (n_embd) attention residual scores, before attention */
+    float *ffn_res_score;  /* (n_embd) before the FFN */
+    mt_matrix routed_down; /* (latent, n_embd) */
+    mt_matrix routed_up;   /* (n_embd, latent) */
+    float *routed_norm;    /* (latent) optional */
 } mt_layer;
 
 typedef struct mt_model {
@@ -134,8 +178,14 @@ typedef struct mt_model {
     float *output_norm;      /* (n_embd) */
     mt_matrix output;        /* (n_vocab, n_embd); tok_embd when tied */
     float *rope_freqs;       /* (n_rot/2) divisors, optional */
+    float *output_res_score; /* (n_embd) k3: attention residual scores before the head */
     mt_layer *layers;        /* n_layer */
 } mt_model;
+
+/* 0 if the data plane can carry this model between machines; kimi models
+ * (recurrent KDA state, attention-residual checkpoints, latent experts) run
+ * on one machine only for now: -1 with a clear error. */
+int mt_model_check_dataplane(const mt_model *m, mt_error *err);
 
 /* Local slot of expert e in this model's expert tensors, or -1 if not held. */
 static inline int32_t mt_model_expert_slot(const mt_model *m, int32_t e) {
@@ -151,33 +201,48 @@ void mt_model_free(mt_model *m);
 
 /* ------------------------------------------------------------- KV cache */
 
-/* Per-sequence attention cache for layers [layer_begin, layer_end). GQA
- * layers keep K (n_head_kv*head_dim_k) and V (n_head_kv*head_dim_v) per
- * position; MLA layers keep the compressed [c_kv (kv_lora) ; k_pe (rope)]. */
+/* Per-sequence state for layers [layer_begin, layer_end). GQA layers keep
+ * K (n_head_kv*head_dim_k) and V (n_head_kv*head_dim_v) per position; MLA
+ * layers keep the compressed [c_kv (kv_lora) ; k_pe (rope)]. KDA layers
+ * keep a fixed-size recurrent state instead: the last K-1 inputs of the
+ * q, k and v convolutions and one (hd x hd) delta-rule matrix per head. */
 typedef struct mt_kv_cache {
     int32_t layer_begin, layer_end;
     int32_t n_ctx;
-    int32_t k_width, v_width; /* floats per position per layer */
-    float *k;                 /* (n_layers, n_ctx, k_width) */
-    float *v;                 /* (n_layers, n_ctx, v_width); NULL for MLA */
+    int32_t k_width, v_width; /* floats per position per attention layer */
+    float *k;                 /* (n_attn_layers, n_ctx, k_width) */
+    float *v;                 /* (n_attn_layers, n_ctx, v_width); NULL for MLA */
+    int32_t *slot;            /* (layer_end - layer_begin) index among the range's
+                                 attention layers, or among its KDA layers */
+    int32_t n_rec;            /* KDA layers in the range */
+    size_t rec_floats;        /* recurrent state per KDA layer */
+    float *rec;               /* (n_kda_layers, rec_floats) */
+    int32_t *rec_next;        /* (n_kda_layers) position each KDA state expects next */
 } mt_kv_cache;
 
 mt_kv_cache *mt_kv_cache_new(const mt_model *m, int32_t layer_begin, int32_t layer_end,
                              int32_t n_ctx, mt_error *err);
 void mt_kv_cache_free(mt_kv_cache *kv);
 /* Bytes the cache reserves for its whole context (0 for NULL); the memory
- * resident is what the positions written so far touched. */
+ * resident is what the positions written so far touched, plus the
+ * recurrent state (mt_kv_cache_rec_bytes), which is fixed. */
 size_t mt_kv_cache_bytes(const mt_kv_cache *kv);
+size_t mt_kv_cache_rec_bytes(const mt_kv_cache *kv);
 
 /* -------------------------------------------------------------- forward */
 
-/* hidden (n_tok, n_embd) <- token embeddings. Ids must be < n_vocab. */
+/* Hidden states are hp.n_hidden floats per token: the residual stream
+ * (n_embd) followed, in kimi-k3 models with attention residuals, by the
+ * n_res_bank checkpoints the layers bank for that token (n_embd each). */
+
+/* hidden (n_tok, n_hidden) <- token embeddings. Ids must be < n_vocab. */
 int mt_model_embed(const mt_model *m, const int32_t *tokens, int32_t n_tok, float *hidden,
                    mt_error *err);
 
 /* Where the routed experts of MoE layers run. run() computes, for each of n
- * rows, y[r] = Expert_ids[r](u[r]) of layer il: the unweighted SwiGLU output,
- * n_embd floats per row. The caller weights and sums the rows of a token in
+ * rows, y[r] = Expert_ids[r](u[r]) of layer il: the unweighted SwiGLU (or
+ * situ) output; u and y have hp.n_embd_exp floats per row (n_embd, or the
+ * latent width of a kimi-k3 latent MoE). The caller weights and sums the rows of a token in
  * its top-k order, so any backend that computes each row exactly gives
  * bit-identical results (a local model, an expert shard, a remote server).
  *
@@ -198,10 +263,12 @@ typedef struct mt_expert_backend {
 int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids, const float *u,
                          float *y, mt_pool *pool, mt_error *err);
 
-/* Runs layers [a, b) on hidden (n_tok, n_embd), in place. Token i sits at
+/* Runs layers [a, b) on hidden (n_tok, n_hidden), in place. Token i sits at
  * position pos[i]; it attends to cache positions [0, pos[i]], and its K/V
  * is written at pos[i]. Positions must be < kv->n_ctx and a token may only
- * see positions already filled (by this call or earlier ones). Routed
+ * see positions already filled (by this call or earlier ones). KDA layers
+ * take tokens strictly in order: position 0 starts a new recurrent state,
+ * any other position must be the one after the state's last. Routed
  * experts run on `experts` (NULL: this model's own). */
 int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32_t b,
                             const int32_t *pos, int32_t n_tok, float *hidden,
@@ -214,7 +281,8 @@ int mt_model_forward_batch(const mt_model *m, mt_kv_cache *const *kv, int32_t a,
                            const int32_t *pos, int32_t n_tok, float *hidden,
                            const mt_expert_backend *experts, mt_pool *pool, mt_error *err);
 
-/* logits (n_tok, n_vocab) <- output · rmsnorm(hidden, output_norm). The
+/* logits (n_tok, n_vocab) <- output · rmsnorm(hidden, output_norm), hidden
+ * (n_tok, n_hidden) (k3: the stream mixed with its checkpoints first). The
  * model must hold the head (m->has_head). */
 void mt_model_head(const mt_model *m, const float *hidden, int32_t n_tok, float *logits,
                    mt_pool *pool);

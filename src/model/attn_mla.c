@@ -8,9 +8,12 @@
  *   q~_h    = Wk_b[h] q_nope_h              (kv_lora)
  *   o_h     = softmax(scale [q~_h ; q_pe_h] . [c_s ; k_pe_s]) . c_s
  *   out     = Wo concat_h(Wv_b[h] o_h)
- * Legacy files (one attn_kv_b) are expanded per position instead. */
+ * Legacy files (one attn_kv_b) are expanded per position instead. kimi
+ * models skip RoPE (the rope slice is used as it is) and k3 may gate the
+ * heads' output: out = Wo (concat_h(...) * sigmoid(Wgate a)). */
 #include "model_internal.h"
 #include "moontail/quant.h"
+#include "moontail/vecops.h"
 
 #include <string.h>
 
@@ -123,6 +126,19 @@ static int mla_expanded(const mt_model *m, const mt_layer *l, const float *cache
     return 0;
 }
 
+/* k3: o (n_tok, n_head * v_dim) *= sigmoid(attn_gate . a), a the normalised
+ * layer input. */
+static int output_gate(const mt_layer *l, const float *a, int32_t n_tok, float *o, mt_pool *pool,
+                       mt_error *err) {
+    const size_t n = (size_t)n_tok * (size_t)l->attn_gate.n_rows;
+    float *g = malloc(n * sizeof *g);
+    if (!g) return mt_error_set(err, "MLA attention: out of memory for %d tokens", n_tok);
+    mt_matmul(&l->attn_gate, a, n_tok, g, pool);
+    for (size_t i = 0; i < n; i++) o[i] *= 1.0f / (1.0f + mt_expf(-g[i]));
+    free(g);
+    return 0;
+}
+
 int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err) {
@@ -158,10 +174,12 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
         if (pos[t] > max_pos) max_pos = pos[t];
         float *kt = kva + t * w;
         mt_rmsnorm(kt, l->kv_a_norm, lora, hp->eps, kt);
-        float cs[512], sn[512];
-        mt_rope_table(hp, NULL, pos[t], cs, sn);
-        mt_rope_rotate(hp, cs, sn, kt + lora, rope, 1);
-        mt_rope_rotate(hp, cs, sn, q + t * H * qk + nope, qk, H); /* rope slice of each head */
+        if (!hp->mla_nope) { /* kimi never rotates the rope slice */
+            float cs[512], sn[512];
+            mt_rope_table(hp, NULL, pos[t], cs, sn);
+            mt_rope_rotate(hp, cs, sn, kt + lora, rope, 1);
+            mt_rope_rotate(hp, cs, sn, q + t * H * qk + nope, qk, H); /* rope slice of each head */
+        }
         memcpy(cache + (size_t)pos[t] * w, kt, (size_t)w * sizeof(float));
     }
 
@@ -184,6 +202,7 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
             rc = per_head_matmul(&l->wv_b, H, lat, (size_t)lora, n_tok, o, (size_t)dv, pool, err);
         }
     }
+    if (rc == 0 && l->attn_gate.data) rc = output_gate(l, a, n_tok, o, pool, err);
     if (rc == 0) mt_matmul(&l->wo, o, n_tok, out, pool);
     free(buf);
     return rc;

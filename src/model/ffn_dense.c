@@ -1,6 +1,7 @@
 /* ffn_dense.c - the SwiGLU feed-forward block used by dense layers, shared
  * experts and (through ffn_moe.c) every routed expert:
  *   FFN(u) = down . (silu(gate . u) * (up . u))
+ * or, in kimi-k3, the same with situ in place of silu(g) * u (mt_ffn_act).
  *
  * mt_ffn_multi runs several such blocks at once (the experts a batch of
  * tokens chose, each over its own tokens) in two parallel sections: gate
@@ -11,6 +12,7 @@
 #include "moontail/quant.h"
 #include "moontail/vecops.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Below this many elements the SwiGLU step runs on the calling thread. */
@@ -26,7 +28,26 @@ typedef struct glu_job {
     const size_t *hc_off; /* (n_tasks) byte offset of each task's hc rows */
 } glu_job;
 
-/* h = silu(g) * h, then h converted for the down matrix, global rows [begin, end). */
+/* tanh through mt_expf, so that it is the same on every machine. */
+static float tanh_det(float x) {
+    const float ax = fabsf(x);
+    const float t = 1.0f - 2.0f / (mt_expf(2.0f * ax) + 1.0f);
+    return x < 0.0f ? -t : t;
+}
+
+/* h = situ(g, h) in ggml's order of operations: (tanh(g * (1/beta)) * beta)
+ * * sigmoid(g), times tanh(h * (1/lb)) * lb when lb > 0, else h. */
+static void situ_row(const mt_ffn_act *act, const float *g, float *h, int64_t n) {
+    const float ib = 1.0f / act->beta, lb = act->linear_beta, ilb = lb > 0.0f ? 1.0f / lb : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float a = tanh_det(g[i] * ib) * act->beta * (1.0f / (1.0f + mt_expf(-g[i])));
+        const float u = lb > 0.0f ? tanh_det(h[i] * ilb) * lb : h[i];
+        h[i] = a * u;
+    }
+}
+
+/* h = silu(g) * h (or situ), then h converted for the down matrix, global
+ * rows [begin, end). */
 static void glu_rows(void *ctx, int64_t begin, int64_t end) {
     const glu_job *j = ctx;
     int k = 0;
@@ -35,7 +56,10 @@ static void glu_rows(void *ctx, int64_t begin, int64_t end) {
         const mt_ffn_task *t = &j->tasks[k];
         const int64_t F = t->gate->n_rows, i = r - j->row0[k];
         float *g = j->g + j->gh_off[k] + (size_t)i * F, *h = j->h + j->gh_off[k] + (size_t)i * F;
-        mt_vec_swiglu(g, h, F);
+        if (t->act && t->act->situ)
+            situ_row(t->act, g, h, F);
+        else
+            mt_vec_swiglu(g, h, F);
         const mt_type vt = quant_vec_dot_type(t->down->type);
         if (vt != MT_TYPE_F32)
             quant_convert_activations(
@@ -128,8 +152,9 @@ done:
     return rc;
 }
 
-int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down, int32_t n_tok,
-                 const float *u, float *out, mt_pool *pool, mt_error *err) {
-    mt_ffn_task t = {gate, up, down, n_tok, u, out};
+int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down,
+                 const mt_ffn_act *act, int32_t n_tok, const float *u, float *out, mt_pool *pool,
+                 mt_error *err) {
+    mt_ffn_task t = {gate, up, down, n_tok, u, out, act};
     return mt_ffn_multi(&t, 1, pool, err);
 }

@@ -91,7 +91,7 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
                          float *y, mt_pool *pool, mt_error *err) {
     const mt_model *m = model;
     const mt_hparams *hp = &m->hp;
-    const size_t E = (size_t)hp->n_embd;
+    const size_t E = (size_t)hp->n_embd_exp;
     if (il < 0 || il >= hp->n_layer || !m->layers[il].is_moe || !m->layers[il].gate_exps.m.data)
         return mt_error_set(
             err, "routed experts of layer %d are not held here (this file has none)", il);
@@ -103,6 +103,8 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
                                 " of %d experts)",
                                 ids[r], il, l->gate_exps.n_expert, hp->n_expert);
     const int32_t X = hp->n_expert;
+    mt_ffn_act actbuf;
+    const mt_ffn_act *act = mt_hparams_act(hp, &actbuf);
     float *xin = malloc((size_t)n * E * sizeof(float) + 1);
     float *yout = malloc((size_t)n * E * sizeof(float) + 1);
     int32_t *rows = malloc((size_t)n * sizeof(int32_t) + 1);
@@ -144,7 +146,7 @@ int mt_model_run_experts(void *model, int32_t il, int32_t n, const int32_t *ids,
             x = xin + (size_t)k0 * E;
             out = yout + (size_t)k0 * E;
         }
-        tasks[n_tasks++] = (mt_ffn_task){&g[0], &g[1], &g[2], k1 - k0, x, out};
+        tasks[n_tasks++] = (mt_ffn_task){&g[0], &g[1], &g[2], k1 - k0, x, out, act};
     }
     rc = mt_ffn_multi(tasks, n_tasks, pool, err);
     for (int32_t e = 0; rc == 0 && e < X; e++)
@@ -156,49 +158,75 @@ done:
     return rc;
 }
 
+/* out (n_tok, W) = sum_j w_j y_j in each token's top-k order. */
+static void weighted_sum(const float *ys, const float *w, size_t T, int32_t K, size_t W,
+                         float *out) {
+    for (size_t t = 0; t < T; t++) {
+        float *o = out + t * W;
+        for (size_t d = 0; d < W; d++) o[d] = ys[(t * K) * W + d] * w[t * K];
+        for (int32_t j = 1; j < K; j++) {
+            const float *y = ys + (t * K + j) * W;
+            for (size_t d = 0; d < W; d++) o[d] += y[d] * w[t * K + j];
+        }
+    }
+}
+
+/* Routed experts, then (k3 latent MoE) the latent sum's norm and
+ * up-projection, then the shared experts, which read the full-width u:
+ *   out = up . rmsnorm(sum_j w_j E_j(down . u)) + shared(u)   (latent)
+ *   out = sum_j w_j E_j(u) + shared(u)                        (otherwise) */
 int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, const float *u,
                float *out, const mt_expert_backend *experts, mt_pool *pool, mt_error *err) {
     const mt_hparams *hp = &m->hp;
-    const int32_t X = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd;
+    const int32_t X = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd, W = hp->n_embd_exp;
+    const bool latent = hp->n_expert_latent > 0;
     const size_t T = (size_t)n_tok;
     if (hp->n_group > 256) return mt_error_set(err, "MoE: %d expert groups (max 256)", hp->n_group);
     mt_expert_backend local = {mt_model_run_experts, (void *)m, false};
     if (!experts) experts = &local;
+    mt_ffn_act actbuf;
+    const mt_ffn_act *act = mt_hparams_act(hp, &actbuf);
 
     float *z = malloc(T * X * sizeof(float));
     float *scratch = malloc(2 * (size_t)X * sizeof(float));
     int32_t *idx = malloc(T * K * sizeof(int32_t));
     float *w = malloc(T * K * sizeof(float));
-    float *uk = malloc(T * K * E * sizeof(float)); /* (n_tok, K, n_embd): u once per slot */
-    float *ys = malloc(T * K * E * sizeof(float)); /* (n_tok, K, n_embd) expert outputs */
+    float *uk = malloc(T * K * W * sizeof(float)); /* (n_tok, K, W): the input once per slot */
+    float *ys = malloc(T * K * W * sizeof(float)); /* (n_tok, K, W) expert outputs */
+    float *lat = latent ? malloc(T * W * sizeof(float)) : NULL; /* (n_tok, W) */
+    float *sh = l->has_shexp ? malloc(T * E * sizeof(float)) : NULL;
     int rc = 0;
-    if (!z || !scratch || !idx || !w || !uk || !ys) {
+    if (!z || !scratch || !idx || !w || !uk || !ys || (latent && !lat) || (l->has_shexp && !sh)) {
         rc = mt_error_set(err, "MoE: out of memory for %d tokens", n_tok);
         goto done;
     }
 
-    mt_matmul(&l->router, u, n_tok, z, pool);
+    mt_matmul(&l->router, u, n_tok, z, pool); /* the router reads the full width */
+    const float *ue = u;
+    if (latent) {
+        mt_matmul(&l->routed_down, u, n_tok, lat, pool);
+        ue = lat;
+    }
     for (size_t t = 0; t < T; t++) {
         mt_moe_route(hp, l->exp_probs_b, z + t * X, idx + t * K, w + t * K, scratch);
         for (int32_t j = 0; j < K; j++)
-            memcpy(uk + (t * K + j) * E, u + t * E, (size_t)E * sizeof(float));
+            memcpy(uk + (t * K + j) * W, ue + t * W, (size_t)W * sizeof(float));
     }
     if ((rc = experts->run(experts->ctx, il, (int32_t)(T * K), idx, uk, ys, pool, err))) goto done;
 
-    /* weighted sum in each token's top-k order */
-    for (size_t t = 0; t < T; t++) {
-        float *o = out + t * E;
-        for (int32_t d = 0; d < E; d++) o[d] = ys[(t * K) * E + d] * w[t * K];
-        for (int32_t j = 1; j < K; j++) {
-            const float *y = ys + (t * K + j) * E;
-            for (int32_t d = 0; d < E; d++) o[d] += y[d] * w[t * K + j];
-        }
+    if (latent) {
+        weighted_sum(ys, w, T, K, (size_t)W, lat);
+        if (l->routed_norm)
+            for (size_t t = 0; t < T; t++)
+                mt_rmsnorm(lat + t * W, l->routed_norm, W, hp->eps, lat + t * W);
+        mt_matmul(&l->routed_up, lat, n_tok, out, pool);
+    } else {
+        weighted_sum(ys, w, T, K, (size_t)E, out);
     }
 
     if (l->has_shexp) {
-        float *sh = uk; /* reuse: n_tok * n_embd floats are enough */
-        if ((rc = mt_ffn_dense(&l->gate_shexp, &l->up_shexp, &l->down_shexp, n_tok, u, sh, pool,
-                               err)))
+        if ((rc = mt_ffn_dense(&l->gate_shexp, &l->up_shexp, &l->down_shexp, act, n_tok, u, sh,
+                               pool, err)))
             goto done;
         for (size_t t = 0; t < T; t++) {
             float gate = 1.0f;
@@ -211,6 +239,6 @@ int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, 
         }
     }
 done:
-    free(z), free(scratch), free(idx), free(w), free(uk), free(ys);
+    free(z), free(scratch), free(idx), free(w), free(uk), free(ys), free(lat), free(sh);
     return rc;
 }

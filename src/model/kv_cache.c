@@ -2,8 +2,10 @@
  *
  * GQA layers store each position's K and V rows; MLA layers store the
  * compressed latent [c_kv ; k_pe] only (kv_lora + rope floats), which is
- * what makes DeepSeek-V3 contexts cheap. Values are f32 so that a cache
- * built anywhere gives the same numbers.
+ * what makes DeepSeek-V3 contexts cheap. KDA layers (kimi) keep a
+ * recurrent state of fixed size per session instead: the convolutions'
+ * last K-1 inputs and one delta-rule matrix per head. Values are f32 so
+ * that a cache built anywhere gives the same numbers.
  *
  * The arrays are anonymous memory maps, not calloc: a cache is sized for
  * the whole context but a session usually fills a fraction of it, and the
@@ -51,12 +53,32 @@ static void kv_array_free(float *a, size_t n) {
 #endif
 }
 
+/* Layers of the cache's range that keep a per-position cache (KDA layers
+ * keep a fixed recurrent state instead). */
+static int32_t kv_n_rec(const mt_kv_cache *kv) {
+    return kv->n_rec;
+}
+static int32_t kv_n_attn(const mt_kv_cache *kv) {
+    return kv->layer_end - kv->layer_begin - kv_n_rec(kv);
+}
+
 /* Floats in each of the cache's arrays. */
 static size_t kv_k_floats(const mt_kv_cache *kv) {
-    return (size_t)(kv->layer_end - kv->layer_begin) * (size_t)kv->n_ctx * (size_t)kv->k_width;
+    return (size_t)kv_n_attn(kv) * (size_t)kv->n_ctx * (size_t)kv->k_width;
 }
 static size_t kv_v_floats(const mt_kv_cache *kv) {
-    return (size_t)(kv->layer_end - kv->layer_begin) * (size_t)kv->n_ctx * (size_t)kv->v_width;
+    return (size_t)kv_n_attn(kv) * (size_t)kv->n_ctx * (size_t)kv->v_width;
+}
+static size_t kv_rec_floats(const mt_kv_cache *kv) {
+    return (size_t)kv_n_rec(kv) * kv->rec_floats;
+}
+
+/* Recurrent state of one KDA layer: the last K-1 inputs of the q, k and v
+ * convolutions (3 x D x (K-1)) and the delta-rule matrices (H x hd x hd). */
+static size_t kda_state_floats(const mt_hparams *hp) {
+    const size_t D = (size_t)hp->n_head * (size_t)hp->kda_head_dim;
+    return 3 * D * (size_t)(hp->ssm_conv - 1) +
+           (size_t)hp->n_head * (size_t)hp->kda_head_dim * (size_t)hp->kda_head_dim;
 }
 
 mt_kv_cache *mt_kv_cache_new(const mt_model *m, int32_t layer_begin, int32_t layer_end,
@@ -76,15 +98,26 @@ mt_kv_cache *mt_kv_cache_new(const mt_model *m, int32_t layer_begin, int32_t lay
     kv->layer_begin = layer_begin;
     kv->layer_end = layer_end;
     kv->n_ctx = n_ctx;
-    if (hp->arch == MT_ARCH_DEEPSEEK2) {
+    if (hp->arch == MT_ARCH_DEEPSEEK2 || hp->arch == MT_ARCH_KIMI_LINEAR ||
+        hp->arch == MT_ARCH_KIMI_K3) {
         kv->k_width = hp->kv_lora_rank + hp->qk_rope;
         kv->v_width = 0;
     } else {
         kv->k_width = hp->n_head_kv * hp->head_dim_k;
         kv->v_width = hp->n_head_kv * hp->head_dim_v;
     }
-    if (!(kv->k = kv_array_new(kv_k_floats(kv)))) goto oom;
-    if (kv->v_width && !(kv->v = kv_array_new(kv_v_floats(kv)))) goto oom;
+    const int32_t n = layer_end - layer_begin;
+    if (!(kv->slot = malloc((size_t)n * sizeof *kv->slot))) goto oom;
+    int32_t n_attn = 0, n_rec = 0;
+    for (int32_t i = 0; i < n; i++)
+        kv->slot[i] = m->layers && m->layers[layer_begin + i].is_kda ? n_rec++ : n_attn++;
+    kv->rec_floats = n_rec ? kda_state_floats(hp) : 0;
+    kv->n_rec = n_rec;
+    if (n_attn && !(kv->k = kv_array_new(kv_k_floats(kv)))) goto oom;
+    if (n_attn && kv->v_width && !(kv->v = kv_array_new(kv_v_floats(kv)))) goto oom;
+    if (n_rec && (!(kv->rec = kv_array_new(kv_rec_floats(kv))) ||
+                  !(kv->rec_next = calloc((size_t)n_rec, sizeof *kv->rec_next))))
+        goto oom;
     return kv;
 oom:
     mt_kv_cache_free(kv);
@@ -97,9 +130,18 @@ void mt_kv_cache_free(mt_kv_cache *kv) {
     if (!kv) return;
     kv_array_free(kv->k, kv_k_floats(kv));
     kv_array_free(kv->v, kv_v_floats(kv));
+    kv_array_free(kv->rec, kv_rec_floats(kv));
+    free(kv->rec_next);
+    free(kv->slot);
     free(kv);
 }
 
 size_t mt_kv_cache_bytes(const mt_kv_cache *kv) {
-    return kv ? (kv_k_floats(kv) + (kv->v ? kv_v_floats(kv) : 0)) * sizeof(float) : 0;
+    return kv ? (kv_k_floats(kv) + (kv->v ? kv_v_floats(kv) : 0) + kv_rec_floats(kv)) *
+                    sizeof(float)
+              : 0;
+}
+
+size_t mt_kv_cache_rec_bytes(const mt_kv_cache *kv) {
+    return kv ? kv_rec_floats(kv) * sizeof(float) : 0;
 }

@@ -78,6 +78,43 @@ static bool get_int(hp_reader *r, const char *suffix, int32_t *out, bool require
     return true;
 }
 
+int mt_hparams_read_per_layer(const gguf_file *f, const mt_hparams *hp, const char *suffix,
+                              int32_t dflt, int32_t *out, mt_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", hp->arch_name, suffix);
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    uint64_t v = (uint64_t)dflt;
+    if (kv && kv->value.type == GGUF_TYPE_ARRAY) {
+        const gguf_value *a = &kv->value;
+        if (a->arr.type != GGUF_TYPE_UINT32 && a->arr.type != GGUF_TYPE_INT32)
+            return mt_error_set(err, "%s: key '%s' is an array of %s; expected int32/uint32",
+                                f->path, key, gguf_type_name(a->arr.type));
+        if (a->arr.n != (uint64_t)hp->n_layer)
+            return mt_error_set(err,
+                                "%s: key '%s' has %llu entries; block_count says %d layers, one"
+                                " entry per layer",
+                                f->path, key, (unsigned long long)a->arr.n, hp->n_layer);
+        for (int32_t il = 0; il < hp->n_layer; il++) {
+            uint32_t x;
+            memcpy(&x, a->arr.data + 4 * (size_t)il, 4);
+            if (x > (1u << 30))
+                return mt_error_set(err, "%s: key '%s' entry %d (%u) is implausibly large", f->path,
+                                    key, il, x);
+            out[il] = (int32_t)x;
+        }
+        return 0;
+    }
+    if (kv) {
+        mt_error e = {{0}};
+        if (!gguf_get_u64(f, key, &v, &e)) return mt_error_set(err, "%s", e.msg);
+        if (v > (1u << 30))
+            return mt_error_set(err, "%s: key '%s' = %llu is implausibly large", f->path, key,
+                                (unsigned long long)v);
+    }
+    for (int32_t il = 0; il < hp->n_layer; il++) out[il] = (int32_t)v;
+    return 0;
+}
+
 static bool get_float(hp_reader *r, const char *suffix, float *out, bool required) {
     char key[128];
     key_of(r, suffix, key, sizeof key);
@@ -113,6 +150,113 @@ static float get_mscale(float s, float m) {
     return s <= 1.0f ? 1.0f : 0.1f * m * logf(s) + 1.0f;
 }
 
+/* The layer pattern (per-layer head_count_kv: 0 = KDA, else MLA) and the
+ * expert widths, which llama.cpp's kimi loaders read per layer. */
+static int kimi_layers(hp_reader *r, mt_hparams *hp) {
+    int32_t *kv = malloc((size_t)hp->n_layer * sizeof *kv);
+    int32_t *ff = malloc((size_t)hp->n_layer * sizeof *ff);
+    int rc = -1;
+    if (!kv || !ff) {
+        mt_error_set(r->err, "out of memory for %d layers", hp->n_layer);
+        goto done;
+    }
+    char key[128];
+    if (!gguf_find_kv(r->f, key_of(r, "attention.head_count_kv", key, sizeof key))) {
+        mt_error_set(r->err,
+                     "%s: required key '%s' is missing; kimi models list it per layer (0 marks"
+                     " a KDA layer)",
+                     r->f->path, key);
+        goto done;
+    }
+    if (mt_hparams_read_per_layer(r->f, hp, "attention.head_count_kv", 0, kv, r->err) ||
+        mt_hparams_read_per_layer(r->f, hp, "expert_feed_forward_length", 0, ff, r->err))
+        goto done;
+    hp->n_head_kv = 1;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        if (kv[il] == 0) {
+            hp->n_kda_layers++;
+        } else if (kv[il] != 1) {
+            mt_error_set(r->err,
+                         "%s: layer %d has head_count_kv %d; kimi layers have 0 (KDA) or 1 (MLA,"
+                         " one latent head)",
+                         r->f->path, il, kv[il]);
+            goto done;
+        }
+        if (il >= hp->n_leading_dense && hp->n_ff_exp == 0) hp->n_ff_exp = ff[il];
+    }
+    rc = 0;
+done:
+    free(kv);
+    free(ff);
+    return rc;
+}
+
+/* kimi-linear and kimi-k3: KDA sizes, nope MLA, deepseek2-style routing and
+ * (k3) attention residuals, latent experts and the situ activation. */
+static int kimi_hparams(hp_reader *r, mt_hparams *hp, int32_t gating) {
+    const char *path = r->f->path;
+    const bool k3 = hp->arch == MT_ARCH_KIMI_K3;
+    int32_t k_mla = 0, v_mla = 0;
+    get_int(r, "attention.key_length_mla", &k_mla, true);
+    get_int(r, "attention.value_length_mla", &v_mla, true);
+    get_int(r, "attention.kv_lora_rank", &hp->kv_lora_rank, true);
+    if (k3) get_int(r, "attention.q_lora_rank", &hp->q_lora_rank, false);
+    get_int(r, "ssm.conv_kernel", &hp->ssm_conv, true);
+    get_int(r, "kda.head_dim", &hp->kda_head_dim, true);
+    get_int(r, "expert_shared_count", &hp->n_expert_shared, true);
+    get_int(r, "expert_gating_func", &gating, true); /* required here, unlike deepseek2 */
+    hp->kda_gate_lower_bound = -INFINITY;
+    hp->situ_beta = 1.0f;
+    if (k3) {
+        get_float(r, "kda.gate_lower_bound", &hp->kda_gate_lower_bound, false);
+        get_int(r, "expert_latent_length", &hp->n_expert_latent, false);
+        get_int(r, "attn_res.block_size", &hp->attn_res_block, true);
+        get_float(r, "activation.situ_beta", &hp->situ_beta, true);
+        get_float(r, "activation.situ_linear_beta", &hp->situ_linear_beta, true);
+        hp->act_situ = true;
+    } else {
+        hp->expert_weights_norm = true; /* llama.cpp's kimi-linear graph always renormalises */
+    }
+    if (r->failed) return -1;
+    if (gating != 1 && gating != 2)
+        return mt_error_set(r->err,
+                            "%s: expert_gating_func %d is not supported (1 softmax, 2 sigmoid)",
+                            path, gating);
+    hp->gating = gating == 2 ? MT_GATING_SIGMOID : MT_GATING_SOFTMAX;
+    hp->rope_neox = false;
+    hp->mla_nope = true;
+    hp->qk_rope = hp->n_rot;
+    hp->qk_nope = k_mla - hp->n_rot;
+    hp->v_head_dim = v_mla;
+    hp->head_dim_k = k_mla;
+    hp->head_dim_v = v_mla;
+    if (kimi_layers(r, hp)) return -1;
+    hp->n_ff_shexp = hp->n_ff_exp * (hp->n_expert_shared > 0 ? hp->n_expert_shared : 1);
+    if (hp->qk_nope < 1 || hp->v_head_dim < 1 || hp->kv_lora_rank < 1)
+        return mt_error_set(r->err, "%s: bad MLA sizes: nope %d, rope %d, v %d, kv_lora %d", path,
+                            hp->qk_nope, hp->qk_rope, hp->v_head_dim, hp->kv_lora_rank);
+    if (hp->kda_head_dim < 1 || hp->kda_head_dim > 1024 || hp->ssm_conv < 1 || hp->ssm_conv > 64)
+        return mt_error_set(
+            r->err, "%s: bad KDA sizes: kda.head_dim %d (1-1024), ssm.conv_kernel %d (1-64)", path,
+            hp->kda_head_dim, hp->ssm_conv);
+    if (k3 && (hp->attn_res_block < 0 || hp->attn_res_block > hp->n_layer))
+        return mt_error_set(r->err,
+                            "%s: attn_res.block_size %d must be 0 (off) or at most the %d layers",
+                            path, hp->attn_res_block, hp->n_layer);
+    if (hp->attn_res_block > 0)
+        hp->n_res_bank = (hp->n_layer + hp->attn_res_block - 1) / hp->attn_res_block;
+    if (hp->n_expert_latent < 0 || hp->n_expert_latent > (1 << 20))
+        return mt_error_set(r->err, "%s: expert_latent_length %d is out of range", path,
+                            hp->n_expert_latent);
+    if (hp->act_situ &&
+        !(hp->situ_beta > 0.0f && isfinite(hp->situ_beta) && isfinite(hp->situ_linear_beta)))
+        return mt_error_set(r->err,
+                            "%s: activation.situ_beta %g must be > 0 and situ_linear_beta %g"
+                            " finite",
+                            path, hp->situ_beta, hp->situ_linear_beta);
+    return 0;
+}
+
 int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_error *err) {
     memset(hp, 0, sizeof *hp);
     mt_error e = {{0}};
@@ -126,14 +270,16 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     } archs[] = {{"llama", MT_ARCH_LLAMA},
                  {"qwen2moe", MT_ARCH_QWEN2MOE},
                  {"qwen3moe", MT_ARCH_QWEN3MOE},
-                 {"deepseek2", MT_ARCH_DEEPSEEK2}};
+                 {"deepseek2", MT_ARCH_DEEPSEEK2},
+                 {"kimi-linear", MT_ARCH_KIMI_LINEAR},
+                 {"kimi-k3", MT_ARCH_KIMI_K3}};
     int found = -1;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (strcmp(arch, archs[i].name) == 0) found = (int)i;
     if (found < 0) {
         mt_error_set(err,
                      "%s: architecture '%s' is not supported (supported: llama, qwen2moe,"
-                     " qwen3moe, deepseek2)",
+                     " qwen3moe, deepseek2, kimi-linear, kimi-k3)",
                      f->path, arch);
         free(arch);
         return -1;
@@ -144,13 +290,15 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     hp->n_vocab = (int32_t)n_vocab;
 
     hp_reader r = {f, hp->arch_name, err, 0};
+    const bool kimi = hp->arch == MT_ARCH_KIMI_LINEAR || hp->arch == MT_ARCH_KIMI_K3;
     get_int(&r, "embedding_length", &hp->n_embd, true);
     get_int(&r, "block_count", &hp->n_layer, true);
     hp->n_ctx_train = 4096;
     get_int(&r, "context_length", &hp->n_ctx_train, false);
     get_int(&r, "attention.head_count", &hp->n_head, true);
     hp->n_head_kv = hp->n_head;
-    get_int(&r, "attention.head_count_kv", &hp->n_head_kv, false);
+    if (!kimi) /* kimi: per layer, 0 marks a KDA layer (kimi_layers) */
+        get_int(&r, "attention.head_count_kv", &hp->n_head_kv, false);
     get_float(&r, "attention.layer_norm_rms_epsilon", &hp->eps, true);
     if (r.failed) return -1;
     /* layers are allocated per model before any tensor is bound: bound the count
@@ -228,7 +376,8 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     get_int(&r, "feed_forward_length", &hp->n_ff, false);
     get_int(&r, "expert_count", &hp->n_expert, false);
     get_int(&r, "expert_used_count", &hp->n_expert_used, false);
-    get_int(&r, "expert_feed_forward_length", &hp->n_ff_exp, false);
+    if (!kimi) /* kimi: may differ per layer (kimi_hparams) */
+        get_int(&r, "expert_feed_forward_length", &hp->n_ff_exp, false);
     get_int(&r, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false);
     get_int(&r, "expert_shared_count", &hp->n_expert_shared, false);
     get_int(&r, "leading_dense_block_count", &hp->n_leading_dense, false);
@@ -287,6 +436,10 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
                                 hp->kv_lora_rank);
         break;
     }
+    case MT_ARCH_KIMI_LINEAR:
+    case MT_ARCH_KIMI_K3:
+        if (kimi_hparams(&r, hp, gating)) return -1;
+        break;
     }
     if (hp->expert_weights_scale == 1.0f) hp->expert_weights_scale = 0.0f;
     if ((hp->arch == MT_ARCH_QWEN2MOE || hp->arch == MT_ARCH_QWEN3MOE) && hp->n_ff_exp == 0 &&
@@ -304,7 +457,8 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
                 err, "%s: bad expert groups: %d groups, %d used, %d experts, %d per token", f->path,
                 hp->n_group, hp->n_group_used, hp->n_expert, hp->n_expert_used);
     }
-    if (hp->n_rot <= 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim_k)
+    if ((hp->n_rot <= 0 && !(hp->mla_nope && hp->n_rot == 0)) || hp->n_rot % 2 ||
+        hp->n_rot > hp->head_dim_k)
         return mt_error_set(err, "%s: rope dimension %d must be even and at most the head size %d",
                             f->path, hp->n_rot, hp->head_dim_k);
     if (hp->n_rot > 1024)
@@ -313,8 +467,13 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
         return mt_error_set(err, "%s: bad head sizes k %d v %d", f->path, hp->head_dim_k,
                             hp->head_dim_v);
 
+    hp->n_embd_exp = hp->n_expert_latent > 0 ? hp->n_expert_latent : hp->n_embd;
+    hp->n_hidden = hp->n_embd * (1 + hp->n_res_bank);
+
     /* softmax scale */
-    if (hp->arch == MT_ARCH_DEEPSEEK2) {
+    if (kimi) {
+        hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    } else if (hp->arch == MT_ARCH_DEEPSEEK2) {
         float attn_factor_org = attn_factor * (1.0f + 0.1f * logf(s));
         float mscale = attn_factor_org * (1.0f + 0.1f * log_mul * logf(s));
         hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_k);

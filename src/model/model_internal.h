@@ -11,6 +11,11 @@
 /* Fills hp from f's metadata; n_vocab comes from the embedding tensor. */
 int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_error *err);
 
+/* out[il] for every layer <- the integer key `<arch>.suffix`, stored once or
+ * as an int32/uint32 array of one entry per layer; dflt when absent. */
+int mt_hparams_read_per_layer(const gguf_file *f, const mt_hparams *hp, const char *suffix,
+                              int32_t dflt, int32_t *out, mt_error *err);
+
 /* ------------------------------------------------------------ building blocks */
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] for one vector of n. */
@@ -33,12 +38,16 @@ typedef struct mt_scratch {
     float *o; /* (n_tok, n_embd) output of the current block */
 } mt_scratch;
 
-/* Layer il's K rows (and V rows) in a session's cache. */
+/* Attention layer il's K rows (and V rows) in a session's cache. */
 static inline float *mt_kv_layer_k(const mt_kv_cache *kv, int32_t il) {
-    return kv->k + (size_t)(il - kv->layer_begin) * kv->n_ctx * kv->k_width;
+    return kv->k + (size_t)kv->slot[il - kv->layer_begin] * kv->n_ctx * kv->k_width;
 }
 static inline float *mt_kv_layer_v(const mt_kv_cache *kv, int32_t il) {
-    return kv->v + (size_t)(il - kv->layer_begin) * kv->n_ctx * kv->v_width;
+    return kv->v + (size_t)kv->slot[il - kv->layer_begin] * kv->n_ctx * kv->v_width;
+}
+/* KDA layer il's recurrent state: conv (3, D, K-1), then delta (H, hd, hd). */
+static inline float *mt_kv_layer_rec(const mt_kv_cache *kv, int32_t il) {
+    return kv->rec + (size_t)kv->slot[il - kv->layer_begin] * kv->rec_floats;
 }
 
 /* Attention for a batch whose token t belongs to the session cached in kv[t]. */
@@ -48,21 +57,49 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
 int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err);
+/* KDA for a batch whose token t belongs to kv[t]; a session's tokens come in
+ * position order and continue its recurrent state (position 0 restarts it). */
+int mt_attn_kda(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
+                const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
+                mt_error *err);
+
+/* k3 attention residuals: out (n_embd) = softmax-weighted mix of the n_bank
+ * checkpoints bank[c] (n_embd each, stride apart) and the stream x, scored
+ * by sum(rmsnorm(v) * score) for each. */
+void mt_attn_res_mix(const float *x, const float *bank, size_t stride, int32_t n_bank,
+                     const float *score, int64_t n_embd, float eps, float *out);
 /* One SwiGLU block over its own tokens: out (n_tok, down rows) =
  * down . (silu(gate . x) * (up . x)), x (n_tok, gate cols). */
+/* The gated activation of an FFN: SwiGLU silu(g) * u when situ is false,
+ * else k3's situ: beta tanh(g / beta) sigmoid(g) * lb tanh(u / lb) (the up
+ * branch untouched when linear_beta lb <= 0). */
+typedef struct mt_ffn_act {
+    bool situ;
+    float beta, linear_beta;
+} mt_ffn_act;
+
 typedef struct mt_ffn_task {
     const mt_matrix *gate, *up, *down;
     int32_t n_tok;
     const float *x;
     float *out;
+    const mt_ffn_act *act; /* NULL: SwiGLU */
 } mt_ffn_task;
+
+/* The activation of hp's FFNs (NULL for SwiGLU models). */
+static inline const mt_ffn_act *mt_hparams_act(const mt_hparams *hp, mt_ffn_act *buf) {
+    if (!hp->act_situ) return NULL;
+    *buf = (mt_ffn_act){true, hp->situ_beta, hp->situ_linear_beta};
+    return buf;
+}
 
 /* Runs all blocks in two parallel sections of the pool (gate/up of all, then
  * down of all); each output row is bit-identical to a run of its block on
  * that row alone. */
 int mt_ffn_multi(const mt_ffn_task *tasks, int n_tasks, mt_pool *pool, mt_error *err);
-int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down, int32_t n_tok,
-                 const float *u, float *out, mt_pool *pool, mt_error *err);
+int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down,
+                 const mt_ffn_act *act, int32_t n_tok, const float *u, float *out, mt_pool *pool,
+                 mt_error *err);
 int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, const float *u,
                float *out, const mt_expert_backend *experts, mt_pool *pool, mt_error *err);
 

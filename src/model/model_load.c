@@ -103,9 +103,12 @@ static void bind_experts(binder *b, mt_experts *out, const char *pattern, int il
     out->n_expert = (int32_t)t->ne[2];
 }
 
-static float *bind_vector(binder *b, const char *pattern, int il, bool required, int64_t n) {
-    const gguf_tensor *t = find(b, pattern, il, required, 1, n, 1, 1);
+/* An f32 copy of a small tensor of shape {ne0, ne1, ne2} (rows of ne0). */
+static float *bind_floats(binder *b, const char *pattern, int il, bool required, int n_dims,
+                          int64_t ne0, int64_t ne1, int64_t ne2) {
+    const gguf_tensor *t = find(b, pattern, il, required, n_dims, ne0, ne1, ne2);
     if (!t) return NULL;
+    const int64_t rows = ne1 * ne2, n = ne0 * rows;
     float *v = malloc((size_t)n * sizeof *v);
     if (!v || (b->n_owned == b->cap_owned &&
                !(b->owned = realloc(b->owned,
@@ -114,9 +117,15 @@ static float *bind_vector(binder *b, const char *pattern, int il, bool required,
         fail(b, "out of memory");
         return NULL;
     }
-    quant_dequantize_row(t->type, t->data, v, n);
+    for (int64_t r = 0; r < rows; r++)
+        quant_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * t->nb[1], v + r * ne0,
+                             ne0);
     b->owned[b->n_owned++] = v;
     return v;
+}
+
+static float *bind_vector(binder *b, const char *pattern, int il, bool required, int64_t n) {
+    return bind_floats(b, pattern, il, required, 1, n, 1, 1);
 }
 
 /* ---------------------------------------------------------------- layers */
@@ -166,17 +175,70 @@ static void bind_mla(binder *b, mt_layer *l, int il) {
                     H * (hp->qk_nope + hp->v_head_dim));
     }
     bind_matrix(b, &l->wo, "attn_output.weight", il, true, H * hp->v_head_dim, E);
+    if (hp->arch == MT_ARCH_KIMI_K3)
+        bind_matrix(b, &l->attn_gate, "attn_gate.weight", il, false, E, H * hp->v_head_dim);
+}
+
+/* KDA (kimi delta attention): projections, short convolutions, decay and
+ * output gates, per-head output norm. */
+static void bind_kda(binder *b, mt_layer *l, int il) {
+    const mt_hparams *hp = &b->m->hp;
+    const int64_t E = hp->n_embd, H = hp->n_head, hd = hp->kda_head_dim, D = H * hd,
+                  K = hp->ssm_conv;
+    bind_matrix(b, &l->wq, "attn_q.weight", il, true, E, D);
+    bind_matrix(b, &l->wk, "attn_k.weight", il, true, E, D);
+    bind_matrix(b, &l->wv, "attn_v.weight", il, true, E, D);
+    /* {K, 1, D} (converters may also write a trailing 1, which find() accepts) */
+    l->conv_q = bind_floats(b, "ssm_conv1d_q.weight", il, true, 3, K, 1, D);
+    l->conv_k = bind_floats(b, "ssm_conv1d_k.weight", il, true, 3, K, 1, D);
+    l->conv_v = bind_floats(b, "ssm_conv1d_v.weight", il, true, 3, K, 1, D);
+    bind_matrix(b, &l->ssm_f_a, "ssm_f_a.weight", il, true, E, hd);
+    bind_matrix(b, &l->ssm_f_b, "ssm_f_b.weight", il, true, hd, D);
+    bind_matrix(b, &l->ssm_beta, "ssm_beta.weight", il, true, E, H);
+    if (hp->arch == MT_ARCH_KIMI_K3) {
+        l->ssm_a = bind_vector(b, "ssm_a", il, true, H);
+        bind_matrix(b, &l->ssm_g, "ssm_g.weight", il, true, E, D);
+    } else { /* kimi-linear pads A to {1, n_head} */
+        l->ssm_a = bind_floats(b, "ssm_a", il, true, 2, 1, H, 1);
+        bind_matrix(b, &l->ssm_g_a, "ssm_g_a.weight", il, true, E, hd);
+        bind_matrix(b, &l->ssm_g_b, "ssm_g_b.weight", il, true, hd, D);
+    }
+    l->ssm_dt_b = bind_vector(b, "ssm_dt.bias", il, true, D);
+    l->ssm_norm = bind_vector(b, "ssm_norm.weight", il, true, hd);
+    bind_matrix(b, &l->wo, "attn_output.weight", il, true, D, E);
 }
 
 /* Expert width: from the metadata, or (llama, deepseek2 without the key)
  * from an expert or router-side tensor of the layer. */
 static int64_t expert_width(binder *b, int il) {
+    if (b->m->layers[il].n_ff_exp > 0) return b->m->layers[il].n_ff_exp;
     if (b->m->hp.n_ff_exp > 0) return b->m->hp.n_ff_exp;
     char name[96];
     tname(name, sizeof name, "ffn_down_exps.weight", il);
     const gguf_tensor *t = gguf_find_tensor(b->f, name);
     if (t) return t->ne[0];
     return b->m->hp.arch == MT_ARCH_LLAMA ? b->m->hp.n_ff : -1;
+}
+
+/* kimi: required selection bias, optional shared experts of width
+ * F * max(1, n_shared) at n_embd, and (k3) the latent projections. */
+static void bind_kimi_moe(binder *b, mt_layer *l, int il, int64_t F) {
+    const mt_hparams *hp = &b->m->hp;
+    const int64_t E = hp->n_embd, L = hp->n_expert_latent,
+                  S = F * (hp->n_expert_shared > 0 ? hp->n_expert_shared : 1);
+    l->exp_probs_b = bind_vector(b, "exp_probs_b.bias", il, true, hp->n_expert);
+    char name[96];
+    tname(name, sizeof name, "ffn_gate_shexp.weight", il);
+    if ((l->has_shexp = gguf_find_tensor(b->f, name) != NULL)) {
+        bind_matrix(b, &l->gate_shexp, "ffn_gate_shexp.weight", il, true, E, S);
+        bind_matrix(b, &l->up_shexp, "ffn_up_shexp.weight", il, true, E, S);
+        bind_matrix(b, &l->down_shexp, "ffn_down_shexp.weight", il, true, S, E);
+    }
+    if (L > 0) {
+        bind_matrix(b, &l->routed_down, "ffn_routed_down.weight", il, true, E, L);
+        bind_matrix(b, &l->routed_up, "ffn_routed_up.weight", il, true, L, E);
+        l->routed_norm = bind_vector(b, "ffn_routed_norm.weight", il, false, L);
+    }
 }
 
 /* Router, selection bias and shared expert: the part of an MoE layer that
@@ -186,6 +248,10 @@ static void bind_moe_router(binder *b, mt_layer *l, int il) {
     int64_t E = hp->n_embd, X = hp->n_expert, F = expert_width(b, il);
     bind_matrix(b, &l->router, "ffn_gate_inp.weight", il, true, E, X);
     l->exp_probs_b = bind_vector(b, "exp_probs_b.bias", il, false, X);
+    if (hp->arch == MT_ARCH_KIMI_LINEAR || hp->arch == MT_ARCH_KIMI_K3) {
+        bind_kimi_moe(b, l, il, F);
+        return;
+    }
     int64_t S = hp->arch == MT_ARCH_DEEPSEEK2 ? F * hp->n_expert_shared : hp->n_ff_shexp;
     if (hp->arch == MT_ARCH_QWEN2MOE || (hp->arch == MT_ARCH_DEEPSEEK2 && S > 0)) {
         l->has_shexp = true;
@@ -202,7 +268,7 @@ static void bind_moe_router(binder *b, mt_layer *l, int il) {
 /* The routed experts this file holds (all, or a shard's subset). */
 static void bind_moe_experts(binder *b, mt_layer *l, int il) {
     const mt_hparams *hp = &b->m->hp;
-    int64_t E = hp->n_embd, X = b->m->n_local_experts, F = expert_width(b, il);
+    int64_t E = hp->n_embd_exp, X = b->m->n_local_experts, F = expert_width(b, il);
     char name[96];
     tname(name, sizeof name, "ffn_gate_up_exps.weight", il);
     if (gguf_find_tensor(b->f, name)) {
@@ -229,6 +295,8 @@ static void bind_layer(binder *b, int il) {
         l->is_moe = hp->n_expert > 0;
         break; /* as llama.cpp: all or none */
     case MT_ARCH_DEEPSEEK2:
+    case MT_ARCH_KIMI_LINEAR:
+    case MT_ARCH_KIMI_K3:
         l->is_moe = il >= hp->n_leading_dense;
         break;
     default:
@@ -241,10 +309,17 @@ static void bind_layer(binder *b, int il) {
     if (m->has_attention) {
         l->attn_norm = bind_vector(b, "attn_norm.weight", il, true, E);
         l->ffn_norm = bind_vector(b, "ffn_norm.weight", il, true, E);
-        if (hp->arch == MT_ARCH_DEEPSEEK2)
+        if (l->is_kda)
+            bind_kda(b, l, il);
+        else if (hp->arch == MT_ARCH_DEEPSEEK2 || hp->arch == MT_ARCH_KIMI_LINEAR ||
+                 hp->arch == MT_ARCH_KIMI_K3)
             bind_mla(b, l, il);
         else
             bind_gqa(b, l, il);
+        if (hp->attn_res_block > 0) {
+            l->attn_res_score = bind_vector(b, "attn_res_score.weight", il, true, E);
+            l->ffn_res_score = bind_vector(b, "ffn_res_score.weight", il, true, E);
+        }
         if (l->is_moe) {
             bind_moe_router(b, l, il);
         } else {
@@ -256,6 +331,28 @@ static void bind_layer(binder *b, int il) {
         }
     }
     if (l->is_moe && m->has_experts) bind_moe_experts(b, l, il);
+}
+
+/* kimi: which layers are KDA, and each layer's expert width. */
+static int kimi_layer_kinds(binder *b) {
+    mt_model *m = b->m;
+    const mt_hparams *hp = &m->hp;
+    if (hp->arch != MT_ARCH_KIMI_LINEAR && hp->arch != MT_ARCH_KIMI_K3) return 0;
+    int32_t *v = malloc((size_t)hp->n_layer * sizeof *v);
+    if (!v) return mt_error_set(b->err, "out of memory for %d layers", hp->n_layer);
+    int rc = mt_hparams_read_per_layer(b->f, hp, "attention.head_count_kv", 0, v, b->err);
+    for (int32_t il = 0; rc == 0 && il < hp->n_layer; il++) m->layers[il].is_kda = v[il] == 0;
+    if (rc == 0)
+        rc = mt_hparams_read_per_layer(b->f, hp, "expert_feed_forward_length", 0, v, b->err);
+    for (int32_t il = 0; rc == 0 && il < hp->n_layer; il++) {
+        m->layers[il].n_ff_exp = v[il];
+        if (il >= hp->n_leading_dense && hp->n_expert > 0 && v[il] <= 0)
+            rc =
+                mt_error_set(b->err, "%s: layer %d is MoE but its expert_feed_forward_length is %d",
+                             b->f->path, il, v[il]);
+    }
+    free(v);
+    return rc;
 }
 
 /* Reads the moontail.shard.* keys (absent: a whole model). */
@@ -362,7 +459,14 @@ mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
         bind_matrix(&b, &m->output, "output.weight", -1, hp->arch == MT_ARCH_QWEN2MOE, hp->n_embd,
                     hp->n_vocab);
         if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+        if (hp->attn_res_block > 0)
+            m->output_res_score = bind_vector(&b, "output_res_score.weight", -1, true, hp->n_embd);
     }
+    if (hp->arch == MT_ARCH_KIMI_K3 && hp->attn_res_block == 0 &&
+        (gguf_find_tensor(f, "output_res_score.weight") ||
+         gguf_find_tensor(f, "blk.0.attn_res_score.weight")))
+        fail(&b, "kimi-k3.attn_res.block_size is 0 (no attention residuals) but the file has"
+                 " attention residual scores; the block size is wrong");
     if (hp->arch == MT_ARCH_LLAMA && (m->has_head || m->has_attention))
         m->rope_freqs = bind_vector(&b, "rope_freqs.weight", -1, false, hp->n_rot / 2);
     if (b.failed) goto fail;
@@ -372,6 +476,7 @@ mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
         fail(&b, "out of memory for %d layers", hp->n_layer);
         goto fail;
     }
+    if (kimi_layer_kinds(&b)) goto fail;
     for (int il = m->layer_begin; il < m->layer_end && !b.failed; il++) bind_layer(&b, il);
     if (b.failed) goto fail;
     mp->owned = b.owned;
@@ -382,6 +487,15 @@ fail:
     mp->n_owned = b.n_owned;
     mt_model_free(m);
     return NULL;
+}
+
+int mt_model_check_dataplane(const mt_model *m, mt_error *err) {
+    if (m->hp.arch != MT_ARCH_KIMI_LINEAR && m->hp.arch != MT_ARCH_KIMI_K3) return 0;
+    return mt_error_set(err,
+                        "%s: %s models run on one machine only for now (moontail run, eval,"
+                        " serve --model); pipelines and expert servers do not carry their"
+                        " recurrent state and residual checkpoints yet",
+                        m->gguf->path, m->hp.arch_name);
 }
 
 mt_model *mt_model_load(const char *path, mt_error *err) {

@@ -32,7 +32,7 @@ void mt_session_free(mt_session *s) {
 int mt_session_eval(mt_session *s, const int32_t *tokens, int32_t n, int32_t ubatch,
                     bool all_logits, float *logits, mt_error *err) {
     const mt_model *m = s->model;
-    const size_t E = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
+    const size_t E = (size_t)m->hp.n_hidden, V = (size_t)m->hp.n_vocab;
     if (n <= 0) return mt_error_set(err, "nothing to evaluate: the token list is empty");
     if (s->n_past + n > s->kv->n_ctx)
         return mt_error_set(err,

@@ -378,6 +378,7 @@ static void *accept_main(void *arg) {
 static int fill_info(mt_node *n, mt_error *err) {
     const mt_model *m = n->model;
     mt_proto_info *in = &n->info;
+    if (mt_model_check_dataplane(m, err)) return -1;
     if (strlen(m->hp.arch_name) > MT_PROTO_ARCH_MAX)
         return mt_error_set(err, "architecture name '%s' is too long", m->hp.arch_name);
     snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch_name);

@@ -225,6 +225,7 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
         mt_error_set(err, "%s does not hold the head (token embeddings and output)", cfg->head);
         goto fail;
     }
+    if (mt_model_check_dataplane(r->head, err)) goto fail;
     if (model_source_id(r->head, r->source_id, err)) goto fail;
     if (cfg->backbone) {
         if (strcmp(cfg->backbone, cfg->head) == 0) {
