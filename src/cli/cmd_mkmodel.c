@@ -10,16 +10,19 @@ static const char usage[] =
     "usage: moontail mkmodel -o FILE [--arch ARCH] [--type TYPE] [--seed N] [options]\n"
     "\n"
     "  -o FILE              where to write the model\n"
-    "  --arch ARCH          llama | qwen2moe | qwen3moe | deepseek2 (default qwen3moe)\n"
+    "  --arch ARCH          llama | qwen2moe | qwen3moe | deepseek2 | kimi-linear | kimi-k3\n"
+    "                       (default qwen3moe)\n"
     "  --type TYPE          f32 f16 bf16 q8_0 q4_0 q4_k q6_k mxfp4 (default f32)\n"
+    "  --expert-type TYPE   type of the routed experts (default: --type; kimi-k3: mxfp4)\n"
     "  --seed N             weight seed (default 1)\n"
     "  --vocab V            'bytes' (default) or the path of a tokenizer.json\n"
     "  --pre NAME           pre-tokenizer name written to the vocabulary\n"
     "  --layers N --embd N --heads N --heads-kv N --head-dim N --ff N --ctx N\n"
     "  --experts N --experts-used N --ff-exp N --shared-experts N\n"
-    "  --dense-layers N     deepseek2: leading dense layers\n"
+    "  --dense-layers N     deepseek2, kimi: leading dense layers\n"
     "  --groups N --groups-used N            deepseek2 expert groups\n"
-    "  --q-lora N --kv-lora N --nope N --rope N --v-dim N   deepseek2 MLA sizes\n"
+    "  --q-lora N --kv-lora N --nope N --rope N --v-dim N   MLA sizes (deepseek2, kimi);\n"
+    "                       --q-lora 0 = a plain attn_q (kimi-linear allows only 0)\n"
     "  --yarn FACTOR --yarn-ctx N            YaRN RoPE scaling\n"
     "  --dense              llama without experts\n"
     "  --mla-legacy         deepseek2 with one attn_kv_b (older converters)\n"
@@ -27,7 +30,21 @@ static const char usage[] =
     "  --rope-freqs         llama: a rope_freqs.weight (llama-3 style RoPE divisors)\n"
     "  --logit-gain X       output head scale (default 5; larger = more peaked)\n"
     "  --readable           byte vocabulary: favour letters, digits, spaces and punctuation\n"
-    "                       (text that a terminal shows, like the built-in model's)\n";
+    "                       (text that a terminal shows, like the built-in model's)\n"
+    "\n"
+    "kimi-linear and kimi-k3 (defaults: the real layer and expert counts, kimi-linear 27\n"
+    "layers, 256 experts, 8 used; kimi-k3 93 layers, 896 experts, 16 used; embd 64):\n"
+    "  --kda-head-dim N     KDA head size (KDA heads = --heads; default 16)\n"
+    "  --conv-kernel N      KDA short convolution width (default 4)\n"
+    "  --mla-layers LIST    0-based MLA layers, e.g. 3,7, or 'all' or 'none'; the others are\n"
+    "                       KDA (default: every 4th, 3,7,11,..., and the last); llama.cpp\n"
+    "                       v0.4.0 loads 'all' and 'none' but aborts on the first decode\n"
+    "kimi-k3 only:\n"
+    "  --res-block N        attention-residual block size, 0 = off (default 2)\n"
+    "  --latent N           routed experts' latent width, 0 = off (default 32)\n"
+    "  --situ-beta X --situ-linear-beta X   situ activation (defaults 2 and 3)\n"
+    "  --gate-lower-bound X KDA decay gate bound, 0 = none (softplus gate; default -5)\n"
+    "  --no-mla-gate        no attn_gate on MLA layers\n";
 
 int cmd_mkmodel(int argc, char **argv) {
     const char *arch = "qwen3moe", *out = NULL;
@@ -59,6 +76,20 @@ int cmd_mkmodel(int argc, char **argv) {
         {"--rope", offsetof(mt_synth_params, qk_rope), 2, 1024},
         {"--v-dim", offsetof(mt_synth_params, v_dim), 2, 1024},
         {"--yarn-ctx", offsetof(mt_synth_params, yarn_orig_ctx), 1, 1 << 24},
+        {"--kda-head-dim", offsetof(mt_synth_params, kda_head_dim), 2, 1024},
+        {"--conv-kernel", offsetof(mt_synth_params, conv_kernel), 2, 16},
+        {"--res-block", offsetof(mt_synth_params, res_block), 0, 256},
+        {"--latent", offsetof(mt_synth_params, latent), 0, 16384},
+    };
+    static const struct {
+        const char *opt;
+        size_t off;
+    } floats[] = {
+        {"--yarn", offsetof(mt_synth_params, yarn_factor)},
+        {"--logit-gain", offsetof(mt_synth_params, logit_gain)},
+        {"--situ-beta", offsetof(mt_synth_params, situ_beta)},
+        {"--situ-linear-beta", offsetof(mt_synth_params, situ_linear_beta)},
+        {"--gate-lower-bound", offsetof(mt_synth_params, gate_lower_bound)},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -75,6 +106,13 @@ int cmd_mkmodel(int argc, char **argv) {
             *(int32_t *)((char *)&p + ints[k].off) = (int32_t)n;
             matched = true;
         }
+        for (size_t k = 0; k < sizeof floats / sizeof floats[0]; k++) {
+            if (strcmp(a, floats[k].opt) != 0) continue;
+            if (!(v = cli_value(argc, argv, &i)) ||
+                !cli_float(a, v, (float *)((char *)&p + floats[k].off)))
+                return 2;
+            matched = true;
+        }
         if (matched) continue;
         if (strcmp(a, "-o") == 0) {
             if (!(out = cli_value(argc, argv, &i))) return 2;
@@ -88,6 +126,14 @@ int cmd_mkmodel(int argc, char **argv) {
                 return 2;
             }
             p.type = (mt_type)t;
+        } else if (strcmp(a, "--expert-type") == 0) {
+            if (!(v = cli_value(argc, argv, &i))) return 2;
+            if ((p.expert_type = mt_type_from_name(v)) < 0) {
+                fprintf(stderr, "moontail mkmodel: unknown type '%s'\n", v);
+                return 2;
+            }
+        } else if (strcmp(a, "--mla-layers") == 0) {
+            if (!(p.mla_layers = cli_value(argc, argv, &i))) return 2;
         } else if (strcmp(a, "--seed") == 0) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 0, INT64_MAX, &n)) return 2;
             p.seed = (uint64_t)n;
@@ -95,10 +141,8 @@ int cmd_mkmodel(int argc, char **argv) {
             if (!(p.vocab = cli_value(argc, argv, &i))) return 2;
         } else if (strcmp(a, "--pre") == 0) {
             if (!(p.pre = cli_value(argc, argv, &i))) return 2;
-        } else if (strcmp(a, "--yarn") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || !cli_float(a, v, &p.yarn_factor)) return 2;
-        } else if (strcmp(a, "--logit-gain") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || !cli_float(a, v, &p.logit_gain)) return 2;
+        } else if (strcmp(a, "--no-mla-gate") == 0) {
+            p.mla_gate = false;
         } else if (strcmp(a, "--dense") == 0) {
             p.dense = true;
         } else if (strcmp(a, "--mla-legacy") == 0) {

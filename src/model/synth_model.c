@@ -5,7 +5,11 @@
  * name), so a file does not depend on the order tensors are written in.
  * Weights are uniform in [-s, s] with s = gain * sqrt(3 / n_in): each matmul
  * output then has a standard deviation near `gain`, which keeps the residual
- * stream stable, the router's choice clear and the head's logits peaked. */
+ * stream stable, the router's choice clear and the head's logits peaked.
+ *
+ * kimi-linear and kimi-k3 follow llama.cpp's converters: head_count_kv is a
+ * per-layer array (0 marks a KDA layer, 1 an MLA layer), A is stored as
+ * -exp(A_log), the MLA key/value lengths describe the compressed cache. */
 #include "moontail/synth_model.h"
 #include "moontail/gguf.h"
 #include "moontail/quant.h"
@@ -19,10 +23,44 @@
 
 /* ---------------------------------------------------------------- params */
 
+static bool is_kimi(const char *arch) {
+    return strcmp(arch, "kimi-linear") == 0 || strcmp(arch, "kimi-k3") == 0;
+}
+
+/* Kimi-Linear-48B's and Kimi-K3's layer and expert counts at tiny widths. */
+static void kimi_defaults(mt_synth_params *p, bool k3) {
+    p->n_layer = k3 ? 93 : 27;
+    p->n_embd = 64;
+    p->n_head = 4;
+    p->n_head_kv = 1;
+    p->n_ff = 128;
+    p->n_expert = k3 ? 896 : 256;
+    p->n_expert_used = k3 ? 16 : 8;
+    p->n_ff_exp = 32;
+    p->n_expert_shared = 1;
+    p->n_leading_dense = 1;
+    p->q_lora = k3 ? 32 : 0; /* kimi-linear's graph reads attn_q only */
+    p->kv_lora = 32;
+    p->qk_nope = 16;
+    p->qk_rope = 16;
+    p->v_dim = 16;
+    p->kda_head_dim = 16;
+    p->conv_kernel = 4;
+    if (!k3) return;
+    p->expert_type = MT_TYPE_MXFP4;
+    p->res_block = 2; /* banks every other layer, so 2-3 layer test models use it too */
+    p->latent = 32;
+    p->situ_beta = 2.0f;
+    p->situ_linear_beta = 3.0f;
+    p->gate_lower_bound = -5.0f;
+    p->mla_gate = true;
+}
+
 mt_synth_params mt_synth_default_params(const char *arch) {
     mt_synth_params p = {0};
     p.arch = arch;
     p.type = MT_TYPE_F32;
+    p.expert_type = -1;
     p.seed = 1;
     p.vocab = "bytes";
     p.n_layer = 2;
@@ -56,6 +94,8 @@ mt_synth_params mt_synth_default_params(const char *arch) {
         p.v_dim = 64;
         p.yarn_factor = 4.0f;
         p.yarn_orig_ctx = 64;
+    } else if (is_kimi(arch)) {
+        kimi_defaults(&p, strcmp(arch, "kimi-k3") == 0);
     }
     return p;
 }
@@ -88,6 +128,8 @@ typedef struct synth {
     mt_error *err;
     int failed;
     char arch_key[64];
+    bool kimi, k3;
+    bool mla[256]; /* kimi: layer il is an MLA (full attention) layer, else KDA */
 } synth;
 
 static const char *akey(synth *s, const char *suffix) {
@@ -100,6 +142,10 @@ static const char *akey(synth *s, const char *suffix) {
 static mt_type fit_type(mt_type want, int64_t n) {
     if (n % mt_type_traits_get(want)->blck == 0) return want;
     return n % 32 == 0 ? MT_TYPE_Q8_0 : MT_TYPE_F32;
+}
+
+static mt_type expert_type(const mt_synth_params *p) {
+    return p->expert_type < 0 ? p->type : (mt_type)p->expert_type;
 }
 
 /* Adds a tensor of shape ne (n_dims <= 3) filled with offset + U(-scale, scale),
@@ -157,18 +203,146 @@ static const char *lname(char *buf, int il, const char *suffix) {
     return buf;
 }
 
-static void add_swiglu(synth *s, int il, const char *kind, int64_t E, int64_t F, int64_t X) {
+static void add_swiglu(synth *s, int il, const char *kind, mt_type type, int64_t E, int64_t F,
+                       int64_t X) {
     char n[96], nm[64];
     int dims = X > 1 ? 3 : 2;
     snprintf(nm, sizeof nm, "ffn_gate%s.weight", kind);
-    add_matrix(s, lname(n, il, nm), dims, E, F, X, 1.0f);
+    add(s, lname(n, il, nm), type, dims, E, F, X, matrix_scale(1.0f, E), 0.0f);
     snprintf(nm, sizeof nm, "ffn_up%s.weight", kind);
-    add_matrix(s, lname(n, il, nm), dims, E, F, X, 1.0f);
+    add(s, lname(n, il, nm), type, dims, E, F, X, matrix_scale(1.0f, E), 0.0f);
     snprintf(nm, sizeof nm, "ffn_down%s.weight", kind);
-    add_matrix(s, lname(n, il, nm), dims, F, E, X, 0.5f);
+    add(s, lname(n, il, nm), type, dims, F, E, X, matrix_scale(0.5f, F), 0.0f);
+}
+
+/* Multi-head latent attention (deepseek2, kimi): a plain attn_q when q_lora is 0;
+ * attn_k_b/attn_v_b (the absorbed form) unless legacy; kimi-k3's output gate. */
+static void add_mla(synth *s, int il) {
+    const mt_synth_params *p = s->p;
+    const int64_t E = p->n_embd, H = p->n_head, qk = p->qk_nope + p->qk_rope;
+    char n[96];
+    if (p->q_lora > 0) {
+        add_matrix(s, lname(n, il, "attn_q_a.weight"), 2, E, p->q_lora, 1, 1.0f);
+        add_f32(s, lname(n, il, "attn_q_a_norm.weight"), p->q_lora, 0.2f, 1.0f);
+        add_matrix(s, lname(n, il, "attn_q_b.weight"), 2, p->q_lora, H * qk, 1, 1.0f);
+    } else {
+        add_matrix(s, lname(n, il, "attn_q.weight"), 2, E, H * qk, 1, 1.0f);
+    }
+    add_matrix(s, lname(n, il, "attn_kv_a_mqa.weight"), 2, E, p->kv_lora + p->qk_rope, 1, 1.0f);
+    add_f32(s, lname(n, il, "attn_kv_a_norm.weight"), p->kv_lora, 0.2f, 1.0f);
+    if (p->mla_legacy) {
+        add_matrix(s, lname(n, il, "attn_kv_b.weight"), 2, p->kv_lora, H * (p->qk_nope + p->v_dim),
+                   1, 1.0f);
+    } else {
+        add_matrix(s, lname(n, il, "attn_k_b.weight"), 3, p->qk_nope, p->kv_lora, H, 1.0f);
+        add_matrix(s, lname(n, il, "attn_v_b.weight"), 3, p->kv_lora, p->v_dim, H, 1.0f);
+    }
+    if (p->mla_gate) add_matrix(s, lname(n, il, "attn_gate.weight"), 2, E, H * p->v_dim, 1, 1.0f);
+    add_matrix(s, lname(n, il, "attn_output.weight"), 2, H * p->v_dim, E, 1, 0.7f);
+}
+
+/* A KDA layer's A = -exp(A_log) (folded as the converters do), A_log ~ U(-1, 1):
+ * every head decays, at rates between 0.37 and 2.7. Computed in double and
+ * rounded, so a libm's last-bit differences do not reach the stored float. */
+static void add_kda_a(synth *s, const char *name, int n_dims, int64_t ne0, int64_t ne1) {
+    if (s->failed) return;
+    int64_t ne[2] = {ne0, ne1};
+    float *a = malloc((size_t)(ne0 * ne1) * sizeof *a);
+    if (!a) {
+        s->failed = mt_error_set(s->err, "mkmodel: out of memory for tensor '%s'", name);
+        return;
+    }
+    uint64_t st = stream_seed(s->p->seed, name);
+    for (int64_t i = 0; i < ne0 * ne1; i++) a[i] = (float)-exp((double)uniform(&st));
+    if (gguf_writer_add_tensor(s->w, name, MT_TYPE_F32, (uint32_t)n_dims, ne, a, s->err))
+        s->failed = 1;
+    free(a);
+}
+
+/* Kimi Delta Attention: short causal convolutions over Q, K and V, a per-channel
+ * decay gate (f_a, f_b, dt bias, A), a mixing rate (beta) and a gated output norm. */
+static void add_kda(synth *s, int il) {
+    const mt_synth_params *p = s->p;
+    const int64_t E = p->n_embd, H = p->n_head, hd = p->kda_head_dim, D = H * hd;
+    char n[96], nm[64];
+    for (int i = 0; i < 3; i++) {
+        /* {d_conv, 1, d_inner}, F32 like the converters write it */
+        snprintf(nm, sizeof nm, "ssm_conv1d_%c.weight", "qkv"[i]);
+        add(s, lname(n, il, nm), MT_TYPE_F32, 3, p->conv_kernel, 1, D,
+            matrix_scale(1.0f, p->conv_kernel), 0.0f);
+    }
+    add_matrix(s, lname(n, il, "attn_q.weight"), 2, E, D, 1, 1.0f);
+    add_matrix(s, lname(n, il, "attn_k.weight"), 2, E, D, 1, 1.0f);
+    add_matrix(s, lname(n, il, "attn_v.weight"), 2, E, D, 1, 1.0f);
+    add_matrix(s, lname(n, il, "ssm_f_a.weight"), 2, E, hd, 1, 1.0f);
+    add_matrix(s, lname(n, il, "ssm_f_b.weight"), 2, hd, D, 1, 1.0f);
+    add_matrix(s, lname(n, il, "ssm_beta.weight"), 2, E, H, 1, 1.0f);
+    if (s->k3)
+        add_kda_a(s, lname(n, il, "ssm_a"), 1, H, 1);
+    else /* kimi-linear keeps the checkpoint's {1, n_head} */
+        add_kda_a(s, lname(n, il, "ssm_a"), 2, 1, H);
+    add_f32(s, lname(n, il, "ssm_dt.bias"), D, 0.2f, 0.0f);
+    if (s->k3) {
+        add_matrix(s, lname(n, il, "ssm_g.weight"), 2, E, D, 1, 1.0f);
+    } else {
+        add_matrix(s, lname(n, il, "ssm_g_a.weight"), 2, E, hd, 1, 1.0f);
+        add_matrix(s, lname(n, il, "ssm_g_b.weight"), 2, hd, D, 1, 1.0f);
+    }
+    add_f32(s, lname(n, il, "ssm_norm.weight"), hd, 0.2f, 1.0f);
+    add_matrix(s, lname(n, il, "attn_output.weight"), 2, D, E, 1, 0.7f);
+}
+
+/* A kimi-k3 residual-attention score vector (the converter fuses res_norm *
+ * res_proj into it). Zero-mean rather than ~1 like a norm: a checkpoint's score
+ * then has std ~1, so the softmax over checkpoints mixes them instead of
+ * picking one. */
+static void add_res_score(synth *s, const char *name) {
+    add_f32(s, name, s->p->n_embd, matrix_scale(1.0f, s->p->n_embd), 0.0f);
+}
+
+/* Router, routed experts (kimi-k3 with a latent: in the latent space, between
+ * ffn_routed_down and ffn_routed_norm/up) and shared experts. */
+static void add_kimi_moe(synth *s, int il) {
+    const mt_synth_params *p = s->p;
+    const int64_t E = p->n_embd, L = p->latent > 0 ? p->latent : E;
+    char n[96];
+    add(s, lname(n, il, "ffn_gate_inp.weight"), MT_TYPE_F32, 2, E, p->n_expert, 1,
+        matrix_scale(2.5f, E), 0.0f);
+    add_f32(s, lname(n, il, "exp_probs_b.bias"), p->n_expert, 0.2f, 0.0f);
+    add_swiglu(s, il, "_exps", expert_type(p), L, p->n_ff_exp, p->n_expert);
+    if (p->latent > 0) {
+        add_matrix(s, lname(n, il, "ffn_routed_down.weight"), 2, E, L, 1, 1.0f);
+        add_matrix(s, lname(n, il, "ffn_routed_up.weight"), 2, L, E, 1, 0.5f);
+        add_f32(s, lname(n, il, "ffn_routed_norm.weight"), L, 0.2f, 1.0f);
+    }
+    if (p->n_expert_shared > 0)
+        add_swiglu(s, il, "_shexp", p->type, E, (int64_t)p->n_ff_exp * p->n_expert_shared, 1);
+}
+
+static void add_kimi_layer(synth *s, int il) {
+    const mt_synth_params *p = s->p;
+    char n[96];
+    add_f32(s, lname(n, il, "attn_norm.weight"), p->n_embd, 0.2f, 1.0f);
+    add_f32(s, lname(n, il, "ffn_norm.weight"), p->n_embd, 0.2f, 1.0f);
+    if (s->k3 && p->res_block > 0) {
+        add_res_score(s, lname(n, il, "attn_res_score.weight"));
+        add_res_score(s, lname(n, il, "ffn_res_score.weight"));
+    }
+    if (s->mla[il])
+        add_mla(s, il);
+    else
+        add_kda(s, il);
+    if (il < p->n_leading_dense)
+        add_swiglu(s, il, "", p->type, p->n_embd, p->n_ff, 1);
+    else
+        add_kimi_moe(s, il);
 }
 
 static void add_layer(synth *s, int il) {
+    if (s->kimi) {
+        add_kimi_layer(s, il);
+        return;
+    }
     const mt_synth_params *p = s->p;
     const int64_t E = p->n_embd, H = p->n_head, Hkv = p->n_head_kv, hd = p->head_dim;
     char n[96];
@@ -177,20 +351,7 @@ static void add_layer(synth *s, int il) {
     add_f32(s, lname(n, il, "attn_norm.weight"), E, 0.2f, 1.0f);
     add_f32(s, lname(n, il, "ffn_norm.weight"), E, 0.2f, 1.0f);
     if (ds) {
-        int64_t qk = p->qk_nope + p->qk_rope;
-        add_matrix(s, lname(n, il, "attn_q_a.weight"), 2, E, p->q_lora, 1, 1.0f);
-        add_f32(s, lname(n, il, "attn_q_a_norm.weight"), p->q_lora, 0.2f, 1.0f);
-        add_matrix(s, lname(n, il, "attn_q_b.weight"), 2, p->q_lora, H * qk, 1, 1.0f);
-        add_matrix(s, lname(n, il, "attn_kv_a_mqa.weight"), 2, E, p->kv_lora + p->qk_rope, 1, 1.0f);
-        add_f32(s, lname(n, il, "attn_kv_a_norm.weight"), p->kv_lora, 0.2f, 1.0f);
-        if (p->mla_legacy) {
-            add_matrix(s, lname(n, il, "attn_kv_b.weight"), 2, p->kv_lora,
-                       H * (p->qk_nope + p->v_dim), 1, 1.0f);
-        } else {
-            add_matrix(s, lname(n, il, "attn_k_b.weight"), 3, p->qk_nope, p->kv_lora, H, 1.0f);
-            add_matrix(s, lname(n, il, "attn_v_b.weight"), 3, p->kv_lora, p->v_dim, H, 1.0f);
-        }
-        add_matrix(s, lname(n, il, "attn_output.weight"), 2, H * p->v_dim, E, 1, 0.7f);
+        add_mla(s, il);
     } else {
         add_matrix(s, lname(n, il, "attn_q.weight"), 2, E, H * hd, 1, 1.2f);
         add_matrix(s, lname(n, il, "attn_k.weight"), 2, E, Hkv * hd, 1, 1.2f);
@@ -208,20 +369,64 @@ static void add_layer(synth *s, int il) {
     }
     bool moe = !p->dense && !(ds && il < p->n_leading_dense);
     if (!moe) {
-        add_swiglu(s, il, "", E, p->n_ff, 1);
+        add_swiglu(s, il, "", p->type, E, p->n_ff, 1);
         return;
     }
     /* routers stay F32, as llama.cpp's quantizer leaves them */
     add(s, lname(n, il, "ffn_gate_inp.weight"), MT_TYPE_F32, 2, E, p->n_expert, 1,
         matrix_scale(2.5f, E), 0.0f);
     if (ds) add_f32(s, lname(n, il, "exp_probs_b.bias"), p->n_expert, 0.2f, 0.0f);
-    add_swiglu(s, il, "_exps", E, p->n_ff_exp, p->n_expert);
+    add_swiglu(s, il, "_exps", expert_type(p), E, p->n_ff_exp, p->n_expert);
     if (q2) {
         add_f32(s, lname(n, il, "ffn_gate_inp_shexp.weight"), E, matrix_scale(2.0f, E), 0.0f);
-        add_swiglu(s, il, "_shexp", E, p->n_ff, 1);
+        add_swiglu(s, il, "_shexp", p->type, E, p->n_ff, 1);
     } else if (ds && p->n_expert_shared > 0) {
-        add_swiglu(s, il, "_shexp", E, (int64_t)p->n_ff_exp * p->n_expert_shared, 1);
+        add_swiglu(s, il, "_shexp", p->type, E, (int64_t)p->n_ff_exp * p->n_expert_shared, 1);
     }
+}
+
+/* kimi: n_head_kv per layer, 0 marking a KDA (recurrent) layer, as the converters write it */
+static void write_head_count_kv(synth *s) {
+    const mt_synth_params *p = s->p;
+    if (!s->kimi) {
+        /* legacy MLA files describe the expanded attention: one K/V head per head */
+        gguf_writer_set_u32(s->w, akey(s, "attention.head_count_kv"),
+                            (uint32_t)(p->mla_legacy ? p->n_head : p->n_head_kv));
+        return;
+    }
+    int32_t kv[256];
+    for (int il = 0; il < p->n_layer; il++) kv[il] = s->mla[il] ? 1 : 0;
+    gguf_writer_set_array(s->w, akey(s, "attention.head_count_kv"), GGUF_TYPE_INT32, kv,
+                          (uint64_t)p->n_layer);
+}
+
+static void write_kimi_hparams(synth *s) {
+    const mt_synth_params *p = s->p;
+    gguf_writer *w = s->w;
+    gguf_writer_set_u32(w, akey(s, "rope.dimension_count"), (uint32_t)p->qk_rope);
+    /* MLA runs as MQA over the compressed cache (kv_lora + rope wide keys) */
+    gguf_writer_set_u32(w, akey(s, "attention.key_length"), (uint32_t)(p->kv_lora + p->qk_rope));
+    gguf_writer_set_u32(w, akey(s, "attention.value_length"), (uint32_t)p->kv_lora);
+    gguf_writer_set_u32(w, akey(s, "attention.key_length_mla"),
+                        (uint32_t)(p->qk_nope + p->qk_rope));
+    gguf_writer_set_u32(w, akey(s, "attention.value_length_mla"), (uint32_t)p->v_dim);
+    if (p->q_lora > 0)
+        gguf_writer_set_u32(w, akey(s, "attention.q_lora_rank"), (uint32_t)p->q_lora);
+    gguf_writer_set_u32(w, akey(s, "attention.kv_lora_rank"), (uint32_t)p->kv_lora);
+    gguf_writer_set_u32(w, akey(s, "ssm.conv_kernel"), (uint32_t)p->conv_kernel);
+    gguf_writer_set_u32(w, akey(s, "kda.head_dim"), (uint32_t)p->kda_head_dim);
+    if (s->k3 && p->gate_lower_bound != 0.0f)
+        gguf_writer_set_f32(w, akey(s, "kda.gate_lower_bound"), p->gate_lower_bound);
+    gguf_writer_set_u32(w, akey(s, "leading_dense_block_count"), (uint32_t)p->n_leading_dense);
+    gguf_writer_set_u32(w, akey(s, "expert_shared_count"), (uint32_t)p->n_expert_shared);
+    gguf_writer_set_f32(w, akey(s, "expert_weights_scale"), 2.5f);
+    gguf_writer_set_u32(w, akey(s, "expert_gating_func"), 2); /* sigmoid */
+    if (!s->k3) return;
+    gguf_writer_set_bool(w, akey(s, "expert_weights_norm"), true);
+    if (p->latent > 0) gguf_writer_set_u32(w, akey(s, "expert_latent_length"), (uint32_t)p->latent);
+    gguf_writer_set_f32(w, akey(s, "activation.situ_beta"), p->situ_beta);
+    gguf_writer_set_f32(w, akey(s, "activation.situ_linear_beta"), p->situ_linear_beta);
+    gguf_writer_set_u32(w, akey(s, "attn_res.block_size"), (uint32_t)p->res_block);
 }
 
 static void write_hparams(synth *s) {
@@ -236,12 +441,12 @@ static void write_hparams(synth *s) {
     gguf_writer_set_u32(w, akey(s, "feed_forward_length"),
                         (uint32_t)(llama_moe ? p->n_ff_exp : p->n_ff));
     gguf_writer_set_u32(w, akey(s, "attention.head_count"), (uint32_t)p->n_head);
-    /* legacy MLA files describe the expanded attention: one K/V head per head */
-    gguf_writer_set_u32(w, akey(s, "attention.head_count_kv"),
-                        (uint32_t)(p->mla_legacy ? p->n_head : p->n_head_kv));
+    write_head_count_kv(s);
     gguf_writer_set_f32(w, akey(s, "attention.layer_norm_rms_epsilon"), 1e-6f);
     gguf_writer_set_f32(w, akey(s, "rope.freq_base"), 10000.0f);
-    if (ds) {
+    if (s->kimi) {
+        write_kimi_hparams(s);
+    } else if (ds) {
         gguf_writer_set_u32(w, akey(s, "rope.dimension_count"), (uint32_t)p->qk_rope);
         if (p->mla_legacy) { /* older converters: true head sizes, no _mla keys */
             gguf_writer_set_u32(w, akey(s, "attention.key_length"),
@@ -286,23 +491,84 @@ static void write_hparams(synth *s) {
     }
 }
 
-static int check_params(const mt_synth_params *p, mt_error *err) {
-    const char *archs[] = {"llama", "qwen2moe", "qwen3moe", "deepseek2"};
-    bool known = false;
-    for (int i = 0; i < 4; i++) known |= strcmp(p->arch, archs[i]) == 0;
-    if (!known)
-        return mt_error_set(
-            err, "mkmodel: unknown architecture '%s' (llama, qwen2moe, qwen3moe, deepseek2)",
-            p->arch);
-    const mt_type_traits *tr = mt_type_traits_get(p->type);
-    if (!tr || !tr->supported || p->type == MT_TYPE_Q8_K)
+/* Marks the MLA layers of a kimi model from p->mla_layers. */
+static int parse_mla_layers(synth *s, mt_error *err) {
+    const mt_synth_params *p = s->p;
+    const char *v = p->mla_layers;
+    for (int il = 0; il < p->n_layer; il++)
+        s->mla[il] = v ? strcmp(v, "all") == 0 : il % 4 == 3 || il == p->n_layer - 1;
+    if (!v || strcmp(v, "all") == 0 || strcmp(v, "none") == 0) return 0;
+    for (const char *c = v;;) {
+        char *end = (char *)c;
+        long il = isdigit((unsigned char)*c) ? strtol(c, &end, 10) : -1;
+        if (il < 0 || il >= p->n_layer || (*end != ',' && *end != 0))
+            return mt_error_set(err,
+                                "mkmodel: --mla-layers expects 'all', 'none' or 0-based layer"
+                                " indices below %d separated by commas, got '%s'",
+                                p->n_layer, v);
+        s->mla[il] = true;
+        if (*end == 0) return 0;
+        c = end + 1;
+    }
+}
+
+static int check_type(mt_type t, mt_error *err) {
+    const mt_type_traits *tr = mt_type_traits_get(t);
+    if (!tr || !tr->supported || t == MT_TYPE_Q8_K)
         return mt_error_set(err, "mkmodel: type %s cannot be written", tr ? tr->name : "?");
+    return 0;
+}
+
+/* The options only kimi-k3 has must keep their zero values elsewhere. */
+static int check_kimi_params(const mt_synth_params *p, mt_error *err) {
+    bool kimi = is_kimi(p->arch), k3 = strcmp(p->arch, "kimi-k3") == 0;
+    if (!kimi && (p->kda_head_dim || p->conv_kernel || p->mla_layers))
+        return mt_error_set(err, "mkmodel: --kda-head-dim, --conv-kernel and --mla-layers are"
+                                 " only meaningful for kimi-linear and kimi-k3");
+    if (!k3 && (p->res_block || p->latent || p->situ_beta != 0.0f || p->situ_linear_beta != 0.0f ||
+                p->gate_lower_bound != 0.0f || p->mla_gate))
+        return mt_error_set(err, "mkmodel: --res-block, --latent, --situ-beta,"
+                                 " --situ-linear-beta, --gate-lower-bound and the MLA gate are"
+                                 " only meaningful for kimi-k3");
+    if (!kimi) return 0;
+    if (p->kda_head_dim < 2 || p->kda_head_dim > 1024 || p->conv_kernel < 2 || p->conv_kernel > 16)
+        return mt_error_set(err, "mkmodel: bad KDA sizes (head dim 2-1024, conv kernel 2-16)");
+    if (p->tied_output || p->mla_legacy)
+        return mt_error_set(err,
+                            "mkmodel: %s needs output.weight and attn_k_b/attn_v_b"
+                            " (no --tied, no --mla-legacy)",
+                            p->arch);
+    if (!k3 && p->q_lora)
+        return mt_error_set(err, "mkmodel: kimi-linear needs --q-lora 0 (its graph reads attn_q,"
+                                 " never attn_q_a/attn_q_b)");
+    if (!k3 && p->n_expert_shared < 1)
+        return mt_error_set(err, "mkmodel: kimi-linear needs --shared-experts 1 or more (its"
+                                 " graph always adds a shared expert)");
+    if (k3 && (p->res_block < 0 || p->latent < 0 || p->latent % 32 || p->situ_beta <= 0.0f ||
+               p->situ_linear_beta < 0.0f || p->gate_lower_bound > 0.0f))
+        return mt_error_set(err, "mkmodel: bad kimi-k3 settings (res block >= 0, latent a"
+                                 " multiple of 32, situ beta > 0, situ linear beta >= 0, gate"
+                                 " lower bound <= 0)");
+    return 0;
+}
+
+static int check_params(const mt_synth_params *p, mt_error *err) {
+    const char *archs[] = {"llama", "qwen2moe", "qwen3moe", "deepseek2", "kimi-linear", "kimi-k3"};
+    bool known = false;
+    for (int i = 0; i < 6; i++) known |= strcmp(p->arch, archs[i]) == 0;
+    if (!known)
+        return mt_error_set(err,
+                            "mkmodel: unknown architecture '%s' (llama, qwen2moe, qwen3moe,"
+                            " deepseek2, kimi-linear, kimi-k3)",
+                            p->arch);
+    if (check_type(p->type, err) || (p->expert_type >= 0 && check_type(expert_type(p), err)))
+        return -1;
     if (p->n_layer < 1 || p->n_layer > 256 || p->n_embd < 32 || p->n_embd > 16384 ||
         p->n_embd % 32 || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
         p->head_dim < 2 || p->head_dim % 2 || p->n_ff < 32 || p->n_ff % 32)
         return mt_error_set(err, "mkmodel: bad sizes (layers 1-256, embd and ff multiples of 32,"
                                  " heads a multiple of kv heads, even head size)");
-    bool ds = strcmp(p->arch, "deepseek2") == 0;
+    bool ds = strcmp(p->arch, "deepseek2") == 0, mla = ds || is_kimi(p->arch);
     if (!p->dense && (p->n_expert < 1 || p->n_expert_used < 1 || p->n_expert_used > p->n_expert ||
                       p->n_expert > 1024 || p->n_ff_exp < 32 || p->n_ff_exp % 32))
         return mt_error_set(err, "mkmodel: bad expert sizes (1 <= used <= experts <= 1024, ff_exp"
@@ -311,22 +577,27 @@ static int check_params(const mt_synth_params *p, mt_error *err) {
         return mt_error_set(err, "mkmodel: --dense is only meaningful for llama");
     if (p->rope_freqs && strcmp(p->arch, "llama") != 0)
         return mt_error_set(err, "mkmodel: --rope-freqs is only meaningful for llama");
-    if (ds &&
+    if (mla &&
         (p->q_lora % 32 || p->kv_lora % 32 || p->kv_lora < 32 || p->qk_nope < 2 || p->qk_rope < 2 ||
          p->qk_rope % 2 || p->v_dim < 2 || p->n_head_kv != 1 || p->n_leading_dense >= p->n_layer))
-        return mt_error_set(err, "mkmodel: bad deepseek2 sizes (lora ranks multiples of 32, even"
-                                 " rope dim, 1 kv head, fewer dense layers than layers)");
+        return mt_error_set(err,
+                            "mkmodel: bad %s sizes (lora ranks multiples of 32, even"
+                            " rope dim, 1 kv head, fewer dense layers than layers)",
+                            ds ? "deepseek2" : "MLA");
     if (ds && p->n_group > 1 &&
         (p->n_expert % p->n_group || p->n_group_used < 1 || p->n_group_used > p->n_group ||
          p->n_group_used * (p->n_expert / p->n_group) < p->n_expert_used))
         return mt_error_set(err, "mkmodel: bad expert groups");
-    return 0;
+    return check_kimi_params(p, err);
 }
 
 int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     if (check_params(p, err)) return -1;
-    synth s = {p, gguf_writer_new(), err, 0, {0}};
-    if (!s.w) return mt_error_set(err, "mkmodel: out of memory");
+    synth s = {.p = p, .err = err};
+    s.kimi = is_kimi(p->arch);
+    s.k3 = strcmp(p->arch, "kimi-k3") == 0;
+    if (s.kimi && parse_mla_layers(&s, err)) return -1;
+    if (!(s.w = gguf_writer_new())) return mt_error_set(err, "mkmodel: out of memory");
     bool llama = strcmp(p->arch, "llama") == 0;
     gguf_writer_set_string(s.w, "general.architecture", p->arch);
     char name[96];
@@ -362,6 +633,7 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
         free(rs);
     }
     if (p->rope_freqs && llama) add_f32(&s, "rope_freqs.weight", p->head_dim / 2, 3.5f, 4.5f);
+    if (s.k3 && p->res_block > 0) add_res_score(&s, "output_res_score.weight");
     for (int il = 0; il < p->n_layer && !s.failed; il++) add_layer(&s, il);
     int rc = s.failed ? -1 : gguf_writer_write(s.w, path, err);
     gguf_writer_free(s.w);
