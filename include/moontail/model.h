@@ -228,6 +228,9 @@ void mt_kv_cache_free(mt_kv_cache *kv);
  * recurrent state (mt_kv_cache_rec_bytes), which is fixed. */
 size_t mt_kv_cache_bytes(const mt_kv_cache *kv);
 size_t mt_kv_cache_rec_bytes(const mt_kv_cache *kv);
+/* dst <- src: positions, recurrent state and its position, for two caches
+ * made by mt_kv_cache_new with the same model, layers and context. */
+void mt_kv_cache_copy(mt_kv_cache *dst, const mt_kv_cache *src);
 
 /* -------------------------------------------------------------- forward */
 

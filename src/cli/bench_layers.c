@@ -124,7 +124,7 @@ static void record_step(int step, int32_t L, double t0, double c0, uint64_t w0, 
 static int time_decode(const mt_model *m, mt_pool *pool, int32_t B, int32_t ctx, int runs,
                        double attn_matmul, double expert_bytes, int32_t n_moe, layer_point *p,
                        mt_error *err) {
-    const int32_t L = m->hp.n_layer, E = m->hp.n_embd, V = m->hp.n_vocab;
+    const int32_t L = m->hp.n_layer, E = m->hp.n_hidden, V = m->hp.n_vocab;
     const int32_t n_ctx = ctx + runs + 2;
     mt_kv_cache **kv = calloc((size_t)B, sizeof *kv);
     float *hidden = malloc((size_t)(B > ctx ? B : ctx) * (size_t)E * sizeof(float));
@@ -144,11 +144,7 @@ static int time_decode(const mt_model *m, mt_pool *pool, int32_t B, int32_t ctx,
     if (ctx > 0 && (mt_model_embed(m, tok, ctx, hidden, err) ||
                     mt_model_forward_layers(m, kv[0], 0, L, pos, ctx, hidden, NULL, pool, err)))
         goto done;
-    const size_t rows = (size_t)L * (size_t)n_ctx;
-    for (int32_t b = 1; b < B; b++) {
-        memcpy(kv[b]->k, kv[0]->k, rows * (size_t)kv[0]->k_width * sizeof(float));
-        if (kv[0]->v) memcpy(kv[b]->v, kv[0]->v, rows * (size_t)kv[0]->v_width * sizeof(float));
-    }
+    for (int32_t b = 1; b < B; b++) mt_kv_cache_copy(kv[b], kv[0]);
     for (int step = 0; step <= runs; step++) { /* step 0 is untimed */
         for (int32_t b = 0; b < B; b++)
             tok[b] = (int32_t)(((int64_t)b * 131 + (int64_t)step * 977 + 11) % V),
@@ -178,7 +174,7 @@ done:
 /* Prefill steps: one fresh session, B consecutive positions from 0. */
 static int time_prefill(const mt_model *m, mt_pool *pool, int32_t B, int runs, layer_point *p,
                         mt_error *err) {
-    const int32_t L = m->hp.n_layer, E = m->hp.n_embd, V = m->hp.n_vocab;
+    const int32_t L = m->hp.n_layer, E = m->hp.n_hidden, V = m->hp.n_vocab;
     mt_kv_cache *kv = mt_kv_cache_new(m, 0, L, B, err);
     float *hidden = malloc((size_t)B * (size_t)E * sizeof(float));
     int32_t *pos = malloc((size_t)B * sizeof(int32_t)), *tok = malloc((size_t)B * sizeof(int32_t));
@@ -212,7 +208,7 @@ done:
 /* The head (final norm + output matrix) of one token, median of runs. */
 static void time_head(const mt_model *m, mt_pool *pool, int runs, double *ms_out,
                       double *bytes_out) {
-    float *hidden = calloc((size_t)m->hp.n_embd, sizeof(float));
+    float *hidden = calloc((size_t)m->hp.n_hidden, sizeof(float)); /* checkpoints zero */
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     double *ms = malloc((size_t)(runs + 1) * sizeof(double));
     *ms_out = *bytes_out = 0;

@@ -48,6 +48,16 @@ static void run_json(void *ctx, json_t *root) {
         root, "model",
         json_string(r->model_path ? r->model_path : "(built-in synthetic qwen3moe)"));
     json_object_set_new(root, "threads", json_integer(mt_pool_size(r->s->pool)));
+    /* what the session holds: a fixed recurrent state (KDA layers) and a
+     * per-position cache (attention layers), reserved for the whole context */
+    const mt_kv_cache *kv = r->s->kv;
+    const size_t rec = mt_kv_cache_rec_bytes(kv);
+    json_object_set_new(root, "session_state",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "context", (json_int_t)kv->n_ctx,
+                                  "recurrent_bytes", (json_int_t)rec, "recurrent_layers",
+                                  (json_int_t)kv->n_rec, "bytes_per_position",
+                                  (json_int_t)((mt_kv_cache_bytes(kv) - rec) / kv->n_ctx),
+                                  "reserved_bytes", (json_int_t)mt_kv_cache_bytes(kv)));
 }
 
 int cmd_run(int argc, char **argv) {

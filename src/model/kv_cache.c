@@ -142,6 +142,19 @@ size_t mt_kv_cache_bytes(const mt_kv_cache *kv) {
               : 0;
 }
 
+void mt_kv_cache_copy(mt_kv_cache *dst, const mt_kv_cache *src) {
+    if (dst->layer_begin != src->layer_begin || dst->layer_end != src->layer_end ||
+        dst->n_ctx != src->n_ctx || dst->k_width != src->k_width || dst->v_width != src->v_width ||
+        dst->rec_floats != src->rec_floats)
+        abort(); /* a caller's bug: caches of different models or shapes */
+    if (src->k) memcpy(dst->k, src->k, kv_k_floats(src) * sizeof(float));
+    if (src->v) memcpy(dst->v, src->v, kv_v_floats(src) * sizeof(float));
+    if (src->rec) {
+        memcpy(dst->rec, src->rec, kv_rec_floats(src) * sizeof(float));
+        memcpy(dst->rec_next, src->rec_next, (size_t)src->n_rec * sizeof *src->rec_next);
+    }
+}
+
 size_t mt_kv_cache_rec_bytes(const mt_kv_cache *kv) {
     return kv ? kv_rec_floats(kv) * sizeof(float) : 0;
 }
