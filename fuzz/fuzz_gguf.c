@@ -3,16 +3,33 @@
  * the typed getters, the shard metadata reader and hash check
  * (mt_shard_info_read, mt_shard_verify, src/model/shard_check.c), the
  * layout a planner reads (mt_shard_layout_read), the vocabulary loader
- * (mt_vocab_load) and the model loader (mt_model_from_gguf). Input: the
- * file's bytes. Seeds: a tiny synthetic model and shards cut from it. */
+ * (mt_vocab_load) and the model loader (mt_model_from_gguf), then two
+ * tokens through a whole model it accepted. Input: the file's bytes.
+ * Seeds: a tiny synthetic model and shards cut from it, and a tiny kimi-k3. */
 #include "moontail/gguf.h"
 #include "moontail/model.h"
+#include "moontail/session.h"
 #include "moontail/shard.h"
 #include "moontail/tokenizer.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A model the loader accepted runs: two tokens through every layer and the
+ * head (whatever the weights hold, no read outside them, no crash). */
+static void run_two_tokens(const mt_model *m) {
+    if (!m->has_head || !m->has_attention || m->layer_begin != 0 || m->layer_end != m->hp.n_layer ||
+        m->hp.n_vocab < 2)
+        return;
+    mt_error err = {0};
+    mt_session *s = mt_session_new(m, 2, 1, &err);
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    int32_t ids[2] = {0, 1};
+    if (s && logits) (void)mt_session_eval(s, ids, 2, 0, false, logits, &err);
+    free(logits);
+    mt_session_free(s);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* an exact-size copy, so reading one byte too far is caught */
@@ -64,6 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     f = gguf_open_buffer(buf, size, "fuzz.gguf", &err);
     if (f) {
         mt_model *m = mt_model_from_gguf(f, &err);
+        if (m && size < (1u << 20)) run_two_tokens(m);
         if (m) mt_model_free(m);
     }
     free(buf);

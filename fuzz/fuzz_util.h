@@ -51,6 +51,19 @@ static inline mt_synth_params fuzz_tiny_params(void) {
     return p;
 }
 
+/* A tiny kimi-k3: one KDA and one MLA layer, banked checkpoints, latent
+ * experts (the fuzz_gguf seed that reaches the kimi loader and forward). */
+static inline mt_synth_params fuzz_tiny_k3_params(void) {
+    mt_synth_params p = mt_synth_default_params("kimi-k3");
+    p.n_layer = 2, p.mla_layers = "1", p.n_leading_dense = 0;
+    p.n_embd = 32, p.n_head = 2, p.kda_head_dim = 16, p.n_ff = 32, p.n_ff_exp = 32;
+    p.q_lora = 0, p.kv_lora = 32, p.qk_nope = 16, p.qk_rope = 8, p.v_dim = 16, p.latent = 32;
+    p.n_expert = 4, p.n_expert_used = 2, p.res_block = 1;
+    p.type = MT_TYPE_Q8_0;
+    p.expert_type = MT_TYPE_Q8_0;
+    return p;
+}
+
 /* The key of both directions in fuzz_frame (and of its corpus). */
 static inline void fuzz_frame_key(uint8_t *key, size_t n) {
     for (size_t i = 0; i < n; i++) key[i] = (uint8_t)(i * 7 + 1);

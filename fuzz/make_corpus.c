@@ -75,6 +75,10 @@ static void gguf_and_manifests(void) {
     mt_synth_params p = fuzz_tiny_params();
     if (mt_synth_write(&p, model, &err) != 0) fuzz_die("model", err.msg);
     seed_file("fuzz_gguf", "model", model); /* no .gguf: .gitignore */
+    snprintf(path, sizeof path, "%s/tiny-k3.gguf", fuzz_dir());
+    mt_synth_params k3 = fuzz_tiny_k3_params();
+    if (mt_synth_write(&k3, path, &err) != 0) fuzz_die("kimi-k3 model", err.msg);
+    seed_file("fuzz_gguf", "model-kimi-k3", path);
     gguf_file *f = gguf_open(model, &err);
     if (!f) fuzz_die(model, err.msg);
     mt_plan plan;

@@ -3,7 +3,9 @@
  * at a time, in micro-batches, or all at once, and whether a session's tokens
  * share a batch with other sessions', and whichever kernel set (portable,
  * AVX2, AVX-512) computes them. Checked for every architecture on F32 and on
- * quantized weights. */
+ * quantized weights; for kimi-k3 and kimi-linear this covers the KDA
+ * recurrence (computed token by token whatever the batch) and k3's banked
+ * checkpoints. */
 #include "check.h"
 #include "moontail/quant.h"
 #include "moontail/session.h"
@@ -14,7 +16,22 @@ typedef struct variant {
     mt_type type;
     bool dense;
     bool mla_legacy;
+    int32_t res_block; /* kimi-k3: attention-residual block size */
 } variant;
+
+/* kimi archs default to the real layer and expert counts; a small shape
+ * with KDA and MLA layers, a dense layer, (k3) banked checkpoints and a
+ * latent MoE keeps the test fast. */
+static void kimi_small(mt_synth_params *p, const variant *v) {
+    p->n_layer = 5;
+    p->mla_layers = "1,4";
+    p->n_embd = 64;
+    p->n_expert = 16;
+    p->n_expert_used = 4;
+    p->n_ff = 96;
+    p->res_block = v->res_block;
+    p->expert_type = (int32_t)v->type;
+}
 
 /* Evaluates ids with the given threads/ubatch; returns all logits (malloc). */
 static float *eval(const mt_model *m, const int32_t *ids, int32_t n, int threads, int32_t ubatch) {
@@ -35,6 +52,7 @@ static void check_variant(const variant *v) {
     p.dense = v->dense;
     p.mla_legacy = v->mla_legacy;
     p.seed = 99;
+    if (strncmp(v->arch, "kimi", 4) == 0) kimi_small(&p, v);
     const char *path = check_tmp(".gguf");
     mt_error err = {{0}};
     CHECK(mt_synth_write(&p, path, &err) == 0, "%s: mkmodel: %s", v->arch, err.msg);
@@ -74,7 +92,7 @@ static void check_variant(const variant *v) {
      * and C (2) interleaved in one forward call give each session's logits
      * bit for bit (A alone is `ref`; B and C alone computed here). */
     if (ref) {
-        const int32_t V = m->hp.n_vocab, E = m->hp.n_embd;
+        const int32_t V = m->hp.n_vocab, E = m->hp.n_hidden;
         enum { NA = 6, NB = 3, NC = 2, NT = NA + NB + NC };
         int32_t idsB[NB] = {7, 3, 9}, idsC[NC] = {11, 2};
         mt_error err = {{0}};
@@ -127,12 +145,23 @@ static void check_variant(const variant *v) {
 
 int main(void) {
     static const variant variants[] = {
-        {"qwen3moe", MT_TYPE_F32, false, false},  {"qwen3moe", MT_TYPE_Q4_K, false, false},
-        {"qwen2moe", MT_TYPE_F32, false, false},  {"qwen2moe", MT_TYPE_Q8_0, false, false},
-        {"deepseek2", MT_TYPE_F32, false, false}, {"deepseek2", MT_TYPE_MXFP4, false, false},
-        {"llama", MT_TYPE_F32, false, false},     {"llama", MT_TYPE_Q6_K, true, false},
-        {"llama", MT_TYPE_BF16, false, false},    {"qwen3moe", MT_TYPE_F16, false, false},
-        {"qwen3moe", MT_TYPE_Q4_0, false, false}, {"deepseek2", MT_TYPE_Q8_0, false, true},
+        {"qwen3moe", MT_TYPE_F32, false, false, 0},
+        {"qwen3moe", MT_TYPE_Q4_K, false, false, 0},
+        {"qwen2moe", MT_TYPE_F32, false, false, 0},
+        {"qwen2moe", MT_TYPE_Q8_0, false, false, 0},
+        {"deepseek2", MT_TYPE_F32, false, false, 0},
+        {"deepseek2", MT_TYPE_MXFP4, false, false, 0},
+        {"llama", MT_TYPE_F32, false, false, 0},
+        {"llama", MT_TYPE_Q6_K, true, false, 0},
+        {"llama", MT_TYPE_BF16, false, false, 0},
+        {"qwen3moe", MT_TYPE_F16, false, false, 0},
+        {"qwen3moe", MT_TYPE_Q4_0, false, false, 0},
+        {"deepseek2", MT_TYPE_Q8_0, false, true, 0},
+        {"kimi-k3", MT_TYPE_F32, false, false, 2},
+        {"kimi-k3", MT_TYPE_MXFP4, false, false, 1},
+        {"kimi-k3", MT_TYPE_Q8_0, false, false, 3},
+        {"kimi-linear", MT_TYPE_F32, false, false, 0},
+        {"kimi-linear", MT_TYPE_Q8_0, false, false, 0},
     };
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) check_variant(&variants[i]);
     return check_report("test_determinism");

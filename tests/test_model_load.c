@@ -1,8 +1,10 @@
 /* test_model_load.c - a model file that is well-formed GGUF but wrong for
  * its architecture is refused with a message naming the tensor or key:
  * missing tensors, wrong shapes, unsupported types, missing or mistyped
- * hyperparameters, impossible expert counts, an unknown architecture. Bad
- * token ids and positions at run time are errors too, not crashes. */
+ * hyperparameters, impossible expert counts, an unknown architecture, and
+ * kimi-k3 files whose KDA, attention-residual or latent tensors, block size
+ * or layer pattern are wrong. Bad token ids and positions at run time are
+ * errors too, not crashes. */
 #include "check.h"
 #include "moontail/quant.h"
 #include "moontail/session.h"
@@ -17,6 +19,7 @@ typedef struct mutation {
     const char *key;     /* set this key ... */
     uint32_t key_u32;    /* ... to this u32 */
     const char *key_str; /* ... or to this string */
+    uint32_t key_arr_n;  /* ... or to an int32 array of this many 1s (key_u32 at index 0) */
 } mutation;
 
 static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
@@ -24,7 +27,12 @@ static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
     for (uint64_t i = 0; i < f->n_kv; i++)
         if (!mu->drop_key || strcmp(f->kv[i].key, mu->drop_key) != 0)
             gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
-    if (mu->key && mu->key_str)
+    if (mu->key && mu->key_arr_n) {
+        int32_t *a = malloc(mu->key_arr_n * sizeof *a);
+        for (uint32_t i = 0; i < mu->key_arr_n; i++) a[i] = i == 0 ? (int32_t)mu->key_u32 : 1;
+        gguf_writer_set_array(w, mu->key, GGUF_TYPE_INT32, a, mu->key_arr_n);
+        free(a);
+    } else if (mu->key && mu->key_str)
         gguf_writer_set_string(w, mu->key, mu->key_str);
     else if (mu->key)
         gguf_writer_set_u32(w, mu->key, mu->key_u32);
@@ -67,7 +75,99 @@ static void expect_load_error(const gguf_file *f, const mutation *mu, const char
     unlink(path);
 }
 
+/* kimi-k3 files with missing or misshapen KDA, attention-residual and latent
+ * tensors, a bad block size or layer pattern: one clear error each. The
+ * model: 4 layers, MLA at 1 and 3 (KDA at 0 and 2), block size 2, latent 32. */
+static void kimi_k3_errors(void) {
+    mt_synth_params p = mt_synth_default_params("kimi-k3");
+    p.n_layer = 4;
+    p.mla_layers = "1,3";
+    p.n_expert = 8;
+    p.n_expert_used = 2;
+    const char *src = check_tmp(".gguf");
+    mt_error err = {{0}};
+    CHECK(mt_synth_write(&p, src, &err) == 0, "mkmodel kimi-k3: %s", err.msg);
+    gguf_file *f = gguf_open(src, &err);
+    CHECK(f != NULL, "%s", err.msg);
+    if (!f) return;
+    const char *same = check_tmp(".gguf");
+    copy_with(f, same, &(mutation){0});
+    mt_model *m = mt_model_load(same, &err);
+    CHECK(m != NULL && m->layers[0].is_kda && !m->layers[1].is_kda && m->hp.n_res_bank == 2,
+          "faithful kimi-k3 copy: %s", m ? "wrong layer kinds" : err.msg);
+    /* A KDA layer takes a session's positions in order: skipping one, or
+     * going back to any but position 0 (a replay), is an error that changes
+     * nothing; position 0 starts the state again. */
+    mt_kv_cache *kv = m ? mt_kv_cache_new(m, 0, 4, 8, &err) : NULL;
+    float *hidden = m ? calloc(3 * (size_t)m->hp.n_hidden, sizeof(float)) : NULL;
+    if (kv && hidden) {
+        int32_t ids[3] = {5, 6, 7}, p0[3] = {0, 1, 2}, skip = 4, back = 1;
+        CHECK(mt_model_embed(m, ids, 3, hidden, &err) == 0 &&
+                  mt_model_forward_layers(m, kv, 0, 4, p0, 3, hidden, NULL, NULL, &err) == 0,
+              "kimi-k3 forward: %s", err.msg);
+        CHECK(mt_model_forward_layers(m, kv, 0, 4, &skip, 1, hidden, NULL, NULL, &err) != 0 &&
+                  strstr(err.msg, "position 4") && strstr(err.msg, "at position 3"),
+              "KDA position skip: %s", err.msg);
+        CHECK(mt_model_forward_layers(m, kv, 0, 4, &back, 1, hidden, NULL, NULL, &err) != 0 &&
+                  strstr(err.msg, "replay from position 0"),
+              "KDA position rewind: %s", err.msg);
+        CHECK(mt_model_forward_layers(m, kv, 0, 4, p0, 1, hidden, NULL, NULL, &err) == 0,
+              "KDA restart at position 0: %s", err.msg);
+    }
+    free(hidden);
+    mt_kv_cache_free(kv);
+    mt_model_free(m);
+    unlink(same);
+
+    /* KDA tensors */
+    expect_load_error(f, &(mutation){.drop_tensor = "blk.2.ssm_conv1d_k.weight"},
+                      "blk.2.ssm_conv1d_k.weight", "missing");
+    expect_load_error(f, &(mutation){.drop_tensor = "blk.0.ssm_a"}, "blk.0.ssm_a", "missing");
+    expect_load_error(f, &(mutation){.reshape = "blk.0.ssm_beta.weight", .ne0 = 64, .ne1 = 3},
+                      "blk.0.ssm_beta.weight", "shape");
+    expect_load_error(f, &(mutation){.reshape = "blk.2.ssm_g.weight", .ne0 = 64, .ne1 = 32},
+                      "blk.2.ssm_g.weight", "shape");
+    expect_load_error(f, &(mutation){.drop_tensor = "blk.2.ssm_norm.weight"},
+                      "blk.2.ssm_norm.weight", "missing");
+    /* attention residuals */
+    expect_load_error(f, &(mutation){.drop_tensor = "output_res_score.weight"},
+                      "output_res_score.weight", "missing");
+    expect_load_error(f, &(mutation){.drop_tensor = "blk.3.ffn_res_score.weight"},
+                      "blk.3.ffn_res_score.weight", "missing");
+    expect_load_error(f, &(mutation){.key = "kimi-k3.attn_res.block_size", .key_u32 = 5},
+                      "attn_res.block_size 5", "at most the 4 layers");
+    expect_load_error(f, &(mutation){.key = "kimi-k3.attn_res.block_size", .key_u32 = 0},
+                      "block_size is 0", "residual scores");
+    expect_load_error(f, &(mutation){.drop_key = "kimi-k3.attn_res.block_size"},
+                      "kimi-k3.attn_res.block_size", "missing");
+    /* latent experts */
+    expect_load_error(f, &(mutation){.drop_tensor = "blk.2.ffn_routed_down.weight"},
+                      "blk.2.ffn_routed_down.weight", "missing");
+    expect_load_error(f, &(mutation){.reshape = "blk.3.ffn_routed_up.weight", .ne0 = 64, .ne1 = 64},
+                      "blk.3.ffn_routed_up.weight", "shape");
+    expect_load_error(f, &(mutation){.key = "kimi-k3.expert_latent_length", .key_u32 = 64},
+                      "blk.1.ffn_routed_down.weight", "shape");
+    /* the layer pattern */
+    expect_load_error(
+        f, &(mutation){.key = "kimi-k3.attention.head_count_kv", .key_u32 = 0, .key_arr_n = 3},
+        "attention.head_count_kv", "3 entries");
+    expect_load_error(
+        f, &(mutation){.key = "kimi-k3.attention.head_count_kv", .key_u32 = 4, .key_arr_n = 4},
+        "layer 0 has head_count_kv 4", NULL);
+    /* a KDA layer made MLA: its MLA tensors are missing */
+    expect_load_error(
+        f, &(mutation){.key = "kimi-k3.attention.head_count_kv", .key_u32 = 1, .key_arr_n = 4},
+        "blk.0.attn_q_a.weight", "missing");
+    expect_load_error(f, &(mutation){.drop_key = "kimi-k3.kda.head_dim"}, "kimi-k3.kda.head_dim",
+                      "missing");
+    expect_load_error(f, &(mutation){.key = "kimi-k3.activation.situ_beta", .key_str = "2"},
+                      "kimi-k3.activation.situ_beta", NULL);
+    gguf_close(f);
+    unlink(src);
+}
+
 int main(void) {
+    kimi_k3_errors();
     mt_synth_params p = mt_synth_default_params("qwen3moe");
     const char *src = check_tmp(".gguf");
     mt_error err = {{0}};
