@@ -442,7 +442,9 @@ static void write_hparams(synth *s) {
                         (uint32_t)(llama_moe ? p->n_ff_exp : p->n_ff));
     gguf_writer_set_u32(w, akey(s, "attention.head_count"), (uint32_t)p->n_head);
     write_head_count_kv(s);
-    gguf_writer_set_f32(w, akey(s, "attention.layer_norm_rms_epsilon"), 1e-6f);
+    /* Kimi-Linear's checkpoint uses 1e-5; it also caps how much the KDA output
+     * norm magnifies a head whose output nearly cancels */
+    gguf_writer_set_f32(w, akey(s, "attention.layer_norm_rms_epsilon"), s->kimi ? 1e-5f : 1e-6f);
     gguf_writer_set_f32(w, akey(s, "rope.freq_base"), 10000.0f);
     if (s->kimi) {
         write_kimi_hparams(s);
