@@ -190,29 +190,9 @@ static const char *const SPECIALS[] = {"[EOS]",     "[EOT]",   "<|open|>",
 /* Writes the vocabulary and K3_TMPL as its chat template, with eos_token_id = eos, and loads
  * it back; *tmpl gets the template as read from the file. */
 static mt_vocab *k3_vocab(int32_t eos, char **tmpl) {
-    char bytes[256][4];
-    const char *tokens[N_TOK];
-    int32_t types[N_TOK];
-    for (int b = 0; b < 256; b++) {
-        int k;
-        const char *e = mt_bytelevel_encode((uint8_t)b, &k);
-        memcpy(bytes[b], e, (size_t)k);
-        bytes[b][k] = 0;
-        tokens[b] = bytes[b];
-        types[b] = MT_TOKTYPE_NORMAL;
-    }
-    for (int i = T_EOS; i < N_TOK; i++) {
-        tokens[i] = SPECIALS[i - T_EOS];
-        types[i] = MT_TOKTYPE_CONTROL;
-    }
     gguf_writer *w = gguf_writer_new();
-    gguf_writer_set_string(w, "tokenizer.ggml.model", "gpt2");
-    gguf_writer_set_string(w, "tokenizer.ggml.pre", "default");
-    gguf_writer_set_string_array(w, "tokenizer.ggml.tokens", tokens, N_TOK);
-    gguf_writer_set_array(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, N_TOK);
-    gguf_writer_set_string_array(w, "tokenizer.ggml.merges", NULL, 0);
+    mt_vocab_write_bytes_with(w, "default", false, SPECIALS, N_TOK - T_EOS);
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
-    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
     gguf_writer_set_string(w, "tokenizer.chat_template", K3_TMPL);
     const char *path = check_tmp(".gguf");
     mt_error err = {{0}};

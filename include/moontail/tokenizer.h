@@ -87,6 +87,10 @@ struct gguf_writer;
  * <|im_start|>, <|im_end|> (EOS = <|endoftext|>), with the given
  * pre-tokenizer name and add_bos flag. Returns the vocabulary size. */
 int32_t mt_vocab_write_bytes(struct gguf_writer *w, const char *pre, bool add_bos);
+/* The same with other control tokens: ids 256.. are specials[0..n) (n <= 64),
+ * BOS and EOS 256. */
+int32_t mt_vocab_write_bytes_with(struct gguf_writer *w, const char *pre, bool add_bos,
+                                  const char *const *specials, int n);
 
 /* Writes the tokenizer.* keys converted from a Hugging Face tokenizer.json
  * (as llama.cpp's converter would for Qwen3: model gpt2, pre qwen2, special

@@ -35,12 +35,13 @@
 
 /* ---------------------------------------------------------------- bytes vocab */
 
-int32_t mt_vocab_write_bytes(struct gguf_writer *w, const char *pre, bool add_bos) {
-    enum { N = 256 + 3 };
-    static const char *const specials[3] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+int32_t mt_vocab_write_bytes_with(struct gguf_writer *w, const char *pre, bool add_bos,
+                                  const char *const *specials, int n) {
+    enum { MAX_SPECIALS = 64 };
+    if (n < 0 || n > MAX_SPECIALS) abort(); /* a caller's bug */
     char bytes[256][3];
-    const char *tokens[N];
-    int32_t types[N];
+    const char *tokens[256 + MAX_SPECIALS];
+    int32_t types[256 + MAX_SPECIALS];
     for (int b = 0; b < 256; b++) {
         int k;
         const char *e = mt_bytelevel_encode((uint8_t)b, &k);
@@ -49,19 +50,25 @@ int32_t mt_vocab_write_bytes(struct gguf_writer *w, const char *pre, bool add_bo
         tokens[b] = bytes[b];
         types[b] = MT_TOKTYPE_NORMAL;
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n; i++) {
         tokens[256 + i] = specials[i];
         types[256 + i] = MT_TOKTYPE_CONTROL;
     }
     gguf_writer_set_string(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_string(w, "tokenizer.ggml.pre", pre ? pre : "default");
-    gguf_writer_set_string_array(w, "tokenizer.ggml.tokens", tokens, N);
-    gguf_writer_set_array(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, N);
+    gguf_writer_set_string_array(w, "tokenizer.ggml.tokens", tokens, (size_t)(256 + n));
+    gguf_writer_set_array(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types,
+                          (size_t)(256 + n));
     gguf_writer_set_string_array(w, "tokenizer.ggml.merges", NULL, 0);
     gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 256);
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 256);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
-    return N;
+    return 256 + n;
+}
+
+int32_t mt_vocab_write_bytes(struct gguf_writer *w, const char *pre, bool add_bos) {
+    static const char *const specials[3] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    return mt_vocab_write_bytes_with(w, pre, add_bos, specials, 3);
 }
 
 /* ---------------------------------------------------------------- helpers */
