@@ -9,6 +9,7 @@
  * shard fail with a message naming the problem; bad selections give clear
  * errors. */
 #include "check.h"
+#include "moontail/session.h"
 #include "moontail/model.h"
 #include "moontail/shard.h"
 #include "moontail/synth_model.h"
@@ -29,7 +30,13 @@ static const char *make_model(const char *arch, uint64_t seed, int32_t n_layer) 
     p.head_dim = 32;
     p.n_ff = 128;
     p.n_ff_exp = 64;
-    if (strcmp(arch, "deepseek2") == 0) {
+    if (strncmp(arch, "kimi", 4) == 0) { /* KDA at 0 and 2, MLA at 1 and 3 */
+        p.mla_layers = "1,3";
+        p.n_expert = 8;
+        p.n_expert_used = 2;
+        p.expert_type = MT_TYPE_Q8_0;
+        p.kv_lora = 64;
+    } else if (strcmp(arch, "deepseek2") == 0) {
         p.q_lora = 64;
         p.kv_lora = 64;
         p.qk_nope = 32;
@@ -210,6 +217,46 @@ static void test_split_read_back(void) {
 
 /* ----------------------------------------------------------------- plans */
 
+/* The shards of a cell plan, run in this process stage after stage, give
+ * the whole model's logits bit for bit: a stage's shard and the hidden state
+ * (with kimi-k3's banked checkpoints) carry everything the layers need. */
+static void check_pipeline(const char *arch, const char *path, const char *dir, int32_t n_stage) {
+    char base[256], p[800];
+    snprintf(base, sizeof base, "%s", strrchr(path, '/') + 1);
+    *strstr(base, ".gguf") = 0;
+    snprintf(p, sizeof p, "%s/%s-head-0.gguf", dir, base);
+    mt_error err = {{0}};
+    mt_model *whole = mt_model_load(path, &err), *head = whole ? mt_model_load(p, &err) : NULL;
+    CHECK(whole && head, "%s pipeline: %s", arch, err.msg);
+    enum { N = 7 };
+    int32_t ids[N] = {5, 17, 3, 99, 42, 7, 120}, pos[N];
+    for (int i = 0; i < N; i++) pos[i] = i;
+    const size_t W = whole ? (size_t)whole->hp.n_hidden : 1, V = whole ? whole->hp.n_vocab : 1;
+    float *h = malloc(N * W * sizeof(float)), *want = malloc(N * V * sizeof(float)),
+          *got = calloc(N * V, sizeof(float));
+    mt_session *s = whole ? mt_session_new(whole, N, 1, &err) : NULL;
+    int rc = s && head ? mt_session_eval(s, ids, N, 0, true, want, &err) : -1;
+    if (rc == 0) rc = mt_model_embed(head, ids, N, h, &err);
+    for (int32_t k = 0; rc == 0 && k < n_stage; k++) {
+        snprintf(p, sizeof p, "%s/%s-stage-%d.gguf", dir, base, k);
+        mt_model *st = mt_model_load(p, &err);
+        mt_kv_cache *kv = st ? mt_kv_cache_new(st, st->layer_begin, st->layer_end, N, &err) : NULL;
+        rc = kv ? mt_model_forward_layers(st, kv, st->layer_begin, st->layer_end, pos, N, h, NULL,
+                                          NULL, &err)
+                : -1;
+        mt_kv_cache_free(kv);
+        mt_model_free(st);
+    }
+    CHECK(rc == 0, "%s pipeline of %d stages: %s", arch, n_stage, err.msg);
+    if (rc == 0) mt_model_head(head, h, N, got, NULL);
+    CHECK(rc == 0 && memcmp(want, got, N * V * sizeof(float)) == 0,
+          "%s: %d stages give other logits than the whole model", arch, n_stage);
+    free(h), free(want), free(got);
+    mt_session_free(s);
+    mt_model_free(head);
+    mt_model_free(whole);
+}
+
 static void check_plan(const char *arch, int32_t n_layer, mt_plan_mode mode, int32_t n) {
     const char *path = make_model(arch, 7, n_layer);
     mt_error err = {{0}};
@@ -239,7 +286,7 @@ static void check_plan(const char *arch, int32_t n_layer, mt_plan_mode mode, int
             CHECK(plan.shards[0].spec.head && plan.shards[0].role == MT_PLAN_ROLE_HEAD,
                   "shard 0 is not the head");
             /* equal MoE layers and n | n_layer: stages differ by at most the dense layer */
-            if (strcmp(arch, "deepseek2") != 0 && n_layer % n == 0)
+            if (strcmp(arch, "deepseek2") != 0 && strncmp(arch, "kimi", 4) != 0 && n_layer % n == 0)
                 CHECK(hi == lo, "%s cell:%d unbalanced: %llu vs %llu", arch, n,
                       (unsigned long long)lo, (unsigned long long)hi);
         } else {
@@ -269,6 +316,7 @@ static void check_plan(const char *arch, int32_t n_layer, mt_plan_mode mode, int
         rc = mt_plan_check(path, manifest, &report, &err);
         CHECK(rc == 0 && has(report, "ok:"), "%s %s:%d check: %s", arch, mt_plan_mode_name(mode), n,
               report ? report : err.msg);
+        if (mode == MT_PLAN_CELL) check_pipeline(arch, path, dir, n);
         if (mode == MT_PLAN_SWARM && strcmp(arch, "deepseek2") == 0) {
             /* the leading dense layer has no routed experts: all in the backbone */
             char p[600];
@@ -562,8 +610,8 @@ static void test_bad_selections(void) {
 
 int main(void) {
     test_split_read_back();
-    const char *archs[] = {"llama", "qwen2moe", "qwen3moe", "deepseek2"};
-    for (int a = 0; a < 4; a++) {
+    const char *archs[] = {"llama", "qwen2moe", "qwen3moe", "deepseek2", "kimi-k3", "kimi-linear"};
+    for (int a = 0; a < 6; a++) {
         check_plan(archs[a], 4, MT_PLAN_CELL, 2);
         check_plan(archs[a], 4, MT_PLAN_CELL, 3);
         check_plan(archs[a], 4, MT_PLAN_SWARM, 3);

@@ -19,7 +19,7 @@
 
 /* ------------------------------------------------------ classification */
 
-static const char *const head_names[] = {"token_embd", "output_norm", "output"};
+static const char *const head_names[] = {"token_embd", "output_norm", "output", "output_res_score"};
 
 /* Model-wide tensors that every attention part needs: copied, not split. */
 static const char *const shared_names[] = {"rope_freqs"};
@@ -28,15 +28,23 @@ static const char *const shared_names[] = {"rope_freqs"};
 static const char *const expert_names[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
                                            "ffn_gate_up_exps"};
 
-/* Everything else a layer of llama / qwen2moe / qwen3moe / deepseek2 holds. */
+/* Everything else a layer of llama / qwen2moe / qwen3moe / deepseek2 / kimi
+ * holds (kimi: the KDA tensors, the MLA output gate, the attention-residual
+ * scores and the latent MoE's projections and norm). */
 static const char *const attention_names[] = {
-    "attn_norm",      "ffn_norm",     "attn_q",         "attn_k",         "attn_v",
-    "attn_qkv",       "attn_output",  "attn_q_norm",    "attn_k_norm",    "attn_q_a",
-    "attn_q_a_norm",  "attn_q_b",     "attn_kv_a_mqa",  "attn_kv_a_norm", "attn_k_b",
-    "attn_v_b",       "attn_kv_b",    "ffn_gate_inp",   "exp_probs_b",    "ffn_gate_inp_shexp",
-    "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "ffn_gate",       "ffn_up",
-    "ffn_down",
+    "attn_norm",       "ffn_norm",      "attn_q",          "attn_k",         "attn_v",
+    "attn_qkv",        "attn_output",   "attn_q_norm",     "attn_k_norm",    "attn_q_a",
+    "attn_q_a_norm",   "attn_q_b",      "attn_kv_a_mqa",   "attn_kv_a_norm", "attn_k_b",
+    "attn_v_b",        "attn_kv_b",     "ffn_gate_inp",    "exp_probs_b",    "ffn_gate_inp_shexp",
+    "ffn_gate_shexp",  "ffn_up_shexp",  "ffn_down_shexp",  "ffn_gate",       "ffn_up",
+    "ffn_down",        "ssm_conv1d_q",  "ssm_conv1d_k",    "ssm_conv1d_v",   "ssm_f_a",
+    "ssm_f_b",         "ssm_beta",      "ssm_dt",          "ssm_g",          "ssm_g_a",
+    "ssm_g_b",         "ssm_norm",      "attn_gate",       "attn_res_score", "ffn_res_score",
+    "ffn_routed_down", "ffn_routed_up", "ffn_routed_norm",
 };
+
+/* Layer tensors whose name has no .weight/.bias suffix (kimi's A). */
+static const char *const bare_attention_names[] = {"ssm_a"};
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -85,8 +93,9 @@ int mt_shard_classify(const char *name, mt_shard_part *part, int32_t *layer, mt_
             return 0;
         }
         /* deepseek's multi-token-prediction layer (blk.N.nextn.*) is a layer part too */
-        if (rn && (in_list(rest, rn, attention_names, COUNT(attention_names)) ||
-                   strncmp(rest, "nextn.", 6) == 0)) {
+        if ((rn && (in_list(rest, rn, attention_names, COUNT(attention_names)) ||
+                    strncmp(rest, "nextn.", 6) == 0)) ||
+            in_list(rest, strlen(rest), bare_attention_names, COUNT(bare_attention_names))) {
             *part = MT_SHARD_PART_ATTENTION;
             return 0;
         }
@@ -94,7 +103,8 @@ int mt_shard_classify(const char *name, mt_shard_part *part, int32_t *layer, mt_
     return mt_error_set(
         err,
         "tensor '%s' is not a tensor name shards know (head: token_embd, "
-        "output_norm, output; shared: rope_freqs; layers: blk.N.<attention, norm, router,"
+        "output_norm, output, output_res_score; shared: rope_freqs; layers: blk.N.<attention,"
+        " KDA, norm, router,"
         " shared or routed expert tensor>); the model cannot be split until its"
         " part is defined",
         name);
