@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_cli.sh - the `moontail` command end to end: run (streamed and --json)
 # on the built-in model, determinism of greedy and seeded sampling, tokenize,
-# eval, mkmodel, and clear errors (exit codes and messages) for bad input.
+# eval, mkmodel, a kimi-k3 model, and clear errors (exit codes and messages)
+# for bad input.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 
@@ -43,6 +44,20 @@ echo "$out" | json 'if(o.top.length!==3||o.top[0].length!==3||o.top[0][0][1]!==0
 n=$("$BIN" tokenize -m "$tmp/m.gguf" --json -p "ab" | json 'console.log(o.tokens.length)')
 [ "$n" = 3 ] && ok || bad "llama-bpe BOS not added (got $n tokens for 'ab')"
 
+# kimi-k3 end to end: mkmodel, run --json with the session's recurrent state (4 layers, KDA
+# at 0 and 2: per KDA layer 3 x (K-1) x D conv floats + H x hd x hd delta-rule floats, K 4,
+# H 4, hd 16, D 64), the same greedy text from eval's teacher-forced argmax, and the data
+# plane's clear refusal
+k3=(--arch kimi-k3 --layers 4 --mla-layers 1,3 --embd 64 --heads 4 --kda-head-dim 16
+    --experts 8 --experts-used 2 --res-block 2 --latent 32)
+"$BIN" mkmodel -o "$tmp/k3.gguf" "${k3[@]}" 2>"$tmp/e" && ok || bad "mkmodel kimi-k3: $(cat "$tmp/e")"
+"$BIN" run -m "$tmp/k3.gguf" --json -n 8 --temp 0 -p "Hello" >"$tmp/k3.json" 2>"$tmp/e" || bad "run kimi-k3: $(cat "$tmp/e")"
+want=$(( (2 * (3 * 3 * 64 + 4 * 16 * 16)) * 4 ))
+json "if(o.session_state.recurrent_bytes!==$want||o.session_state.recurrent_layers!==2) throw 1" <"$tmp/k3.json" && ok || bad "kimi-k3 session_state (want $want recurrent bytes): $(cat "$tmp/k3.json")"
+ids=$(json 'console.log([...o.prompt_tokens, ...o.tokens.slice(0, -1)].join(","))' <"$tmp/k3.json")
+top=$("$BIN" eval -m "$tmp/k3.gguf" --ids "$ids" --top 1 | json 'console.log(o.top.slice(4).map(r=>r[0][0]).join(","))')
+[ "$top" = "$(json 'console.log(o.tokens.join(","))' <"$tmp/k3.json")" ] && ok || bad "kimi-k3 eval argmax $top differs from run's greedy tokens"
+
 # errors: exit codes and messages
 expect_fail() { # code pattern cmd...
     local code=$1 pat=$2
@@ -64,6 +79,10 @@ echo "not a model" >"$tmp/junk.gguf"
 expect_fail 1 "not a GGUF file" "$BIN" tokenize -m "$tmp/junk.gguf" -p x
 expect_fail 1 "exceed --ctx" "$BIN" run -p "Hello" -n 10 --ctx 8
 expect_fail 2 "unknown type" "$BIN" mkmodel -o "$tmp/x.gguf" --type q9_9
+# check reports the refusal of each distributed path (on stdout) and fails
+"$BIN" check -m "$tmp/k3.gguf" >"$tmp/o" 2>&1
+rc=$?
+[ $rc -eq 1 ] && [ "$(grep -c 'kimi-k3 models run on one machine only' "$tmp/o")" -ge 2 ] && ok || bad "check -m kimi-k3 gave $rc: $(cat "$tmp/o")"
 
 # Ctrl-C: generation stops after the current token, output is complete and the exit status 0
 "$BIN" run -n 100000 --ignore-eos --ctx 101000 --json >"$tmp/int.json" 2>"$tmp/int.err" &
