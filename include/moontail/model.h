@@ -25,6 +25,15 @@ typedef enum mt_arch {
     MT_ARCH_KIMI_K3,     /* kimi-linear + attention residuals, latent MoE, situ, gates */
 } mt_arch;
 
+/* kimi-linear or kimi-k3: KDA layers, nope MLA, per-layer layer kinds. */
+static inline bool mt_arch_is_kimi(mt_arch a) {
+    return a == MT_ARCH_KIMI_LINEAR || a == MT_ARCH_KIMI_K3;
+}
+/* Attention layers are MLA (a compressed latent cache), not GQA. */
+static inline bool mt_arch_has_mla(mt_arch a) {
+    return a == MT_ARCH_DEEPSEEK2 || mt_arch_is_kimi(a);
+}
+
 typedef enum mt_gating { MT_GATING_SOFTMAX = 1, MT_GATING_SIGMOID = 2 } mt_gating;
 
 typedef struct mt_hparams {
@@ -71,7 +80,7 @@ typedef struct mt_hparams {
     bool mla_nope; /* kimi: the rope slice of q and k is never rotated */
 
     /* KDA layers (kimi-linear, kimi-k3): head_count_kv 0 in the per-layer array */
-    int32_t n_kda_layers;
+    int32_t n_kda_layers;       /* counted by the loader from the per-layer head_count_kv */
     int32_t kda_head_dim;       /* KDA heads = n_head, each kda_head_dim wide */
     int32_t ssm_conv;           /* short causal convolution kernel K */
     float kda_gate_lower_bound; /* -INFINITY: kimi-linear's softplus decay gate */

@@ -52,16 +52,10 @@ static int check_positions(mt_kv_cache *const *kv, const int32_t *pos, int32_t n
 static int attention(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                      const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                      mt_error *err) {
-    switch (m->hp.arch) {
-    case MT_ARCH_KIMI_LINEAR:
-    case MT_ARCH_KIMI_K3:
-        if (l->is_kda) return mt_attn_kda(m, l, kv, il, pos, n_tok, a, out, pool, err);
+    if (l->is_kda) return mt_attn_kda(m, l, kv, il, pos, n_tok, a, out, pool, err);
+    if (mt_arch_has_mla(m->hp.arch))
         return mt_attn_mla(m, l, kv, il, pos, n_tok, a, out, pool, err);
-    case MT_ARCH_DEEPSEEK2:
-        return mt_attn_mla(m, l, kv, il, pos, n_tok, a, out, pool, err);
-    default:
-        return mt_attn_gqa(m, l, kv, il, pos, n_tok, a, out, pool, err);
-    }
+    return mt_attn_gqa(m, l, kv, il, pos, n_tok, a, out, pool, err);
 }
 
 /* x_norm (n_tok, n_embd) <- rmsnorm of each token's block input: the stream

@@ -98,8 +98,7 @@ mt_kv_cache *mt_kv_cache_new(const mt_model *m, int32_t layer_begin, int32_t lay
     kv->layer_begin = layer_begin;
     kv->layer_end = layer_end;
     kv->n_ctx = n_ctx;
-    if (hp->arch == MT_ARCH_DEEPSEEK2 || hp->arch == MT_ARCH_KIMI_LINEAR ||
-        hp->arch == MT_ARCH_KIMI_K3) {
+    if (mt_arch_has_mla(hp->arch)) {
         kv->k_width = hp->kv_lora_rank + hp->qk_rope;
         kv->v_width = 0;
     } else {

@@ -150,47 +150,6 @@ static float get_mscale(float s, float m) {
     return s <= 1.0f ? 1.0f : 0.1f * m * logf(s) + 1.0f;
 }
 
-/* The layer pattern (per-layer head_count_kv: 0 = KDA, else MLA) and the
- * expert widths, which llama.cpp's kimi loaders read per layer. */
-static int kimi_layers(hp_reader *r, mt_hparams *hp) {
-    int32_t *kv = malloc((size_t)hp->n_layer * sizeof *kv);
-    int32_t *ff = malloc((size_t)hp->n_layer * sizeof *ff);
-    int rc = -1;
-    if (!kv || !ff) {
-        mt_error_set(r->err, "out of memory for %d layers", hp->n_layer);
-        goto done;
-    }
-    char key[128];
-    if (!gguf_find_kv(r->f, key_of(r, "attention.head_count_kv", key, sizeof key))) {
-        mt_error_set(r->err,
-                     "%s: required key '%s' is missing; kimi models list it per layer (0 marks"
-                     " a KDA layer)",
-                     r->f->path, key);
-        goto done;
-    }
-    if (mt_hparams_read_per_layer(r->f, hp, "attention.head_count_kv", 0, kv, r->err) ||
-        mt_hparams_read_per_layer(r->f, hp, "expert_feed_forward_length", 0, ff, r->err))
-        goto done;
-    hp->n_head_kv = 1;
-    for (int32_t il = 0; il < hp->n_layer; il++) {
-        if (kv[il] == 0) {
-            hp->n_kda_layers++;
-        } else if (kv[il] != 1) {
-            mt_error_set(r->err,
-                         "%s: layer %d has head_count_kv %d; kimi layers have 0 (KDA) or 1 (MLA,"
-                         " one latent head)",
-                         r->f->path, il, kv[il]);
-            goto done;
-        }
-        if (il >= hp->n_leading_dense && hp->n_ff_exp == 0) hp->n_ff_exp = ff[il];
-    }
-    rc = 0;
-done:
-    free(kv);
-    free(ff);
-    return rc;
-}
-
 /* kimi-linear and kimi-k3: KDA sizes, nope MLA, deepseek2-style routing and
  * (k3) attention residuals, latent experts and the situ activation. */
 static int kimi_hparams(hp_reader *r, mt_hparams *hp, int32_t gating) {
@@ -230,8 +189,7 @@ static int kimi_hparams(hp_reader *r, mt_hparams *hp, int32_t gating) {
     hp->v_head_dim = v_mla;
     hp->head_dim_k = k_mla;
     hp->head_dim_v = v_mla;
-    if (kimi_layers(r, hp)) return -1;
-    hp->n_ff_shexp = hp->n_ff_exp * (hp->n_expert_shared > 0 ? hp->n_expert_shared : 1);
+    hp->n_head_kv = 1; /* MLA layers: one latent head; the per-layer pattern is the loader's */
     if (hp->qk_nope < 1 || hp->v_head_dim < 1 || hp->kv_lora_rank < 1)
         return mt_error_set(r->err, "%s: bad MLA sizes: nope %d, rope %d, v %d, kv_lora %d", path,
                             hp->qk_nope, hp->qk_rope, hp->v_head_dim, hp->kv_lora_rank);
@@ -290,14 +248,14 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     hp->n_vocab = (int32_t)n_vocab;
 
     hp_reader r = {f, hp->arch_name, err, 0};
-    const bool kimi = hp->arch == MT_ARCH_KIMI_LINEAR || hp->arch == MT_ARCH_KIMI_K3;
+    const bool kimi = mt_arch_is_kimi(hp->arch);
     get_int(&r, "embedding_length", &hp->n_embd, true);
     get_int(&r, "block_count", &hp->n_layer, true);
     hp->n_ctx_train = 4096;
     get_int(&r, "context_length", &hp->n_ctx_train, false);
     get_int(&r, "attention.head_count", &hp->n_head, true);
     hp->n_head_kv = hp->n_head;
-    if (!kimi) /* kimi: per layer, 0 marks a KDA layer (kimi_layers) */
+    if (!kimi) /* kimi: per layer, 0 marks a KDA layer (the loader reads it) */
         get_int(&r, "attention.head_count_kv", &hp->n_head_kv, false);
     get_float(&r, "attention.layer_norm_rms_epsilon", &hp->eps, true);
     if (r.failed) return -1;
@@ -376,7 +334,7 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     get_int(&r, "feed_forward_length", &hp->n_ff, false);
     get_int(&r, "expert_count", &hp->n_expert, false);
     get_int(&r, "expert_used_count", &hp->n_expert_used, false);
-    if (!kimi) /* kimi: may differ per layer (kimi_hparams) */
+    if (!kimi) /* kimi: may differ per layer (the loader reads it) */
         get_int(&r, "expert_feed_forward_length", &hp->n_ff_exp, false);
     get_int(&r, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false);
     get_int(&r, "expert_shared_count", &hp->n_expert_shared, false);

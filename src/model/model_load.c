@@ -248,7 +248,7 @@ static void bind_moe_router(binder *b, mt_layer *l, int il) {
     int64_t E = hp->n_embd, X = hp->n_expert, F = expert_width(b, il);
     bind_matrix(b, &l->router, "ffn_gate_inp.weight", il, true, E, X);
     l->exp_probs_b = bind_vector(b, "exp_probs_b.bias", il, false, X);
-    if (hp->arch == MT_ARCH_KIMI_LINEAR || hp->arch == MT_ARCH_KIMI_K3) {
+    if (mt_arch_is_kimi(hp->arch)) {
         bind_kimi_moe(b, l, il, F);
         return;
     }
@@ -311,8 +311,7 @@ static void bind_layer(binder *b, int il) {
         l->ffn_norm = bind_vector(b, "ffn_norm.weight", il, true, E);
         if (l->is_kda)
             bind_kda(b, l, il);
-        else if (hp->arch == MT_ARCH_DEEPSEEK2 || hp->arch == MT_ARCH_KIMI_LINEAR ||
-                 hp->arch == MT_ARCH_KIMI_K3)
+        else if (mt_arch_has_mla(hp->arch))
             bind_mla(b, l, il);
         else
             bind_gqa(b, l, il);
@@ -333,23 +332,44 @@ static void bind_layer(binder *b, int il) {
     if (l->is_moe && m->has_experts) bind_moe_experts(b, l, il);
 }
 
-/* kimi: which layers are KDA, and each layer's expert width. */
+/* kimi: which layers are KDA (per-layer head_count_kv: 0 = KDA, 1 = MLA with
+ * one latent head) and each layer's expert width, which llama.cpp's kimi
+ * loaders read per layer; the model-wide expert width is the first MoE
+ * layer's. */
 static int kimi_layer_kinds(binder *b) {
     mt_model *m = b->m;
-    const mt_hparams *hp = &m->hp;
-    if (hp->arch != MT_ARCH_KIMI_LINEAR && hp->arch != MT_ARCH_KIMI_K3) return 0;
+    mt_hparams *hp = &m->hp;
+    const char *path = b->f->path;
+    if (!mt_arch_is_kimi(hp->arch)) return 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", hp->arch_name);
+    if (!gguf_find_kv(b->f, key))
+        return mt_error_set(b->err,
+                            "%s: required key '%s' is missing; kimi models list it per layer (0"
+                            " marks a KDA layer)",
+                            path, key);
     int32_t *v = malloc((size_t)hp->n_layer * sizeof *v);
     if (!v) return mt_error_set(b->err, "out of memory for %d layers", hp->n_layer);
     int rc = mt_hparams_read_per_layer(b->f, hp, "attention.head_count_kv", 0, v, b->err);
-    for (int32_t il = 0; rc == 0 && il < hp->n_layer; il++) m->layers[il].is_kda = v[il] == 0;
+    for (int32_t il = 0; rc == 0 && il < hp->n_layer; il++) {
+        if (v[il] != 0 && v[il] != 1)
+            rc = mt_error_set(b->err,
+                              "%s: layer %d has head_count_kv %d; kimi layers have 0 (KDA) or 1"
+                              " (MLA, one latent head)",
+                              path, il, v[il]);
+        m->layers[il].is_kda = v[il] == 0;
+        hp->n_kda_layers += v[il] == 0;
+    }
     if (rc == 0)
         rc = mt_hparams_read_per_layer(b->f, hp, "expert_feed_forward_length", 0, v, b->err);
     for (int32_t il = 0; rc == 0 && il < hp->n_layer; il++) {
         m->layers[il].n_ff_exp = v[il];
-        if (il >= hp->n_leading_dense && hp->n_expert > 0 && v[il] <= 0)
+        if (il < hp->n_leading_dense || hp->n_expert <= 0) continue;
+        if (v[il] <= 0)
             rc =
                 mt_error_set(b->err, "%s: layer %d is MoE but its expert_feed_forward_length is %d",
-                             b->f->path, il, v[il]);
+                             path, il, v[il]);
+        if (hp->n_ff_exp == 0) hp->n_ff_exp = v[il];
     }
     free(v);
     return rc;
@@ -490,7 +510,7 @@ fail:
 }
 
 int mt_model_check_dataplane(const mt_model *m, mt_error *err) {
-    if (m->hp.arch != MT_ARCH_KIMI_LINEAR && m->hp.arch != MT_ARCH_KIMI_K3) return 0;
+    if (!mt_arch_is_kimi(m->hp.arch)) return 0;
     return mt_error_set(err,
                         "%s: %s models run on one machine only for now (moontail run, eval,"
                         " serve --model); pipelines and expert servers do not carry their"
