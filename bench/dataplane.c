@@ -285,7 +285,7 @@ static size_t encoded_bytes(const mt_proto_msg *m) {
     uint8_t *buf = NULL;
     size_t n = 0;
     mt_error err = {{0}};
-    if (mt_proto_encode(m, N_EMBD, &buf, &n, &err)) die("encoding", &err);
+    if (mt_proto_encode(m, &buf, &n, &err)) die("encoding", &err);
     free(buf);
     return n + FRAME_OVERHEAD;
 }
@@ -310,14 +310,19 @@ static size_t round_trip_bytes(const route_spec *s, mt_proto_dtype wire, bool ch
                             .session = 1,
                             .dtype = wire,
                             .n = 1,
+                            .cols = N_EMBD,
                             .layer_begin = k,
                             .layer_end = k + 1,
                             .pos = &pos,
                             .n_hops = n_hops,
                             .hops = n_hops ? hops : NULL,
                             .rows = rows};
-        mt_proto_msg rep = {
-            .type = MT_PROTO_STAGE_REPLY, .request_id = 1, .dtype = wire, .n = 1, .rows = rows};
+        mt_proto_msg rep = {.type = MT_PROTO_STAGE_REPLY,
+                            .request_id = 1,
+                            .dtype = wire,
+                            .n = 1,
+                            .cols = N_EMBD,
+                            .rows = rows};
         total += encoded_bytes(&req) + encoded_bytes(&rep);
     }
     return total / (size_t)n;

@@ -151,8 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 abort();
             if (len > 0) {
                 mt_proto_msg m;
-                int32_t n_embd = 1 + ((const uint8_t *)out)[0] % 8;
-                if (mt_proto_decode(out, len, n_embd, &m, &err) == 0) mt_proto_msg_free(&m);
+                if (mt_proto_decode(out, len, &m, &err) == 0) mt_proto_msg_free(&m);
             }
             free(out);
         }

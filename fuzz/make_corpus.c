@@ -125,7 +125,7 @@ static void gguf_and_manifests(void) {
 /* ---- data-plane messages ----------------------------------------------------------------------
  */
 
-#define N_EMBD 4 /* fuzz_proto's selector byte 3 */
+#define N_EMBD 4
 
 static uint8_t *frame_script; /* fuzz_frame mode 1: [op][len] payload ... */
 static size_t script_len;
@@ -134,8 +134,8 @@ static void message(const char *name, const mt_proto_msg *m) {
     uint8_t *enc;
     size_t len;
     mt_error err = {0};
-    if (mt_proto_encode(m, N_EMBD, &enc, &len, &err) != 0) fuzz_die(name, err.msg);
-    seed1("fuzz_proto", name, N_EMBD - 1, enc, len);
+    if (mt_proto_encode(m, &enc, &len, &err) != 0) fuzz_die(name, err.msg);
+    seed("fuzz_proto", name, enc, len);
     if (len <= 255) { /* the frame script carries a one-byte length */
         frame_script = realloc(frame_script, script_len + 2 + len);
         frame_script[script_len] = 0;
@@ -156,14 +156,14 @@ static void messages(void) {
     memset(&m, 0, sizeof m), m.type = MT_PROTO_INFO, m.request_id = 1;
     message("info", &m);
     memset(&m, 0, sizeof m), m.type = MT_PROTO_STAGE_FORWARD, m.request_id = 2, m.session = 77;
-    m.n = 3, m.layer_begin = 0, m.layer_end = 2, m.pos = pos, m.rows = rows;
+    m.n = 3, m.cols = N_EMBD, m.layer_begin = 0, m.layer_end = 2, m.pos = pos, m.rows = rows;
     message("stage_forward", &m);
     m.dtype = MT_PROTO_BF16;
     message("stage_forward_bf16", &m);
     m.dtype = MT_PROTO_F32, m.n_hops = 2, m.hops = hops, m.n = 1, m.layer_end = 1;
     message("stage_forward_hops", &m);
     memset(&m, 0, sizeof m), m.type = MT_PROTO_EXPERT_RUN, m.request_id = 3, m.layer_begin = 1;
-    m.n = 3, m.ids = ids, m.rows = rows;
+    m.n = 3, m.cols = N_EMBD, m.ids = ids, m.rows = rows;
     message("expert_run", &m);
     memset(&m, 0, sizeof m), m.type = MT_PROTO_SESSION_END, m.request_id = 4, m.session = 77;
     message("session_end", &m);
@@ -172,11 +172,12 @@ static void messages(void) {
     snprintf(in->arch, sizeof in->arch, "qwen3moe");
     in->n_embd = N_EMBD, in->n_layer = 2, in->n_expert = 4, in->n_expert_used = 2;
     in->layer_begin = 0, in->layer_end = 2, in->attention = true, in->experts = true;
-    in->n_ctx = 256, in->max_sessions = 8;
+    in->n_ctx = 256, in->max_sessions = 8, in->res_block = 1, in->n_embd_exp = 2;
     memset(in->source_id, 'a', MT_SHARD_HASH_HEX - 1);
     in->n_held = 2, in->held = held;
     message("info_reply", &m);
     memset(&m, 0, sizeof m), m.type = MT_PROTO_STAGE_REPLY, m.request_id = 2, m.n = 2;
+    m.cols = N_EMBD + 1; /* a stream and part of a checkpoint bank: any width decodes */
     m.rows = rows;
     message("stage_reply", &m);
     m.type = MT_PROTO_EXPERT_REPLY, m.dtype = MT_PROTO_BF16;

@@ -836,11 +836,14 @@ typedef struct raw {
     int32_t E;
 } raw;
 
+static int32_t msg_cols; /* values per row of the hand-made messages (the model's n_embd) */
+
 static bool raw_open(raw *w, const mt_node *n, const mt_keys *me) {
     mt_error err = {{0}};
     int fd = mt_connect_tcp(mt_node_addr(n), 2000, &err);
     w->c = fd >= 0 ? mt_conn_client(fd, me, k_node.pk, 5000, &err) : NULL;
     w->E = mt_node_info(n)->n_embd;
+    msg_cols = w->E;
     return w->c != NULL;
 }
 
@@ -851,7 +854,7 @@ static mt_proto_msg raw_call(raw *w, const void *buf, size_t len) {
     void *in = NULL;
     size_t n = 0;
     if (mt_conn_send(w->c, buf, len, &err) || mt_conn_recv(w->c, &in, &n, &err) != 0 ||
-        mt_proto_decode(in, n, w->E, &m, &err) != 0)
+        mt_proto_decode(in, n, &m, &err) != 0)
         CHECK(false, "raw call: %s", err.msg);
     free(in);
     return m;
@@ -863,7 +866,7 @@ static void expect_error(raw *w, mt_proto_msg *m, uint32_t code, const char *wan
     uint8_t *buf;
     size_t len;
     mt_error err = {{0}};
-    CHECK(mt_proto_encode(m, w->E, &buf, &len, &err) == 0, "%s: encode: %s", what, err.msg);
+    CHECK(mt_proto_encode(m, &buf, &len, &err) == 0, "%s: encode: %s", what, err.msg);
     mt_proto_msg r = raw_call(w, buf, len);
     CHECK(r.type == MT_PROTO_ERROR && r.code == code && has(r.text, want) &&
               r.request_id == m->request_id,
@@ -888,6 +891,7 @@ static mt_proto_msg stage_msg(uint64_t id, uint64_t session, int32_t a, int32_t 
                           .request_id = id,
                           .session = session,
                           .n = n,
+                          .cols = msg_cols,
                           .layer_begin = a,
                           .layer_end = b,
                           .pos = pos,
@@ -920,7 +924,7 @@ static void check_hostile(void) {
     mt_proto_msg ok = stage_msg(10, 1, 1, 2, pos, 2, rows);
     uint8_t *buf;
     size_t len;
-    mt_proto_encode(&ok, E, &buf, &len, NULL);
+    mt_proto_encode(&ok, &buf, &len, NULL);
     uint8_t *more = malloc(len + 3);
     memcpy(more, buf, len);
     expect_error_raw(&w, more, len + 3, MT_PROTO_ERR_BAD_REQUEST, "means exactly",
@@ -939,28 +943,28 @@ static void check_hostile(void) {
         hm.hops = hops, hm.n_hops = 1;
         uint8_t *hb;
         size_t hl;
-        CHECK(mt_proto_encode(&hm, E, &hb, &hl, NULL) == 0, "encode with one hop");
-        /* n_hops is the byte after layer_end (offset 33) */
+        CHECK(mt_proto_encode(&hm, &hb, &hl, NULL) == 0, "encode with one hop");
+        /* n_hops is the byte after layer_end (offset 37) */
         uint8_t *hx = malloc(hl);
-        memcpy(hx, hb, hl), hx[33] = MT_PROTO_MAX_HOPS + 1;
+        memcpy(hx, hb, hl), hx[37] = MT_PROTO_MAX_HOPS + 1;
         expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "17 hops", "17 hops");
-        memcpy(hx, hb, hl), hx[33] = 0;
+        memcpy(hx, hb, hl), hx[37] = 0;
         expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "0 hops", "flag without hops");
-        memcpy(hx, hb, hl), hx[35 + 9] = 'x'; /* "127.0.0.1x9000" */
+        memcpy(hx, hb, hl), hx[39 + 9] = 'x'; /* "127.0.0.1x9000" */
         expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "not host:port", "bad address");
-        memcpy(hx, hb, hl), hx[34] = 0;
+        memcpy(hx, hb, hl), hx[38] = 0;
         expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "address length 0", "empty address");
-        memcpy(hx, hb, hl), hx[35 + 14 + 32] = 5; /* hop layer_begin 5, not 2 */
+        memcpy(hx, hb, hl), hx[39 + 14 + 32] = 5; /* hop layer_begin 5, not 2 */
         expect_error_raw(&w, hx, hl, MT_PROTO_ERR_BAD_REQUEST, "do not continue at layer 2",
                          "hop layers with a gap");
-        expect_error_raw(&w, hb, 40, MT_PROTO_ERR_BAD_REQUEST, "too short", "truncated hop");
-        expect_error_raw(&w, hb, 34, MT_PROTO_ERR_BAD_REQUEST, "too short",
+        expect_error_raw(&w, hb, 44, MT_PROTO_ERR_BAD_REQUEST, "too short", "truncated hop");
+        expect_error_raw(&w, hb, 38, MT_PROTO_ERR_BAD_REQUEST, "too short",
                          "truncated before the hop");
         free(hx), free(hb);
         /* 17 hops cannot even be encoded */
         hm.n_hops = MT_PROTO_MAX_HOPS + 1;
         mt_error e2 = {{0}};
-        CHECK(mt_proto_encode(&hm, E, &hb, &hl, &e2) != 0 && has(e2.msg, "17 hops"),
+        CHECK(mt_proto_encode(&hm, &hb, &hl, &e2) != 0 && has(e2.msg, "17 hops"),
               "encoding 17 hops: '%s'", e2.msg);
         /* a well-formed hop that does not answer: ERROR naming it, the node keeps serving */
         hm.n_hops = 1;
@@ -972,7 +976,7 @@ static void check_hostile(void) {
     more[20] = 3; /* dtype */
     expect_error_raw(&w, more, len, MT_PROTO_ERR_BAD_REQUEST, "dtype 3", "bad dtype");
     memcpy(more, buf, len);
-    more[33 + 3] = 0x80; /* pos[0] negative */
+    more[37 + 3] = 0x80; /* pos[0] negative */
     expect_error_raw(&w, more, len, MT_PROTO_ERR_BAD_REQUEST, "negative", "negative position");
     free(more);
     free(buf);
@@ -983,6 +987,9 @@ static void check_hostile(void) {
     /* well-formed but wrong for this node */
     mt_proto_msg m = stage_msg(12, 1, 0, 2, pos, 2, rows);
     expect_error(&w, &m, MT_PROTO_ERR_NOT_HELD, "holds layers [1, 2)", "wrong layer range");
+    m = stage_msg(12, 1, 1, 2, pos, 1, rows);
+    m.cols = E + 1;
+    expect_error(&w, &m, MT_PROTO_ERR_BAD_REQUEST, "must have", "rows of the wrong width");
     int32_t gap_pos[2] = {0, 2};
     m = stage_msg(13, 1, 1, 2, gap_pos, 2, rows);
     expect_error(&w, &m, MT_PROTO_ERR_BAD_REQUEST, "consecutive", "positions not consecutive");
@@ -993,7 +1000,7 @@ static void check_hostile(void) {
     expect_error(&w, &m, MT_PROTO_ERR_UNKNOWN_SESSION, "replay", "unknown session at 3");
     /* a session that starts, then jumps */
     m = stage_msg(16, 1, 1, 2, pos, 3, rows);
-    mt_proto_encode(&m, E, &buf, &len, NULL);
+    mt_proto_encode(&m, &buf, &len, NULL);
     mt_proto_msg r = raw_call(&w, buf, len);
     CHECK(r.type == MT_PROTO_STAGE_REPLY && r.n == 3 && r.request_id == 16, "start: %s %s",
           mt_proto_type_name(r.type), r.text);
@@ -1004,6 +1011,7 @@ static void check_hostile(void) {
     mt_proto_msg ex = {.type = MT_PROTO_EXPERT_RUN,
                        .request_id = 18,
                        .n = 1,
+                       .cols = E,
                        .layer_begin = 0,
                        .ids = pos,
                        .rows = rows};
@@ -1011,7 +1019,7 @@ static void check_hostile(void) {
     /* eviction: sessions 2 and 3 push session 1 out (room for 2) */
     for (uint64_t sid = 2; sid <= 3; sid++) {
         m = stage_msg(20 + sid, sid, 1, 2, pos, 1, rows);
-        mt_proto_encode(&m, E, &buf, &len, NULL);
+        mt_proto_encode(&m, &buf, &len, NULL);
         r = raw_call(&w, buf, len);
         CHECK(r.type == MT_PROTO_STAGE_REPLY, "session %llu: %s", (unsigned long long)sid, r.text);
         mt_proto_msg_free(&r);
@@ -1029,7 +1037,7 @@ static void check_hostile(void) {
     }
     /* the same connection still works: INFO and SESSION_END */
     mt_proto_msg info = {.type = MT_PROTO_INFO, .request_id = 26};
-    mt_proto_encode(&info, E, &buf, &len, NULL);
+    mt_proto_encode(&info, &buf, &len, NULL);
     r = raw_call(&w, buf, len);
     CHECK(r.type == MT_PROTO_INFO_REPLY && r.info.layer_begin == 1 && r.info.layer_end == 2 &&
               r.info.attention && r.info.experts && r.info.n_held == s.n_expert,
@@ -1037,7 +1045,7 @@ static void check_hostile(void) {
     mt_proto_msg_free(&r);
     free(buf);
     mt_proto_msg end = {.type = MT_PROTO_SESSION_END, .request_id = 27, .session = 3};
-    mt_proto_encode(&end, E, &buf, &len, NULL);
+    mt_proto_encode(&end, &buf, &len, NULL);
     r = raw_call(&w, buf, len);
     CHECK(r.type == MT_PROTO_SESSION_END_REPLY && r.existed, "SESSION_END: %s", r.text);
     mt_proto_msg_free(&r);
@@ -1055,6 +1063,7 @@ static void check_hostile(void) {
         ex = (mt_proto_msg){.type = MT_PROTO_EXPERT_RUN,
                             .request_id = 30,
                             .n = 2,
+                            .cols = E,
                             .layer_begin = 1,
                             .ids = not_held,
                             .rows = rows};
@@ -1069,8 +1078,10 @@ static void check_hostile(void) {
         expect_error(&x, &ex, MT_PROTO_ERR_NOT_HELD, "not held here", "layer outside the shard");
         m = stage_msg(34, 1, 0, 1, pos, 1, rows);
         expect_error(&x, &m, MT_PROTO_ERR_NOT_HELD, "no attention part", "STAGE to experts");
-        ex.request_id = 35, ex.layer_begin = 1;
-        mt_proto_encode(&ex, E, &buf, &len, NULL);
+        ex.request_id = 35, ex.layer_begin = 1, ex.cols = E + 1;
+        expect_error(&x, &ex, MT_PROTO_ERR_BAD_REQUEST, "expert rows", "expert rows too wide");
+        ex.request_id = 36, ex.cols = E;
+        mt_proto_encode(&ex, &buf, &len, NULL);
         r = raw_call(&x, buf, len);
         CHECK(r.type == MT_PROTO_EXPERT_REPLY && r.n == 1, "good EXPERT_RUN after errors: %s",
               r.text);
@@ -1127,7 +1138,7 @@ static uint16_t stage_call(raw *w, uint64_t id, uint64_t session, int32_t p0, in
     mt_proto_msg m = stage_msg(id, session, 1, 2, pos, n, (float *)rows);
     uint8_t *buf = NULL;
     size_t len = 0;
-    mt_proto_encode(&m, w->E, &buf, &len, NULL);
+    mt_proto_encode(&m, &buf, &len, NULL);
     mt_proto_msg r = raw_call(w, buf, len);
     free(buf);
     uint16_t type = r.type;
@@ -1211,7 +1222,7 @@ static void check_idle_expiry(void) {
     mt_proto_msg end = {.type = MT_PROTO_SESSION_END, .request_id = 51, .session = 103};
     uint8_t *buf = NULL;
     size_t len = 0;
-    mt_proto_encode(&end, w.E, &buf, &len, NULL);
+    mt_proto_encode(&end, &buf, &len, NULL);
     mt_proto_msg r = raw_call(&w, buf, len);
     CHECK(r.type == MT_PROTO_SESSION_END_REPLY && r.existed, "SESSION_END of C: %s", r.text);
     mt_proto_msg_free(&r);

@@ -24,7 +24,7 @@ typedef struct mt_expert_worker mt_expert_worker; /* a concurrent holder's threa
 
 typedef struct mt_expert_dispatch {
     int32_t n_expert, n_layer;
-    int32_t n_embd; /* floats per row */
+    int32_t n_embd; /* floats per row: the model's hp.n_embd_exp */
     int32_t *owner; /* (n_layer, n_expert) index into holders, -1 = nobody; expert fastest */
     mt_expert_backend *holders;
     mt_expert_worker **workers; /* (n_holders) NULL until that holder's thread is needed */

@@ -191,11 +191,6 @@ typedef struct mt_model {
     mt_layer *layers;        /* n_layer */
 } mt_model;
 
-/* 0 if the data plane can carry this model between machines; kimi models
- * (recurrent KDA state, attention-residual checkpoints, latent experts) run
- * on one machine only for now: -1 with a clear error. */
-int mt_model_check_dataplane(const mt_model *m, mt_error *err);
-
 /* Local slot of expert e in this model's expert tensors, or -1 if not held. */
 static inline int32_t mt_model_expert_slot(const mt_model *m, int32_t e) {
     return e >= 0 && e < m->hp.n_expert ? m->expert_slot[e] : -1;

@@ -13,7 +13,7 @@
  * inside the model, and every value finite. A decoder error names the field
  * and the problem.
  *
- * ---- Wire format (version 1; all integers little-endian) -----------------
+ * ---- Wire format (version 2; all integers little-endian) -----------------
  *
  * Header, 12 bytes, at the start of every message:
  *     off size
@@ -23,16 +23,27 @@
  *                  and refused
  *       4    8  u64 request_id (chosen by the requester; echoed by the reply)
  *
- * Values ("rows") are n x n_embd numbers, row-major, in the message's dtype:
+ * Values ("rows") are n x cols numbers, row-major, in the message's dtype:
  *     0 = f32 (4 bytes, IEEE binary32 bits: exact),
  *     1 = bf16 (2 bytes, the top half of the f32; encoding rounds to nearest
- *         even, mt_f32_to_bf16). n_embd is not sent: both ends know it from
- *         the model (INFO says it).
+ *         even, mt_f32_to_bf16).
+ * cols (1..MT_PROTO_MAX_COLS) is sent with the rows; the decoder only checks
+ * sizes, the receiver checks that cols is the width it expects:
+ *   - expert rows (EXPERT_RUN, EXPERT_REPLY): n_embd_exp (INFO), the width
+ *     the routed experts read and write (a latent width for kimi-k3);
+ *   - hidden states: a token's state between layers is the stream (n_embd)
+ *     followed by the attention-residual checkpoints banked so far (kimi-k3:
+ *     one per res_block layers, mt_proto_banked). STAGE_FORWARD into layer a
+ *     carries the stream and the checkpoints banked before a
+ *     (mt_proto_cols_in); its STAGE_REPLY the stream and the checkpoints
+ *     banked in [a, end) only (mt_proto_cols_out), end being the last layer
+ *     computed on the way (the last hop's layer_end when chained). Without
+ *     attention residuals both are n_embd.
  *
  * Requests (type, body after the header):
  *   0x0001 INFO           (empty)
- *   0x0002 STAGE_FORWARD  u64 session, u8 dtype, u32 n_tok, u32 layer_begin,
- *                         u32 layer_end, i32 pos[n_tok], rows[n_tok]
+ *   0x0002 STAGE_FORWARD  u64 session, u8 dtype, u32 n_tok, u32 cols,
+ *                         u32 layer_begin, u32 layer_end, i32 pos[n_tok], rows[n_tok]
  *                         1 <= n_tok <= MT_PROTO_MAX_TOKENS,
  *                         layer_begin < layer_end <= MT_PROTO_MAX_LAYERS, pos >= 0
  *                         With flag bit 0, the hop list comes between layer_end
@@ -45,7 +56,8 @@
  *                         runs its layers, sends the rows to hop 0 as a
  *                         STAGE_FORWARD carrying the remaining hops, and
  *                         replies with hop 0's reply (or an ERROR naming it).
- *   0x0003 EXPERT_RUN     u32 layer, u8 dtype, u32 n_rows, i32 ids[n_rows], rows[n_rows]
+ *   0x0003 EXPERT_RUN     u32 layer, u8 dtype, u32 n_rows, u32 cols, i32 ids[n_rows],
+ *                         rows[n_rows]
  *                         1 <= n_rows <= MT_PROTO_MAX_ROWS, 0 <= id < MT_PROTO_MAX_EXPERTS
  *   0x0004 SESSION_END    u64 session
  *
@@ -54,15 +66,17 @@
  *                         u32 n_expert, u32 n_expert_used,
  *                         u8 parts (bit 0 attention, bit 1 head, bit 2 routed
  *                         experts; other bits 0), u32 n_ctx, u32 max_sessions,
+ *                         u32 res_block (attention-residual block size, 0: none),
+ *                         u32 n_embd_exp (expert row width, 1..MT_PROTO_MAX_EMBD),
  *                         u8 source_id[64] (lowercase hex, shard.h),
  *                         u8 arch_len (1..31), arch_len bytes of the architecture
  *                         name (printable ASCII), u32 n_held, u32 held[n_held]
  *                         (expert ids, strictly ascending, < n_expert; n_held
  *                         is 0 unless bit 2 is set)
- *   0x8002 STAGE_REPLY    u8 dtype, u32 n_tok, rows[n_tok]    (the hidden states
- *                         after layer_end - 1, in the request's dtype)
- *   0x8003 EXPERT_REPLY   u8 dtype, u32 n_rows, rows[n_rows]  (each row's
- *                         unweighted expert output, see mt_expert_backend)
+ *   0x8002 STAGE_REPLY    u8 dtype, u32 n_tok, u32 cols, rows[n_tok]  (the hidden
+ *                         states after the last layer, in the request's dtype)
+ *   0x8003 EXPERT_REPLY   u8 dtype, u32 n_rows, u32 cols, rows[n_rows]  (each
+ *                         row's unweighted expert output, see mt_expert_backend)
  *   0x8004 SESSION_END_REPLY  u8 existed (0 or 1)
  *   0x80ff ERROR          u32 code (mt_proto_errcode), u32 text_len
  *                         (<= MT_PROTO_MAX_TEXT), text_len bytes of text
@@ -88,7 +102,8 @@
 #define MT_PROTO_MAX_ROWS     (1 << 20) /* rows in one EXPERT_RUN */
 #define MT_PROTO_MAX_LAYERS   65536     /* layer numbers are below this */
 #define MT_PROTO_MAX_EXPERTS  65536     /* expert ids are below this */
-#define MT_PROTO_MAX_EMBD     65536     /* widest n_embd the messages carry */
+#define MT_PROTO_MAX_EMBD     65536     /* widest n_embd (and expert row) of a model */
+#define MT_PROTO_MAX_COLS     (1 << 21) /* widest row: a stream and its checkpoints */
 #define MT_PROTO_MAX_TEXT     1024      /* bytes of an ERROR text */
 #define MT_PROTO_ARCH_MAX     31        /* bytes of an architecture name */
 #define MT_PROTO_MAX_HOPS     16        /* next hops in one STAGE_FORWARD */
@@ -124,6 +139,8 @@ typedef enum mt_proto_errcode {
 typedef struct mt_proto_info {
     char arch[MT_PROTO_ARCH_MAX + 1];
     int32_t n_embd, n_layer, n_expert, n_expert_used;
+    int32_t res_block;              /* attention-residual block size (0: none) */
+    int32_t n_embd_exp;             /* values per expert row */
     int32_t layer_begin, layer_end; /* layers [begin, end) */
     bool attention, head, experts;  /* parts held */
     int32_t n_ctx;                  /* positions per session */
@@ -150,12 +167,13 @@ typedef struct mt_proto_msg {
     uint64_t session;               /* STAGE_FORWARD, SESSION_END */
     mt_proto_dtype dtype;           /* STAGE_*, EXPERT_* */
     int32_t n;                      /* tokens (STAGE_*) or rows (EXPERT_*) */
+    int32_t cols;                   /* values per row (STAGE_*, EXPERT_*) */
     int32_t layer_begin, layer_end; /* STAGE_FORWARD; EXPERT_RUN: layer_begin = layer */
     int32_t *pos;                   /* (n) STAGE_FORWARD */
     int32_t n_hops;                 /* STAGE_FORWARD: 0 (no hop list) .. MT_PROTO_MAX_HOPS */
     mt_proto_hop *hops;             /* (n_hops) STAGE_FORWARD */
     int32_t *ids;                   /* (n) EXPERT_RUN */
-    float *rows;                    /* (n, n_embd) STAGE_*, EXPERT_*, as f32 */
+    float *rows;                    /* (n, cols) STAGE_*, EXPERT_*, as f32 */
     uint32_t code;                  /* ERROR */
     char text[MT_PROTO_MAX_TEXT + 1];
     bool existed;       /* SESSION_END_REPLY */
@@ -173,25 +191,57 @@ static inline size_t mt_proto_dtype_size(mt_proto_dtype d) {
     return d == MT_PROTO_BF16 ? 2 : 4;
 }
 
-/* The most tokens (STAGE_FORWARD) or rows (EXPERT_RUN) of width n_embd one
+/* The most tokens (STAGE_FORWARD) or rows (EXPERT_RUN) of `cols` values one
  * message can carry within MT_PROTO_MAX_PAYLOAD and the count limits (>= 1
- * for any n_embd <= MT_PROTO_MAX_EMBD). */
-int32_t mt_proto_max_rows(uint16_t type, int32_t n_embd, mt_proto_dtype dtype);
+ * for any cols <= MT_PROTO_MAX_COLS). */
+int32_t mt_proto_max_rows(uint16_t type, int32_t cols, mt_proto_dtype dtype);
+
+/* Bytes of a whole message (header included) carrying n rows of cols values:
+ * STAGE_FORWARD without hops, EXPERT_RUN, or their replies. */
+uint64_t mt_proto_rows_msg_bytes(uint16_t type, int32_t n, int32_t cols, mt_proto_dtype dtype);
 
 /* Encodes m into a new buffer (*out, malloc'd; *len bytes). The message is
  * checked as strictly as the decoder would (counts, dtype, ids, text); rows
- * are n x n_embd floats, rounded to bf16 when dtype is bf16. -1 with err. */
-int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t *len,
-                    mt_error *err);
+ * are n x cols floats, rounded to bf16 when dtype is bf16. -1 with err. */
+int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error *err);
 
-/* Decodes one payload. n_embd (<= MT_PROTO_MAX_EMBD) is the width of rows in
- * STAGE_* and EXPERT_* messages; it is not used for the others (pass 0 when
- * it is not known yet). Returns 0, or -1 with err naming the problem; even
+/* Decodes one payload. Returns 0, or -1 with err naming the problem; even
  * then out->type and out->request_id are set when the 12-byte header could be
  * read (0 otherwise), so a server can address its ERROR reply. out needs no
- * freeing after a failure. */
-int mt_proto_decode(const void *payload, size_t len, int32_t n_embd, mt_proto_msg *out,
-                    mt_error *err);
+ * freeing after a failure. Row widths (cols) are checked by the receiver. */
+int mt_proto_decode(const void *payload, size_t len, mt_proto_msg *out, mt_error *err);
+
+/* ---- hidden-state rows ------------------------------------------------------------- */
+
+/* Checkpoints banked by the layers before `layer`: ceil(layer / res_block),
+ * 0 without attention residuals. */
+static inline int32_t mt_proto_banked(const mt_proto_info *in, int32_t layer) {
+    return in->res_block > 0 ? (layer + in->res_block - 1) / in->res_block : 0;
+}
+/* Floats of a token's whole hidden state (the model's hp.n_hidden). */
+static inline int32_t mt_proto_hidden_width(const mt_proto_info *in) {
+    return in->n_embd * (1 + mt_proto_banked(in, in->n_layer));
+}
+/* Values per token of a STAGE_FORWARD into layer a. */
+static inline int32_t mt_proto_cols_in(const mt_proto_info *in, int32_t a) {
+    return in->n_embd * (1 + mt_proto_banked(in, a));
+}
+/* Values per token of the STAGE_REPLY to a forward of layers [a, end). */
+static inline int32_t mt_proto_cols_out(const mt_proto_info *in, int32_t a, int32_t end) {
+    return in->n_embd * (1 + mt_proto_banked(in, end) - mt_proto_banked(in, a));
+}
+/* Whole hidden states (n, mt_proto_hidden_width) <-> wire rows: `pack_in`
+ * copies what a forward into layer a carries, `unpack_in` puts it back (the
+ * later checkpoint slots are left as they are); `pack_out` / `unpack_out`
+ * do the same for the reply to a forward of [a, end). */
+void mt_proto_pack_in(const mt_proto_info *in, int32_t a, int32_t n, const float *hidden,
+                      float *rows);
+void mt_proto_unpack_in(const mt_proto_info *in, int32_t a, int32_t n, const float *rows,
+                        float *hidden);
+void mt_proto_pack_out(const mt_proto_info *in, int32_t a, int32_t end, int32_t n,
+                       const float *hidden, float *rows);
+void mt_proto_unpack_out(const mt_proto_info *in, int32_t a, int32_t end, int32_t n,
+                         const float *rows, float *hidden);
 
 /* Frees a decoded message's arrays (keeps type and request_id). */
 void mt_proto_msg_free(mt_proto_msg *m);

@@ -40,10 +40,14 @@ const mt_proto_info *mt_remote_info(const mt_remote *r);
 const char *mt_remote_addr(const mt_remote *r);
 bool mt_remote_is_open(mt_remote *r);
 
-/* Runs the node's layers [layer_begin, layer_end) on hidden (n_tok, n_embd)
- * in place, for tokens at positions pos[0..n_tok) (consecutive) of the
- * node-side session `session`, with rows sent and returned in dtype. On an
- * ERROR reply *code (if not NULL) gets its code, else 0. */
+/* Runs the node's layers [layer_begin, layer_end) on hidden (n_tok, W) in
+ * place, W = mt_proto_hidden_width (the model's hp.n_hidden: the stream and
+ * every attention-residual checkpoint slot), for tokens at positions
+ * pos[0..n_tok) (consecutive) of the node-side session `session`, with rows
+ * sent and returned in dtype. Only what the layers need goes out (the stream
+ * and the checkpoints banked before layer_begin) and only what they change
+ * comes back (the stream and the checkpoints they bank). On an ERROR reply
+ * *code (if not NULL) gets its code, else 0. */
 int mt_remote_stage_forward(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
                             const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
                             uint32_t *code, mt_error *err);
@@ -58,7 +62,7 @@ int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, i
                           mt_error *err);
 
 /* Computes y[i] = expert ids[i] of layer il applied to u[i] (n rows of
- * n_embd) on the node: an mt_expert_backend run() with ctx = the mt_remote,
+ * n_embd_exp) on the node: an mt_expert_backend run() with ctx = the mt_remote,
  * rows sent in the dtype set by mt_remote_set_wire (default f32). pool is
  * not used, so mt_remote_experts() is a concurrent backend (model.h): a
  * dispatcher calls several expert servers at once. */

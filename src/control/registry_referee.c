@@ -79,7 +79,7 @@ int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b,
     const int32_t T = positions < PROBE_MIN_POSITIONS   ? PROBE_MIN_POSITIONS
                       : positions > PROBE_MAX_POSITIONS ? PROBE_MAX_POSITIONS
                                                         : positions;
-    const size_t E = (size_t)m->hp.n_embd;
+    const size_t E = (size_t)m->hp.n_hidden; /* whole states: stream and checkpoint slots */
     int32_t *ids = malloc((size_t)T * sizeof *ids), *pos = malloc((size_t)T * sizeof *pos);
     float *input = malloc((size_t)T * E * sizeof *input),
           *truth = malloc((size_t)T * E * sizeof *truth),
@@ -99,6 +99,10 @@ int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b,
     }
     if (mt_model_embed(m, ids, T, input, err) || !(kv = mt_kv_cache_new(m, a, b, T, err)))
         goto done;
+    /* kimi-k3: the checkpoints a stage is given are copies of the embedding */
+    for (size_t t = 0, s = (size_t)m->hp.n_embd; t < (size_t)T; t++)
+        for (size_t o = s; o < E; o += s)
+            memcpy(input + t * E + o, input + t * E, s * sizeof *input);
     if (!(pool = mt_pool_create(0))) {
         mt_error_set(err, "cannot start threads for the probe");
         goto done;

@@ -14,8 +14,8 @@
 typedef struct holder_job {
     int32_t il, n;
     const int32_t *ids; /* (n) */
-    const float *u;     /* (n, n_embd) */
-    float *y;           /* (n, n_embd) */
+    const float *u;     /* (n, n_embd_exp) */
+    float *y;           /* (n, n_embd_exp) */
 } holder_job;
 
 struct mt_expert_worker {
@@ -106,7 +106,7 @@ int mt_expert_dispatch_init(mt_expert_dispatch *d, const mt_hparams *hp, mt_erro
     if (n_expert <= 0) return mt_error_set(err, "expert dispatch: the model has no experts");
     d->n_expert = n_expert;
     d->n_layer = hp->n_layer;
-    d->n_embd = hp->n_embd;
+    d->n_embd = hp->n_embd_exp; /* latent experts read and write narrower rows */
     size_t cells = (size_t)d->n_layer * (size_t)n_expert;
     d->owner = malloc(cells * sizeof *d->owner);
     if (!d->owner) return mt_error_set(err, "out of memory");

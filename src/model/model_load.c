@@ -509,15 +509,6 @@ fail:
     return NULL;
 }
 
-int mt_model_check_dataplane(const mt_model *m, mt_error *err) {
-    if (!mt_arch_is_kimi(m->hp.arch)) return 0;
-    return mt_error_set(err,
-                        "%s: %s models run on one machine only for now (moontail run, eval,"
-                        " serve --model); pipelines and expert servers do not carry their"
-                        " recurrent state and residual checkpoints yet",
-                        m->gguf->path, m->hp.arch_name);
-}
-
 mt_model *mt_model_load(const char *path, mt_error *err) {
     gguf_file *f = gguf_open(path, err);
     return f ? mt_model_from_gguf(f, err) : NULL;

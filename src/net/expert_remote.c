@@ -30,9 +30,12 @@ static int check_holder(const expert_remote *x, mt_remote *rem, mt_error *err) {
     if (strcmp(in->source_id, x->source_id) != 0)
         return mt_error_set(err, "it holds another model (source_id %.16s..., wanted %.16s...)",
                             in->source_id, x->source_id);
-    if (in->n_embd != x->n_embd || in->n_layer != x->n_layer)
-        return mt_error_set(err, "n_embd %d / %d layers differ from the model's %d / %d",
-                            in->n_embd, in->n_layer, x->n_embd, x->n_layer);
+    if (in->n_embd != x->n_embd || in->n_layer != x->n_layer || in->n_embd_exp != x->n_embd_exp)
+        return mt_error_set(err,
+                            "n_embd %d / %d layers / expert rows of %d differ from the model's"
+                            " %d / %d / %d",
+                            in->n_embd, in->n_layer, in->n_embd_exp, x->n_embd, x->n_layer,
+                            x->n_embd_exp);
     if (!in->experts || in->layer_begin > x->layer_begin || in->layer_end < x->layer_end)
         return mt_error_set(err,
                             "it holds %s of layers [%d, %d); experts of layers [%d, %d) are"
@@ -73,6 +76,7 @@ int expert_remote_open(expert_remote *x, const expert_remote_config *c, mt_error
     x->call_timeout_ms = c->call_timeout_ms;
     x->wire = c->wire;
     x->n_embd = c->n_embd;
+    x->n_embd_exp = c->n_embd_exp;
     x->n_layer = c->n_layer;
     x->layer_begin = c->layer_begin;
     x->layer_end = c->layer_end;

@@ -24,9 +24,9 @@ typedef struct expert_remote {
     const mt_keys *keys; /* ours (not copied: must outlive this) */
     int timeout_ms, call_timeout_ms;
     mt_proto_dtype wire;
-    char source_id[MT_SHARD_HASH_HEX]; /* the model it must hold */
-    int32_t n_embd, n_layer;
-    int32_t layer_begin, layer_end; /* it must hold experts of these layers */
+    char source_id[MT_SHARD_HASH_HEX];   /* the model it must hold */
+    int32_t n_embd, n_embd_exp, n_layer; /* the model's widths (n_embd_exp: expert rows) */
+    int32_t layer_begin, layer_end;      /* it must hold experts of these layers */
     /* state */
     mt_remote *r;      /* the connection (kept, broken, when a reconnect fails) */
     int32_t n_held;    /* what it held at the first connect */
@@ -42,7 +42,7 @@ typedef struct expert_remote_config {
     int timeout_ms, call_timeout_ms; /* as for mt_remote_connect */
     mt_proto_dtype wire;
     const char *source_id; /* what it must hold */
-    int32_t n_embd, n_layer, layer_begin, layer_end;
+    int32_t n_embd, n_embd_exp, n_layer, layer_begin, layer_end;
     bool no_reconnect;
 } expert_remote_config;
 

@@ -51,10 +51,21 @@ static int hop_connect(mt_node *n, node_hop *e, mt_error *err) {
     node_identity(n, &me); /* the certificate as it is now (it may have been renewed) */
     e->r = mt_remote_connect(e->addr, e->pk, &me, n->cfg.timeout_ms, 0, err);
     mt_keys_wipe(&me);
-    return e->r ? 0 : -1;
+    if (!e->r) return -1;
+    /* the rows passed on are this model's whole hidden states: the hop must hold the same */
+    const mt_proto_info *h = mt_remote_info(e->r), *in = &n->info;
+    if (strcmp(h->source_id, in->source_id) != 0 || h->n_embd != in->n_embd ||
+        h->n_layer != in->n_layer || h->res_block != in->res_block) {
+        mt_error_set(err, "it holds another model (source_id %.16s..., this node's %.16s...)",
+                     h->source_id, in->source_id);
+        mt_remote_close(e->r);
+        e->r = NULL;
+        return -1;
+    }
+    return 0;
 }
 
-/* The downstream call: rows (n_tok, n_embd) in place. 0, or -1 with *code
+/* The downstream call: rows (n_tok, W: whole hidden states) in place. 0, or -1 with *code
  * (0 for a transport failure) and err. */
 static int forward(mt_node *n, const mt_proto_msg *m, float *rows, uint32_t *code, mt_error *err) {
     const mt_proto_hop *h = &m->hops[0];
@@ -113,12 +124,24 @@ void node_chain(node_client *c, mt_proto_msg *m) {
                             "next hop %s (layers [%d, %d)): %s", keep.hops[0].addr,
                             keep.hops[0].layer_begin, keep.hops[0].layer_end, err.msg);
         } else {
-            mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
-                              .request_id = keep.request_id,
-                              .dtype = keep.dtype,
-                              .n = keep.n,
-                              .rows = fwd.rows};
-            node_send_msg(c, &r);
+            /* the stream and every checkpoint banked from this node's first layer on */
+            const mt_proto_info *in = &n->info;
+            int32_t end = keep.hops[keep.n_hops - 1].layer_end;
+            int32_t cols = mt_proto_cols_out(in, keep.layer_begin, end);
+            float *out = malloc((size_t)keep.n * (size_t)cols * sizeof(float));
+            if (!out) {
+                node_send_error(c, keep.request_id, MT_PROTO_ERR_BUSY, "out of memory; retry");
+            } else {
+                mt_proto_pack_out(in, keep.layer_begin, end, keep.n, fwd.rows, out);
+                mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
+                                  .request_id = keep.request_id,
+                                  .dtype = keep.dtype,
+                                  .n = keep.n,
+                                  .cols = cols,
+                                  .rows = out};
+                node_send_msg(c, &r);
+                free(out);
+            }
         }
     }
     free(fwd.rows);

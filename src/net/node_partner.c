@@ -45,6 +45,7 @@ int node_setup_experts(mt_node *n, const mt_node_config *cfg, mt_error *err) {
                                    .wire = MT_PROTO_F32,
                                    .source_id = n->info.source_id,
                                    .n_embd = n->info.n_embd,
+                                   .n_embd_exp = n->info.n_embd_exp,
                                    .n_layer = n->info.n_layer,
                                    .layer_begin = n->info.layer_begin,
                                    .layer_end = n->info.layer_end};

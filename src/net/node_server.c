@@ -69,7 +69,7 @@ void node_send_msg(node_client *c, const mt_proto_msg *m) {
     uint8_t *buf;
     size_t len;
     mt_error err = {{0}};
-    if (mt_proto_encode(m, c->node->info.n_embd, &buf, &len, &err))
+    if (mt_proto_encode(m, &buf, &len, &err))
         node_send_error(c, m->request_id, MT_PROTO_ERR_COMPUTE, "cannot encode the reply: %s",
                         err.msg);
     else
@@ -129,6 +129,16 @@ static int check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_e
                                 " [%d, %d)",
                                 in->layer_begin, in->layer_end, m->layer_begin, m->layer_end);
         *code = MT_PROTO_ERR_BAD_REQUEST;
+        int32_t end = m->n_hops ? m->hops[m->n_hops - 1].layer_end : m->layer_end;
+        if (end > in->n_layer)
+            return mt_error_set(err, "layers up to %d were asked for; the model has %d", end,
+                                in->n_layer);
+        if (m->cols != mt_proto_cols_in(in, m->layer_begin))
+            return mt_error_set(err,
+                                "rows into layer %d must have %d values (the stream and %d"
+                                " attention-residual checkpoints), not %d",
+                                m->layer_begin, mt_proto_cols_in(in, m->layer_begin),
+                                mt_proto_banked(in, m->layer_begin), m->cols);
         for (int32_t i = 1; i < m->n; i++)
             if (m->pos[i] != m->pos[i - 1] + 1)
                 return mt_error_set(err,
@@ -153,6 +163,11 @@ static int check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_e
                                 il, in->layer_begin, in->layer_end);
         if (!md->layers[il].is_moe)
             return mt_error_set(err, "layer %d is a dense layer: it has no routed experts", il);
+        if (m->cols != in->n_embd_exp) {
+            *code = MT_PROTO_ERR_BAD_REQUEST;
+            return mt_error_set(err, "expert rows of this model have %d values, not %d",
+                                in->n_embd_exp, m->cols);
+        }
         for (int32_t r = 0; r < m->n; r++) {
             int32_t e = m->ids[r];
             if (e >= in->n_expert) {
@@ -223,7 +238,7 @@ static void handle_frame(node_client *c, void *buf, size_t len) {
     pthread_mutex_lock(&n->lock);
     n->stats.requests++;
     pthread_mutex_unlock(&n->lock);
-    int rc = mt_proto_decode(buf, len, n->info.n_embd, &m, &err);
+    int rc = mt_proto_decode(buf, len, &m, &err);
     free(buf);
     if (rc) {
         bool unknown =
@@ -378,7 +393,6 @@ static void *accept_main(void *arg) {
 static int fill_info(mt_node *n, mt_error *err) {
     const mt_model *m = n->model;
     mt_proto_info *in = &n->info;
-    if (mt_model_check_dataplane(m, err)) return -1;
     if (strlen(m->hp.arch_name) > MT_PROTO_ARCH_MAX)
         return mt_error_set(err, "architecture name '%s' is too long", m->hp.arch_name);
     snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch_name);
@@ -386,6 +400,8 @@ static int fill_info(mt_node *n, mt_error *err) {
     in->n_layer = m->hp.n_layer;
     in->n_expert = m->hp.n_expert > 0 ? m->hp.n_expert : 0;
     in->n_expert_used = in->n_expert ? m->hp.n_expert_used : 0;
+    in->res_block = m->hp.attn_res_block > 0 ? m->hp.attn_res_block : 0;
+    in->n_embd_exp = m->hp.n_embd_exp;
     in->layer_begin = m->layer_begin;
     in->layer_end = m->layer_end;
     in->attention = m->has_attention;
@@ -394,7 +410,8 @@ static int fill_info(mt_node *n, mt_error *err) {
     in->n_ctx = n->cfg.n_ctx;
     in->max_sessions = n->cfg.max_sessions;
     if (in->n_embd > MT_PROTO_MAX_EMBD || in->n_layer > MT_PROTO_MAX_LAYERS ||
-        in->n_expert > MT_PROTO_MAX_EXPERTS)
+        in->n_expert > MT_PROTO_MAX_EXPERTS || in->n_embd_exp > MT_PROTO_MAX_EMBD ||
+        (int64_t)in->n_embd * (1 + m->hp.n_res_bank) > MT_PROTO_MAX_COLS)
         return mt_error_set(err, "the model is larger than the protocol's limits");
     if (in->experts) {
         in->held = malloc((size_t)in->n_expert * sizeof(int32_t));

@@ -83,10 +83,9 @@ static node_session *session_slot(mt_node *n) {
  * sign bit of every fourth element of a reply's rows, for that fraction of replies: a node
  * computing wrong results, for the spot-checking tests. Logged with the wall-clock time so
  * that a test can measure how long detection took. */
-static void maybe_corrupt(mt_node *n, const mt_proto_msg *m, float *rows) {
+static void maybe_corrupt(mt_node *n, const mt_proto_msg *m, float *rows, size_t count) {
     double rate = n->cfg.corrupt_rate;
     if (!(rate > 0) || (rate < 1 && randombytes_uniform(1u << 30) >= rate * (1u << 30))) return;
-    const size_t count = (size_t)m->n * (size_t)n->info.n_embd;
     for (size_t i = 0; i < count; i += 4) {
         uint32_t bits;
         memcpy(&bits, &rows[i], sizeof bits);
@@ -110,9 +109,14 @@ typedef struct step_item {
     node_session *session; /* STAGE_FORWARD */
 } step_item;
 
-/* Runs the scheduled STAGE_FORWARD jobs with layer range [a, b) as one batch. */
+/* Runs the scheduled STAGE_FORWARD jobs with layer range [a, b) as one batch.
+ * Each token's whole hidden state (W floats) is rebuilt from what it brought
+ * (the stream and the checkpoints banked before a; later slots zero); the
+ * reply carries the stream and the checkpoints banked in [a, b), a chained
+ * job gets the whole state to pass on (node_chain.c). */
 static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a, int32_t b) {
-    const size_t E = (size_t)n->info.n_embd;
+    const mt_proto_info *in = &n->info;
+    const size_t W = (size_t)mt_proto_hidden_width(in), C = (size_t)mt_proto_cols_out(in, a, b);
     int32_t T = 0, n_jobs = 0;
     for (int i = 0; i < n_items; i++) {
         if (!items[i].job) continue;
@@ -120,17 +124,18 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
         if (m->type == MT_PROTO_STAGE_FORWARD && m->layer_begin == a && m->layer_end == b)
             T += m->n, n_jobs++;
     }
-    float *hidden = malloc((size_t)T * E * sizeof(float));
+    float *hidden = calloc((size_t)T * W, sizeof(float));
+    float *out = malloc((size_t)T * C * sizeof(float));
     int32_t *pos = malloc((size_t)T * sizeof(int32_t));
     mt_kv_cache **kv = malloc((size_t)T * sizeof *kv);
     mt_error err = {{0}};
     int rc = 0;
-    if (!hidden || !pos || !kv) rc = mt_error_set(&err, "out of memory for %d tokens", T);
+    if (!hidden || !out || !pos || !kv) rc = mt_error_set(&err, "out of memory for %d tokens", T);
     for (int i = 0, t = 0; i < n_items && rc == 0; i++) {
         if (!items[i].job) continue;
         const mt_proto_msg *m = &items[i].job->msg;
         if (m->type != MT_PROTO_STAGE_FORWARD || m->layer_begin != a || m->layer_end != b) continue;
-        memcpy(hidden + (size_t)t * E, m->rows, (size_t)m->n * E * sizeof(float));
+        mt_proto_unpack_in(in, a, m->n, m->rows, hidden + (size_t)t * W);
         for (int32_t k = 0; k < m->n; k++) pos[t + k] = m->pos[k], kv[t + k] = items[i].session->kv;
         t += m->n;
     }
@@ -158,16 +163,19 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
                             a, b, err.msg);
         } else {
             s->n_past = m->pos[0] + m->n;
-            maybe_corrupt(n, m, hidden + (size_t)t * E);
+            float *h = hidden + (size_t)t * W, *o = out + (size_t)t * C;
+            mt_proto_pack_out(in, a, b, m->n, h, o);
+            maybe_corrupt(n, m, o, (size_t)m->n * C);
             mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
                               .request_id = m->request_id,
                               .dtype = m->dtype,
                               .n = m->n,
-                              .rows = hidden + (size_t)t * E};
+                              .cols = (int32_t)C,
+                              .rows = o};
             if (!j->fwd) {
                 node_send_msg(j->client, &r);
-            } else if ((j->fwd->rows = malloc((size_t)m->n * E * sizeof(float)))) {
-                memcpy(j->fwd->rows, r.rows, (size_t)m->n * E * sizeof(float));
+            } else if ((j->fwd->rows = malloc((size_t)m->n * W * sizeof(float)))) {
+                memcpy(j->fwd->rows, h, (size_t)m->n * W * sizeof(float));
             } else {
                 node_send_error(j->client, m->request_id, MT_PROTO_ERR_BUSY,
                                 "out of memory for the rows to forward");
@@ -177,12 +185,12 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
         node_job_done(j);
         items[i].job = NULL;
     }
-    free(hidden), free(pos), free(kv);
+    free(hidden), free(out), free(pos), free(kv);
 }
 
 /* Runs the scheduled EXPERT_RUN jobs of layer il as one call. */
 static void run_expert_group(mt_node *n, step_item *items, int n_items, int32_t il) {
-    const size_t E = (size_t)n->info.n_embd;
+    const size_t E = (size_t)n->info.n_embd_exp;
     int32_t R = 0, n_jobs = 0;
     for (int i = 0; i < n_items; i++) {
         if (!items[i].job) continue;
@@ -221,6 +229,7 @@ static void run_expert_group(mt_node *n, step_item *items, int n_items, int32_t 
                                 .request_id = m->request_id,
                                 .dtype = m->dtype,
                                 .n = m->n,
+                                .cols = (int32_t)E,
                                 .rows = y + (size_t)r * E};
             node_send_msg(j->client, &rep);
         }

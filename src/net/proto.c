@@ -53,22 +53,66 @@ const char *mt_proto_dtype_name(mt_proto_dtype d) {
 /* Body bytes before the per-row data of STAGE_FORWARD / EXPERT_RUN and of
  * their replies. */
 enum {
-    STAGE_FIXED = 8 + 1 + 4 + 4 + 4,
-    EXPERT_FIXED = 4 + 1 + 4,
-    ROWS_REPLY_FIXED = 1 + 4,
-    INFO_FIXED = 6 * 4 + 1 + 2 * 4 + 64 + 1, /* + arch + u32 n_held + held */
+    STAGE_FIXED = 8 + 1 + 4 + 4 + 4 + 4,
+    EXPERT_FIXED = 4 + 1 + 4 + 4,
+    ROWS_REPLY_FIXED = 1 + 4 + 4,
+    INFO_FIXED = 6 * 4 + 1 + 4 * 4 + 64 + 1, /* + arch + u32 n_held + held */
     HOP_FIXED = 1 + 32 + 4 + 4,              /* + addr bytes */
     HOPS_MAX_BYTES = 1 + MT_PROTO_MAX_HOPS * (HOP_FIXED + MT_PROTO_HOP_ADDR_MAX),
 };
 
-int32_t mt_proto_max_rows(uint16_t type, int32_t n_embd, mt_proto_dtype dtype) {
+int32_t mt_proto_max_rows(uint16_t type, int32_t cols, mt_proto_dtype dtype) {
     uint64_t fixed = MT_PROTO_HEADER_BYTES +
                      (type == MT_PROTO_EXPERT_RUN ? EXPERT_FIXED : STAGE_FIXED + HOPS_MAX_BYTES);
-    uint64_t per_row = 4 + (uint64_t)(n_embd > 0 ? n_embd : 1) * mt_proto_dtype_size(dtype);
+    uint64_t per_row = 4 + (uint64_t)(cols > 0 ? cols : 1) * mt_proto_dtype_size(dtype);
     uint64_t n = (MT_PROTO_MAX_PAYLOAD - fixed) / per_row;
     uint64_t lim = type == MT_PROTO_EXPERT_RUN ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS;
     if (n > lim) n = lim;
     return n < 1 ? 1 : (int32_t)n;
+}
+
+uint64_t mt_proto_rows_msg_bytes(uint16_t type, int32_t n, int32_t cols, mt_proto_dtype dtype) {
+    uint64_t fixed = type == MT_PROTO_STAGE_FORWARD ? STAGE_FIXED + 4 * (uint64_t)n
+                     : type == MT_PROTO_EXPERT_RUN  ? EXPERT_FIXED + 4 * (uint64_t)n
+                                                    : ROWS_REPLY_FIXED;
+    return MT_PROTO_HEADER_BYTES + fixed +
+           (uint64_t)n * (uint64_t)cols * mt_proto_dtype_size(dtype);
+}
+
+/* ---- hidden-state rows ----------------------------------------------------------- */
+
+/* Copies, per token, the stream and the checkpoints [c0, c1) between a whole
+ * hidden state (W floats) and a wire row (E * (1 + c1 - c0) floats). */
+static void move_rows(const mt_proto_info *in, int32_t c0, int32_t c1, int32_t n, bool to_wire,
+                      float *hidden, float *rows) {
+    const size_t E = (size_t)in->n_embd, W = (size_t)mt_proto_hidden_width(in);
+    const size_t C = E * (size_t)(1 + c1 - c0);
+    for (size_t t = 0; t < (size_t)n; t++) {
+        float *h = hidden + t * W, *w = rows + t * C;
+        float *hs[2] = {h, h + E * (size_t)(1 + c0)}, *ws[2] = {w, w + E};
+        size_t len[2] = {E, E * (size_t)(c1 - c0)};
+        for (int k = 0; k < 2; k++)
+            if (len[k])
+                memcpy(to_wire ? ws[k] : hs[k], to_wire ? hs[k] : ws[k], len[k] * sizeof(float));
+    }
+}
+
+void mt_proto_pack_in(const mt_proto_info *in, int32_t a, int32_t n, const float *hidden,
+                      float *rows) {
+    move_rows(in, 0, mt_proto_banked(in, a), n, true, (float *)hidden, rows);
+}
+void mt_proto_unpack_in(const mt_proto_info *in, int32_t a, int32_t n, const float *rows,
+                        float *hidden) {
+    move_rows(in, 0, mt_proto_banked(in, a), n, false, hidden, (float *)rows);
+}
+void mt_proto_pack_out(const mt_proto_info *in, int32_t a, int32_t end, int32_t n,
+                       const float *hidden, float *rows) {
+    move_rows(in, mt_proto_banked(in, a), mt_proto_banked(in, end), n, true, (float *)hidden, rows);
+}
+void mt_proto_unpack_out(const mt_proto_info *in, int32_t a, int32_t end, int32_t n,
+                         const float *rows, float *hidden) {
+    move_rows(in, mt_proto_banked(in, a), mt_proto_banked(in, end), n, false, hidden,
+              (float *)rows);
 }
 
 /* ---- little-endian writer ------------------------------------------------------- */
@@ -155,10 +199,10 @@ static int get_dtype(rbuf *r, mt_proto_dtype *d, const char *type, mt_error *err
     return 0;
 }
 
-/* Reads n rows of n_embd values as f32 and checks that each is finite. */
-static int get_rows(rbuf *r, float *out, int32_t n, int32_t n_embd, mt_proto_dtype dtype,
+/* Reads n rows of cols values as f32 and checks that each is finite. */
+static int get_rows(rbuf *r, float *out, int32_t n, int32_t cols, mt_proto_dtype dtype,
                     const char *type, mt_error *err) {
-    size_t total = (size_t)n * (size_t)n_embd;
+    size_t total = (size_t)n * (size_t)cols;
     for (size_t i = 0; i < total; i++) {
         float f;
         if (dtype == MT_PROTO_BF16) {
@@ -169,7 +213,7 @@ static int get_rows(rbuf *r, float *out, int32_t n, int32_t n_embd, mt_proto_dty
         }
         if (!isfinite(f))
             return mt_error_set(err, "%s: value %zu of row %zu is not finite", type,
-                                i % (size_t)n_embd, i / (size_t)n_embd);
+                                i % (size_t)cols, i / (size_t)cols);
         out[i] = f;
     }
     return 0;
@@ -177,10 +221,10 @@ static int get_rows(rbuf *r, float *out, int32_t n, int32_t n_embd, mt_proto_dty
 
 /* ---- encode ----------------------------------------------------------------------- */
 
-static int check_embd(int32_t n_embd, const char *type, mt_error *err) {
-    if (n_embd <= 0 || n_embd > MT_PROTO_MAX_EMBD)
-        return mt_error_set(err, "%s: n_embd %d is outside [1, %d]", type, n_embd,
-                            MT_PROTO_MAX_EMBD);
+static int check_cols(int64_t cols, const char *type, mt_error *err) {
+    if (cols <= 0 || cols > MT_PROTO_MAX_COLS)
+        return mt_error_set(err, "%s: %lld values per row is outside [1, %d]", type,
+                            (long long)cols, MT_PROTO_MAX_COLS);
     return 0;
 }
 
@@ -222,8 +266,7 @@ static int check_hop(const mt_proto_hop *h, int32_t i, int32_t prev_end, const c
     return 0;
 }
 
-int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t *len,
-                    mt_error *err) {
+int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error *err) {
     const char *tn = mt_proto_type_name(m->type);
     uint64_t body = 0, rows_bytes = 0;
     size_t text_len = 0, arch_len = 0;
@@ -233,13 +276,13 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
                     m->type == MT_PROTO_STAGE_REPLY || m->type == MT_PROTO_EXPERT_REPLY;
     if (has_rows) {
         bool expert = m->type == MT_PROTO_EXPERT_RUN || m->type == MT_PROTO_EXPERT_REPLY;
-        if (check_embd(n_embd, tn, err) ||
+        if (check_cols(m->cols, tn, err) ||
             check_count(m->n, expert ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS, tn,
                         expert ? "n_rows" : "n_tok", err))
             return -1;
         if (m->dtype != MT_PROTO_F32 && m->dtype != MT_PROTO_BF16)
             return mt_error_set(err, "%s: dtype %d is unknown", tn, (int)m->dtype);
-        rows_bytes = (uint64_t)m->n * (uint64_t)n_embd * mt_proto_dtype_size(m->dtype);
+        rows_bytes = (uint64_t)m->n * (uint64_t)m->cols * mt_proto_dtype_size(m->dtype);
     }
     switch (m->type) {
     case MT_PROTO_INFO:
@@ -285,6 +328,10 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
                                 MT_PROTO_ARCH_MAX);
         if (strlen(in->source_id) != 64)
             return mt_error_set(err, "%s: source_id must be 64 hex digits", tn);
+        if (in->res_block < 0 || in->res_block > MT_PROTO_MAX_LAYERS || in->n_embd_exp < 1 ||
+            in->n_embd_exp > MT_PROTO_MAX_EMBD)
+            return mt_error_set(err, "%s: res_block %d or n_embd_exp %d is out of range", tn,
+                                in->res_block, in->n_embd_exp);
         if (in->n_held < 0 || in->n_held > in->n_expert || (in->n_held && !in->experts))
             return mt_error_set(err, "%s: %d experts held of %d", tn, in->n_held, in->n_expert);
         body = INFO_FIXED + arch_len + 4 + 4 * (uint64_t)in->n_held;
@@ -316,12 +363,13 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
     put_u16(&w, m->type);
     put_u16(&w, m->type == MT_PROTO_STAGE_FORWARD && m->n_hops ? MT_PROTO_FLAG_HOPS : 0);
     put_u64(&w, m->request_id);
-    size_t nv = (size_t)m->n * (size_t)(n_embd > 0 ? n_embd : 0);
+    size_t nv = has_rows ? (size_t)m->n * (size_t)m->cols : 0;
     switch (m->type) {
     case MT_PROTO_STAGE_FORWARD:
         put_u64(&w, m->session);
         put_u8(&w, (uint8_t)m->dtype);
         put_u32(&w, (uint32_t)m->n);
+        put_u32(&w, (uint32_t)m->cols);
         put_u32(&w, (uint32_t)m->layer_begin);
         put_u32(&w, (uint32_t)m->layer_end);
         if (m->n_hops) put_u8(&w, (uint8_t)m->n_hops);
@@ -340,6 +388,7 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
         put_u32(&w, (uint32_t)m->layer_begin);
         put_u8(&w, (uint8_t)m->dtype);
         put_u32(&w, (uint32_t)m->n);
+        put_u32(&w, (uint32_t)m->cols);
         for (int32_t i = 0; i < m->n; i++) put_u32(&w, (uint32_t)m->ids[i]);
         put_rows(&w, m->rows, nv, m->dtype);
         break;
@@ -357,6 +406,8 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
         put_u8(&w, (uint8_t)((in->attention ? 1 : 0) | (in->head ? 2 : 0) | (in->experts ? 4 : 0)));
         put_u32(&w, (uint32_t)in->n_ctx);
         put_u32(&w, (uint32_t)in->max_sessions);
+        put_u32(&w, (uint32_t)in->res_block);
+        put_u32(&w, (uint32_t)in->n_embd_exp);
         put_bytes(&w, in->source_id, 64);
         put_u8(&w, (uint8_t)arch_len);
         put_bytes(&w, in->arch, arch_len);
@@ -368,6 +419,7 @@ int mt_proto_encode(const mt_proto_msg *m, int32_t n_embd, uint8_t **out, size_t
     case MT_PROTO_EXPERT_REPLY:
         put_u8(&w, (uint8_t)m->dtype);
         put_u32(&w, (uint32_t)m->n);
+        put_u32(&w, (uint32_t)m->cols);
         put_rows(&w, m->rows, nv, m->dtype);
         break;
     case MT_PROTO_SESSION_END_REPLY:
@@ -394,7 +446,7 @@ uint8_t *mt_proto_error_reply(uint64_t request_id, uint32_t code, size_t *len, c
     vsnprintf(m.text, sizeof m.text, fmt, ap);
     va_end(ap);
     uint8_t *out;
-    return mt_proto_encode(&m, 0, &out, len, NULL) == 0 ? out : NULL;
+    return mt_proto_encode(&m, &out, len, NULL) == 0 ? out : NULL;
 }
 
 /* ---- decode ----------------------------------------------------------------------- */
@@ -407,18 +459,20 @@ void mt_proto_msg_free(mt_proto_msg *m) {
     m->rows = NULL;
 }
 
-/* Count, dtype and exact size of a message carrying n rows (+ an i32 per row
- * when per_row_i32), then the i32s (into *ints) and the rows. */
-static int decode_rows(rbuf *r, mt_proto_msg *m, int32_t n_embd, uint32_t n, int32_t max,
+/* Count, width, dtype and exact size of a message carrying n rows of cols
+ * values (+ an i32 per row when per_row_i32), then the i32s (into *ints) and
+ * the rows. */
+static int decode_rows(rbuf *r, mt_proto_msg *m, uint32_t n, uint32_t cols, int32_t max,
                        bool per_row_i32, int32_t **ints, const char *tn, const char *what,
                        mt_error *err) {
-    if (check_embd(n_embd, tn, err)) return -1;
+    if (check_cols(cols, tn, err)) return -1;
     if (n < 1 || n > (uint32_t)max)
         return mt_error_set(err, "%s: %s %u is outside [1, %d]", tn, what, n, max);
     m->n = (int32_t)n;
-    uint64_t rows_bytes = (uint64_t)n * (uint64_t)n_embd * mt_proto_dtype_size(m->dtype);
+    m->cols = (int32_t)cols;
+    uint64_t rows_bytes = (uint64_t)n * (uint64_t)cols * mt_proto_dtype_size(m->dtype);
     char counts[96];
-    snprintf(counts, sizeof counts, "%s %u with n_embd %d in %s", what, n, n_embd,
+    snprintf(counts, sizeof counts, "%s %u of %u values in %s", what, n, cols,
              mt_proto_dtype_name(m->dtype));
     if (exact(r, (per_row_i32 ? 4 * (uint64_t)n : 0) + rows_bytes, tn, counts, err)) return -1;
     if (per_row_i32) {
@@ -426,9 +480,9 @@ static int decode_rows(rbuf *r, mt_proto_msg *m, int32_t n_embd, uint32_t n, int
             return mt_error_set(err, "%s: out of memory", tn);
         for (uint32_t i = 0; i < n; i++) (*ints)[i] = (int32_t)get_u32(r);
     }
-    if (!(m->rows = malloc((size_t)n * (size_t)n_embd * sizeof(float))))
+    if (!(m->rows = malloc((size_t)n * (size_t)cols * sizeof(float))))
         return mt_error_set(err, "%s: out of memory for %u rows", tn, n);
-    return get_rows(r, m->rows, m->n, n_embd, m->dtype, tn, err);
+    return get_rows(r, m->rows, m->n, m->cols, m->dtype, tn, err);
 }
 
 static int decode_info(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) {
@@ -438,6 +492,7 @@ static int decode_info(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) 
     for (int i = 0; i < 6; i++) v[i] = get_u32(r);
     uint8_t parts = get_u8(r);
     uint32_t n_ctx = get_u32(r), max_sessions = get_u32(r);
+    uint32_t res_block = get_u32(r), n_embd_exp = get_u32(r);
     if (v[0] < 1 || v[0] > MT_PROTO_MAX_EMBD)
         return mt_error_set(err, "%s: n_embd %u is outside [1, %d]", tn, v[0], MT_PROTO_MAX_EMBD);
     if (v[1] < 1 || v[1] > MT_PROTO_MAX_LAYERS || v[2] > v[3] || v[3] > v[1])
@@ -450,7 +505,17 @@ static int decode_info(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) 
     if (n_ctx > (1u << 24) || max_sessions > (1u << 24))
         return mt_error_set(err, "%s: n_ctx %u or max_sessions %u is over 2^24", tn, n_ctx,
                             max_sessions);
+    if (res_block > MT_PROTO_MAX_LAYERS || n_embd_exp < 1 || n_embd_exp > MT_PROTO_MAX_EMBD)
+        return mt_error_set(err, "%s: res_block %u or n_embd_exp %u is out of range", tn, res_block,
+                            n_embd_exp);
+    in->res_block = (int32_t)res_block, in->n_embd_exp = (int32_t)n_embd_exp;
     in->n_embd = (int32_t)v[0], in->n_layer = (int32_t)v[1];
+    uint64_t banks = res_block ? (v[1] + res_block - 1) / res_block : 0;
+    if ((uint64_t)v[0] * (1 + banks) > MT_PROTO_MAX_COLS)
+        return mt_error_set(err,
+                            "%s: a hidden state of n_embd %u and %llu checkpoints is wider than"
+                            " %d values",
+                            tn, v[0], (unsigned long long)banks, MT_PROTO_MAX_COLS);
     in->layer_begin = (int32_t)v[2], in->layer_end = (int32_t)v[3];
     in->n_expert = (int32_t)v[4], in->n_expert_used = (int32_t)v[5];
     in->attention = parts & 1, in->head = (parts >> 1) & 1, in->experts = (parts >> 2) & 1;
@@ -529,7 +594,7 @@ static int decode_hops(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) 
     return 0;
 }
 
-static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, uint16_t flags, mt_error *err) {
+static int decode_body(rbuf *r, mt_proto_msg *m, uint16_t flags, mt_error *err) {
     const char *tn = mt_proto_type_name(m->type);
     switch (m->type) {
     case MT_PROTO_INFO:
@@ -538,13 +603,13 @@ static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, uint16_t flags,
         if (need(r, STAGE_FIXED, tn, "fixed fields", err)) return -1;
         m->session = get_u64(r);
         if (get_dtype(r, &m->dtype, tn, err)) return -1;
-        uint32_t n = get_u32(r), a = get_u32(r), b = get_u32(r);
+        uint32_t n = get_u32(r), cols = get_u32(r), a = get_u32(r), b = get_u32(r);
         if (a >= b || b > MT_PROTO_MAX_LAYERS)
             return mt_error_set(err, "%s: layer range [%u, %u) is empty or outside [0, %d)", tn, a,
                                 b, MT_PROTO_MAX_LAYERS);
         m->layer_begin = (int32_t)a, m->layer_end = (int32_t)b;
         if ((flags & MT_PROTO_FLAG_HOPS) && decode_hops(r, m, tn, err)) return -1;
-        if (decode_rows(r, m, n_embd, n, MT_PROTO_MAX_TOKENS, true, &m->pos, tn, "n_tok", err))
+        if (decode_rows(r, m, n, cols, MT_PROTO_MAX_TOKENS, true, &m->pos, tn, "n_tok", err))
             return -1;
         for (int32_t i = 0; i < m->n; i++)
             if (m->pos[i] < 0)
@@ -560,8 +625,8 @@ static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, uint16_t flags,
                                 MT_PROTO_MAX_LAYERS);
         m->layer_begin = (int32_t)layer, m->layer_end = (int32_t)layer + 1;
         if (get_dtype(r, &m->dtype, tn, err)) return -1;
-        uint32_t n = get_u32(r);
-        if (decode_rows(r, m, n_embd, n, MT_PROTO_MAX_ROWS, true, &m->ids, tn, "n_rows", err))
+        uint32_t n = get_u32(r), cols = get_u32(r);
+        if (decode_rows(r, m, n, cols, MT_PROTO_MAX_ROWS, true, &m->ids, tn, "n_rows", err))
             return -1;
         for (int32_t i = 0; i < m->n; i++)
             if (m->ids[i] < 0 || m->ids[i] >= MT_PROTO_MAX_EXPERTS)
@@ -579,10 +644,10 @@ static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, uint16_t flags,
     case MT_PROTO_EXPERT_REPLY: {
         if (need(r, ROWS_REPLY_FIXED, tn, "fixed fields", err)) return -1;
         if (get_dtype(r, &m->dtype, tn, err)) return -1;
-        uint32_t n = get_u32(r);
+        uint32_t n = get_u32(r), cols = get_u32(r);
         bool ex = m->type == MT_PROTO_EXPERT_REPLY;
-        return decode_rows(r, m, n_embd, n, ex ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS, false,
-                           NULL, tn, ex ? "n_rows" : "n_tok", err);
+        return decode_rows(r, m, n, cols, ex ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS, false, NULL,
+                           tn, ex ? "n_rows" : "n_tok", err);
     }
     case MT_PROTO_SESSION_END_REPLY: {
         if (exact(r, 1, tn, "one flag byte", err)) return -1;
@@ -611,8 +676,7 @@ static int decode_body(rbuf *r, int32_t n_embd, mt_proto_msg *m, uint16_t flags,
     }
 }
 
-int mt_proto_decode(const void *payload, size_t len, int32_t n_embd, mt_proto_msg *out,
-                    mt_error *err) {
+int mt_proto_decode(const void *payload, size_t len, mt_proto_msg *out, mt_error *err) {
     memset(out, 0, sizeof *out);
     rbuf r = {payload, 0, len};
     if (len < MT_PROTO_HEADER_BYTES)
@@ -628,7 +692,7 @@ int mt_proto_decode(const void *payload, size_t len, int32_t n_embd, mt_proto_ms
     if (flags & ~allowed)
         return mt_error_set(err, "%s: header flags 0x%04x are reserved and must be 0",
                             mt_proto_type_name(out->type), flags & ~allowed);
-    if (decode_body(&r, n_embd, out, flags, err) == 0) return 0;
+    if (decode_body(&r, out, flags, err) == 0) return 0;
     uint16_t type = out->type;
     uint64_t id = out->request_id;
     mt_proto_msg_free(out);

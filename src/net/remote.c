@@ -44,7 +44,7 @@ static int call_locked(mt_remote *r, mt_proto_msg *req, mt_proto_msg *reply, uin
     req->request_id = r->next_id++;
     uint8_t *buf;
     size_t len;
-    if (mt_proto_encode(req, r->info.n_embd, &buf, &len, err)) return -1;
+    if (mt_proto_encode(req, &buf, &len, err)) return -1;
     int rc = mt_conn_send(r->conn, buf, len, err);
     free(buf);
     if (rc) {
@@ -58,7 +58,7 @@ static int call_locked(mt_remote *r, mt_proto_msg *req, mt_proto_msg *reply, uin
         mt_error_prefix(err, "node %s: %s", r->addr, mt_proto_type_name(req->type));
         return remote_break(r, err);
     }
-    rc = mt_proto_decode(in, len, r->info.n_embd, reply, err);
+    rc = mt_proto_decode(in, len, reply, err);
     free(in);
     if (rc) {
         mt_error_prefix(err, "node %s: bad reply to %s", r->addr, mt_proto_type_name(req->type));
@@ -88,13 +88,15 @@ int mt_remote_call(mt_remote *r, mt_proto_msg *req, mt_proto_msg *reply, uint32_
     return rc;
 }
 
-/* A reply carrying rows must carry exactly the rows asked for, in the same dtype. */
-static int check_rows(mt_remote *r, const mt_proto_msg *reply, int32_t n, mt_proto_dtype dtype,
-                      mt_error *err) {
-    if (reply->n == n && reply->dtype == dtype) return 0;
-    mt_error_set(err, "node %s: %s has %d rows in %s; %d rows in %s were asked for", r->addr,
-                 mt_proto_type_name(reply->type), reply->n, mt_proto_dtype_name(reply->dtype), n,
-                 mt_proto_dtype_name(dtype));
+/* A reply carrying rows must carry exactly the rows asked for, of the width
+ * expected, in the same dtype. */
+static int check_rows(mt_remote *r, const mt_proto_msg *reply, int32_t n, int32_t cols,
+                      mt_proto_dtype dtype, mt_error *err) {
+    if (reply->n == n && reply->cols == cols && reply->dtype == dtype) return 0;
+    mt_error_set(err,
+                 "node %s: %s has %d rows of %d values in %s; %d rows of %d in %s were asked for",
+                 r->addr, mt_proto_type_name(reply->type), reply->n, reply->cols,
+                 mt_proto_dtype_name(reply->dtype), n, cols, mt_proto_dtype_name(dtype));
     return remote_break(r, err);
 }
 
@@ -109,31 +111,45 @@ int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, i
                           const mt_proto_hop *hops, int32_t n_hops, const int32_t *pos,
                           int32_t n_tok, float *hidden, mt_proto_dtype dtype, uint32_t *code,
                           mt_error *err) {
-    const size_t E = (size_t)r->info.n_embd;
-    const int32_t chunk = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, r->info.n_embd, dtype);
+    const mt_proto_info *in = &r->info;
+    const int32_t end = n_hops > 0 ? hops[n_hops - 1].layer_end : layer_end;
+    const int32_t W = mt_proto_hidden_width(in), cin = mt_proto_cols_in(in, layer_begin),
+                  cout = mt_proto_cols_out(in, layer_begin, end);
+    const int32_t chunk = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, cin, dtype);
     if (code) *code = 0;
     if (n_tok <= 0) return mt_error_set(err, "stage forward: no tokens given");
+    if (layer_begin < 0 || end > in->n_layer || layer_begin >= end)
+        return mt_error_set(err, "stage forward: layers [%d, %d) are not in the model's [0, %d)",
+                            layer_begin, end, in->n_layer);
+    /* the wire rows, unless they are the whole hidden states */
+    const int32_t n_buf = n_tok < chunk ? n_tok : chunk;
+    float *rows = cin == W ? NULL : malloc((size_t)n_buf * (size_t)cin * sizeof(float));
+    if (cin != W && !rows) return mt_error_set(err, "stage forward: out of memory");
     int rc = 0;
     pthread_mutex_lock(&r->lock);
     for (int32_t t0 = 0; t0 < n_tok && rc == 0; t0 += chunk) {
         int32_t n = n_tok - t0 < chunk ? n_tok - t0 : chunk;
+        float *h = hidden + (size_t)t0 * (size_t)W;
+        if (rows) mt_proto_pack_in(in, layer_begin, n, h, rows);
         mt_proto_msg req = {.type = MT_PROTO_STAGE_FORWARD,
                             .session = session,
                             .dtype = dtype,
                             .n = n,
+                            .cols = cin,
                             .layer_begin = layer_begin,
                             .layer_end = layer_end,
                             .n_hops = n_hops,
                             .hops = (mt_proto_hop *)hops,
                             .pos = (int32_t *)(pos + t0),
-                            .rows = hidden + (size_t)t0 * E};
+                            .rows = rows ? rows : h};
         mt_proto_msg reply;
         rc = call_locked(r, &req, &reply, code, err);
-        if (rc == 0 && (rc = check_rows(r, &reply, n, dtype, err)) == 0)
-            memcpy(hidden + (size_t)t0 * E, reply.rows, (size_t)n * E * sizeof(float));
+        if (rc == 0 && (rc = check_rows(r, &reply, n, cout, dtype, err)) == 0)
+            mt_proto_unpack_out(in, layer_begin, end, n, reply.rows, h);
         mt_proto_msg_free(&reply);
     }
     pthread_mutex_unlock(&r->lock);
+    free(rows);
     return rc;
 }
 
@@ -141,21 +157,23 @@ int mt_remote_experts_run(void *ctx, int32_t il, int32_t n, const int32_t *ids, 
                           float *y, mt_pool *pool, mt_error *err) {
     (void)pool;
     mt_remote *r = ctx;
-    const size_t E = (size_t)r->info.n_embd;
+    const int32_t C = r->info.n_embd_exp;
+    const size_t E = (size_t)C;
     int rc = 0;
     pthread_mutex_lock(&r->lock);
-    const int32_t chunk = mt_proto_max_rows(MT_PROTO_EXPERT_RUN, r->info.n_embd, r->wire);
+    const int32_t chunk = mt_proto_max_rows(MT_PROTO_EXPERT_RUN, C, r->wire);
     for (int32_t r0 = 0; r0 < n && rc == 0; r0 += chunk) {
         int32_t k = n - r0 < chunk ? n - r0 : chunk;
         mt_proto_msg req = {.type = MT_PROTO_EXPERT_RUN,
                             .dtype = r->wire,
                             .n = k,
+                            .cols = C,
                             .layer_begin = il,
                             .ids = (int32_t *)(ids + r0),
                             .rows = (float *)(u + (size_t)r0 * E)};
         mt_proto_msg reply;
         rc = call_locked(r, &req, &reply, NULL, err);
-        if (rc == 0 && (rc = check_rows(r, &reply, k, r->wire, err)) == 0)
+        if (rc == 0 && (rc = check_rows(r, &reply, k, C, r->wire, err)) == 0)
             memcpy(y + (size_t)r0 * E, reply.rows, (size_t)k * E * sizeof(float));
         mt_proto_msg_free(&reply);
     }

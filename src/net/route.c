@@ -93,10 +93,14 @@ static int check_node(const mt_route *r, mt_remote *rem, const char *role, mt_er
                             "%s %s holds another model (source_id %.16s..., the head's is"
                             " %.16s...)",
                             role, mt_remote_addr(rem), in->source_id, r->source_id);
-    if (in->n_embd != hp->n_embd || in->n_layer != hp->n_layer)
-        return mt_error_set(err, "%s %s: n_embd %d / %d layers differ from the head's %d / %d",
-                            role, mt_remote_addr(rem), in->n_embd, in->n_layer, hp->n_embd,
-                            hp->n_layer);
+    if (in->n_embd != hp->n_embd || in->n_layer != hp->n_layer ||
+        mt_proto_hidden_width(in) != hp->n_hidden || in->n_embd_exp != hp->n_embd_exp)
+        return mt_error_set(err,
+                            "%s %s: n_embd %d / %d layers / hidden width %d / expert width %d"
+                            " differ from the head's %d / %d / %d / %d",
+                            role, mt_remote_addr(rem), in->n_embd, in->n_layer,
+                            mt_proto_hidden_width(in), in->n_embd_exp, hp->n_embd, hp->n_layer,
+                            hp->n_hidden, hp->n_embd_exp);
     return 0;
 }
 
@@ -149,6 +153,7 @@ static int setup_experts(mt_route *r, const mt_route_config *cfg, mt_error *err)
                                    .wire = r->wire,
                                    .source_id = r->source_id,
                                    .n_embd = r->head->hp.n_embd,
+                                   .n_embd_exp = r->head->hp.n_embd_exp,
                                    .n_layer = r->head->hp.n_layer,
                                    .layer_begin = some_layers ? pe->layer_begin : 0,
                                    .layer_end = some_layers ? pe->layer_end : r->local_end,
@@ -225,7 +230,6 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
         mt_error_set(err, "%s does not hold the head (token embeddings and output)", cfg->head);
         goto fail;
     }
-    if (mt_model_check_dataplane(r->head, err)) goto fail;
     if (model_source_id(r->head, r->source_id, err)) goto fail;
     if (cfg->backbone) {
         if (strcmp(cfg->backbone, cfg->head) == 0) {
@@ -403,7 +407,7 @@ static void sample_checks(mt_route *r, mt_route_session *s) {
                                  .keys = &r->keys,
                                  .layer_begin = r->stages[i].layer_begin,
                                  .layer_end = r->stages[i].layer_end,
-                                 .n_embd = r->head->hp.n_embd,
+                                 .width = r->head->hp.n_hidden,
                                  .wire = r->wire,
                                  .timeout_ms = r->timeout_ms > 0 ? r->timeout_ms : 10000,
                                  .call_timeout_ms = r->call_timeout_ms};
@@ -603,9 +607,9 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
  * logits (or only the last row) are written. */
 static int route_run(mt_route *r, mt_route_session *s, const int32_t *all, int32_t p0, int32_t n,
                      int32_t first_logit, bool all_logits, float *logits, mt_error *err) {
-    const size_t E = (size_t)r->head->hp.n_embd, V = (size_t)r->head->hp.n_vocab;
+    const size_t E = (size_t)r->head->hp.n_hidden, V = (size_t)r->head->hp.n_vocab;
     const int32_t ub = r->ubatch;
-    float *hidden = malloc((size_t)(n < ub ? n : ub) * E * sizeof(float));
+    float *hidden = calloc((size_t)(n < ub ? n : ub) * E, sizeof(float));
     int32_t *pos = malloc((size_t)(n < ub ? n : ub) * sizeof(int32_t));
     int rc = PASS_OK;
     if (!hidden || !pos) rc = mt_error_set(err, "out of memory for a batch of %d tokens", ub);

@@ -29,8 +29,8 @@ struct route_check {
     char why[256];
     int32_t n, cap;
     int32_t *pos;   /* (cap) */
-    float *rows;    /* (cap, n_embd) the input rows, then the checker's output */
-    float *main;    /* (cap, n_embd) the checked stage's output (route side only) */
+    float *rows;    /* (cap, width) the input rows, then the checker's output */
+    float *main;    /* (cap, width) the checked stage's output (route side only) */
     int32_t n_main; /* rows kept in main for the job (0: none) */
 };
 
@@ -75,6 +75,11 @@ static void *check_thread(void *arg) {
                                     c->call_timeout_ms, &err);
         if (!rem) {
             rc = -1;
+        } else if (mt_proto_hidden_width(mt_remote_info(rem)) != c->width) {
+            rc = mt_error_set(&err,
+                              "it holds a model whose hidden states are %d floats wide,"
+                              " not %d",
+                              mt_proto_hidden_width(mt_remote_info(rem)), c->width);
         } else if (mt_remote_info(rem)->layer_begin > c->layer_begin ||
                    mt_remote_info(rem)->layer_end < c->layer_end ||
                    !mt_remote_info(rem)->attention) {
@@ -136,7 +141,7 @@ route_check *route_check_start(const route_check_config *cfg, mt_error *err) {
 /* ---- the route's side ---------------------------------------------------------------- */
 
 void route_check_send(route_check *k, const int32_t *pos, int32_t n, const float *rows) {
-    const size_t E = (size_t)k->cfg.n_embd;
+    const size_t E = (size_t)k->cfg.width;
     pthread_mutex_lock(&k->lock);
     k->n_main = 0;
     if (k->failed || k->quit || k->state == JOB_QUEUED || k->state == JOB_RUNNING) {
@@ -173,7 +178,7 @@ void route_check_keep_main(route_check *k, const float *rows) {
     pthread_mutex_unlock(&k->lock);
     /* main belongs to this side: only the cap (changed in send, on this side) guards it */
     if (sent) {
-        memcpy(k->main, rows, (size_t)k->n * (size_t)k->cfg.n_embd * sizeof *rows);
+        memcpy(k->main, rows, (size_t)k->n * (size_t)k->cfg.width * sizeof *rows);
         k->n_main = k->n;
     }
 }
@@ -208,7 +213,7 @@ route_check_outcome route_check_wait(route_check *k, double deadline_ms, route_c
         o = ROUTE_CHECK_SAME;
     pthread_mutex_unlock(&k->lock);
     if (o == ROUTE_CHECK_LOST) return o;
-    const size_t count = (size_t)k->n * (size_t)k->cfg.n_embd;
+    const size_t count = (size_t)k->n * (size_t)k->cfg.width;
     if (memcmp(k->main, k->rows, count * sizeof(float)) == 0) return ROUTE_CHECK_SAME;
     hash_hex(k->main, count, out->main_hash);
     hash_hex(k->rows, count, out->check_hash);

@@ -25,7 +25,7 @@ typedef struct route_check_config {
     mt_route_peer peer;             /* the checker */
     const mt_keys *keys;            /* the requester's identity (copied) */
     int32_t layer_begin, layer_end; /* the checked stage's layers */
-    int32_t n_embd;
+    int32_t width;                  /* floats per token: the model's whole hidden state */
     mt_proto_dtype wire;
     int timeout_ms, call_timeout_ms;
 } route_check_config;
@@ -34,7 +34,7 @@ typedef struct route_check_config {
  * with err when it cannot. */
 route_check *route_check_start(const route_check_config *cfg, mt_error *err);
 
-/* Hands the checker the checked stage's input rows (n, n_embd) for positions
+/* Hands the checker the checked stage's input rows (n, width) for positions
  * pos[0..n), copied; returns at once. */
 void route_check_send(route_check *k, const int32_t *pos, int32_t n, const float *rows);
 
