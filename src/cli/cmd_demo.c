@@ -1,5 +1,5 @@
 /* cmd_demo.c - `moontail demo`: a whole cell on this machine, as separate
- * processes. It writes the built-in model, starts a registry and several
+ * processes. It writes a tiny kimi-k3 model, starts a registry and several
  * nodes (each told it has room for about half the model, so the registry
  * has to split it), waits until every layer is served twice, prompts the
  * cell through the registry, prints where each layer ran, and stops
@@ -32,7 +32,7 @@ static const char usage[] =
     "usage: moontail demo [--nodes N] [-p PROMPT] [-n N] [--keep]\n"
     "\n"
     "Starts a registry and N nodes (default 5) on this machine as separate processes,\n"
-    "lets the registry split the built-in model over them as a cell (2 pipelines when\n"
+    "lets the registry split a tiny kimi-k3 model over them as a cell (2 pipelines when\n"
     "there are 4 nodes or more, and spares), prompts it through the registry, prints\n"
     "where each layer ran, and stops everything it started. Everything listens on\n"
     "127.0.0.1 only.\n"
@@ -297,7 +297,7 @@ int cmd_demo(int argc, char **argv) {
     mt_error err = {{0}};
     printf("moontail demo: a cell of %lld nodes on this machine (files in %s)\n",
            (long long)n_nodes, d.dir);
-    if (cli_write_builtin_model(model, &err)) {
+    if (cli_write_demo_model(model, &err)) {
         fprintf(stderr, "moontail demo: %s\n", err.msg);
         goto out;
     }
@@ -319,7 +319,10 @@ int cmd_demo(int argc, char **argv) {
         "--replicas",      "2",        "--spares", "1",    "--heartbeat-ms", "250",
         "--dead-after-ms", "2000",     NULL};
     if (spawn(&d, "registry", reg_args, url, sizeof url)) goto out;
-    printf("registry: %s (model %.1f MB, each node offers %s MB)\n", url, sb.st_size / 1e6, capmb);
+    printf("model: a tiny kimi-k3, %.1f MB: 12 layers (KDA; MLA at 3, 7, 11), attention residuals"
+           " banked every 3 layers, 896 routed experts (16 per token, MXFP4, latent)\n",
+           sb.st_size / 1e6);
+    printf("registry: %s (each node offers %s MB)\n", url, capmb);
     char acc[300];
     snprintf(acc, sizeof acc, "%s/v1/accounts", url);
     json_t *body = json_pack("{s:s}", "name", "demo"), *res = NULL;

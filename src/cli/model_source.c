@@ -19,6 +19,16 @@ int cli_write_builtin_model(const char *path, mt_error *err) {
     return mt_synth_write(&p, path, err);
 }
 
+int cli_write_demo_model(const char *path, mt_error *err) {
+    mt_synth_params p = mt_synth_default_params("kimi-k3");
+    p.n_layer = 12;
+    p.res_block = 3; /* a pipeline of a few stages cuts inside blocks and on their edges */
+    p.type = MT_TYPE_Q8_0;
+    p.seed = 42;
+    p.readable = true;
+    return mt_synth_write(&p, path, err);
+}
+
 mt_model *cli_open_model(const char *path, mt_error *err) {
     if (path) {
         /* a large model: read it in once with a progress bar, so that the wait is shown
