@@ -1,7 +1,8 @@
 /* test_node.c - invariant 1 of DESIGN.md over the network: nodes (node.h)
  * serving shards on 127.0.0.1, driven by the route executor (route.h) that
  * keeps the head, give logits memcmp-identical to the whole model, for every
- * architecture (F32 synthetic weights, 4 layers):
+ * architecture (F32 synthetic weights, 4 layers; kimi-k3's rows carry its
+ * attention-residual checkpoints, its KDA layers keep recurrent state):
  *   (a) head + 4 remote one-layer stages (cell),
  *   (b) local backbone + 3 remote expert servers (swarm),
  *   (c) one remote paired stage (attention + half the experts) whose partner
@@ -12,7 +13,9 @@
  * with the swarm's expert servers checked to be called at the same time, and
  * after an expert server or a partner restarts (reconnected, same logits; a
  * clear error when it comes back holding other experts or not at all),
- * and with the bf16 wire within a measured tolerance; (a) also in chain
+ * and with the bf16 wire bit-identical to the whole model with every state
+ * the network carries rounded to bf16, and within a measured tolerance of
+ * the f32 logits (not kimi-k3: see check_arch); (a) also in chain
  * mode (one request to the first stage, which forwards along the others as
  * next hops), and a chain whose middle node is gone (the error names it).
  * Spot-checks (route.h check_rate): a stage checked on an honest replica
@@ -21,9 +24,11 @@
  * (stage, both nodes, positions, hashes); a checker that is gone only drops
  * its check; rate 0 and chain mode check nothing; a rate of 0.5 checks about
  * half the sessions; bad check settings are refused.
+ * Eviction, restart and spot-checks run on qwen3moe and kimi-k3 alike.
  * Sessions nobody uses expire after the node's session_idle_ms: their KV
- * caches are freed (the stats' sessions and kv_bytes go back to 0) while a
- * session in use stays, and a late request is told to replay.
+ * caches (kimi-k3: the fixed KDA state, counted exactly) are freed (the
+ * stats' sessions and kv_bytes go back to 0) while a session in use stays,
+ * and a late request is told to replay.
  * Then hostile input (hop lists included):
  * malformed and wrong requests get ERROR replies naming the problem, and the
  * same server keeps serving. */
@@ -85,6 +90,12 @@ static bool make_set(model_set *s, const char *arch) {
     /* smaller than the defaults, so that the ASan build stays quick */
     p.n_embd = 128, p.head_dim = 32, p.n_ff = 128, p.n_ff_exp = 64;
     p.q_lora = 64, p.kv_lora = 64, p.qk_nope = 32, p.qk_rope = 16, p.v_dim = 32;
+    if (strncmp(arch, "kimi", 4) == 0) {
+        /* the defaults' layer pattern (KDA at 0-2, MLA at 3; kimi-k3: a checkpoint banked
+         * at layers 0 and 2, latent experts of 32) with 16 experts instead of 896 */
+        p.n_expert = 16, p.n_expert_used = 4;
+        if (strcmp(arch, "kimi-linear") == 0) p.q_lora = 0; /* its graph reads attn_q only */
+    }
     snprintf(s->whole_path, sizeof s->whole_path, "%s", check_tmp(".gguf"));
     mt_error err = {{0}};
     CHECK(mt_synth_write(&p, s->whole_path, &err) == 0, "%s: %s", arch, err.msg);
@@ -136,6 +147,40 @@ static float *reference(const mt_model *m, const int32_t *prompt) {
     float *logits = malloc((size_t)N * m->hp.n_vocab * sizeof(float));
     CHECK(s && mt_session_eval(s, prompt, N, 0, true, logits, &err) == 0, "reference: %s", err.msg);
     mt_session_free(s);
+    return logits;
+}
+
+/* What a bf16 route through N_LAYER one-layer stages computes, worked out
+ * here on the whole model: every hidden state the network carries (the
+ * embeddings going out, each stage's output coming back: the stream and the
+ * checkpoints) rounded to bf16, each layer's cache its stage's; the prompt as
+ * route_logits sends it (first_batch tokens, then one at a time). */
+static float *reference_bf16(const mt_model *m, const int32_t *prompt, int first_batch) {
+    const size_t W = (size_t)m->hp.n_hidden, V = (size_t)m->hp.n_vocab;
+    mt_error err = {{0}};
+    float *logits = calloc((size_t)N * V, sizeof(float)), *h = calloc((size_t)N * W, sizeof(float));
+    mt_kv_cache *kv[N_LAYER] = {NULL};
+    mt_pool *pool = mt_pool_create(1);
+    int32_t pos[N];
+    bool ok = logits && h && pool;
+    for (int i = 0; i < N_LAYER && ok; i++) ok = (kv[i] = mt_kv_cache_new(m, i, i + 1, N, &err));
+    for (int p0 = 0; p0 < N && ok;) {
+        const int n = p0 == 0 ? first_batch : 1;
+        for (int i = 0; i < n; i++) pos[i] = p0 + i;
+        ok = mt_model_embed(m, prompt + p0, n, h, &err) == 0;
+        for (int il = -1; il < N_LAYER && ok; il++) {
+            if (il >= 0)
+                ok = mt_model_forward_layers(m, kv[il], il, il + 1, pos, n, h, NULL, pool, &err) ==
+                     0;
+            for (size_t k = 0; k < (size_t)n * W; k++) h[k] = mt_bf16_to_f32(mt_f32_to_bf16(h[k]));
+        }
+        if (ok) mt_model_head(m, h, n, logits + (size_t)p0 * V, pool);
+        p0 += n;
+    }
+    CHECK(ok, "bf16 reference: %s", err.msg);
+    for (int i = 0; i < N_LAYER; i++) mt_kv_cache_free(kv[i]);
+    mt_pool_free(pool);
+    free(h);
     return logits;
 }
 
@@ -389,8 +434,12 @@ static void check_arch(const char *arch) {
         if (r) run_route(r, base_prompt, ref, N - 1, "pipeline");
         mt_route_close(r);
         concurrent(&s, s.head, NULL, sp, N_LAYER, NULL, 0, st[0], true, "pipeline");
-        /* bf16 wire: half the bytes, not exact */
+        /* bf16 wire: half the bytes, not exact; but exactly what rounding the states the
+         * network carries gives */
         r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_BF16, arch);
+        float *ref16 = reference_bf16(s.whole, base_prompt, N - 1);
+        if (r) run_route(r, base_prompt, ref16, N - 1, "bf16 pipeline against its emulation");
+        free(ref16);
         double scale = 0;
         for (size_t i = 0; i < (size_t)N * V; i++)
             if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
@@ -401,12 +450,15 @@ static void check_arch(const char *arch) {
             r ? route_logits(r, base_prompt, ref, N - 1, &same, &flips, why, sizeof why) : INFINITY;
         printf("  %s: bf16 wire, max |logit diff| %.4g (largest |logit| %.3g, relative %.2e)\n",
                arch, d, scale, d / scale);
-        if (d > worst_bf16) worst_bf16 = d;
-        if (d / scale > worst_bf16_rel) worst_bf16_rel = d / scale;
-        CHECK(d <= 0.02 * scale, "%s: bf16 wire: max |logit diff| %g over 2%% of %g %s", arch, d,
-              scale, why);
-        CHECK(flips == 0, "%s: bf16 wire: the greedy token differs at %d of %d positions", arch,
-              flips, N);
+        /* kimi-k3's synthetic weights make it chaotic: rounding the same states at other
+         * places moves its logits by 2-18%, so only the emulation above holds it */
+        const bool chaotic = strcmp(arch, "kimi-k3") == 0;
+        if (!chaotic && d > worst_bf16) worst_bf16 = d;
+        if (!chaotic && d / scale > worst_bf16_rel) worst_bf16_rel = d / scale;
+        CHECK(chaotic || d <= 0.02 * scale, "%s: bf16 wire: max |logit diff| %g over 2%% of %g %s",
+              arch, d, scale, why);
+        CHECK(chaotic || flips == 0,
+              "%s: bf16 wire: the greedy token differs at %d of %d positions", arch, flips, N);
         mt_route_close(r);
 
         /* chain: the requester calls stage 0 only; each stage forwards to the next */
@@ -496,9 +548,9 @@ static void check_arch(const char *arch) {
 /* ---- eviction, restart and replay
  * -------------------------------------------------------------------- */
 
-static void check_eviction_replay(void) {
+static void check_eviction_replay(const char *arch) {
     model_set s;
-    if (!make_set(&s, "qwen3moe")) return;
+    if (!make_set(&s, arch)) return;
     float *ref = reference(s.whole, base_prompt);
     const int32_t V = s.whole->hp.n_vocab;
     mt_node *n = start_node(s.stage_all, NULL, 0, 1); /* room for one session */
@@ -608,9 +660,9 @@ static bool is_hex64(const char *h) {
     return true;
 }
 
-static void check_spot_checks(void) {
+static void check_spot_checks(const char *arch) {
     model_set s;
-    if (!make_set(&s, "qwen3moe")) return;
+    if (!make_set(&s, arch)) return;
     float *ref = reference(s.whole, base_prompt);
     const int32_t V = s.whole->hp.n_vocab;
     float *logits = calloc((size_t)N * V, sizeof(float));
@@ -1157,9 +1209,9 @@ static void wait_sessions(mt_node *n, int32_t sessions, mt_node_stats *st) {
     }
 }
 
-static void check_idle_expiry(void) {
+static void check_idle_expiry(const char *arch) {
     model_set s;
-    if (!make_set(&s, "qwen3moe")) return;
+    if (!make_set(&s, arch)) return;
     const int idle_ms = 1000;
     mt_node_config c = {.shard_path = s.stage[1], /* layer 1 only */
                         .keys = &k_node,
@@ -1180,12 +1232,19 @@ static void check_idle_expiry(void) {
         free_set(&s);
         return;
     }
-    /* one layer's K and V rows for every position of the context, in f32 */
+    /* one layer's K and V rows for every position of the context, in f32; for kimi-k3's
+     * layer 1 (KDA) a fixed recurrent state instead: the last K-1 inputs of q, k and v
+     * (3 x (K-1) x H x hd floats) and one hd x hd delta-rule matrix per head */
     const mt_hparams *hp = &s.whole->hp;
-    const uint64_t cache_bytes = (uint64_t)c.n_ctx * hp->n_head_kv *
-                                 ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) * 4;
-    float *rows = calloc((size_t)4 * w.E, sizeof(float));
-    for (int i = 0; i < 4 * w.E; i++) rows[i] = 0.02f * (float)(i % 31);
+    const bool kda = s.whole->layers[1].is_kda;
+    const uint64_t H = (uint64_t)hp->n_head, hd = (uint64_t)hp->kda_head_dim;
+    const uint64_t cache_bytes = kda ? (3 * ((uint64_t)hp->ssm_conv - 1) * H * hd + H * hd * hd) * 4
+                                     : (uint64_t)c.n_ctx * hp->n_head_kv *
+                                           ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) *
+                                           4;
+    msg_cols = mt_proto_cols_in(mt_node_info(node), 1); /* the stream and layer 0's checkpoint */
+    float *rows = calloc((size_t)4 * msg_cols, sizeof(float));
+    for (int i = 0; i < 4 * msg_cols; i++) rows[i] = 0.02f * (float)(i % 31);
     uint32_t code = 0;
     CHECK(stage_call(&w, 1, 101, 0, 3, rows, &code) == MT_PROTO_STAGE_REPLY, "session A starts");
     CHECK(stage_call(&w, 2, 102, 0, 3, rows, &code) == MT_PROTO_STAGE_REPLY, "session B starts");
@@ -1248,14 +1307,19 @@ int main(void) {
     mt_keys_authorized_add(auth, k_req.pk, "requester", &err);
     mt_keys_authorized_add(auth, k_node.pk, "node", &err);
 
-    static const char *archs[] = {"qwen3moe", "qwen2moe", "deepseek2", "llama"};
-    for (int a = 0; a < 4; a++) check_arch(archs[a]);
+    static const char *archs[] = {"qwen3moe", "qwen2moe", "deepseek2",
+                                  "llama",    "kimi-k3",  "kimi-linear"};
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) check_arch(archs[a]);
     printf("  bf16 wire: worst max |logit diff| %.4g (relative to the largest logit %.2e)\n",
            worst_bf16, worst_bf16_rel);
-    check_eviction_replay();
+    /* kimi-k3: sessions hold recurrent state and the rows carry checkpoints */
+    check_eviction_replay("qwen3moe");
+    check_eviction_replay("kimi-k3");
     check_expert_restart();
-    check_spot_checks();
-    check_idle_expiry();
+    check_spot_checks("qwen3moe");
+    check_spot_checks("kimi-k3");
+    check_idle_expiry("qwen3moe");
+    check_idle_expiry("kimi-k3");
     check_hostile();
     mt_keys_authorized_free(auth);
     return check_report("test_node");
