@@ -12,11 +12,25 @@
 #                           on ADDR" line; sets ADDR and PID
 #   wait_for JS [SECONDS]   until JS is true of o = the JSON the script's own
 #                           `status` function prints (default 30 s); 1 on timeout
+#   ARCH                    the architecture flags for a script's `moontail
+#                           mkmodel` (its own widths follow them):
+#                           MT_TEST_ARCH=kimi-k3 (CMake's *_kimi_k3 tests)
+#                           gives a kimi-k3 (KDA and MLA layers, a checkpoint
+#                           banked every 2 layers, latent MXFP4 experts)
+#                           instead of the default qwen3moe
 # Background processes whose pids a script adds to `pids` are killed on exit;
 # a script may define extra_cleanup (run before the scratch dir goes).
 # KEEP_TMP=1 keeps the scratch directory (its path is printed) for a look at
 # the processes' logs after a failure.
 BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
+case "${MT_TEST_ARCH:-qwen3moe}" in
+qwen3moe) ARCH=(--arch qwen3moe) ;;
+kimi-k3) ARCH=(--arch kimi-k3 --res-block 2 --latent 32 --kda-head-dim 32) ;;
+*)
+    echo "MT_TEST_ARCH must be qwen3moe or kimi-k3 (got '$MT_TEST_ARCH')" >&2
+    exit 2
+    ;;
+esac
 tmp=$(mktemp -d)
 pids=()
 harness_cleanup() {
