@@ -8,10 +8,17 @@
  * pipeline or replica, fits every node, leaves spares empty and cuts shards
  * that mt_shard_spec_check accepts; losing a node moves only the spare that
  * takes its shard, adding one moves nothing; routes avoid failed nodes and
- * depend only on the session. Prints balance figures (model estimates) for
- * a few fleet sizes. */
+ * depend only on the session. Working memory: a stage needs room for its
+ * sessions' fixed state and per-position cache besides its shard (hand-worked
+ * cells, and half the random cell fleets with a kimi-like pattern), and the
+ * model layer's per-layer sizes are what the KV cache of a kimi-k3 model
+ * reserves. Prints balance figures (model estimates) for a few fleet sizes. */
 #include "check.h"
+#include "moontail/gguf.h"
+#include "moontail/model.h"
 #include "moontail/placement.h"
+#include "moontail/shard.h"
+#include "moontail/synth_model.h"
 
 #include <stdint.h>
 
@@ -24,7 +31,8 @@ typedef struct test_model {
     const char *name;
     mt_place_model m;
     uint64_t attn[128], exp[128];
-    mt_shard_layout layout; /* synthetic: the same byte counts, for mt_shard_spec_check */
+    uint64_t state[128], pos[128]; /* working memory of one session (fixed, per position) */
+    mt_shard_layout layout;        /* synthetic: the same byte counts, for mt_shard_spec_check */
 } test_model;
 
 static void model_finish(test_model *t) {
@@ -39,7 +47,9 @@ static void model_finish(test_model *t) {
 }
 
 /* n_layer layers of attn bytes + n_expert experts of exp bytes each
- * (the first n_dense layers dense). */
+ * (the first n_dense layers dense). Working memory as in Kimi K3 (not used
+ * unless params point to it): every 4th layer MLA (a 2304-byte latent per
+ * position), the others KDA (a 4.28 MiB recurrent state). */
 static void model_uniform(test_model *t, const char *name, int32_t n_layer, int32_t n_dense,
                           int32_t n_expert, int32_t n_used, uint64_t attn, uint64_t exp) {
     memset(t, 0, sizeof *t);
@@ -50,6 +60,8 @@ static void model_uniform(test_model *t, const char *name, int32_t n_layer, int3
     for (int32_t il = 0; il < n_layer; il++) {
         t->attn[il] = attn;
         t->exp[il] = il < n_dense ? 0 : exp;
+        t->state[il] = il % 4 == 3 ? 0 : 4489216;
+        t->pos[il] = il % 4 == 3 ? 2304 : 0;
     }
     model_finish(t);
 }
@@ -68,6 +80,16 @@ static uint64_t model_total(const test_model *t) {
     for (int32_t il = 0; il < t->m.n_layer; il++)
         s += t->attn[il] + (uint64_t)t->m.n_expert * t->exp[il];
     return s;
+}
+
+/* The working memory params p reserve for the attention parts of layers
+ * [a, b): sessions x (state + n_ctx x position bytes). */
+static uint64_t work_of(const mt_place_params *p, int32_t a, int32_t b) {
+    uint64_t w = 0;
+    for (int32_t l = a; l < b; l++)
+        w += (p->state_bytes ? p->state_bytes[l] : 0) +
+             (uint64_t)p->n_ctx * (p->position_bytes ? p->position_bytes[l] : 0);
+    return (uint64_t)p->sessions * w;
 }
 
 static uint64_t model_experts(const test_model *t) {
@@ -138,20 +160,29 @@ static bool check_plan(const char *what, const test_model *t, const mt_place_nod
     int32_t *ids = calloc((size_t)(X > 0 ? X : 1), sizeof *ids);
     int32_t *cov = calloc((size_t)L * (X > 0 ? X : 1) + 1, sizeof *cov);
     int32_t spares = 0;
+    uint64_t need = 0;
     for (int32_t k = 0; k < plan->n_assign; k++) {
         const mt_place_assign *a = &plan->assign[k];
         const mt_place_node *x = find_node(nodes, n, a->node);
         if (!x) continue;
         if (a->role == MT_PLACE_SPARE) {
             spares++;
-            CHECK(a->bytes == 0 && a->layer_begin == a->layer_end &&
+            CHECK(a->bytes == 0 && a->work_bytes == 0 && a->layer_begin == a->layer_end &&
                       a->expert_begin == a->expert_end && a->pipeline == -1 && !a->attention,
                   "%s: spare %lld holds something", what, (long long)a->node);
             CHECK(k >= plan->n_assign - plan->n_spares, "%s: spare before members", what);
             continue;
         }
-        CHECK(a->bytes <= x->capacity, "%s: node %lld holds %llu bytes > capacity %llu", what,
-              (long long)a->node, (unsigned long long)a->bytes, (unsigned long long)x->capacity);
+        CHECK(a->bytes + a->work_bytes <= x->capacity,
+              "%s: node %lld holds %llu bytes + %llu working memory > capacity %llu", what,
+              (long long)a->node, (unsigned long long)a->bytes, (unsigned long long)a->work_bytes,
+              (unsigned long long)x->capacity);
+        uint64_t work = a->attention ? work_of(p, a->layer_begin, a->layer_end) : 0;
+        CHECK(a->work_bytes == work,
+              "%s: node %lld (%s) has %llu bytes of working memory, want %llu", what,
+              (long long)a->node, mt_place_role_name(a->role), (unsigned long long)a->work_bytes,
+              (unsigned long long)work);
+        if (a->bytes + a->work_bytes > need) need = a->bytes + a->work_bytes;
         mt_shard_spec spec;
         mt_error err = {{0}};
         CHECK(mt_place_shard_spec(&t->m, a, ids, &spec, &err) == 0, "%s: spec: %s", what, err.msg);
@@ -171,6 +202,8 @@ static bool check_plan(const char *what, const test_model *t, const mt_place_nod
         }
     }
     CHECK(spares == plan->n_spares, "%s: %d spares, summary says %d", what, spares, plan->n_spares);
+    CHECK(plan->largest_need == need, "%s: largest need %llu, want %llu", what,
+          (unsigned long long)plan->largest_need, (unsigned long long)need);
     if (p->mode == MT_PLACE_SWARM) {
         for (int32_t l = 0; l < L; l++)
             for (int32_t e = 0; e < X; e++) {
@@ -654,7 +687,7 @@ static void check_lose(const char *what, const test_model *t, mt_place_node *nod
     for (int32_t k = 0; k < plan->n_assign; k++)
         if (plan->assign[k].role == MT_PLACE_SPARE) {
             const mt_place_node *x = find_node(v, m, plan->assign[k].node);
-            spare_fits |= x && x->available && x->capacity >= gone.bytes;
+            spare_fits |= x && x->available && x->capacity >= gone.bytes + gone.work_bytes;
         }
     mt_place_plan next;
     int rc = plan_make(t, v, m, p, &next);
@@ -862,12 +895,19 @@ static void fleet_case(const test_model *t, mt_place_mode mode, int32_t replicas
         if (rng_range(&s, 0, 19) == 0) nodes[i].available = false;
     mt_place_params p = mt_place_default_params(mode);
     p.replicas = replicas;
-    p.spares = (int32_t)(seed % 3); /* 0..2 in both modes */
+    p.spares = (int32_t)(seed % 3);                    /* 0..2 in both modes */
+    bool work = mode == MT_PLACE_CELL && seed % 4 < 2; /* stages keep working memory */
+    if (work) {
+        p.sessions = 16;
+        p.n_ctx = 4096;
+        p.state_bytes = t->state;
+        p.position_bytes = t->pos;
+    }
     mt_place_plan plan;
     int rc = plan_make(t, nodes, n, &p, &plan);
     char what[160];
-    snprintf(what, sizeof what, "%s %s r%d seed %llu n %d", t->name, mt_place_mode_name(mode),
-             replicas, (unsigned long long)seed, n);
+    snprintf(what, sizeof what, "%s %s%s r%d seed %llu n %d", t->name, mt_place_mode_name(mode),
+             work ? "+work" : "", replicas, (unsigned long long)seed, n);
     st->plans++;
     if (!check_plan(what, t, nodes, n, &p, &plan, rc)) {
         mt_place_plan_free(&plan);
@@ -878,7 +918,8 @@ static void fleet_case(const test_model *t, mt_place_mode mode, int32_t replicas
     int32_t n_avail = 0;
     for (int32_t i = 0; i < n; i++)
         if (nodes[i].available) total += nodes[i].capacity, n_avail++;
-    uint64_t one = mode == MT_PLACE_CELL ? model_total(t) : model_experts(t);
+    uint64_t one =
+        mode == MT_PLACE_CELL ? model_total(t) + work_of(&p, 0, t->m.n_layer) : model_experts(t);
     /* twice the bytes needed is always enough for these layouts */
     if (total >= 2 * (uint64_t)replicas * one + (mode == MT_PLACE_CELL ? 32 * GiB : 0))
         CHECK(plan.n_pipelines == replicas, "%s: %d of %d pipelines with %.1fx the bytes: %s", what,
@@ -946,6 +987,353 @@ static void test_fleets(void) {
           st.short_plans, st.plans);
 }
 
+/* ------------------------------------------------------- working memory */
+
+/* Two plans of the same nodes agree node for node (shards and times). */
+static bool same_plan(const mt_place_plan *a, const mt_place_plan *b) {
+    if (a->n_assign != b->n_assign || a->n_pipelines != b->n_pipelines || a->moves != b->moves ||
+        strcmp(a->reason, b->reason) != 0 || strcmp(a->warning, b->warning) != 0)
+        return false;
+    for (int32_t k = 0; k < a->n_assign; k++)
+        if (memcmp(&a->assign[k], &b->assign[k], sizeof a->assign[k]) != 0) return false;
+    for (int32_t i = 0; i < a->n_pipelines; i++)
+        if (memcmp(&a->pipelines[i], &b->pipelines[i], sizeof a->pipelines[i]) != 0) return false;
+    return true;
+}
+
+static void test_work_hand(void) {
+    /* 4 layers of 1000 MB (200 MB attention + 8 x 100 MB experts); layer 2 keeps
+     * a fixed state of 50 MB per session, 4 sessions: its stage needs 200 MB
+     * more than its weights. Nodes of exactly 1000 MB hold any layer's weights. */
+    test_model t;
+    model_uniform(&t, "work", 4, 0, 8, 2, 200 * MB, 100 * MB);
+    uint64_t state[4] = {0, 0, 50 * MB, 0}, zeros[4] = {0};
+    mt_place_node nodes[5];
+    for (int i = 0; i < 5; i++) nodes[i] = (mt_place_node){11 + i, 1000 * MB, 1.0, true, {0}};
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    p.replicas = 1;
+    p.spares = 0;
+    p.sessions = 4;
+    p.n_ctx = 4096;
+    mt_place_plan plan, ref;
+
+    /* no per-layer sizes: 4 one-layer stages, exactly full */
+    int rc = plan_make(&t, nodes, 4, &p, &ref);
+    check_plan("work: none", &t, nodes, 4, &p, &ref, rc);
+    CHECK(rc == 0 && ref.n_pipelines == 1 && ref.pipelines[0].n_groups == 4 &&
+              ref.largest_need == 1000 * MB,
+          "work: none: rc %d, %d groups", rc, ref.n_pipelines ? ref.pipelines[0].n_groups : 0);
+    for (int32_t k = 0; k < ref.n_assign; k++)
+        CHECK(ref.assign[k].work_bytes == 0, "work: none: node %lld keeps %llu bytes",
+              (long long)ref.assign[k].node, (unsigned long long)ref.assign[k].work_bytes);
+
+    /* NULL arrays behave exactly as before; so do arrays of zeros and 0 sessions */
+    mt_place_params z = p;
+    z.state_bytes = zeros;
+    z.position_bytes = zeros;
+    rc = plan_make(&t, nodes, 4, &z, &plan);
+    CHECK(same_plan(&plan, &ref), "work: zero arrays changed the plan");
+    mt_place_plan_free(&plan);
+    z.state_bytes = state;
+    z.sessions = 0;
+    rc = plan_make(&t, nodes, 4, &z, &plan);
+    CHECK(same_plan(&plan, &ref), "work: 0 sessions changed the plan");
+    mt_place_plan_free(&plan);
+
+    /* with the state: no 1000 MB node holds layer 2 (1000 MB + 4 x 50 MB), and
+     * 4 nodes hold 4.0 GB < 4.2 GB */
+    p.state_bytes = state;
+    rc = plan_make(&t, nodes, 4, &p, &plan);
+    check_plan("work: 4 nodes", &t, nodes, 4, &p, &plan, rc);
+    CHECK(rc == MT_PLACE_SHORT && plan.n_pipelines == 0 &&
+              strstr(plan.reason, "no complete pipeline: total capacity 4.0 GB of 4 available nodes"
+                                  " < 1 replica x 4.2 GB (200.0 MB of it working memory: 4"
+                                  " sessions x 4096 positions): add nodes"),
+          "work: 4 nodes: rc %d, reason '%s'", rc, plan.reason);
+    mt_place_plan_free(&plan);
+
+    /* a fifth node: layer 2 goes to a stage + partner. The stage keeps the
+     * state (room for 1000 - 200 - 200 = 600 MB of experts, speed splits the 8
+     * experts 4 + 4); the partner and the other stages keep none. Times are
+     * the bytes read: 20 ms attention + 0.25 ms call + 4 x 2/8 x 100 MB = 10 ms
+     * for layer 2, 200 MB + 2 x 100 MB = 40 ms for the others. */
+    rc = plan_make(&t, nodes, 5, &p, &plan);
+    check_plan("work: 5 nodes", &t, nodes, 5, &p, &plan, rc);
+    CHECK(rc == 0 && plan.n_pipelines == 1 && plan.pipelines[0].n_groups == 4 &&
+              count_role(&plan, MT_PLACE_PARTNER) == 1,
+          "work: 5 nodes: rc %d, %d partners", rc, count_role(&plan, MT_PLACE_PARTNER));
+    for (int32_t k = 0; k < plan.n_assign; k++) {
+        const mt_place_assign *a = &plan.assign[k];
+        if (a->role == MT_PLACE_STAGE && a->layer_begin == 2) {
+            CHECK(a->layer_end == 3 && a->expert_begin == 0 && a->expert_end == 4 &&
+                      a->bytes == 600 * MB && a->work_bytes == 200 * MB &&
+                      fabs(a->ms_per_token - 30) < 1e-9,
+                  "work: stage of layer 2: layers %d-%d, experts %d-%d, %llu + %llu bytes, %g ms",
+                  a->layer_begin, a->layer_end, a->expert_begin, a->expert_end,
+                  (unsigned long long)a->bytes, (unsigned long long)a->work_bytes, a->ms_per_token);
+        } else if (a->role == MT_PLACE_PARTNER) {
+            CHECK(a->layer_begin == 2 && a->expert_begin == 4 && a->expert_end == 8 &&
+                      a->bytes == 400 * MB && a->work_bytes == 0,
+                  "work: partner: layers %d-%d, experts %d-%d, %llu + %llu bytes", a->layer_begin,
+                  a->layer_end, a->expert_begin, a->expert_end, (unsigned long long)a->bytes,
+                  (unsigned long long)a->work_bytes);
+        } else {
+            CHECK(a->role == MT_PLACE_STAGE && a->layer_end - a->layer_begin == 1 &&
+                      a->bytes == 1000 * MB && a->work_bytes == 0,
+                  "work: node %lld is a %s of layers %d-%d with %llu bytes of working memory",
+                  (long long)a->node, mt_place_role_name(a->role), a->layer_begin, a->layer_end,
+                  (unsigned long long)a->work_bytes);
+        }
+    }
+    CHECK(fabs(plan.pipelines[0].slowest_ms - 40) < 1e-9 &&
+              fabs(plan.pipelines[0].latency_ms - 150.25) < 1e-9,
+          "work: times %g ms slowest, %g ms latency; want 40 and 150.25",
+          plan.pipelines[0].slowest_ms, plan.pipelines[0].latency_ms);
+    CHECK(plan.largest_shard == 1000 * MB && plan.largest_need == 1000 * MB,
+          "work: largest shard %llu, need %llu", (unsigned long long)plan.largest_shard,
+          (unsigned long long)plan.largest_need);
+    mt_place_plan_free(&plan);
+
+    /* keeping a plan: the 4-stage plan made without working memory, now with
+     * it. Layer 2's stage no longer fits whole: it keeps the attention and 6
+     * experts (200 + 200 + 600 MB), the free fifth node takes the other 2 as its
+     * partner; nothing else moves and the pipeline is kept */
+    mt_place_set_current(nodes, 4, &ref);
+    int64_t stage2 = -1;
+    for (int32_t k = 0; k < ref.n_assign; k++)
+        if (ref.assign[k].layer_begin == 2) stage2 = ref.assign[k].node;
+    rc = plan_make(&t, nodes, 5, &p, &plan);
+    check_plan("work: kept", &t, nodes, 5, &p, &plan, rc);
+    const mt_place_assign *s2 = mt_place_plan_find(&plan, stage2),
+                          *fifth = mt_place_plan_find(&plan, 15);
+    CHECK(rc == 0 && !plan.replanned && plan.moves == 2 && s2 && s2->role == MT_PLACE_STAGE &&
+              s2->expert_end == 6 && s2->work_bytes == 200 * MB && fifth &&
+              fifth->role == MT_PLACE_PARTNER && fifth->paired_with == stage2 &&
+              fifth->expert_begin == 6 && fifth->expert_end == 8,
+          "work: kept: rc %d, replanned %d, %d moves, stage experts to %d, fifth a %s", rc,
+          plan.replanned, plan.moves, s2 ? s2->expert_end : -1,
+          fifth ? mt_place_role_name(fifth->role) : "none");
+    mt_place_plan_free(&plan);
+    for (int i = 0; i < 5; i++) memset(&nodes[i].current, 0, sizeof nodes[i].current);
+    mt_place_plan_free(&ref);
+
+    /* per-position bytes scale with the context: layer 3 keeps 10 kB per
+     * position. Roomy nodes: its stage keeps sessions x n_ctx x 10 kB. Nodes of
+     * exactly 1000 MB: 0 positions fit, 1 does not. */
+    uint64_t pos[4] = {0, 0, 0, 10000};
+    p.state_bytes = NULL;
+    p.position_bytes = pos;
+    const int32_t ctxs[3] = {0, 1000, 5000};
+    mt_place_node big[4];
+    for (int i = 0; i < 4; i++) big[i] = (mt_place_node){21 + i, 2000 * MB, 1.0, true, {0}};
+    for (int i = 0; i < 3; i++) {
+        p.n_ctx = ctxs[i];
+        rc = plan_make(&t, big, 4, &p, &plan);
+        check_plan("work: context", &t, big, 4, &p, &plan, rc);
+        uint64_t want = 4ull * (uint64_t)ctxs[i] * 10000, got = UINT64_MAX;
+        for (int32_t k = 0; k < plan.n_assign; k++)
+            if (plan.assign[k].attention && plan.assign[k].layer_end == 4)
+                got = plan.assign[k].work_bytes;
+        CHECK(rc == 0 && got == want, "work: %d positions: the last stage keeps %llu, want %llu",
+              ctxs[i], (unsigned long long)got, (unsigned long long)want);
+        mt_place_plan_free(&plan);
+        rc = plan_make(&t, nodes, 4, &p, &plan);
+        check_plan("work: context, full nodes", &t, nodes, 4, &p, &plan, rc);
+        CHECK((rc == 0) == (ctxs[i] == 0), "work: %d positions on full nodes: rc %d '%s'", ctxs[i],
+              rc, plan.reason);
+        mt_place_plan_free(&plan);
+    }
+    p.n_ctx = 1;
+    rc = plan_make(&t, nodes, 4, &p, &plan);
+    CHECK(rc == MT_PLACE_SHORT, "work: 1 position on full nodes: rc %d", rc);
+    mt_place_plan_free(&plan);
+
+    /* the attention part of a layer fits nowhere with its working memory */
+    p.n_ctx = 25000; /* 4 x 25000 x 10 kB = 1.0 GB: the last stage keeps 1.2 GB */
+    rc = plan_make(&t, big, 4, &p, &plan);
+    check_plan("work: 25000 positions", &t, big, 4, &p, &plan, rc);
+    CHECK(rc == 0 && plan.largest_need >= 1200 * MB, "work: 25000 positions: rc %d '%s'", rc,
+          plan.reason);
+    mt_place_plan_free(&plan);
+    p.n_ctx = 50000; /* 2.0 GB: with the 200 MB attention more than any node */
+    rc = plan_make(&t, big, 4, &p, &plan);
+    CHECK(rc == MT_PLACE_SHORT &&
+              strstr(plan.reason, "the attention part of layer 3 (200.0 MB + 2.0 GB working"
+                                  " memory) fits on no available node (the largest holds 2.0 GB)"),
+          "work: 50000 positions: rc %d '%s'", rc, plan.reason);
+    mt_place_plan_free(&plan);
+
+    /* spares: one that holds the largest shard but not its working memory
+     * cannot take it over */
+    uint64_t st2[4] = {0, 0, 0, 50 * MB};
+    p.state_bytes = st2;
+    p.position_bytes = NULL;
+    p.spares = 1;
+    mt_place_node six[5];
+    for (int i = 0; i < 4; i++) six[i] = (mt_place_node){31 + i, 1200 * MB, 2.0, true, {0}};
+    six[4] = (mt_place_node){39, 1000 * MB, 1.0, true, {0}};
+    rc = plan_make(&t, six, 5, &p, &plan);
+    check_plan("work: spare", &t, six, 5, &p, &plan, rc);
+    const mt_place_assign *sp = mt_place_plan_find(&plan, 39);
+    CHECK(rc == 0 && sp && sp->role == MT_PLACE_SPARE &&
+              strstr(plan.warning, "only 0 of 1 spares can take over the largest shard (1.0 GB +"
+                                   " 200.0 MB working memory)"),
+          "work: spare: rc %d, node 39 a %s, warning '%s'", rc,
+          sp ? mt_place_role_name(sp->role) : "none", plan.warning);
+    mt_place_plan_free(&plan);
+
+    /* bad sizes are refused, naming the field */
+    uint64_t huge[4] = {0, 0, 1ull << 62, 0};
+    p.state_bytes = huge;
+    mt_error err = {{0}};
+    CHECK(mt_place_plan_make(&t.m, nodes, 4, &p, &plan, &err) < 0 &&
+              strstr(err.msg, "working memory") && strstr(err.msg, "layer 2"),
+          "work: huge state: %s", err.msg);
+    p.state_bytes = state;
+    p.sessions = -1;
+    CHECK(mt_place_plan_make(&t.m, nodes, 4, &p, &plan, &err) < 0 && strstr(err.msg, "sessions -1"),
+          "work: negative sessions: %s", err.msg);
+    p.sessions = 4;
+    p.n_ctx = (1 << 24) + 1;
+    CHECK(mt_place_plan_make(&t.m, nodes, 4, &p, &plan, &err) < 0 && strstr(err.msg, "n_ctx"),
+          "work: n_ctx: %s", err.msg);
+
+    /* swarm: expert servers hold no attention and keep no working memory */
+    p = mt_place_default_params(MT_PLACE_SWARM);
+    p.replicas = 1;
+    p.state_bytes = state;
+    rc = plan_make(&t, nodes, 4, &p, &plan);
+    check_plan("work: swarm", &t, nodes, 4, &p, &plan, rc);
+    CHECK(rc == 0 && plan.largest_need == plan.largest_shard, "work: swarm: rc %d", rc);
+    mt_place_plan_free(&plan);
+}
+
+/* The model layer's per-layer sizes (from a file's metadata) are what the KV
+ * cache of the loaded model reserves, for every layer range and context; and
+ * a placement fed with them reserves, per stage, what its sessions' caches
+ * reserve. A kimi-k3 model: 4 layers, MLA at 1 and 3, KDA at 0 and 2. */
+static void test_work_from_model(void) {
+    mt_synth_params sp = mt_synth_default_params("kimi-k3");
+    sp.n_layer = 4;
+    sp.mla_layers = "1,3";
+    sp.n_expert = 8;
+    sp.n_expert_used = 2;
+    const char *path = check_tmp(".gguf");
+    mt_error err = {{0}};
+    CHECK(mt_synth_write(&sp, path, &err) == 0, "mkmodel kimi-k3: %s", err.msg);
+    gguf_file *f = gguf_open(path, &err);
+    mt_model *m = mt_model_load(path, &err);
+    CHECK(f && m, "kimi-k3: %s", err.msg);
+    if (!f || !m) {
+        if (f) gguf_close(f);
+        mt_model_free(m);
+        unlink(path);
+        return;
+    }
+    uint64_t fixed[4], per_pos[4];
+    int32_t n_ctx_train = 0;
+    CHECK(mt_kv_session_bytes(f, 4, fixed, per_pos, &n_ctx_train, &err) == 0, "sizes: %s", err.msg);
+    /* by hand: KDA 3 x D x (K - 1) + H x hd x hd floats, MLA kv_lora + rope per position */
+    const mt_hparams *hp = &m->hp;
+    uint64_t D = (uint64_t)hp->n_head * (uint64_t)hp->kda_head_dim;
+    uint64_t kda = 4 * (3 * D * (uint64_t)(hp->ssm_conv - 1) +
+                        (uint64_t)hp->n_head * (uint64_t)hp->kda_head_dim * hp->kda_head_dim);
+    uint64_t mla = 4 * (uint64_t)(hp->kv_lora_rank + hp->qk_rope);
+    CHECK(
+        fixed[0] == kda && fixed[2] == kda && fixed[1] == 0 && fixed[3] == 0 && per_pos[0] == 0 &&
+            per_pos[2] == 0 && per_pos[1] == mla && per_pos[3] == mla &&
+            n_ctx_train == hp->n_ctx_train,
+        "sizes: fixed %llu %llu %llu %llu (KDA %llu), per position %llu %llu %llu %llu (MLA %llu)",
+        (unsigned long long)fixed[0], (unsigned long long)fixed[1], (unsigned long long)fixed[2],
+        (unsigned long long)fixed[3], (unsigned long long)kda, (unsigned long long)per_pos[0],
+        (unsigned long long)per_pos[1], (unsigned long long)per_pos[2],
+        (unsigned long long)per_pos[3], (unsigned long long)mla);
+    /* the cache of every range and a few contexts */
+    const int32_t ctxs[3] = {1, 7, 300};
+    for (int32_t a = 0; a < 4; a++)
+        for (int32_t b = a + 1; b <= 4; b++)
+            for (int i = 0; i < 3; i++) {
+                mt_kv_cache *kv = mt_kv_cache_new(m, a, b, ctxs[i], &err);
+                CHECK(kv != NULL, "cache %d-%d: %s", a, b, err.msg);
+                if (!kv) continue;
+                uint64_t want = 0, want_rec = 0;
+                for (int32_t l = a; l < b; l++)
+                    want += fixed[l] + (uint64_t)ctxs[i] * per_pos[l], want_rec += fixed[l];
+                CHECK(mt_kv_cache_bytes(kv) == want && mt_kv_cache_rec_bytes(kv) == want_rec,
+                      "cache %d-%d, %d positions: %zu bytes (%zu recurrent), sizes say %llu (%llu)",
+                      a, b, ctxs[i], mt_kv_cache_bytes(kv), mt_kv_cache_rec_bytes(kv),
+                      (unsigned long long)want, (unsigned long long)want_rec);
+                mt_kv_cache_free(kv);
+            }
+    CHECK(mt_kv_session_bytes(f, 5, fixed, per_pos, NULL, &err) < 0 &&
+              strstr(err.msg, "block_count says 4 layers"),
+          "sizes, wrong layer count: %s", err.msg);
+
+    /* a placement of the file's layout with those sizes: each stage keeps what
+     * `sessions` caches of its layers reserve */
+    mt_shard_layout layout;
+    CHECK(mt_shard_layout_read(f, &layout, &err) == 0, "layout: %s", err.msg);
+    mt_place_model pm = mt_place_model_from_layout(&layout, hp->n_expert_used);
+    uint64_t total = 0;
+    for (int32_t l = 0; l < 4; l++) total += layout.attn_bytes[l] + 8 * layout.expert_bytes[l];
+    /* a node holds the whole model's weights and one KDA + one MLA layer's
+     * working memory, not all four layers': with the sizes no stage holds the
+     * whole model */
+    mt_place_node nodes[4];
+    for (int i = 0; i < 4; i++)
+        nodes[i] = (mt_place_node){i + 1, total + 3 * (kda + 64 * mla), 1.0, true, {0}};
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    p.spares = 0;
+    p.sessions = 3;
+    p.n_ctx = 64;
+    p.state_bytes = fixed;
+    p.position_bytes = per_pos;
+    mt_place_plan plan;
+    int rc = mt_place_plan_make(&pm, nodes, 4, &p, &plan, &err);
+    CHECK(rc == 0 && plan.n_pipelines == 2, "kimi placement: rc %d (%s%s)", rc,
+          rc < 0 ? err.msg : "", plan.reason);
+    for (int32_t k = 0; rc >= 0 && k < plan.n_assign; k++) {
+        const mt_place_assign *a = &plan.assign[k];
+        mt_kv_cache *kv =
+            a->attention ? mt_kv_cache_new(m, a->layer_begin, a->layer_end, 64, &err) : NULL;
+        uint64_t want = 3 * (uint64_t)mt_kv_cache_bytes(kv);
+        CHECK(a->work_bytes == want && a->bytes + a->work_bytes <= nodes[0].capacity &&
+                  (!a->attention || a->layer_end - a->layer_begin < 4),
+              "kimi placement: node %lld (layers %d-%d) keeps %llu, 3 caches reserve %llu",
+              (long long)a->node, a->layer_begin, a->layer_end, (unsigned long long)a->work_bytes,
+              (unsigned long long)want);
+        mt_kv_cache_free(kv);
+    }
+    if (rc >= 0) mt_place_plan_free(&plan);
+    mt_shard_layout_free(&layout);
+
+    /* a GQA model (qwen3moe): K and V rows per position, no fixed state */
+    mt_synth_params q = mt_synth_default_params("qwen3moe");
+    const char *qpath = check_tmp(".gguf");
+    CHECK(mt_synth_write(&q, qpath, &err) == 0, "mkmodel qwen3moe: %s", err.msg);
+    gguf_file *qf = gguf_open(qpath, &err);
+    mt_model *qm = mt_model_load(qpath, &err);
+    if (qf && qm) {
+        int32_t L = qm->hp.n_layer;
+        uint64_t qfixed[16], qpos[16];
+        CHECK(L <= 16 && mt_kv_session_bytes(qf, L, qfixed, qpos, NULL, &err) == 0, "qwen3moe: %s",
+              err.msg);
+        mt_kv_cache *kv = mt_kv_cache_new(qm, 0, L, 10, &err);
+        uint64_t row = 4 * 2 * (uint64_t)qm->hp.n_head_kv * (uint64_t)qm->hp.head_dim_k;
+        CHECK(kv && qfixed[0] == 0 && qpos[0] == row && mt_kv_cache_bytes(kv) == 10 * L * row,
+              "qwen3moe: fixed %llu, per position %llu (want %llu), cache %zu",
+              (unsigned long long)qfixed[0], (unsigned long long)qpos[0], (unsigned long long)row,
+              mt_kv_cache_bytes(kv));
+        mt_kv_cache_free(kv);
+    }
+    if (qf) gguf_close(qf);
+    mt_model_free(qm);
+    unlink(qpath);
+    gguf_close(f);
+    mt_model_free(m);
+    unlink(path);
+}
+
 /* --------------------------------------------------------------- balance */
 
 static void print_balance(void) {
@@ -987,6 +1375,8 @@ int main(void) {
     test_bad_input();
     test_routes_hand();
     test_keep_hand();
+    test_work_hand();
+    test_work_from_model();
     test_fleets();
     print_balance();
     return check_report("test_placement");

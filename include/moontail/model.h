@@ -236,6 +236,22 @@ size_t mt_kv_cache_rec_bytes(const mt_kv_cache *kv);
  * made by mt_kv_cache_new with the same model, layers and context. */
 void mt_kv_cache_copy(mt_kv_cache *dst, const mt_kv_cache *src);
 
+/* What one session's cache keeps for one layer, in bytes: a KDA layer
+ * (is_kda) a fixed recurrent state (*fixed), any other layer a K/V or MLA
+ * latent row per context position (*per_position); the other is 0. These
+ * are the cache's own sizes: mt_kv_cache_bytes of a cache of layers [a, b)
+ * and n_ctx positions = the sum over those layers of fixed + n_ctx *
+ * per_position, and mt_kv_cache_rec_bytes the sum of fixed. */
+void mt_kv_layer_bytes(const mt_hparams *hp, bool is_kda, uint64_t *fixed, uint64_t *per_position);
+
+/* The same for every layer of a model or shard file, from its metadata
+ * alone (no tensor is read, so a registry can size sessions from the file
+ * it places): fixed and per_position get n_layer entries, which must be the
+ * file's block_count; *n_ctx_train (if non-NULL) gets its training context
+ * (context_length, 4096 when absent). */
+int mt_kv_session_bytes(const gguf_file *f, int32_t n_layer, uint64_t *fixed,
+                        uint64_t *per_position, int32_t *n_ctx_train, mt_error *err);
+
 /* -------------------------------------------------------------- forward */
 
 /* Hidden states are hp.n_hidden floats per token: the residual stream

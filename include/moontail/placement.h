@@ -35,7 +35,17 @@
  *   group ms = attn bytes / (s_stage * bpm) + (partners ? n_moe_layers * call_ms : 0)
  *            + max over members (n_expert_used * n_i / n_expert * expert bytes / (s_i * bpm))
  * A pipeline is as fast as its slowest group. These are model estimates,
- * not measurements. */
+ * not measurements.
+ *
+ * Working memory: a node that holds attention parts (a cell STAGE) also
+ * keeps every session's cache of those layers: a KDA layer a fixed
+ * recurrent state, an MLA or GQA layer a row per context position
+ * (mt_kv_layer_bytes). With the params' per-layer sizes it must have room
+ * for its shard bytes + sessions x (fixed state + n_ctx x bytes per position)
+ * of its layers, and every capacity decision (which layers a stage takes,
+ * who fills a lost stage, which spares can take the largest shard) counts
+ * both. Partners and swarm expert servers hold no attention and keep none.
+ * Time estimates stay the bytes read per token: the weights. */
 #ifndef MOONTAIL_PLACEMENT_H
 #define MOONTAIL_PLACEMENT_H
 
@@ -88,11 +98,15 @@ typedef struct mt_place_assign {
     int64_t paired_with;              /* PARTNER: its stage's node id; otherwise 0 */
     uint64_t bytes;                   /* shard tensor bytes (= mt_shard_spec_bytes) */
     double ms_per_token;              /* this node's own compute per token (see top) */
+    uint64_t work_bytes;              /* working memory it must keep besides the shard:
+                                         sessions x (fixed state + n_ctx x bytes per position)
+                                         of its layers when it holds their attention (see top);
+                                         0 otherwise */
 } mt_place_assign;
 
 typedef struct mt_place_node {
     int64_t id;              /* unique */
-    uint64_t capacity;       /* bytes of shard it can hold */
+    uint64_t capacity;       /* bytes it can hold: shard, and working memory (see top) */
     double speed;            /* relative compute speed (memory bandwidth), > 0 */
     bool available;          /* false: paused, draining or dead; gets nothing */
     mt_place_assign current; /* what it holds now (role NONE or SPARE: nothing); the
@@ -107,10 +121,22 @@ typedef struct mt_place_params {
     int32_t max_group;      /* cell: most nodes in one stage group (stage + partners), >= 1 */
     double bytes_per_ms;    /* bytes a speed-1.0 node reads per millisecond, > 0 */
     double partner_call_ms; /* cell: one round trip stage -> partners, per MoE layer, >= 0 */
+
+    /* Working memory of the nodes holding attention parts (see top). The
+     * per-layer sizes are the model's (mt_kv_session_bytes); NULL = none, and
+     * placement counts shard bytes only. */
+    int32_t sessions;               /* sessions a node keeps at once, 0..2^20 */
+    int32_t n_ctx;                  /* positions of each session's cache, 0..2^24 */
+    const uint64_t *state_bytes;    /* (n_layer) fixed bytes one session keeps for the layer
+                                       (KDA recurrent state), or NULL */
+    const uint64_t *position_bytes; /* (n_layer) bytes one session keeps for the layer per
+                                       context position (MLA latent, GQA K and V), or NULL */
 } mt_place_params;
 
 /* replicas 2; spares 1 (cell) or 0 (swarm); max_group 8; bytes_per_ms 1e7
- * (10 GB/s at speed 1.0); partner_call_ms 0.25 (a LAN round trip). */
+ * (10 GB/s at speed 1.0); partner_call_ms 0.25 (a LAN round trip); sessions
+ * 64 and n_ctx 4096, a node's defaults (`moontail node --max-sessions,
+ * --ctx`: 64 and min(context_length, 4096)); no per-layer sizes. */
 mt_place_params mt_place_default_params(mt_place_mode mode);
 
 /* ---------------------------------------------------------------- output */
@@ -146,6 +172,7 @@ typedef struct mt_place_plan {
     bool complete;                /* every layer / MoE slice has a holder */
     int32_t n_spares;             /* SPARE assignments */
     uint64_t largest_shard;       /* bytes of the largest assignment */
+    uint64_t largest_need;        /* most room any assignment needs: bytes + work_bytes */
     int32_t moves;                /* available nodes whose shard (layers, attention, experts)
                                      differs from their `current` one */
     bool replanned;               /* the previous plan was not kept (or there was none) */

@@ -65,6 +65,11 @@ typedef struct mt_registry_config {
     int max_active;         /* requests holding routes at once; more wait in line (0: no limit) */
     int ticket_ttl_ms;      /* a request not heard of for this long is dropped (<= 0: 30000) */
     int reports_per_minute; /* spot-check reports one account may make a minute (<= 0: 6) */
+    /* Working memory placement reserves on every node that holds attention parts (a
+     * cell stage): `sessions` sessions of n_ctx positions each, at the model's KV and
+     * recurrent-state sizes (placement.h). 0 sessions: none (shard bytes only). */
+    int sessions; /* 0..2^20; a node keeps up to --max-sessions (64) */
+    int n_ctx;    /* <= 0: a node's default, min(context_length, 4096) */
     bool quiet;
 } mt_registry_config;
 

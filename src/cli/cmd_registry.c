@@ -28,6 +28,11 @@ static const char usage[] =
     "  --listen ADDR         HTTP address (default 127.0.0.1:8470; :0 picks a port)\n"
     "  --replicas N          copies of every layer or expert (default 2)\n"
     "  --spares N            hot spares to keep (default 1 in a cell, 0 in a swarm)\n"
+    "  --sessions N          cell: room a stage keeps for N sessions' KV cache and\n"
+    "                        recurrent state besides its shard, as nodes run them\n"
+    "                        (`node --max-sessions`, 64; default 0: shard bytes only)\n"
+    "  --ctx N               positions of each of those sessions (default: the node\n"
+    "                        default, min(context_length, 4096))\n"
     "  --heartbeat-ms N      how often nodes report (default 1000)\n"
     "  --dead-after-ms N     silence after which a node is dead (default 5000)\n"
     "  --cert-minutes N      validity of issued certificates (default 60)\n"
@@ -52,7 +57,7 @@ int cmd_registry(int argc, char **argv) {
     int64_t replicas = 2, spares = -1, hb = 1000, dead = 5000, cert_minutes = 60, max_active = 0,
             reports_per_minute = 6;
     const char *relay_listen = NULL, *relay_ports = NULL, *relay_host = NULL;
-    int64_t relay_max_conns = 64;
+    int64_t relay_max_conns = 64, sessions = 0, ctx = 0;
     bool require_volunteer = false, quiet = false;
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
@@ -63,6 +68,8 @@ int cmd_registry(int argc, char **argv) {
         {"--listen", CLI_STRING, &listen, 0, 0},
         {"--replicas", CLI_INT, &replicas, 1, 16},
         {"--spares", CLI_INT, &spares, 0, 1000},
+        {"--sessions", CLI_INT, &sessions, 0, 1 << 20},
+        {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
         {"--heartbeat-ms", CLI_INT, &hb, 50, 60000},
         {"--dead-after-ms", CLI_INT, &dead, 200, 3600000},
         {"--cert-minutes", CLI_INT, &cert_minutes, 1, 60 * 24 * 365},
@@ -132,6 +139,8 @@ int cmd_registry(int argc, char **argv) {
                             .relay_port_lo = port_lo,
                             .relay_port_hi = port_hi,
                             .relay_max_conns = (int)relay_max_conns,
+                            .sessions = (int)sessions,
+                            .n_ctx = (int)ctx,
                             .quiet = quiet};
     mt_error err = {{0}};
     mt_registry *r = mt_registry_start(&c, &err);

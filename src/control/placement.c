@@ -32,6 +32,8 @@ mt_place_params mt_place_default_params(mt_place_mode mode) {
         .max_group = 8,
         .bytes_per_ms = 1e7,
         .partner_call_ms = 0.25,
+        .sessions = 64, /* the node's defaults (node.h: max_sessions, n_ctx) */
+        .n_ctx = 4096,
     };
     return p;
 }
@@ -79,6 +81,11 @@ void pl_pieces_free(pl_pieces *l) {
 uint64_t pl_piece_bytes(const pl_ctx *c, int32_t a, int32_t b, bool attention, int32_t eb,
                         int32_t ee) {
     return (attention ? pl_attn(c, a, b) : 0) + (uint64_t)(ee - eb) * pl_exp(c, a, b);
+}
+
+uint64_t pl_piece_room(const pl_ctx *c, int32_t a, int32_t b, bool attention, int32_t eb,
+                       int32_t ee) {
+    return pl_piece_bytes(c, a, b, attention, eb, ee) + (attention ? pl_work(c, a, b) : 0);
 }
 
 typedef struct node_key {
@@ -368,7 +375,7 @@ done:
 
 int32_t pl_fill_piece(const pl_ctx *c, bool *used, int32_t a, int32_t b, bool attention, int32_t eb,
                       int32_t ee, pl_part *got, int32_t max_got) {
-    uint64_t whole = pl_piece_bytes(c, a, b, attention, eb, ee);
+    uint64_t whole = pl_piece_room(c, a, b, attention, eb, ee);
     int32_t best = -1;
     for (int32_t i = 0; i < c->n_nodes; i++) {
         const mt_place_node *x = &c->nodes[i];
@@ -388,7 +395,7 @@ int32_t pl_fill_piece(const pl_ctx *c, bool *used, int32_t a, int32_t b, bool at
         used[best] = true;
         return 1;
     }
-    uint64_t E = pl_exp(c, a, b), A = attention ? pl_attn(c, a, b) : 0;
+    uint64_t E = pl_exp(c, a, b), A = attention ? pl_attn_room(c, a, b) : 0;
     if (E == 0 || ee <= eb) return 0;
     int32_t *free_nodes = malloc((size_t)c->n_nodes * sizeof *free_nodes), n_free = 0;
     if (!free_nodes) return 0;
@@ -473,6 +480,18 @@ int pl_rects(const bool *need, int32_t X, int32_t a, int32_t b, int32_t eb, int3
 
 /* ------------------------------------------------------------ validation */
 
+/* Working memory of layer il's attention part: sessions x (state + n_ctx x
+ * position bytes); false when that overflows 64 bits. */
+static bool layer_work(const mt_place_params *p, int32_t il, uint64_t *out) {
+    uint64_t state = p->state_bytes ? p->state_bytes[il] : 0;
+    uint64_t pos = p->position_bytes ? p->position_bytes[il] : 0, per_session;
+    *out = 0;
+    if (p->sessions <= 0) return true;
+    return !__builtin_mul_overflow(pos, (uint64_t)(p->n_ctx > 0 ? p->n_ctx : 0), &per_session) &&
+           !__builtin_add_overflow(per_session, state, &per_session) &&
+           !__builtin_mul_overflow(per_session, (uint64_t)p->sessions, out);
+}
+
 static int check_inputs(const mt_place_model *m, const mt_place_node *nodes, int32_t n,
                         const mt_place_params *p, mt_error *err) {
     if (!m || !p || (n > 0 && !nodes) || n < 0)
@@ -520,6 +539,22 @@ static int check_inputs(const mt_place_model *m, const mt_place_node *nodes, int
         return mt_error_set(err, "placement: bytes_per_ms must be a positive number");
     if (!(p->partner_call_ms >= 0) || !isfinite(p->partner_call_ms))
         return mt_error_set(err, "placement: partner_call_ms must be a number >= 0");
+    if (p->state_bytes || p->position_bytes) {
+        if (p->sessions < 0 || p->sessions > (1 << 20))
+            return mt_error_set(err, "placement: sessions %d is outside 0..2^20", p->sessions);
+        if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
+            return mt_error_set(err, "placement: n_ctx %d is outside 0..2^24", p->n_ctx);
+        for (int32_t il = 0; il < m->n_layer; il++) {
+            uint64_t w;
+            if (!layer_work(p, il, &w) || __builtin_add_overflow(total, w, &total) ||
+                total > (1ull << 62))
+                return mt_error_set(err,
+                                    "placement: the model's sizes and working memory (%d sessions"
+                                    " x %d positions) add up past 2^62 bytes at layer %d; check"
+                                    " state_bytes and position_bytes",
+                                    p->sessions, p->n_ctx, il);
+        }
+    }
     if (n > (1 << 20)) return mt_error_set(err, "placement: %d nodes is more than 2^20", n);
     for (int32_t i = 0; i < n; i++) {
         if (!(nodes[i].speed > 0) || !isfinite(nodes[i].speed) || nodes[i].speed > 1e9)
@@ -564,14 +599,19 @@ static int ctx_init(pl_ctx *c, const mt_place_model *m, const mt_place_node *nod
     c->attn_pre = calloc((size_t)c->L + 1, sizeof *c->attn_pre);
     c->exp_pre = calloc((size_t)c->L + 1, sizeof *c->exp_pre);
     c->moe_pre = calloc((size_t)c->L + 1, sizeof *c->moe_pre);
-    if (!c->attn_pre || !c->exp_pre || !c->moe_pre) return -1;
+    c->work_pre = calloc((size_t)c->L + 1, sizeof *c->work_pre);
+    if (!c->attn_pre || !c->exp_pre || !c->moe_pre || !c->work_pre) return -1;
     for (int32_t il = 0; il < c->L; il++) {
+        uint64_t w;
+        layer_work(p, il, &w); /* check_inputs saw it fit */
         c->attn_pre[il + 1] = c->attn_pre[il] + m->attn_bytes[il];
         c->exp_pre[il + 1] = c->exp_pre[il] + m->expert_bytes[il];
         c->moe_pre[il + 1] = c->moe_pre[il] + (m->expert_bytes[il] > 0);
+        c->work_pre[il + 1] = c->work_pre[il] + w;
     }
     c->experts_bytes = (uint64_t)c->X * c->exp_pre[c->L];
     c->model_bytes = c->attn_pre[c->L] + c->experts_bytes;
+    c->model_need = c->model_bytes + c->work_pre[c->L];
     return 0;
 }
 
@@ -579,6 +619,7 @@ static void ctx_free(pl_ctx *c) {
     free(c->attn_pre);
     free(c->exp_pre);
     free(c->moe_pre);
+    free(c->work_pre);
 }
 
 /* ---------------------------------------------------------------- planning */
@@ -586,9 +627,9 @@ static void ctx_free(pl_ctx *c) {
 /* Plans up to `want` pipelines / replicas from pool (every node offered),
  * then keeps `spares` of the nodes out of them: the nodes the plan leaves
  * unused, and if there are too few, the slowest nodes that can hold the
- * plan's largest shard (then the largest others), as many as the plan can
- * do without and keep its number of pipelines. Appends the pieces and marks
- * their nodes in used. */
+ * plan's largest shard with its working memory (then the largest others),
+ * as many as the plan can do without and keep its number of pipelines.
+ * Appends the pieces and marks their nodes in used. */
 static int32_t build_with_spares(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
                                  const int32_t *idx, pl_pieces *out, bool *used) {
     pl_build_fn build = c->p->mode == MT_PLACE_CELL ? pl_cell_build : pl_swarm_build;
@@ -606,8 +647,8 @@ static int32_t build_with_spares(const pl_ctx *c, const int32_t *pool, int32_t n
     for (int32_t j = 0; j < n_pool; j++) n_used += in[pool[j]];
     for (int32_t i = 0; i < best.n; i++) {
         const pl_piece *q = &best.v[i];
-        uint64_t bytes = pl_piece_bytes(c, q->a, q->b, q->attention, q->eb, q->ee);
-        if (bytes > largest) largest = bytes;
+        uint64_t room = pl_piece_room(c, q->a, q->b, q->attention, q->eb, q->ee);
+        if (room > largest) largest = room;
     }
     int32_t missing = c->p->spares - (n_pool - n_used);
     if (missing <= 0) goto done;
@@ -800,32 +841,41 @@ static void explain(const pl_ctx *c, int32_t made, char *buf, size_t cap) {
         snprintf(buf, cap, "no complete %s: ", cell ? "pipeline" : "replica");
     else
         snprintf(buf, cap, "made %d of %d %s: ", made, R, what);
-    uint64_t one = cell ? c->model_bytes : c->experts_bytes;
+    uint64_t one = cell ? c->model_need : c->experts_bytes;
+    uint64_t work = cell ? c->work_pre[c->L] : 0; /* swarm: the requester keeps attention */
     if (n_avail == 0) {
         append(buf, cap, "no available node (%d known, none available): start or resume nodes",
                c->n_nodes);
         return;
     }
     if (total < (uint64_t)(made + 1) * one) {
-        append(buf, cap, "total capacity %s of %d available node%s < %d replica%s x %s: add nodes",
+        append(buf, cap, "total capacity %s of %d available node%s < %d replica%s x %s",
                pl_fmt_bytes(total, b1, sizeof b1), n_avail, n_avail == 1 ? "" : "s", made + 1,
                made + 1 == 1 ? "" : "s", pl_fmt_bytes(one, b2, sizeof b2));
+        if (work)
+            append(buf, cap, " (%s of it working memory: %d sessions x %d positions)",
+                   pl_fmt_bytes(work, b3, sizeof b3), c->p->sessions, c->p->n_ctx);
+        append(buf, cap, ": add nodes");
         return;
     }
     for (int32_t il = 0; il < c->L; il++) {
-        uint64_t piece = cell ? c->m->attn_bytes[il] : c->m->expert_bytes[il];
+        uint64_t piece = cell ? pl_attn_room(c, il, il + 1) : c->m->expert_bytes[il];
         if (piece > largest) {
-            append(buf, cap,
-                   "%s of layer %d (%s) fits on no available node (the largest holds %s): add a"
-                   " larger node",
+            append(buf, cap, "%s of layer %d (%s",
                    cell ? "the attention part" : "one routed expert", il,
-                   pl_fmt_bytes(piece, b1, sizeof b1), pl_fmt_bytes(largest, b2, sizeof b2));
+                   pl_fmt_bytes(cell ? c->m->attn_bytes[il] : piece, b1, sizeof b1));
+            if (cell && pl_work(c, il, il + 1))
+                append(buf, cap, " + %s working memory",
+                       pl_fmt_bytes(pl_work(c, il, il + 1), b3, sizeof b3));
+            append(buf, cap,
+                   ") fits on no available node (the largest holds %s): add a larger node",
+                   pl_fmt_bytes(largest, b2, sizeof b2));
             return;
         }
     }
     uint64_t layer_max = 0;
     for (int32_t il = 0; il < c->L; il++) {
-        uint64_t w = cell ? pl_piece_bytes(c, il, il + 1, true, 0, c->X) : c->m->expert_bytes[il];
+        uint64_t w = cell ? pl_piece_room(c, il, il + 1, true, 0, c->X) : c->m->expert_bytes[il];
         if (w > layer_max) layer_max = w;
     }
     append(buf, cap,
@@ -834,6 +884,14 @@ static void explain(const pl_ctx *c, int32_t made, char *buf, size_t cap) {
            n_avail, pl_fmt_bytes(total, b1, sizeof b1), pl_fmt_bytes(largest, b2, sizeof b2),
            made + 1, what, cell ? "layer" : "expert of a layer",
            pl_fmt_bytes(layer_max, b3, sizeof b3));
+}
+
+/* The assignment that needs the most room (bytes + working memory). */
+static const mt_place_assign *largest_need(const mt_place_plan *plan) {
+    for (int32_t k = 0; k < plan->n_assign; k++)
+        if (plan->assign[k].bytes + plan->assign[k].work_bytes == plan->largest_need)
+            return &plan->assign[k];
+    return &plan->assign[0];
 }
 
 static int finish(const pl_ctx *c, pl_pieces *w, bool *used, int32_t count, bool replanned,
@@ -894,8 +952,11 @@ static int finish(const pl_ctx *c, pl_pieces *w, bool *used, int32_t count, bool
                          ? 0
                          : pl_piece_bytes(c, q->a, q->b, q->attention, q->eb, q->ee),
             .ms_per_token = piece_ms(c, q),
+            .work_bytes = q->role != MT_PLACE_SPARE && q->attention ? pl_work(c, q->a, q->b) : 0,
         };
         if (a->bytes > out->largest_shard) out->largest_shard = a->bytes;
+        if (a->bytes + a->work_bytes > out->largest_need)
+            out->largest_need = a->bytes + a->work_bytes;
         if (q->role == MT_PLACE_SPARE) out->n_spares++;
         if (!same_shard(&c->nodes[q->node].current, q)) out->moves++;
     }
@@ -978,17 +1039,23 @@ static int finish(const pl_ctx *c, pl_pieces *w, bool *used, int32_t count, bool
     for (int32_t k = 0; k < out->n_assign; k++)
         if (out->assign[k].role == MT_PLACE_SPARE) {
             const mt_place_node *x = &c->nodes[w->v[k].node];
-            able += x->capacity >= out->largest_shard;
+            able += x->capacity >= out->largest_need;
         }
-    char b1[32];
+    char b1[32], b2[32];
     if (out->n_spares < S)
         append(out->warning, sizeof out->warning,
                "only %d of %d spares: the %s need every other node", out->n_spares, S,
                cell ? "pipelines" : "replicas");
-    else if (able < S && count > 0)
+    else if (able < S && count > 0 && out->largest_need == out->largest_shard)
         append(out->warning, sizeof out->warning,
                "only %d of %d spares can take over the largest shard (%s): add a larger node", able,
                S, pl_fmt_bytes(out->largest_shard, b1, sizeof b1));
+    else if (able < S && count > 0)
+        append(out->warning, sizeof out->warning,
+               "only %d of %d spares can take over the largest shard (%s + %s working memory):"
+               " add a larger node",
+               able, S, pl_fmt_bytes(largest_need(out)->bytes, b1, sizeof b1),
+               pl_fmt_bytes(largest_need(out)->work_bytes, b2, sizeof b2));
     return 0;
 }
 

@@ -11,6 +11,9 @@
  * nodes share a layer (stage + partners) when none holds it alone.
  * Pipelines get their nodes by a snake draft by speed (placement.c).
  *
+ * Capacity is checked with the stage's working memory (pl_attn_room), time
+ * with the bytes it reads (pl_attn); see the top of moontail/placement.h.
+ *
  * Keeping a previous plan: a pipeline whose groups still chain over every
  * layer keeps its healthy members; the shard of a lost member goes to free
  * nodes (pl_fill_piece), a lost whole group to one free node or a small
@@ -34,14 +37,16 @@ typedef struct cell_group {
  * time <= T (T infinite: capacity only). Each member in turn (fastest
  * first) is tried as the stage; *stage gets the first that works. A member
  * of a multi-node group must hold at least one expert, so layers without
- * routed experts need a group of one. */
+ * routed experts need a group of one. The stage needs room for the
+ * attention parts and their working memory (AR); its time counts the
+ * attention bytes read (A). */
 static bool group_fits(const pl_ctx *c, const int32_t *mem, int32_t k, int32_t a, int32_t b,
                        double T, int32_t *stage) {
-    uint64_t A = pl_attn(c, a, b), E = pl_exp(c, a, b);
+    uint64_t A = pl_attn(c, a, b), AR = pl_attn_room(c, a, b), E = pl_exp(c, a, b);
     int32_t X = c->X;
     bool timed = isfinite(T);
     if (k == 1) {
-        if (c->nodes[mem[0]].capacity < A + (uint64_t)X * E) return false;
+        if (c->nodes[mem[0]].capacity < AR + (uint64_t)X * E) return false;
         if (timed && ((double)A + (double)c->U * (double)E) / pl_speed_bpm(c, mem[0]) > T)
             return false;
         *stage = 0;
@@ -50,7 +55,7 @@ static bool group_fits(const pl_ctx *c, const int32_t *mem, int32_t k, int32_t a
     if (E == 0) return false;
     double call = pl_moe(c, a, b) * c->p->partner_call_ms, ue = (double)c->U * (double)E;
     for (int32_t s = 0; s < k; s++) {
-        if (c->nodes[mem[s]].capacity < A) continue;
+        if (c->nodes[mem[s]].capacity < AR) continue;
         double rem = INFINITY; /* time left for the experts after attention and the calls */
         if (timed) {
             rem = T - (double)A / pl_speed_bpm(c, mem[s]) - call;
@@ -59,7 +64,7 @@ static bool group_fits(const pl_ctx *c, const int32_t *mem, int32_t k, int32_t a
         int64_t total = 0;
         bool ok = true;
         for (int32_t i = 0; i < k && ok; i++) {
-            uint64_t m = (c->nodes[mem[i]].capacity - (i == s ? A : 0)) / E;
+            uint64_t m = (c->nodes[mem[i]].capacity - (i == s ? AR : 0)) / E;
             if (timed) { /* experts it can run within rem */
                 double t = floor(rem * pl_speed_bpm(c, mem[i]) * X / ue);
                 if (t < (double)m) m = (uint64_t)t;
@@ -187,7 +192,7 @@ static int emit_group(const pl_ctx *c, const cell_group *g, int32_t pipeline, pl
     if (g->k == 1)
         return pl_push(out,
                        (pl_piece){stage, MT_PLACE_STAGE, pipeline, g->a, g->b, true, 0, c->X, -1});
-    uint64_t A = pl_attn(c, g->a, g->b), E = pl_exp(c, g->a, g->b);
+    uint64_t AR = pl_attn_room(c, g->a, g->b), E = pl_exp(c, g->a, g->b);
     double speed[PL_MAX_GROUP];
     int32_t lo[PL_MAX_GROUP], max[PL_MAX_GROUP], cnt[PL_MAX_GROUP], order[PL_MAX_GROUP];
     order[0] = g->stage; /* stage first, then the others in member order */
@@ -195,7 +200,7 @@ static int emit_group(const pl_ctx *c, const cell_group *g, int32_t pipeline, pl
         if (i != g->stage) order[k++] = i;
     for (int32_t j = 0; j < g->k; j++) {
         int32_t node = g->mem[order[j]];
-        uint64_t m = (c->nodes[node].capacity - (j == 0 ? A : 0)) / E;
+        uint64_t m = (c->nodes[node].capacity - (j == 0 ? AR : 0)) / E;
         speed[j] = c->nodes[node].speed;
         lo[j] = j == 0 ? 0 : 1;
         max[j] = m > (uint64_t)c->X ? c->X : (int32_t)m;
@@ -245,7 +250,7 @@ static int cell_fill_list(const pl_ctx *c, const int32_t *list, int32_t n, int32
 
 int32_t pl_cell_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
                       const int32_t *idx, pl_pieces *out) {
-    return pl_build(c, pool, n_pool, want, idx, out, c->model_bytes, pl_cell_feasible, pl_cell_time,
+    return pl_build(c, pool, n_pool, want, idx, out, c->model_need, pl_cell_feasible, pl_cell_time,
                     cell_fill_list);
 }
 
@@ -277,13 +282,14 @@ static bool rec_valid(const pl_ctx *c, const mt_place_assign *a) {
            pl_exp(c, a->layer_begin, a->layer_end) > 0;
 }
 
-/* A member that still holds its shard: available and large enough. */
+/* A member that still holds its shard: available and large enough (for the
+ * shard and, as a stage, its working memory). */
 static bool rec_healthy(const pl_ctx *c, const keep_rec *r) {
     const mt_place_node *x = &c->nodes[r->node];
     const mt_place_assign *a = r->cur;
     return x->available &&
-           x->capacity >= pl_piece_bytes(c, a->layer_begin, a->layer_end, a->attention,
-                                         a->expert_begin, a->expert_end);
+           x->capacity >= pl_piece_room(c, a->layer_begin, a->layer_end, a->attention,
+                                        a->expert_begin, a->expert_end);
 }
 
 typedef struct keep_state {

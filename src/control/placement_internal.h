@@ -21,7 +21,11 @@ typedef struct pl_ctx {
     uint64_t *attn_pre;     /* (L + 1) prefix sums of attn_bytes */
     uint64_t *exp_pre;      /* (L + 1) prefix sums of expert_bytes (one expert) */
     int32_t *moe_pre;       /* (L + 1) prefix counts of MoE layers */
+    uint64_t *work_pre;     /* (L + 1) prefix sums of each layer's working memory: sessions x
+                               (state_bytes + n_ctx x position_bytes); all 0 without them */
     uint64_t model_bytes;   /* every attention part + every expert: one cell pipeline */
+    uint64_t model_need;    /* model_bytes + every layer's working memory: the room one cell
+                               pipeline needs */
     uint64_t experts_bytes; /* every routed expert: one swarm replica */
 } pl_ctx;
 
@@ -35,6 +39,15 @@ static inline uint64_t pl_exp(const pl_ctx *c, int32_t a, int32_t b) {
 }
 static inline int32_t pl_moe(const pl_ctx *c, int32_t a, int32_t b) {
     return c->moe_pre[b] - c->moe_pre[a];
+}
+/* Working memory the holder of the attention parts of layers [a, b) keeps,
+ * and the room those parts need on it: their bytes plus that memory. Time
+ * estimates use pl_attn (bytes read), capacity decisions pl_attn_room. */
+static inline uint64_t pl_work(const pl_ctx *c, int32_t a, int32_t b) {
+    return c->work_pre[b] - c->work_pre[a];
+}
+static inline uint64_t pl_attn_room(const pl_ctx *c, int32_t a, int32_t b) {
+    return pl_attn(c, a, b) + pl_work(c, a, b);
 }
 static inline double pl_speed_bpm(const pl_ctx *c, int32_t node) {
     return c->nodes[node].speed * c->p->bytes_per_ms;
@@ -59,9 +72,13 @@ typedef struct pl_pieces {
 int pl_push(pl_pieces *l, pl_piece p); /* -1 when out of memory */
 void pl_pieces_free(pl_pieces *l);
 
-/* Tensor bytes of a piece (mt_shard_spec_bytes of its spec). */
+/* Tensor bytes of a piece (mt_shard_spec_bytes of its spec), and the room
+ * it needs on its node: those bytes plus, with attention, the working
+ * memory of its layers. */
 uint64_t pl_piece_bytes(const pl_ctx *c, int32_t a, int32_t b, bool attention, int32_t eb,
                         int32_t ee);
+uint64_t pl_piece_room(const pl_ctx *c, int32_t a, int32_t b, bool attention, int32_t eb,
+                       int32_t ee);
 
 /* Sorts node indices fastest first (speed, then capacity descending, then id). */
 void pl_sort_fastest(const pl_ctx *c, int32_t *v, int32_t n);
@@ -113,20 +130,22 @@ typedef int (*pl_fill_fn)(const pl_ctx *c, const int32_t *list, int32_t n, int32
 
 /* What both modes' builders do: as many of `want` pipelines / replicas as
  * the pool allows, each a drafted and balanced list of nodes laid out by
- * fill; need_bytes is what one copy holds. Appends the pieces to out (with
- * the indices idx[k]) and returns how many were made, or -1. */
+ * fill; need_bytes is the room one copy needs (bytes and working memory).
+ * Appends the pieces to out (with the indices idx[k]) and returns how many
+ * were made, or -1. */
 int32_t pl_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
                  const int32_t *idx, pl_pieces *out, uint64_t need_bytes, pl_feasible_fn feasible,
                  pl_time_fn time, pl_fill_fn fill);
 
 /* A shard to place on free nodes while keeping a plan: layers [a, b),
  * attention or not, experts [eb, ee). pl_fill_piece puts it on the fastest
- * free node that holds it whole, else (experts only, or attention plus
- * experts when attention is set) spreads it over the largest free nodes:
- * the first holds the attention part and as many experts as fit, the others
- * as many experts as fit each. Appends the parts to got (node, experts,
- * attention on the first), marks them in used, and returns how many parts
- * (>= 1), or 0 when the free nodes cannot hold it (nothing marked). */
+ * free node that holds it whole (with its working memory), else (experts
+ * only, or attention plus experts when attention is set) spreads it over
+ * the largest free nodes: the first holds the attention part (and its
+ * working memory) and as many experts as fit, the others as many experts as
+ * fit each. Appends the parts to got (node, experts, attention on the
+ * first), marks them in used, and returns how many parts (>= 1), or 0 when
+ * the free nodes cannot hold it (nothing marked). */
 typedef struct pl_part {
     int32_t node, eb, ee;
     bool attention;

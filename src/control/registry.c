@@ -50,6 +50,20 @@ static int load_model(mt_registry *r, mt_error *err) {
     for (int32_t il = 0; il < r->layout.n_layer; il++)
         r->model_bytes +=
             r->layout.attn_bytes[il] + (uint64_t)r->layout.n_expert * r->layout.expert_bytes[il];
+    if (r->cfg.sessions > 0) { /* what each session of a stage keeps, from the metadata */
+        int32_t L = r->layout.n_layer, n_ctx_train = 0;
+        r->state_bytes = calloc((size_t)L, sizeof *r->state_bytes);
+        r->position_bytes = calloc((size_t)L, sizeof *r->position_bytes);
+        if (!r->state_bytes || !r->position_bytes) return mt_error_set(err, "out of memory");
+        if (mt_kv_session_bytes(r->model, L, r->state_bytes, r->position_bytes, &n_ctx_train,
+                                err)) {
+            mt_error_prefix(err, "registry: sizing the working memory of %d sessions",
+                            r->cfg.sessions);
+            return -1;
+        }
+        if (r->cfg.n_ctx <= 0) /* the node's default (node_server.c) */
+            r->cfg.n_ctx = n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096;
+    }
     if (!r->cfg.quiet) fprintf(stderr, "registry: hashing %s\n", r->cfg.model);
     if (mt_shard_source_id(r->model, r->source_id, NULL, err)) return -1;
     char had[MT_SHARD_HASH_HEX];
@@ -153,6 +167,14 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     if (r->cfg.ticket_ttl_ms <= 0) r->cfg.ticket_ttl_ms = 30000;
     if (r->cfg.reports_per_minute <= 0) r->cfg.reports_per_minute = 6;
     if (r->cfg.max_active < 0) r->cfg.max_active = 0;
+    if (r->cfg.sessions < 0 || r->cfg.sessions > (1 << 20) || r->cfg.n_ctx > (1 << 24)) {
+        mt_error_set(err,
+                     "registry: %d sessions of %d positions: sessions must be in 0..2^20"
+                     " and positions at most 2^24",
+                     r->cfg.sessions, r->cfg.n_ctx);
+        free(r);
+        return NULL;
+    }
     r->db_path = strdup(cfg->db);
     r->shard_dir = strdup(cfg->shard_dir);
     r->cfg.db = r->db_path;
@@ -217,6 +239,8 @@ void mt_registry_stop(mt_registry *r) {
     mt_model_free(r->referee_model);
     free(r->tickets);
     mt_shard_layout_free(&r->layout);
+    free(r->state_bytes);
+    free(r->position_bytes);
     if (r->model) gguf_close(r->model);
     mt_keys_wipe(&r->key);
     pthread_mutex_destroy(&r->lock);

@@ -91,6 +91,9 @@ struct mt_registry {
     int32_t n_expert_used; /* <arch>.expert_used_count, 0 for a dense model */
     char source_id[MT_SHARD_HASH_HEX];
     uint64_t model_bytes; /* every layer's bytes (what placement must cover once) */
+    /* per-session working memory of each layer (mt_kv_session_bytes), when cfg.sessions > 0;
+     * NULL otherwise. cfg.n_ctx is resolved to the node default at start */
+    uint64_t *state_bytes, *position_bytes; /* (n_layer) fixed / per position, one session */
     uint64_t plan_version;
     int64_t last_plan_ms;
     char plan_why[512]; /* why coverage is incomplete, "" when complete */

@@ -67,6 +67,11 @@ static mt_place_params params_of(const mt_registry *r) {
         mt_place_default_params(r->cfg.mode == MT_REGISTRY_SWARM ? MT_PLACE_SWARM : MT_PLACE_CELL);
     p.replicas = r->cfg.replicas;
     p.spares = r->cfg.spares;
+    /* working memory of a stage's sessions (registry.c sized it when cfg.sessions > 0) */
+    p.sessions = r->cfg.sessions;
+    p.n_ctx = r->cfg.n_ctx;
+    p.state_bytes = r->state_bytes;
+    p.position_bytes = r->position_bytes;
     return p;
 }
 
@@ -117,12 +122,16 @@ void reg_replan(mt_registry *r, int64_t now) {
         if (same_assign(&a, &nodes[i].a)) continue;
         if (reg_node_save_assign(r, nodes[i].id, &a, &err) == 0) changed++;
         if (!r->cfg.quiet) {
-            char was[96], now_name[96];
+            char was[96], now_name[96], room[96] = "";
             reg_shard_name(&nodes[i].a, was);
             reg_shard_name(&a, now_name);
-            fprintf(stderr, "registry: node %lld '%s': %s %s -> %s %s\n", (long long)nodes[i].id,
+            const mt_place_assign *pa = mt_place_plan_find(&plan, nodes[i].id);
+            if (pa && pa->work_bytes) /* what a stage keeps besides its shard */
+                snprintf(room, sizeof room, " (%.1f MB + %.1f MB working memory)",
+                         (double)pa->bytes / 1e6, (double)pa->work_bytes / 1e6);
+            fprintf(stderr, "registry: node %lld '%s': %s %s -> %s %s%s\n", (long long)nodes[i].id,
                     nodes[i].name, reg_role_name(nodes[i].a.role), was[0] ? was : "-",
-                    reg_role_name(a.role), now_name[0] ? now_name : "-");
+                    reg_role_name(a.role), now_name[0] ? now_name : "-", room);
         }
     }
     bool why_changed = strcmp(r->plan_why, plan.reason) != 0;

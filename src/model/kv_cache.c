@@ -18,6 +18,7 @@
  * builds keep calloc, so that AddressSanitizer still checks every access. */
 #include "model_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -73,6 +74,8 @@ static size_t kv_rec_floats(const mt_kv_cache *kv) {
     return (size_t)kv_n_rec(kv) * kv->rec_floats;
 }
 
+/* ------------------------------------------------------------ sizes */
+
 /* Recurrent state of one KDA layer: the last K-1 inputs of the q, k and v
  * convolutions (3 x D x (K-1)) and the delta-rule matrices (H x hd x hd). */
 static size_t kda_state_floats(const mt_hparams *hp) {
@@ -80,6 +83,63 @@ static size_t kda_state_floats(const mt_hparams *hp) {
     return 3 * D * (size_t)(hp->ssm_conv - 1) +
            (size_t)hp->n_head * (size_t)hp->kda_head_dim * (size_t)hp->kda_head_dim;
 }
+
+/* Floats one attention layer keeps per position: a K row and a V row (GQA),
+ * or the latent [c_kv ; k_pe] as K and no V (MLA). */
+static void kv_widths(const mt_hparams *hp, int32_t *k_width, int32_t *v_width) {
+    if (mt_arch_has_mla(hp->arch)) {
+        *k_width = hp->kv_lora_rank + hp->qk_rope;
+        *v_width = 0;
+    } else {
+        *k_width = hp->n_head_kv * hp->head_dim_k;
+        *v_width = hp->n_head_kv * hp->head_dim_v;
+    }
+}
+
+void mt_kv_layer_bytes(const mt_hparams *hp, bool is_kda, uint64_t *fixed, uint64_t *per_position) {
+    *fixed = *per_position = 0;
+    if (is_kda) {
+        *fixed = (uint64_t)kda_state_floats(hp) * sizeof(float);
+    } else {
+        int32_t k_width, v_width;
+        kv_widths(hp, &k_width, &v_width);
+        *per_position = ((uint64_t)k_width + (uint64_t)v_width) * sizeof(float);
+    }
+}
+
+int mt_kv_session_bytes(const gguf_file *f, int32_t n_layer, uint64_t *fixed,
+                        uint64_t *per_position, int32_t *n_ctx_train, mt_error *err) {
+    mt_hparams hp;
+    if (mt_hparams_read(f, 0, &hp, err)) return -1;
+    if (hp.n_layer != n_layer)
+        return mt_error_set(err, "%s: block_count says %d layers, %d were expected", f->path,
+                            hp.n_layer, n_layer);
+    int32_t *kv = calloc((size_t)n_layer, sizeof *kv);
+    if (!kv) return mt_error_set(err, "out of memory for %d layers", n_layer);
+    /* kimi: the per-layer head_count_kv marks KDA layers with 0, as the loader
+     * reads it (model_load.c); other architectures have no KDA layers */
+    int rc = 0;
+    if (mt_arch_is_kimi(hp.arch)) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", hp.arch_name);
+        if (!gguf_find_kv(f, key))
+            rc = mt_error_set(err,
+                              "%s: required key '%s' is missing; kimi models list it per"
+                              " layer (0 marks a KDA layer)",
+                              f->path, key);
+        else
+            rc = mt_hparams_read_per_layer(f, &hp, "attention.head_count_kv", 0, kv, err);
+    } else {
+        for (int32_t il = 0; il < n_layer; il++) kv[il] = 1;
+    }
+    for (int32_t il = 0; rc == 0 && il < n_layer; il++)
+        mt_kv_layer_bytes(&hp, kv[il] == 0, &fixed[il], &per_position[il]);
+    free(kv);
+    if (rc == 0 && n_ctx_train) *n_ctx_train = hp.n_ctx_train;
+    return rc;
+}
+
+/* ------------------------------------------------------------ cache */
 
 mt_kv_cache *mt_kv_cache_new(const mt_model *m, int32_t layer_begin, int32_t layer_end,
                              int32_t n_ctx, mt_error *err) {
@@ -98,13 +158,7 @@ mt_kv_cache *mt_kv_cache_new(const mt_model *m, int32_t layer_begin, int32_t lay
     kv->layer_begin = layer_begin;
     kv->layer_end = layer_end;
     kv->n_ctx = n_ctx;
-    if (mt_arch_has_mla(hp->arch)) {
-        kv->k_width = hp->kv_lora_rank + hp->qk_rope;
-        kv->v_width = 0;
-    } else {
-        kv->k_width = hp->n_head_kv * hp->head_dim_k;
-        kv->v_width = hp->n_head_kv * hp->head_dim_v;
-    }
+    kv_widths(hp, &kv->k_width, &kv->v_width);
     const int32_t n = layer_end - layer_begin;
     if (!(kv->slot = malloc((size_t)n * sizeof *kv->slot))) goto oom;
     int32_t n_attn = 0, n_rec = 0;
