@@ -25,7 +25,7 @@
 BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
 case "${MT_TEST_ARCH:-qwen3moe}" in
 qwen3moe) ARCH=(--arch qwen3moe) ;;
-kimi-k3) ARCH=(--arch kimi-k3 --res-block 2 --latent 32 --kda-head-dim 32) ;;
+kimi-k3) ARCH=(--arch kimi-k3 --experts 8 --experts-used 2 --res-block 2 --latent 32 --kda-head-dim 32) ;;
 *)
     echo "MT_TEST_ARCH must be qwen3moe or kimi-k3 (got '$MT_TEST_ARCH')" >&2
     exit 2
