@@ -154,15 +154,17 @@ static float *reference(const mt_model *m, const int32_t *prompt) {
  * here on the whole model: every hidden state the network carries (the
  * embeddings going out, each stage's output coming back: the stream and the
  * checkpoints) rounded to bf16, each layer's cache its stage's; the prompt as
- * route_logits sends it (first_batch tokens, then one at a time). */
+ * route_logits sends it (first_batch tokens, then one at a time); the last
+ * stage's reply is the head's input (kimi-k3: the checkpoints mixed in). */
 static float *reference_bf16(const mt_model *m, const int32_t *prompt, int first_batch) {
-    const size_t W = (size_t)m->hp.n_hidden, V = (size_t)m->hp.n_vocab;
+    const size_t W = (size_t)m->hp.n_hidden, V = (size_t)m->hp.n_vocab, E = (size_t)m->hp.n_embd;
     mt_error err = {{0}};
     float *logits = calloc((size_t)N * V, sizeof(float)), *h = calloc((size_t)N * W, sizeof(float));
+    float *x = calloc((size_t)N * E, sizeof(float));
     mt_kv_cache *kv[N_LAYER] = {NULL};
     mt_pool *pool = mt_pool_create(1);
     int32_t pos[N];
-    bool ok = logits && h && pool;
+    bool ok = logits && h && x && pool;
     for (int i = 0; i < N_LAYER && ok; i++) ok = (kv[i] = mt_kv_cache_new(m, i, i + 1, N, &err));
     for (int p0 = 0; p0 < N && ok;) {
         const int n = p0 == 0 ? first_batch : 1;
@@ -172,15 +174,20 @@ static float *reference_bf16(const mt_model *m, const int32_t *prompt, int first
             if (il >= 0)
                 ok = mt_model_forward_layers(m, kv[il], il, il + 1, pos, n, h, NULL, pool, &err) ==
                      0;
-            for (size_t k = 0; k < (size_t)n * W; k++) h[k] = mt_bf16_to_f32(mt_f32_to_bf16(h[k]));
+            const bool last = il == N_LAYER - 1; /* the last stage sends the head's input */
+            if (ok && last) ok = mt_model_head_input(m, h, n, x, &err) == 0;
+            float *v = last ? x : h;
+            const size_t cnt = (size_t)n * (last ? E : W);
+            for (size_t k = 0; k < cnt; k++) v[k] = mt_bf16_to_f32(mt_f32_to_bf16(v[k]));
         }
-        if (ok) mt_model_head(m, h, n, logits + (size_t)p0 * V, pool);
+        if (ok) mt_model_head_from_input(m, x, n, logits + (size_t)p0 * V, pool);
         p0 += n;
     }
     CHECK(ok, "bf16 reference: %s", err.msg);
     for (int i = 0; i < N_LAYER; i++) mt_kv_cache_free(kv[i]);
     mt_pool_free(pool);
     free(h);
+    free(x);
     return logits;
 }
 

@@ -278,9 +278,13 @@ static void test_hidden_rows(void) {
         CHECK(mt_proto_banked(&in, l) == want_banked[l], "banked before layer %d: %d", l,
               mt_proto_banked(&in, l));
     CHECK(mt_proto_hidden_width(&in) == 8 && mt_proto_cols_in(&in, 3) == 6 &&
-              mt_proto_cols_in(&in, 0) == 2 && mt_proto_cols_out(&in, 1, 5) == 6 &&
-              mt_proto_cols_out(&in, 1, 2) == 2 && mt_proto_cols_out(&in, 0, 5) == 8,
+              mt_proto_cols_in(&in, 0) == 2 && mt_proto_cols_out(&in, 1, 4) == 4 &&
+              mt_proto_cols_out(&in, 1, 2) == 2 && mt_proto_cols_out(&in, 0, 4) == 6,
           "row widths");
+    /* after the last layer only the head's input (n_embd) goes back */
+    CHECK(mt_proto_out_is_head_input(&in, 5) && !mt_proto_out_is_head_input(&in, 4) &&
+              mt_proto_cols_out(&in, 1, 5) == 2 && mt_proto_cols_out(&in, 0, 5) == 2,
+          "widths of the last layer's reply");
     /* two tokens: stream s, checkpoints c0 c1 c2 */
     const float h[16] = {1, 2, 10, 11, 20, 21, 30, 31, -1, -2, -10, -11, -20, -21, -30, -31};
     float rows[16], back[16];
@@ -292,14 +296,17 @@ static void test_hidden_rows(void) {
     CHECK(memcmp(back, h, 6 * sizeof *h) == 0 && back[6] == 99 && back[7] == 99 &&
               memcmp(back + 8, h + 8, 6 * sizeof *h) == 0 && back[15] == 99,
           "unpack_in leaves the later checkpoint slot alone");
-    mt_proto_pack_out(&in, 1, 5, 2, h, rows); /* the stream, c1, c2 (banked by layers 2, 4) */
-    const float want_out[12] = {1, 2, 20, 21, 30, 31, -1, -2, -20, -21, -30, -31};
-    CHECK(memcmp(rows, want_out, sizeof want_out) == 0, "pack_out of layers [1, 5)");
+    mt_proto_pack_out(&in, 1, 4, 2, h, rows); /* the stream and c1 (banked by layer 2) */
+    const float want_out[8] = {1, 2, 20, 21, -1, -2, -20, -21}; /* layer 4 is not in [1, 4) */
+    CHECK(memcmp(rows, want_out, sizeof want_out) == 0, "pack_out of layers [1, 4)");
     for (int i = 0; i < 16; i++) back[i] = 99;
-    mt_proto_unpack_out(&in, 1, 5, 2, rows, back);
-    CHECK(back[0] == 1 && back[2] == 99 && back[4] == 20 && back[7] == 31 && back[8] == -1 &&
-              back[10] == 99 && back[15] == -31,
-          "unpack_out of layers [1, 5)");
+    mt_proto_unpack_out(&in, 1, 4, 2, rows, back);
+    CHECK(back[0] == 1 && back[2] == 99 && back[4] == 20 && back[5] == 21 && back[6] == 99 &&
+              back[8] == -1 && back[10] == 99 && back[12] == -20 && back[15] == 99,
+          "unpack_out of layers [1, 4)");
+    mt_proto_pack_out(&in, 1, 5, 2, h, rows); /* the last layer: the stream's place alone */
+    CHECK(rows[0] == 1 && rows[1] == 2 && rows[2] == -1 && rows[3] == -2,
+          "pack_out of layers [1, 5)");
     /* without attention residuals a row is the stream alone */
     mt_proto_info plain = {.n_embd = 2, .n_layer = 5, .n_embd_exp = 2};
     CHECK(mt_proto_hidden_width(&plain) == 2 && mt_proto_cols_in(&plain, 4) == 2 &&

@@ -304,9 +304,22 @@ int mt_model_forward_batch(const mt_model *m, mt_kv_cache *const *kv, int32_t a,
                            const int32_t *pos, int32_t n_tok, float *hidden,
                            const mt_expert_backend *experts, mt_pool *pool, mt_error *err);
 
+/* out (n_tok, n_embd) <- what the head normalises, from hidden (n_tok,
+ * n_hidden) after the last layer: the stream, or (k3) the stream mixed with
+ * every checkpoint by output_res_score, which the head and the last layer's
+ * shard both hold (the last stage of a pipeline sends this instead of the
+ * checkpoints). -1 with err for a k3 shard without it. */
+int mt_model_head_input(const mt_model *m, const float *hidden, int32_t n_tok, float *out,
+                        mt_error *err);
+
+/* logits (n_tok, n_vocab) <- output · rmsnorm(x, output_norm), x (n_tok,
+ * n_embd) the head's input (mt_model_head_input). Needs m->has_head. */
+void mt_model_head_from_input(const mt_model *m, const float *x, int32_t n_tok, float *logits,
+                              mt_pool *pool);
+
 /* logits (n_tok, n_vocab) <- output · rmsnorm(hidden, output_norm), hidden
- * (n_tok, n_hidden) (k3: the stream mixed with its checkpoints first). The
- * model must hold the head (m->has_head). */
+ * (n_tok, n_hidden) (k3: the stream mixed with its checkpoints first): the
+ * two above in one. The model must hold the head (m->has_head). */
 void mt_model_head(const mt_model *m, const float *hidden, int32_t n_tok, float *logits,
                    mt_pool *pool);
 

@@ -37,8 +37,11 @@
  *     carries the stream and the checkpoints banked before a
  *     (mt_proto_cols_in); its STAGE_REPLY the stream and the checkpoints
  *     banked in [a, end) only (mt_proto_cols_out), end being the last layer
- *     computed on the way (the last hop's layer_end when chained). Without
- *     attention residuals both are n_embd.
+ *     computed on the way (the last hop's layer_end when chained). When end
+ *     is the model's last layer the reply carries the head's input instead
+ *     (n_embd: the stream mixed with every checkpoint, mt_model_head_input),
+ *     so that no checkpoint travels back. Without attention residuals both
+ *     are n_embd.
  *
  * Requests (type, body after the header):
  *   0x0001 INFO           (empty)
@@ -226,14 +229,20 @@ static inline int32_t mt_proto_hidden_width(const mt_proto_info *in) {
 static inline int32_t mt_proto_cols_in(const mt_proto_info *in, int32_t a) {
     return in->n_embd * (1 + mt_proto_banked(in, a));
 }
+/* Whether the reply to a forward ending at `end` is the head's input. */
+static inline bool mt_proto_out_is_head_input(const mt_proto_info *in, int32_t end) {
+    return in->res_block > 0 && end == in->n_layer;
+}
 /* Values per token of the STAGE_REPLY to a forward of layers [a, end). */
 static inline int32_t mt_proto_cols_out(const mt_proto_info *in, int32_t a, int32_t end) {
+    if (mt_proto_out_is_head_input(in, end)) return in->n_embd;
     return in->n_embd * (1 + mt_proto_banked(in, end) - mt_proto_banked(in, a));
 }
 /* Whole hidden states (n, mt_proto_hidden_width) <-> wire rows: `pack_in`
  * copies what a forward into layer a carries, `unpack_in` puts it back (the
  * later checkpoint slots are left as they are); `pack_out` / `unpack_out`
- * do the same for the reply to a forward of [a, end). */
+ * do the same for the reply to a forward of [a, end) (when that is the
+ * head's input, it is in the stream's place). */
 void mt_proto_pack_in(const mt_proto_info *in, int32_t a, int32_t n, const float *hidden,
                       float *rows);
 void mt_proto_unpack_in(const mt_proto_info *in, int32_t a, int32_t n, const float *rows,

@@ -6,6 +6,10 @@
  *   - SHARED tensors: rope_freqs (llama-3 style RoPE frequency factors), a
  *     small read-only vector every layer's attention uses: it is copied into
  *     every shard that holds the head or any attention part;
+ *   - FINAL tensors: output_res_score (kimi-k3's attention-residual scores
+ *     before the head), copied into every shard that holds the head or the
+ *     LAST layer's attention part: the last stage mixes the checkpoints into
+ *     the head's input itself, so that they need not travel back;
  *   - a layer's ATTENTION part: every blk.N.* tensor that is not a routed
  *     expert (norms, attention, router ffn_gate_inp, exp_probs_b, shared
  *     experts *_shexp incl. ffn_gate_inp_shexp, dense ffn_gate/up/down);
@@ -68,7 +72,15 @@ typedef enum mt_shard_part {
     MT_SHARD_PART_ATTENTION,
     MT_SHARD_PART_EXPERTS,
     MT_SHARD_PART_SHARED,
+    MT_SHARD_PART_FINAL,
 } mt_shard_part;
+
+/* Whether a shard holds the FINAL tensors: it has the head, or the attention
+ * part of the model's last layer (layers [a, b) with b = n_layer). */
+static inline bool mt_shard_spec_has_final(int32_t n_layer, bool head, bool attention, int32_t a,
+                                           int32_t b) {
+    return head || (attention && a < b && b == n_layer);
+}
 
 /* Classifies a tensor by its name. Sets *part and *layer (-1 for the head).
  * An unknown name, or a blk.N name with a malformed N, is an error naming
@@ -82,6 +94,8 @@ typedef struct mt_shard_layout {
     uint64_t head_bytes;    /* tensor bytes of the head part */
     uint64_t shared_bytes;  /* tensor bytes of the shared tensors (in every shard with the
                                head or attention) */
+    uint64_t final_bytes;   /* tensor bytes of the final tensors (in every shard with the
+                               head or the last layer's attention part) */
     uint64_t *attn_bytes;   /* (n_layer) bytes of each layer's attention part */
     uint64_t *expert_bytes; /* (n_layer) bytes of ONE expert across the layer's routed
                                tensors; 0 for a dense layer */
@@ -154,6 +168,7 @@ typedef struct mt_shard_info {
     int32_t n_experts; /* -1 = all */
     int32_t *experts;  /* (n_experts) ascending original ids; NULL when all */
     int32_t source_n_expert;
+    int32_t source_n_layer; /* the model's block_count */
     char source_id[MT_SHARD_HASH_HEX];
     uint64_t n_tensors;     /* == the file's tensor count */
     uint64_t *tensor_index; /* (n_tensors) index into f->tensors of tensor_names[i] */

@@ -65,6 +65,24 @@ int reg_referee_identity(mt_registry *r, mt_keys *k, mt_error *err) {
     return mt_keys_set_cert(k, cert, sizeof cert, err);
 }
 
+/* What a node running the model's last layer replies (proto.h): for kimi-k3
+ * the stream's place holds the head's input, the checkpoints mixed in, and
+ * no checkpoint comes back (their places keep the probe's input). */
+static int head_input_in_place(const mt_model *m, float *hidden, const float *input, int32_t n,
+                               mt_error *err) {
+    if (m->hp.attn_res_block <= 0) return 0;
+    const size_t E = (size_t)m->hp.n_embd, W = (size_t)m->hp.n_hidden;
+    float *x = malloc((size_t)n * E * sizeof *x);
+    if (!x) return mt_error_set(err, "out of memory for a probe of %d positions", n);
+    int rc = mt_model_head_input(m, hidden, n, x, err);
+    for (size_t t = 0; rc == 0 && t < (size_t)n; t++) {
+        memcpy(hidden + t * W, x + t * E, E * sizeof *x);
+        memcpy(hidden + t * W + E, input + t * W + E, (W - E) * sizeof *x);
+    }
+    free(x);
+    return rc;
+}
+
 int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b, int32_t positions,
                       const reg_probe_target *targets, int n_targets, reg_probe_outcome *out,
                       mt_error *err) {
@@ -124,7 +142,9 @@ int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b,
         const size_t bytes = (size_t)n * E * sizeof(float);
         memcpy(truth + (size_t)p * E, input + (size_t)p * E, bytes);
         if (mt_model_forward_layers(m, kv, a, b, pos + p, n, truth + (size_t)p * E, NULL, pool,
-                                    err))
+                                    err) ||
+            (b == m->hp.n_layer &&
+             head_input_in_place(m, truth + (size_t)p * E, input + (size_t)p * E, n, err)))
             goto done;
         for (int t = 0; t < n_targets; t++) {
             if (out[t].result != REG_PROBE_RIGHT) continue;

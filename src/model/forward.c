@@ -138,14 +138,41 @@ int mt_model_forward_layers(const mt_model *m, mt_kv_cache *kv, int32_t a, int32
     return rc;
 }
 
+int mt_model_head_input(const mt_model *m, const float *hidden, int32_t n_tok, float *out,
+                        mt_error *err) {
+    const mt_hparams *hp = &m->hp;
+    const size_t E = (size_t)hp->n_embd, W = (size_t)hp->n_hidden;
+    if (hp->attn_res_block > 0 && !m->output_res_score)
+        return mt_error_set(err,
+                            "%s holds neither the head nor the last layer: it cannot mix the"
+                            " checkpoints for the head (output_res_score)",
+                            m->gguf->path);
+    for (size_t t = 0; t < (size_t)n_tok; t++) {
+        const float *x = hidden + t * W;
+        if (m->output_res_score)
+            mt_attn_res_mix(x, x + E, E, hp->n_res_bank, m->output_res_score, (int64_t)E, hp->eps,
+                            out + t * E);
+        else
+            memcpy(out + t * E, x, E * sizeof(float));
+    }
+    return 0;
+}
+
+void mt_model_head_from_input(const mt_model *m, const float *x, int32_t n_tok, float *logits,
+                              mt_pool *pool) {
+    const size_t E = (size_t)m->hp.n_embd;
+    float *xn = malloc((size_t)n_tok * E * sizeof(float));
+    if (!xn) abort(); /* the logits buffer is far larger */
+    for (size_t t = 0; t < (size_t)n_tok; t++)
+        mt_rmsnorm(x + t * E, m->output_norm, (int64_t)E, m->hp.eps, xn + t * E);
+    mt_matmul(&m->output, xn, n_tok, logits, pool);
+    free(xn);
+}
+
 void mt_model_head(const mt_model *m, const float *hidden, int32_t n_tok, float *logits,
                    mt_pool *pool) {
-    const size_t E = (size_t)m->hp.n_embd;
-    float *x = malloc((size_t)n_tok * E * sizeof(float));
-    float *mixed = m->output_res_score ? malloc((size_t)n_tok * E * sizeof(float)) : NULL;
-    if (!x || (m->output_res_score && !mixed)) abort(); /* the logits buffer is far larger */
-    block_input(m, hidden, n_tok, m->hp.n_res_bank, m->output_res_score, m->output_norm, mixed, x);
-    free(mixed);
-    mt_matmul(&m->output, x, n_tok, logits, pool);
+    float *x = malloc((size_t)n_tok * (size_t)m->hp.n_embd * sizeof(float));
+    if (!x || mt_model_head_input(m, hidden, n_tok, x, NULL)) abort(); /* has_head: it has both */
+    mt_model_head_from_input(m, x, n_tok, logits, pool);
     free(x);
 }

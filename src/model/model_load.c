@@ -7,6 +7,7 @@
  * decoded to f32 copies owned by the model. */
 #include "model_internal.h"
 #include "moontail/quant.h"
+#include "moontail/shard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -479,9 +480,12 @@ mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
         bind_matrix(&b, &m->output, "output.weight", -1, hp->arch == MT_ARCH_QWEN2MOE, hp->n_embd,
                     hp->n_vocab);
         if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
-        if (hp->attn_res_block > 0)
-            m->output_res_score = bind_vector(&b, "output_res_score.weight", -1, true, hp->n_embd);
     }
+    /* the head's residual mix: with the head, and with the last layer (shard.h: FINAL) */
+    if (hp->attn_res_block > 0 &&
+        mt_shard_spec_has_final(hp->n_layer, m->has_head, m->has_attention, m->layer_begin,
+                                m->layer_end))
+        m->output_res_score = bind_vector(&b, "output_res_score.weight", -1, true, hp->n_embd);
     if (hp->arch == MT_ARCH_KIMI_K3 && hp->attn_res_block == 0 &&
         (gguf_find_tensor(f, "output_res_score.weight") ||
          gguf_find_tensor(f, "blk.0.attn_res_score.weight")))

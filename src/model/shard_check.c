@@ -105,6 +105,7 @@ int mt_shard_info_read(const gguf_file *f, mt_shard_info *out, mt_error *err) {
     out->layer_begin = (int32_t)lb;
     out->layer_end = (int32_t)le;
     out->source_n_expert = (int32_t)nx;
+    out->source_n_layer = (int32_t)n_layer;
 
     const gguf_kv *sid = gguf_find_kv(f, "moontail.shard.source_id");
     if (!sid || sid->value.type != GGUF_TYPE_STRING ||
@@ -205,6 +206,10 @@ int mt_shard_info_read(const gguf_file *f, mt_shard_info *out, mt_error *err) {
             break;
         case MT_SHARD_PART_SHARED:
             ok = out->head || (out->attention && out->layer_begin < out->layer_end);
+            break;
+        case MT_SHARD_PART_FINAL:
+            ok = mt_shard_spec_has_final(out->source_n_layer, out->head, out->attention,
+                                         out->layer_begin, out->layer_end);
             break;
         case MT_SHARD_PART_ATTENTION:
             ok = in_range && out->attention;
@@ -461,6 +466,15 @@ static void check_entry(report *r, const gguf_file *model, const mt_shard_layout
                         "%s: lacks the shared tensor '%s' that every shard with the head or"
                         " attention holds; split the model again",
                         who, model->tensors[i].name);
+    /* final tensors likewise, in every shard with the head or the last layer's attention */
+    if (mt_shard_spec_has_final(lay->n_layer, in.head, in.attention, in.layer_begin, in.layer_end))
+        for (uint64_t i = 0; i < model->n_tensors; i++)
+            if (lay->part[i] == MT_SHARD_PART_FINAL &&
+                !gguf_find_tensor(sf, model->tensors[i].name))
+                problem(r,
+                        "%s: lacks the tensor '%s' that every shard with the head or the last"
+                        " layer's attention holds; split the model again",
+                        who, model->tensors[i].name);
 done:
     mt_shard_info_free(&in);
     gguf_close(sf);
@@ -475,8 +489,10 @@ static void report_coverage(report *r, const gguf_file *model, const mt_shard_la
             uint64_t s = c->first[i] + a, b = a + 1;
             while (b < n && c->count[c->first[i] + b] == c->count[s]) b++;
             int32_t got = c->count[s];
-            /* shared tensors: one copy per shard with attention, so any count >= 1 */
-            bool fine = lay->part[i] == MT_SHARD_PART_SHARED ? got >= 1 : got == want;
+            /* shared and final tensors: one copy per shard that needs them, so any count >= 1 */
+            bool copied =
+                lay->part[i] == MT_SHARD_PART_SHARED || lay->part[i] == MT_SHARD_PART_FINAL;
+            bool fine = copied ? got >= 1 : got == want;
             if (!fine) {
                 *n_bad += b - a;
                 char what[160];

@@ -19,10 +19,13 @@
 
 /* ------------------------------------------------------ classification */
 
-static const char *const head_names[] = {"token_embd", "output_norm", "output", "output_res_score"};
+static const char *const head_names[] = {"token_embd", "output_norm", "output"};
 
 /* Model-wide tensors that every attention part needs: copied, not split. */
 static const char *const shared_names[] = {"rope_freqs"};
+
+/* Tensors the head and the last layer's attention part both need: copied. */
+static const char *const final_names[] = {"output_res_score"};
 
 /* Merged routed-expert tensors {ne0, ne1, n_expert}: sliced by expert. */
 static const char *const expert_names[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
@@ -73,6 +76,11 @@ int mt_shard_classify(const char *name, mt_shard_part *part, int32_t *layer, mt_
         *layer = -1;
         return 0;
     }
+    if (n && !memchr(name, '.', n) && in_list(name, n, final_names, COUNT(final_names))) {
+        *part = MT_SHARD_PART_FINAL;
+        *layer = -1;
+        return 0;
+    }
     if (strncmp(name, "blk.", 4) == 0) {
         const char *p = name + 4;
         int32_t il = 0;
@@ -100,14 +108,14 @@ int mt_shard_classify(const char *name, mt_shard_part *part, int32_t *layer, mt_
             return 0;
         }
     }
-    return mt_error_set(
-        err,
-        "tensor '%s' is not a tensor name shards know (head: token_embd, "
-        "output_norm, output, output_res_score; shared: rope_freqs; layers: blk.N.<attention,"
-        " KDA, norm, router,"
-        " shared or routed expert tensor>); the model cannot be split until its"
-        " part is defined",
-        name);
+    return mt_error_set(err,
+                        "tensor '%s' is not a tensor name shards know (head: token_embd, "
+                        "output_norm, output; shared: rope_freqs; final: output_res_score; layers: "
+                        "blk.N.<attention,"
+                        " KDA, norm, router,"
+                        " shared or routed expert tensor>); the model cannot be split until its"
+                        " part is defined",
+                        name);
 }
 
 /* -------------------------------------------------------------- layout */
@@ -192,6 +200,9 @@ int mt_shard_layout_read(const gguf_file *f, mt_shard_layout *out, mt_error *err
             break;
         case MT_SHARD_PART_SHARED:
             out->shared_bytes += t->nbytes;
+            break;
+        case MT_SHARD_PART_FINAL:
+            out->final_bytes += t->nbytes;
             break;
         case MT_SHARD_PART_ATTENTION:
             out->attn_bytes[il] += t->nbytes;
@@ -304,6 +315,9 @@ static bool selects(const mt_shard_layout *l, const mt_shard_spec *s, uint64_t i
         return s->head;
     case MT_SHARD_PART_SHARED:
         return s->head || (s->attention && s->layer_begin < s->layer_end);
+    case MT_SHARD_PART_FINAL:
+        return mt_shard_spec_has_final(l->n_layer, s->head, s->attention, s->layer_begin,
+                                       s->layer_end);
     case MT_SHARD_PART_ATTENTION:
         return s->attention && in_range;
     case MT_SHARD_PART_EXPERTS:
@@ -355,6 +369,8 @@ int mt_shard_spec_check(const mt_shard_layout *l, const mt_shard_spec *s, mt_err
 uint64_t mt_shard_spec_bytes(const mt_shard_layout *l, const mt_shard_spec *s) {
     uint64_t n = s->head ? l->head_bytes : 0;
     if (s->head || (s->attention && s->layer_begin < s->layer_end)) n += l->shared_bytes;
+    if (mt_shard_spec_has_final(l->n_layer, s->head, s->attention, s->layer_begin, s->layer_end))
+        n += l->final_bytes;
     int64_t experts = s->n_experts < 0 ? l->n_expert : s->n_experts;
     for (int32_t il = s->layer_begin < 0 ? 0 : s->layer_begin; il < s->layer_end && il < l->n_layer;
          il++) {

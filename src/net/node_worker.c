@@ -109,11 +109,26 @@ typedef struct step_item {
     node_session *session; /* STAGE_FORWARD */
 } step_item;
 
+/* After the model's last layer (kimi-k3): each token's stream becomes the
+ * head's input, the stream mixed with every checkpoint (mt_model_head_input),
+ * which is all the reply carries back. */
+static int head_input(mt_node *n, float *hidden, int32_t T, mt_error *err) {
+    const size_t E = (size_t)n->info.n_embd, W = (size_t)mt_proto_hidden_width(&n->info);
+    float *x = malloc((size_t)T * E * sizeof(float));
+    if (!x) return mt_error_set(err, "out of memory for %d tokens", T);
+    int rc = mt_model_head_input(n->model, hidden, T, x, err);
+    for (size_t t = 0; rc == 0 && t < (size_t)T; t++)
+        memcpy(hidden + t * W, x + t * E, E * sizeof(float));
+    free(x);
+    return rc;
+}
+
 /* Runs the scheduled STAGE_FORWARD jobs with layer range [a, b) as one batch.
  * Each token's whole hidden state (W floats) is rebuilt from what it brought
  * (the stream and the checkpoints banked before a; later slots zero); the
- * reply carries the stream and the checkpoints banked in [a, b), a chained
- * job gets the whole state to pass on (node_chain.c). */
+ * reply carries the stream and the checkpoints banked in [a, b) (after the
+ * last layer, the head's input alone), a chained job gets the whole state to
+ * pass on (node_chain.c). */
 static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a, int32_t b) {
     const mt_proto_info *in = &n->info;
     const size_t W = (size_t)mt_proto_hidden_width(in), C = (size_t)mt_proto_cols_out(in, a, b);
@@ -143,6 +158,8 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
     if (rc == 0)
         rc = mt_model_forward_batch(n->model, kv, a, b, pos, T, hidden,
                                     n->use_dispatch ? &be : NULL, n->pool, &err);
+    if (rc == 0 && mt_proto_out_is_head_input(in, b)) /* the last layer: mix for the head */
+        rc = head_input(n, hidden, T, &err);
     pthread_mutex_lock(&n->lock);
     n->stats.stage_batches++;
     if (n_jobs > n->stats.max_stage_requests) n->stats.max_stage_requests = n_jobs;

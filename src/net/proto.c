@@ -105,14 +105,22 @@ void mt_proto_unpack_in(const mt_proto_info *in, int32_t a, int32_t n, const flo
                         float *hidden) {
     move_rows(in, 0, mt_proto_banked(in, a), n, false, hidden, (float *)rows);
 }
+/* The checkpoints [c0, c1) a reply to a forward of [a, end) carries. */
+static void out_range(const mt_proto_info *in, int32_t a, int32_t end, int32_t *c0, int32_t *c1) {
+    *c0 = mt_proto_banked(in, a);
+    *c1 = mt_proto_out_is_head_input(in, end) ? *c0 : mt_proto_banked(in, end);
+}
 void mt_proto_pack_out(const mt_proto_info *in, int32_t a, int32_t end, int32_t n,
                        const float *hidden, float *rows) {
-    move_rows(in, mt_proto_banked(in, a), mt_proto_banked(in, end), n, true, (float *)hidden, rows);
+    int32_t c0, c1;
+    out_range(in, a, end, &c0, &c1);
+    move_rows(in, c0, c1, n, true, (float *)hidden, rows);
 }
 void mt_proto_unpack_out(const mt_proto_info *in, int32_t a, int32_t end, int32_t n,
                          const float *rows, float *hidden) {
-    move_rows(in, mt_proto_banked(in, a), mt_proto_banked(in, end), n, false, hidden,
-              (float *)rows);
+    int32_t c0, c1;
+    out_range(in, a, end, &c0, &c1);
+    move_rows(in, c0, c1, n, false, hidden, (float *)rows);
 }
 
 /* ---- little-endian writer ------------------------------------------------------- */

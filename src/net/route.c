@@ -603,6 +603,23 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
     return rc;
 }
 
+/* logits of n tokens' final hidden states (stride n_hidden). When the last
+ * layer ran on a stage of a kimi-k3 route, the stream's place already holds
+ * the head's input (proto.h: the last stage mixes the checkpoints). */
+static void route_head(mt_route *r, const float *hidden, int32_t n, float *logits) {
+    const mt_hparams *hp = &r->head->hp;
+    if (!(r->n_stages > 0 && hp->attn_res_block > 0)) {
+        mt_model_head(r->head, hidden, n, logits, r->pool);
+        return;
+    }
+    const size_t E = (size_t)hp->n_embd, W = (size_t)hp->n_hidden;
+    float *x = malloc((size_t)n * E * sizeof(float));
+    if (!x) abort(); /* the logits buffer is far larger */
+    for (size_t t = 0; t < (size_t)n; t++) memcpy(x + t * E, hidden + t * W, E * sizeof(float));
+    mt_model_head_from_input(r->head, x, n, logits, r->pool);
+    free(x);
+}
+
 /* Runs tokens [p0, p0 + n) of `all` in micro-batches; the last `want` rows of
  * logits (or only the last row) are written. */
 static int route_run(mt_route *r, mt_route_session *s, const int32_t *all, int32_t p0, int32_t n,
@@ -622,10 +639,10 @@ static int route_run(mt_route *r, mt_route_session *s, const int32_t *all, int32
         if (all_logits) {
             int32_t from = lo > first_logit ? lo : first_logit;
             if (from < hi)
-                mt_model_head(r->head, hidden + (size_t)(from - lo) * E, hi - from,
-                              logits + (size_t)(from - first_logit) * V, r->pool);
+                route_head(r, hidden + (size_t)(from - lo) * E, hi - from,
+                           logits + (size_t)(from - first_logit) * V);
         } else if (b + nb == n) {
-            mt_model_head(r->head, hidden + (size_t)(nb - 1) * E, 1, logits, r->pool);
+            route_head(r, hidden + (size_t)(nb - 1) * E, 1, logits);
         }
     }
     free(hidden);
