@@ -4,10 +4,12 @@
 # nodes that join it with an account token, each offering room for about
 # half the model. Checks:
 #   - join -> full coverage with 2 replicas serving, and one spare;
-#   - `moontail prompt --registry` gives the tokens `moontail run` gives;
+#   - `moontail prompt --registry` gives the tokens `moontail run` gives, also
+#     with --chain (the stages pass each pass along);
 #   - killing a node that serves the route while it generates leaves the
 #     output unchanged (the requester fails over and replays; recovery time
-#     printed), and the spare restores 2 replicas;
+#     printed), and the spare restores 2 replicas; the same in a chain whose
+#     last stage is killed, after which a sixth node joins;
 #   - a paused node gets no new work and is not routed to;
 #   - with --max-active 1 a second request waits in line and is told its place;
 #   - a registry restart loses no node, ledger row or credit;
@@ -66,6 +68,9 @@ P=(prompt --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/req.key" 
 $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p1.json" 2>"$tmp/p1.err" || bad "prompt: $(cat "$tmp/p1.err")"
 got=$(tokens <"$tmp/p1.json" 2>/dev/null)
 [ -n "$got" ] && [ "$got" = "$ref" ] && ok || bad "registry prompt tokens differ: $got vs $ref"
+# chained: one call per pass to the first stage, which passes it along the others
+$T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json --chain >"$tmp/pc.json" 2>"$tmp/pc.err" || bad "prompt --chain: $(cat "$tmp/pc.err")"
+[ "$(tokens <"$tmp/pc.json" 2>/dev/null)" = "$ref" ] && ok || bad "chained registry prompt tokens differ: $(cat "$tmp/pc.err")"
 
 # ---- kill a node of the route mid-generation: same text, failover measured
 "$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/long.txt" 2>"$tmp/long.err" &
@@ -92,6 +97,32 @@ sed -n 's/^requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
 wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
     bad "2 replicas were not restored after a node died: $(status | head -c 1500)"
 echo "replicas restored $(node -e "console.log(($(date +%s.%N) - ${t_kill:-0}).toFixed(2))") s after the kill"
+
+# ---- the same in a chain, the route's last stage killed: the first stage reports its next hop
+"$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos --chain >"$tmp/clong.txt" 2>"$tmp/clong.err" &
+ppid=$!
+croute=""
+for _ in $(seq 1 500); do
+    croute=$(sed -n 's/^requester: route: //p' "$tmp/clong.err" | head -1)
+    [ -n "$croute" ] && [ "$(stat -c %s "$tmp/clong.txt")" -gt 20 ] && break
+    sleep 0.02
+done
+clast=${croute##* }
+clast=${clast%%\[*}
+cvictim=""
+for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$clast" ] && kill -0 "${node_pid[$k]}" 2>/dev/null && cvictim=$k; done
+if [ -n "$cvictim" ]; then kill -9 "${node_pid[$cvictim]}"; else bad "could not find the chained route's last node ($croute)"; fi
+wait $ppid && ok || bad "chained prompt after a node died failed: $(tail -5 "$tmp/clong.err")"
+cmp -s "$tmp/clong.txt" "$tmp/ref_long.txt" && ok || bad "chained text after failover differs from the local run"
+grep -q "recovered on a new route" "$tmp/clong.err" && ok || bad "no chained failover happened: $(cat "$tmp/clong.err")"
+sed -n 's/^requester: \(recovered.*\)/chained failover: \1/p' "$tmp/clong.err"
+# a new machine joins in its place: 2 replicas serving again
+start_bg n6 "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n6.key" \
+    --data "$tmp/d6" --listen 127.0.0.1:0 --name pc6 --capacity-mb "$cap_mb" --speed 1 --threads 1
+node_pid[6]=$PID
+node_addr[6]=$ADDR
+wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
+    bad "2 replicas were not restored after a second node died and pc6 joined: $(status | head -c 1500)"
 
 # ---- pause a serving node: no new work, not routed to
 pid_of_paused=""
@@ -151,7 +182,7 @@ $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p3.json" 2>"$tmp/p
 
 # ---- earnings from the ledger
 "$BIN" cell earnings --registry "$URL" --price-per-mtok 2 --share 0.5 --json >"$tmp/earn.json" && ok || bad "cell earnings"
-json 'if (!(o.tokens > 0 && o.earnings > 0 && o.nodes.length == 5)) process.exit(1)' <"$tmp/earn.json" && ok || bad "earnings: $(cat "$tmp/earn.json")"
+json 'if (!(o.tokens > 0 && o.earnings > 0 && o.nodes.length == 6)) process.exit(1)' <"$tmp/earn.json" && ok || bad "earnings: $(cat "$tmp/earn.json")"
 "$BIN" cell earnings --registry "$URL" --price-per-mtok 2 --share 0.5
 
 # ---- swarm mode: lend before you prompt

@@ -27,6 +27,7 @@ typedef struct mt_api_config {
     const char *cache_dir;  /*   where the head shard is kept */
     mt_proto_dtype wire;    /*   hidden states on the network */
     double spot_check;      /*   fraction of stages checked on a replica (requester.h) */
+    bool chain;             /*   chained cell routes (requester.h) */
 
     const char *model_name; /* the id in /v1/models (default: the file's stem, or the
                                model's general.name through a registry) */

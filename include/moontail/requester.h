@@ -42,6 +42,10 @@ typedef struct mt_requester_config {
     int max_failovers;   /* new routes per session before giving up (<= 0: 8) */
     double spot_check;   /* fraction of (session, stage) pairs checked on a replica, 0..1
                             (0: none; the commands default to 0.05) */
+    bool chain;          /* cell routes chained (route.h: one call, the stages pass the rows
+                            on): for kimi-k3, whose rows grow with every stage, the requester
+                            then sends one hop's bytes instead of every stage's; spot-checks
+                            do not apply to chained routes */
     bool quiet;
 } mt_requester_config;
 

@@ -376,6 +376,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                   .cache_dir = c->cache_dir ? c->cache_dir : "moontail-cache",
                                   .wire = c->wire,
                                   .spot_check = c->spot_check,
+                                  .chain = c->chain,
                                   .threads = c->threads,
                                   .ubatch = c->ubatch,
                                   .quiet = c->quiet};

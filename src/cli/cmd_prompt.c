@@ -26,6 +26,9 @@ static const char usage[] =
     "                      twice, on another node holding the same layers, and compared\n"
     "                      bit for bit; a node found wrong is reported and avoided\n"
     "                      (default 0.05; 0: off, 1: every stage; docs/spot-checking.md)\n"
+    "  --chain             with --registry: send each pass to the first stage, which passes\n"
+    "                      it along the others (kimi-k3: far fewer bytes from this machine;\n"
+    "                      no spot-checks; docs/kimi-k3-distributed.md)\n"
     "  --route FILE        route file (JSON): the local head shard, the requester's key,\n"
     "                      the stage nodes and/or expert servers; see docs or route.h\n"
     "  -p PROMPT           prompt text; special tokens such as <|im_start|> are parsed\n"
@@ -70,7 +73,7 @@ static void prompt_json(void *ctx, json_t *root) {
 
 static int prompt_registry(const cli_gen *g, const char *registry, const char *token,
                            const char *token_file, const char *key, const char *cache,
-                           const char *wire, int call_timeout_ms, double spot_check) {
+                           const char *wire, int call_timeout_ms, double spot_check, bool chain) {
     if (strcmp(wire, "f32") != 0 && strcmp(wire, "bf16") != 0) {
         fprintf(stderr, "moontail prompt: --wire must be f32 or bf16\n");
         return 2;
@@ -88,6 +91,7 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
                              .ubatch = (int)g->ubatch,
                              .call_timeout_ms = call_timeout_ms,
                              .spot_check = spot_check,
+                             .chain = chain,
                              .quiet = false};
     cli_requester_ctx p = {mt_requester_open(&c, &err), 0};
     mt_vocab *vocab = NULL;
@@ -126,6 +130,7 @@ int cmd_prompt(int argc, char **argv) {
     cli_config conf;
     int64_t call_timeout_ms = 0; /* 0: the default of the mode */
     float spot_check_opt = -1;   /* -1: not given */
+    bool chain = false;
     const cli_opt extra[] = {{"--route", CLI_STRING, &route_path, 0, 0},
                              {"--registry", CLI_STRING, &registry, 0, 0},
                              {"--token", CLI_STRING, &token, 0, 0},
@@ -135,6 +140,7 @@ int cmd_prompt(int argc, char **argv) {
                              {"--wire", CLI_STRING, &wire, 0, 0},
                              {"--call-timeout-ms", CLI_INT, &call_timeout_ms, 100, 3600000},
                              {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
+                             {"--chain", CLI_FLAG, &chain, 0, 0},
                              {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_gen_parse("prompt", argc, argv, &g, extra, usage);
     if (prc) return prc > 0 ? 0 : 2;
@@ -159,7 +165,7 @@ int cmd_prompt(int argc, char **argv) {
     }
     if (registry)
         return prompt_registry(&g, registry, token, token_file, key, cache, wire,
-                               (int)call_timeout_ms, spot_check);
+                               (int)call_timeout_ms, spot_check, chain);
     if (spot_check_opt != -1) {
         fprintf(stderr, "moontail prompt: --spot-check needs --registry (a route file lists no"
                         " nodes to check on)\n");

@@ -27,6 +27,8 @@ static const char usage[] =
     "  --wire f32|bf16       hidden states on the network (default f32: exact)\n"
     "  --spot-check RATE     with --registry: the fraction of stages per request computed\n"
     "                        twice and compared (default 0.05; 0: off; docs/spot-checking.md)\n"
+    "  --chain               with --registry: chained routes (the stages pass each pass on;\n"
+    "                        kimi-k3: far fewer bytes from here; no spot-checks)\n"
     "  --listen ADDR         HTTP address (default 127.0.0.1:8080; :0 picks a port)\n"
     "  --model-name NAME     the model's id in the API (default: the file's stem, or the\n"
     "                        model's general.name through a registry)\n"
@@ -64,7 +66,7 @@ int cmd_serve(int argc, char **argv) {
                *listen = "127.0.0.1:8080", *model_name = NULL, *api_keys = NULL, *rate = NULL;
     int64_t parallel = 4, queue = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024,
             max_body_kb = 1024;
-    bool no_auth = false, quiet = false;
+    bool no_auth = false, quiet = false, chain = false;
     float spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
@@ -75,6 +77,7 @@ int cmd_serve(int argc, char **argv) {
         {"--cache", CLI_STRING, &cache, 0, 0},
         {"--wire", CLI_STRING, &wire, 0, 0},
         {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
+        {"--chain", CLI_FLAG, &chain, 0, 0},
         {"--listen", CLI_STRING, &listen, 0, 0},
         {"--model-name", CLI_STRING, &model_name, 0, 0},
         {"--api-keys", CLI_STRING, &api_keys, 0, 0},
@@ -122,6 +125,7 @@ int cmd_serve(int argc, char **argv) {
                        .cache_dir = cache,
                        .wire = strcmp(wire, "bf16") == 0 ? MT_PROTO_BF16 : MT_PROTO_F32,
                        .spot_check = spot_check,
+                       .chain = chain,
                        .model_name = model_name,
                        .api_keys = api_keys,
                        .no_auth = no_auth,

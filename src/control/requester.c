@@ -278,7 +278,8 @@ static int open_route(mt_requester *q, mt_error *err) {
                              .checkers = checkers,
                              .n_checkers = n_checkers,
                              .check_rate = q->check_rate,
-                             .check_stats = &q->checks};
+                             .check_stats = &q->checks,
+                             .chain = q->cfg.chain};
         mt_route_close(q->route);
         char failed[128] = "";
         c.failed_addr = failed;
