@@ -1,30 +1,42 @@
 #!/usr/bin/env bash
-# cellsim-predict.sh - the predictions table of docs/cellsim.md, from scratch.
+# cellsim-predict.sh - the predictions tables of docs/cellsim.md, from scratch.
 #
-#   1. calibration on this machine: three one-layer models at the Kimi K3 seed
-#      shape's widths (n_embd 7168, MLA 64 heads, experts of 2048, 16 used, 1
-#      shared, Q4_K) with 16, 64 and 128 experts (0.5, 1.7 and 3.3 GB in
-#      $DIR), each through `moontail bench --layer-times -t $(nproc)` twice;
-#   2. cellsim with all six calibrations (CPU time per thread: a machine of
-#      its own) for each MACHINES count of RAM_GB each, USERS concurrent users
+#   1. calibration on this machine: one-layer models at the target's real
+#      widths with 16, 64 and 128 experts, each through `moontail bench
+#      --layer-times -t $(nproc)` twice. SHAPE=kimi-k3 (the default): Kimi K3's
+#      layers (n_embd 7168, KDA with 64 heads of 128, MLA with 64 heads and its
+#      output gate, latent experts of 2048 x 3584 in MXFP4, 16 used, 1 shared,
+#      the rest Q4_K), a KDA layer with 16, 64 and 128 experts and an MLA layer
+#      with 16 and 128 (0.4-1.7 GB each in $DIR); SHAPE=deepseek2: the earlier
+#      seed shape's deepseek2 layer (MLA 64 heads, experts of 2048, Q4_K) with
+#      16, 64 and 128 experts;
+#   2. the wire: `cellsim --hops` for each MACHINES count (what each stage
+#      group is sent and sends back per token, f32 and bf16);
+#   3. cellsim with all calibrations (CPU time per thread: a machine of its
+#      own) for each MACHINES count of RAM_GB each, USERS concurrent users
 #      repeating requests (a prompt of 128 tokens, 128 tokens generated),
-#      6 simulated hours after 1 hour of warm-up, once per seed (SEEDS);
-#   3. a node failure at 2 h with FAIL_USERS users (the stage holding the
-#      middle layer of pipeline 0 killed), per seed.
+#      6 simulated hours after 1 hour of warm-up, once per seed (SEEDS), on
+#      the WIRE type (f32; WIRE="f32 bf16" for both);
+#   4. a node failure at 2 h with FAIL_USERS users (the stage holding the
+#      middle layer of pipeline 0 killed), per seed;
+#   5. SERVE_USERS users as slots of one requester process (`moontail serve`:
+#      one machine, one link, SERVE_CORES CPUs for every user's head), per seed.
 # It prints per machine count: the placement, per-user tokens/s at 1 user (and
 # the time to the first token), aggregate tokens/s at each USERS count (median
 # of the seeds and their range), and after the failure: the requesters it
 # hit, their time from the failure to their next token, the cell's first token
 # after it, and when the spare serves.
 #
-#   bench/cellsim-predict.sh            (after: cmake --build build; ~10 minutes on 2 cores)
-# Environment: MACHINES ("60 100 200"), USERS ("1 8 32 128"), SEEDS ("1 2 3"),
-# RAM_GB (64), FAIL_USERS (32), the LAN: LATENCY_US (100: bench/netns.sh's 0.1 ms
-# link), OVERHEAD_US (162: half of bench_dataplane's netns round trip of a
-# 7168-wide f32 state, 324 us when these figures were made), GBPS (1);
-# DIR (where the calibration models go; default a new directory under
-# $TMPDIR, removed at the end; an existing DIR keeps them and reuses its
-# cal-*.json). Benchmarks measure; no thresholds here.
+#   bench/cellsim-predict.sh            (after: cmake --build build; ~25 minutes on 2 cores)
+# Environment: SHAPE (kimi-k3), SHAPE_ARGS (more cellsim shape options, e.g.
+# "--layers 92 --res-block 4"), MACHINES ("60 100 200"), USERS ("1 8 32 128"),
+# SEEDS ("1 2 3"), WIRE (f32), RAM_GB (64), FAIL_USERS (32), SERVE_USERS ("32 128";
+# "" for none), SERVE_CORES (8), the LAN:
+# LATENCY_US (100: bench/netns.sh's 0.1 ms link), OVERHEAD_US (162: half of
+# bench_dataplane's netns round trip of a 7168-wide f32 state, 324 us when
+# these figures were made), GBPS (1); DIR (where the calibration models go;
+# default a new directory under $TMPDIR, removed at the end; an existing DIR
+# keeps them and reuses its cal-*.json). Benchmarks measure; no thresholds here.
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${MT_BUILD:-$SRC/build}
@@ -43,6 +55,8 @@ USERS=${USERS:-"1 8 32 128"}
 SEEDS=${SEEDS:-"1 2 3"}
 RAM_GB=${RAM_GB:-64}
 FAIL_USERS=${FAIL_USERS:-32}
+SERVE_USERS=${SERVE_USERS-"32 128"}
+SERVE_CORES=${SERVE_CORES:-8}
 LAN=(--latency-us "${LATENCY_US:-100}" --overhead-us "${OVERHEAD_US:-162}" --gbps "${GBPS:-1}")
 if [ -n "${DIR:-}" ]; then
     mkdir -p "$DIR" || exit 1
@@ -54,43 +68,85 @@ trap 'exit 1' INT TERM HUP
 T0=$SECONDS
 
 # ---- calibration
-for e in 16 64 128; do
-    [ -s "$DIR/cal-k$e-b.json" ] && continue
-    if [ ! -s "$DIR/k$e.gguf" ]; then
-        "$BUILD/moontail" mkmodel -o "$DIR/k$e.gguf" --arch deepseek2 --type q4_k --layers 1 \
+SHAPE=${SHAPE:-kimi-k3}
+WIRE=${WIRE:-f32}
+read -r -a EXTRA <<<"${SHAPE_ARGS:-}"
+case $SHAPE in
+kimi-k3)
+    # one layer of each kind; --res-block 1: the layer has its residual scores (a one-layer
+    # model cannot have a block of 6), --dense-layers 0: a MoE layer
+    MODELS="kda16 kda64 kda128 mla16 mla128"
+    mk() { # NAME EXPERTS KIND
+        "$BUILD/moontail" mkmodel -o "$DIR/$1.gguf" --arch kimi-k3 --type q4_k --expert-type mxfp4 \
+            --layers 1 --dense-layers 0 --embd 7168 --heads 64 --kda-head-dim 128 --conv-kernel 4 \
+            --q-lora 1536 --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts "$2" \
+            --experts-used 16 --ff-exp 2048 --shared-experts 1 --latent 3584 --res-block 1 \
+            --mla-layers "$3" --seed 3
+    }
+    ;;
+deepseek2)
+    MODELS="k16 k64 k128"
+    mk() {
+        "$BUILD/moontail" mkmodel -o "$DIR/$1.gguf" --arch deepseek2 --type q4_k --layers 1 \
             --embd 7168 --heads 64 --q-lora 1536 --kv-lora 512 --nope 128 --rope 64 --v-dim 128 \
-            --experts "$e" --experts-used 16 --ff-exp 2048 --shared-experts 1 --dense-layers 0 \
-            --groups 1 --groups-used 1 --seed 3 || exit 1
-    fi
+            --experts "$2" --experts-used 16 --ff-exp 2048 --shared-experts 1 --dense-layers 0 \
+            --groups 1 --groups-used 1 --seed 3
+    }
+    ;;
+*)
+    echo "bench/cellsim-predict.sh: SHAPE is kimi-k3 or deepseek2, not '$SHAPE'" >&2
+    exit 1
+    ;;
+esac
+for name in $MODELS; do
+    [ -s "$DIR/cal-$name-b.json" ] && continue
+    e=${name//[a-z]/}
+    kind=none
+    case $name in mla*) kind=all ;; esac
+    if [ ! -s "$DIR/$name.gguf" ]; then mk "$name" "$e" "$kind" || exit 1; fi
     for run in a b; do
-        "$BUILD/moontail" bench -m "$DIR/k$e.gguf" --layer-times -t "$(nproc)" \
-            --batches 1,2,4,8,16,32,64 --prefills 64,256 -p 64 -r 3 --json >"$DIR/cal-k$e-$run.json" ||
+        "$BUILD/moontail" bench -m "$DIR/$name.gguf" --layer-times -t "$(nproc)" \
+            --batches 1,2,4,8,16,32,64 --prefills 64,256 -p 64 -r 3 --json >"$DIR/cal-$name-$run.json" ||
             exit 1
     done
-    rm -f "$DIR/k$e.gguf"
+    rm -f "$DIR/$name.gguf"
 done
 CAL=()
-for f in "$DIR"/cal-k*.json; do CAL+=(--calib "$f"); done
-"$BUILD/cellsim" "${CAL[@]}" --calib-time cpu "${LAN[@]}" --machines 200 --ram-gb "$RAM_GB" \
-    --users 1 --duration-s 60 --warmup-s 10 | sed -n '1,8p'
+for name in $MODELS; do CAL+=(--calib "$DIR/cal-$name-a.json" --calib "$DIR/cal-$name-b.json"); done
+SIM=("$BUILD/cellsim" "${CAL[@]}" --calib-time cpu --shape "$SHAPE" "${EXTRA[@]}" "${LAN[@]}")
+"${SIM[@]}" --machines 200 --ram-gb "$RAM_GB" --users 1 --duration-s 60 --warmup-s 10 | sed -n '1,14p'
 echo "(calibration done in $((SECONDS - T0)) s; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+
+# ---- the wire
+for m in $MACHINES; do
+    echo
+    "$BUILD/cellsim" --hops --shape "$SHAPE" "${EXTRA[@]}" --machines "$m" --ram-gb "$RAM_GB" || exit 1
+done
 
 # ---- the cell
 list=$(echo $USERS | tr ' ' ',')
 : >"$DIR/runs.jsonl"
-for m in $MACHINES; do
-    for s in $SEEDS; do
-        "$BUILD/cellsim" "${CAL[@]}" --calib-time cpu "${LAN[@]}" --machines "$m" --ram-gb "$RAM_GB" \
-            --users "$list" --duration-s 25200 --warmup-s 3600 --seed "$s" --json |
-            node -e "const o = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-                for (const r of o.runs) console.log(JSON.stringify({m: $m, seed: $s, topology: o.topology, ...r}))" \
-                >>"$DIR/runs.jsonl" || exit 1
-        "$BUILD/cellsim" "${CAL[@]}" --calib-time cpu "${LAN[@]}" --machines "$m" --ram-gb "$RAM_GB" \
-            --users "$FAIL_USERS" --duration-s 25200 --warmup-s 3600 --fail-at-s 7200 --seed "$s" --json |
-            node -e "const o = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-                const r = o.runs[0]; delete r.timeline_tps;
-                console.log(JSON.stringify({m: $m, seed: $s, fail: true, ...r}))" >>"$DIR/runs.jsonl" ||
-            exit 1
+for w in $WIRE; do
+    for m in $MACHINES; do
+        for s in $SEEDS; do
+            "${SIM[@]}" --wire "$w" --machines "$m" --ram-gb "$RAM_GB" \
+                --users "$list" --duration-s 25200 --warmup-s 3600 --seed "$s" --json |
+                node -e "const o = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+                    for (const r of o.runs) console.log(JSON.stringify({m: $m, wire: '$w', seed: $s, topology: o.topology, ...r}))" \
+                    >>"$DIR/runs.jsonl" || exit 1
+            "${SIM[@]}" --wire "$w" --machines "$m" --ram-gb "$RAM_GB" \
+                --users "$FAIL_USERS" --duration-s 25200 --warmup-s 3600 --fail-at-s 7200 --seed "$s" --json |
+                node -e "const o = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+                    const r = o.runs[0]; delete r.timeline_tps;
+                    console.log(JSON.stringify({m: $m, wire: '$w', seed: $s, fail: true, ...r}))" >>"$DIR/runs.jsonl" ||
+                exit 1
+            [ -n "$SERVE_USERS" ] || continue
+            "${SIM[@]}" --wire "$w" --machines "$m" --ram-gb "$RAM_GB" --one-requester "$SERVE_CORES" \
+                --users "$(echo $SERVE_USERS | tr ' ' ',')" --duration-s 25200 --warmup-s 3600 --seed "$s" --json |
+                node -e "const o = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+                    for (const r of o.runs) console.log(JSON.stringify({m: $m, wire: '$w', seed: $s, serve: true, ...r}))" \
+                    >>"$DIR/runs.jsonl" || exit 1
+        done
     done
 done
 node -e '
@@ -100,9 +156,12 @@ const med = v => { const s = [...v].sort((a, b) => a - b), n = s.length;
     return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
 const f = (v, d = 2) => v.toFixed(d);
 const cell = v => f(med(v)) + " (" + f(Math.min(...v)) + "-" + f(Math.max(...v)) + ")";
+for (const w of [...new Set(runs.map(r => r.wire))])
 for (const m of [...new Set(runs.map(r => r.m))]) {
-    const rs = runs.filter(r => r.m == m && !r.fail), fs = runs.filter(r => r.m == m && r.fail);
-    console.log("\n== " + rs[0].topology);
+    const rs = runs.filter(r => r.m == m && r.wire == w && !r.fail && !r.serve),
+          fs = runs.filter(r => r.m == m && r.wire == w && r.fail),
+          ss = runs.filter(r => r.m == m && r.wire == w && r.serve);
+    console.log("\n== " + w + " wire, " + rs[0].topology);
     const one = rs.filter(r => r.users == 1);
     if (one.length) console.log("1 user: " + cell(one.map(r => r.user_tps)) + " tok/s, first token after " +
         f(med(one.map(r => r.ttft_ms / 1e3)), 0) + " s");
@@ -122,6 +181,12 @@ for (const m of [...new Set(runs.map(r => r.m))]) {
             " after; spare serving after " + s(x.restored_ms) + "; requests failed " +
             x.requests_failed + ", short " + x.requests_short + "; aggregate over the run " +
             f(x.agg_tps) + " tok/s");
+    for (const u of [...new Set(ss.map(r => r.users))]) {
+        const x = ss.filter(r => r.users == u), measured = x.filter(r => r.user_requests > 0);
+        console.log(String(u).padStart(4) + " users of one requester: aggregate " + cell(x.map(r => r.agg_tps)) +
+            " tok/s, per user " + (measured.length ? cell(measured.map(r => r.user_tps)) : "- (no request finished)") +
+            ", evictions " + f(med(x.map(r => r.evictions)), 0));
+    }
 }
 ' "$DIR/runs.jsonl" "$USERS"
 echo "total $((SECONDS - T0)) s"

@@ -3,10 +3,15 @@
 # `moontail node` processes, each in its own network namespace (a bridge and
 # veth pairs this script creates, tests/lib/netns.bash), on this machine.
 #
-# The model is synthetic, deepseek2 in Q4_K (8 layers, n_embd 2048, MLA with
-# 16 heads, 32 experts of 1024, 8 used, 1 shared), split into pipelines of 4
-# and 8 stages (`moontail split --plan cell:N`), stage k on host k+1, each node
-# with one compute thread. For every round (ROUNDS, default 3):
+# The model is synthetic: ARCH=deepseek2 (the default), deepseek2 in Q4_K (8
+# layers, n_embd 2048, MLA with 16 heads, 32 experts of 1024, 8 used, 1
+# shared); ARCH=kimi-k3, kimi-k3 at the same widths (8 layers: KDA with 16
+# heads of 128, MLA at 3 and 7 with its gate, a residual checkpoint every
+# RES_BLOCK (2) layers, 32 latent experts of 1024 x LATENT (1024) in MXFP4, 8
+# used, 1 shared, the rest Q4_K), so that the stages pass checkpoints and the
+# KDA state to each other as K3's do. It is split into pipelines of 4 and 8
+# stages (`moontail split --plan cell:N`), stage k on host k+1, each node with
+# one compute thread. For every round (ROUNDS, default 3):
 #   1. the data plane's cost per stage round trip through these namespaces
 #      (bench_dataplane on a model of the same width whose layers cost almost
 #      nothing, 4 stages on hosts 1-4, requests in turn);
@@ -33,9 +38,10 @@
 # Root only; without namespaces it prints "SKIP: ..." and exits 0. Builds
 # nothing: uses $MT_BUILD (default build/). Traffic stays inside the
 # namespaces it creates (10.234.X.0/24); every process and namespace is
-# removed on exit, also on failure or ^C. Environment: ROUNDS (3), STAGES
-# ("4 8"), USERS ("1 2 4 8"), PROMPT (32), GEN (32), KEEP=DIR (keep the
-# measurements, calibrations and predictions there).
+# removed on exit, also on failure or ^C. Environment: ARCH (deepseek2 or
+# kimi-k3), RES_BLOCK, LATENT (kimi-k3), ROUNDS (3), STAGES ("4 8"), USERS
+# ("1 2 4 8"), PROMPT (32), GEN (32), KEEP=DIR (keep the measurements,
+# calibrations and predictions there).
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${MT_BUILD:-$SRC/build}
@@ -84,10 +90,23 @@ fi
 echo "netns: requesters in $R, stage hosts ${N[*]} (${IP[*]})"
 
 # ---- models, shards, keys
-$T "$BIN" mkmodel -o "$tmp/v.gguf" --arch deepseek2 --type q4_k --layers 8 --embd 2048 \
-    --heads 16 --q-lora 512 --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts 32 \
-    --experts-used 8 --ff-exp 1024 --shared-experts 1 --dense-layers 0 --groups 1 \
-    --groups-used 1 --seed 7 || die "mkmodel"
+ARCH=${ARCH:-deepseek2}
+case $ARCH in
+deepseek2)
+    $T "$BIN" mkmodel -o "$tmp/v.gguf" --arch deepseek2 --type q4_k --layers 8 --embd 2048 \
+        --heads 16 --q-lora 512 --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts 32 \
+        --experts-used 8 --ff-exp 1024 --shared-experts 1 --dense-layers 0 --groups 1 \
+        --groups-used 1 --seed 7 || die "mkmodel"
+    ;;
+kimi-k3)
+    $T "$BIN" mkmodel -o "$tmp/v.gguf" --arch kimi-k3 --type q4_k --expert-type mxfp4 --layers 8 \
+        --embd 2048 --heads 16 --kda-head-dim 128 --conv-kernel 4 --mla-layers 3,7 \
+        --q-lora 512 --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts 32 \
+        --experts-used 8 --ff-exp 1024 --shared-experts 1 --dense-layers 0 \
+        --res-block "${RES_BLOCK:-2}" --latent "${LATENT:-1024}" --seed 7 || die "mkmodel"
+    ;;
+*) die "ARCH is deepseek2 or kimi-k3, not '$ARCH'" ;;
+esac
 # the transport probe: the same width, layers that cost almost nothing (as bench_dataplane's)
 $T "$BIN" mkmodel -o "$tmp/p.gguf" --arch llama --dense --type q8_0 --layers 4 --embd 2048 \
     --heads 2 --heads-kv 1 --head-dim 64 --ff 64 --seed 11 || die "mkmodel probe"
@@ -171,7 +190,7 @@ for r in $(seq 1 "$ROUNDS"); do
             capacity=$(json 'console.log(o.cpu_capacity.toFixed(3))' <"$tmp/m.json")
             # predicted with the calibrations just before and just after the measurement
             $T "$BUILD/cellsim" --calib "$tmp/cal$i.json" --calib "$tmp/cal$((i + 1)).json" \
-                --calib-time cpu --model calib --stages "${LAYERS[$n]}" --shared-host \
+                --calib-time cpu --shape calib --stages "${LAYERS[$n]}" --shared-host \
                 --cores "$CORES" --cpu-share "$capacity" --threads 1 --burst --users "$c" \
                 --prompt "$PROMPT" --gen "$GEN" --overhead-us "$overhead" --latency-us 0 \
                 --gbps 10 --json >"$tmp/p.json" || die "cellsim"
@@ -195,7 +214,7 @@ done
 
 # ---- the comparison
 echo
-echo "== measured (cellsim_load) against predicted (cellsim), prompt $PROMPT, $GEN tokens each"
+echo "== $ARCH: measured (cellsim_load) against predicted (cellsim), prompt $PROMPT, $GEN tokens each"
 node -e '
 const fs = require("fs");
 const rd = f => fs.readFileSync(f, "utf8").trim().split("\n").filter(Boolean).map(JSON.parse);

@@ -7,9 +7,10 @@
  * registry's spare.
  *
  * Files: cellsim_events.c (the event queue), cellsim_compute.c (layer shapes,
- * bytes, MACs, the compute-time model and its calibration from `moontail
- * bench --layer-times`), cellsim_cell.c (the simulation), cellsim_report.c
- * (tables and JSON), cellsim.c (the command). Times are in milliseconds. */
+ * bytes, MACs, session state, message sizes, the compute-time model and its
+ * calibration from `moontail bench --layer-times`), cellsim_cell.c (the
+ * simulation), cellsim_report.c (tables and JSON), cellsim.c (the command).
+ * Times are in milliseconds. */
 #ifndef MOONTAIL_BENCH_CELLSIM_H
 #define MOONTAIL_BENCH_CELLSIM_H
 
@@ -42,51 +43,142 @@ void cs_queue_free(cs_queue *q);
 
 /* ---- model shape, bytes and MACs (cellsim_compute.c) ------------------------------- */
 
-/* A deepseek2-style model (MLA attention, routed + shared experts), the shape
- * `moontail mkmodel --arch deepseek2` writes. Matrices are of `type` when
- * their rows are a whole number of its blocks, else Q8_0, else F32 (as the
- * synthetic writer and llama.cpp's quantizer do); routers and norms are F32. */
+/* The architectures cellsim models, each the shape `moontail mkmodel --arch ...` writes. */
+typedef enum cs_arch {
+    CS_ARCH_DEEPSEEK2, /* every layer MLA; routed + shared experts at n_embd */
+    CS_ARCH_KIMI_K3,   /* KDA and MLA layers, attention residuals, latent experts */
+} cs_arch;
+
+enum { CS_MAX_KIMI_LAYERS = 1024 };
+
+/* A model's shape. deepseek2: MLA attention, routed + shared experts. kimi-k3
+ * (docs/kimi-k3.md): each layer KDA (n_head heads of kda_head_dim, a causal
+ * convolution of conv_kernel taps, a full-rank output gate) or MLA (mla[l];
+ * deepseek2's with an optional output gate), attention-residual checkpoints
+ * every res_block layers, routed experts at a latent width (ffn_routed_down /
+ * ffn_routed_up in the layer's non-expert part), one situ FFN per dense layer.
+ * Matrices are of `type` when their rows are a whole number of its blocks,
+ * else Q8_0, else F32 (as the synthetic writer and llama.cpp's quantizer do);
+ * kimi-k3's routed experts of expert_type the same way; routers, norms, convolutions,
+ * biases and residual scores are F32. */
 typedef struct cs_shape {
+    cs_arch arch;
     int32_t n_layer, n_dense; /* layers, of which the first n_dense have a dense FFN */
     int32_t n_embd, n_vocab;
     int32_t n_head, q_lora, kv_lora, qk_nope, qk_rope, v_dim;
     int32_t n_ff; /* dense FFN width */
     int32_t n_expert, n_expert_used, n_expert_shared, n_ff_exp;
-    int type; /* mt_type of the matrices */
+    int type;        /* mt_type of the matrices */
+    int expert_type; /* kimi-k3: mt_type of the routed experts (< 0: type) */
+    /* kimi-k3 */
+    int32_t kda_head_dim, conv_kernel; /* KDA: n_head heads of kda_head_dim, K taps */
+    int32_t res_block;                 /* attention residuals: a checkpoint every res_block
+                                          layers (0, B, 2B, ...); 0 = none */
+    int32_t latent;                    /* expert_latent_length; 0 = experts at n_embd */
+    bool mla_gate;                     /* MLA layers have an output gate (attn_gate) */
+    uint8_t mla[CS_MAX_KIMI_LAYERS];   /* layer l is MLA (1) or KDA (0) */
 } cs_shape;
 
-/* Per layer: bytes held and read, and multiply-adds per token. */
+/* Per layer: bytes held and read, multiply-adds, and the per-session state.
+ * "Weights" are what a step streams once whatever its batch; the rest grows
+ * with the tokens or sessions of the step (cs_step). */
 typedef struct cs_layer_cost {
-    double attn_bytes;   /* non-expert part: norms, attention, router, shared expert or dense FFN */
+    double attn_bytes;   /* non-expert part: norms, attention, router, shared expert or dense
+                            FFN, latent projections, residual scores */
     double expert_bytes; /* one routed expert (0: dense layer) */
-    double attn_macs;    /* per token, non-expert part */
+    double attn_macs;    /* per token, non-expert part's matrices */
     double expert_macs;  /* per token per routed expert */
+    bool kda;            /* a KDA (linear attention) layer; else MLA */
+    /* KDA: the recurrence and the convolution, per token (f32 work on the session's state,
+     * not weights; does not grow with the context); the state is read and written once per
+     * session and step (a step of one session's prompt keeps it in cache) */
+    double state_macs;  /* per token */
+    double state_bytes; /* held per session (fixed) */
+    /* MLA: attention over the latent cache, per token and attended position; the cache row
+     * of a position is read once per session and step */
+    double ctx_macs;           /* per token per attended position */
+    double bytes_per_position; /* held per session per position (f32 [c_kv ; k_pe]) */
 } cs_layer_cost;
+
+/* What one compute call of a node covers: tokens, sessions (one STAGE_FORWARD each), the
+ * positions the tokens attend to (a token at position p attends p + 1) and the cache rows
+ * the sessions read (each session's context after the step). */
+typedef struct cs_step {
+    double n_tok, n_seq, attended, ctx_rows;
+} cs_step;
+
+/* The step of n_seq sessions each computing n_tok / n_seq tokens from position p0. */
+cs_step cs_step_of(double n_tok, double n_seq, double p0);
 
 cs_layer_cost cs_layer_cost_of(const cs_shape *s, int32_t layer);
 double cs_head_bytes(const cs_shape *s);
 double cs_head_macs(const cs_shape *s);
 double cs_model_bytes(const cs_shape *s);
+/* The width of a routed expert's rows (EXPERT_RUN, EXPERT_REPLY): latent or n_embd. */
+int32_t cs_expert_width(const cs_shape *s);
+/* Session memory of layers [a, b) in bytes: the fixed part (KDA states) and per position
+ * (MLA caches). */
+void cs_session_bytes(const cs_shape *s, int32_t a, int32_t b, double *fixed, double *per_position);
+
+/* ---- the wire (proto.h's format, version 2) ------------------------------------------ */
+
+/* Attention-residual checkpoints banked by the layers before `layer`: ceil(layer / B). */
+int32_t cs_banked(const cs_shape *s, int32_t layer);
+/* Values per token of a STAGE_FORWARD into layer a: the stream and the checkpoints banked
+ * before a; of the STAGE_REPLY to a forward of [a, end): the stream and those banked in
+ * [a, end), or, when end is the last layer, the head's input (the stream mixed with every
+ * checkpoint: n_embd). Both n_embd without attention residuals. */
+int64_t cs_cols_in(const cs_shape *s, int32_t a);
+int64_t cs_cols_out(const cs_shape *s, int32_t a, int32_t end);
+
+typedef enum cs_wire_kind {
+    CS_WIRE_STAGE_FORWARD,
+    CS_WIRE_STAGE_REPLY,
+    CS_WIRE_EXPERT_RUN,
+    CS_WIRE_EXPERT_REPLY,
+    CS_WIRE_SESSION_END,
+    CS_WIRE_SESSION_END_REPLY,
+} cs_wire_kind;
+
+/* Bytes on the wire of one message carrying n rows of cols values of value_bytes (4: f32,
+ * 2: bf16): the 12-byte header, the type's fixed fields (STAGE_FORWARD 25 + 4 per token,
+ * EXPERT_RUN 13 + 4 per row, the replies 9) and 20 bytes of transport framing (the u32
+ * length and the 16-byte tag). */
+double cs_wire_bytes(cs_wire_kind kind, double n, double cols, int value_bytes);
+/* The most rows one STAGE_FORWARD or EXPERT_RUN of cols values carries (proto.c's
+ * mt_proto_max_rows: a 64 MiB payload, 65536 tokens or 1M rows); more are sent as
+ * several requests, one after the other (remote.c). */
+int32_t cs_wire_max_rows(cs_wire_kind kind, int64_t cols, int value_bytes);
 
 /* ---- compute time (cellsim_compute.c) --------------------------------------------- */
 
 enum { CS_MAX_POINTS = 64 };
 
-/* One measured step: a layer computing n tokens, reading `bytes` of weights
- * with `macs` multiply-adds in all, in ms. */
+/* One measured step: a layer computing n tokens, reading `bytes` of weights (and session
+ * state) with `macs` multiply-adds against weights (and MLA caches) and `state_macs` in KDA
+ * recurrences, in all, in ms. */
 typedef struct cs_point {
     double n_tok, macs, bytes, ms;
     bool prefill;
+    double state_macs;
 } cs_point;
 
+/* What a compute call does: multiply-adds against weights (and MLA caches), multiply-adds
+ * of KDA recurrences, bytes read. */
+typedef struct cs_work {
+    double macs, state_macs, bytes;
+} cs_work;
+
 /* Time of one compute call (a layer's step, or a partner's experts):
- *   ms = c0_ms + ms_per_gmac * macs / 1e9 + ms_per_gb * bytes / 1e9
- * fitted to `moontail bench --layer-times` points. Which experts a batch of
- * n tokens touches: the measured fraction of a layer's experts at each batch
- * size when touch_measured (the calibration model itself), else the uniform
- * expectation 1 - (1 - k/E)^n. */
+ *   ms = c0_ms + ms_per_gmac * macs / 1e9 + ms_per_gstate * state_macs / 1e9
+ *        + ms_per_gb * bytes / 1e9
+ * fitted to `moontail bench --layer-times` points. The KDA recurrence has its own term: it
+ * is f32 work on a session's state, token by token, far slower per multiply-add than the
+ * quantized products. Which experts a batch of n tokens touches: the measured fraction of
+ * a layer's experts at each batch size when touch_measured (the calibration model itself),
+ * else the uniform expectation 1 - (1 - k/E)^n. */
 typedef struct cs_compute {
-    double c0_ms, ms_per_gmac, ms_per_gb;
+    double c0_ms, ms_per_gmac, ms_per_gb, ms_per_gstate;
     int threads; /* compute threads the figures were measured with */
     bool touch_measured;
     int n_touch;
@@ -104,6 +196,7 @@ typedef struct cs_calibration {
     cs_shape shape;
     double attn_bytes, expert_bytes; /* as the bench read them from the file */
     int threads;
+    int32_t context; /* positions each decoding session held */
     int n_points;
     cs_point points[CS_MAX_POINTS];
     double touch_n[CS_MAX_POINTS], touch_frac[CS_MAX_POINTS];
@@ -118,19 +211,24 @@ typedef struct cs_calibration {
 typedef enum cs_time_kind { CS_TIME_WALL, CS_TIME_MIN, CS_TIME_CPU } cs_time_kind;
 
 int cs_calibration_load(const char *path, cs_time_kind which, cs_calibration *out, mt_error *err);
-/* Fits c0, ms/GMAC and ms/GB over the points of n calibrations (weighted by
- * 1/ms^2: relative errors). Coefficients are kept non-negative. */
+/* Fits c0, ms/GMAC, ms/GMAC of KDA recurrences and ms/GB over the points of n calibrations
+ * (weighted by 1/ms^2: relative errors). Coefficients are kept non-negative. */
 int cs_compute_fit(const cs_calibration *cal, int n, cs_compute *out, mt_error *err);
 
 /* Expected distinct experts of a layer's n_expert that n tokens touch. */
 double cs_touched_fraction(const cs_compute *c, const cs_shape *s, double n_tok);
 /* ms for one compute call. */
+double cs_work_ms(const cs_compute *c, const cs_work *w);
+/* ms for a call of weight multiply-adds and bytes only (the head). */
 double cs_compute_ms(const cs_compute *c, double macs, double bytes);
-/* ms of layer l for n tokens on a node holding experts [0, held) of it
- * (held = n_expert: the whole layer); attention says whether it runs the
- * non-expert part too. */
-double cs_layer_ms(const cs_compute *c, const cs_shape *s, int32_t l, double n_tok, int32_t held,
-                   bool attention);
+/* The work of layer l for a step on a node holding `held` of its experts (held = n_expert:
+ * the whole layer); attention says whether it runs the non-expert part too (weights, KDA
+ * state, MLA cache). */
+cs_work cs_layer_work(const cs_compute *c, const cs_shape *s, int32_t l, const cs_step *st,
+                      int32_t held, bool attention);
+/* ms of that work. */
+double cs_layer_ms(const cs_compute *c, const cs_shape *s, int32_t l, const cs_step *st,
+                   int32_t held, bool attention);
 
 /* ---- the cell (cellsim_cell.c) ------------------------------------------------------ */
 
@@ -194,13 +292,19 @@ typedef struct cs_config {
      * one machine with `cores` CPUs shared evenly among the threads that want them */
     bool shared_host;
     double cores;
+    /* every requester one process on one machine of requester_cores CPUs and one link, as
+     * `moontail serve` runs its slots (else each user its own machine) */
+    bool one_requester;
+    double requester_cores; /* 0: the nodes' threads */
     /* shared host: the CPUs it gives 1, 2, ... n_share runnable threads of ours (the last for
      * more; one value: that many whatever the threads), when other programs use the rest
      * (measured: cellsim_load's cpu_capacity); none: cores */
     double share[16];
     int32_t n_share;
     int32_t max_sessions, max_batch_tokens; /* node limits (node.h defaults 64, 4096) */
-    double timeline_bucket_ms;              /* tokens per bucket in the timeline */
+    int32_t session_ctx;       /* positions placement reserves per session (working memory); 0: a
+                                  request's prompt + gen */
+    double timeline_bucket_ms; /* tokens per bucket in the timeline */
 } cs_config;
 
 /* Defaults: node and requester defaults of the code (max_sessions 64, ubatch 512, call timeout
@@ -213,6 +317,8 @@ typedef struct cs_result {
     int32_t pipelines, nodes_used, spares, groups, partners;
     int32_t stages_min, stages_max; /* stage groups per pipeline */
     char topology[512];             /* one line describing it */
+    double session_mem_max;         /* bytes of sessions (max_sessions of session_ctx
+                                       positions) the largest stage holds */
     /* throughput */
     double agg_tps;                              /* decoded tokens/s over the measured window */
     double user_tps, user_tps_min, user_tps_max; /* per request: decode tokens/s (mean, range) */
@@ -240,6 +346,18 @@ typedef struct cs_result {
  * machines cannot hold, an unknown failure node. */
 int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err);
 void cs_result_free(cs_result *r);
+
+/* One stage group of a placed cell and the hidden states it is sent and sends back. */
+typedef struct cs_hop {
+    int32_t pipeline, group, layer_begin, layer_end;
+    int32_t partners;          /* nodes holding the rest of its layers' experts */
+    int64_t cols_in, cols_out; /* values per token: STAGE_FORWARD, STAGE_REPLY */
+} cs_hop;
+
+/* Places the cell as cs_simulate does (cellsim_registry.c) and lists its stage groups,
+ * pipeline after pipeline, each in layer order (*out: malloc'd). res, when not NULL, gets
+ * the topology. */
+int cs_plan_hops(const cs_config *cfg, cs_hop **out, int32_t *n, cs_result *res, mt_error *err);
 
 /* ---- reports (cellsim_report.c) ---------------------------------------------------- */
 

@@ -73,21 +73,30 @@ void sim_msg_free(sim *S, int m) {
     S->free_msg = m;
 }
 
+/* A message's bytes: proto.h's encoding (cs_wire_bytes). Hidden states are as wide as
+ * the stage's layers make them (cs_cols_in / cs_cols_out: the stream and the attention-
+ * residual checkpoints), in the route's wire type; expert rows are the experts' width, in
+ * f32 (node_partner.c). An error answer is an ERROR message of a short text. */
 static double msg_bytes(const sim *S, const cs_msg *m) {
-    const double E = S->cfg->shape.n_embd, w = S->cfg->lan.wire_bytes;
+    const cs_shape *sh = &S->cfg->shape;
+    const int w = S->cfg->lan.wire_bytes;
+    if (m->err != E_NONE) return 12 + 8 + 64 + 20; /* ERROR: code, length, ~64 bytes of text */
     switch (m->type) {
     case M_STAGE_FWD:
-        return FWD_BYTES + m->n * (4 + E * w);
-    case M_STAGE_REPLY:
-        return ROWS_REPLY_BYTES + m->n * E * w;
+        return cs_wire_bytes(CS_WIRE_STAGE_FORWARD, m->n, (double)cs_cols_in(sh, S->nodes[m->to].a),
+                             w);
+    case M_STAGE_REPLY: {
+        const cs_node *n = &S->nodes[m->from];
+        return cs_wire_bytes(CS_WIRE_STAGE_REPLY, m->n, (double)cs_cols_out(sh, n->a, n->b), w);
+    }
     case M_EXPERT_RUN:
-        return RUN_BYTES + m->rows * (4 + E * 4); /* partners: f32 */
+        return cs_wire_bytes(CS_WIRE_EXPERT_RUN, m->rows, cs_expert_width(sh), 4);
     case M_EXPERT_REPLY:
-        return ROWS_REPLY_BYTES + m->rows * E * 4;
+        return cs_wire_bytes(CS_WIRE_EXPERT_REPLY, m->rows, cs_expert_width(sh), 4);
     case M_SESSION_END:
-        return END_BYTES;
+        return cs_wire_bytes(CS_WIRE_SESSION_END, 0, 0, w);
     default:
-        return END_REPLY_BYTES;
+        return cs_wire_bytes(CS_WIRE_SESSION_END_REPLY, 0, 0, w);
     }
 }
 
@@ -95,7 +104,7 @@ static double msg_bytes(const sim *S, const cs_msg *m) {
 void sim_send(sim *S, int m) {
     const cs_lan *lan = &S->cfg->lan;
     cs_msg *M = &S->msgs[m];
-    cs_endpoint *src = &S->ep[M->from], *dst = &S->ep[M->to];
+    cs_endpoint *src = &S->ep[S->ep[M->from].link], *dst = &S->ep[S->ep[M->to].link];
     double ser = msg_bytes(S, M) * 8.0 / (lan->gbps * 1e9) * 1e3;
     double tx = fmax(S->now + lan->overhead_us * 1e-3, src->tx_free);
     double rx = fmax(tx, dst->rx_free);
@@ -249,7 +258,7 @@ static void sim_free(sim *S) {
     }
     for (int i = 0; S->hosts && i < S->n_hosts; i++) free(S->hosts[i].jobs);
     free(S->nodes), free(S->users), free(S->hosts), free(S->ep), free(S->msgs);
-    free(S->attn_b), free(S->exp_b), free(S->pn), free(S->skip);
+    free(S->attn_b), free(S->exp_b), free(S->state_b), free(S->pos_b), free(S->pn), free(S->skip);
     if (S->have_plan) mt_place_plan_free(&S->plan);
     cs_queue_free(&S->q);
 }
@@ -294,8 +303,17 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
     }
     for (int h = 0; h < S->n_hosts; h++)
         S->hosts[h].cores = cfg->shared_host ? cfg->cores : cfg->compute.threads;
-    for (int e = 0; e < n_ep; e++)
-        S->ep[e].host = cfg->shared_host ? 0 : e, S->ep[e].call_node = -1;
+    for (int e = 0; e < n_ep; e++) {
+        /* one requester process for every user (moontail serve): their heads share its
+         * machine's CPUs and their messages its link */
+        const bool served = cfg->one_requester && e >= S->n_nodes;
+        S->ep[e].host = cfg->shared_host ? 0 : served ? S->n_nodes : e;
+        S->ep[e].link = served ? S->n_nodes : e;
+        S->ep[e].call_node = -1;
+    }
+    if (cfg->one_requester && !cfg->shared_host)
+        S->hosts[S->n_nodes].cores =
+            cfg->requester_cores > 0 ? cfg->requester_cores : cfg->compute.threads;
     for (int i = 0; i < S->n_nodes; i++) {
         cs_node *n = &S->nodes[i];
         n->id = i + 1;

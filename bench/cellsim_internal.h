@@ -16,15 +16,6 @@
 enum { EV_DELIVER, EV_CPU, EV_USER, EV_FAIL, EV_REG_DEAD, EV_READY, EV_CALL_FAIL };
 enum { M_STAGE_FWD, M_STAGE_REPLY, M_EXPERT_RUN, M_EXPERT_REPLY, M_SESSION_END, M_END_REPLY };
 enum { E_NONE, E_UNKNOWN_SESSION, E_COMPUTE, E_BROKEN };
-/* bytes on the wire (proto.c's encoding: 12-byte header and each type's fixed fields, plus
- * 20 bytes of transport framing), rows and positions apart */
-enum {
-    FWD_BYTES = 12 + 21 + 20, /* STAGE_FORWARD, + 4 per token */
-    RUN_BYTES = 12 + 9 + 20,  /* EXPERT_RUN, + 4 per row */
-    ROWS_REPLY_BYTES = 12 + 5 + 20,
-    END_BYTES = 12 + 8 + 20,
-    END_REPLY_BYTES = 12 + 1 + 20,
-};
 enum { MAX_PARTNERS = 64, MAX_ATTEMPTS = 32 };
 
 typedef struct cs_msg {
@@ -43,12 +34,14 @@ typedef struct cs_msg {
 
 typedef struct cs_endpoint {
     int host;
-    double tx_free, rx_free;
-    int64_t call;    /* the call in flight (requester, or stage calling its partners) */
-    int call_node;   /* node it waits for, -1 */
-    double call_t;   /* when it was sent */
-    bool job_on;     /* a compute job runs */
-    double job_left; /* its remaining work, ms at full speed */
+    int link;                /* the endpoint whose link it sends and receives on (itself, or
+                                the one requester process's) */
+    double tx_free, rx_free; /* its own link's */
+    int64_t call;            /* the call in flight (requester, or stage calling its partners) */
+    int call_node;           /* node it waits for, -1 */
+    double call_t;           /* when it was sent */
+    bool job_on;             /* a compute job runs */
+    double job_left;         /* its remaining work, ms at full speed */
 } cs_endpoint;
 
 typedef struct cs_host {
@@ -78,6 +71,7 @@ typedef struct cs_node {
     bool busy;
     int *step, n_step, cap_step; /* the step's STAGE_FWD / EXPERT_RUN messages */
     double step_tok, step_start;
+    cs_step st;    /* the step's tokens, sessions and context (cs_layer_ms) */
     int32_t layer; /* stage with partners: the layer being computed */
     int phase;     /* 0: attention (or every layer at once), 1: own experts + partners */
     int waiting;   /* partner answers still due */
@@ -104,8 +98,11 @@ typedef struct cs_user {
     /* the eval in progress: tokens [0, ev_end) after it; this pass runs [mb_p0, mb_p0 + mb_n)
      * of the range [run_p0, ev_end) (route_run) */
     int32_t ev_end, run_p0, mb_p0, mb_n;
-    int stage;     /* route index called now (pass, session end) */
-    bool replayed; /* PASS_REPLAY done once in this eval */
+    int stage;         /* route index called now (pass, session end) */
+    int32_t sub, sent; /* tokens of this pass the stage has already had, and in the request
+                          now: a pass wider than one message holds is sent as several
+                          requests, one after the other */
+    bool replayed;     /* PASS_REPLAY done once in this eval */
     /* failover (requester.c) */
     bool failover;
     double t_detect;
@@ -137,6 +134,8 @@ typedef struct sim {
     mt_place_params pp;
     mt_place_plan plan;
     bool have_plan;
+    uint64_t *state_b, *pos_b; /* per layer: a session's fixed state, its bytes per position */
+    double session_mem_max;    /* the most session memory a stage of the plan holds */
     int64_t *skip;
     int fail_node;
     double head_ms;

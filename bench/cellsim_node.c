@@ -67,15 +67,14 @@ static void stage_phase(sim *S, int ni) {
     const cs_shape *sh = &S->cfg->shape;
     if (n->n_partners == 0) { /* every layer at once */
         double ms = 0;
-        for (int32_t l = n->a; l < n->b; l++)
-            ms += cs_layer_ms(c, sh, l, n->step_tok, held(n), true);
+        for (int32_t l = n->a; l < n->b; l++) ms += cs_layer_ms(c, sh, l, &n->st, held(n), true);
         n->cpu_busy = true;
         sim_job_start(S, ni, ms);
         return;
     }
     if (n->phase == 0) { /* the layer's attention (a dense layer: all of it) */
         n->cpu_busy = true;
-        sim_job_start(S, ni, cs_layer_ms(c, sh, n->layer, n->step_tok, 0, true));
+        sim_job_start(S, ni, cs_layer_ms(c, sh, n->layer, &n->st, 0, true));
         return;
     }
     /* phase 1: partners get their rows; the stage runs its own experts meanwhile */
@@ -99,8 +98,7 @@ static void stage_phase(sim *S, int ni) {
                      EV_CALL_FAIL, ni, S->ep[ni].call);
     }
     n->cpu_busy = true;
-    sim_job_start(S, ni,
-                  fmax(0, cs_layer_ms(c, sh, n->layer, n->step_tok, held(n), false) - c->c0_ms));
+    sim_job_start(S, ni, fmax(0, cs_layer_ms(c, sh, n->layer, &n->st, held(n), false) - c->c0_ms));
 }
 
 /* The step is over: replies (or errors), then the next step. */
@@ -156,6 +154,7 @@ static void node_start_step(sim *S, int ni) {
     n->steps++;
     int kept = 0;
     double tokens = 0, rows = 0;
+    cs_step st = {0};
     const double max_tok = S->cfg->max_batch_tokens,
                  max_rows =
                      max_tok * (S->cfg->shape.n_expert_used > 0 ? S->cfg->shape.n_expert_used : 1);
@@ -204,7 +203,11 @@ static void node_start_step(sim *S, int ni) {
             return;
         }
         n->step[n->n_step++] = m;
-        if (M->type == M_STAGE_FWD) tokens += M->n;
+        if (M->type == M_STAGE_FWD) {
+            cs_step one = cs_step_of(M->n, 1, M->p0);
+            tokens += M->n;
+            st.n_seq += 1, st.attended += one.attended, st.ctx_rows += one.ctx_rows;
+        }
         if (M->type == M_EXPERT_RUN) rows += M->rows, n->step_tok += M->n_tok, n->layer = M->layer;
     }
     n->q_n = kept;
@@ -217,12 +220,14 @@ static void node_start_step(sim *S, int ni) {
     n->step_failed = false;
     if (n->role == MT_PLACE_PARTNER) {
         n->cpu_busy = true;
+        n->st = (cs_step){.n_tok = n->step_tok};
         sim_job_start(
-            S, ni,
-            cs_layer_ms(&S->cfg->compute, &S->cfg->shape, n->layer, n->step_tok, held(n), false));
+            S, ni, cs_layer_ms(&S->cfg->compute, &S->cfg->shape, n->layer, &n->st, held(n), false));
         return;
     }
     n->step_tok = tokens;
+    st.n_tok = tokens;
+    n->st = st;
     n->layer = n->a;
     n->phase = 0;
     stage_phase(S, ni);

@@ -185,25 +185,40 @@ int cs_reg_setup(sim *S) {
     S->n_nodes = c->machines;
     S->attn_b = calloc((size_t)sh->n_layer, sizeof *S->attn_b);
     S->exp_b = calloc((size_t)sh->n_layer, sizeof *S->exp_b);
+    S->state_b = calloc((size_t)sh->n_layer, sizeof *S->state_b);
+    S->pos_b = calloc((size_t)sh->n_layer, sizeof *S->pos_b);
     S->pn = calloc((size_t)c->machines, sizeof *S->pn);
-    if (!S->attn_b || !S->exp_b || !S->pn) return mt_error_set(S->err, "out of memory");
+    if (!S->attn_b || !S->exp_b || !S->state_b || !S->pos_b || !S->pn)
+        return mt_error_set(S->err, "out of memory");
     for (int32_t l = 0; l < sh->n_layer; l++) {
         cs_layer_cost lc = cs_layer_cost_of(sh, l);
         S->attn_b[l] = (uint64_t)lc.attn_bytes;
         S->exp_b[l] = (uint64_t)lc.expert_bytes;
+        S->state_b[l] = (uint64_t)lc.state_bytes;
+        S->pos_b[l] = (uint64_t)lc.bytes_per_position;
     }
     S->pm = (mt_place_model){sh->n_layer, sh->n_expert, sh->n_expert_used, S->attn_b, S->exp_b};
-    for (int i = 0; i < c->machines; i++)
-        S->pn[i] = (mt_place_node){
-            .id = i + 1, .capacity = (uint64_t)c->capacity_bytes, .speed = 1.0, .available = true};
     S->pp = mt_place_default_params(MT_PLACE_CELL);
     S->pp.replicas = c->replicas;
     S->pp.spares = c->spares;
     S->pp.max_group = c->max_group;
+    /* a stage keeps its sessions beside its shard (placement.h's working memory): KDA states
+     * and MLA caches of max_sessions sessions of a request's length (the cache is reserved
+     * for the node's context but backed as positions are written) */
+    S->pp.sessions = c->max_sessions;
+    S->pp.n_ctx = c->session_ctx > 0 ? c->session_ctx : c->work.prompt + c->work.gen;
+    S->pp.state_bytes = S->state_b;
+    S->pp.position_bytes = S->pos_b;
+    for (int i = 0; i < c->machines; i++)
+        S->pn[i] = (mt_place_node){
+            .id = i + 1, .capacity = (uint64_t)c->capacity_bytes, .speed = 1.0, .available = true};
     mt_error e = {{0}};
     int rc = mt_place_plan_make(&S->pm, S->pn, c->machines, &S->pp, &S->plan, &e);
     if (rc < 0) return mt_error_set(S->err, "placement: %s", e.msg);
     S->have_plan = true;
+    for (int32_t i = 0; i < S->plan.n_assign; i++)
+        if (S->plan.assign[i].role == MT_PLACE_STAGE)
+            S->session_mem_max = fmax(S->session_mem_max, (double)S->plan.assign[i].work_bytes);
     if (S->plan.n_pipelines == 0)
         return mt_error_set(S->err,
                             "%d machines offering %.1f GB each cannot hold the model"
@@ -234,12 +249,13 @@ void cs_reg_describe(sim *S) {
         R->nodes_used += p->pipelines[k].n_nodes;
     }
     for (int32_t i = 0; i < p->n_assign; i++) R->partners += p->assign[i].role == MT_PLACE_PARTNER;
+    R->session_mem_max = S->session_mem_max;
     snprintf(R->topology, sizeof R->topology,
              "%d machines: %d pipeline%s of %d-%d stage groups (%d nodes, %d of them partners),"
-             " %d spare%s; largest shard %.1f GB",
+             " %d spare%s; largest shard %.1f GB; sessions up to %.2f GB on a stage",
              S->n_nodes, p->n_pipelines, p->n_pipelines == 1 ? "" : "s", R->stages_min,
              R->stages_max, R->nodes_used, R->partners, p->n_spares, p->n_spares == 1 ? "" : "s",
-             (double)p->largest_shard / 1e9);
+             (double)p->largest_shard / 1e9, S->session_mem_max / 1e9);
 }
 
 /* The stage holding the middle layer of pipeline 0 (the default failure). */
@@ -250,4 +266,51 @@ int cs_reg_middle_stage(const sim *S) {
         if (n->role == MT_PLACE_STAGE && n->pipeline == 0 && n->a <= mid && mid < n->b) return i;
     }
     return -1;
+}
+
+/* ---- the stages' hidden states ------------------------------------------------------------ */
+
+int cs_plan_hops(const cs_config *cfg, cs_hop **out, int32_t *n_out, cs_result *res,
+                 mt_error *err) {
+    sim S0 = {0}, *S = &S0;
+    cs_result r0 = {0};
+    S->cfg = cfg;
+    S->err = err;
+    S->res = res ? res : &r0;
+    memset(S->res, 0, sizeof *S->res);
+    *out = NULL;
+    *n_out = 0;
+    int rc = -1;
+    if (cs_reg_setup(S)) goto done;
+    if (!S->have_plan) {
+        mt_error_set(err, "the hops of a given pipeline (--stages) are its stages; place"
+                          " machines instead");
+        goto done;
+    }
+    cs_reg_describe(S);
+    const mt_place_plan *p = &S->plan;
+    cs_hop *h = calloc((size_t)p->n_assign + 1, sizeof *h);
+    if (!h) {
+        mt_error_set(err, "out of memory");
+        goto done;
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i < p->n_assign; i++) { /* by pipeline, group; stage before partners */
+        const mt_place_assign *a = &p->assign[i];
+        if (a->role == MT_PLACE_PARTNER && n > 0) h[n - 1].partners++;
+        if (a->role != MT_PLACE_STAGE) continue;
+        h[n++] = (cs_hop){.pipeline = a->pipeline,
+                          .group = a->group,
+                          .layer_begin = a->layer_begin,
+                          .layer_end = a->layer_end,
+                          .cols_in = cs_cols_in(&cfg->shape, a->layer_begin),
+                          .cols_out = cs_cols_out(&cfg->shape, a->layer_begin, a->layer_end)};
+    }
+    *out = h;
+    *n_out = n;
+    rc = 0;
+done:
+    free(S->attn_b), free(S->exp_b), free(S->state_b), free(S->pos_b), free(S->pn);
+    if (S->have_plan) mt_place_plan_free(&S->plan);
+    return rc;
 }

@@ -8,29 +8,49 @@
 
 void cs_print_compute(FILE *f, const cs_compute *c, const cs_shape *s) {
     fprintf(f,
-            "compute  ms = %.3f + %.3f ms/GMAC x MACs + %.3f ms/GB x bytes read (%.1f GB/s);"
-            " %d threads; fit over %d points: rms %.1f%%, worst %.1f%%\n",
-            c->c0_ms, c->ms_per_gmac, c->ms_per_gb, c->ms_per_gb > 0 ? 1e3 / c->ms_per_gb : 0,
-            c->threads, c->n_fit_points, 100 * c->fit_rms_rel, 100 * c->fit_max_rel);
-    int32_t l = s->n_layer - 1; /* a MoE layer when there is one */
-    cs_layer_cost lc = cs_layer_cost_of(s, l);
-    fprintf(f,
-            "layer    %.3f GB non-expert + %d x %.2f MB experts = %.2f GB; %.0f M MACs per token"
-            " (%d of %d experts, %s)\n",
-            lc.attn_bytes / 1e9, s->n_expert, lc.expert_bytes / 1e6,
-            (lc.attn_bytes + s->n_expert * lc.expert_bytes) / 1e9,
-            (lc.attn_macs + s->n_expert_used * lc.expert_macs) / 1e6, s->n_expert_used, s->n_expert,
-            c->touch_measured ? "experts touched as measured" : "experts touched uniformly");
-    fprintf(f, "step     tokens:");
+            "compute  ms = %.3f + %.3f ms/GMAC x MACs + %.3f ms/GMAC x KDA recurrence MACs +"
+            " %.3f ms/GB x bytes read (%.1f GB/s); %d threads; fit over %d points: rms %.1f%%,"
+            " worst %.1f%%\n",
+            c->c0_ms, c->ms_per_gmac, c->ms_per_gstate, c->ms_per_gb,
+            c->ms_per_gb > 0 ? 1e3 / c->ms_per_gb : 0, c->threads, c->n_fit_points,
+            100 * c->fit_rms_rel, 100 * c->fit_max_rel);
+    /* a MoE layer of each kind: the last layer (MLA), and for kimi-k3 the last KDA layer */
+    int32_t show[2] = {s->n_layer - 1, -1};
+    for (int32_t l = s->n_layer - 1; s->arch == CS_ARCH_KIMI_K3 && l >= s->n_dense; l--)
+        if (l < CS_MAX_KIMI_LAYERS && !s->mla[l]) {
+            show[1] = l;
+            break;
+        }
     static const double ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) fprintf(f, " %8.0f", ns[i]);
-    fprintf(f, "\n         ms/layer:");
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-        fprintf(f, " %8.2f", cs_layer_ms(c, s, l, ns[i], s->n_expert, true));
-    fprintf(f, "\n         experts:");
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-        fprintf(f, " %8.1f", s->n_expert * cs_touched_fraction(c, s, ns[i]));
-    fprintf(f, "\n");
+    for (int k = 0; k < 2 && show[k] >= 0; k++) {
+        const int32_t l = show[k];
+        cs_layer_cost lc = cs_layer_cost_of(s, l);
+        fprintf(f,
+                "layer    %d (%s): %.3f GB non-expert + %d x %.2f MB experts = %.2f GB; %.0f M"
+                " MACs per token (%d of %d experts, %s)%s\n",
+                l, lc.kda ? "KDA" : "MLA", lc.attn_bytes / 1e9, s->n_expert, lc.expert_bytes / 1e6,
+                (lc.attn_bytes + s->n_expert * lc.expert_bytes) / 1e9,
+                (lc.attn_macs + s->n_expert_used * lc.expert_macs) / 1e6, s->n_expert_used,
+                s->n_expert,
+                c->touch_measured ? "experts touched as measured" : "experts touched uniformly",
+                lc.kda ? "; and the recurrence" : "");
+        fprintf(f, "step     tokens:");
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) fprintf(f, " %8.0f", ns[i]);
+        fprintf(f, "\n decode  ms/layer:");
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            cs_step st = cs_step_of(ns[i], ns[i], 128); /* sessions at position 128 */
+            fprintf(f, " %8.2f", cs_layer_ms(c, s, l, &st, s->n_expert, true));
+        }
+        fprintf(f, "\n prompt  ms/layer:");
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            cs_step st = cs_step_of(ns[i], 1, 0); /* one session's first ns tokens */
+            fprintf(f, " %8.2f", cs_layer_ms(c, s, l, &st, s->n_expert, true));
+        }
+        fprintf(f, "\n         experts:");
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+            fprintf(f, " %8.1f", s->n_expert * cs_touched_fraction(c, s, ns[i]));
+        fprintf(f, "\n");
+    }
 }
 
 void cs_print_timeline(FILE *f, const cs_result *r, double from_ms, double to_ms) {

@@ -23,18 +23,24 @@ static void user_failover(sim *S, int u, int failed_node);
 static void user_open(sim *S, int u, int then);
 static void user_end_session(sim *S, int u, int then);
 
+/* The next request of this pass to stage U->stage: the tokens [sub, mb_n) of the pass, as
+ * many as one message holds at that stage's width (remote.c sends the rest after the
+ * reply). */
 static void user_call_stage(sim *S, int u) {
     cs_user *U = &S->users[u];
     int ni = U->route[U->stage], m = sim_msg_new(S);
     if (m < 0) return;
+    const int32_t most = cs_wire_max_rows(
+        CS_WIRE_STAGE_FORWARD, cs_cols_in(&S->cfg->shape, S->nodes[ni].a), S->cfg->lan.wire_bytes);
+    const int32_t left = U->mb_n - U->sub;
     cs_msg *M = &S->msgs[m];
     M->type = M_STAGE_FWD;
     M->from = sim_user_ep(S, u);
     M->to = ni;
     M->user = u;
     M->session = U->session;
-    M->p0 = U->mb_p0;
-    M->n = U->mb_n;
+    M->p0 = U->mb_p0 + U->sub;
+    M->n = U->sent = left < most ? left : most;
     sim_call_begin(S, sim_user_ep(S, u), ni, S->cfg->failure.call_timeout_ms);
     M->call = S->ep[sim_user_ep(S, u)].call;
     U->phase = U_PASS;
@@ -47,6 +53,7 @@ static void user_next_batch(sim *S, int u) {
     int32_t left = U->ev_end - U->mb_p0;
     U->mb_n = left < S->cfg->work.ubatch ? left : S->cfg->work.ubatch;
     U->stage = 0;
+    U->sub = 0;
     user_call_stage(S, u);
 }
 
@@ -137,6 +144,12 @@ void cs_user_stage_answer(sim *S, int u, int err) {
         user_failover(S, u, err == E_UNKNOWN_SESSION ? -1 : ni);
         return;
     }
+    U->sub += U->sent;
+    if (U->sub < U->mb_n) { /* the rest of the pass to the same stage */
+        user_call_stage(S, u);
+        return;
+    }
+    U->sub = 0;
     if (++U->stage < U->n_route) {
         user_call_stage(S, u);
         return;

@@ -6,8 +6,13 @@
 #     say), more sessions touch more experts but never more than 8, every time
 #     is positive;
 #   - cellsim takes that calibration, finds the layer bytes equal to the file's,
-#     and simulates the model as a pipeline (every requester finishes) and the
-#     Kimi K3 seed shape as a placed cell (with a failure: no request short);
+#     and simulates the model as a pipeline (every requester finishes) and Kimi
+#     K3 as a placed cell (with a failure: no request short);
+#   - the same for a kimi-k3 model (a KDA and an MLA layer, residual
+#     checkpoints, latent MXFP4 experts): the bench names what cellsim needs
+#     (types, MLA layers, block, latent) and reads exactly 2 experts per layer
+#     for one token; cellsim's layer bytes are the file's; `cellsim --hops`
+#     lists K3's stages with the widths they are sent and send back;
 #   - bad inputs are refused with a message naming them: batch lists, missing
 #     or malformed calibrations, another architecture, stages that do not add
 #     up, a failure without a second pipeline, machines too small, unknown
@@ -63,6 +68,42 @@ json 'const r = o.runs[0];
       if (!/2 pipelines/.test(o.topology) || r.requests_short || r.restored_ms <= 0) process.exit(1)' \
     <k3.json && ok || bad "K3 cell: $(head -c 800 k3.json)"
 
+# ---- kimi-k3: KDA layer 0, MLA layer 1, a checkpoint every 2 layers, latent experts in MXFP4
+$T "$BIN" mkmodel -o k.gguf --arch kimi-k3 --type q8_0 --layers 2 --dense-layers 0 --embd 256 \
+    --heads 4 --kda-head-dim 32 --mla-layers 1 --res-block 2 --latent 128 --experts 8 \
+    --experts-used 2 --ff-exp 64 && ok || bad "mkmodel kimi-k3"
+$T "$BIN" bench -m k.gguf --layer-times -t 1 --batches 1,2,4 --prefills 8 -p 8 -r 2 --json \
+    >kcal.json 2>kcal.err && ok || bad "bench kimi-k3: $(cat kcal.err)"
+json '
+if (o.arch != "kimi-k3" || o.matrix_type != "Q8_0" || o.expert_type != "MXFP4") process.exit(1);
+if (JSON.stringify(o.mla_layers) != "[1]" || !o.mla_gate || o.res_block != 2 || o.latent != 128) process.exit(1);
+if (o.kda_head_dim != 32 || o.conv_kernel != 4 || o.n_hidden != 256 * 2) process.exit(1);
+if (Math.abs(o.decode[0].experts - 2) > 1e-6) { console.error("batch 1 read", o.decode[0].experts, "experts"); process.exit(1); }
+' <kcal.json && ok || bad "kimi-k3 calibration: $(head -c 800 kcal.json)"
+$T "$CELLSIM" --calib kcal.json --shape calib --stages 1,1 --burst --users 1,2 --prompt 4 --gen 6 \
+    >ksim.txt 2>ksim.err && ok || bad "cellsim kimi-k3 pipeline: $(cat ksim.err)"
+sed -n 's/.*from the shape \([0-9.]*\) MB + \([0-9.]*\) MB per expert; the file had \([0-9.]*\) + \([0-9.]*\)$/\1 \2 \3 \4/p' \
+    ksim.txt | awk 'NF == 4 {n++; if ($1 != $3 || $2 != $4) bad = 1} END {exit bad || n != 1}' && ok ||
+    bad "kimi-k3 layer bytes differ: $(grep 'the file had' ksim.txt)"
+grep -q "layer    1 (MLA)" ksim.txt && grep -q "layer    0 (KDA)" ksim.txt && ok ||
+    bad "no KDA and MLA layer lines: $(head -12 ksim.txt)"
+$T "$CELLSIM" --calib kcal.json --shape calib --stages 1,1 --burst --users 1,2 --prompt 4 --gen 6 --json \
+    >ksim.json && ok || bad "cellsim kimi-k3 --json"
+json 'for (const r of o.runs) if (r.requests_done != r.users || r.requests_short || !(r.agg_tps > 0)) process.exit(1)' \
+    <ksim.json && ok || bad "kimi-k3 pipeline runs: $(cat ksim.json)"
+# K3's stages on 60 machines: the first is sent the stream, the last the stream and 15 checkpoints
+$T "$CELLSIM" --hops --machines 60 --json >hops.json 2>hops.err && ok || bad "--hops: $(cat hops.err)"
+json 'const h = o.hops, p0 = h.filter(x => x.pipeline == h[0].pipeline), last = p0[p0.length - 1];
+      if (p0[0].layer_begin != 0 || p0[0].cols_in != 7168 || last.layer_end != 93) process.exit(1);
+      if (last.cols_in != 7168 * (1 + Math.ceil(last.layer_begin / 6))) process.exit(1);
+      if (last.f32_msg_in != 12 + 25 + 4 + 4 * last.cols_in + 20) process.exit(1);
+      if (!(o.pipeline_bytes_per_token_f32 > o.plain_bytes_per_token_f32)) process.exit(1)' \
+    <hops.json && ok || bad "K3 hops: $(head -c 800 hops.json)"
+expect 0 "through pipeline 0" "$CELLSIM" --hops --shape deepseek2 --machines 100
+expect 2 "for --shape kimi-k3" "$CELLSIM" --hops --shape deepseek2 --res-block 4
+expect 2 "--mla-layers" "$CELLSIM" --hops --mla-layers 3,200
+expect 2 "--shape" "$CELLSIM" --hops --shape kimi-k2
+
 # ---- bad cellsim inputs
 expect 2 "--calib FILE is required" "$CELLSIM" --users 1
 echo "not json" >bad.json
@@ -73,7 +114,7 @@ $T "$BIN" mkmodel -o l.gguf --arch llama --type q8_0 --layers 2 --embd 256 --hea
     --head-dim 64 --experts 4 --experts-used 2 --ff-exp 128 >/dev/null && ok || bad "mkmodel llama"
 $T "$BIN" bench -m l.gguf --layer-times -t 1 --batches 1,2,4 -p 4 -r 1 --json >lcal.json && ok ||
     bad "bench llama"
-expect 1 "deepseek2" "$CELLSIM" --calib lcal.json
+expect 1 "deepseek2 (MLA) and kimi-k3" "$CELLSIM" --calib lcal.json
 expect 1 "stages hold 1 layers in all; the model has 2" "$CELLSIM" --calib cal.json --model calib --stages 1 --burst
 expect 1 "fail over" "$CELLSIM" --calib cal.json --model calib --stages 1,1 --fail-at-s 1 --duration-s 10 --warmup-s 1
 expect 1 "cannot hold the model" "$CELLSIM" --calib cal.json --machines 3 --ram-gb 8

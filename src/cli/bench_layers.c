@@ -86,20 +86,30 @@ static bool parse_batches(const char *s, int32_t *out, int *n) {
  * not products, and mt_matmul_weight_bytes counts products), and one expert. Zeros for a
  * dense model. */
 static int moe_layer_bytes(const mt_model *m, double *attn, double *attn_matmul, double *expert,
-                           int32_t *n_moe, mt_error *err) {
+                           int32_t *n_moe, int *matrix_type, mt_error *err) {
     mt_shard_layout l;
     if (mt_shard_layout_read(m->gguf, &l, err)) return -1;
-    double a = 0, am = 0, e = 0;
+    double a = 0, am = 0, e = 0, by_type[64] = {0};
     int32_t k = 0;
     for (int32_t il = 0; il < l.n_layer; il++)
         if (l.expert_bytes[il]) a += (double)l.attn_bytes[il], e += (double)l.expert_bytes[il], k++;
     for (uint64_t t = 0; t < m->gguf->n_tensors; t++) {
         const gguf_tensor *gt = &m->gguf->tensors[t];
         int32_t il = l.layer[t];
-        if (l.part[t] == MT_SHARD_PART_ATTENTION && il >= 0 && l.expert_bytes[il] &&
-            gt->n_dims >= 2)
+        /* KDA's convolution taps and decay rates are not products, whatever their dims */
+        bool product =
+            gt->n_dims >= 2 && !strstr(gt->name, "ssm_conv1d") && !strstr(gt->name, ".ssm_a");
+        if (l.part[t] == MT_SHARD_PART_ATTENTION && il >= 0 && l.expert_bytes[il] && product) {
             am += (double)gt->nbytes;
+            if (gt->type < 64 && gt->type != MT_TYPE_F32) by_type[gt->type] += (double)gt->nbytes;
+        }
     }
+    /* the type of the non-expert matrices: the one most of their bytes have (rows that are
+     * not whole blocks of it fall back to Q8_0 or F32; routers are F32) */
+    *matrix_type = -1;
+    for (int ty = 0; ty < 64; ty++)
+        if (by_type[ty] > 0 && (*matrix_type < 0 || by_type[ty] > by_type[*matrix_type]))
+            *matrix_type = ty;
     *attn = k ? a / k : 0;
     *attn_matmul = k ? am / k : 0;
     *expert = k ? e / k : 0;
@@ -247,7 +257,8 @@ int bench_layer_times(const mt_model *m, const char *model_path, int threads, co
     mt_error err = {{0}};
     double attn = 0, attn_matmul = 0, expert = 0;
     int32_t n_moe = 0;
-    if (moe_layer_bytes(m, &attn, &attn_matmul, &expert, &n_moe, &err)) {
+    int matrix_type = -1;
+    if (moe_layer_bytes(m, &attn, &attn_matmul, &expert, &n_moe, &matrix_type, &err)) {
         fprintf(stderr, "moontail bench: %s\n", err.msg);
         return 1;
     }
@@ -292,6 +303,26 @@ int bench_layer_times(const mt_model *m, const char *model_path, int threads, co
         mt_type t = l0->is_moe ? l0->gate_exps.m.type : l0->wo.data ? l0->wo.type : l0->ffn_up.type;
         const mt_type_traits *tt = mt_type_traits_get(t);
         json_object_set_new(o, "type", json_string(tt ? tt->name : "?"));
+        /* the non-expert matrices' type apart (kimi-k3's experts are MXFP4), and what
+         * cellsim needs to lay out a kimi layer: KDA sizes, the residual block, the latent
+         * width, the MLA gate, which layers are MLA */
+        const mt_type_traits *mtt = mt_type_traits_get(matrix_type >= 0 ? (mt_type)matrix_type : t);
+        json_object_set_new(o, "matrix_type", json_string(mtt ? mtt->name : "?"));
+        json_object_set_new(o, "expert_type", json_string(tt ? tt->name : "?"));
+        json_object_set_new(o, "kda_head_dim", json_integer(hp->kda_head_dim));
+        json_object_set_new(o, "conv_kernel", json_integer(hp->ssm_conv));
+        json_object_set_new(o, "res_block", json_integer(hp->attn_res_block));
+        json_object_set_new(o, "latent", json_integer(hp->n_expert_latent));
+        json_object_set_new(o, "n_hidden", json_integer(hp->n_hidden));
+        json_t *mla = json_array();
+        bool gate = false;
+        for (int32_t il = 0; il < hp->n_layer; il++)
+            if (!m->layers[il].is_kda) {
+                json_array_append_new(mla, json_integer(il));
+                gate |= m->layers[il].attn_gate.data != NULL;
+            }
+        json_object_set_new(o, "mla_layers", mla);
+        json_object_set_new(o, "mla_gate", json_boolean(gate));
         json_object_set_new(o, "attn_bytes", json_real(attn));
         json_object_set_new(o, "attn_matmul_bytes", json_real(attn_matmul));
         json_object_set_new(o, "expert_bytes", json_real(expert));
