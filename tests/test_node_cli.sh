@@ -24,7 +24,7 @@ start_node() {
 
 
 M="$tmp/m.gguf"
-$T "$BIN" mkmodel -o "$M" "${ARCH[@]}" --type q8_0 --layers 4 --embd 128 --heads 4 --head-dim 32 \
+$T "$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type q8_0 --layers 4 --embd 128 --heads 4 --head-dim 32 \
     --ff 128 --ff-exp 64 --seed 3 >/dev/null && ok || bad "mkmodel"
 req=$($T "$BIN" keygen -o "$tmp/req.key") && ok || bad "keygen requester"
 nodekey=$($T "$BIN" keygen -o "$tmp/node.key") && ok || bad "keygen node"

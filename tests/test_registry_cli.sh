@@ -26,7 +26,7 @@ cd "$tmp"
 status() { "$BIN" status --registry "$URL" --json 2>/dev/null; }
 
 M="$tmp/m.gguf"
-"$BIN" mkmodel -o "$M" "${ARCH[@]}" --type f32 --layers 4 --embd 128 --heads 4 --head-dim 32 \
+"$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type f32 --layers 4 --embd 128 --heads 4 --head-dim 32 \
     --ff 128 --ff-exp 64 --experts 8 --experts-used 2 --seed 3 >/dev/null || bad "mkmodel"
 # each node can hold about half of the layers
 cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))

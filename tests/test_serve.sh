@@ -29,7 +29,7 @@ cd "$tmp"
 code() { curl -s -o "$tmp/body" -w '%{http_code}' "$@"; }
 
 M="$tmp/tiny.gguf"
-"$BIN" mkmodel -o "$M" "${ARCH[@]}" --type f32 --layers 2 --embd 64 --heads 4 --head-dim 16 \
+"$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type f32 --layers 2 --embd 64 --heads 4 --head-dim 16 \
     --ff 64 --ff-exp 32 --experts 4 --experts-used 2 --seed 3 --readable >/dev/null || bad "mkmodel"
 KEY=sk-moontail-test-alice-4f1c0a
 printf '# test keys\n%s alice\n\nsk-moontail-test-bob-77e0d1 bob\n' "$KEY" >"$tmp/keys"

@@ -10,7 +10,7 @@ set -u
 export MOONTAIL_HOME="$tmp/home" # no setup: no registry from a config
 T="timeout 60"
 M="$tmp/m.gguf"
-"$BIN" mkmodel -o "$M" "${ARCH[@]}" --type f32 --layers 2 --embd 128 --heads 4 --head-dim 32 \
+"$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type f32 --layers 2 --embd 128 --heads 4 --head-dim 32 \
     --ff 128 --ff-exp 64 --experts 8 --experts-used 2 --seed 9 --readable >/dev/null || bad "mkmodel"
 chat() { printf '%b' "$1" | $T "$BIN" -m "$M" -n 8 --temp 0 2>"$tmp/err"; }
 # the answers: each is the line before "(N tokens, ...)"

@@ -56,7 +56,7 @@ status() { curl -s --max-time 10 "$URL/v1/status"; }
 
 # ---- the model: 6 layers, each node has room for 2 of them (3 stages a pipeline)
 M="$tmp/m.gguf"
-"$BIN" mkmodel -o "$M" "${ARCH[@]}" --type f32 --layers 6 --embd 256 --heads 4 --head-dim 64 \
+"$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type f32 --layers 6 --embd 256 --heads 4 --head-dim 64 \
     --ff 256 --ff-exp 128 --experts 8 --experts-used 2 --ctx 1024 --seed 11 --readable >/dev/null ||
     bad "mkmodel"
 layer_bytes=$(($(stat -c %s "$M") / 6))

@@ -12,7 +12,7 @@
 #                           on ADDR" line; sets ADDR and PID
 #   wait_for JS [SECONDS]   until JS is true of o = the JSON the script's own
 #                           `status` function prints (default 30 s); 1 on timeout
-#   ARCH                    the architecture flags for a script's `moontail
+#   MODEL_ARCH              the architecture flags for a script's `moontail
 #                           mkmodel` (its own widths follow them):
 #                           MT_TEST_ARCH=kimi-k3 (CMake's *_kimi_k3 tests)
 #                           gives a kimi-k3 (KDA and MLA layers, a checkpoint
@@ -24,8 +24,8 @@
 # the processes' logs after a failure.
 BIN=${MT_BIN:?MT_BIN must point at the moontail binary}
 case "${MT_TEST_ARCH:-qwen3moe}" in
-qwen3moe) ARCH=(--arch qwen3moe) ;;
-kimi-k3) ARCH=(--arch kimi-k3 --experts 8 --experts-used 2 --res-block 2 --latent 32 --kda-head-dim 32) ;;
+qwen3moe) MODEL_ARCH=(--arch qwen3moe) ;;
+kimi-k3) MODEL_ARCH=(--arch kimi-k3 --experts 8 --experts-used 2 --res-block 2 --latent 32 --kda-head-dim 32) ;;
 *)
     echo "MT_TEST_ARCH must be qwen3moe or kimi-k3 (got '$MT_TEST_ARCH')" >&2
     exit 2
