@@ -20,6 +20,7 @@
  * not grow with the context); an MLA layer reads each session's cache rows,
  * and its attention costs MACs per token and attended position. */
 #include "cellsim.h"
+#include "moontail/proto.h"
 #include "moontail/tensor_type.h"
 
 #include <jansson.h>
@@ -191,7 +192,7 @@ enum {
     WIRE_STAGE_FIXED = 8 + 1 + 4 + 4 + 4 + 4,
     WIRE_EXPERT_FIXED = 4 + 1 + 4 + 4,
     WIRE_REPLY_FIXED = 1 + 4 + 4,
-    WIRE_HOPS_MAX = 1 + 16 * (1 + 32 + 4 + 4 + 127),
+    WIRE_HOPS_MAX = 1 + MT_PROTO_MAX_HOPS * (1 + 32 + 4 + 4 + 127),
 };
 static const double WIRE_MAX_PAYLOAD = 64.0 * 1024 * 1024;
 

@@ -335,8 +335,8 @@ static void test_wire(void) {
               cs_wire_bytes(CS_WIRE_EXPERT_REPLY, 16, 3584, 4) == 229417,
           "expert rows: %.0f / %.0f", cs_wire_bytes(CS_WIRE_EXPERT_RUN, 16, 3584, 4),
           cs_wire_bytes(CS_WIRE_EXPERT_REPLY, 16, 3584, 4));
-    /* a 64 MiB message of 114688 f32 values per token: (67108864 - 12 - 25 - 2689 bytes of
-     * room for 16 hops) / (4 + 458752) = 146 tokens */
+    /* a 64 MiB message of 114688 f32 values per token: (67108864 - 12 - 25 - 42001 bytes of
+     * room for 250 hops) / (4 + 458752) = 146 tokens */
     CHECK(cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 114688, 4) == 146, "%d tokens per message",
           cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 114688, 4));
     CHECK(cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 64, 2) == 65536, "at most 65536 tokens");

@@ -249,9 +249,12 @@ static void test_round_trips(void) {
     CHECK(mt_proto_encode(&bad, &b, &len, &err) < 0 && has(err.msg, "dtype"),
           "encoder accepted dtype 5");
     /* message size limit and the splitting helper */
+    /* room is left for the longest hop list: a count, then per hop its address length,
+     * address, key and layers */
+    const uint64_t hop_room = 1 + MT_PROTO_MAX_HOPS * (1 + MT_PROTO_HOP_ADDR_MAX + 32 + 4 + 4);
     int32_t mr = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, 7168, MT_PROTO_F32);
-    CHECK(mr > 1000 && (uint64_t)mr * (7168 * 4 + 4) + 37 <= MT_PROTO_MAX_PAYLOAD &&
-              (uint64_t)(mr + 1) * (7168 * 4 + 4) + 37 > MT_PROTO_MAX_PAYLOAD,
+    CHECK(mr > 1000 && (uint64_t)mr * (7168 * 4 + 4) + 37 + hop_room <= MT_PROTO_MAX_PAYLOAD &&
+              (uint64_t)(mr + 1) * (7168 * 4 + 4) + 37 + hop_room > MT_PROTO_MAX_PAYLOAD,
           "max rows %d", mr);
     CHECK(mt_proto_max_rows(MT_PROTO_EXPERT_RUN, 8, MT_PROTO_BF16) == MT_PROTO_MAX_ROWS,
           "max rows capped by the count limit");
@@ -267,6 +270,49 @@ static void test_round_trips(void) {
               mt_proto_rows_msg_bytes(MT_PROTO_EXPERT_RUN, 3, E, MT_PROTO_F32) ==
                   12 + 13 + 3 * 4 + 3 * E * 4,
           "message sizes");
+}
+
+/* The longest chain: a STAGE_FORWARD with MT_PROTO_MAX_HOPS next hops, each
+ * with the longest address, round-trips and still leaves room for rows. */
+static void test_long_chain(void) {
+    static mt_proto_hop hops[MT_PROTO_MAX_HOPS];
+    for (int i = 0; i < MT_PROTO_MAX_HOPS; i++) {
+        memset(hops[i].addr, 'h', MT_PROTO_HOP_ADDR_MAX - 6);
+        snprintf(hops[i].addr + MT_PROTO_HOP_ADDR_MAX - 6, 7, ":%05d", 10000 + i);
+        hops[i].pk[0] = (uint8_t)i;
+        hops[i].layer_begin = 1 + i, hops[i].layer_end = 2 + i;
+    }
+    float rows[E] = {1};
+    int32_t pos[1] = {0};
+    mt_proto_msg m = {.type = MT_PROTO_STAGE_FORWARD,
+                      .n = 1,
+                      .cols = E,
+                      .layer_begin = 0,
+                      .layer_end = 1,
+                      .pos = pos,
+                      .rows = rows,
+                      .n_hops = MT_PROTO_MAX_HOPS,
+                      .hops = hops};
+    size_t len;
+    uint8_t *b = enc(&m, &len);
+    mt_proto_msg d;
+    mt_error err = {{0}};
+    CHECK(b && mt_proto_decode(b, len, &d, &err) == 0 && d.n_hops == MT_PROTO_MAX_HOPS &&
+              d.hops[MT_PROTO_MAX_HOPS - 1].layer_end == MT_PROTO_MAX_HOPS + 1 &&
+              strcmp(d.hops[7].addr, hops[7].addr) == 0,
+          "%d hops: %s", MT_PROTO_MAX_HOPS, err.msg);
+    if (b) mt_proto_msg_free(&d);
+    free(b);
+    /* the most rows a message may carry still fit beside the longest hop list */
+    m.n = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, 7168, MT_PROTO_F32);
+    m.cols = 7168;
+    float *big = calloc((size_t)m.n * 7168, sizeof *big);
+    int32_t *bp = calloc((size_t)m.n, sizeof *bp);
+    for (int32_t i = 0; i < m.n; i++) bp[i] = i;
+    m.rows = big, m.pos = bp;
+    CHECK(big && bp && mt_proto_encode(&m, &b, &len, &err) == 0 && len <= MT_PROTO_MAX_PAYLOAD,
+          "%d rows with %d hops: %s", m.n, MT_PROTO_MAX_HOPS, err.msg);
+    free(b), free(big), free(bp);
 }
 
 /* Hidden states and what crosses a stage boundary (kimi-k3's checkpoints):
@@ -359,6 +405,7 @@ static void test_fuzz(void) {
 int main(void) {
     test_round_trips();
     test_hidden_rows();
+    test_long_chain();
     test_fuzz();
     return check_report("test_proto");
 }

@@ -109,7 +109,7 @@
 #define MT_PROTO_MAX_COLS     (1 << 21) /* widest row: a stream and its checkpoints */
 #define MT_PROTO_MAX_TEXT     1024      /* bytes of an ERROR text */
 #define MT_PROTO_ARCH_MAX     31        /* bytes of an architecture name */
-#define MT_PROTO_MAX_HOPS     16        /* next hops in one STAGE_FORWARD */
+#define MT_PROTO_MAX_HOPS     250       /* next hops in one STAGE_FORWARD (a chain of 251 stages) */
 #define MT_PROTO_HOP_ADDR_MAX 127       /* bytes of a hop's "host:port" */
 #define MT_PROTO_FLAG_HOPS    0x0001    /* header flag: STAGE_FORWARD carries hops */
 
