@@ -2,13 +2,18 @@
 # vs-llamacpp.sh - MoonTail and llama.cpp side by side on the same synthetic
 # MoE models, the same threads, the same prompt and decode lengths.
 #
-#   bench/vs-llamacpp.sh [-t THREADS] [-r RUNS] [-p PROMPT] [-n GEN] [--dir DIR] [MODEL...]
+#   bench/vs-llamacpp.sh [-t THREADS] [-r RUNS] [-p PROMPT] [-n GEN] [--dir DIR]
+#                        [--only NAME[,NAME...]] [MODEL...]
 #
 # Without MODEL arguments it uses (and first writes, if missing, with
-# `moontail mkmodel`) six models in DIR (default $TMPDIR/moontail-bench, never
+# `moontail mkmodel`) seven models in DIR (default $TMPDIR/moontail-bench, never
 # the repository): a qwen3moe shape (Qwen3-30B-A3B's widths, 6 layers) and a
 # deepseek2 shape (DeepSeek-V2-Lite's widths with a V3-style q_lora, 1 dense + 3 MoE layers), each in
-# Q8_0, Q4_K and MXFP4, 1-2 GB apiece, so decoding streams weights from RAM.
+# Q8_0, Q4_K and MXFP4, and k3-mxfp4, a kimi-k3 shape (K2/K3's ratios at
+# n_embd 2048: 8 layers, KDA with MLA at layers 3 and 7, attention residuals,
+# 192 latent MXFP4 experts, 16 used, the rest Q8_0), 1-2 GB apiece, so
+# decoding streams weights from RAM. --only picks some of them by name
+# (q3-q8_0, ...) or shape (q3, ds2, k3), e.g. --only k3.
 #
 # For each model it runs RUNS rounds; a round runs `moontail bench` once and
 # bench/llamacpp_bench.mjs (llama.cpp v0.4.0 from node-llama-cpp 3.21.1, as the
@@ -27,7 +32,8 @@
 # work on the machine makes every number here worse, and llama.cpp's spinning
 # thread barriers suffer most when there are fewer free cores than threads.
 #
-# Needs a built ./build/moontail and tools/golden's node_modules
+# Needs a built ./build/moontail (or MT_BIN=path/to/moontail) and
+# tools/golden's node_modules
 # (cd tools/golden && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --ignore-scripts),
 # with the AMX library removed as tools/golden/regen.sh explains.
 set -euo pipefail
@@ -39,6 +45,7 @@ RUNS=5
 PROMPT=128
 GEN=32
 DIR="${TMPDIR:-/tmp}/moontail-bench"
+ONLY=""
 MODELS=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -47,7 +54,8 @@ while [ $# -gt 0 ]; do
         -p) PROMPT="$2"; shift 2 ;;
         -n) GEN="$2"; shift 2 ;;
         --dir) DIR="$2"; shift 2 ;;
-        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --only) ONLY="$2"; shift 2 ;;
+        -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "vs-llamacpp.sh: unknown option $1" >&2; exit 2 ;;
         *) MODELS+=("$1"); shift ;;
     esac
@@ -64,20 +72,40 @@ Q3="--arch qwen3moe --layers 6 --embd 2048 --heads 32 --heads-kv 4 --head-dim 12
 DS="--arch deepseek2 --layers 4 --dense-layers 1 --embd 2048 --heads 16 --heads-kv 1 --q-lora 768
     --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts 64 --experts-used 6
     --shared-experts 2 --ff-exp 1536 --ff 6144 --groups 0 --groups-used 0 --seed 7"
+# kimi-k3: 16 KDA heads of 128 (D = n_embd, as in K2/K3), MLA with K2's
+# head widths, one leading dense layer, experts in a latent of n_embd / 2
+K3="--arch kimi-k3 --layers 8 --dense-layers 1 --embd 2048 --heads 16 --kda-head-dim 128
+    --q-lora 512 --kv-lora 512 --nope 128 --rope 64 --v-dim 128 --experts 192 --experts-used 16
+    --shared-experts 1 --ff-exp 512 --ff 4096 --latent 1024 --res-block 2 --seed 7"
+if [ ${#MODELS[@]} -gt 0 ] && [ -n "$ONLY" ]; then
+    echo "vs-llamacpp.sh: --only picks among the default models; give MODEL arguments or --only" >&2
+    exit 2
+fi
 if [ ${#MODELS[@]} -eq 0 ]; then
     mkdir -p "$DIR"
-    for shape in q3 ds2; do
-        for type in q8_0 q4_k mxfp4; do
-            f="$DIR/$shape-$type.gguf"
-            if [ ! -f "$f" ]; then
-                echo "writing $f" >&2
-                if [ $shape = q3 ]; then opts=$Q3; else opts=$DS; fi
-                # shellcheck disable=SC2086
-                "$MT" mkmodel -o "$f.tmp" --type $type $opts && mv "$f.tmp" "$f"
-            fi
-            MODELS+=("$f")
-        done
+    for name in q3-q8_0 q3-q4_k q3-mxfp4 ds2-q8_0 ds2-q4_k ds2-mxfp4 k3-mxfp4; do
+        shape=${name%%-*} type=${name#*-}
+        if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* && ",$ONLY," != *",$shape,"* ]]; then
+            continue
+        fi
+        f="$DIR/$name.gguf"
+        if [ ! -f "$f" ]; then
+            echo "writing $f" >&2
+            case $shape in
+                q3) opts="--type $type $Q3" ;;
+                ds2) opts="--type $type $DS" ;;
+                k3) opts="--type q8_0 --expert-type $type $K3" ;;
+            esac
+            # shellcheck disable=SC2086
+            "$MT" mkmodel -o "$f.tmp" $opts && mv "$f.tmp" "$f"
+        fi
+        MODELS+=("$f")
     done
+    if [ ${#MODELS[@]} -eq 0 ]; then
+        echo "vs-llamacpp.sh: --only $ONLY names none of q3-q8_0 q3-q4_k q3-mxfp4 ds2-q8_0" \
+            "ds2-q4_k ds2-mxfp4 k3-mxfp4 (or the shapes q3, ds2, k3)" >&2
+        exit 2
+    fi
 fi
 
 # ---------------------------------------------------------------- runs

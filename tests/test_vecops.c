@@ -1,7 +1,8 @@
 /* test_vecops.c - the float vector kernels of the forward pass (vecops.h):
  * mt_expf against the exponential in double precision; every kernel of the
  * portable set against its order re-derived here from the documented
- * formulas (vec_kernels.h); and every SIMD set this CPU runs (avx2, avx512)
+ * formulas (vec_kernels.h), the KDA step against llama.cpp's row-by-row
+ * delta rule; and every SIMD set this CPU runs (avx2, avx512)
  * against the portable set bit for bit (any NaN equals any NaN), on random
  * inputs of every length around the vector widths and on edge inputs:
  * zeros of both signs, subnormals, huge magnitudes, infinities, NaN, the
@@ -163,6 +164,79 @@ static float tree8(const float a[8]) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+/* tanh as vec_kernels.h documents it: the Taylor series in double by
+ * Horner below 0.5, 1 - 2 / (e^2|x| + 1) above. */
+static float doc_tanh(float x) {
+    static const double c[10] = {1.0,
+                                 -1.0 / 3.0,
+                                 2.0 / 15.0,
+                                 -17.0 / 315.0,
+                                 62.0 / 2835.0,
+                                 -1382.0 / 155925.0,
+                                 21844.0 / 6081075.0,
+                                 -929569.0 / 638512875.0,
+                                 6404582.0 / 10854718875.0,
+                                 -443861162.0 / 1856156927625.0};
+    const float ax = fabsf(x);
+    float t;
+    if (ax < 0.5f) {
+        const double d = ax;
+        double sum = c[9];
+        for (int i = 8; i >= 0; i--) sum = sum * (d * d) + c[i];
+        t = (float)(sum * d);
+    } else {
+        t = 1.0f - 2.0f / (mt_expf(2.0f * ax) + 1.0f);
+    }
+    return x < 0.0f ? -t : t;
+}
+
+static float doc_situ(float g, float h, float beta, float lb) {
+    const float a = doc_tanh(g * (1.0f / beta)) * beta * (1.0f / (1.0f + mt_expf(-g)));
+    return a * (lb > 0.0f ? doc_tanh(h * (1.0f / lb)) * lb : h);
+}
+
+/* The KDA step as llama.cpp's fused operator writes it, S stored value-major
+ * (row r = value channel r): decay, S k, delta, update, S q, row by row. */
+static void doc_kda_step(float *S, int32_t hd, const float *ex, const float *k, const float *q,
+                         const float *v, float beta, float scale, float *o) {
+    for (int32_t r = 0; r < hd; r++) {
+        float *row = S + (size_t)r * hd, sum = 0.0f;
+        for (int32_t i = 0; i < hd; i++) row[i] *= ex[i];
+        for (int32_t i = 0; i < hd; i++) sum += row[i] * k[i];
+        const float d = (v[r] - sum) * beta;
+        sum = 0.0f;
+        for (int32_t i = 0; i < hd; i++) row[i] += d * k[i];
+        for (int32_t i = 0; i < hd; i++) sum += row[i] * q[i];
+        o[r] = sum * scale;
+    }
+}
+
+/* The KDA steps of one head over a few tokens: the kernel (key-major state)
+ * against doc_kda_step (value-major), state and outputs bit for bit. */
+static int check_kda(int32_t hd, int kind) {
+    enum { MAXHD = 130, STEPS = 3 };
+    static float s[MAXHD * MAXHD], sr[MAXHD * MAXHD], ex[MAXHD], k[MAXHD], q[MAXHD], v[MAXHD],
+        o[MAXHD], orf[MAXHD];
+    fill(s, (int64_t)hd * hd, kind == 4 ? 1 : kind);
+    for (int32_t r = 0; r < hd; r++)
+        for (int32_t i = 0; i < hd; i++) sr[(size_t)r * hd + i] = s[(size_t)i * hd + r];
+    int bad = 0;
+    for (int step = 0; step < STEPS; step++) {
+        for (int32_t i = 0; i < hd; i++) ex[i] = mt_expf(-fabsf(uniform(3.0f)));
+        fill(k, hd, kind);
+        fill(q, hd, kind);
+        fill(v, hd, kind);
+        const float beta = 1.0f / (1.0f + mt_expf(uniform(4.0f))), scale = 0.0883883f;
+        mt_vec_kda_step(s, hd, ex, k, q, v, beta, scale, o);
+        doc_kda_step(sr, hd, ex, k, q, v, beta, scale, orf);
+        bad += !same_floats(o, orf, hd);
+        for (int32_t r = 0; r < hd; r++)
+            for (int32_t i = 0; i < hd; i++)
+                bad += !same_float(s[(size_t)i * hd + r], sr[(size_t)r * hd + i]);
+    }
+    return bad != 0;
+}
+
 /* Each kernel (of the set in use) against vec_kernels.h's order written
  * out again here. */
 static void test_orders(void) {
@@ -220,6 +294,34 @@ static void test_orders(void) {
             }
             mt_vec_rope_norm(y, cs, sn, half);
             bad += !same_floats(y, ref, n);
+
+            for (int64_t i = 0; i < n; i++) ref[i] = 1.0f / (1.0f + mt_expf(-x[i]));
+            mt_vec_sigmoid(x, y, n);
+            bad += !same_floats(y, ref, n);
+            for (int64_t i = 0; i < n; i++) ref[i] = x[i] / (1.0f + mt_expf(-x[i]));
+            memcpy(y, x, (size_t)n * sizeof *y);
+            mt_vec_silu(y, n);
+            bad += !same_floats(y, ref, n);
+            for (int lbi = 0; lbi < 2; lbi++) {
+                const float beta = 2.0f, lb = lbi ? 3.0f : 0.0f;
+                for (int64_t i = 0; i < n; i++) ref[i] = doc_situ(x[i], w[i], beta, lb);
+                memcpy(y, w, (size_t)n * sizeof *y);
+                mt_vec_situ(x, y, n, beta, lb);
+                bad += !same_floats(y, ref, n);
+            }
+            const float a = -uniform(2.7f), lb = -5.0f;
+            for (int64_t i = 0; i < n; i++)
+                ref[i] = mt_expf(lb * (1.0f / (1.0f + mt_expf((x[i] + w[i]) * a))));
+            mt_vec_kda_decay(x, w, a, lb, y, n);
+            bad += !same_floats(y, ref, n);
+        }
+    /* head widths around the AVX2 and AVX-512 blocks (4 and 8 registers of sums) */
+    static const int32_t hds[] = {1,  2,  3,  5,  7,  8,  9,  15,  16,  17,  20,
+                                  31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 130};
+    for (int k = 0; k < N_KINDS; k++)
+        for (size_t i = 0; i < sizeof hds / sizeof hds[0]; i++) {
+            cases++;
+            bad += check_kda(hds[i], k);
         }
     /* attention: n_pos rows of dk (stride dk + 3) */
     for (int k = 0; k < N_KINDS; k++)
@@ -251,8 +353,8 @@ static void test_orders(void) {
         }
     CHECK(bad == 0, "%s vector kernels: %d of %d cases differ from the documented orders",
           quant_kernel_name(), bad, cases);
-    printf("%s: sums, scale, exp, SwiGLU, RoPE, attention follow the documented orders (%d "
-           "cases)\n",
+    printf("%s: sums, scale, exp, SwiGLU, RoPE, attention, sigmoid, SiLU, situ, KDA follow the "
+           "documented orders (%d cases)\n",
            quant_kernel_name(), cases);
 }
 
@@ -270,8 +372,9 @@ typedef struct vec_case {
 enum { MAXN = 5000 };
 static float in_x[MAXN + 16], in_w[MAXN + 16], in_t[MAXN + 16], in_u[MAXN + 16];
 
-/* All kernels on one input set; outputs into o (MAXN floats each, 6 of them)
- * and r (8 returned values). */
+/* All kernels on one input set; outputs into o (MAXN floats each, N_OUT of
+ * them) and r (4 returned values). */
+enum { N_OUT = 12 };
 static void run_all(const vec_case *c, int off, float *o, double *r) {
     const int64_t n = c->n;
     const float *x = in_x + off, *w = in_w + off;
@@ -295,10 +398,25 @@ static void run_all(const vec_case *c, int off, float *o, double *r) {
     r[2] = max;
     r[3] = mt_vec_exp_sum(sc, c->np, max);
     mt_vec_attn_mix(sc, (float)(1.0 / r[3]), w, c->stride, c->dk, c->np, mix);
+    /* sigmoid, SiLU, situ with and without the linear bound, K3's decay */
+    mt_vec_sigmoid(x, o + 6 * MAXN, n);
+    float *si = o + 7 * MAXN, *su = o + 8 * MAXN, *sv = o + 9 * MAXN;
+    memcpy(si, x, (size_t)n * sizeof *si);
+    mt_vec_silu(si, n);
+    memcpy(su, w, (size_t)n * sizeof *su);
+    mt_vec_situ(x, su, n, 2.0f, 3.0f);
+    memcpy(sv, w, (size_t)n * sizeof *sv);
+    mt_vec_situ(x, sv, n, 0.5f, 0.0f);
+    mt_vec_kda_decay(x, w, c->s, -5.0f, o + 10 * MAXN, n);
+    /* a KDA step of width dk: state (dk x dk) from in_u, k/q/v from the others */
+    const int32_t hd = c->dk;
+    float *st = o + 11 * MAXN, *ko = st + (size_t)hd * hd;
+    memcpy(st, in_u, (size_t)hd * hd * sizeof *st);
+    mt_vec_kda_step(st, hd, in_u + 16, x, in_t, w, 0.7f, 0.125f, ko);
 }
 
 static void test_set(const char *name) {
-    static float o_ref[6 * MAXN], o_set[6 * MAXN];
+    static float o_ref[N_OUT * MAXN], o_set[N_OUT * MAXN];
     double r_ref[4], r_set[4];
     int bad = 0, cases = 0;
     static const int64_t lens[] = {0,   1,   2,   3,   7,   8,   9,    15,   16,
@@ -327,7 +445,7 @@ static void test_set(const char *name) {
                 quant_kernels_select(name);
                 run_all(&c, off, o_set, r_set);
                 cases++;
-                bool same = same_floats(o_ref, o_set, 6 * MAXN);
+                bool same = same_floats(o_ref, o_set, N_OUT * MAXN);
                 for (int i = 0; i < 4; i++) same &= same_double(r_ref[i], r_set[i]);
                 if (!same && bad++ < 5)
                     fprintf(stderr, "  %s: length %lld, inputs %d, offset %d differ\n", name,

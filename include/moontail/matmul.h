@@ -50,6 +50,13 @@ void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool);
 void mt_matmul_many(const mt_matrix *const *w, float *const *y, int n, const float *x,
                     int64_t n_tok, mt_pool *pool);
 
+/* y[k] = w[k] . x[k] for k < n (n <= 8) in one parallel section: products
+ * that do not wait for each other, with inputs of their own; each y[k] as
+ * mt_matmul gives it. An input that several products of one vec-dot type
+ * and width share is converted once. */
+void mt_matmul_pairs(const mt_matrix *const *w, const float *const *x, float *const *y, int n,
+                     int64_t n_tok, mt_pool *pool);
+
 /* Converts n_tok rows of n_cols floats (x, row-major) to the vec-dot type vt
  * into dst (rows mt_type_row_size(vt, n_cols) bytes apart); small batches
  * on the calling thread, large ones in the pool. */

@@ -1,6 +1,7 @@
 /* vecops.h - the float vector steps of the forward pass other than matrix
- * products: sums for RMSNorm and softmax, exponentials, SwiGLU, RoPE
- * rotations and attention over cached rows.
+ * products: sums for RMSNorm and softmax, exponentials, SwiGLU, situ,
+ * sigmoids, RoPE rotations, attention over cached rows and the KDA
+ * recurrence.
  *
  * Like the quant kernels (quant.h), they run through the kernel set picked
  * at start-up (portable C, AVX2 or AVX-512; MT_KERNELS and
@@ -45,5 +46,26 @@ float mt_vec_attn_scores(const float *q, const float *k, size_t k_stride, int32_
  * d < dv, v_s = v + s * v_stride floats. */
 void mt_vec_attn_mix(const float *p, float inv, const float *v, size_t v_stride, int32_t dv,
                      int32_t n_pos, float *out);
+
+/* y[i] = 1 / (1 + mt_expf(-x[i])); y may be x. */
+void mt_vec_sigmoid(const float *x, float *y, int64_t n);
+
+/* x[i] = silu(x[i]) = x[i] / (1 + mt_expf(-x[i])). */
+void mt_vec_silu(float *x, int64_t n);
+
+/* h[i] = situ(g[i], h[i]) (kimi-k3's activation): beta tanh(g / beta) sigmoid(g),
+ * times lb tanh(h / lb) when lb > 0, else times h; tanh computed the same on
+ * every machine (a double polynomial below 0.5, mt_expf above). */
+void mt_vec_situ(const float *g, float *h, int64_t n, float beta, float linear_beta);
+
+/* Kimi K3's KDA decay factors: ex[i] = exp(lb * sigmoid(-(g[i] + dt[i]) * a)). */
+void mt_vec_kda_decay(const float *g, const float *dt, float a, float lb, float *ex, int64_t n);
+
+/* One token's delta-rule step of one KDA head. s is the head's state, hd x hd
+ * stored key-major (s[i * hd + r]: key channel i, value channel r):
+ *   S = S diag(ex);  d = beta (v - S k);  S = S + d k^T;  o = (S q) * scale
+ * with each of S k and S q summed over key channels in order, in float. */
+void mt_vec_kda_step(float *s, int32_t hd, const float *ex, const float *k, const float *q,
+                     const float *v, float beta, float scale, float *o);
 
 #endif

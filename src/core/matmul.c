@@ -276,29 +276,30 @@ void mt_matmul(const mt_matrix *w, const float *x, int64_t n_tok, float *y, mt_p
     free(scratch);
 }
 
-void mt_matmul_many(const mt_matrix *const *w, float *const *y, int n, const float *x,
-                    int64_t n_tok, mt_pool *pool) {
+void mt_matmul_pairs(const mt_matrix *const *w, const float *const *x, float *const *y, int n,
+                     int64_t n_tok, mt_pool *pool) {
     if (n <= 0 || n_tok <= 0) return;
-    mt_matmul_task tasks[8];
-    uint8_t *conv[8] = {0};
     if (n > 8) abort(); /* a programming error: callers pass q, k, v and the like */
+    mt_matmul_task tasks[8] = {0};
+    uint8_t *conv[8] = {0};
     for (int k = 0; k < n; k++) {
         const mt_type vt = quant_vec_dot_type(w[k]->type);
         (void)quant_vec_dot_get(w[k]->type); /* aborts on an unsupported type */
         const size_t rb = mt_type_row_size(vt, w[k]->n_cols);
-        const void *xc = x;
+        const void *xc = x[k];
         if (vt != MT_TYPE_F32) {
-            /* one conversion per distinct type (and width) among the matrices */
+            /* one conversion per distinct input, vec-dot type and width */
             int same = -1;
             for (int i = 0; i < k && same < 0; i++)
-                if (conv[i] && quant_vec_dot_type(w[i]->type) == vt && w[i]->n_cols == w[k]->n_cols)
+                if (conv[i] && x[i] == x[k] && quant_vec_dot_type(w[i]->type) == vt &&
+                    w[i]->n_cols == w[k]->n_cols)
                     same = i;
             if (same >= 0) {
                 xc = conv[same];
             } else {
                 if (!(conv[k] = malloc((size_t)n_tok * rb)))
-                    out_of_memory("mt_matmul_many", (size_t)n_tok * rb);
-                mt_convert_rows(vt, x, n_tok, w[k]->n_cols, conv[k], pool);
+                    out_of_memory("mt_matmul_pairs", (size_t)n_tok * rb);
+                mt_convert_rows(vt, x[k], n_tok, w[k]->n_cols, conv[k], pool);
                 xc = conv[k];
             }
         }
@@ -306,6 +307,13 @@ void mt_matmul_many(const mt_matrix *const *w, float *const *y, int n, const flo
     }
     mt_matmul_tasks(tasks, n, pool);
     for (int k = 0; k < n; k++) free(conv[k]);
+}
+
+void mt_matmul_many(const mt_matrix *const *w, float *const *y, int n, const float *x,
+                    int64_t n_tok, mt_pool *pool) {
+    const float *xs[8] = {x, x, x, x, x, x, x, x};
+    if (n > 8) abort(); /* a programming error: callers pass q, k, v and the like */
+    mt_matmul_pairs(w, xs, y, n, n_tok, pool);
 }
 
 void mt_matrix_get_row(const mt_matrix *w, int64_t r, float *dst) {

@@ -1,6 +1,7 @@
 /* vec_kernels.h - private to vecops.c and the vec_* SIMD files: the table of
- * float vector kernels of the forward pass (norms, softmax, SwiGLU, RoPE,
- * attention) and the fixed orders that every variant follows.
+ * float vector kernels of the forward pass (norms, softmax, SwiGLU, situ,
+ * sigmoids, RoPE, attention, the KDA recurrence) and the fixed orders that
+ * every variant follows.
  *
  * Like the quant kernels (quant_kernels.h), the portable C here is the
  * reference and a SIMD entry must return the same bits: each float
@@ -13,6 +14,10 @@
  *  - attention scores are q . k in 8 float lanes (element j into lane
  *    j mod 8, a multiply then an add), lanes added as quant_hsum8;
  *  - the attention output adds p_s * v_s[d] for positions s in order;
+ *  - the KDA step's sums (S k and S q per value channel) add their terms in
+ *    key-channel order in float, so a SIMD set takes one value channel per
+ *    lane (the state is stored key-major for that);
+ *  - tanh (situ) is vec_tanh1 below: a double polynomial or vec_expf;
  *  - exponentials are vec_expf below, never libm's expf (whose result may
  *    depend on the CPU glibc picks a variant for);
  *  - everything else is element by element. */
@@ -21,6 +26,7 @@
 
 #include "quant_kernels.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -80,6 +86,77 @@ static inline float vec_swiglu1(float g, float h) {
     return g / (1.0f + vec_expf(-g)) * h;
 }
 
+/* 1 / (1 + e^-x). */
+static inline float vec_sigmoid1(float x) {
+    return 1.0f / (1.0f + vec_expf(-x));
+}
+
+/* tanh the same on every machine (no libm): for |x| < 0.5 its Taylor series
+ * in double, x - x^3/3 + 2x^5/15 - ..., to x^19 (the next term is below
+ * 1e-9 of the sum), by Horner in x^2 from the last coefficient; above,
+ * 1 - 2 / (e^2|x| + 1) with vec_expf, where that difference no longer
+ * cancels. Near 0 the exp form would lose up to 1e-4 of the value, which a
+ * 300-token KDA model turned into 2e-3 of a logit. */
+#define VEC_TANH_SMALL 0.5f
+
+/* The Taylor coefficients of tanh: 2^2n (2^2n - 1) B_2n / (2n)!, n = 1..10. */
+static inline const double *vec_tanh_coefs(void) {
+    static const double c[10] = {1.0,
+                                 -1.0 / 3.0,
+                                 2.0 / 15.0,
+                                 -17.0 / 315.0,
+                                 62.0 / 2835.0,
+                                 -1382.0 / 155925.0,
+                                 21844.0 / 6081075.0,
+                                 -929569.0 / 638512875.0,
+                                 6404582.0 / 10854718875.0,
+                                 -443861162.0 / 1856156927625.0};
+    return c;
+}
+
+static inline float vec_tanh1(float x) {
+    const double *c = vec_tanh_coefs();
+    const float ax = fabsf(x);
+    float t;
+    if (ax < VEC_TANH_SMALL) {
+        const double d = ax, d2 = d * d;
+        double sum = c[9];
+        for (int i = 8; i >= 0; i--) sum = sum * d2 + c[i];
+        t = (float)(sum * d);
+    } else {
+        t = 1.0f - 2.0f / (vec_expf(2.0f * ax) + 1.0f);
+    }
+    return x < 0.0f ? -t : t;
+}
+
+/* situ(g, h) in ggml's order of operations: (tanh(g * (1/beta)) * beta) *
+ * sigmoid(g), times tanh(h * (1/lb)) * lb when lb > 0, else times h. ib and
+ * ilb are 1/beta and 1/lb, rounded once by the caller. */
+static inline float vec_situ1(float g, float h, float beta, float ib, float lb, float ilb) {
+    const float a = vec_tanh1(g * ib) * beta * (1.0f / (1.0f + vec_expf(-g)));
+    const float u = lb > 0.0f ? vec_tanh1(h * ilb) * lb : h;
+    return a * u;
+}
+
+/* The KDA step of value channel r (vec_kernel_set.kda_step), s key-major. */
+static inline void vec_kda_col(float *s, int32_t hd, int32_t r, const float *ex, const float *k,
+                               const float *q, const float *v, float beta, float scale, float *o) {
+    float acc = 0.0f;
+    for (int32_t i = 0; i < hd; i++) {
+        float *e = s + (size_t)i * hd + r;
+        *e = *e * ex[i];
+        acc = acc + *e * k[i];
+    }
+    const float d = (v[r] - acc) * beta;
+    acc = 0.0f;
+    for (int32_t i = 0; i < hd; i++) {
+        float *e = s + (size_t)i * hd + r;
+        *e = *e + d * k[i];
+        acc = acc + *e * q[i];
+    }
+    o[r] = acc * scale;
+}
+
 /* ---------------------------------------------------------- the table */
 
 typedef struct vec_kernel_set {
@@ -103,6 +180,22 @@ typedef struct vec_kernel_set {
     /* out[d] = sum over s in order of (p[s] * inv) * v_s[d], from 0 */
     void (*attn_mix)(const float *p, float inv, const float *v, size_t v_stride, int32_t dv,
                      int32_t n_pos, float *out);
+    /* y[i] = vec_sigmoid1(x[i]) */
+    void (*sigmoid)(const float *x, float *y, int64_t n);
+    /* x[i] = x[i] / (1 + vec_expf(-x[i])) */
+    void (*silu)(float *x, int64_t n);
+    /* h[i] = vec_situ1(g[i], h[i], beta, 1 / beta, lb, lb > 0 ? 1 / lb : 0) */
+    void (*situ)(const float *g, float *h, int64_t n, float beta, float lb);
+    /* K3's KDA decay: ex[i] = vec_expf(lb * (1 / (1 + vec_expf((g[i] + dt[i]) * a)))) */
+    void (*kda_decay)(const float *g, const float *dt, float a, float lb, float *ex, int64_t n);
+    /* one KDA delta-rule step of one head, s stored key-major (s[i * hd + r]:
+     * key channel i, value channel r); per value channel r, over i in order:
+     *   s = s * ex[i];  acc = acc + s * k[i]      (acc from 0)
+     *   d = (v[r] - acc) * beta
+     *   s = s + d * k[i];  acc2 = acc2 + s * q[i]  (acc2 from 0)
+     *   o[r] = acc2 * scale */
+    void (*kda_step)(float *s, int32_t hd, const float *ex, const float *k, const float *q,
+                     const float *v, float beta, float scale, float *o);
 } vec_kernel_set;
 
 /* The portable set (vecops.c). */

@@ -69,9 +69,34 @@ static void ref_attn_mix(const float *p, float inv, const float *v, size_t v_str
     }
 }
 
+static void ref_sigmoid(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = vec_sigmoid1(x[i]);
+}
+
+static void ref_silu(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + vec_expf(-x[i]));
+}
+
+static void ref_situ(const float *g, float *h, int64_t n, float beta, float lb) {
+    const float ib = 1.0f / beta, ilb = lb > 0.0f ? 1.0f / lb : 0.0f;
+    for (int64_t i = 0; i < n; i++) h[i] = vec_situ1(g[i], h[i], beta, ib, lb, ilb);
+}
+
+static void ref_kda_decay(const float *g, const float *dt, float a, float lb, float *ex,
+                          int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        ex[i] = vec_expf(lb * (1.0f / (1.0f + vec_expf((g[i] + dt[i]) * a))));
+}
+
+static void ref_kda_step(float *s, int32_t hd, const float *ex, const float *k, const float *q,
+                         const float *v, float beta, float scale, float *o) {
+    for (int32_t r = 0; r < hd; r++) vec_kda_col(s, hd, r, ex, k, q, v, beta, scale, o);
+}
+
 const vec_kernel_set vec_ref_kernels = {
-    ref_sum_squares, ref_scale_mul, ref_exp_sum,     ref_swiglu,
-    ref_rope_neox,   ref_rope_norm, ref_attn_scores, ref_attn_mix,
+    ref_sum_squares, ref_scale_mul,   ref_exp_sum,  ref_swiglu,  ref_rope_neox,
+    ref_rope_norm,   ref_attn_scores, ref_attn_mix, ref_sigmoid, ref_silu,
+    ref_situ,        ref_kda_decay,   ref_kda_step,
 };
 
 /* ------------------------------------------------------- entry points */
@@ -112,4 +137,25 @@ float mt_vec_attn_scores(const float *q, const float *k, size_t k_stride, int32_
 void mt_vec_attn_mix(const float *p, float inv, const float *v, size_t v_stride, int32_t dv,
                      int32_t n_pos, float *out) {
     vec_kernels_active()->attn_mix(p, inv, v, v_stride, dv, n_pos, out);
+}
+
+void mt_vec_sigmoid(const float *x, float *y, int64_t n) {
+    vec_kernels_active()->sigmoid(x, y, n);
+}
+
+void mt_vec_silu(float *x, int64_t n) {
+    vec_kernels_active()->silu(x, n);
+}
+
+void mt_vec_situ(const float *g, float *h, int64_t n, float beta, float linear_beta) {
+    vec_kernels_active()->situ(g, h, n, beta, linear_beta);
+}
+
+void mt_vec_kda_decay(const float *g, const float *dt, float a, float lb, float *ex, int64_t n) {
+    vec_kernels_active()->kda_decay(g, dt, a, lb, ex, n);
+}
+
+void mt_vec_kda_step(float *s, int32_t hd, const float *ex, const float *k, const float *q,
+                     const float *v, float beta, float scale, float *o) {
+    vec_kernels_active()->kda_step(s, hd, ex, k, q, v, beta, scale, o);
 }

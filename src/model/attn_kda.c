@@ -10,7 +10,7 @@
  *   beta_h  = sigmoid(Wbeta a)
  *   S_h     = S_h * exp(g_h)        per key channel i: S_h[., i] *= exp(g_i)
  *   d       = beta_h (v_h - S_h k_h)
- *   S_h     = S_h + d k_h^T                              S_h: (hd value x hd key)
+ *   S_h     = S_h + d k_h^T            S_h: (hd value x hd key), stored key-major
  *   o_h     = (S_h q_h) / sqrt(hd)
  *   out     = Wo (rmsnorm(o_h, ssm_norm) * sigmoid(G a))
  *             G = Wg (k3) or Wg_b Wg_a (kimi-linear)
@@ -19,11 +19,23 @@
  * The recurrence runs token by token in position order whatever the batch
  * (llama.cpp may chunk a prompt; the chunked form rounds differently), and
  * each head is computed start to end by one thread, so results never depend
- * on batching or threads (invariant 1). */
+ * on batching or threads (invariant 1). The per-token step of a head
+ * (mt_vec_kda_step) sums S k and S q over key channels in order, one vector
+ * lane per value channel: the state is stored key-major so that a key
+ * channel's row of S is contiguous. */
 #include "model_internal.h"
+#include "moontail/quant.h"
 #include "moontail/vecops.h"
 
 #include <string.h>
+
+/* The input of a low-rank up-projection (ssm_f_b, ssm_g_b: D rows of a few
+ * columns) that each head applies to its own rows. */
+typedef struct kda_up {
+    const mt_matrix *w; /* (D rows) */
+    const void *xc;     /* (n_tok) rows converted to w's vec-dot type */
+    size_t xc_stride;   /* bytes */
+} kda_up;
 
 typedef struct kda_job {
     const mt_hparams *hp;
@@ -32,11 +44,23 @@ typedef struct kda_job {
     int32_t il, n_tok;
     const bool *reset; /* (n_tok) the session's state restarts before token t */
     float *qkv[3];     /* (n_tok, D) each: projections, convolved in place */
-    const float *g;    /* (n_tok, D) decay gate before dt and activation */
+    kda_up up_g;       /* ssm_f_b: gives g */
+    float *g;          /* (n_tok, D) decay gate before dt and activation */
     const float *beta; /* (n_tok, n_head) before the sigmoid */
-    const float *g2;   /* (n_tok, D) output gate before the sigmoid */
+    kda_up up_g2;      /* kimi-linear's ssm_g_b: gives g2 (w NULL: g2 is given) */
+    float *g2;         /* (n_tok, D) output gate before the sigmoid */
     float *o;          /* (n_tok, D) gated, normalised output */
 } kda_job;
+
+/* y[t * D + c] = W[c] . x[t] for the hd rows c0 <= c < c0 + hd of one head,
+ * on the calling thread (each element as mt_matmul gives it). */
+static void up_head(const kda_up *up, int64_t c0, int32_t hd, int32_t n_tok, float *y, size_t D) {
+    mt_matrix part = *up->w;
+    part.n_rows = hd;
+    part.data = (const char *)part.data + (size_t)c0 * part.row_bytes;
+    const mt_matmul_task t = {&part, up->xc, up->xc_stride, n_tok, y + c0, D};
+    mt_matmul_tasks(&t, 1, NULL);
+}
 
 static float sigmoid(float x) {
     return 1.0f / (1.0f + mt_expf(-x));
@@ -51,12 +75,11 @@ static void conv_head(const float *w, float *state, float *x, int32_t hd, int32_
         float sum = 0.0f;
         for (int32_t j = 0; j < K - 1; j++) sum += sc[j] * wc[j];
         sum += x[c] * wc[K - 1];
-        if (K > 1) {
-            memmove(sc, sc + 1, (size_t)(K - 2) * sizeof *sc);
-            sc[K - 2] = x[c];
-        }
-        x[c] = sum / (1.0f + mt_expf(-sum));
+        for (int32_t j = 0; j + 1 < K - 1; j++) sc[j] = sc[j + 1];
+        if (K > 1) sc[K - 2] = x[c];
+        x[c] = sum;
     }
+    mt_vec_silu(x, hd);
 }
 
 static void l2_normalize(float *x, int32_t n, float eps) {
@@ -76,9 +99,11 @@ static void kda_heads(void *ctx, int64_t begin, int64_t end) {
     const bool k3_gate = lb > -INFINITY;
     float *ex = malloc(2 * (size_t)hd * sizeof *ex);
     if (!ex) abort(); /* 2 * hd floats */
-    float *delta = ex + hd;
+    float *sig = ex + hd;
     for (int64_t h = begin; h < end; h++) {
         const size_t c0 = (size_t)h * hd; /* first channel of the head */
+        up_head(&j->up_g, (int64_t)c0, hd, j->n_tok, j->g, (size_t)D);
+        if (j->up_g2.w) up_head(&j->up_g2, (int64_t)c0, hd, j->n_tok, j->g2, (size_t)D);
         for (int32_t t = 0; t < j->n_tok; t++) {
             float *st = mt_kv_layer_rec(j->kv[t], j->il);
             float *S = st + 3 * (size_t)D * (K - 1) + (size_t)h * hd * hd;
@@ -98,35 +123,22 @@ static void kda_heads(void *ctx, int64_t begin, int64_t end) {
             l2_normalize(k, hd, hp->eps);
 
             const float *g = j->g + (size_t)t * D + c0, *dt = l->ssm_dt_b + c0, A = l->ssm_a[h];
-            for (int32_t i = 0; i < hd; i++) {
-                float gi;
-                if (k3_gate) {
-                    gi = lb * sigmoid(-((g[i] + dt[i]) * A));
-                } else {
+            if (k3_gate) { /* exp(lb * sigmoid(-(g + dt) A)) */
+                mt_vec_kda_decay(g, dt, A, lb, ex, hd);
+            } else {
+                for (int32_t i = 0; i < hd; i++) {
                     const float z = g[i] + dt[i];
-                    gi = (z > 20.0f ? z : logf(1.0f + mt_expf(z))) * A;
+                    ex[i] = mt_expf((z > 20.0f ? z : logf(1.0f + mt_expf(z))) * A);
                 }
-                ex[i] = mt_expf(gi);
             }
             const float beta = sigmoid(j->beta[(size_t)t * H + h]);
 
-            /* decay, then the delta rule; row r of S is value channel r */
-            for (int32_t r = 0; r < hd; r++) {
-                float *row = S + (size_t)r * hd, sum = 0.0f;
-                for (int32_t i = 0; i < hd; i++) row[i] *= ex[i];
-                for (int32_t i = 0; i < hd; i++) sum += row[i] * k[i];
-                delta[r] = (v[r] - sum) * beta;
-            }
+            /* decay, then the delta rule */
             float *o = j->o + (size_t)t * D + c0;
-            for (int32_t r = 0; r < hd; r++) {
-                float *row = S + (size_t)r * hd, sum = 0.0f;
-                for (int32_t i = 0; i < hd; i++) row[i] += delta[r] * k[i];
-                for (int32_t i = 0; i < hd; i++) sum += row[i] * q[i];
-                o[r] = sum * scale;
-            }
+            mt_vec_kda_step(S, hd, ex, k, q, v, beta, scale, o);
             mt_rmsnorm(o, l->ssm_norm, hd, hp->eps, o);
-            const float *g2 = j->g2 + (size_t)t * D + c0;
-            for (int32_t r = 0; r < hd; r++) o[r] *= sigmoid(g2[r]);
+            mt_vec_sigmoid(j->g2 + (size_t)t * D + c0, sig, hd);
+            for (int32_t r = 0; r < hd; r++) o[r] *= sig[r];
         }
     }
     free(ex);
@@ -155,34 +167,56 @@ static int take_positions(mt_kv_cache *const *kv, int32_t il, const int32_t *pos
     return 0;
 }
 
+/* Sets up->xc_stride and returns the bytes up's converted input needs (0 for
+ * F32 weights, which read x as it is). */
+static size_t up_bytes(kda_up *up, int32_t n_tok) {
+    const mt_type vt = quant_vec_dot_type(up->w->type);
+    up->xc_stride = mt_type_row_size(vt, up->w->n_cols);
+    return vt == MT_TYPE_F32 ? 0 : (size_t)n_tok * up->xc_stride;
+}
+
+/* up->xc = x (n_tok rows of w's columns) in w's vec-dot type, in buf. */
+static void up_input(kda_up *up, const float *x, int32_t n_tok, void *buf, mt_pool *pool) {
+    const mt_type vt = quant_vec_dot_type(up->w->type);
+    up->xc = x;
+    if (vt == MT_TYPE_F32) return;
+    mt_convert_rows(vt, x, n_tok, up->w->n_cols, buf, pool);
+    up->xc = buf;
+}
+
 int mt_attn_kda(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err) {
     const mt_hparams *hp = &m->hp;
     const size_t T = (size_t)n_tok, H = (size_t)hp->n_head, hd = (size_t)hp->kda_head_dim,
                  D = H * hd;
-    float *buf = malloc((T * (6 * D + H + hd)) * sizeof(float));
+    const bool k3 = l->ssm_g.data != NULL;
+    /* the low-rank up-projections run head by head in the heads' section */
+    kda_up up_g = {&l->ssm_f_b, NULL, 0}, up_g2 = {k3 ? NULL : &l->ssm_g_b, NULL, 0};
+    const size_t n_up = up_bytes(&up_g, n_tok), n_up2 = k3 ? 0 : up_bytes(&up_g2, n_tok);
+    float *buf = malloc((T * (6 * D + H + 2 * hd)) * sizeof(float));
+    uint8_t *upc = malloc(n_up + n_up2 + 1);
     bool *reset = malloc(T * sizeof *reset);
     int32_t *old = malloc(T * sizeof *old);
-    if (!buf || !reset || !old) {
-        free(buf), free(reset), free(old);
+    if (!buf || !upc || !reset || !old) {
+        free(buf), free(upc), free(reset), free(old);
         return mt_error_set(err, "KDA attention: out of memory for %d tokens", n_tok);
     }
     float *q = buf, *k = q + T * D, *v = k + T * D, *g = v + T * D, *g2 = g + T * D,
-          *o = g2 + T * D, *beta = o + T * D, *low = beta + T * H; /* low: (T, hd) */
+          *o = g2 + T * D, *beta = o + T * D;
+    float *low = beta + T * H, *low2 = low + T * hd; /* (T, hd): f_a's and g_a's outputs */
     int rc = take_positions(kv, il, pos, n_tok, reset, old, err);
     if (rc == 0) {
-        const bool k3 = l->ssm_g.data != NULL;
         const mt_matrix *in[6] = {&l->wq,       &l->wk,      &l->wv,
                                   &l->ssm_beta, &l->ssm_f_a, k3 ? &l->ssm_g : &l->ssm_g_a};
-        float *const res[6] = {q, k, v, beta, low, k3 ? g2 : o}; /* o: scratch for g_a */
+        float *const res[6] = {q, k, v, beta, low, k3 ? g2 : low2};
         mt_matmul_many(in, res, 6, a, n_tok, pool);
-        mt_matmul(&l->ssm_f_b, low, n_tok, g, pool);
-        if (!k3) mt_matmul(&l->ssm_g_b, o, n_tok, g2, pool);
-        kda_job job = {hp, l, kv, il, n_tok, reset, {q, k, v}, g, beta, g2, o};
+        up_input(&up_g, low, n_tok, upc, pool);
+        if (!k3) up_input(&up_g2, low2, n_tok, upc + n_up, pool);
+        kda_job job = {hp, l, kv, il, n_tok, reset, {q, k, v}, up_g, g, beta, up_g2, g2, o};
         mt_pool_run(pool, (int64_t)H, kda_heads, &job);
         mt_matmul(&l->wo, o, n_tok, out, pool);
     }
-    free(buf), free(reset), free(old);
+    free(buf), free(upc), free(reset), free(old);
     return rc;
 }

@@ -126,19 +126,6 @@ static int mla_expanded(const mt_model *m, const mt_layer *l, const float *cache
     return 0;
 }
 
-/* k3: o (n_tok, n_head * v_dim) *= sigmoid(attn_gate . a), a the normalised
- * layer input. */
-static int output_gate(const mt_layer *l, const float *a, int32_t n_tok, float *o, mt_pool *pool,
-                       mt_error *err) {
-    const size_t n = (size_t)n_tok * (size_t)l->attn_gate.n_rows;
-    float *g = malloc(n * sizeof *g);
-    if (!g) return mt_error_set(err, "MLA attention: out of memory for %d tokens", n_tok);
-    mt_matmul(&l->attn_gate, a, n_tok, g, pool);
-    for (size_t i = 0; i < n; i++) o[i] *= 1.0f / (1.0f + mt_expf(-g[i]));
-    free(g);
-    return 0;
-}
-
 int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
                 const int32_t *pos, int32_t n_tok, const float *a, float *out, mt_pool *pool,
                 mt_error *err) {
@@ -146,26 +133,25 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
     const int32_t H = hp->n_head, nope = hp->qk_nope, rope = hp->qk_rope, dv = hp->v_head_dim;
     const int32_t lora = hp->kv_lora_rank, w = lora + rope, qk = nope + rope;
     const size_t T = (size_t)n_tok;
-    size_t n_qa = hp->q_lora_rank > 0 ? T * hp->q_lora_rank : 0;
-    size_t total = n_qa + T * H * qk + T * w + T * H * w + T * H * lora + T * H * dv;
+    const size_t n_qa = hp->q_lora_rank > 0 ? T * hp->q_lora_rank : 0;
+    const size_t n_gate = l->attn_gate.data ? T * (size_t)l->attn_gate.n_rows : 0;
+    size_t total = n_qa + T * H * qk + T * w + T * H * w + T * H * lora + T * H * dv + n_gate;
     float *buf = malloc(total * sizeof(float));
     if (!buf) return mt_error_set(err, "MLA attention: out of memory for %d tokens", n_tok);
     float *qa = buf, *q = qa + n_qa, *kva = q + T * H * qk, *qabs = kva + T * w,
-          *lat = qabs + T * H * w, *o = lat + T * H * lora;
+          *lat = qabs + T * H * w, *o = lat + T * H * lora, *gate = o + T * H * dv;
     int rc = 0;
 
+    /* every product of the layer input a in one section: the query (or its
+     * down-projection), the latent kv and (k3) the output gate */
+    const mt_matrix *in[3] = {hp->q_lora_rank > 0 ? &l->wq_a : &l->wq, &l->wkv_a, &l->attn_gate};
+    float *const res[3] = {hp->q_lora_rank > 0 ? qa : q, kva, gate};
+    mt_matmul_many(in, res, n_gate ? 3 : 2, a, n_tok, pool);
     if (hp->q_lora_rank > 0) {
-        const mt_matrix *in[2] = {&l->wq_a, &l->wkv_a};
-        float *const res[2] = {qa, kva};
-        mt_matmul_many(in, res, 2, a, n_tok, pool);
         for (size_t t = 0; t < T; t++)
             mt_rmsnorm(qa + t * hp->q_lora_rank, l->q_a_norm, hp->q_lora_rank, hp->eps,
                        qa + t * hp->q_lora_rank);
         mt_matmul(&l->wq_b, qa, n_tok, q, pool);
-    } else {
-        const mt_matrix *in[2] = {&l->wq, &l->wkv_a};
-        float *const res[2] = {q, kva};
-        mt_matmul_many(in, res, 2, a, n_tok, pool);
     }
 
     int32_t max_pos = 0;
@@ -202,7 +188,10 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
             rc = per_head_matmul(&l->wv_b, H, lat, (size_t)lora, n_tok, o, (size_t)dv, pool, err);
         }
     }
-    if (rc == 0 && l->attn_gate.data) rc = output_gate(l, a, n_tok, o, pool, err);
+    if (rc == 0 && n_gate) { /* k3: o *= sigmoid(attn_gate . a) */
+        mt_vec_sigmoid(gate, gate, (int64_t)n_gate);
+        for (size_t i = 0; i < n_gate; i++) o[i] *= gate[i];
+    }
     if (rc == 0) mt_matmul(&l->wo, o, n_tok, out, pool);
     free(buf);
     return rc;

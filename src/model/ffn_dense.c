@@ -12,7 +12,6 @@
 #include "moontail/quant.h"
 #include "moontail/vecops.h"
 
-#include <math.h>
 #include <string.h>
 
 /* Below this many elements the SwiGLU step runs on the calling thread. */
@@ -28,45 +27,34 @@ typedef struct glu_job {
     const size_t *hc_off; /* (n_tasks) byte offset of each task's hc rows */
 } glu_job;
 
-/* tanh the same on every machine (no libm): for |x| < 0.5 its Taylor series
- * in double, x - x^3/3 + 2x^5/15 - ..., to x^19 (the next term is below
- * 1e-9 of the sum); above, 1 - 2 / (e^2|x| + 1) with mt_expf, where that
- * difference no longer cancels. Near 0 the exp form would lose up to 1e-4
- * of the value, which a 300-token KDA model turned into 2e-3 of a logit. */
-static float tanh_det(float x) {
-    const float ax = fabsf(x);
-    float t;
-    if (ax < 0.5f) {
-        /* tanh Taylor coefficients: 2^2n (2^2n - 1) B_2n / (2n)!, n = 1..10 */
-        static const double c[10] = {1.0,
-                                     -1.0 / 3.0,
-                                     2.0 / 15.0,
-                                     -17.0 / 315.0,
-                                     62.0 / 2835.0,
-                                     -1382.0 / 155925.0,
-                                     21844.0 / 6081075.0,
-                                     -929569.0 / 638512875.0,
-                                     6404582.0 / 10854718875.0,
-                                     -443861162.0 / 1856156927625.0};
-        const double d = ax, d2 = d * d;
-        double sum = c[9];
-        for (int i = 8; i >= 0; i--) sum = sum * d2 + c[i];
-        t = (float)(sum * d);
-    } else {
-        t = 1.0f - 2.0f / (mt_expf(2.0f * ax) + 1.0f);
-    }
-    return x < 0.0f ? -t : t;
+/* h = silu(g) * h, or situ(g, h), for one row of n. */
+static void act_row(const mt_ffn_act *act, const float *g, float *h, int64_t n) {
+    if (act && act->situ) /* in ggml's order of operations */
+        mt_vec_situ(g, h, n, act->beta, act->linear_beta);
+    else
+        mt_vec_swiglu(g, h, n);
 }
 
-/* h = situ(g, h) in ggml's order of operations: (tanh(g * (1/beta)) * beta)
- * * sigmoid(g), times tanh(h * (1/lb)) * lb when lb > 0, else h. */
-static void situ_row(const mt_ffn_act *act, const float *g, float *h, int64_t n) {
-    const float ib = 1.0f / act->beta, lb = act->linear_beta, ilb = lb > 0.0f ? 1.0f / lb : 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        const float a = tanh_det(g[i] * ib) * act->beta * (1.0f / (1.0f + mt_expf(-g[i])));
-        const float u = lb > 0.0f ? tanh_det(h[i] * ilb) * lb : h[i];
-        h[i] = a * u;
-    }
+typedef struct act_job {
+    const mt_ffn_act *act;
+    const float *g;
+    float *h;
+    int64_t n;
+} act_job;
+
+static void act_rows(void *ctx, int64_t begin, int64_t end) {
+    const act_job *j = ctx;
+    for (int64_t r = begin; r < end; r++)
+        act_row(j->act, j->g + (size_t)r * j->n, j->h + (size_t)r * j->n, j->n);
+}
+
+void mt_ffn_act_rows(const mt_ffn_act *act, const float *g, float *h, int64_t n_rows, int64_t n,
+                     mt_pool *pool) {
+    act_job j = {act, g, h, n};
+    if (n_rows * n < GLU_INLINE)
+        act_rows(&j, 0, n_rows);
+    else
+        mt_pool_run(pool, n_rows, act_rows, &j);
 }
 
 /* h = silu(g) * h (or situ), then h converted for the down matrix, global
@@ -79,10 +67,7 @@ static void glu_rows(void *ctx, int64_t begin, int64_t end) {
         const mt_ffn_task *t = &j->tasks[k];
         const int64_t F = t->gate->n_rows, i = r - j->row0[k];
         float *g = j->g + j->gh_off[k] + (size_t)i * F, *h = j->h + j->gh_off[k] + (size_t)i * F;
-        if (t->act && t->act->situ)
-            situ_row(t->act, g, h, F);
-        else
-            mt_vec_swiglu(g, h, F);
+        act_row(t->act, g, h, F);
         const mt_type vt = quant_vec_dot_type(t->down->type);
         if (vt != MT_TYPE_F32)
             quant_convert_activations(

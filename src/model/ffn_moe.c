@@ -19,16 +19,17 @@
 /* ---------------------------------------------------------------- router */
 
 /* Indices of the k largest values of v[0..n), largest first; ties go to the
- * lower index. */
+ * lower index (n <= 4096, the loader's limit on experts). */
 static void top_k(const float *v, int32_t n, int32_t k, int32_t *idx) {
+    bool taken[4096];
+    if (n > 4096) abort(); /* the loader refuses more experts; a bug otherwise */
+    memset(taken, 0, (size_t)n * sizeof *taken);
     for (int32_t j = 0; j < k; j++) {
         int32_t best = -1;
-        for (int32_t e = 0; e < n; e++) {
-            bool taken = false;
-            for (int32_t q = 0; q < j; q++) taken |= idx[q] == e;
-            if (!taken && (best < 0 || v[e] > v[best])) best = e;
-        }
+        for (int32_t e = 0; e < n; e++)
+            if (!taken[e] && (best < 0 || v[e] > v[best])) best = e;
         idx[j] = best;
+        if (best >= 0) taken[best] = true;
     }
 }
 
@@ -38,7 +39,7 @@ void mt_moe_route(const mt_hparams *hp, const float *exp_probs_b, const float *z
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     float *p = scratch, *sel = scratch + X;
     if (hp->gating == MT_GATING_SIGMOID) {
-        for (int32_t e = 0; e < X; e++) p[e] = 1.0f / (1.0f + mt_expf(-z[e]));
+        mt_vec_sigmoid(z, p, X);
     } else {
         float max = -INFINITY;
         for (int32_t e = 0; e < X; e++) max = fmaxf(max, z[e]);
@@ -174,13 +175,17 @@ static void weighted_sum(const float *ys, const float *w, size_t T, int32_t K, s
 /* Routed experts, then (k3 latent MoE) the latent sum's norm and
  * up-projection, then the shared experts, which read the full-width u:
  *   out = up . rmsnorm(sum_j w_j E_j(down . u)) + shared(u)   (latent)
- *   out = sum_j w_j E_j(u) + shared(u)                        (otherwise) */
+ *   out = sum_j w_j E_j(u) + shared(u)                        (otherwise)
+ * Besides the experts' own two, a decode step has two parallel sections:
+ * every product that reads u (router, latent down-projection, the shared
+ * experts' gate and up), then every one that writes out (latent
+ * up-projection, the shared experts' down). */
 int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, const float *u,
                float *out, const mt_expert_backend *experts, mt_pool *pool, mt_error *err) {
     const mt_hparams *hp = &m->hp;
     const int32_t X = hp->n_expert, K = hp->n_expert_used, E = hp->n_embd, W = hp->n_embd_exp;
     const bool latent = hp->n_expert_latent > 0;
-    const size_t T = (size_t)n_tok;
+    const size_t T = (size_t)n_tok, F = l->has_shexp ? (size_t)l->gate_shexp.n_rows : 0;
     if (hp->n_group > 256) return mt_error_set(err, "MoE: %d expert groups (max 256)", hp->n_group);
     mt_expert_backend local = {mt_model_run_experts, (void *)m, false};
     if (!experts) experts = &local;
@@ -195,39 +200,51 @@ int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, 
     float *ys = malloc(T * K * W * sizeof(float)); /* (n_tok, K, W) expert outputs */
     float *lat = latent ? malloc(T * W * sizeof(float)) : NULL; /* (n_tok, W) */
     float *sh = l->has_shexp ? malloc(T * E * sizeof(float)) : NULL;
+    float *shg = l->has_shexp ? malloc(2 * T * F * sizeof(float)) : NULL; /* gate, up (n_tok, F) */
     int rc = 0;
-    if (!z || !scratch || !idx || !w || !uk || !ys || (latent && !lat) || (l->has_shexp && !sh)) {
+    if (!z || !scratch || !idx || !w || !uk || !ys || (latent && !lat) ||
+        (l->has_shexp && (!sh || !shg))) {
         rc = mt_error_set(err, "MoE: out of memory for %d tokens", n_tok);
         goto done;
     }
+    float *shh = shg ? shg + T * F : NULL;
 
-    mt_matmul(&l->router, u, n_tok, z, pool); /* the router reads the full width */
-    const float *ue = u;
-    if (latent) {
-        mt_matmul(&l->routed_down, u, n_tok, lat, pool);
-        ue = lat;
+    /* the router reads the full width, like the shared experts */
+    const mt_matrix *in[4] = {&l->router};
+    float *res[4] = {z};
+    int n_in = 1;
+    if (latent) in[n_in] = &l->routed_down, res[n_in++] = lat;
+    if (l->has_shexp) {
+        in[n_in] = &l->gate_shexp, res[n_in++] = shg;
+        in[n_in] = &l->up_shexp, res[n_in++] = shh;
     }
+    mt_matmul_many(in, res, n_in, u, n_tok, pool);
+    const float *ue = latent ? lat : u;
     for (size_t t = 0; t < T; t++) {
         mt_moe_route(hp, l->exp_probs_b, z + t * X, idx + t * K, w + t * K, scratch);
         for (int32_t j = 0; j < K; j++)
             memcpy(uk + (t * K + j) * W, ue + t * W, (size_t)W * sizeof(float));
     }
     if ((rc = experts->run(experts->ctx, il, (int32_t)(T * K), idx, uk, ys, pool, err))) goto done;
+    if (l->has_shexp) mt_ffn_act_rows(act, shg, shh, (int64_t)T, (int64_t)F, pool);
 
+    const mt_matrix *wo[2];
+    const float *xo[2];
+    float *yo[2];
+    int n_out = 0;
     if (latent) {
         weighted_sum(ys, w, T, K, (size_t)W, lat);
         if (l->routed_norm)
             for (size_t t = 0; t < T; t++)
                 mt_rmsnorm(lat + t * W, l->routed_norm, W, hp->eps, lat + t * W);
-        mt_matmul(&l->routed_up, lat, n_tok, out, pool);
+        wo[n_out] = &l->routed_up, xo[n_out] = lat, yo[n_out++] = out;
     } else {
         weighted_sum(ys, w, T, K, (size_t)E, out);
     }
+    if (l->has_shexp) wo[n_out] = &l->down_shexp, xo[n_out] = shh, yo[n_out++] = sh;
+    mt_matmul_pairs(wo, xo, yo, n_out, n_tok, pool);
 
     if (l->has_shexp) {
-        if ((rc = mt_ffn_dense(&l->gate_shexp, &l->up_shexp, &l->down_shexp, act, n_tok, u, sh,
-                               pool, err)))
-            goto done;
         for (size_t t = 0; t < T; t++) {
             float gate = 1.0f;
             if (l->shexp_gate_inp.data) {
@@ -239,6 +256,6 @@ int mt_ffn_moe(const mt_model *m, const mt_layer *l, int32_t il, int32_t n_tok, 
         }
     }
 done:
-    free(z), free(scratch), free(idx), free(w), free(uk), free(ys), free(lat), free(sh);
+    free(z), free(scratch), free(idx), free(w), free(uk), free(ys), free(lat), free(sh), free(shg);
     return rc;
 }

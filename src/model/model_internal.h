@@ -97,6 +97,10 @@ static inline const mt_ffn_act *mt_hparams_act(const mt_hparams *hp, mt_ffn_act 
  * down of all); each output row is bit-identical to a run of its block on
  * that row alone. */
 int mt_ffn_multi(const mt_ffn_task *tasks, int n_tasks, mt_pool *pool, mt_error *err);
+/* h = act(g, h) (SwiGLU when act is NULL) for n_rows rows of n, g and h
+ * row-major; large batches in the pool. */
+void mt_ffn_act_rows(const mt_ffn_act *act, const float *g, float *h, int64_t n_rows, int64_t n,
+                     mt_pool *pool);
 int mt_ffn_dense(const mt_matrix *gate, const mt_matrix *up, const mt_matrix *down,
                  const mt_ffn_act *act, int32_t n_tok, const float *u, float *out, mt_pool *pool,
                  mt_error *err);

@@ -49,7 +49,8 @@ int mt_session_eval(mt_session *s, const int32_t *tokens, int32_t n, int32_t uba
         for (int32_t i = 0; i < nb; i++) pos[i] = s->n_past + i;
         rc = mt_model_embed(m, tokens + b, nb, hidden, err);
         if (rc == 0)
-            rc = mt_model_forward_layers(m, s->kv, 0, m->hp.n_layer, pos, nb, hidden, NULL, s->pool, err);
+            rc = mt_model_forward_layers(m, s->kv, 0, m->hp.n_layer, pos, nb, hidden, NULL, s->pool,
+                                         err);
         if (rc) break;
         s->n_past += nb;
         if (all_logits) {
