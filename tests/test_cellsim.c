@@ -88,33 +88,44 @@ static mt_synth_params synth_of(const cs_shape *s, const char *arch) {
     return p;
 }
 
+/* Writes p (mkmodel's writer), checks every layer's attention and expert
+ * bytes against the shape's formula and returns the open file with its
+ * layout in *l (NULL when it could not be written or read; then *l is empty).
+ * The caller frees both and unlinks *path. */
+static gguf_file *write_and_check_layers(const cs_shape *s, const mt_synth_params *p,
+                                         const char *what, mt_shard_layout *l, const char **path) {
+    mt_error err = {{0}};
+    memset(l, 0, sizeof *l);
+    *path = check_tmp(".gguf");
+    CHECK(mt_synth_write(p, *path, &err) == 0, "%s: mkmodel: %s", what, err.msg);
+    gguf_file *f = gguf_open(*path, &err);
+    CHECK(f != NULL, "%s: %s", what, err.msg);
+    if (!f || mt_shard_layout_read(f, l, &err) != 0) {
+        CHECK(0, "%s: layout: %s", what, err.msg);
+        gguf_close(f);
+        return NULL;
+    }
+    for (int32_t il = 0; il < s->n_layer; il++) {
+        cs_layer_cost c = cs_layer_cost_of(s, il);
+        CHECK(c.attn_bytes == (double)l->attn_bytes[il],
+              "%s layer %d (%s): attention %.0f bytes, the file %llu", what, il,
+              c.kda ? "KDA" : "MLA/GQA", c.attn_bytes, (unsigned long long)l->attn_bytes[il]);
+        CHECK(c.expert_bytes == (double)l->expert_bytes[il],
+              "%s layer %d: expert %.0f bytes, the file %llu", what, il, c.expert_bytes,
+              (unsigned long long)l->expert_bytes[il]);
+    }
+    return f;
+}
+
 /* The layout formula against the bytes of a file mkmodel writes. */
 static void check_bytes_against_file(const cs_shape *s, const char *what) {
     mt_synth_params p = synth_of(s, "deepseek2");
     p.n_head_kv = 1;
     p.n_group = p.n_group_used = 1;
-    const char *path = check_tmp(".gguf");
-    mt_error err = {{0}};
-    CHECK(mt_synth_write(&p, path, &err) == 0, "%s: mkmodel: %s", what, err.msg);
-    gguf_file *f = gguf_open(path, &err);
-    CHECK(f != NULL, "%s: %s", what, err.msg);
     mt_shard_layout l;
-    if (f && mt_shard_layout_read(f, &l, &err) == 0) {
-        for (int32_t il = 0; il < s->n_layer; il++) {
-            cs_layer_cost c = cs_layer_cost_of(s, il);
-            CHECK(c.attn_bytes == (double)l.attn_bytes[il],
-                  "%s layer %d: attention %.0f bytes,"
-                  " the file %llu",
-                  what, il, c.attn_bytes, (unsigned long long)l.attn_bytes[il]);
-            CHECK(c.expert_bytes == (double)l.expert_bytes[il],
-                  "%s layer %d: expert %.0f bytes,"
-                  " the file %llu",
-                  what, il, c.expert_bytes, (unsigned long long)l.expert_bytes[il]);
-        }
-        mt_shard_layout_free(&l);
-    } else {
-        CHECK(0, "%s: layout: %s", what, err.msg);
-    }
+    const char *path;
+    gguf_file *f = write_and_check_layers(s, &p, what, &l, &path);
+    mt_shard_layout_free(&l);
     gguf_close(f);
     unlink(path);
 }
@@ -210,22 +221,11 @@ static void check_k3_against_file(const cs_shape *s, const char *mla_layers, con
     p.latent = s->latent;
     p.mla_gate = s->mla_gate;
     p.mla_layers = mla_layers;
-    const char *path = check_tmp(".gguf");
-    mt_error err = {{0}};
-    CHECK(mt_synth_write(&p, path, &err) == 0, "%s: mkmodel: %s", what, err.msg);
-    gguf_file *f = gguf_open(path, &err);
-    CHECK(f != NULL, "%s: %s", what, err.msg);
     mt_shard_layout l;
-    if (f && mt_shard_layout_read(f, &l, &err) == 0) {
-        for (int32_t il = 0; il < s->n_layer; il++) {
-            cs_layer_cost c = cs_layer_cost_of(s, il);
-            CHECK(c.attn_bytes == (double)l.attn_bytes[il],
-                  "%s layer %d (%s): attention %.0f bytes, the file %llu", what, il,
-                  c.kda ? "KDA" : "MLA", c.attn_bytes, (unsigned long long)l.attn_bytes[il]);
-            CHECK(c.expert_bytes == (double)l.expert_bytes[il],
-                  "%s layer %d: expert %.0f bytes, the file %llu", what, il, c.expert_bytes,
-                  (unsigned long long)l.expert_bytes[il]);
-        }
+    const char *path;
+    mt_error err = {{0}};
+    gguf_file *f = write_and_check_layers(s, &p, what, &l, &path);
+    if (f) {
         /* a session's state per layer as the KV cache sizes it (from the file's metadata) */
         uint64_t fixed[256], per_pos[256];
         CHECK(s->n_layer <= 256 &&
@@ -246,10 +246,8 @@ static void check_k3_against_file(const cs_shape *s, const char *mla_layers, con
                 v.n_vocab = (int32_t)f->tensors[t].ne[1];
         CHECK(cs_model_bytes(&v) == total, "%s: model %.0f bytes, the file's tensors %.0f", what,
               cs_model_bytes(&v), total);
-        mt_shard_layout_free(&l);
-    } else {
-        CHECK(0, "%s: layout: %s", what, err.msg);
     }
+    mt_shard_layout_free(&l);
     gguf_close(f);
     unlink(path);
 }

@@ -72,15 +72,24 @@ got=$(tokens <"$tmp/p1.json" 2>/dev/null)
 $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json --chain >"$tmp/pc.json" 2>"$tmp/pc.err" || bad "prompt --chain: $(cat "$tmp/pc.err")"
 [ "$(tokens <"$tmp/pc.json" 2>/dev/null)" = "$ref" ] && ok || bad "chained registry prompt tokens differ: $(cat "$tmp/pc.err")"
 
+# long_prompt NAME ARGS...: a 600-token generation in the background ($ppid), into
+# $tmp/NAME.txt and .err; returns once it is generating, with its route in $route
+long_prompt() {
+    local name=$1
+    shift
+    "$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos "$@" >"$tmp/$name.txt" 2>"$tmp/$name.err" &
+    ppid=$!
+    route=""
+    for _ in $(seq 1 500); do
+        route=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
+        [ -n "$route" ] && [ "$(stat -c %s "$tmp/$name.txt")" -gt 20 ] && break
+        sleep 0.02
+    done
+}
+
 # ---- kill a node of the route mid-generation: same text, failover measured
-"$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/long.txt" 2>"$tmp/long.err" &
-ppid=$!
+long_prompt long
 victim=""
-for _ in $(seq 1 500); do
-    route=$(sed -n 's/^requester: route: //p' "$tmp/long.err" | head -1)
-    [ -n "$route" ] && [ "$(stat -c %s "$tmp/long.txt")" -gt 20 ] && break
-    sleep 0.02
-done
 first=${route%%\[*}
 for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$first" ] && victim=$k; done
 if [ -n "$victim" ]; then
@@ -99,14 +108,8 @@ wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
 echo "replicas restored $(node -e "console.log(($(date +%s.%N) - ${t_kill:-0}).toFixed(2))") s after the kill"
 
 # ---- the same in a chain, the route's last stage killed: the first stage reports its next hop
-"$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos --chain >"$tmp/clong.txt" 2>"$tmp/clong.err" &
-ppid=$!
-croute=""
-for _ in $(seq 1 500); do
-    croute=$(sed -n 's/^requester: route: //p' "$tmp/clong.err" | head -1)
-    [ -n "$croute" ] && [ "$(stat -c %s "$tmp/clong.txt")" -gt 20 ] && break
-    sleep 0.02
-done
+long_prompt clong --chain
+croute=$route
 clast=${croute##* }
 clast=${clast%%\[*}
 cvictim=""
