@@ -70,10 +70,19 @@ typedef struct gguf_tensor {
     int64_t ne[GGUF_MAX_DIMS]; /* ne[0] fastest; missing dims are 1 */
     size_t nb[GGUF_MAX_DIMS];  /* byte strides */
     mt_type type;
-    uint64_t offset;  /* relative to the data section */
+    uint64_t offset;  /* relative to the data section of its part */
     size_t nbytes;    /* whole tensor */
     const void *data; /* view into the mapping */
+    uint32_t part;    /* index into gguf_file.parts of the file that holds it */
 } gguf_tensor;
+
+/* One file of a model. A model in one file is its own only part; a model
+ * written by gguf-split (NAME-00001-of-000NN.gguf) has one per file. */
+typedef struct gguf_part {
+    const char *path;    /* as opened */
+    const uint8_t *base; /* its mapping */
+    size_t size;         /* bytes */
+} gguf_part;
 
 typedef struct gguf_file {
     char *path;
@@ -87,6 +96,8 @@ typedef struct gguf_file {
     gguf_kv *kv;
     uint64_t n_tensors;
     gguf_tensor *tensors;
+    uint32_t n_parts; /* >= 1; parts[0] is the file above (path, base, size) */
+    gguf_part *parts;
 } gguf_file;
 
 /* ------------------------------------------------------------- reading */

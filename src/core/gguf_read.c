@@ -128,6 +128,7 @@ static int64_t index_lookup(const name_index *ix, const gguf_file *f, name_of_fn
 typedef struct gguf_file_priv {
     gguf_file pub;
     name_index kv_ix, tensor_ix;
+    gguf_part part0; /* parts[0] of a single file */
 } gguf_file_priv;
 
 /* --------------------------------------------------------------- values */
@@ -427,6 +428,9 @@ static int parse(gguf_file_priv *fp, mt_error *err) {
 }
 
 static gguf_file *open_common(gguf_file_priv *fp, mt_error *err) {
+    fp->part0 = (gguf_part){fp->pub.path, fp->pub.base, fp->pub.size};
+    fp->pub.parts = &fp->part0;
+    fp->pub.n_parts = 1;
     if (parse(fp, err)) {
         gguf_close(&fp->pub);
         return NULL;
