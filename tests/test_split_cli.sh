@@ -83,6 +83,9 @@ expect 2 "expects MODEL MANIFEST" "$BIN" plan check "$M"
 expect 2 "unknown subcommand" "$BIN" plan frob
 expect 1 "not valid JSON" "$BIN" plan check "$M" "$M"
 expect 1 "nonexistent" "$BIN" plan check "/nonexistent/m.gguf" "$S"
+mkfifo "$tmp/fifo"
+expect 1 "not a regular file" "$BIN" split "$M" --head -o "$tmp/fifo"
+[ -p "$tmp/fifo" ] && ok || bad "split replaced a fifo"
 [ ! -e "$tmp/x.gguf" ] && ok || bad "a failed split left a file behind"
 
 finish

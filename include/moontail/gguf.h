@@ -5,7 +5,9 @@
  * use, and failures name the file and the field. Tensor data and string
  * values are zero-copy views into the mapping; they live until gguf_close.
  * The writer collects metadata and tensors in memory and writes a file with
- * the same layout rules ggml uses (aligned, offsets in info order). */
+ * the same layout rules ggml uses (aligned, offsets in info order); tensors
+ * may also be streamed from another model's files at write time instead of
+ * held in memory (gguf_stream.h). */
 #ifndef MOONTAIL_GGUF_H
 #define MOONTAIL_GGUF_H
 

@@ -1,5 +1,6 @@
-/* progress.h - progress of long transfers (shard downloads) as people and
- * logs want it: on a terminal one bar redrawn in place
+/* progress.h - progress of long steps (shard downloads, hashing and cutting
+ * models, loading them) as people and logs want it: on a terminal one bar
+ * redrawn in place
  *   "fetching L0-2A  [##########..........]  48%  12.3/25.6 MB  5.1 MB/s  3 s left"
  * elsewhere a plain line at most every 2 seconds and one at the end. */
 #ifndef MOONTAIL_PROGRESS_H
@@ -11,14 +12,23 @@
 
 typedef struct mt_progress {
     FILE *out;
-    bool tty;      /* redraw in place */
-    double last_s; /* when the last line was written */
+    bool tty;       /* redraw in place */
+    double last_s;  /* when the last line was written */
+    double start_s; /* when reporting started */
+    double quiet_s; /* nothing is shown before the step has run this long */
+    bool shown;     /* a line was written */
     bool finished;
     char label[96];
 } mt_progress;
 
 /* Starts reporting on out (a terminal or not) under label. */
 void mt_progress_init(mt_progress *p, FILE *out, const char *label);
+/* The same for a step that is often quick: nothing is shown until it has
+ * run quiet_s seconds, and a step that ended sooner shows nothing at all. */
+void mt_progress_init_quiet(mt_progress *p, FILE *out, const char *label, double quiet_s);
+/* Reports done of total bytes at the mean rate since the init, with the
+ * time left that rate gives. */
+void mt_progress_bytes(mt_progress *p, uint64_t done, uint64_t total);
 /* Reports done of total bytes at rate bytes/s (eta_s < 0: unknown). */
 void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s);
 
@@ -27,5 +37,12 @@ void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double ra
  * for the disk), reporting "label" progress on out (NULL: silently). Returns
  * 0, or -1 when the file cannot be read (nothing else depends on it). */
 int mt_progress_warm(const char *path, const char *label, FILE *out);
+
+/* Before a model or shard is loaded: a file of more than 256 MB that fits
+ * in half the available memory is read in with mt_progress_warm, labelled
+ * "loading <file name>", so the wait shows as loading and not as a slow
+ * first token. Smaller files load fast enough; larger ones would only push
+ * themselves out of the page cache again. */
+void mt_progress_preload(const char *path, FILE *out);
 
 #endif

@@ -70,6 +70,13 @@ typedef struct mt_registry_config {
      * recurrent-state sizes (placement.h). 0 sessions: none (shard bytes only). */
     int sessions; /* 0..2^20; a node keeps up to --max-sessions (64) */
     int n_ctx;    /* <= 0: a node's default, min(context_length, 4096) */
+    /* The model's tensor hashes (its source_id, the seed shards' keys) are kept
+     * in a hash cache (hash_cache.h) so that a restart on an unchanged model
+     * does not read it again: this file, NULL for hashes.sqlite in the
+     * database's directory, "none" for no cache. rehash: read and hash the
+     * model at this start whatever the cache holds. */
+    const char *hash_cache;
+    bool rehash;
     bool quiet;
 } mt_registry_config;
 

@@ -57,6 +57,8 @@
 
 #include "moontail/error.h"
 #include "moontail/gguf.h"
+#include "moontail/hash_cache.h"
+#include "moontail/threadpool.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -110,6 +112,33 @@ typedef struct mt_shard_layout {
 int mt_shard_layout_read(const gguf_file *model, mt_shard_layout *out, mt_error *err);
 void mt_shard_layout_free(mt_shard_layout *l);
 
+/* -------------------------------------------------------------- reading */
+
+/* How the functions below that read a whole model or write shards go about
+ * it (NULL or all zero: every core, no cache, no progress). They read with
+ * pread in GGUF_STREAM_CHUNK pieces, never through the mapping, so their
+ * memory stays a few chunks per thread whatever the model's size; tensors
+ * are hashed and copied in parallel, largest first. */
+typedef struct mt_shard_io {
+    mt_pool *pool; /* threads to use; NULL: a pool of `threads` for each call */
+    int threads;   /* <= 0: every core */
+    /* Hashes of the model's tensors and slices kept across runs: looked up
+     * before reading, and every hash computed is stored. NULL: none. */
+    mt_hash_cache *cache;
+    bool rehash; /* read and hash everything again (the cache is refreshed) */
+    /* Progress of one long step ("hashing m.gguf", "writing m-stage-0.gguf"):
+     * done of total bytes. Called from one thread at a time; a step whose
+     * bytes all come from the cache is not reported. */
+    void (*progress)(void *ctx, const char *what, uint64_t done, uint64_t total);
+    void *progress_ctx;
+    /* Added up over calls: model bytes read to hash them (and the seconds
+     * that took), model bytes whose hashes came from the cache instead,
+     * shard bytes written. */
+    uint64_t bytes_hashed, bytes_cached, bytes_written;
+    double hash_s;
+    mt_error cache_err; /* the cache's first failure (the work went on without it); "" if none */
+} mt_shard_io;
+
 /* ---------------------------------------------------------------- hashes */
 
 /* Hex BLAKE2b-256 of a tensor's bytes, or, when n_experts >= 0, of the
@@ -126,6 +155,12 @@ void mt_shard_hash_bytes(const void *data, size_t n, char out[MT_SHARD_HASH_HEX]
  * model's tensor order (n_tensors entries). */
 int mt_shard_source_id(const gguf_file *model, char out[MT_SHARD_HASH_HEX],
                        char (*tensor_hashes)[MT_SHARD_HASH_HEX], mt_error *err);
+/* The same, reading as io says (NULL: every core, no cache). */
+int mt_shard_source_id_io(const gguf_file *model, mt_shard_io *io, char out[MT_SHARD_HASH_HEX],
+                          char (*tensor_hashes)[MT_SHARD_HASH_HEX], mt_error *err);
+
+/* Hex BLAKE2b-256 of a whole file, read in chunks (the manifest's hash). */
+int mt_shard_hash_file(const char *path, char out[MT_SHARD_HASH_HEX], mt_error *err);
 
 /* ----------------------------------------------------------------- write */
 
@@ -147,8 +182,11 @@ uint64_t mt_shard_spec_bytes(const mt_shard_layout *l, const mt_shard_spec *spec
 
 /* Writes the shard `spec` of `model` to out_path (see the top of this file).
  * Computes the model's source_id, which reads the whole model once. The
- * shard is assembled in memory before it is written (peak RAM about the
- * shard's size). */
+ * bytes go from the model's files to the shard in chunks (see mt_shard_io),
+ * each tensor hashed on the way; the header, which holds those hashes, is
+ * written last. The shard is written as out_path.part, flushed to disk
+ * (fsync) and renamed, so a crash never leaves a half shard under its
+ * name. */
 int mt_shard_write(const gguf_file *model, const mt_shard_spec *spec, const char *out_path,
                    mt_error *err);
 
@@ -156,6 +194,13 @@ int mt_shard_write(const gguf_file *model, const mt_shard_spec *spec, const char
  * (what the planner does for a whole set). */
 int mt_shard_write_with(const gguf_file *model, const mt_shard_layout *l, const char *source_id,
                         const mt_shard_spec *spec, const char *out_path, mt_error *err);
+/* ... reading and hashing as io says (NULL: every core, no cache). Hashes
+ * the cache holds for the shard's tensors are checked against the bytes
+ * written (a model that changed since it was hashed fails the write); the
+ * ones computed are stored. */
+int mt_shard_write_io(const gguf_file *model, const mt_shard_layout *l, const char *source_id,
+                      const mt_shard_spec *spec, const char *out_path, mt_shard_io *io,
+                      mt_error *err);
 
 /* ------------------------------------------------------------------ read */
 
@@ -186,7 +231,8 @@ int mt_shard_info_read(const gguf_file *f, mt_shard_info *out, mt_error *err);
 void mt_shard_info_free(mt_shard_info *info);
 
 /* Recomputes every tensor's hash and compares it with the stored one; the
- * first mismatch is an error naming the tensor. Reads every byte. */
+ * first mismatch is an error naming the tensor. Reads every byte (in
+ * chunks, on every core; see mt_shard_io). */
 int mt_shard_verify(const gguf_file *f, mt_error *err);
 
 /* Parses an expert list such as "0,3,5-9" into a sorted heap array (caller
@@ -252,6 +298,9 @@ const char *mt_plan_role_name(mt_plan_role r);
  * The manifest path is copied to manifest_path (cap bytes) when non-NULL. */
 int mt_plan_write(const gguf_file *model, const mt_plan *plan, const char *out_dir,
                   char *manifest_path, size_t cap, mt_error *err);
+/* The same, reading and hashing as io says. */
+int mt_plan_write_io(const gguf_file *model, const mt_plan *plan, const char *out_dir,
+                     char *manifest_path, size_t cap, mt_shard_io *io, mt_error *err);
 
 /* Checks a manifest against the model: each listed shard opens, is a shard
  * of this model (source_id), matches what the manifest says about it
@@ -266,5 +315,10 @@ int mt_plan_write(const gguf_file *model, const mt_plan *plan, const char *out_d
  * (caller frees) gets one line per problem (at most 50, then a count) and a
  * final summary line, for 0 and 1. */
 int mt_plan_check(const char *model_path, const char *manifest_path, char **report, mt_error *err);
+/* The same, reading and hashing as io says: with a cache, the model's
+ * hashes (whole tensors and expert slices) come from it where it has them;
+ * the shards are always read and hashed. */
+int mt_plan_check_io(const char *model_path, const char *manifest_path, char **report,
+                     mt_shard_io *io, mt_error *err);
 
 #endif

@@ -9,6 +9,7 @@
  * Results do not depend on the turn order or the micro-batch size (DESIGN.md
  * invariant 1), so a request's text is the same alone or in a crowd. */
 #include "api_engine.h"
+#include "moontail/progress.h"
 #include "moontail/session.h"
 
 #include <pthread.h>
@@ -127,6 +128,7 @@ api_backend *api_backend_local(const char *model_path, int threads, int ubatch, 
                           .end = local_end,
                           .destroy = local_destroy,
                           .impl = lb};
+    mt_progress_preload(model_path, stderr);
     if (!(lb->model = mt_model_load(model_path, err))) {
         local_destroy(&lb->b);
         return NULL;

@@ -9,6 +9,7 @@
 #include "moontail/cert.h"
 #include "moontail/keys.h"
 #include "moontail/node.h"
+#include "moontail/progress.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -202,6 +203,7 @@ int cmd_node(int argc, char **argv) {
      * below: block them before any thread starts */
     sigset_t sigs;
     cli_block_stop_signals(&sigs, true);
+    mt_progress_preload(shard, stderr);
     mt_node_config cfg = {.shard_path = shard,
                           .keys = &keys,
                           .authorized = auth,

@@ -49,6 +49,9 @@ static const char usage[] =
     "  --relay-host NAME     the name or address nodes and peers reach this machine at\n"
     "                        (default: the host of --relay-listen; needed with 0.0.0.0)\n"
     "  --relay-max-conns N   relayed connections per node (default 64)\n"
+    "  --hash-cache FILE     the model's hashes kept between starts (default\n"
+    "                        hashes.sqlite beside --db; 'none': hash at every start)\n"
+    "  --rehash              read and hash the whole model again, ignoring the cache\n"
     "  --quiet               no log lines on stderr\n";
 
 int cmd_registry(int argc, char **argv) {
@@ -58,7 +61,8 @@ int cmd_registry(int argc, char **argv) {
             reports_per_minute = 6;
     const char *relay_listen = NULL, *relay_ports = NULL, *relay_host = NULL;
     int64_t relay_max_conns = 64, sessions = 0, ctx = 0;
-    bool require_volunteer = false, quiet = false;
+    const char *hash_cache = NULL;
+    bool require_volunteer = false, quiet = false, rehash = false;
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
         {"--mode", CLI_STRING, &mode, 0, 0},
@@ -81,6 +85,8 @@ int cmd_registry(int argc, char **argv) {
         {"--relay-ports", CLI_STRING, &relay_ports, 0, 0},
         {"--relay-host", CLI_STRING, &relay_host, 0, 0},
         {"--relay-max-conns", CLI_INT, &relay_max_conns, 1, 4096},
+        {"--hash-cache", CLI_STRING, &hash_cache, 0, 0},
+        {"--rehash", CLI_FLAG, &rehash, 0, 0},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
@@ -141,6 +147,8 @@ int cmd_registry(int argc, char **argv) {
                             .relay_max_conns = (int)relay_max_conns,
                             .sessions = (int)sessions,
                             .n_ctx = (int)ctx,
+                            .hash_cache = hash_cache,
+                            .rehash = rehash,
                             .quiet = quiet};
     mt_error err = {{0}};
     mt_registry *r = mt_registry_start(&c, &err);

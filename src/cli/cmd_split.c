@@ -1,6 +1,7 @@
 /* cmd_split.c - `moontail split`: cuts one shard out of a model, or a whole
  * plan's set of shards with its manifest (see moontail/shard.h). */
 #include "cli.h"
+#include "cli_shard_io.h"
 #include "moontail/shard.h"
 
 #include <errno.h>
@@ -30,7 +31,12 @@ static const char usage[] =
     "  --plan swarm:N   one backbone shard (head + all attention parts) + N shards of\n"
     "                   routed experts, each a contiguous range of expert ids\n"
     "  -o PATH          the shard file, or with --plan the output directory (files\n"
-    "                   <model>-<role>-<k>.gguf and <model>-<mode>-manifest.json)\n";
+    "                   <model>-<role>-<k>.gguf and <model>-<mode>-manifest.json)\n"
+    "  --hash-cache PATH  where the model's hashes are kept between runs (default\n"
+    "                   $XDG_CACHE_HOME/moontail/hashes.sqlite or ~/.cache/moontail/;\n"
+    "                   'none': no cache)\n"
+    "  --rehash         read and hash the whole model again, ignoring the cache\n"
+    "  -t N             threads that hash and copy (default: every core)\n";
 
 /* "A:B" -> two layer numbers (range checks come with the model). */
 static bool parse_layers(const char *s, int32_t *a, int32_t *b) {
@@ -51,7 +57,7 @@ bad:
     return false;
 }
 
-static int split_plan(const gguf_file *f, const char *plan_s, const char *out) {
+static int split_plan(const gguf_file *f, const char *plan_s, const char *out, mt_shard_io *io) {
     mt_error err = {{0}};
     mt_plan_mode mode;
     int32_t n;
@@ -67,7 +73,7 @@ static int split_plan(const gguf_file *f, const char *plan_s, const char *out) {
         return 1;
     }
     char manifest[4096];
-    if (mt_plan_write(f, &plan, out, manifest, sizeof manifest, &err)) {
+    if (mt_plan_write_io(f, &plan, out, manifest, sizeof manifest, io, &err)) {
         fprintf(stderr, "moontail split: %s\n", err.msg);
         mt_plan_free(&plan);
         return 1;
@@ -98,7 +104,9 @@ int cmd_split(int argc, char **argv) {
         return 2;
     }
     const char *model = argv[1], *layers = NULL, *experts = NULL, *plan = NULL, *out = NULL;
-    bool no_experts = false, attention = false, no_attention = false, head = false;
+    const char *hash_cache = NULL;
+    bool no_experts = false, attention = false, no_attention = false, head = false, rehash = false;
+    int64_t threads = 0;
     const cli_opt opts[] = {
         {"--layers", CLI_STRING, &layers, 0, 0},
         {"--experts", CLI_STRING, &experts, 0, 0},
@@ -108,6 +116,9 @@ int cmd_split(int argc, char **argv) {
         {"--head", CLI_FLAG, &head, 0, 0},
         {"--plan", CLI_STRING, &plan, 0, 0},
         {"-o", CLI_STRING, &out, 0, 0},
+        {"--hash-cache", CLI_STRING, &hash_cache, 0, 0},
+        {"--rehash", CLI_FLAG, &rehash, 0, 0},
+        {"-t", CLI_INT, &threads, 1, 1024},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("split", argc - 1, argv + 1, opts, usage);
@@ -144,12 +155,16 @@ int cmd_split(int argc, char **argv) {
         fprintf(stderr, "moontail split: %s\n", err.msg);
         return 1;
     }
+    cli_shard_io sio;
+    cli_shard_io_open(&sio, "split", hash_cache, rehash, (int)threads);
     if (plan) {
-        int rc = split_plan(f, plan, out);
+        int rc = split_plan(f, plan, out, &sio.io);
+        cli_shard_io_close(&sio);
         gguf_close(f);
         return rc;
     }
     int rc = 1;
+    char id[MT_SHARD_HASH_HEX];
     int32_t *ids = NULL;
     mt_shard_layout l;
     if (mt_shard_layout_read(f, &l, &err)) goto fail;
@@ -166,7 +181,9 @@ int cmd_split(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    if (mt_shard_write(f, &spec, out, &err)) goto fail;
+    if (mt_shard_source_id_io(f, &sio.io, id, NULL, &err) ||
+        mt_shard_write_io(f, &l, id, &spec, out, &sio.io, &err))
+        goto fail;
     printf("wrote %s: %.1f MiB of tensors (layers %d:%d, attention %s, head %s, ", out,
            (double)mt_shard_spec_bytes(&l, &spec) / (1024.0 * 1024.0), spec.layer_begin,
            spec.layer_end, spec.attention ? "on" : "off", spec.head ? "on" : "off");
@@ -179,6 +196,7 @@ int cmd_split(int argc, char **argv) {
 fail:
     fprintf(stderr, "moontail split: %s\n", err.msg);
 done:
+    cli_shard_io_close(&sio);
     free(ids);
     mt_shard_layout_free(&l);
     gguf_close(f);

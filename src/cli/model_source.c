@@ -8,7 +8,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 int cli_write_builtin_model(const char *path, mt_error *err) {
@@ -31,14 +30,9 @@ int cli_write_demo_model(const char *path, mt_error *err) {
 
 mt_model *cli_open_model(const char *path, mt_error *err) {
     if (path) {
-        /* a large model: read it in once with a progress bar, so that the wait is shown
+        /* a large model: read it in once with progress shown, so that the wait is
          * here and not hidden in the first token */
-        struct stat sb;
-        if (isatty(2) && stat(path, &sb) == 0 && sb.st_size > (256 << 20)) {
-            char label[300];
-            snprintf(label, sizeof label, "loading %.200s", path);
-            mt_progress_warm(path, label, stderr);
-        }
+        mt_progress_preload(path, stderr);
         return mt_model_load(path, err);
     }
     const char *dir = getenv("TMPDIR");

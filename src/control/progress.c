@@ -15,16 +15,32 @@ static double now_s(void) {
 }
 
 void mt_progress_init(mt_progress *p, FILE *out, const char *label) {
+    mt_progress_init_quiet(p, out, label, 0);
+}
+
+void mt_progress_init_quiet(mt_progress *p, FILE *out, const char *label, double quiet_s) {
     memset(p, 0, sizeof *p);
     p->out = out;
     p->tty = out && isatty(fileno(out));
+    p->start_s = now_s();
+    p->quiet_s = quiet_s;
     snprintf(p->label, sizeof p->label, "%s", label);
+}
+
+void mt_progress_bytes(mt_progress *p, uint64_t done, uint64_t total) {
+    double dt = now_s() - p->start_s, rate = dt > 0 ? (double)done / dt : 0;
+    mt_progress_update(p, done, total, rate,
+                       rate > 0 && done < total ? (double)(total - done) / rate : -1);
 }
 
 void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s) {
     if (!p->out || p->finished) return;
     bool last = done >= total;
     double t = now_s();
+    if (!p->shown && t - p->start_s < p->quiet_s) { /* a quick step: nothing to show */
+        if (last) p->finished = true;
+        return;
+    }
     /* a terminal is redrawn 10 times a second, a log gets a line every 2 s */
     if (!last && t - p->last_s < (p->tty ? 0.1 : 2.0)) return;
     p->last_s = t;
@@ -44,7 +60,30 @@ void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double ra
                 total / 1e6, frac * 100, rate / 1e6, eta);
     }
     fflush(p->out);
+    p->shown = true;
     if (last) p->finished = true;
+}
+
+/* Memory the kernel could hand out now, page cache included (MemAvailable). */
+static double available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb >= 0) return (double)kb * 1024;
+    return (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+}
+
+void mt_progress_preload(const char *path, FILE *out) {
+    struct stat sb;
+    if (!out || stat(path, &sb) != 0 || sb.st_size <= (256 << 20)) return;
+    if ((double)sb.st_size > available_bytes() / 2) return;
+    const char *base = strrchr(path, '/');
+    char label[160];
+    snprintf(label, sizeof label, "loading %.140s", base ? base + 1 : path);
+    mt_progress_warm(path, label, out);
 }
 
 int mt_progress_warm(const char *path, const char *label, FILE *out) {

@@ -32,6 +32,41 @@ static int load_key(mt_registry *r, mt_error *err) {
     return 0;
 }
 
+/* Progress of hashing the model and cutting seed shards, in the log. */
+static void on_progress(void *ctx, const char *what, uint64_t done, uint64_t total) {
+    mt_registry *r = ctx;
+    if (strncmp(r->bar_step, what, sizeof r->bar_step - 1) != 0) {
+        snprintf(r->bar_step, sizeof r->bar_step, "%s", what);
+        char label[120];
+        snprintf(label, sizeof label, "registry: %s", what);
+        mt_progress_init_quiet(&r->bar, stderr, label, 1.0);
+    }
+    mt_progress_bytes(&r->bar, done, total);
+}
+
+/* The cache of the model's hashes: cfg.hash_cache, or hashes.sqlite beside
+ * the database. Without one (it cannot be opened) the model is hashed. */
+static void open_hash_cache(mt_registry *r) {
+    r->io.rehash = r->cfg.rehash;
+    if (!r->cfg.quiet) {
+        r->io.progress = on_progress;
+        r->io.progress_ctx = r;
+    }
+    const char *path = r->cfg.hash_cache;
+    char buf[4096];
+    if (path && strcmp(path, "none") == 0) return;
+    if (!path) {
+        const char *slash = strrchr(r->db_path, '/');
+        int dir = slash ? (int)(slash - r->db_path) : 0;
+        snprintf(buf, sizeof buf, "%.*s%shashes.sqlite", dir, r->db_path, slash ? "/" : "");
+        path = buf;
+    }
+    mt_error e = {{0}};
+    r->io.cache = mt_hash_cache_open(path, &e);
+    if (!r->io.cache && !r->cfg.quiet)
+        fprintf(stderr, "registry: %s; hashing the whole model at every start\n", e.msg);
+}
+
 /* The model: its layout for placement, and its identity, which the database
  * remembers so that a registry is never restarted on another model by
  * mistake. */
@@ -64,8 +99,25 @@ static int load_model(mt_registry *r, mt_error *err) {
         if (r->cfg.n_ctx <= 0) /* the node's default (node_server.c) */
             r->cfg.n_ctx = n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096;
     }
+    open_hash_cache(r);
     if (!r->cfg.quiet) fprintf(stderr, "registry: hashing %s\n", r->cfg.model);
-    if (mt_shard_source_id(r->model, r->source_id, NULL, err)) return -1;
+    if (mt_shard_source_id_io(r->model, &r->io, r->source_id, NULL, err)) return -1;
+    r->start_hash_read = r->io.bytes_hashed;
+    r->start_hash_cached = r->io.bytes_cached;
+    r->start_hash_s = r->io.hash_s;
+    if (!r->cfg.quiet) {
+        if (r->io.cache_err.msg[0])
+            fprintf(stderr, "registry: the hash cache failed (%s); hashing went on without it\n",
+                    r->io.cache_err.msg);
+        char speed[96] = "";
+        if (r->io.bytes_hashed > 0 && r->io.hash_s > 0)
+            snprintf(speed, sizeof speed, " (%.1f MB in %.2f s, %.0f MB/s)",
+                     r->io.bytes_hashed / 1e6, r->io.hash_s,
+                     r->io.bytes_hashed / 1e6 / r->io.hash_s);
+        fprintf(stderr, "registry: model hashes: read %llu bytes%s, %.1f MB from the cache%s%s\n",
+                (unsigned long long)r->io.bytes_hashed, speed, r->io.bytes_cached / 1e6,
+                r->io.cache ? " " : " (none)", r->io.cache ? mt_hash_cache_path(r->io.cache) : "");
+    }
     char had[MT_SHARD_HASH_HEX];
     if (reg_meta_get(r, "source_id", had, sizeof had) == 0) {
         if (strcmp(had, r->source_id) != 0)
@@ -235,6 +287,7 @@ void mt_registry_stop(mt_registry *r) {
     pthread_mutex_unlock(&r->lock);
     if (r->ticker_started) pthread_join(r->ticker, NULL);
     reg_db_close(r);
+    mt_hash_cache_close(r->io.cache);
     if (r->have_plan) mt_place_plan_free(&r->plan);
     mt_model_free(r->referee_model);
     free(r->tickets);

@@ -9,6 +9,7 @@
 #include "moontail/keys.h"
 #include "moontail/model.h"
 #include "moontail/placement.h"
+#include "moontail/progress.h"
 #include "moontail/registry.h"
 #include "moontail/relay.h"
 #include "moontail/shard.h"
@@ -113,6 +114,14 @@ struct mt_registry {
     int32_t n_tickets, cap_tickets;
     bool probing;            /* a spot-check report's probe runs (one at a time) */
     mt_model *referee_model; /* the whole model for probes (mapped), loaded by the first */
+    /* how the model is read and hashed (the cache, progress); seed shards are cut with it
+     * under their cut lock */
+    mt_shard_io io;
+    mt_progress bar;
+    char bar_step[300];
+    /* the hashing at start, for the status: model bytes read, taken from the cache, seconds */
+    uint64_t start_hash_read, start_hash_cached;
+    double start_hash_s;
 };
 
 int64_t reg_now_ms(void);

@@ -95,7 +95,7 @@ static int cut(mt_registry *r, const char *name, const char *gguf, const char *m
     mt_shard_spec spec;
     reg_assign_spec(r, &a, &spec, ids);
     if (head) spec.head = true;
-    int rc = mt_shard_write_with(r->model, &r->layout, r->source_id, &spec, gguf, err);
+    int rc = mt_shard_write_io(r->model, &r->layout, r->source_id, &spec, gguf, &r->io, err);
     free(ids);
     if (rc) return -1;
     json_t *m = mt_shard_manifest_of_file(gguf, name, MT_SHARD_PIECE_BYTES, err);

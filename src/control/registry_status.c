@@ -134,5 +134,12 @@ json_t *reg_status_json(mt_registry *r) {
     json_object_set_new(st, "max_active", json_integer(r->cfg.max_active));
     json_object_set_new(st, "nodes_quarantined", json_integer(n_quarantined));
     json_object_set_new(st, "reports", reports_json(r));
+    /* how the model's hashes were had at this start: read (and how fast) or from the cache */
+    json_object_set_new(
+        st, "model_hashes",
+        json_pack("{s:I, s:I, s:f, s:o}", "bytes_read", (json_int_t)r->start_hash_read,
+                  "bytes_cached", (json_int_t)r->start_hash_cached, "seconds", r->start_hash_s,
+                  "cache",
+                  r->io.cache ? json_string(mt_hash_cache_path(r->io.cache)) : json_null()));
     return st;
 }

@@ -5,9 +5,10 @@
  * keys describe, mt_shard_verify recomputes every tensor's content hash, and
  * mt_plan_check proves that the shards a manifest lists are, together, the
  * model: every tensor slice held exactly `replicas` times, byte for byte. */
-#include "moontail/shard.h"
+#include "shard_internal.h"
 
 #include <jansson.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,14 +244,31 @@ fail:
     return -1;
 }
 
-int mt_shard_verify(const gguf_file *f, mt_error *err) {
+/* mt_shard_verify on io's threads: the shard's tensors read in chunks, never
+ * through the mapping, and always hashed (the cache is for models). */
+static int shard_verify(const gguf_file *f, mt_shard_io *io, mt_error *err) {
     mt_shard_info info;
     if (mt_shard_info_read(f, &info, err)) return -1;
-    int rc = 0;
-    for (uint64_t i = 0; i < info.n_tensors && !rc; i++) {
+    uint64_t n = info.n_tensors;
+    shard_slice *sl = malloc((n ? n : 1) * sizeof *sl);
+    uint8_t(*raw)[32] = malloc((n ? n : 1) * sizeof *raw);
+    gguf_reader *rd = NULL;
+    int rc = -1;
+    if (!sl || !raw) {
+        mt_error_set(err, "out of memory");
+        goto done;
+    }
+    for (uint64_t i = 0; i < n; i++) sl[i] = (shard_slice){info.tensor_index[i], NULL, -1};
+    const char *base = strrchr(f->path, '/');
+    char what[300];
+    snprintf(what, sizeof what, "checking %s", base ? base + 1 : f->path);
+    if (!(rd = gguf_reader_open(f, err)) || shard_hash_slices(rd, sl, n, io, false, what, raw, err))
+        goto done;
+    rc = 0;
+    for (uint64_t i = 0; i < n && !rc; i++) {
         const gguf_tensor *t = &f->tensors[info.tensor_index[i]];
         char h[MT_SHARD_HASH_HEX];
-        mt_shard_tensor_hash(t, NULL, -1, h);
+        sodium_bin2hex(h, sizeof h, raw[i], 32);
         if (strcmp(h, info.tensor_hash[i]) != 0)
             rc = mt_error_set(err,
                               "%s: tensor '%s' does not match its stored hash (stored %.16s...,"
@@ -258,8 +276,16 @@ int mt_shard_verify(const gguf_file *f, mt_error *err) {
                               " fetch or split it again",
                               f->path, t->name, info.tensor_hash[i], h);
     }
+done:
+    gguf_reader_close(rd);
+    free(sl);
+    free(raw);
     mt_shard_info_free(&info);
     return rc;
+}
+
+int mt_shard_verify(const gguf_file *f, mt_error *err) {
+    return shard_verify(f, NULL, err);
 }
 
 /* ------------------------------------------------------------ plan check */
@@ -374,7 +400,11 @@ static void check_claims(report *r, const char *who, json_t *js, const mt_shard_
                 json_is_integer(v) ? json_integer_value(v) : -1LL, sf->size);
     if ((v = json_object_get(js, "blake2b"))) {
         char h[MT_SHARD_HASH_HEX];
-        mt_shard_hash_bytes(sf->base, sf->size, h);
+        mt_error e = {{0}};
+        if (mt_shard_hash_file(sf->path, h, &e)) {
+            problem(r, "%s: %s", who, e.msg);
+            return;
+        }
         if (!json_is_string(v) || strcmp(json_string_value(v), h) != 0)
             problem(r,
                     "%s: file hash differs from the manifest's blake2b (file %.16s...); the file"
@@ -383,10 +413,22 @@ static void check_claims(report *r, const char *who, json_t *js, const mt_shard_
     }
 }
 
+/* What every manifest entry is checked against: the model, read through rd
+ * as io says, and its tensors' hashes. */
+typedef struct check_ctx {
+    const gguf_file *model;
+    const mt_shard_layout *lay;
+    const char (*model_hash)[MT_SHARD_HASH_HEX];
+    const char *source_id;
+    gguf_reader *rd;
+    mt_shard_io *io;
+} check_ctx;
+
 /* Checks one manifest entry and adds its slices to the coverage. */
-static void check_entry(report *r, const gguf_file *model, const mt_shard_layout *lay,
-                        const char (*model_hash)[MT_SHARD_HASH_HEX], const char *source_id,
-                        coverage *c, const char *manifest, int32_t k, json_t *js) {
+static void check_entry(report *r, const check_ctx *cx, coverage *c, const char *manifest,
+                        int32_t k, json_t *js) {
+    const gguf_file *model = cx->model;
+    const mt_shard_layout *lay = cx->lay;
     char who[300];
     json_t *jf = json_object_get(js, "file");
     if (!json_is_object(js) || !json_is_string(jf)) {
@@ -409,11 +451,20 @@ static void check_entry(report *r, const gguf_file *model, const mt_shard_layout
         gguf_close(sf);
         return;
     }
-    if (strcmp(in.source_id, source_id) != 0) {
+    uint64_t nt = in.n_tensors;
+    shard_slice *sl = malloc((nt ? nt : 1) * sizeof *sl);
+    uint64_t *mi_of = malloc((nt ? nt : 1) * sizeof *mi_of);
+    uint8_t(*sh)[32] = malloc((nt ? nt : 1) * sizeof *sh);
+    int64_t *slot = malloc((nt ? nt : 1) * sizeof *slot); /* -2 skip, -1 whole, else index in sl */
+    if (!sl || !mi_of || !sh || !slot) {
+        problem(r, "%s: out of memory", who);
+        goto done;
+    }
+    if (strcmp(in.source_id, cx->source_id) != 0) {
         problem(r,
                 "%s: cut from a different model (source_id %.16s..., this model %.16s...);"
                 " split this model again",
-                who, in.source_id, source_id);
+                who, in.source_id, cx->source_id);
         goto done;
     }
     json_t *role = json_object_get(js, "role");
@@ -423,10 +474,14 @@ static void check_entry(report *r, const gguf_file *model, const mt_shard_layout
                                            strcmp(json_string_value(role), "experts") != 0)))
         problem(r, "%s: \"role\" must be head, stage, backbone or experts", who);
     check_claims(r, who, js, &in, sf);
-    if (mt_shard_verify(sf, &err)) problem(r, "%s: %s", who, err.msg);
-    for (uint64_t i = 0; i < in.n_tensors; i++) {
+    if (shard_verify(sf, cx->io, &err)) problem(r, "%s: %s", who, err.msg);
+    /* each tensor: the model's type and shape; the expert slices it holds are hashed
+     * together (or come from the cache), whole tensors have the model's hashes */
+    size_t n_sl = 0;
+    for (uint64_t i = 0; i < nt; i++) {
         const gguf_tensor *t = &sf->tensors[in.tensor_index[i]];
         const gguf_tensor *mt = gguf_find_tensor(model, t->name);
+        slot[i] = -2;
         if (!mt) {
             problem(r, "%s: tensor '%s' is not in the model", who, t->name);
             continue;
@@ -439,11 +494,29 @@ static void check_entry(report *r, const gguf_file *model, const mt_shard_layout
             problem(r, "%s: tensor '%s' has another type or shape than the model's", who, t->name);
             continue;
         }
+        mi_of[i] = mi;
+        slot[i] = -1;
+        if (sliced) {
+            sl[n_sl] = (shard_slice){mi, in.experts, in.n_experts};
+            slot[i] = (int64_t)n_sl++;
+        }
+    }
+    const char *mbase = strrchr(model->path, '/');
+    char what[300];
+    snprintf(what, sizeof what, "hashing %s's expert slices", mbase ? mbase + 1 : model->path);
+    if (n_sl && shard_hash_slices(cx->rd, sl, n_sl, cx->io, true, what, sh, &err)) {
+        problem(r, "%s: %s", who, err.msg);
+        goto done;
+    }
+    for (uint64_t i = 0; i < nt; i++) {
+        if (slot[i] == -2) continue;
+        const gguf_tensor *t = &sf->tensors[in.tensor_index[i]];
+        uint64_t mi = mi_of[i];
         char h[MT_SHARD_HASH_HEX];
-        if (sliced)
-            mt_shard_tensor_hash(mt, in.experts, in.n_experts, h);
+        if (slot[i] >= 0)
+            sodium_bin2hex(h, sizeof h, sh[slot[i]], 32);
         else
-            memcpy(h, model_hash[mi], MT_SHARD_HASH_HEX);
+            memcpy(h, cx->model_hash[mi], MT_SHARD_HASH_HEX);
         if (strcmp(h, in.tensor_hash[i]) != 0) {
             problem(r, "%s: tensor '%s' differs from the model's bytes for the same slice", who,
                     t->name);
@@ -451,7 +524,7 @@ static void check_entry(report *r, const gguf_file *model, const mt_shard_layout
         }
         if (lay->part[mi] != MT_SHARD_PART_EXPERTS)
             cover(c, c->first[mi], k);
-        else if (!sliced)
+        else if (slot[i] < 0)
             for (int32_t e = 0; e < lay->n_expert; e++) cover(c, c->first[mi] + (uint64_t)e, k);
         else
             for (int32_t j = 0; j < in.n_experts; j++)
@@ -476,6 +549,10 @@ static void check_entry(report *r, const gguf_file *model, const mt_shard_layout
                         " layer's attention holds; split the model again",
                         who, model->tensors[i].name);
 done:
+    free(sl);
+    free(mi_of);
+    free(sh);
+    free(slot);
     mt_shard_info_free(&in);
     gguf_close(sf);
 }
@@ -520,8 +597,8 @@ static void report_coverage(report *r, const gguf_file *model, const mt_shard_la
     }
 }
 
-int mt_plan_check(const char *model_path, const char *manifest_path, char **report_out,
-                  mt_error *err) {
+int mt_plan_check_io(const char *model_path, const char *manifest_path, char **report_out,
+                     mt_shard_io *io_in, mt_error *err) {
     *report_out = NULL;
     report r = {0};
     int rc = -1;
@@ -529,6 +606,10 @@ int mt_plan_check(const char *model_path, const char *manifest_path, char **repo
     coverage c = {0};
     char(*model_hash)[MT_SHARD_HASH_HEX] = NULL;
     json_t *root = NULL;
+    gguf_reader *rd = NULL;
+    mt_shard_io none = {0}, *io = io_in ? io_in : &none;
+    mt_pool *caller_pool = io->pool;
+    bool own_pool = false;
     gguf_file *model = gguf_open(model_path, err);
     if (!model) return -1;
     if (mt_shard_layout_read(model, &lay, err)) goto done;
@@ -570,7 +651,9 @@ int mt_plan_check(const char *model_path, const char *manifest_path, char **repo
         mt_error_set(err, "out of memory");
         goto done;
     }
-    if (mt_shard_source_id(model, source_id, model_hash, err)) goto done;
+    if (!(io->pool = shard_io_pool(io, &own_pool, err)) || !(rd = gguf_reader_open(model, err)))
+        goto done;
+    if (mt_shard_source_id_io(model, io, source_id, model_hash, err)) goto done;
     for (uint64_t i = 0; i < n; i++) {
         c.first[i] = c.n_slices;
         c.n_slices += lay.part[i] == MT_SHARD_PART_EXPERTS ? (uint64_t)lay.n_expert : 1;
@@ -594,9 +677,9 @@ int mt_plan_check(const char *model_path, const char *manifest_path, char **repo
         problem(&r, "manifest: n_layer/n_expert (%lld/%lld) are not the model's (%d/%d)",
                 json_integer_value(jl), json_integer_value(jx), lay.n_layer, lay.n_expert);
     size_t n_shards = json_array_size(shards);
+    check_ctx cx = {model, &lay, (const char(*)[MT_SHARD_HASH_HEX])model_hash, source_id, rd, io};
     for (size_t k = 0; k < n_shards; k++)
-        check_entry(&r, model, &lay, (const char(*)[MT_SHARD_HASH_HEX])model_hash, source_id, &c,
-                    manifest_path, (int32_t)k, json_array_get(shards, k));
+        check_entry(&r, &cx, &c, manifest_path, (int32_t)k, json_array_get(shards, k));
     uint64_t n_bad = 0;
     report_coverage(&r, model, &lay, &c, shards, want, &n_bad);
 
@@ -623,6 +706,9 @@ int mt_plan_check(const char *model_path, const char *manifest_path, char **repo
     *report_out = r.buf;
     r.buf = NULL;
 done:
+    if (own_pool) mt_pool_free(io->pool);
+    io->pool = caller_pool;
+    gguf_reader_close(rd);
     free(r.buf);
     free(model_hash);
     free(c.first);
@@ -632,4 +718,9 @@ done:
     mt_shard_layout_free(&lay);
     gguf_close(model);
     return rc;
+}
+
+int mt_plan_check(const char *model_path, const char *manifest_path, char **report_out,
+                  mt_error *err) {
+    return mt_plan_check_io(model_path, manifest_path, report_out, NULL, err);
 }

@@ -8,7 +8,7 @@
  *           layer's routed experts for a contiguous range of ids.
  * The manifest format is described at mt_plan_write in moontail/shard.h;
  * mt_plan_check (shard_check.c) reads it back. */
-#include "moontail/shard.h"
+#include "shard_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -221,35 +221,54 @@ static json_t *spec_json(const mt_shard_spec *s) {
     return o;
 }
 
-int mt_plan_write(const gguf_file *model, const mt_plan *plan, const char *out_dir,
-                  char *manifest_path, size_t cap, mt_error *err) {
+int mt_plan_write_io(const gguf_file *model, const mt_plan *plan, const char *out_dir,
+                     char *manifest_path, size_t cap, mt_shard_io *io_in, mt_error *err) {
     if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
         return mt_error_set(err, "%s: cannot create the output directory: %s", out_dir,
                             strerror(errno));
     mt_shard_layout l;
     if (mt_shard_layout_read(model, &l, err)) return -1;
+    mt_shard_io none = {0}, *io = io_in ? io_in : &none;
+    mt_pool *caller_pool = io->pool;
+    bool own_pool = false;
     int rc = -1;
+    int32_t ns = plan->n_shards;
     json_t *root = json_object(), *shards = json_array();
-    char source_id[MT_SHARD_HASH_HEX], stem[256], path[4096], name[512];
+    char source_id[MT_SHARD_HASH_HEX], stem[256], path[4096];
+    char(*names)[512] = calloc((size_t)ns, sizeof *names);
+    char **paths = calloc((size_t)ns, sizeof *paths);
+    char(*file_hash)[MT_SHARD_HASH_HEX] = calloc((size_t)ns, sizeof *file_hash);
+    uint64_t *sizes = calloc((size_t)ns, sizeof *sizes);
+    uint8_t(*raw)[32] = malloc((model->n_tensors ? model->n_tensors : 1) * sizeof *raw);
+    gguf_reader *rd = NULL;
     const char *base = strrchr(model->path, '/');
     base = base ? base + 1 : model->path;
     snprintf(stem, sizeof stem, "%s", base);
     size_t sl = strlen(stem);
     if (sl > 5 && strcmp(stem + sl - 5, ".gguf") == 0) stem[sl - 5] = 0;
-    if (!root || !shards) {
+    if (!root || !shards || !names || !paths || !file_hash || !sizes || !raw) {
         mt_error_set(err, "out of memory");
         goto done;
     }
-    if (mt_shard_source_id(model, source_id, NULL, err)) goto done;
+    /* one pool for every step */
+    if (!(io->pool = shard_io_pool(io, &own_pool, err))) goto done;
+    if (!(rd = gguf_reader_open(model, err)) || shard_model_hashes(rd, io, raw, source_id, err))
+        goto done;
 
-    for (int32_t i = 0; i < plan->n_shards; i++) {
+    for (int32_t i = 0; i < ns; i++) {
         const mt_plan_shard *ps = &plan->shards[i];
-        snprintf(name, sizeof name, "%s-%s-%d.gguf", stem, mt_plan_role_name(ps->role), ps->index);
-        if ((size_t)snprintf(path, sizeof path, "%s/%s", out_dir, name) >= sizeof path) {
-            mt_error_set(err, "%s/%s: path too long", out_dir, name);
+        snprintf(names[i], sizeof names[i], "%s-%s-%d.gguf", stem, mt_plan_role_name(ps->role),
+                 ps->index);
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", out_dir, names[i]) >= sizeof path) {
+            mt_error_set(err, "%s/%s: path too long", out_dir, names[i]);
             goto done;
         }
-        if (mt_shard_write_with(model, &l, source_id, &ps->spec, path, err)) goto done;
+        if (!(paths[i] = strdup(path))) {
+            mt_error_set(err, "out of memory");
+            goto done;
+        }
+        if (shard_write(model, &l, source_id, (const uint8_t(*)[32])raw, &ps->spec, path, io, err))
+            goto done;
         /* read it back: the file must open and describe itself correctly */
         gguf_file *sf = gguf_open(path, err);
         if (!sf) goto done;
@@ -259,17 +278,23 @@ int mt_plan_write(const gguf_file *model, const mt_plan *plan, const char *out_d
             goto done;
         }
         mt_shard_info_free(&info);
-        char hex[MT_SHARD_HASH_HEX];
-        mt_shard_hash_bytes(sf->base, sf->size, hex);
+        sizes[i] = sf->size;
+        gguf_close(sf);
+    }
+    /* each file's hash for the manifest, a file per thread */
+    if (shard_hash_files((const char *const *)paths, (size_t)ns, io, "hashing the shards",
+                         file_hash, err))
+        goto done;
+    for (int32_t i = 0; i < ns; i++) {
+        const mt_plan_shard *ps = &plan->shards[i];
         json_t *o = json_object();
-        json_object_set_new(o, "file", json_string(name));
+        json_object_set_new(o, "file", json_string(names[i]));
         json_object_set_new(o, "role", json_string(mt_plan_role_name(ps->role)));
         json_object_set_new(o, "index", json_integer(ps->index));
         json_object_update_new(o, spec_json(&ps->spec));
-        json_object_set_new(o, "bytes", json_integer((json_int_t)sf->size));
-        json_object_set_new(o, "blake2b", json_string(hex));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)sizes[i]));
+        json_object_set_new(o, "blake2b", json_string(file_hash[i]));
         json_array_append_new(shards, o);
-        gguf_close(sf);
     }
     json_object_set_new(root, "format", json_string("moontail-manifest-v1"));
     json_object_set_new(root, "model", json_string(base));
@@ -288,8 +313,22 @@ int mt_plan_write(const gguf_file *model, const mt_plan *plan, const char *out_d
     if (manifest_path) snprintf(manifest_path, cap, "%s", path);
     rc = 0;
 done:
+    if (own_pool) mt_pool_free(io->pool);
+    io->pool = caller_pool;
+    gguf_reader_close(rd);
+    for (int32_t i = 0; paths && i < ns; i++) free(paths[i]);
+    free(paths);
+    free(names);
+    free(file_hash);
+    free(sizes);
+    free(raw);
     json_decref(shards);
     json_decref(root);
     mt_shard_layout_free(&l);
     return rc;
+}
+
+int mt_plan_write(const gguf_file *model, const mt_plan *plan, const char *out_dir,
+                  char *manifest_path, size_t cap, mt_error *err) {
+    return mt_plan_write_io(model, plan, out_dir, manifest_path, cap, NULL, err);
 }

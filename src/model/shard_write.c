@@ -3,18 +3,20 @@
  * A shard is a subset of a model's tensors written as its own GGUF file
  * (the format and its keys are described in moontail/shard.h). This file
  * sorts a model's tensors into parts (head, a layer's attention part, a
- * layer's routed experts), checks what the caller asked for, hashes tensor
- * bytes, and writes the shard: the model's metadata, the selected tensors
- * (routed expert tensors sliced along ne[2] when only some experts are
- * kept) and the moontail.shard.* keys with a content hash per tensor. */
-#include "moontail/shard.h"
+ * layer's routed experts), checks what the caller asked for, and writes
+ * the shard: the model's metadata, the selected tensors (routed expert
+ * tensors sliced along ne[2] when only some experts are kept) and the
+ * moontail.shard.* keys with a content hash per tensor. The tensors' bytes
+ * stream from the model's files into the shard (gguf_stream.h), hashed on
+ * the way; the header with those hashes is written last. */
 #include "moontail/model.h"
+#include "shard_internal.h"
 
 #include <errno.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------ classification */
@@ -227,84 +229,6 @@ fail:
     return -1;
 }
 
-/* -------------------------------------------------------------- hashes */
-
-/* Picks the fastest BLAKE2b code; safe to call again and from any thread. */
-static void hash_init(void) {
-    if (sodium_init() < 0) {
-        /* only the random generator can fail to start; hashing still works */
-    }
-}
-
-void mt_shard_hash_bytes(const void *data, size_t n, char out[MT_SHARD_HASH_HEX]) {
-    uint8_t raw[32];
-    hash_init();
-    crypto_generichash(raw, 32, data, n, NULL, 0);
-    sodium_bin2hex(out, MT_SHARD_HASH_HEX, raw, 32);
-}
-
-static void hash_raw(const gguf_tensor *t, const int32_t *experts, int32_t n_experts,
-                     uint8_t out[32]) {
-    hash_init();
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, 32);
-    if (n_experts < 0) {
-        crypto_generichash_update(&st, t->data, t->nbytes);
-    } else {
-        for (int32_t j = 0; j < n_experts; j++)
-            crypto_generichash_update(&st, (const uint8_t *)t->data + (size_t)experts[j] * t->nb[2],
-                                      t->nb[2]);
-    }
-    crypto_generichash_final(&st, out, 32);
-}
-
-void mt_shard_tensor_hash(const gguf_tensor *t, const int32_t *experts, int32_t n_experts,
-                          char out[MT_SHARD_HASH_HEX]) {
-    uint8_t raw[32];
-    hash_raw(t, experts, n_experts, raw);
-    sodium_bin2hex(out, MT_SHARD_HASH_HEX, raw, 32);
-}
-
-typedef struct named {
-    const char *name;
-    uint64_t index;
-} named;
-
-static int by_name(const void *a, const void *b) {
-    return strcmp(((const named *)a)->name, ((const named *)b)->name);
-}
-
-int mt_shard_source_id(const gguf_file *f, char out[MT_SHARD_HASH_HEX],
-                       char (*tensor_hashes)[MT_SHARD_HASH_HEX], mt_error *err) {
-    uint64_t n = f->n_tensors;
-    uint8_t(*raw)[32] = malloc((n ? n : 1) * sizeof *raw);
-    named *order = malloc((n ? n : 1) * sizeof *order);
-    if (!raw || !order) {
-        free(raw);
-        free(order);
-        return mt_error_set(err, "out of memory hashing %llu tensors", (unsigned long long)n);
-    }
-    for (uint64_t i = 0; i < n; i++) {
-        hash_raw(&f->tensors[i], NULL, -1, raw[i]);
-        if (tensor_hashes) sodium_bin2hex(tensor_hashes[i], MT_SHARD_HASH_HEX, raw[i], 32);
-        order[i] = (named){f->tensors[i].name, i};
-    }
-    qsort(order, n, sizeof *order, by_name);
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, 32);
-    for (uint64_t k = 0; k < n; k++) {
-        crypto_generichash_update(&st, (const uint8_t *)order[k].name,
-                                  strlen(order[k].name) + 1); /* with its NUL */
-        crypto_generichash_update(&st, raw[order[k].index], 32);
-    }
-    uint8_t id[32];
-    crypto_generichash_final(&st, id, 32);
-    sodium_bin2hex(out, MT_SHARD_HASH_HEX, id, 32);
-    free(raw);
-    free(order);
-    return 0;
-}
-
 /* ---------------------------------------------------------------- specs */
 
 static bool selects(const mt_shard_layout *l, const mt_shard_spec *s, uint64_t i) {
@@ -391,23 +315,53 @@ static bool skip_key(const gguf_kv *kv) {
     return strncmp(kv->key, "split.", 6) == 0;
 }
 
-int mt_shard_write_with(const gguf_file *f, const mt_shard_layout *l, const char *source_id,
-                        const mt_shard_spec *s, const char *out_path, mt_error *err) {
+/* Progress of the core writer under the step's name. */
+typedef struct write_progress {
+    mt_shard_io *io;
+    const char *what;
+} write_progress;
+
+static void on_write_progress(void *ctx, uint64_t done, uint64_t total) {
+    write_progress *wp = ctx;
+    shard_progress(wp->io, wp->what, done, total);
+}
+
+/* 64 characters the writer replaces by each tensor's hash (shard.h). */
+static const char placeholder[] =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+int shard_write(const gguf_file *f, const mt_shard_layout *l, const char *source_id,
+                const uint8_t (*model_raw)[32], const mt_shard_spec *s, const char *out_path,
+                mt_shard_io *io, mt_error *err) {
     if (mt_shard_spec_check(l, s, err)) {
         mt_error_prefix(err, "%s", f->path);
         return -1;
     }
-    uint64_t n = f->n_tensors;
-    const char **names = calloc(n ? n : 1, sizeof *names);
-    char(*hashes)[MT_SHARD_HASH_HEX] = calloc(n ? n : 1, sizeof *hashes);
-    const char **hash_ptrs = calloc(n ? n : 1, sizeof *hash_ptrs);
+    /* the shard replaces out_path by a rename: never a device (/dev/null) or a directory */
+    struct stat sb;
+    if (stat(out_path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return mt_error_set(err,
+                            "%s exists and is not a regular file; give the path of a shard file to"
+                            " write",
+                            out_path);
+    uint64_t n = f->n_tensors, cap = n ? n : 1;
+    const char **names = calloc(cap, sizeof *names), **holders = calloc(cap, sizeof *holders);
+    shard_slice *slices = calloc(cap, sizeof *slices), *fresh = calloc(cap, sizeof *fresh);
+    uint8_t(*hashes)[32] = calloc(cap, sizeof *hashes), (*expect)[32] = calloc(cap, sizeof *expect);
+    uint8_t(*fresh_hash)[32] = calloc(cap, sizeof *fresh_hash);
+    bool *known = calloc(cap, sizeof *known);
     gguf_writer *w = gguf_writer_new();
     char *tmp = malloc(strlen(out_path) + 8);
+    gguf_reader *rd = NULL;
+    mt_pool *pool = NULL;
+    bool own_pool = false;
     int rc = -1;
-    if (!names || !hashes || !hash_ptrs || !w || !tmp) {
+    if (!names || !holders || !slices || !fresh || !hashes || !expect || !fresh_hash || !known ||
+        !w || !tmp) {
         mt_error_set(err, "out of memory");
         goto done;
     }
+    if (!(rd = gguf_reader_open(f, err)) || !(pool = shard_io_pool(io, &own_pool, err))) goto done;
 
     for (uint64_t i = 0; i < f->n_kv; i++)
         if (!skip_key(&f->kv[i])) gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
@@ -426,41 +380,53 @@ int mt_shard_write_with(const gguf_file *f, const mt_shard_layout *l, const char
     gguf_writer_set_u32(w, "moontail.shard.source_n_expert", (uint32_t)l->n_expert);
     gguf_writer_set_string(w, "moontail.shard.source_id", source_id);
 
+    /* the tensors, each streamed at write time from its bytes in the model's file */
     uint64_t k = 0;
     for (uint64_t i = 0; i < n; i++) {
         if (!selects(l, s, i)) continue;
         const gguf_tensor *t = &f->tensors[i];
-        if (l->part[i] == MT_SHARD_PART_EXPERTS && s->n_experts > 0) {
-            /* expert j of the shard = expert s->experts[j] of the model */
-            size_t eb = t->nb[2];
-            uint8_t *buf = malloc(eb * (size_t)s->n_experts);
-            if (!buf) {
-                mt_error_set(err, "out of memory slicing tensor '%s'", t->name);
-                goto done;
-            }
-            for (int32_t j = 0; j < s->n_experts; j++)
-                memcpy(buf + (size_t)j * eb, (const uint8_t *)t->data + (size_t)s->experts[j] * eb,
-                       eb);
-            int64_t ne[3] = {t->ne[0], t->ne[1], s->n_experts};
-            int r = gguf_writer_add_tensor(w, t->name, t->type, 3, ne, buf, err);
-            free(buf);
-            if (r) goto done;
-            mt_shard_tensor_hash(t, s->experts, s->n_experts, hashes[k]);
-        } else {
-            if (gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, err))
-                goto done;
-            mt_shard_tensor_hash(t, NULL, -1, hashes[k]);
-        }
+        bool sliced = l->part[i] == MT_SHARD_PART_EXPERTS && s->n_experts > 0;
+        /* expert j of the shard = expert s->experts[j] of the model */
+        slices[k] =
+            sliced ? (shard_slice){i, s->experts, s->n_experts} : (shard_slice){i, NULL, -1};
+        gguf_range *ranges;
+        uint32_t nr;
+        if (shard_slice_ranges(f, &slices[k], &ranges, &nr, err)) goto done;
+        int64_t ne[3] = {t->ne[0], t->ne[1], s->n_experts};
+        int r = gguf_writer_add_tensor_ranges(w, t->name, t->type, sliced ? 3 : t->n_dims,
+                                              sliced ? ne : t->ne, rd, t->part, ranges, nr, err);
+        free(ranges);
+        if (r) goto done;
         names[k] = t->name;
-        hash_ptrs[k] = hashes[k];
+        holders[k] = placeholder;
         k++;
     }
     gguf_writer_set_string_array(w, "moontail.shard.tensor_names", names, k);
-    gguf_writer_set_string_array(w, "moontail.shard.tensor_hashes", hash_ptrs, k);
+    gguf_writer_set_string_array(w, "moontail.shard.tensor_hashes", holders, k);
+
+    /* hashes known before the bytes pass (the model's, or the cache's) are checked on the way */
+    shard_cached(rd, slices, k, io, expect, known);
+    for (uint64_t j = 0; model_raw && j < k; j++)
+        if (slices[j].n_experts < 0 && !known[j]) {
+            memcpy(expect[j], model_raw[slices[j].tensor], 32);
+            known[j] = true;
+        }
+    const char *base = strrchr(out_path, '/');
+    char what[300];
+    snprintf(what, sizeof what, "writing %s", base ? base + 1 : out_path);
+    write_progress wp = {io, what};
+    gguf_write_opts o = {.pool = pool,
+                         .hash_key = "moontail.shard.tensor_hashes",
+                         .hashes = hashes,
+                         .expect = (const uint8_t(*)[32])expect,
+                         .expect_set = known,
+                         .progress = on_write_progress,
+                         .progress_ctx = &wp,
+                         .sync = true};
 
     /* write next to the target and rename, so a crash never leaves a half shard */
     sprintf(tmp, "%s.part", out_path);
-    if (gguf_writer_write(w, tmp, err)) {
+    if (gguf_writer_write_opts(w, tmp, &o, err)) {
         unlink(tmp);
         goto done;
     }
@@ -469,14 +435,41 @@ int mt_shard_write_with(const gguf_file *f, const mt_shard_layout *l, const char
         unlink(tmp);
         goto done;
     }
+    if (io && stat(out_path, &sb) == 0) io->bytes_written += (uint64_t)sb.st_size;
+    /* what was learnt about the model's bytes, for the next shard or check */
+    uint64_t m = 0;
+    for (uint64_t j = 0; j < k; j++)
+        if (!known[j]) {
+            fresh[m] = slices[j];
+            memcpy(fresh_hash[m++], hashes[j], 32);
+        }
+    shard_cache_store(rd, fresh, m, io, (const uint8_t(*)[32])fresh_hash);
     rc = 0;
 done:
+    if (own_pool) mt_pool_free(pool);
+    gguf_reader_close(rd);
     gguf_writer_free(w);
     free(names);
+    free(holders);
+    free(slices);
+    free(fresh);
     free(hashes);
-    free(hash_ptrs);
+    free(expect);
+    free(fresh_hash);
+    free(known);
     free(tmp);
     return rc;
+}
+
+int mt_shard_write_io(const gguf_file *f, const mt_shard_layout *l, const char *source_id,
+                      const mt_shard_spec *s, const char *out_path, mt_shard_io *io,
+                      mt_error *err) {
+    return shard_write(f, l, source_id, NULL, s, out_path, io, err);
+}
+
+int mt_shard_write_with(const gguf_file *f, const mt_shard_layout *l, const char *source_id,
+                        const mt_shard_spec *s, const char *out_path, mt_error *err) {
+    return shard_write(f, l, source_id, NULL, s, out_path, NULL, err);
 }
 
 int mt_shard_write(const gguf_file *f, const mt_shard_spec *s, const char *out_path,
@@ -484,10 +477,14 @@ int mt_shard_write(const gguf_file *f, const mt_shard_spec *s, const char *out_p
     mt_shard_layout l;
     if (mt_shard_layout_read(f, &l, err)) return -1;
     char id[MT_SHARD_HASH_HEX];
-    int rc = mt_shard_spec_check(&l, s, err);
+    uint8_t(*raw)[32] = malloc((f->n_tensors ? f->n_tensors : 1) * sizeof *raw);
+    gguf_reader *rd = NULL;
+    int rc = raw ? mt_shard_spec_check(&l, s, err) : mt_error_set(err, "out of memory");
     if (rc) mt_error_prefix(err, "%s", f->path);
-    if (!rc) rc = mt_shard_source_id(f, id, NULL, err);
-    if (!rc) rc = mt_shard_write_with(f, &l, id, s, out_path, err);
+    if (!rc) rc = (rd = gguf_reader_open(f, err)) ? shard_model_hashes(rd, NULL, raw, id, err) : -1;
+    if (!rc) rc = shard_write(f, &l, id, (const uint8_t(*)[32])raw, s, out_path, NULL, err);
+    gguf_reader_close(rd);
+    free(raw);
     mt_shard_layout_free(&l);
     return rc;
 }

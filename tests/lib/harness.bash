@@ -32,6 +32,8 @@ kimi-k3) MODEL_ARCH=(--arch kimi-k3 --experts 8 --experts-used 2 --res-block 2 -
     ;;
 esac
 tmp=$(mktemp -d)
+# `split` and `plan check` keep model hashes in a per-user cache: the scratch dir's, not the user's
+export XDG_CACHE_HOME="$tmp/xdg-cache"
 pids=()
 harness_cleanup() {
     for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null; done
