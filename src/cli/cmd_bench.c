@@ -247,8 +247,7 @@ int cmd_bench(int argc, char **argv) {
         json_decref(o);
     } else {
         printf("model    %s (%s, %d layers, %.2f GB file)\n", model_path ? model_path : "built-in",
-               m->hp.arch_name, m->hp.n_layer,
-               (double)m->gguf->size / 1e9);
+               m->hp.arch_name, m->hp.n_layer, (double)m->gguf->size / 1e9);
         printf("threads  %d, kernels %s, prompt %lld tokens, decode %lld tokens, %lld runs\n",
                n_threads, quant_kernel_name(), (long long)n_prompt, (long long)n_gen,
                (long long)runs);
