@@ -242,6 +242,12 @@ static void bodies(void) {
          "{\"model\":\"tiny\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
          "{\"role\":\"user\",\"content\":\"Hi \\u00e9\\ud83d\\ude00\"}],\"stream\":true,"
          "\"temperature\":1.5,\"seed\":42}"},
+        {"chat_thinking", 1,
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},"
+         "{\"role\":\"assistant\",\"content\":\"x<think>\\nr\\n</think>\\n\\nA\","
+         "\"reasoning_content\":\" \\nR\"},{\"role\":\"user\",\"content\":\"Q2\"}],"
+         "\"chat_template_kwargs\":{\"enable_thinking\":false,\"thinking\":true,"
+         "\"thinking_effort\":\"low\",\"other\":[1]}}"},
     };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         seed1("fuzz_openai", b[i].name, (uint8_t)b[i].chat, b[i].body, strlen(b[i].body));

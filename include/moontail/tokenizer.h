@@ -91,6 +91,11 @@ int32_t mt_vocab_write_bytes(struct gguf_writer *w, const char *pre, bool add_bo
  * BOS and EOS 256. */
 int32_t mt_vocab_write_bytes_with(struct gguf_writer *w, const char *pre, bool add_bos,
                                   const char *const *specials, int n);
+/* The same, each of specials[i] a control token when control[i] (or control is NULL),
+ * else a user-defined one (matched in any text and shown when detokenized, like the
+ * `<think>` of DeepSeek R1 and Qwen3 vocabularies). */
+int32_t mt_vocab_write_bytes_typed(struct gguf_writer *w, const char *pre, bool add_bos,
+                                   const char *const *specials, const bool *control, int n);
 
 /* Writes the tokenizer.* keys converted from a Hugging Face tokenizer.json
  * (as llama.cpp's converter would for Qwen3: model gpt2, pre qwen2, special

@@ -106,7 +106,8 @@ static void request_done(void *ctx, const api_gen_result *r) {
 static int64_t prompt_ids(mt_api_server *s, const api_request *rq, int32_t **ids, api_error *e) {
     mt_error err = {{0}};
     int64_t n = rq->kind == API_CHAT
-                    ? api_chat_tokenize(s->chat, s->vocab, rq->messages, rq->n_messages, ids, &err)
+                    ? api_chat_tokenize_kw(s->chat, s->vocab, rq->messages, rq->n_messages,
+                                           rq->chat_kwargs, ids, &err)
                     : mt_tokenize(s->vocab, rq->prompt, rq->prompt_len, true, true, ids, &err);
     if (n < 0)
         return api_fail(e, 400, "invalid_request_error",
@@ -169,6 +170,8 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
     p.max_tokens = (int32_t)max_tokens;
     p.sp = rq.sp;
     p.end_token = kind == API_CHAT ? s->chat_end : -1;
+    /* a thinking model's chat reply is split into reasoning and answer */
+    if (kind == API_CHAT) api_chat_reasoning(s->chat, s->vocab, p.prompt, p.n_prompt, &p.reasoning);
     for (int i = 0; i < rq.n_stop; i++) {
         p.stop[i] = rq.stop[i];
         rq.stop[i] = NULL;
@@ -182,6 +185,7 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
         goto fail;
     }
     *note = (req_note){s, key, kind, rq.stream, t0};
+    api_reply_set_reasoning(reply, p.reasoning.on);
     api_gen_sink sink = api_reply_sink(reply);
     int running = 0, queued = 0;
     if (api_engine_submit(s->engine, &p, &sink, &running, &queued)) {
@@ -338,8 +342,11 @@ static void log_chat_template(mt_api_server *s) {
     s->chat = api_chat_detect(tmpl, &known);
     s->chat_end = api_chat_end_token(s->chat, s->vocab);
     if (known)
-        say(s, "chat template: %s (recognised in the model's tokenizer.chat_template)",
-            api_chat_format_name(s->chat));
+        say(s, "chat template: %s (recognised in the model's tokenizer.chat_template)%s",
+            api_chat_format_name(s->chat),
+            api_chat_thinks(s->chat) ? "; chat replies carry the model's reasoning in"
+                                       " reasoning_content"
+                                     : "");
     else if (tmpl)
         say(s, "the model's chat template is of no family this server knows; chat uses ChatML"
                " (<|im_start|>role ... <|im_end|>)");

@@ -120,7 +120,7 @@ static int chat_add(chat *c, api_chat_role role, const char *text, size_t len) {
     memcpy(copy, text, len);
     copy[len] = 0;
     c->owned[c->n] = copy;
-    c->m[c->n++] = (api_chat_message){role, copy, len};
+    c->m[c->n++] = (api_chat_message){.role = role, .text = copy, .len = len};
     return 0;
 }
 
@@ -298,7 +298,7 @@ int cmd_shell(int argc, char **argv) {
             }
             p.n_prompt = (int32_t)np;
             answer a = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-            api_gen_sink sink = {on_text, on_done, &a};
+            api_gen_sink sink = {.text = on_text, .done = on_done, .ctx = &a};
             struct sigaction sa = {0}, old;
             sa.sa_handler = on_sigint;
             sigemptyset(&sa.sa_mask);
