@@ -46,6 +46,11 @@ typedef struct mt_synth_params {
     float logit_gain; /* scale of the output head; larger = more peaked */
     bool readable;    /* byte vocab: damp the head's rows for bytes other than
                          letters, digits, space and common punctuation */
+    /* for tests of the loader's guards: */
+    const char *extra_tensor; /* also a tensor of this name (F32, n_embd) that no
+                                 architecture uses; NULL = none */
+    const char *arch_name;    /* general.architecture written instead of arch (the keys
+                                 stay arch's); NULL = arch */
 } mt_synth_params;
 
 /* Defaults for an architecture: small (n_embd 256, 2-3 layers, 8 experts),
