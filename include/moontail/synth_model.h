@@ -52,6 +52,11 @@ typedef struct mt_synth_params {
     const bool *added_control;
     int n_added;
     const char *chat_template; /* byte vocab: tokenizer.chat_template, or NULL for none */
+    /* for tests of the loader's guards: */
+    const char *extra_tensor; /* also a tensor of this name (F32, n_embd) that no
+                                 architecture uses; NULL = none */
+    const char *arch_name;    /* general.architecture written instead of arch (the keys
+                                 stay arch's); NULL = arch */
 } mt_synth_params;
 
 /* Defaults for an architecture: small (n_embd 256, 2-3 layers, 8 experts),

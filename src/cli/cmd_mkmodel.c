@@ -50,7 +50,10 @@ static const char usage[] =
     "  --latent N           routed experts' latent width, 0 = off (default 32)\n"
     "  --situ-beta X --situ-linear-beta X   situ activation (defaults 2 and 3)\n"
     "  --gate-lower-bound X KDA decay gate bound, 0 = none (softplus gate; default -5)\n"
-    "  --no-mla-gate        no attn_gate on MLA layers\n";
+    "  --no-mla-gate        no attn_gate on MLA layers\n"
+    "for tests of the loader's checks (the file is then refused):\n"
+    "  --extra-tensor NAME  also a tensor NAME (F32, embd) that no architecture uses\n"
+    "  --arch-name NAME     general.architecture = NAME, other keys as --arch writes them\n";
 
 int cmd_mkmodel(int argc, char **argv) {
     const char *arch = "qwen3moe", *out = NULL;
@@ -182,6 +185,10 @@ int cmd_mkmodel(int argc, char **argv) {
                 goto usage_error;
             }
             p.chat_template = tmpl;
+        } else if (strcmp(a, "--extra-tensor") == 0) {
+            if (!(p.extra_tensor = cli_value(argc, argv, &i))) goto usage_error;
+        } else if (strcmp(a, "--arch-name") == 0) {
+            if (!(p.arch_name = cli_value(argc, argv, &i))) goto usage_error;
         } else {
             fprintf(stderr,
                     "moontail mkmodel: unknown option '%s'; see 'moontail mkmodel --help'\n", a);

@@ -6,6 +6,7 @@
  * mt_plan_check proves that the shards a manifest lists are, together, the
  * model: every tensor slice held exactly `replicas` times, byte for byte. */
 #include "moontail/shard.h"
+#include "moontail/model.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -531,7 +532,7 @@ int mt_plan_check(const char *model_path, const char *manifest_path, char **repo
     json_t *root = NULL;
     gguf_file *model = gguf_open(model_path, err);
     if (!model) return -1;
-    if (mt_shard_layout_read(model, &lay, err)) goto done;
+    if (mt_model_check_file(model, err) || mt_shard_layout_read(model, &lay, err)) goto done;
 
     json_error_t je;
     root = json_load_file(manifest_path, 0, &je);

@@ -627,7 +627,7 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     if (s.kimi && parse_mla_layers(&s, err)) return -1;
     if (!(s.w = gguf_writer_new())) return mt_error_set(err, "mkmodel: out of memory");
     bool llama = strcmp(p->arch, "llama") == 0;
-    gguf_writer_set_string(s.w, "general.architecture", p->arch);
+    gguf_writer_set_string(s.w, "general.architecture", p->arch_name ? p->arch_name : p->arch);
     char name[96];
     snprintf(name, sizeof name, "moontail-synthetic-%s-%s", p->arch,
              mt_type_traits_get(p->type)->name);
@@ -675,6 +675,7 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     if (p->rope_freqs && llama) add_f32(&s, "rope_freqs.weight", p->head_dim / 2, 3.5f, 4.5f);
     if (s.k3 && p->res_block > 0) add_res_score(&s, "output_res_score.weight");
     for (int il = 0; il < p->n_layer && !s.failed; il++) add_layer(&s, il);
+    if (p->extra_tensor) add_f32(&s, p->extra_tensor, p->n_embd, -1.0f, 1.0f);
     int rc = s.failed ? -1 : gguf_writer_write(s.w, path, err);
     gguf_writer_free(s.w);
     return rc;
