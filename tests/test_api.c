@@ -1679,6 +1679,9 @@ static void test_think_parse(void) {
          "not a template variable name"},
         {"\"chat_template_kwargs\":{\"a-b\":1}", "chat_template_kwargs", "'a-b'"},
         {"\"chat_template_kwargs\":{\"\":1}", "chat_template_kwargs", "variable name"},
+        {"\"chat_template_kwargs\":{\"documents\":[]}", "chat_template_kwargs.documents", "itself"},
+        {"\"chat_template_kwargs\":{\"deep\":[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]}",
+         "chat_template_kwargs.deep", "more than 16 levels"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(body, sizeof body, "{%s,%s}", m, bad[i].extra);

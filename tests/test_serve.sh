@@ -92,7 +92,8 @@ run_client full "$URL"
 
 # ---- a model that thinks: DeepSeek R1's turn markers as control tokens, <think> and </think>
 # user-defined (as in R1's own files), and a template with R1's markers, which the server
-# recognises (it renders the family itself: the prompt opens the reasoning with <think>\n)
+# runs as Jinja and recognises as R1's family (the prompt opens the reasoning with <think>\n,
+# closed at once when enable_thinking is false)
 DS_USER='<｜User｜>' DS_ASST='<｜Assistant｜>' DS_EOS='<｜end▁of▁sentence｜>'
 cat >"$tmp/think.jinja" <<'TEMPLATE'
 {%- for m in messages -%}
@@ -101,6 +102,7 @@ cat >"$tmp/think.jinja" <<'TEMPLATE'
 {%- endif -%}
 {%- endfor -%}
 {{ '<｜Assistant｜><think>\n' }}
+{%- if enable_thinking is defined and not enable_thinking %}{{ '</think>' }}{% endif -%}
 TEMPLATE
 TM="$tmp/think.gguf"
 "$BIN" mkmodel -o "$TM" "${MODEL_ARCH[@]}" --type f32 --layers 2 --embd 64 --heads 4 --head-dim 16 \
@@ -130,7 +132,7 @@ if [ -n "$THINK_USER" ]; then
         >"$tmp/nothink_ref.json" 2>/dev/null || bad "enable_thinking false reference run"
     start_bg t "$BIN" serve --model "$TM" --api-keys "$tmp/keys" --listen 127.0.0.1:0 -t 1 \
         --model-name tiny
-    grep -q "chat template: deepseek-r1.*reasoning_content" "$tmp/t.err" && ok ||
+    grep -q "chat template: the model's own.*Jinja; deepseek-r1.*reasoning_content" "$tmp/t.err" && ok ||
         bad "the thinking template not recognised: $(cat "$tmp/t.err")"
     MT_THINK_PROMPT_TOKENS=$(n_tokens "$(think_prompt "$THINK_USER")$NL")
     MT_NOTHINK_PROMPT_TOKENS=$(n_tokens "$(think_prompt "$THINK_USER")$NL</think>")

@@ -1,10 +1,11 @@
 /* api_chat.h - chat templates: turns a list of chat messages into the token
  * ids a model was trained to see, with the assistant's turn opened.
  *
- * GGUF files carry a Jinja template (tokenizer.chat_template). MoonTail does
- * not run Jinja; it recognises the common families by their marker tokens
- * and renders them in C. A model without a template, or with one of no
- * known family, gets ChatML (the caller logs that).
+ * GGUF files carry a Jinja template (tokenizer.chat_template), which
+ * api_template.h runs. These C renderings of the common families (recognised
+ * by their marker tokens) are what a model gets when its template cannot run
+ * here; a model without a template, or with one of no known family, gets
+ * ChatML (the caller logs that).
  *
  * Families of models that think (Qwen3, DeepSeek R1 and V3.1, Kimi K2 Thinking, Kimi K3)
  * also place an assistant message's reasoning where their template does, honour the

@@ -457,7 +457,28 @@ static int parse_messages(api_request *rq, api_error *e) {
 /* chat_template_kwargs: variables for the chat template. Limited in number and size;
  * names must be template identifiers and not the ones the server sets; the variables the
  * built-in families read must have the types their templates expect. */
-enum { KWARGS_MAX = 32, KWARGS_MAX_BYTES = 16384, KWARGS_NAME_MAX = 64 };
+enum { KWARGS_MAX = 32, KWARGS_MAX_BYTES = 16384, KWARGS_NAME_MAX = 64, KWARGS_MAX_DEPTH = 16 };
+
+/* How deep a JSON value nests (a scalar: 0), counting at most to limit + 1. */
+static int json_depth(const json_t *v, int limit) {
+    if (limit < 0 || (!json_is_object(v) && !json_is_array(v))) return 0;
+    int deepest = 0;
+    size_t i;
+    const char *k;
+    json_t *x;
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, x) {
+            int d = json_depth(x, limit - 1);
+            if (d > deepest) deepest = d;
+        }
+    } else {
+        json_object_foreach((json_t *)v, k, x) {
+            int d = json_depth(x, limit - 1);
+            if (d > deepest) deepest = d;
+        }
+    }
+    return deepest + 1;
+}
 
 static int parse_chat_kwargs(api_request *rq, api_error *e) {
     json_t *v = field(rq, "chat_template_kwargs");
@@ -482,7 +503,7 @@ static int parse_chat_kwargs(api_request *rq, api_error *e) {
                            " allowed",
                            bytes, KWARGS_MAX_BYTES);
     static const char *const reserved[] = {
-        "messages", "add_generation_prompt", "tools", "bos_token", "eos_token", NULL};
+        "messages", "add_generation_prompt", "tools", "documents", "bos_token", "eos_token", NULL};
     const char *k;
     json_t *x;
     char param[64];
@@ -504,6 +525,11 @@ static int parse_chat_kwargs(api_request *rq, api_error *e) {
                                "Invalid '%s': the server sets '%s' itself; give it in the"
                                " request's own fields",
                                param, k);
+        if (json_depth(x, KWARGS_MAX_DEPTH) > KWARGS_MAX_DEPTH)
+            return bad_request(e, param,
+                               "Invalid '%s': the value nests more than %d levels of arrays and"
+                               " objects",
+                               param, KWARGS_MAX_DEPTH);
         if ((strcmp(k, "enable_thinking") == 0 || strcmp(k, "thinking") == 0) &&
             !json_is_boolean(x))
             return bad_request(e, param, "Invalid '%s': expected a boolean, but got %s", param,

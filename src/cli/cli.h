@@ -29,6 +29,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_setup(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 /* The median of v[0..n) (n > 0); sorts v (cmd_bench.c). */
 double bench_median(double *v, int n);
