@@ -1217,6 +1217,7 @@ static void test_think_detect(void) {
                 {"deepseek-ai-DeepSeek-V3.1.jinja", API_CHAT_DEEPSEEK_V31},
                 {"Kimi-K2-Thinking.jinja", API_CHAT_KIMI_K2_THINKING},
                 {"Kimi-K2-Instruct.jinja", API_CHAT_KIMI_K2},
+                {"moonshotai-Kimi-K2.jinja", API_CHAT_KIMI_K2},
                 {"Kimi-K3.jinja", API_CHAT_KIMI_K3}};
     int seen = 0;
     for (size_t i = 0; i < sizeof real / sizeof real[0]; i++) {
