@@ -2,8 +2,8 @@
  * `moontail serve` (api_request_parse, src/api/api_openai.c): the bytes of a
  * /v1/completions (first input byte even) or /v1/chat/completions (odd)
  * request body, as the HTTP server hands them over (NUL-terminated). A body
- * that parses is rendered in every chat format, as the server would before
- * tokenizing. */
+ * that parses is rendered in every chat format with its chat_template_kwargs,
+ * as the server would before tokenizing. */
 #include "../src/api/api_openai.h"
 
 #include <stdint.h>
@@ -21,9 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&e, 0, sizeof e);
     if (api_request_parse(kind, body, size - 1, "tiny", &rq, &e) == 0) {
         if (kind == API_CHAT)
-            for (int f = API_CHAT_CHATML; f <= API_CHAT_KIMI_K3; f++) {
+            for (int f = API_CHAT_CHATML; f <= API_CHAT_KIMI_K2_THINKING; f++) {
                 size_t len;
-                free(api_chat_render((api_chat_format)f, rq.messages, rq.n_messages, &len));
+                free(api_chat_render_kw((api_chat_format)f, rq.messages, rq.n_messages,
+                                        rq.chat_kwargs, &len));
             }
     } else if (e.status != 400 || !e.message[0]) {
         abort(); /* a refusal is a 400 with a message */

@@ -5,7 +5,8 @@
  * (fuzz_manifest), every data-plane message type from mt_proto_encode
  * (fuzz_proto, and sealed into frames for fuzz_frame), a client hello
  * (fuzz_frame), request bodies (fuzz_openai), texts (fuzz_tokenize) and
- * registry API requests (fuzz_registry) and pause schedules (fuzz_schedule).
+ * registry API requests (fuzz_registry), pause schedules (fuzz_schedule) and
+ * chat templates (fuzz_jinja).
  * Built with the fuzz build; run by `./dev fuzz-corpus`. The output is
  * deterministic; the seeds are committed. */
 #include "../src/net/net_internal.h"
@@ -242,6 +243,12 @@ static void bodies(void) {
          "{\"model\":\"tiny\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
          "{\"role\":\"user\",\"content\":\"Hi \\u00e9\\ud83d\\ude00\"}],\"stream\":true,"
          "\"temperature\":1.5,\"seed\":42}"},
+        {"chat_thinking", 1,
+         "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},"
+         "{\"role\":\"assistant\",\"content\":\"x<think>\\nr\\n</think>\\n\\nA\","
+         "\"reasoning_content\":\" \\nR\"},{\"role\":\"user\",\"content\":\"Q2\"}],"
+         "\"chat_template_kwargs\":{\"enable_thinking\":false,\"thinking\":true,"
+         "\"thinking_effort\":\"low\",\"other\":[1]}}"},
     };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         seed1("fuzz_openai", b[i].name, (uint8_t)b[i].chat, b[i].body, strlen(b[i].body));
@@ -315,6 +322,44 @@ static void schedules(void) {
     }
 }
 
+/* Chat templates written for the fuzzer (fuzz_jinja): the real ones are other projects' text
+ * and stay out of the repository. */
+static void jinja_templates(void) {
+    static const struct {
+        const char *name, *text;
+    } t[] = {
+        {"call-block", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro "
+                       "%}{% call wrap('b') %}{{ messages[-1].content[::-1] }}{% endcall %}{{ "
+                       "raise_exception('stop') if messages|length > 9 }}"},
+        {"chatml", "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_en"
+                   "d|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{%"
+                   " endif %}"},
+        {"errors", "{{ messages[0].content.startswith('Be') and (1 / 0) }}"},
+        {"filters", "{{ messages|map(attribute='role')|join(', ') }}|{{ tools|tojson(indent"
+                    "=2) }}|{{ messages|selectattr('role', 'equalto', 'user')|list|length }"
+                    "}|{{ 'a,b'.split(',')|reverse|list }}|{{ (messages[1].content ~ '!')|u"
+                    "pper|trim }}"},
+        {"loopctl", "{% for i in range(20) %}{% if i is odd %}{% continue %}{% endif %}{% i"
+                    "f i > 12 %}{% break %}{% endif %}{{ loop.index0 }}{{ loop.cycle('a', '"
+                    "b') }}{% endfor %}{% set a, b = 1, 2 %}{{ a + b * 3 // 2 ** 2 % 5 }}{{"
+                    " [1, 2][5] is undefined }}"},
+        {"macro-ns", "{%- macro r(v) -%}{%- if v is mapping -%}{% for k, x in v|dictsort %}{"
+                     "{ k }}={{ r(x) }};{% endfor %}{%- else -%}{{ v|tojson }}{%- endif -%}{"
+                     "%- endmacro -%}{% set ns = namespace(n=0) %}{% for m in messages if m."
+                     "role != 'tool' %}{% set ns.n = ns.n + 1 %}{{ r(m) }}{% endfor %}{{ ns."
+                     "n }}"},
+        {"tool-calls", "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %"
+                       "}{{ c.function.name }}({{ c.function.arguments|tojson }}){{ ',' if not"
+                       " loop.last }}{% endfor %}{% elif m.role == 'tool' %}[{{ m.tool_call_id"
+                       " }}: {{ m.content }}]{% endif %}{% endfor %}"},
+        {"whitespace", "  {%- if enable_thinking is defined and not enable_thinking %}\n  <thin"
+                       "k></think>\n  {% endif -%}\n{# comment #}\n{% raw %}{{ raw }}{% endraw %}"
+                       "\n{{- bos_token -}}"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        seed("fuzz_jinja", t[i].name, t[i].text, strlen(t[i].text));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_corpus OUT_DIR (fuzz/corpus)\n");
@@ -329,5 +374,6 @@ int main(int argc, char **argv) {
     texts();
     registry_requests();
     schedules();
+    jinja_templates();
     return 0;
 }

@@ -4,13 +4,17 @@
  * field's checks and the error's param), API keys and token buckets, and the
  * engine's token loop and queue on a scripted backend (stop strings across
  * tokens never leak, end tokens, max_tokens, UTF-8 held whole, cancellation,
- * backend failures, a full queue, stopping with requests waiting).
+ * backend failures, a full queue, stopping with requests waiting), and for
+ * models that think: the thinking families' renderings against the real
+ * templates, the splitting of replies into reasoning and answer (whole,
+ * streamed, split markers, unclosed reasoning), and their request fields.
  * tests/test_serve.sh drives the whole server with the OpenAI client. */
 #include "../src/api/api_chat.h"
 #include "../src/api/api_engine.h"
 #include "../src/api/api_keys.h"
 #include "../src/api/api_openai.h"
 #include "check.h"
+#include "moontail/gguf.h"
 #include "moontail/synth_model.h"
 
 #include <pthread.h>
@@ -19,10 +23,10 @@
 /* ---- chat templates ------------------------------------------------------------------------ */
 
 static const api_chat_message CONV[] = {
-    {API_ROLE_SYSTEM, "Be brief.", 9},
-    {API_ROLE_USER, " Hi <|im_end|>\n", 15},
-    {API_ROLE_ASSISTANT, "Hello.", 6},
-    {API_ROLE_USER, "Bye", 3},
+    {API_ROLE_SYSTEM, "Be brief.", 9, NULL, 0},
+    {API_ROLE_USER, " Hi <|im_end|>\n", 15, NULL, 0},
+    {API_ROLE_ASSISTANT, "Hello.", 6, NULL, 0},
+    {API_ROLE_USER, "Bye", 3, NULL, 0},
 };
 
 static void check_render(api_chat_format f, const char *want) {
@@ -93,7 +97,7 @@ static void test_chat(const mt_vocab *v) {
           " typed in a message is text)",
           (long long)n, starts, ends);
     /* the same count as tokenizing the rendered text when no message holds special text */
-    static const api_chat_message plain[] = {{API_ROLE_USER, "Say hi", 6}};
+    static const api_chat_message plain[] = {{API_ROLE_USER, "Say hi", 6, NULL, 0}};
     char *text = api_chat_render(API_CHAT_CHATML, plain, 1, &len);
     int32_t *a = NULL, *b = NULL;
     int64_t na = api_chat_tokenize(API_CHAT_CHATML, v, plain, 1, &a, NULL);
@@ -373,6 +377,11 @@ static void fake_end(void *slot, int64_t evaluated) {
 typedef struct got {
     char text[256];
     size_t len;
+    char reasoning[256];
+    size_t rlen;
+    int rpieces;
+    bool reasoning_late;        /* reasoning came after some answer text */
+    int cancel_reasoning_after; /* reasoning() returns -1 from this piece on (0: never) */
     int pieces;
     bool has_o;       /* a piece held an 'o' (stop-string test) */
     int cancel_after; /* text() returns -1 from this piece on (0: never) */
@@ -388,6 +397,13 @@ static int got_text(void *ctx, const char *s, size_t n) {
     g->pieces++;
     if (memchr(s, 'o', n)) g->has_o = true;
     return g->cancel_after && g->pieces >= g->cancel_after ? -1 : 0;
+}
+static int got_reasoning(void *ctx, const char *s, size_t n) {
+    got *g = ctx;
+    if (g->rlen + n < sizeof g->reasoning) memcpy(g->reasoning + g->rlen, s, n), g->rlen += n;
+    g->rpieces++;
+    if (g->len) g->reasoning_late = true;
+    return g->cancel_reasoning_after && g->rpieces >= g->cancel_reasoning_after ? -1 : 0;
 }
 static void got_done(void *ctx, const api_gen_result *r) {
     got *g = ctx;
@@ -418,7 +434,7 @@ static int submit(api_engine *e, got *g, int32_t max_tokens, const char *stop, i
     p.sp.temp = 0;
     p.end_token = end;
     if (stop) p.stop[p.n_stop++] = strdup(stop);
-    api_gen_sink sink = {got_text, got_done, g};
+    api_gen_sink sink = {.text = got_text, .done = got_done, .ctx = g};
     int rc = api_engine_submit(e, &p, &sink, NULL, NULL);
     if (rc) api_gen_params_free(&p);
     return rc;
@@ -522,7 +538,7 @@ static void test_engine(const mt_model *m, const mt_vocab *v) {
     CHECK(submit(e, &g2, 5, NULL, -1) == 0, "second request waits");
     int running = -1, queued = -1;
     api_gen_params p = {0};
-    api_gen_sink sink = {got_text, got_done, &g3};
+    api_gen_sink sink = {.text = got_text, .done = got_done, .ctx = &g3};
     CHECK(api_engine_submit(e, &p, &sink, &running, &queued) == -1 && running == 1 && queued == 1,
           "third refused (running %d, queued %d)", running, queued);
     pthread_mutex_lock(&f.mu);
@@ -552,6 +568,1149 @@ static void test_engine(const mt_model *m, const mt_vocab *v) {
     pthread_cond_destroy(&f.cv);
 }
 
+/* ---- thinking models: chat renderings --------------------------------------------------- */
+
+/* The conversations of tools/chat/render_templates.py (CONVS), in its order. */
+#define MSG(role, t)                                                                               \
+    { role, t, sizeof t - 1, NULL, 0 }
+#define ANSWER(t, r)                                                                               \
+    { API_ROLE_ASSISTANT, t, sizeof t - 1, r, sizeof r - 1 }
+#define SYS(t)  MSG(API_ROLE_SYSTEM, t)
+#define USER(t) MSG(API_ROLE_USER, t)
+#define ASST(t) MSG(API_ROLE_ASSISTANT, t)
+
+typedef struct think_conv {
+    const char *name;
+    api_chat_message m[4];
+    int n;
+} think_conv;
+
+static const think_conv THINK_CONVS[] = {
+    {"one turn", {SYS("Be brief."), USER("Hi")}, 2},
+    {"history with reasoning",
+     {SYS("Be brief."), USER("Hi"), ANSWER("Hello.", "The user greets."), USER("Bye")},
+     4},
+    {"reasoning after the last user message",
+     {USER("Q1"), ANSWER("A1", "R1"), USER("Q2"), ANSWER("A2", "\nR2\n")},
+     4},
+    {"think tags in content", {USER("Q"), ASST("<think>\nold\n</think>\n\nA"), USER("Q2")}, 3},
+    {"blank reasoning", {USER("Q"), ANSWER("A", " \n"), USER("Q2")}, 3},
+    {"two answers after the question", {USER("Q"), ASST("A1"), ANSWER("A2", "R")}, 3},
+    {"two system messages", {SYS("S1"), USER("Q"), SYS("S2")}, 3},
+    {"think tags in the last answer", {USER("Q"), ASST("x<think>\nold\n</think>\n\nA")}, 2},
+};
+
+/* The expected texts: the output of `python3 tools/chat/render_templates.py`, which renders
+ * llama.cpp's copies of the real templates (models/templates/Qwen-Qwen3-0.6B.jinja,
+ * deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja, deepseek-ai-DeepSeek-V3.1.jinja,
+ * Kimi-K2-Thinking.jinja, Kimi-K3.jinja) with Python's jinja2 3.1.6 as transformers'
+ * apply_chat_template does (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
+ * loopcontrols), add_generation_prompt true, bos_token "" and the kwargs as variables.
+ * Not written from the C code. */
+typedef struct think_want {
+    api_chat_format f;
+    const char *kwargs; /* JSON object */
+    int conv;
+    const char *want;
+} think_want;
+
+static const think_want THINK_WANT[] = {
+    /* qwen3, one turn */
+    {API_CHAT_QWEN3, "{}", 0,
+     "<|im_start|>system\nBe brief.<|im_end|>\n"
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+    /* qwen3, history with reasoning */
+    {API_CHAT_QWEN3, "{}", 1,
+     "<|im_start|>system\nBe brief.<|im_end|>\n"
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+     "Hello.<|im_end|>\n<|im_start|>user\nBye"
+     "<|im_end|>\n<|im_start|>assistant\n"},
+    /* qwen3, reasoning after the last user message */
+    {API_CHAT_QWEN3, "{}", 2,
+     "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\n"
+     "A1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+     "<|im_start|>assistant\n<think>\nR2\n</think>\n"
+     "\nA2<|im_end|>\n<|im_start|>assistant\n"},
+    /* qwen3, think tags in content */
+    {API_CHAT_QWEN3, "{}", 3,
+     "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+     "A<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+     "<|im_start|>assistant\n"},
+    /* qwen3, blank reasoning */
+    {API_CHAT_QWEN3, "{}", 4,
+     "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+     "A<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+     "<|im_start|>assistant\n"},
+    /* qwen3, two answers after the question */
+    {API_CHAT_QWEN3, "{}", 5,
+     "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+     "A1<|im_end|>\n<|im_start|>assistant\n<think>\n"
+     "R\n</think>\n\nA2<|im_end|>\n<|im_start|>assistant\n"},
+    /* qwen3, two system messages */
+    {API_CHAT_QWEN3, "{}", 6,
+     "<|im_start|>system\nS1<|im_end|>\n<|im_start|>user\n"
+     "Q<|im_end|>\n<|im_start|>system\nS2<|im_end|>\n"
+     "<|im_start|>assistant\n"},
+    /* qwen3, think tags in the last answer */
+    {API_CHAT_QWEN3, "{}", 7,
+     "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+     "<think>\nold\n</think>\n\nA<|im_end|>\n"
+     "<|im_start|>assistant\n"},
+    /* qwen3, one turn */
+    {API_CHAT_QWEN3, "{\"enable_thinking\": false}", 0,
+     "<|im_start|>system\nBe brief.<|im_end|>\n"
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+     "<think>\n\n</think>\n\n"},
+    /* qwen3, reasoning after the last user message */
+    {API_CHAT_QWEN3, "{\"enable_thinking\": false}", 2,
+     "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\n"
+     "A1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+     "<|im_start|>assistant\n<think>\nR2\n</think>\n"
+     "\nA2<|im_end|>\n<|im_start|>assistant\n"
+     "<think>\n\n</think>\n\n"},
+    /* qwen3, one turn */
+    {API_CHAT_QWEN3, "{\"enable_thinking\": true}", 0,
+     "<|im_start|>system\nBe brief.<|im_end|>\n"
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+    /* qwen3, reasoning after the last user message */
+    {API_CHAT_QWEN3, "{\"enable_thinking\": true}", 2,
+     "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\n"
+     "A1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+     "<|im_start|>assistant\n<think>\nR2\n</think>\n"
+     "\nA2<|im_end|>\n<|im_start|>assistant\n"},
+    /* deepseek-r1, one turn */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 0,
+     "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>\n"},
+    /* deepseek-r1, history with reasoning */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 1,
+     "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>Hello."
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Bye<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think>\n"},
+    /* deepseek-r1, reasoning after the last user message */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 2,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>A1"
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>A2"
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>\n"},
+    /* deepseek-r1, think tags in content */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 3,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>\n"
+     "\nA<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think>\n"},
+    /* deepseek-r1, blank reasoning */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 4,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>A"
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think>\n"},
+    /* deepseek-r1, two answers after the question */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 5,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>A1"
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>A2"
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>\n"},
+    /* deepseek-r1, two system messages */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 6,
+     "S2<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think>\n"},
+    /* deepseek-r1, think tags in the last answer */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 7,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>\n"
+     "\nA<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>\n"},
+    /* deepseek-r1, one turn */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", 0,
+     "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>\n"
+     "</think>"},
+    /* deepseek-r1, reasoning after the last user message */
+    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", 2,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>A1"
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>A2"
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>\n"
+     "</think>"},
+    /* deepseek-v3.1, one turn */
+    {API_CHAT_DEEPSEEK_V31, "{}", 0,
+     "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>"
+     "</think>"},
+    /* deepseek-v3.1, history with reasoning */
+    {API_CHAT_DEEPSEEK_V31, "{}", 1,
+     "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>"
+     "</think>Hello.<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Bye<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>"},
+    /* deepseek-v3.1, reasoning after the last user message */
+    {API_CHAT_DEEPSEEK_V31, "{}", 2,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A1<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A2<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
+    /* deepseek-v3.1, think tags in content */
+    {API_CHAT_DEEPSEEK_V31, "{}", 3,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>\n\nA<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>"},
+    /* deepseek-v3.1, blank reasoning */
+    {API_CHAT_DEEPSEEK_V31, "{}", 4,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>"},
+    /* deepseek-v3.1, two answers after the question */
+    {API_CHAT_DEEPSEEK_V31, "{}", 5,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A1<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>A2"
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
+    /* deepseek-v3.1, two system messages */
+    {API_CHAT_DEEPSEEK_V31, "{}", 6,
+     "S1\n\nS2<\xef\xbd\x9cUser\xef\xbd\x9c>Q"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>"
+     "</think>"},
+    /* deepseek-v3.1, think tags in the last answer */
+    {API_CHAT_DEEPSEEK_V31, "{}", 7,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>\n\nA<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
+    /* deepseek-v3.1, one turn */
+    {API_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", 0,
+     "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>"},
+    /* deepseek-v3.1, reasoning after the last user message */
+    {API_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", 2,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A1<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A2<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
+    /* deepseek-v3.1, one turn */
+    {API_CHAT_DEEPSEEK_V31, "{\"enable_thinking\": true}", 0,
+     "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>"},
+    /* deepseek-v3.1, reasoning after the last user message */
+    {API_CHAT_DEEPSEEK_V31, "{\"enable_thinking\": true}", 2,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A1<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A2<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
+    /* deepseek-v3.1, one turn */
+    {API_CHAT_DEEPSEEK_V31, "{\"thinking\": false, \"enable_thinking\": true}", 0,
+     "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c><think>"
+     "</think>"},
+    /* deepseek-v3.1, reasoning after the last user message */
+    {API_CHAT_DEEPSEEK_V31, "{\"thinking\": false, \"enable_thinking\": true}", 2,
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A1<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+     "<\xef\xbd\x9cUser\xef\xbd\x9c>Q2<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c>"
+     "<think></think>A2<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
+    /* kimi-k2-thinking, one turn */
+    {API_CHAT_KIMI_K2_THINKING, "{}", 0,
+     "<|im_system|>system<|im_middle|>Be brief."
+     "<|im_end|><|im_user|>user<|im_middle|>Hi"
+     "<|im_end|><|im_assistant|>assistant<|im_middle|>"},
+    /* kimi-k2-thinking, history with reasoning */
+    {API_CHAT_KIMI_K2_THINKING, "{}", 1,
+     "<|im_system|>system<|im_middle|>Be brief."
+     "<|im_end|><|im_user|>user<|im_middle|>Hi"
+     "<|im_end|><|im_assistant|>assistant<|im_middle|>"
+     "<think></think>Hello.<|im_end|><|im_user|>user"
+     "<|im_middle|>Bye<|im_end|><|im_assistant|>assistant"
+     "<|im_middle|>"},
+    /* kimi-k2-thinking, reasoning after the last user message */
+    {API_CHAT_KIMI_K2_THINKING, "{}", 2,
+     "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
+     "<|im_end|><|im_user|>user<|im_middle|>Q1"
+     "<|im_end|><|im_assistant|>assistant<|im_middle|>"
+     "<think></think>A1<|im_end|><|im_user|>user"
+     "<|im_middle|>Q2<|im_end|><|im_assistant|>assistant"
+     "<|im_middle|><think>\nR2\n</think>A2<|im_end|>"
+     "<|im_assistant|>assistant<|im_middle|>"},
+    /* kimi-k2-thinking, think tags in content */
+    {API_CHAT_KIMI_K2_THINKING, "{}", 3,
+     "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
+     "<|im_end|><|im_user|>user<|im_middle|>Q"
+     "<|im_end|><|im_assistant|>assistant<|im_middle|>"
+     "<think></think><think>\nold\n</think>\n"
+     "\nA<|im_end|><|im_user|>user<|im_middle|>Q2"
+     "<|im_end|><|im_assistant|>assistant<|im_middle|>"},
+    /* kimi-k2-thinking, blank reasoning */
+    {API_CHAT_KIMI_K2_THINKING, "{}", 4,
+     "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
+     "<|im_end|><|im_user|>user<|im_middle|>Q"
+     "<|im_end|><|im_assistant|>assistant<|im_middle|>"
+     "<think></think>A<|im_end|><|im_user|>user"
+     "<|im_middle|>Q2<|im_end|><|im_assistant|>assistant"
+     "<|im_middle|>"},
+    /* kimi-k2-thinking, two answers after the question */
+    {API_CHAT_KIMI_K2_THINKING, "{}", 5,
+     "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
+     "<|im_end|><|im_user|>user<|im_middle|>Q"
+     "<|im_end|><|im_assistant|>assistant<|im_middle|>"
+     "<think></think>A1<|im_end|><|im_assistant|>assistant"
+     "<|im_middle|><think>R</think>A2<|im_end|>"
+     "<|im_assistant|>assistant<|im_middle|>"},
+    /* kimi-k2-thinking, two system messages */
+    {API_CHAT_KIMI_K2_THINKING, "{}", 6,
+     "<|im_system|>system<|im_middle|>S1<|im_end|>"
+     "<|im_user|>user<|im_middle|>Q<|im_end|>"
+     "<|im_system|>system<|im_middle|>S2<|im_end|>"
+     "<|im_assistant|>assistant<|im_middle|>"},
+    /* kimi-k2-thinking, think tags in the last answer */
+    {API_CHAT_KIMI_K2_THINKING, "{}", 7,
+     "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
+     "<|im_end|><|im_user|>user<|im_middle|>Q"
+     "<|im_end|><|im_assistant|>assistant<|im_middle|>"
+     "<think></think>x<think>\nold\n</think>\n"
+     "\nA<|im_end|><|im_assistant|>assistant<|im_middle|>"},
+    /* kimi-k3, one turn */
+    {API_CHAT_KIMI_K3, "{}", 0,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=max`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"system\""
+     "<|sep|>Be brief.<|close|>message<|sep|>"
+     "<|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, history with reasoning */
+    {API_CHAT_KIMI_K3, "{}", 1,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=max`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"system\""
+     "<|sep|>Be brief.<|close|>message<|sep|>"
+     "<|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>The user greets.<|close|>think"
+     "<|sep|><|open|>response<|sep|>Hello.<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"user\"<|sep|>Bye"
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>think<|sep|>"},
+    /* kimi-k3, reasoning after the last user message */
+    {API_CHAT_KIMI_K3, "{}", 2,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=max`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Q1<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>R1<|close|>think<|sep|>"
+     "<|open|>response<|sep|>A1<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"user\"<|sep|>Q2<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>think<|sep|>\nR2\n<|close|>think"
+     "<|sep|><|open|>response<|sep|>A2<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, think tags in content */
+    {API_CHAT_KIMI_K3, "{}", 3,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=max`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Q<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|><|close|>think<|sep|>"
+     "<|open|>response<|sep|><think>\nold\n</think>\n"
+     "\nA<|close|>response<|sep|><|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Q2<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, blank reasoning */
+    {API_CHAT_KIMI_K3, "{}", 4,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=max`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Q<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|><|close|>think<|sep|>"
+     "<|open|>response<|sep|>A<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"user\"<|sep|>Q2<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>think<|sep|>"},
+    /* kimi-k3, two answers after the question */
+    {API_CHAT_KIMI_K3, "{}", 5,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=max`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Q<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|><|close|>think<|sep|>"
+     "<|open|>response<|sep|>A1<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>R<|close|>think<|sep|>"
+     "<|open|>response<|sep|>A2<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, two system messages */
+    {API_CHAT_KIMI_K3, "{}", 6,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=max`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"system\""
+     "<|sep|>S1<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"user\"<|sep|>Q<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"system\""
+     "<|sep|>S2<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, think tags in the last answer */
+    {API_CHAT_KIMI_K3, "{}", 7,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=max`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Q<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|><|close|>think<|sep|>"
+     "<|open|>response<|sep|>x<think>\nold\n</think>\n"
+     "\nA<|close|>response<|sep|><|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>think<|sep|>"},
+    /* kimi-k3, one turn */
+    {API_CHAT_KIMI_K3, "{\"thinking\": false}", 0,
+     "<|open|>message role=\"system\"<|sep|>Be brief."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>response<|sep|>"},
+    /* kimi-k3, reasoning after the last user message */
+    {API_CHAT_KIMI_K3, "{\"thinking\": false}", 2,
+     "<|open|>message role=\"user\"<|sep|>Q1<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>response<|sep|>A1<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"user\"<|sep|>Q2<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>response<|sep|>A2<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>response<|sep|>"},
+    /* kimi-k3, one turn */
+    {API_CHAT_KIMI_K3, "{\"thinking_effort\": \"low\"}", 0,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=low`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"system\""
+     "<|sep|>Be brief.<|close|>message<|sep|>"
+     "<|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, reasoning after the last user message */
+    {API_CHAT_KIMI_K3, "{\"thinking_effort\": \"low\"}", 2,
+     "<|open|>message role=\"system\" type=\"thinking-effort\""
+     "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
+     "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+     "Now the system is invoked with `thinking_effort=low`."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Q1<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>R1<|close|>think<|sep|>"
+     "<|open|>response<|sep|>A1<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"user\"<|sep|>Q2<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>think<|sep|>\nR2\n<|close|>think"
+     "<|sep|><|open|>response<|sep|>A2<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, one turn */
+    {API_CHAT_KIMI_K3, "{\"thinking_effort\": null}", 0,
+     "<|open|>message role=\"system\"<|sep|>Be brief."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, reasoning after the last user message */
+    {API_CHAT_KIMI_K3, "{\"thinking_effort\": null}", 2,
+     "<|open|>message role=\"user\"<|sep|>Q1<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>think<|sep|>R1<|close|>think"
+     "<|sep|><|open|>response<|sep|>A1<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"user\"<|sep|>Q2<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>think<|sep|>\nR2\n<|close|>think"
+     "<|sep|><|open|>response<|sep|>A2<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>think<|sep|>"},
+    /* kimi-k3, one turn */
+    {API_CHAT_KIMI_K3, "{\"thinking\": false, \"thinking_effort\": \"high\"}", 0,
+     "<|open|>message role=\"system\"<|sep|>Be brief."
+     "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
+     "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>response<|sep|>"},
+    /* kimi-k3, reasoning after the last user message */
+    {API_CHAT_KIMI_K3, "{\"thinking\": false, \"thinking_effort\": \"high\"}", 2,
+     "<|open|>message role=\"user\"<|sep|>Q1<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>response<|sep|>A1<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"user\"<|sep|>Q2<|close|>message"
+     "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
+     "<|sep|><|open|>response<|sep|>A2<|close|>response"
+     "<|sep|><|close|>message<|sep|><|end_of_msg|>"
+     "<|open|>message role=\"assistant\"<|sep|>"
+     "<|open|>response<|sep|>"},
+};
+
+static void test_think_render(void) {
+    for (size_t i = 0; i < sizeof THINK_WANT / sizeof THINK_WANT[0]; i++) {
+        const think_want *w = &THINK_WANT[i];
+        const think_conv *c = &THINK_CONVS[w->conv];
+        json_t *kw = json_loads(w->kwargs, 0, NULL);
+        size_t len = 0;
+        char *got = api_chat_render_kw(w->f, c->m, c->n, kw, &len);
+        CHECK(got && len == strlen(w->want) && strcmp(got, w->want) == 0,
+              "%s %s, %s renders\n%s\nnot\n%s", api_chat_format_name(w->f), w->kwargs, c->name,
+              got ? got : "(null)", w->want);
+        free(got);
+        json_decref(kw);
+    }
+    /* without kwargs, R1 opens the reasoning (as with enable_thinking true) */
+    const char *want = NULL;
+    for (size_t i = 0; i < sizeof THINK_WANT / sizeof THINK_WANT[0]; i++)
+        if (THINK_WANT[i].f == API_CHAT_DEEPSEEK_R1 && THINK_WANT[i].conv == 0 &&
+            strstr(THINK_WANT[i].kwargs, "true"))
+            want = THINK_WANT[i].want;
+    size_t len = 0;
+    char *a = api_chat_render(API_CHAT_DEEPSEEK_R1, THINK_CONVS[0].m, THINK_CONVS[0].n, &len);
+    CHECK(a && want && strcmp(a, want) == 0, "R1 without kwargs: %s", a ? a : "(null)");
+    free(a);
+}
+
+static void test_think_detect(void) {
+    bool known = false;
+    static const struct {
+        const char *tmpl;
+        api_chat_format f;
+    } stand_in[] = {
+        {"{{'<|im_start|>' + role}}{% if t %}<think>\n\n</think>\n\n{% endif %}", API_CHAT_QWEN3},
+        {"{{'<|im_start|>' + role}}", API_CHAT_CHATML},
+        {"{{'<\xef\xbd\x9cUser\xef\xbd\x9c>' + c}}{{'<\xef\xbd\x9c"
+         "Assistant\xef\xbd\x9c><think>\\n'}}",
+         API_CHAT_DEEPSEEK_R1},
+        {"{{'<\xef\xbd\x9cUser\xef\xbd\x9c>' + c}}{{'<think></think>'}}{{'<think>'}}",
+         API_CHAT_DEEPSEEK_V31},
+        {"<|im_user|>user<|im_middle|>{{c}}<|im_end|><think>{{rc}}</think>",
+         API_CHAT_KIMI_K2_THINKING},
+    };
+    for (size_t i = 0; i < sizeof stand_in / sizeof stand_in[0]; i++)
+        CHECK(api_chat_detect(stand_in[i].tmpl, &known) == stand_in[i].f && known,
+              "%s detected as %s", stand_in[i].tmpl,
+              api_chat_format_name(api_chat_detect(stand_in[i].tmpl, &known)));
+    CHECK(api_chat_thinks(API_CHAT_QWEN3) && api_chat_thinks(API_CHAT_DEEPSEEK_R1) &&
+              api_chat_thinks(API_CHAT_DEEPSEEK_V31) &&
+              api_chat_thinks(API_CHAT_KIMI_K2_THINKING) && api_chat_thinks(API_CHAT_KIMI_K3) &&
+              !api_chat_thinks(API_CHAT_CHATML) && !api_chat_thinks(API_CHAT_DEEPSEEK3) &&
+              !api_chat_thinks(API_CHAT_KIMI_K2) && !api_chat_thinks(API_CHAT_LLAMA3),
+          "the thinking families");
+    /* the real template files, when a llama.cpp tree is at hand */
+    const char *dir = getenv("MT_LLAMA_CPP");
+    if (!dir || !*dir) dir = "/tmp/llref";
+    static const struct {
+        const char *file;
+        api_chat_format f;
+    } real[] = {{"Qwen-Qwen3-0.6B.jinja", API_CHAT_QWEN3},
+                {"Qwen-Qwen2.5-7B-Instruct.jinja", API_CHAT_CHATML},
+                {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", API_CHAT_DEEPSEEK_R1},
+                {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", API_CHAT_DEEPSEEK_R1},
+                {"llama-cpp-deepseek-r1.jinja", API_CHAT_DEEPSEEK_R1},
+                {"deepseek-ai-DeepSeek-V3.1.jinja", API_CHAT_DEEPSEEK_V31},
+                {"Kimi-K2-Thinking.jinja", API_CHAT_KIMI_K2_THINKING},
+                {"Kimi-K2-Instruct.jinja", API_CHAT_KIMI_K2},
+                {"moonshotai-Kimi-K2.jinja", API_CHAT_KIMI_K2},
+                {"Kimi-K3.jinja", API_CHAT_KIMI_K3}};
+    int seen = 0;
+    for (size_t i = 0; i < sizeof real / sizeof real[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/models/templates/%s", dir, real[i].file);
+        FILE *fp = fopen(path, "rb");
+        if (!fp) continue;
+        static char buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf - 1, fp);
+        fclose(fp);
+        buf[n] = 0;
+        seen++;
+        CHECK(api_chat_detect(buf, &known) == real[i].f && known, "%s detected as %s", path,
+              api_chat_format_name(api_chat_detect(buf, &known)));
+    }
+    if (!seen) printf("test_api: no llama.cpp templates under %s; real files not checked\n", dir);
+}
+
+/* ---- thinking models: splitting replies ------------------------------------------------- */
+
+/* Vocabularies: 256 bytes, then extra tokens from id 256. */
+enum { T_ENDOFTEXT = 256, T_IM_START, T_IM_END, T_THINK, T_UNTHINK, T_DS_EOS }; /* think_vocab */
+enum { K_EOS = 256, K_OPEN, K_CLOSE, K_SEP, K_EOM };                            /* k3_vocab */
+
+static mt_vocab *vocab_of(const char *const *toks, const bool *control, int n) {
+    gguf_writer *w = gguf_writer_new();
+    mt_vocab_write_bytes_typed(w, "default", false, toks, control, n);
+    const char *path = check_tmp(".gguf");
+    mt_error err = {{0}};
+    mt_vocab *v = NULL;
+    gguf_file *f = NULL;
+    if (gguf_writer_write(w, path, &err) == 0 && (f = gguf_open(path, &err))) {
+        v = mt_vocab_load(f, &err);
+        gguf_close(f);
+    }
+    unlink(path);
+    gguf_writer_free(w);
+    CHECK(v, "test vocabulary: %s", err.msg);
+    return v;
+}
+
+/* <think> and </think> as user-defined tokens (as in DeepSeek R1's and Qwen3's files), or
+ * as control tokens (text cannot show them: only their ids can be matched). */
+static mt_vocab *think_vocab(bool control_think) {
+    static const char *const toks[] = {"<|endoftext|>",
+                                       "<|im_start|>",
+                                       "<|im_end|>",
+                                       "<think>",
+                                       "</think>",
+                                       "<\xef\xbd\x9c"
+                                       "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
+    const bool control[] = {true, true, true, control_think, control_think, true};
+    return vocab_of(toks, control, 6);
+}
+
+static mt_vocab *k3_vocab(void) {
+    static const char *const toks[] = {"[EOS]", "<|open|>", "<|close|>", "<|sep|>",
+                                       "<|end_of_msg|>"};
+    static const bool control[] = {true, true, true, true, true};
+    return vocab_of(toks, control, 5);
+}
+
+/* A splitter's output. */
+typedef struct parts {
+    char r[256], a[256];
+    size_t rn, an;
+    bool late; /* reasoning after some answer */
+} parts;
+
+static int parts_out(void *ctx, bool reasoning, const char *s, size_t n) {
+    parts *p = ctx;
+    char *dst = reasoning ? p->r : p->a;
+    size_t *len = reasoning ? &p->rn : &p->an;
+    if (reasoning && p->an) p->late = true;
+    if (*len + n < sizeof p->r) memcpy(dst + *len, s, n), *len += n;
+    return 0;
+}
+
+/* A stream in the splitter's alphabet: text, with each marker control token written as
+ * 0xFF and its code (api_reasoning.h). */
+typedef struct stream {
+    char b[256];
+    size_t n;
+} stream;
+
+static void st_text(stream *s, const char *t) {
+    memcpy(s->b + s->n, t, strlen(t));
+    s->n += strlen(t);
+}
+static void st_tok(stream *s, const api_reasoning *r, int32_t id) {
+    s->b[s->n++] = '\xff';
+    s->b[s->n++] = (char)api_reasoning_code(r, id);
+}
+
+/* Splits the stream whole, byte by byte, and in two pieces at every point: each time the
+ * reasoning and the answer must be want_r and want_a, the reasoning first. */
+static void check_split(const char *name, const api_reasoning *r, const stream *st,
+                        const char *want_r, const char *want_a) {
+    const size_t n = st->n;
+    for (size_t mode = 0; mode <= n + 1; mode++) {
+        api_split s;
+        parts p = {0};
+        api_split_init(&s, r);
+        int rc = 0;
+        if (mode == 0) {
+            rc |= api_split_push(&s, st->b, n, parts_out, &p);
+        } else if (mode == 1) {
+            for (size_t i = 0; i < n; i++) rc |= api_split_push(&s, st->b + i, 1, parts_out, &p);
+        } else {
+            const size_t k = mode - 2;
+            rc |= api_split_push(&s, st->b, k, parts_out, &p);
+            rc |= api_split_push(&s, st->b + k, n - k, parts_out, &p);
+        }
+        rc |= api_split_finish(&s, parts_out, &p);
+        api_split_free(&s);
+        const bool ok = !rc && !p.late && p.rn == strlen(want_r) && p.an == strlen(want_a) &&
+                        memcmp(p.r, want_r, p.rn) == 0 && memcmp(p.a, want_a, p.an) == 0;
+        CHECK(ok, "%s (%s): reasoning '%.*s' answer '%.*s'%s; want '%s' '%s'", name,
+              mode == 0   ? "whole"
+              : mode == 1 ? "byte by byte"
+                          : "in two pieces",
+              (int)p.rn, p.r, (int)p.an, p.a, p.late ? " (reasoning after answer)" : "", want_r,
+              want_a);
+        if (!ok) break;
+    }
+}
+
+/* The markers of a family for a prompt rendered from conv with kwargs. */
+static void reasoning_for(api_chat_format f, const mt_vocab *v, int conv, const char *kwargs,
+                          api_reasoning *r) {
+    json_t *kw = kwargs ? json_loads(kwargs, 0, NULL) : NULL;
+    int32_t *ids = NULL;
+    int64_t n =
+        api_chat_tokenize_kw(f, v, THINK_CONVS[conv].m, THINK_CONVS[conv].n, kw, &ids, NULL);
+    CHECK(n > 0, "%s prompt tokenized", api_chat_format_name(f));
+    api_chat_reasoning(f, v, ids, n, r);
+    free(ids);
+    json_decref(kw);
+}
+
+static void test_split(void) {
+    mt_vocab *tv = think_vocab(false), *cv = think_vocab(true), *kv = k3_vocab();
+    if (!tv || !cv || !kv) goto done;
+    api_reasoning r;
+
+    /* where the reply starts: inside the reasoning when the prompt opened it */
+    static const struct {
+        api_chat_format f;
+        const char *kwargs;
+        bool on, starts;
+    } starts[] = {
+        {API_CHAT_DEEPSEEK_R1, NULL, true, true},
+        {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", true, false},
+        {API_CHAT_QWEN3, NULL, true, false},
+        {API_CHAT_QWEN3, "{\"enable_thinking\": false}", true, false},
+        {API_CHAT_DEEPSEEK_V31, NULL, true, false},
+        {API_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", true, true},
+        {API_CHAT_KIMI_K2_THINKING, NULL, true, false},
+        {API_CHAT_KIMI_K3, NULL, true, true},
+        {API_CHAT_KIMI_K3, "{\"thinking\": false}", true, false},
+        {API_CHAT_CHATML, NULL, false, false},
+        {API_CHAT_DEEPSEEK3, NULL, false, false},
+    };
+    for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+        /* conversation 1 has a past reasoning (K3 renders it in a think section) and ends
+         * with a user message (else V3.1 opens no reply) */
+        reasoning_for(starts[i].f, starts[i].f == API_CHAT_KIMI_K3 ? kv : tv, 1, starts[i].kwargs,
+                      &r);
+        CHECK(r.on == starts[i].on && r.starts_thinking == starts[i].starts,
+              "%s %s: split %d (want %d), starts thinking %d (want %d)",
+              api_chat_format_name(starts[i].f), starts[i].kwargs ? starts[i].kwargs : "", r.on,
+              starts[i].on, r.starts_thinking, starts[i].starts);
+    }
+
+    /* <think> families, text markers: the prompt opened the reasoning (R1) */
+    stream st = {0};
+    reasoning_for(API_CHAT_DEEPSEEK_R1, tv, 0, NULL, &r);
+    CHECK(r.n_special == 0 && strcmp(r.open, "<think>") == 0 && strcmp(r.close[0], "</think>") == 0,
+          "user-defined <think> markers are text");
+    st_text(&st, "Let me see.\n</think>\n\nBlue.");
+    check_split("R1", &r, &st, "Let me see.\n", "\n\nBlue.");
+    st = (stream){0};
+    st_text(&st, "\n<think>\nhmm</think>x"); /* a repeated opener is dropped */
+    check_split("R1, opener repeated", &r, &st, "\nhmm", "x");
+    st = (stream){0};
+    st_text(&st, "never done </thi");
+    check_split("R1, unclosed", &r, &st, "never done </thi", "");
+    st = (stream){0};
+    st_text(&st, "a</think>b</think>c<think>d");
+    check_split("R1, markers in the answer are text", &r, &st, "a", "b</think>c<think>d");
+    st = (stream){0};
+    check_split("R1, nothing", &r, &st, "", "");
+    /* Qwen3: the model opens the reasoning itself, or answers at once */
+    reasoning_for(API_CHAT_QWEN3, tv, 0, NULL, &r);
+    st = (stream){0};
+    st_text(&st, " \n<think>\nStep.\n</think>\n\nBlue.");
+    check_split("Qwen3", &r, &st, "\nStep.\n", "\n\nBlue.");
+    st = (stream){0};
+    st_text(&st, "\n Blue.");
+    check_split("Qwen3, no reasoning", &r, &st, "", "\n Blue.");
+    st = (stream){0};
+    st_text(&st, "<thinking>");
+    check_split("Qwen3, a word like the opener", &r, &st, "", "<thinking>");
+    st = (stream){0};
+    st_text(&st, "<think>all of it");
+    check_split("Qwen3, unclosed", &r, &st, "all of it", "");
+    st = (stream){0};
+    st_text(&st, "\n\n");
+    check_split("Qwen3, white space only", &r, &st, "", "\n\n");
+    /* control-token markers: matched by id only (their text is never in the stream) */
+    reasoning_for(API_CHAT_DEEPSEEK_R1, cv, 0, NULL, &r);
+    CHECK(r.n_special == 2 && api_reasoning_code(&r, T_THINK) &&
+              api_reasoning_code(&r, T_UNTHINK) && r.starts_thinking,
+          "control <think> markers are ids; the R1 prompt opened one");
+    st = (stream){0};
+    st_text(&st, "r</think>");
+    st_tok(&st, &r, T_UNTHINK);
+    st_text(&st, "a");
+    check_split("R1, control markers", &r, &st, "r</think>", "a");
+
+    /* Kimi K3: think and response sections */
+    reasoning_for(API_CHAT_KIMI_K3, kv, 0, NULL, &r);
+    CHECK(r.on && r.starts_thinking && r.n_special == 3, "K3: %d marker tokens", r.n_special);
+    st = (stream){0};
+    st_text(&st, "Plan.");
+    st_tok(&st, &r, K_CLOSE), st_text(&st, "think"), st_tok(&st, &r, K_SEP);
+    st_tok(&st, &r, K_OPEN), st_text(&st, "response"), st_tok(&st, &r, K_SEP);
+    st_text(&st, "Blue.");
+    st_tok(&st, &r, K_CLOSE), st_text(&st, "response"), st_tok(&st, &r, K_SEP);
+    st_tok(&st, &r, K_CLOSE), st_text(&st, "message"), st_tok(&st, &r, K_SEP);
+    check_split("K3", &r, &st, "Plan.", "Blue.");
+    st = (stream){0}; /* the think closer skipped: the response opener ends the reasoning */
+    st_text(&st, "think response");
+    st_tok(&st, &r, K_OPEN), st_text(&st, "response"), st_tok(&st, &r, K_SEP);
+    st_text(&st, "ok");
+    check_split("K3, no think closer", &r, &st, "think response", "ok");
+    st = (stream){0}; /* unclosed; a marker token that starts no marker has no text */
+    st_text(&st, "a");
+    st_tok(&st, &r, K_CLOSE), st_text(&st, "thin");
+    check_split("K3, unclosed", &r, &st, "athin", "");
+    st = (stream){0}; /* after the answer's end, nothing more is answer */
+    st_tok(&st, &r, K_CLOSE), st_text(&st, "think"), st_tok(&st, &r, K_SEP);
+    st_text(&st, "x");
+    st_tok(&st, &r, K_OPEN), st_text(&st, "tools"), st_tok(&st, &r, K_SEP);
+    st_text(&st, "call");
+    check_split("K3, a tool section ends the answer", &r, &st, "", "x");
+    reasoning_for(API_CHAT_KIMI_K3, kv, 0, "{\"thinking\": false}", &r);
+    st = (stream){0}; /* thinking off: the prompt opened the response */
+    st_text(&st, "Blue.");
+    st_tok(&st, &r, K_CLOSE), st_text(&st, "response"), st_tok(&st, &r, K_SEP);
+    check_split("K3, thinking off", &r, &st, "", "Blue.");
+done:
+    mt_vocab_free(tv);
+    mt_vocab_free(cv);
+    mt_vocab_free(kv);
+}
+
+/* The engine on a scripted backend whose vocabulary has the markers: a thinking reply's
+ * reasoning and answer go to their callbacks, whatever the tokens the markers come in. */
+static void run_think(const mt_model *m, const mt_vocab *v, const int32_t *script, int n_script,
+                      const api_reasoning *r, int32_t max_tokens, const char *stop, int32_t end,
+                      got *g) {
+    fake f = {.b = {.kind = "fake",
+                    .model = m,
+                    .n_vocab = mt_vocab_n_tokens(v),
+                    .max_ctx = 4096,
+                    .fail_status = 503,
+                    .slot_open = fake_open,
+                    .slot_close = fake_close,
+                    .begin = fake_begin,
+                    .eval = fake_eval,
+                    .end = fake_end},
+              .vocab = v,
+              .script = script,
+              .n_script = n_script,
+              .fail_at = -1};
+    f.b.impl = &f;
+    pthread_mutex_init(&f.mu, NULL);
+    pthread_cond_init(&f.cv, NULL);
+    api_gen_params p = {0};
+    p.prompt = malloc(sizeof *p.prompt);
+    p.prompt[0] = 'q';
+    p.n_prompt = 1;
+    p.max_tokens = max_tokens;
+    p.sp = mt_sampler_default_params();
+    p.sp.temp = 0;
+    p.end_token = end;
+    p.reasoning = *r;
+    if (stop) p.stop[p.n_stop++] = strdup(stop);
+    api_gen_sink sink = {.text = got_text, .done = got_done, .ctx = g, .reasoning = got_reasoning};
+    api_engine *e = api_engine_start(&f.b, v, 1, 1, NULL);
+    bool ok = e && api_engine_submit(e, &p, &sink, NULL, NULL) == 0;
+    CHECK(ok, "thinking request submitted");
+    if (ok)
+        got_wait(g);
+    else
+        api_gen_params_free(&p);
+    api_engine_stop(e);
+    pthread_mutex_destroy(&f.mu);
+    pthread_cond_destroy(&f.cv);
+}
+
+/* ids of a text, one byte a token (the byte vocabulary's ids are the bytes) */
+static int ids_of(int32_t *out, const char *t) {
+    int n = 0;
+    for (; *t; t++) out[n++] = (uint8_t)*t;
+    return n;
+}
+
+static bool got_is(const got *g, const char *r, const char *a) {
+    return g->rlen == strlen(r) && memcmp(g->reasoning, r, g->rlen) == 0 && g->len == strlen(a) &&
+           memcmp(g->text, a, g->len) == 0 && !g->reasoning_late;
+}
+
+static void test_think_engine(const mt_model *m) {
+    mt_vocab *tv = think_vocab(false), *cv = think_vocab(true), *kv = k3_vocab();
+    if (!tv || !cv || !kv) goto done;
+    api_reasoning r;
+    got g;
+    int32_t s[64];
+    int n;
+
+    /* R1: </think> spelled byte by byte, or as its one token: the same split */
+    reasoning_for(API_CHAT_DEEPSEEK_R1, tv, 0, NULL, &r);
+    n = ids_of(s, "ab</think>\nAns");
+    got_init(&g);
+    run_think(m, tv, s, n, &r, n, NULL, T_DS_EOS, &g);
+    CHECK(got_is(&g, "ab", "\nAns") && strcmp(g.r.finish_reason, "length") == 0,
+          "R1 spelled: '%.*s' | '%.*s'", (int)g.rlen, g.reasoning, (int)g.len, g.text);
+    n = ids_of(s, "ab");
+    s[n++] = T_UNTHINK;
+    n += ids_of(s + n, "\nAns");
+    s[n++] = T_DS_EOS;
+    got_init(&g);
+    run_think(m, tv, s, n, &r, 20, NULL, T_DS_EOS, &g);
+    CHECK(got_is(&g, "ab", "\nAns") && strcmp(g.r.finish_reason, "stop") == 0 &&
+              g.r.completion_tokens == 8,
+          "R1 token: '%.*s' | '%.*s' %s %d", (int)g.rlen, g.reasoning, (int)g.len, g.text,
+          g.r.finish_reason, g.r.completion_tokens);
+    /* a stop string in the reasoning does not stop; in the answer it does */
+    n = ids_of(s, "xaby</think>zabw");
+    got_init(&g);
+    run_think(m, tv, s, n, &r, n, "ab", T_DS_EOS, &g);
+    CHECK(got_is(&g, "xaby", "z") && strcmp(g.r.finish_reason, "stop") == 0,
+          "stop string in the answer only: '%.*s' | '%.*s' %s", (int)g.rlen, g.reasoning,
+          (int)g.len, g.text, g.r.finish_reason);
+    /* max_tokens inside the reasoning: all of it reasoning */
+    n = ids_of(s, "long thought </thi");
+    got_init(&g);
+    run_think(m, tv, s, n, &r, n, NULL, T_DS_EOS, &g);
+    CHECK(got_is(&g, "long thought </thi", "") && strcmp(g.r.finish_reason, "length") == 0,
+          "unclosed reasoning: '%.*s' | '%.*s'", (int)g.rlen, g.reasoning, (int)g.len, g.text);
+    /* the client goes away during the reasoning */
+    n = ids_of(s, "abcdefgh");
+    got_init(&g);
+    g.cancel_reasoning_after = 2;
+    run_think(m, tv, s, n, &r, n, NULL, T_DS_EOS, &g);
+    CHECK(g.r.error_status == 499 && g.rpieces == 2, "cancel in the reasoning: %d after %d",
+          g.r.error_status, g.rpieces);
+    /* Qwen3: the model opens the reasoning with the <think> token */
+    reasoning_for(API_CHAT_QWEN3, tv, 0, NULL, &r);
+    s[0] = T_THINK;
+    n = 1 + ids_of(s + 1, "\nr");
+    s[n++] = T_UNTHINK;
+    n += ids_of(s + n, "\n\nHi");
+    got_init(&g);
+    run_think(m, tv, s, n, &r, n, NULL, T_IM_END, &g);
+    CHECK(got_is(&g, "\nr", "\n\nHi"), "Qwen3: '%.*s' | '%.*s'", (int)g.rlen, g.reasoning,
+          (int)g.len, g.text);
+    n = ids_of(s, "Hi there");
+    got_init(&g);
+    run_think(m, tv, s, n, &r, n, NULL, T_IM_END, &g);
+    CHECK(got_is(&g, "", "Hi there"), "Qwen3 without reasoning: '%.*s' | '%.*s'", (int)g.rlen,
+          g.reasoning, (int)g.len, g.text);
+    /* control-token markers have no text: only their ids split the reply */
+    reasoning_for(API_CHAT_DEEPSEEK_R1, cv, 0, NULL, &r);
+    n = ids_of(s, "r");
+    s[n++] = T_UNTHINK;
+    n += ids_of(s + n, "a");
+    got_init(&g);
+    run_think(m, cv, s, n, &r, n, NULL, T_DS_EOS, &g);
+    CHECK(got_is(&g, "r", "a"), "control </think>: '%.*s' | '%.*s'", (int)g.rlen, g.reasoning,
+          (int)g.len, g.text);
+    api_reasoning off = {0}; /* unsplit (completions, other families): the answer is all */
+    got_init(&g);
+    run_think(m, cv, s, n, &off, n, NULL, T_DS_EOS, &g);
+    CHECK(got_is(&g, "", "ra"), "unsplit: '%.*s' | '%.*s'", (int)g.rlen, g.reasoning, (int)g.len,
+          g.text);
+    /* Kimi K3: the sections' markers across many tokens, up to <|end_of_msg|> */
+    reasoning_for(API_CHAT_KIMI_K3, kv, 0, NULL, &r);
+    n = ids_of(s, "Plan");
+    s[n++] = K_CLOSE, n += ids_of(s + n, "think"), s[n++] = K_SEP;
+    s[n++] = K_OPEN, n += ids_of(s + n, "response"), s[n++] = K_SEP;
+    n += ids_of(s + n, "ok");
+    s[n++] = K_CLOSE, n += ids_of(s + n, "response"), s[n++] = K_SEP;
+    s[n++] = K_CLOSE, n += ids_of(s + n, "message"), s[n++] = K_SEP;
+    s[n++] = K_EOM;
+    got_init(&g);
+    run_think(m, kv, s, n, &r, 64, NULL, K_EOM, &g);
+    CHECK(got_is(&g, "Plan", "ok") && strcmp(g.r.finish_reason, "stop") == 0 &&
+              g.r.completion_tokens == n,
+          "K3: '%.*s' | '%.*s' %s %d", (int)g.rlen, g.reasoning, (int)g.len, g.text,
+          g.r.finish_reason, g.r.completion_tokens);
+done:
+    mt_vocab_free(tv);
+    mt_vocab_free(cv);
+    mt_vocab_free(kv);
+}
+
+/* ---- thinking models: request fields ---------------------------------------------------- */
+
+static void test_think_parse(void) {
+    api_request rq;
+    api_error e;
+    const char *ok = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
+                     "{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"r1\"},"
+                     "{\"role\":\"assistant\",\"content\":\"b\",\"reasoning_content\":null},"
+                     "{\"role\":\"user\",\"content\":\"q2\"}],"
+                     "\"chat_template_kwargs\":{\"enable_thinking\":false,\"thinking\":true,"
+                     "\"thinking_effort\":null,\"custom_var\":[1,{\"x\":\"y\"}]}}";
+    CHECK(api_request_parse(API_CHAT, ok, strlen(ok), "tiny", &rq, &e) == 0, "valid: %s",
+          e.message);
+    CHECK(rq.n_messages == 4 && rq.messages[1].reasoning && rq.messages[1].reasoning_len == 2 &&
+              memcmp(rq.messages[1].reasoning, "r1", 2) == 0 && !rq.messages[2].reasoning &&
+              !rq.messages[0].reasoning,
+          "reasoning_content of assistant messages");
+    CHECK(rq.chat_kwargs && json_is_false(json_object_get(rq.chat_kwargs, "enable_thinking")) &&
+              json_is_array(json_object_get(rq.chat_kwargs, "custom_var")),
+          "chat_template_kwargs carried as an object");
+    api_request_free(&rq);
+    const char *plain = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
+                        "\"chat_template_kwargs\":null}";
+    CHECK(api_request_parse(API_CHAT, plain, strlen(plain), "tiny", &rq, &e) == 0 &&
+              !rq.chat_kwargs,
+          "chat_template_kwargs null: none (%s)", e.message);
+    api_request_free(&rq);
+
+    const char *m = "\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    char body[20000];
+    static const struct {
+        const char *extra, *param, *msg;
+    } bad[] = {
+        {"\"chat_template_kwargs\":[]", "chat_template_kwargs", "expected an object"},
+        {"\"chat_template_kwargs\":\"x\"", "chat_template_kwargs", "expected an object"},
+        {"\"chat_template_kwargs\":{\"enable_thinking\":\"yes\"}",
+         "chat_template_kwargs.enable_thinking", "expected a boolean"},
+        {"\"chat_template_kwargs\":{\"enable_thinking\":null}",
+         "chat_template_kwargs.enable_thinking", "expected a boolean"},
+        {"\"chat_template_kwargs\":{\"thinking\":1}", "chat_template_kwargs.thinking",
+         "expected a boolean"},
+        {"\"chat_template_kwargs\":{\"thinking_effort\":\"medium\"}",
+         "chat_template_kwargs.thinking_effort", "'medium'"},
+        {"\"chat_template_kwargs\":{\"thinking_effort\":3}", "chat_template_kwargs.thinking_effort",
+         "an integer"},
+        {"\"chat_template_kwargs\":{\"messages\":[]}", "chat_template_kwargs.messages",
+         "sets 'messages' itself"},
+        {"\"chat_template_kwargs\":{\"add_generation_prompt\":false}",
+         "chat_template_kwargs.add_generation_prompt", "itself"},
+        {"\"chat_template_kwargs\":{\"9lives\":1}", "chat_template_kwargs",
+         "not a template variable name"},
+        {"\"chat_template_kwargs\":{\"a-b\":1}", "chat_template_kwargs", "'a-b'"},
+        {"\"chat_template_kwargs\":{\"\":1}", "chat_template_kwargs", "variable name"},
+        {"\"chat_template_kwargs\":{\"documents\":[]}", "chat_template_kwargs.documents", "itself"},
+        {"\"chat_template_kwargs\":{\"deep\":[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]}",
+         "chat_template_kwargs.deep", "more than 16 levels"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{%s,%s}", m, bad[i].extra);
+        parse_bad(API_CHAT, body, 400, bad[i].param, bad[i].msg);
+    }
+    /* too many variables, too many bytes */
+    int k = snprintf(body, sizeof body, "{%s,\"chat_template_kwargs\":{", m);
+    for (int i = 0; i < 33; i++)
+        k += snprintf(body + k, sizeof body - (size_t)k, "%s\"v%d\":1", i ? "," : "", i);
+    snprintf(body + k, sizeof body - (size_t)k, "}}");
+    parse_bad(API_CHAT, body, 400, "chat_template_kwargs", "33 variables; at most 32");
+    k = snprintf(body, sizeof body, "{%s,\"chat_template_kwargs\":{\"big\":\"", m);
+    memset(body + k, 'a', 16400);
+    snprintf(body + k + 16400, sizeof body - (size_t)k - 16400, "\"}}");
+    parse_bad(API_CHAT, body, 400, "chat_template_kwargs", "at most 16384");
+    /* reasoning_content: assistant messages only, a string or null */
+    parse_bad(API_CHAT,
+              "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+              "\"reasoning_content\":\"r\"}]}",
+              400, "messages[0].reasoning_content", "only an assistant message");
+    parse_bad(API_CHAT,
+              "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+              "{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":[\"r\"]}]}",
+              400, "messages[1].reasoning_content", "expected a string or null");
+    parse_bad(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":\"x\",\"chat_template_kwargs\":{}}",
+              400, "chat_template_kwargs", "/v1/chat/completions");
+}
+
 int main(void) {
     if (sodium_init() < 0) return 1;
     mt_synth_params sp = mt_synth_default_params("qwen3moe");
@@ -572,8 +1731,13 @@ int main(void) {
     if (v) {
         test_chat(v);
         test_engine(m, v);
+        test_think_engine(m);
     }
+    test_think_render();
+    test_think_detect();
+    test_split();
     test_parse();
+    test_think_parse();
     test_keys();
     mt_vocab_free(v);
     mt_model_free(m);

@@ -6,7 +6,14 @@
  * truncation, huge counts and lengths, bad offsets, unknown or removed
  * types, overflowing shapes, duplicates, bad magic/version/alignment. A
  * deterministic byte-flip sweep must never crash (ASan watches) and must
- * either parse or explain why not. */
+ * either parse or explain why not.
+ *
+ * Split models: a 3-part set built here byte by byte in gguf-split's
+ * layout opens from any part as one model; gguf_split_write writes the
+ * same bytes (cut where the byte counts put it, worked out by hand); every
+ * broken set (a part missing, from another split or model, renamed or
+ * copied, truncated, of another version, a tensor in two parts, a wrong
+ * total) is refused with a message naming the file. */
 #include "check.h"
 #include "moontail/gguf.h"
 
@@ -320,8 +327,323 @@ static void test_hostile(void) {
     }
 }
 
+/* ------------------------------------------------------------ split sets */
+
+/* A tensor of the split tests: F32, its bytes are floats i + 100 * index. */
+typedef struct ref_tensor {
+    const char *name;
+    uint32_t n_dims;
+    uint64_t ne[2];
+} ref_tensor;
+
+/* Five tensors of 32, 256, 32, 32 and 32 bytes (padded sizes equal). */
+static const ref_tensor split_src[5] = {
+    {"a.weight", 1, {8, 1}}, {"b.weight", 2, {16, 4}}, {"c.weight", 1, {8, 1}},
+    {"d.weight", 1, {8, 1}}, {"e.weight", 1, {8, 1}},
+};
+
+static uint64_t ref_elems(const ref_tensor *t) {
+    return t->ne[0] * (t->n_dims > 1 ? t->ne[1] : 1);
+}
+
+static void ref_data(raw *r, int index) {
+    for (uint64_t i = 0; i < ref_elems(&split_src[index]); i++) {
+        float v = (float)i + 100.0f * (float)index;
+        put(r, &v, 4);
+    }
+}
+
+/* How a part deviates from what gguf-split writes (all zero: a faithful part). */
+typedef struct ref_opts {
+    int count;           /* split.count written (0 = the real count) */
+    int no;              /* split.no written + 1 (0 = the real index) */
+    int tensors_count;   /* split.tensors.count written (0 = 5) */
+    uint32_t version;    /* 0 = 3 */
+    const char *id;      /* moontail.split.source_id, NULL = none */
+    const char *rename0; /* the first tensor's name instead of its own */
+} ref_opts;
+
+static void kv_u16(raw *r, const char *key, uint16_t v) {
+    str(r, key), u32(r, GGUF_TYPE_UINT16), put(r, &v, 2);
+}
+
+/* Part k of `count` holding source tensors [a, b), as gguf-split lays it out:
+ * header, the model's metadata (first part only), split.no (u16),
+ * split.tensors.count (i32), split.count (u16), tensor infos with offsets
+ * the running sum of 32-byte padded sizes, zeros to 32, each tensor's data
+ * padded to 32. */
+static void ref_part(raw *r, int k, int count, int a, int b, const ref_opts *o) {
+    uint64_t n_kv = 3 + (k == 0 ? 3 : 0) + (o->id ? 1 : 0);
+    r->n = 0;
+    put(r, "GGUF", 4);
+    u32(r, o->version ? o->version : 3);
+    u64(r, (uint64_t)(b - a));
+    u64(r, n_kv);
+    if (k == 0) {
+        str(r, "general.architecture"), u32(r, GGUF_TYPE_STRING), str(r, "llama");
+        str(r, "t.answer"), u32(r, GGUF_TYPE_UINT32), u32(r, 42);
+        int32_t arr[3] = {1, -2, 3};
+        str(r, "t.arr"), u32(r, GGUF_TYPE_ARRAY), u32(r, GGUF_TYPE_INT32), u64(r, 3),
+            put(r, arr, sizeof arr);
+    }
+    kv_u16(r, "split.no", (uint16_t)(o->no ? o->no - 1 : k));
+    int32_t tc = o->tensors_count ? o->tensors_count : 5;
+    str(r, "split.tensors.count"), u32(r, GGUF_TYPE_INT32), put(r, &tc, 4);
+    kv_u16(r, "split.count", (uint16_t)(o->count ? o->count : count));
+    if (o->id) str(r, "moontail.split.source_id"), u32(r, GGUF_TYPE_STRING), str(r, o->id);
+    uint64_t off = 0;
+    for (int i = a; i < b; i++) {
+        const ref_tensor *t = &split_src[i];
+        tensor_info(r, i == a && o->rename0 ? o->rename0 : t->name, t->n_dims, t->ne, 0, off);
+        off += (ref_elems(t) * 4 + 31) / 32 * 32;
+    }
+    pad(r);
+    for (int i = a; i < b; i++) {
+        ref_data(r, i);
+        pad(r);
+    }
+}
+
+/* The cut worked out by hand for 3 parts: totals 384 bytes, targets 128
+ * and 256. Cut 1 at tensor 1 (32 bytes before it, 96 from the target; after
+ * b.weight it would be 288, 160 away); cut 2 after b.weight (288, 32 away). */
+static const int ref_cut[4] = {0, 1, 2, 5};
+
+static void write_raw(const char *path, const raw *r) {
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp && fwrite(r->b, 1, r->n, fp) == r->n, "cannot write %s", path);
+    if (fp) fclose(fp);
+}
+
+static void part_path(char *out, size_t cap, const char *prefix, int k, int count) {
+    CHECK(gguf_split_path(out, cap, prefix, (uint32_t)k, (uint32_t)count) > 0, "split path");
+}
+
+/* Writes the faithful 3-part set at prefix (with the id when non-NULL). */
+static void write_ref_set(const char *prefix, const char *id) {
+    raw r;
+    char path[300];
+    for (int k = 0; k < 3; k++) {
+        ref_part(&r, k, 3, ref_cut[k], ref_cut[k + 1], &(ref_opts){.id = id});
+        part_path(path, sizeof path, prefix, k, 3);
+        write_raw(path, &r);
+    }
+}
+
+/* The set opens from `path` as the 5-tensor model. */
+static void expect_ref_model(const char *path, const char *prefix) {
+    mt_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    CHECK(f != NULL, "opening a split set from %s: %s", path, err.msg);
+    if (!f) return;
+    char first[300];
+    part_path(first, sizeof first, prefix, 0, 3);
+    CHECK(strcmp(f->path, first) == 0, "a split model's path is its first part: %s", f->path);
+    CHECK(f->n_parts == 3 && f->n_tensors == 5, "parts %u tensors %llu", f->n_parts,
+          (unsigned long long)f->n_tensors);
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < f->n_parts; k++) {
+        char want[300];
+        part_path(want, sizeof want, prefix, (int)k, 3);
+        CHECK(strcmp(f->parts[k].path, want) == 0, "part %u is %s", k, f->parts[k].path);
+        total += f->parts[k].size;
+    }
+    CHECK(gguf_total_size(f) == total && f->size == f->parts[0].size, "sizes");
+    uint32_t u = 0;
+    char *arch = gguf_get_string(f, "general.architecture", NULL);
+    CHECK(arch && strcmp(arch, "llama") == 0 && gguf_get_u32(f, "t.answer", &u, NULL) && u == 42,
+          "metadata of the first part");
+    free(arch);
+    for (int i = 0; i < 5; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        uint32_t part = i == 0 ? 0 : i == 1 ? 1 : 2;
+        CHECK(strcmp(t->name, split_src[i].name) == 0 && t->part == part &&
+                  gguf_find_tensor(f, split_src[i].name) == t,
+              "tensor %d is '%s' in part %u", i, t->name, t->part);
+        const uint8_t *d = t->data, *pb = f->parts[part].base;
+        CHECK(d >= pb && d + t->nbytes <= pb + f->parts[part].size, "tensor %d lies in its part",
+              i);
+        raw want;
+        want.n = 0;
+        ref_data(&want, i);
+        CHECK(t->nbytes == want.n && memcmp(d, want.b, want.n) == 0, "tensor %d bytes", i);
+    }
+    gguf_close(f);
+}
+
+/* Replaces part k of the faithful set by r, opens the set from part `from`
+ * and expects failure naming `file` (a part index, or -1: any) with `want`. */
+static void expect_set_error(const char *prefix, int k, const raw *r, int from, int file,
+                             const char *want, const char *what) {
+    char path[300], open_at[300], named[300];
+    write_ref_set(prefix, NULL);
+    part_path(path, sizeof path, prefix, k, 3);
+    if (r)
+        write_raw(path, r);
+    else
+        unlink(path);
+    part_path(open_at, sizeof open_at, prefix, from, 3);
+    part_path(named, sizeof named, prefix, file < 0 ? 0 : file, 3);
+    mt_error err = {{0}};
+    gguf_file *f = gguf_open(open_at, &err);
+    CHECK(f == NULL, "%s: accepted", what);
+    gguf_close(f);
+    CHECK(strstr(err.msg, want) != NULL, "%s: message lacks '%s': %s", what, want, err.msg);
+    CHECK(file < 0 || strstr(err.msg, named) != NULL, "%s: message does not name %s: %s", what,
+          named, err.msg);
+}
+
+/* Writes r to path, opens it with gguf_open and expects `want`. */
+static void expect_open_error(const char *path, const raw *r, const char *want, const char *what) {
+    write_raw(path, r);
+    mt_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    CHECK(f == NULL, "%s: accepted", what);
+    gguf_close(f);
+    CHECK(strstr(err.msg, want) && strstr(err.msg, path), "%s: message lacks '%s' or the file: %s",
+          what, want, err.msg);
+    unlink(path);
+}
+
+static void test_split(void) {
+    char prefix[256], path[300];
+    snprintf(prefix, sizeof prefix, "%s", check_tmp("-model"));
+    char ours[256];
+    snprintf(ours, sizeof ours, "%s", check_tmp("-ours"));
+
+    /* opens from any part; one part alone is just that file */
+    write_ref_set(prefix, NULL);
+    for (int k = 0; k < 3; k++) {
+        part_path(path, sizeof path, prefix, k, 3);
+        expect_ref_model(path, prefix);
+    }
+    mt_error err = {{0}};
+    part_path(path, sizeof path, prefix, 2, 3);
+    gguf_file *one = gguf_open_single(path, &err);
+    CHECK(one && one->n_parts == 1 && one->n_tensors == 3 &&
+              strcmp(one->tensors[0].name, "c.weight") == 0,
+          "gguf_open_single: %s", err.msg);
+    gguf_close(one);
+
+    /* gguf_split_write of the same model writes gguf-split's bytes, cut by hand's numbers */
+    raw src;
+    ref_part(&src, 0, 1, 0, 5, &(ref_opts){0}); /* one file holding all (split keys dropped) */
+    gguf_file *f = gguf_open_buffer(src.b, src.n, "source.gguf", &err);
+    CHECK(f != NULL, "source: %s", err.msg);
+    static const char id[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    for (int with_id = 0; f && with_id < 2; with_id++) {
+        uint64_t first[4] = {9, 9, 9, 9};
+        CHECK(gguf_split_write(f, 3, ours, with_id ? id : NULL, first, NULL, NULL, &err) == 0,
+              "gguf_split_write: %s", err.msg);
+        CHECK(first[0] == 0 && first[1] == 1 && first[2] == 2 && first[3] == 5,
+              "cut at %llu %llu %llu %llu, by hand 0 1 2 5", (unsigned long long)first[0],
+              (unsigned long long)first[1], (unsigned long long)first[2],
+              (unsigned long long)first[3]);
+        for (int k = 0; k < 3; k++) {
+            raw want;
+            ref_part(&want, k, 3, ref_cut[k], ref_cut[k + 1],
+                     &(ref_opts){.id = with_id ? id : NULL});
+            part_path(path, sizeof path, ours, k, 3);
+            size_t len = 0;
+            FILE *fp = fopen(path, "rb");
+            uint8_t got[8192];
+            if (fp) {
+                len = fread(got, 1, sizeof got, fp);
+                fclose(fp);
+            }
+            CHECK(len == want.n && memcmp(got, want.b, len) == 0,
+                  "part %d (id %d) differs from gguf-split's layout (%zu bytes, want %zu)", k,
+                  with_id, len, want.n);
+        }
+    }
+    /* the written set opens, and writing it again from the set gives it back */
+    part_path(path, sizeof path, ours, 1, 3);
+    expect_ref_model(path, ours);
+    gguf_close(f);
+    f = gguf_open(path, &err);
+    CHECK(f && gguf_split_write(f, 1, ours, NULL, NULL, NULL, NULL, &err) == 0,
+          "merging the set into one file: %s", err.msg);
+    gguf_close(f);
+    part_path(path, sizeof path, ours, 0, 1);
+    f = gguf_open(path, &err);
+    CHECK(f && f->n_parts == 1 && f->n_tensors == 5, "merged file: %s", err.msg);
+    CHECK(!f || gguf_split_write(f, 6, ours, NULL, NULL, NULL, NULL, &err) != 0,
+          "6 parts of 5 tensors");
+    CHECK(strstr(err.msg, "every part needs one"), "6 parts: %s", err.msg);
+    gguf_close(f);
+    unlink(path);
+
+    /* broken sets */
+    raw r;
+    expect_set_error(prefix, 1, NULL, 0, 1, "is missing", "part 2 missing");
+    expect_set_error(prefix, 0, NULL, 2, 0, "is missing", "part 1 missing, opened from part 3");
+    ref_part(&r, 1, 2, 1, 2, &(ref_opts){0});
+    expect_set_error(prefix, 1, &r, 0, 1, "another split", "a part of a 2-part set");
+    ref_part(&r, 1, 3, 1, 2, &(ref_opts){.no = 3});
+    expect_set_error(prefix, 1, &r, 0, 1, "copied over another part", "part 3 under part 2's name");
+    ref_part(&r, 2, 3, 2, 5, &(ref_opts){.no = 2});
+    expect_set_error(prefix, 2, &r, 2, 2, "its name says part 3", "opened from a renamed part");
+    ref_part(&r, 2, 3, 2, 5, &(ref_opts){.rename0 = "b.weight"});
+    expect_set_error(prefix, 2, &r, 0, 2, "is in both", "a tensor in two parts");
+    ref_part(&r, 1, 3, 1, 2, &(ref_opts){.tensors_count = 6});
+    expect_set_error(prefix, 1, &r, 0, 1, "another model", "another model's tensor count");
+    ref_part(&r, 2, 3, 2, 4, &(ref_opts){0}); /* e.weight left out */
+    expect_set_error(prefix, 2, &r, 1, 0, "hold 4 tensors, but split.tensors.count says 5",
+                     "a wrong total");
+    ref_part(&r, 2, 3, 2, 5, &(ref_opts){.id = id});
+    expect_set_error(prefix, 2, &r, 0, 2, "part of another model", "another model's id");
+    ref_part(&r, 1, 3, 1, 2, &(ref_opts){.version = 2});
+    expect_set_error(prefix, 1, &r, 0, 1, "version 2", "another GGUF version");
+    ref_part(&r, 2, 3, 2, 5, &(ref_opts){0});
+    r.n -= 40; /* the last tensor's data cut short */
+    expect_set_error(prefix, 2, &r, 0, 2, "truncated", "a truncated part");
+    ref_part(&r, 1, 1, 1, 2, &(ref_opts){0}); /* not a part: split.count 1 */
+    expect_set_error(prefix, 1, &r, 0, 1, "is not a part", "a single file under a part's name");
+
+    /* the given file's own keys and name */
+    write_ref_set(prefix, NULL);
+    part_path(path, sizeof path, prefix, 0, 3);
+    char odd[300];
+    snprintf(odd, sizeof odd, "%s.gguf", prefix);
+    CHECK(rename(path, odd) == 0, "rename");
+    f = gguf_open(odd, &err);
+    CHECK(f == NULL && strstr(err.msg, "cannot be found") && strstr(err.msg, odd),
+          "a part without its name: %s", err.msg);
+    gguf_close(f);
+    unlink(odd);
+    header(&r, 0, 2);
+    kv_u16(&r, "split.count", 65535);
+    kv_u16(&r, "split.no", 0);
+    snprintf(odd, sizeof odd, "%s-00001-of-65535.gguf", prefix);
+    write_raw(odd, &r);
+    f = gguf_open(odd, &err);
+    CHECK(f == NULL && strstr(err.msg, "part 2 of 65535") && strstr(err.msg, "missing"),
+          "65535 parts, the second missing: %s", err.msg);
+    gguf_close(f);
+    unlink(odd);
+    snprintf(odd, sizeof odd, "%s-00001-of-00003.gguf", prefix);
+    header(&r, 0, 1);
+    kv_u16(&r, "split.count", 3);
+    expect_open_error(odd, &r, "split.no is missing", "split.count without split.no");
+    header(&r, 0, 2);
+    kv_u16(&r, "split.count", 3);
+    kv_u16(&r, "split.no", 3);
+    expect_open_error(odd, &r, "not below split.count", "split.no past the count");
+    header(&r, 0, 1);
+    str(&r, "split.count"), u32(&r, GGUF_TYPE_STRING), str(&r, "3");
+    expect_open_error(odd, &r, "'split.count' is string", "split.count as a string");
+
+    for (int k = 0; k < 3; k++) {
+        part_path(path, sizeof path, prefix, k, 3);
+        unlink(path);
+        part_path(path, sizeof path, ours, k, 3);
+        unlink(path);
+    }
+}
+
 int main(void) {
     test_round_trip();
     test_hostile();
+    test_split();
     return check_report("test_gguf");
 }

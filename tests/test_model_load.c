@@ -1,7 +1,9 @@
 /* test_model_load.c - a model file that is well-formed GGUF but wrong for
  * its architecture is refused with a message naming the tensor or key:
  * missing tensors, wrong shapes, unsupported types, missing or mistyped
- * hyperparameters, impossible expert counts, an unknown architecture, and
+ * hyperparameters, impossible expert counts, an unknown architecture, a
+ * tensor the architecture does not use (also what mt_model_check_file says
+ * without loading), and
  * kimi-k3 files whose KDA, attention-residual or latent tensors, block size
  * or layer pattern are wrong. Bad token ids and positions at run time are
  * errors too, not crashes. */
@@ -16,10 +18,11 @@ typedef struct mutation {
     int64_t ne0, ne1;
     const char *retype; /* store this tensor as Q5_K (zeros) */
     const char *drop_key;
-    const char *key;     /* set this key ... */
-    uint32_t key_u32;    /* ... to this u32 */
-    const char *key_str; /* ... or to this string */
-    uint32_t key_arr_n;  /* ... or to an int32 array of this many 1s (key_u32 at index 0) */
+    const char *key;        /* set this key ... */
+    uint32_t key_u32;       /* ... to this u32 */
+    const char *key_str;    /* ... or to this string */
+    uint32_t key_arr_n;     /* ... or to an int32 array of this many 1s (key_u32 at index 0) */
+    const char *add_tensor; /* also a tensor of this name (F32, 64 zeros) */
 } mutation;
 
 static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
@@ -57,6 +60,12 @@ static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
                   "%s", err.msg);
         }
     }
+    if (mu->add_tensor) {
+        float z[64] = {0};
+        int64_t ne[1] = {64};
+        CHECK(gguf_writer_add_tensor(w, mu->add_tensor, MT_TYPE_F32, 1, ne, z, &err) == 0, "%s",
+              err.msg);
+    }
     CHECK(gguf_writer_write(w, dst, &err) == 0, "%s", err.msg);
     gguf_writer_free(w);
 }
@@ -65,13 +74,18 @@ static void expect_load_error(const gguf_file *f, const mutation *mu, const char
                               const char *want2) {
     const char *path = check_tmp(".gguf");
     copy_with(f, path, mu);
-    mt_error err = {{0}};
+    mt_error err = {{0}}, err2 = {{0}};
     mt_model *m = mt_model_load(path, &err);
     CHECK(m == NULL, "mutated model loaded (wanted error '%s')", want1);
     mt_model_free(m);
     CHECK(strstr(err.msg, path) != NULL, "error does not name the file: %s", err.msg);
     CHECK(strstr(err.msg, want1) && (!want2 || strstr(err.msg, want2)), "error lacks '%s'/'%s': %s",
           want1, want2 ? want2 : "", err.msg);
+    /* the check at open says the same without loading */
+    gguf_file *g = gguf_open(path, &err2);
+    CHECK(g && mt_model_check_file(g, &err2) != 0 && strcmp(err.msg, err2.msg) == 0,
+          "mt_model_check_file: '%s' vs the loader's '%s'", err2.msg, err.msg);
+    gguf_close(g);
     unlink(path);
 }
 
@@ -202,6 +216,17 @@ int main(void) {
                       "'gpt2' is not supported", NULL);
     expect_load_error(f, &(mutation){.drop_key = "general.architecture"}, "general.architecture",
                       NULL);
+    /* a tensor the architecture does not use: named, with why when it is clear */
+    expect_load_error(f, &(mutation){.add_tensor = "blk.0.ffn_norm_extra.weight"},
+                      "tensor 'blk.0.ffn_norm_extra.weight' is not used by the qwen3moe loader",
+                      NULL);
+    expect_load_error(f, &(mutation){.add_tensor = "blk.2.attn_norm.weight"},
+                      "blk.2.attn_norm.weight", "past the 2 layers of qwen3moe.block_count");
+    expect_load_error(f, &(mutation){.add_tensor = "blk.1.nextn.eh_proj.weight"},
+                      "blk.1.nextn.eh_proj.weight", "multi-token-prediction");
+    expect_load_error(f, &(mutation){.add_tensor = "rope_freqs.weight"}, "rope_freqs.weight",
+                      "not used");
+    CHECK(mt_model_check_file(f, &err) == 0, "check_file on the good model: %s", err.msg);
 
     /* Run-time inputs are checked too. */
     if (m) {

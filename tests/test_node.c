@@ -33,6 +33,8 @@
  * malformed and wrong requests get ERROR replies naming the problem, and the
  * same server keeps serving. */
 #include "check.h"
+
+#include <sys/stat.h>
 #include "moontail/node.h"
 #include "moontail/remote.h"
 #include "moontail/route.h"
@@ -1305,6 +1307,132 @@ static void check_idle_expiry(const char *arch) {
     free_set(&s);
 }
 
+/* Sizing from memory (mt_node_size_sessions), figures worked out by hand. */
+static void check_sizing_rules(void) {
+    mt_error err = {{0}};
+    uint64_t budget = 0;
+    int ctx = 0, ss = 0;
+    /* 1000 MB offered, 200 MB of weights: 800 MB for sessions; 1000 B a position fits
+     * 800000 positions, so the model's 131072; 800e6 / (4096 x 1000) = 195 sessions -> 64 */
+    CHECK(mt_node_size_sessions(1000000000, 200000000, 0, 1000, 131072, &ctx, &ss, &budget, &err) ==
+                  0 &&
+              budget == 800000000 && ctx == 131072 && ss == 64,
+          "sizing 1: ctx %d sessions %d budget %llu (%s)", ctx, ss, (unsigned long long)budget,
+          err.msg);
+    /* 100000 B a position: 8000 fit -> 7936 (a multiple of 256); 800e6 / 4096e5 = 1.95 -> 1 */
+    ctx = ss = 0;
+    CHECK(mt_node_size_sessions(1000000000, 200000000, 0, 100000, 131072, &ctx, &ss, &budget,
+                                &err) == 0 &&
+              ctx == 7936 && ss == 1,
+          "sizing 2: ctx %d sessions %d (%s)", ctx, ss, err.msg);
+    /* a fixed state of 50 MB a session (KDA) and 1000 B a position: 8 sessions of 4096 */
+    ctx = ss = 0;
+    CHECK(mt_node_size_sessions(1000000000, 200000000, 50000000, 1000, 4096, &ctx, &ss, &budget,
+                                &err) == 0 &&
+              ctx == 4096 && ss == 14,
+          "sizing 3: ctx %d sessions %d (wanted 4096 and 800e6 / 54.096e6 = 14; %s)", ctx, ss,
+          err.msg);
+    /* nothing per position (an expert server): the model's context, 64 sessions */
+    ctx = ss = 0;
+    CHECK(mt_node_size_sessions(1000000000, 200000000, 0, 0, 8192, &ctx, &ss, &budget, &err) == 0 &&
+              ctx == 8192 && ss == 64,
+          "sizing 4: ctx %d sessions %d (%s)", ctx, ss, err.msg);
+    /* given values are kept */
+    ctx = 1000, ss = 3;
+    CHECK(mt_node_size_sessions(1000000000, 200000000, 0, 1000, 131072, &ctx, &ss, &budget, &err) ==
+                  0 &&
+              ctx == 1000 && ss == 3,
+          "sizing 5: ctx %d sessions %d (%s)", ctx, ss, err.msg);
+    /* refusals, each naming the figures */
+    ctx = ss = 0;
+    err.msg[0] = 0;
+    CHECK(mt_node_size_sessions(100000000, 200000000, 0, 1000, 4096, &ctx, &ss, &budget, &err) ==
+                  -1 &&
+              has(err.msg, "weights alone take 200.0 MB") && has(err.msg, "--memory-mb"),
+          "weights over the memory: %s", err.msg);
+    err.msg[0] = 0;
+    CHECK(mt_node_size_sessions(1000000, 900000, 0, 1000, 4096, &ctx, &ss, &budget, &err) == -1 &&
+              has(err.msg, "100 positions") && has(err.msg, "fewer than 256"),
+          "room for 100 positions: %s", err.msg);
+    ctx = 900000;
+    err.msg[0] = 0;
+    CHECK(mt_node_size_sessions(1000000000, 200000000, 0, 1000, 1 << 20, &ctx, &ss, &budget,
+                                &err) == -1 &&
+              has(err.msg, "at most 800000 positions"),
+          "a context over the memory: %s", err.msg);
+}
+
+/* A node offering memory for 100 positions of layer 1 (memory_bytes = the shard file +
+ * 100 x the layer's K and V rows): two sessions of 60 positions do not fit together, so the
+ * second evicts the first, which is then told to replay. */
+static void check_memory_budget(void) {
+    model_set s;
+    if (!make_set(&s, "qwen3moe")) return;
+    const mt_hparams *hp = &s.whole->hp;
+    const uint64_t per_pos =
+        (uint64_t)hp->n_head_kv * ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) * 4;
+    struct stat sb;
+    CHECK(stat(s.stage[1], &sb) == 0, "stat %s", s.stage[1]);
+    mt_node_config c = {.shard_path = s.stage[1],
+                        .keys = &k_node,
+                        .authorized = auth,
+                        .listen = "127.0.0.1:0",
+                        .n_ctx = 64,
+                        .max_sessions = 4,
+                        .memory_bytes = (uint64_t)sb.st_size + 100 * per_pos,
+                        .threads = 1,
+                        .timeout_ms = 5000,
+                        .quiet = true};
+    mt_error err = {{0}};
+    mt_node *node = mt_node_start(&c, &err);
+    CHECK(node != NULL, "node with 100 positions of memory: %s", err.msg);
+    /* without a context, one session may fill the budget: 100 positions < 256 is refused */
+    mt_node_config c2 = c;
+    c2.n_ctx = 0;
+    err.msg[0] = 0;
+    mt_node *none = mt_node_start(&c2, &err);
+    CHECK(none == NULL && has(err.msg, "100 positions"), "a node with room for 100 positions: %s",
+          err.msg);
+    mt_node_stop(none);
+    raw w = {0};
+    if (!node || !raw_open(&w, node, &k_req)) {
+        CHECK(false, "raw connection for the budget check");
+        mt_node_stop(node);
+        free_set(&s);
+        return;
+    }
+    msg_cols = mt_proto_cols_in(mt_node_info(node), 1);
+    float *rows = calloc((size_t)8 * msg_cols, sizeof(float));
+    for (int i = 0; i < 8 * msg_cols; i++) rows[i] = 0.02f * (float)(i % 29);
+    uint32_t code = 0;
+    uint64_t id = 1;
+    for (int32_t p = 0; p < 56; p += 8)
+        CHECK(stage_call(&w, id++, 201, p, 8, rows, &code) == MT_PROTO_STAGE_REPLY,
+              "session A at %d: code %u", p, code);
+    for (int32_t p = 0; p < 40; p += 8)
+        CHECK(stage_call(&w, id++, 202, p, 8, rows, &code) == MT_PROTO_STAGE_REPLY,
+              "session B at %d: code %u", p, code);
+    mt_node_stats st;
+    mt_node_get_stats(node, &st);
+    CHECK(st.sessions == 2 && st.evictions == 0,
+          "56 + 40 positions fit in 100: %d sessions, %llu"
+          " evicted",
+          st.sessions, (unsigned long long)st.evictions);
+    CHECK(stage_call(&w, id++, 202, 40, 8, rows, &code) == MT_PROTO_STAGE_REPLY,
+          "session B to 48 positions: code %u", code);
+    mt_node_get_stats(node, &st);
+    CHECK(st.sessions == 1 && st.evictions == 1,
+          "56 + 48 positions do not fit in 100: %d sessions, %llu evicted (wanted 1, 1)",
+          st.sessions, (unsigned long long)st.evictions);
+    CHECK(stage_call(&w, id++, 201, 56, 1, rows, &code) == MT_PROTO_ERROR &&
+              code == MT_PROTO_ERR_UNKNOWN_SESSION,
+          "the evicted session A: code %u, wanted UNKNOWN_SESSION (replay)", code);
+    mt_conn_close(w.c);
+    free(rows);
+    mt_node_stop(node);
+    free_set(&s);
+}
+
 int main(void) {
     mt_error err = {{0}};
     if (mt_keys_generate(&k_node, &err) || mt_keys_generate(&k_req, &err) ||
@@ -1327,6 +1455,8 @@ int main(void) {
     check_expert_restart();
     check_spot_checks("qwen3moe");
     check_spot_checks("kimi-k3");
+    check_sizing_rules();
+    check_memory_budget();
     check_idle_expiry("qwen3moe");
     check_idle_expiry("kimi-k3");
     check_hostile();

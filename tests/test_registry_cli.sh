@@ -47,13 +47,26 @@ declare -A node_pid node_addr
 for k in 1 2 3 4 5; do
     start_bg "n$k" "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n$k.key" \
         --data "$tmp/d$k" --listen 127.0.0.1:0 --name "pc$k" --capacity-mb "$cap_mb" \
-        --speed 1 --threads 1
+        --speed 1 --threads 1 $([ $k = 3 ] && echo --ctx 2048)
     node_pid[$k]=$PID
     node_addr[$k]=$ADDR
 done
 wait_for 'o.min_replicas_serving >= 2 && o.spares >= 1 && o.nodes_alive == 5' 60 &&
     ok || bad "5 nodes did not reach 2 serving replicas and a spare: $(status | head -c 1500)"
 expect 0 "READY" "$BIN" status --registry "$URL"
+# sessions offered: the model's 4096 positions (memory is ample), pc3 was given 2048; a
+# pipeline's context is the smallest of its stages'
+status | json '
+  for (const n of o.nodes.filter(n => n.state == "serving"))
+    if (n.ctx != (n.name == "pc3" ? 2048 : 4096)) { console.error("ctx of", n.name, n.ctx); process.exit(1); }
+  for (const p of o.pipelines) {
+    const st = o.nodes.filter(n => n.state == "serving" && n.role == "stage" && n.replica == p.replica);
+    const want = st.some(n => n.name == "pc3") ? 2048 : 4096;
+    if (p.context != want || p.stages != st.length) { console.error("pipeline", JSON.stringify(p)); process.exit(1); }
+  }
+  if (o.context != 4096) process.exit(1)' &&
+    ok || bad "contexts in the status: $(status | head -c 1500)"
+expect 0 "context:  pipeline 0 " "$BIN" status --registry "$URL"
 cat "$tmp/o"
 # nobody fetched the whole model: every node holds one shard smaller than the model
 for k in 1 2 3 4 5; do

@@ -13,7 +13,12 @@
 #     server keeps serving and stops cleanly on SIGTERM;
 #   - refusals at start: no keys, --no-auth off loopback, a bad key file;
 #   - the same API over a cell: a registry and 2 nodes (1 replica), serve
-#     --registry gives the local model's text.
+#     --registry gives the local model's text;
+#   - a model that thinks (a DeepSeek-R1-style template and vocabulary):
+#     reasoning_content and content are `moontail run`'s text before and after
+#     </think>, streamed deltas add up to them, stop strings end the answer only,
+#     chat_template_kwargs.enable_thinking false, reasoning_content in the
+#     history, and bad fields named.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
@@ -84,6 +89,61 @@ run_client() { # MODE URL: runs openai_client.mjs, counts its PASS/FAIL lines
     grep -c '^PASS' "$tmp/client.out" | sed "s/^/openai client ($1): /; s/$/ checks passed/"
 }
 run_client full "$URL"
+
+# ---- a model that thinks: DeepSeek R1's turn markers as control tokens, <think> and </think>
+# user-defined (as in R1's own files), and a template with R1's markers, which the server
+# runs as Jinja and recognises as R1's family (the prompt opens the reasoning with <think>\n,
+# closed at once when enable_thinking is false)
+DS_USER='<｜User｜>' DS_ASST='<｜Assistant｜>' DS_EOS='<｜end▁of▁sentence｜>'
+cat >"$tmp/think.jinja" <<'TEMPLATE'
+{%- for m in messages -%}
+{%- if m['role'] == 'user' -%}{{ '<｜User｜>' + m['content'] }}
+{%- elif m['role'] == 'assistant' -%}{{ '<｜Assistant｜>' + m['content'] + '<｜end▁of▁sentence｜>' }}
+{%- endif -%}
+{%- endfor -%}
+{{ '<｜Assistant｜><think>\n' }}
+{%- if enable_thinking is defined and not enable_thinking %}{{ '</think>' }}{% endif -%}
+TEMPLATE
+TM="$tmp/think.gguf"
+"$BIN" mkmodel -o "$TM" "${MODEL_ARCH[@]}" --type f32 --layers 2 --embd 64 --heads 4 --head-dim 16 \
+    --ff 64 --ff-exp 32 --experts 4 --experts-used 2 --seed 1 --special-token "$DS_EOS" \
+    --special-token "$DS_USER" --special-token "$DS_ASST" --added-token '<think>' \
+    --added-token '</think>' --chat-template "$tmp/think.jinja" >/dev/null || bad "mkmodel think"
+THINK_N=40
+think_prompt() { printf '%s%s%s<think>' "$DS_USER" "$1" "$DS_ASST"; } # then $'\n'
+NL=$'\n'
+n_tokens() { "$BIN" tokenize -m "$TM" -p "$1" --json | json 'console.log(o.tokens.length)'; }
+# the random weights' greedy answers to "Question K" until one closes its reasoning with room
+# to answer too (with these weights, a third of them do for either architecture)
+THINK_USER=""
+for k in $(seq 1 40); do
+    $T "$BIN" run -m "$TM" -p "$(think_prompt "Question $k")$NL" -n $THINK_N --temp 0 --json \
+        >"$tmp/think_ref.json" 2>/dev/null || break
+    if json 'const i = o.text.indexOf("</think>");
+             process.exit(o.stop === "length" && i > 0 && i + 11 < o.text.length ? 0 : 1)' \
+        <"$tmp/think_ref.json"; then
+        THINK_USER="Question $k"
+        break
+    fi
+done
+if [ -n "$THINK_USER" ]; then
+    ok
+    $T "$BIN" run -m "$TM" -p "$(think_prompt "$THINK_USER")$NL</think>" -n $THINK_N --temp 0 --json \
+        >"$tmp/nothink_ref.json" 2>/dev/null || bad "enable_thinking false reference run"
+    start_bg t "$BIN" serve --model "$TM" --api-keys "$tmp/keys" --listen 127.0.0.1:0 -t 1 \
+        --model-name tiny
+    grep -q "chat template: the model's own.*Jinja; deepseek-r1.*reasoning_content" "$tmp/t.err" && ok ||
+        bad "the thinking template not recognised: $(cat "$tmp/t.err")"
+    MT_THINK_PROMPT_TOKENS=$(n_tokens "$(think_prompt "$THINK_USER")$NL")
+    MT_NOTHINK_PROMPT_TOKENS=$(n_tokens "$(think_prompt "$THINK_USER")$NL</think>")
+    MT_HISTORY_PROMPT_TOKENS=$(n_tokens "$DS_USER$THINK_USER${DS_ASST}A$DS_EOS$(think_prompt Q2)$NL")
+    export MT_THINK_USER="$THINK_USER" MT_THINK_N=$THINK_N MT_THINK_REF="$tmp/think_ref.json" \
+        MT_NOTHINK_REF="$tmp/nothink_ref.json" MT_THINK_PROMPT_TOKENS MT_NOTHINK_PROMPT_TOKENS \
+        MT_HISTORY_PROMPT_TOKENS
+    [ -n "$ADDR" ] && run_client think "$ADDR"
+else
+    bad "no greedy answer to 'Question 1..40' closed its reasoning within $THINK_N tokens"
+fi
 
 # ---- curl: what a hand-written client may send
 H=(-H "Authorization: Bearer $KEY" -H "Content-Type: application/json")

@@ -7,7 +7,12 @@
  * the tensor. cell:N and swarm:N plans of every architecture pass
  * mt_plan_check; manifests with a missing, duplicated, foreign or tampered
  * shard fail with a message naming the problem; bad selections give clear
- * errors. */
+ * errors. Every shard of a plan passes the loader's checks at open
+ * (mt_model_check_file). A model written as 3 parts (gguf_split_write) and
+ * opened from its last part has the single file's identity (the same
+ * source_id, also the id written into the parts), layout, bit-identical
+ * logits and byte-identical shards; one part opened alone is refused for
+ * slicing. */
 #include "check.h"
 #include "moontail/session.h"
 #include "moontail/model.h"
@@ -313,6 +318,19 @@ static void check_plan(const char *arch, int32_t n_layer, mt_plan_mode mode, int
         char *dir = tmp_dir(), manifest[512], *report = NULL;
         CHECK(mt_plan_write(model, &plan, dir, manifest, sizeof manifest, &err) == 0,
               "plan write: %s", err.msg);
+        /* every shard is a file the loader takes: nothing missing, nothing stray */
+        char stem[256];
+        snprintf(stem, sizeof stem, "%s", strrchr(path, '/') + 1);
+        *strstr(stem, ".gguf") = 0;
+        for (int32_t k = 0; k < plan.n_shards; k++) {
+            char sp[600];
+            snprintf(sp, sizeof sp, "%s/%s-%s-%d.gguf", dir, stem,
+                     mt_plan_role_name(plan.shards[k].role), plan.shards[k].index);
+            gguf_file *sf = gguf_open(sp, &err);
+            CHECK(sf && mt_model_check_file(sf, &err) == 0, "%s %s:%d shard %s: %s", arch,
+                  mt_plan_mode_name(mode), n, sp, err.msg);
+            gguf_close(sf);
+        }
         rc = mt_plan_check(path, manifest, &report, &err);
         CHECK(rc == 0 && has(report, "ok:"), "%s %s:%d check: %s", arch, mt_plan_mode_name(mode), n,
               report ? report : err.msg);
@@ -608,8 +626,128 @@ static void test_bad_selections(void) {
     unlink(path);
 }
 
+/* ------------------------------------------------------- split models */
+
+/* Reads a whole (small) file. */
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *fp = fopen(path, "rb");
+    uint8_t *b = NULL;
+    *n = 0;
+    if (fp && fseek(fp, 0, SEEK_END) == 0) {
+        long len = ftell(fp);
+        rewind(fp);
+        b = malloc((size_t)len + 1);
+        *n = b ? fread(b, 1, (size_t)len, fp) : 0;
+    }
+    if (fp) fclose(fp);
+    return b;
+}
+
+static bool same_file(const char *a, const char *b) {
+    size_t na, nb;
+    uint8_t *pa = slurp(a, &na), *pb = slurp(b, &nb);
+    bool same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+/* The last token's logits of ids 1..6 on the model at path (NULL on error). */
+static float *logits_of(const char *path) {
+    mt_error err = {{0}};
+    mt_model *m = mt_model_load(path, &err);
+    CHECK(m, "load %s: %s", path, err.msg);
+    if (!m) return NULL;
+    mt_session *s = mt_session_new(m, 16, 2, &err);
+    float *l = malloc((size_t)m->hp.n_vocab * 6 * sizeof *l);
+    int32_t ids[6] = {1, 2, 3, 4, 5, 6};
+    CHECK(s && l && mt_session_eval(s, ids, 6, 0, true, l, &err) == 0, "eval %s: %s", path,
+          err.msg);
+    mt_session_free(s);
+    mt_model_free(m);
+    return l;
+}
+
+static void test_split_model(const char *arch) {
+    const char *path = make_model(arch, 3, 4);
+    char prefix[256], part[300], part1[300];
+    snprintf(prefix, sizeof prefix, "%s", check_tmp("-parts"));
+    mt_error err = {{0}};
+    gguf_file *single = gguf_open(path, &err);
+    CHECK(single, "%s", err.msg);
+    if (!single) return;
+    char id[MT_SHARD_HASH_HEX], sid[MT_SHARD_HASH_HEX];
+    CHECK(mt_shard_source_id(single, id, NULL, &err) == 0, "%s", err.msg);
+    CHECK(gguf_split_write(single, 3, prefix, id, NULL, NULL, NULL, &err) == 0, "%s: %s", arch,
+          err.msg);
+    gguf_split_path(part, sizeof part, prefix, 2, 3);
+    gguf_split_path(part1, sizeof part1, prefix, 0, 3);
+    gguf_file *split = gguf_open(part, &err);
+    CHECK(split && split->n_parts == 3 && split->n_tensors == single->n_tensors, "%s: %s", arch,
+          err.msg);
+    if (!split) {
+        gguf_close(single);
+        return;
+    }
+    /* the same identity, also in the parts' own key */
+    CHECK(mt_shard_source_id(split, sid, NULL, &err) == 0 && strcmp(id, sid) == 0,
+          "%s: split source_id %s, single %s", arch, sid, id);
+    char *stored = gguf_get_string(split, GGUF_SPLIT_SOURCE_ID_KEY, NULL);
+    CHECK(stored && strcmp(stored, id) == 0, "%s: stored id %s", arch, stored ? stored : "none");
+    free(stored);
+    CHECK(mt_model_check_file(split, &err) == 0, "%s: check_file on the split model: %s", arch,
+          err.msg);
+    /* the same layout; a part alone is not a model to slice */
+    mt_shard_layout a, b;
+    CHECK(mt_shard_layout_read(single, &a, &err) == 0 && mt_shard_layout_read(split, &b, &err) == 0,
+          "%s: layout %s", arch, err.msg);
+    bool same = a.n_layer == b.n_layer && a.n_expert == b.n_expert && a.head_bytes == b.head_bytes;
+    for (int32_t il = 0; same && il < a.n_layer; il++)
+        same = a.attn_bytes[il] == b.attn_bytes[il] && a.expert_bytes[il] == b.expert_bytes[il];
+    CHECK(same, "%s: layouts differ", arch);
+    mt_shard_layout_free(&a);
+    mt_shard_layout_free(&b);
+    gguf_file *alone = gguf_open_single(part1, &err);
+    CHECK(alone && mt_shard_layout_read(alone, &a, &err) != 0 && strstr(err.msg, "opened alone"),
+          "%s: one part alone: %s", arch, err.msg);
+    gguf_close(alone);
+    /* shards cut from either are the same bytes */
+    const int32_t ids[] = {1, 4, 6};
+    mt_shard_spec specs[2] = {{1, 3, false, false, ids, 3}, {2, 4, true, true, NULL, -1}};
+    for (int k = 0; k < 2; k++) {
+        char sa[300], sb[300];
+        snprintf(sa, sizeof sa, "%s", check_tmp(".gguf"));
+        snprintf(sb, sizeof sb, "%s", check_tmp(".gguf"));
+        CHECK(mt_shard_write(single, &specs[k], sa, &err) == 0 &&
+                  mt_shard_write(split, &specs[k], sb, &err) == 0,
+              "%s: shard %d: %s", arch, k, err.msg);
+        CHECK(same_file(sa, sb), "%s: shard %d cut from the split model differs", arch, k);
+        unlink(sa);
+        unlink(sb);
+    }
+    gguf_close(split);
+    gguf_close(single);
+    /* bit-identical logits */
+    float *la = logits_of(path), *lb = logits_of(part);
+    mt_model *m = mt_model_load(path, &err);
+    if (la && lb && m)
+        CHECK(memcmp(la, lb, (size_t)m->hp.n_vocab * 6 * sizeof *la) == 0,
+              "%s: split model logits differ", arch);
+    mt_model_free(m);
+    free(la);
+    free(lb);
+    for (int k = 0; k < 3; k++) {
+        gguf_split_path(part, sizeof part, prefix, (uint32_t)k, 3);
+        unlink(part);
+    }
+    unlink(path);
+}
+
 int main(void) {
     test_split_read_back();
+    test_split_model("qwen3moe");
+    test_split_model("deepseek2");
+    test_split_model("kimi-k3");
     const char *archs[] = {"llama", "qwen2moe", "qwen3moe", "deepseek2", "kimi-k3", "kimi-linear"};
     for (int a = 0; a < 6; a++) {
         check_plan(archs[a], 4, MT_PLAN_CELL, 2);

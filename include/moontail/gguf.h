@@ -7,7 +7,17 @@
  * The writer collects metadata and tensors in memory and writes a file with
  * the same layout rules ggml uses (aligned, offsets in info order); tensors
  * may also be streamed from another model's files at write time instead of
- * held in memory (gguf_stream.h). */
+ * held in memory (gguf_stream.h).
+ *
+ * Split models. llama.cpp's gguf-split writes a large model as files
+ * NAME-00001-of-0000N.gguf ... NAME-0000N-of-0000N.gguf. Every part is a
+ * GGUF file of its own with the keys
+ *   split.no             u16  its 0-based index
+ *   split.count          u16  N
+ *   split.tensors.count  i32  the tensors of all parts together
+ * The first part holds all other metadata; each part holds its own tensors
+ * (the first one too). gguf_open opens such a set from any of its parts as
+ * one gguf_file; gguf_split_write (gguf_split_write.c) writes one. */
 #ifndef MOONTAIL_GGUF_H
 #define MOONTAIL_GGUF_H
 
@@ -87,7 +97,7 @@ typedef struct gguf_part {
 } gguf_part;
 
 typedef struct gguf_file {
-    char *path;
+    char *path;          /* a split model: its first part */
     const uint8_t *base; /* mapping (or caller's buffer) */
     size_t size;
     bool mapped;
@@ -104,14 +114,30 @@ typedef struct gguf_file {
 
 /* ------------------------------------------------------------- reading */
 
-/* Opens and validates a GGUF file. Returns NULL with err filled on failure. */
+/* Opens and validates a model: a GGUF file, or, when the file is one part
+ * of a split model (split.count > 1), every part of that set, found by the
+ * names gguf-split gives them, in the directory of the one given. The set is
+ * presented as one file: the first part's metadata (path, base, size,
+ * version, kv), tensors[] of all parts in part order (each tensor's `part`
+ * and data in its own file), parts[] listing each file. Every part must say
+ * the same split.count and its own split.no, have the same GGUF version and
+ * (when written by moontail) the same GGUF_SPLIT_SOURCE_ID_KEY; no tensor
+ * may be in two parts; the total must equal split.tensors.count. Returns
+ * NULL with err naming the file and the fix on failure. */
 gguf_file *gguf_open(const char *path, mt_error *err);
+
+/* Opens exactly one file, without looking for the other parts of a split
+ * model (n_parts is 1 and tensors[] holds this file's own). */
+gguf_file *gguf_open_single(const char *path, mt_error *err);
 
 /* Same checks on a caller-owned buffer (kept, not copied); `name` is used in
  * messages. For tests and fuzzing. */
 gguf_file *gguf_open_buffer(const void *buf, size_t size, const char *name, mt_error *err);
 
 void gguf_close(gguf_file *f);
+
+/* Bytes of all the model's files together. */
+uint64_t gguf_total_size(const gguf_file *f);
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
@@ -161,5 +187,40 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, mt_type type, uint3
 
 /* Writes the file (alignment GGUF_DEFAULT_ALIGNMENT). Returns 0 or -1. */
 int gguf_writer_write(gguf_writer *w, const char *path, mt_error *err);
+
+/* ---------------------------------------------------------- split sets */
+
+#define GGUF_SPLIT_MAX_PARTS 65535 /* split.count is a u16 */
+
+/* Written by moontail into every part of a split model it writes: the hex
+ * BLAKE2b-256 identity of the model's tensors (moontail/shard.h's
+ * source_id), so that a part of another model with the same layout is
+ * recognised when the set is opened. */
+#define GGUF_SPLIT_SOURCE_ID_KEY "moontail.split.source_id"
+
+/* The name of part `no` (0-based) of `count`: "<prefix>-%05u-of-%05u.gguf",
+ * as llama.cpp's llama_split_path makes it. Returns the length, or -1 when
+ * it does not fit in cap bytes. */
+int gguf_split_path(char *out, size_t cap, const char *prefix, uint32_t no, uint32_t count);
+
+/* Called after each tensor is copied: bytes done of the total. */
+typedef void (*gguf_split_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+/* Writes `src` (a file or an opened split set) as n_parts files
+ * <prefix>-0000k-of-0000N.gguf in gguf-split's layout: the first part has
+ * src's metadata (without its own split.* keys and a general.alignment
+ * other than 32), every part split.no (u16), split.tensors.count (i32) and
+ * split.count (u16) in that order, then GGUF_SPLIT_SOURCE_ID_KEY = source_id
+ * unless it is NULL; GGUF version 3, alignment 32. Tensors keep src's order;
+ * part k holds a contiguous run of them, cut so that every part has at
+ * least one tensor and the parts' tensor bytes are as even as the order
+ * allows. Each tensor is copied from src's mapping straight to the file
+ * (peak memory: the metadata). Parts are written under temporary names and
+ * renamed when all are complete. 1 <= n_parts <= min(n_tensors, 65535).
+ * If part_tensors is non-NULL it receives the first tensor index of each
+ * part (n_parts + 1 entries, the last = n_tensors). */
+int gguf_split_write(const gguf_file *src, uint32_t n_parts, const char *prefix,
+                     const char *source_id, uint64_t *part_tensors, gguf_split_progress_fn progress,
+                     void *progress_ctx, mt_error *err);
 
 #endif

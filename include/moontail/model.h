@@ -203,6 +203,15 @@ mt_model *mt_model_load(const char *path, mt_error *err);
 mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err); /* takes ownership of f */
 void mt_model_free(mt_model *m);
 
+/* The checks of mt_model_load on an open file, keeping nothing: its
+ * architecture is one the engine runs, its hyperparameters are sane, every
+ * tensor the architecture needs is there with its shape and a supported
+ * type, and every tensor it holds is one the architecture uses (a stray
+ * tensor is named). Commands that open a model without loading it (split,
+ * plan check, the registry, tokenize) call it right after opening, so that
+ * such a file is refused there and not first on a node. */
+int mt_model_check_file(const gguf_file *f, mt_error *err);
+
 /* ------------------------------------------------------------- KV cache */
 
 /* Per-sequence state for layers [layer_begin, layer_end). GQA layers keep

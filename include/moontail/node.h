@@ -74,13 +74,15 @@ typedef struct mt_node_config {
     const char *listen;                   /* NULL: "127.0.0.1:0" */
     const mt_node_partner *partners;      /* paired layers: holders of the other experts */
     int n_partners;
-    int max_sessions;     /* <= 0: 64 */
-    int n_ctx;            /* positions per session; <= 0: min(n_ctx_train, 4096) */
-    int threads;          /* compute threads; <= 0: all CPUs */
-    int max_batch_tokens; /* tokens per step; <= 0: 4096 */
-    int timeout_ms;       /* handshake and each send/recv wait; <= 0: 30000 */
-    int session_idle_ms;  /* a session unused this long expires; <= 0: 600000 (10 min) */
-    bool quiet;           /* no log lines on stderr */
+    int max_sessions;      /* <= 0: derived from memory_bytes (mt_node_size_sessions) */
+    int n_ctx;             /* positions per session; <= 0: derived from memory_bytes */
+    uint64_t memory_bytes; /* memory offered for the weights and the sessions' caches; 0: no
+                              limit (the commands pass 70% of the RAM available) */
+    int threads;           /* compute threads; <= 0: all CPUs */
+    int max_batch_tokens;  /* tokens per step; <= 0: 4096 */
+    int timeout_ms;        /* handshake and each send/recv wait; <= 0: 30000 */
+    int session_idle_ms;   /* a session unused this long expires; <= 0: 600000 (10 min) */
+    bool quiet;            /* no log lines on stderr */
     /* FOR TESTS ONLY (`moontail node --misbehave corrupt-output[:RATE]`): the fraction of
      * STAGE_FORWARD replies whose output rows get bits flipped, to test spot-checking
      * (docs/spot-checking.md). 0: an honest node. */
@@ -106,6 +108,24 @@ typedef struct mt_node_stats {
     uint64_t served_token_layers; /* ... times the layers each ran through */
     uint64_t served_expert_rows;  /* expert rows computed for EXPERT_RUN requests */
 } mt_node_stats;
+
+/* How many sessions of how many positions a node offers, from the memory it
+ * offers. The weights take weight_bytes of memory_bytes; the rest is the KV
+ * budget. A session of c positions keeps fixed + c * per_position bytes
+ * (mt_kv_layer_bytes summed over the node's layers). Caches are mapped
+ * lazily, so a session only costs what it has written; the node evicts
+ * least recently used sessions when the budget is full (node_worker.c).
+ *   n_ctx (when *n_ctx <= 0): the longest context ONE session can fill in the
+ *     budget, at most n_ctx_train, rounded down to a multiple of 256;
+ *   max_sessions (when *max_sessions <= 0): as many sessions as the budget
+ *     holds at min(n_ctx, 4096) positions each, between 1 and 64.
+ * Given values are kept. A budget with room for fewer than
+ * min(n_ctx_train, 256) positions, or a given n_ctx larger than the budget
+ * holds, is an error naming the figures and the fix. *budget gets the KV
+ * budget in bytes. */
+int mt_node_size_sessions(uint64_t memory_bytes, uint64_t weight_bytes, uint64_t fixed,
+                          uint64_t per_position, int32_t n_ctx_train, int *n_ctx, int *max_sessions,
+                          uint64_t *budget, mt_error *err);
 
 /* Loads the shard, connects to partners, listens and starts the threads.
  * Returns NULL with err naming the problem (e.g. a paired layer whose

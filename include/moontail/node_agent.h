@@ -53,8 +53,9 @@ typedef struct mt_agent_config {
     int64_t capacity;           /* bytes of shard offered (<= 0: 70% of available RAM) */
     double speed;               /* <= 0: measure (1.0 = 10 GB/s of reads) */
     int threads;                /* compute threads (<= 0: all CPUs) */
-    int max_sessions;           /* <= 0: 64 */
+    int max_sessions;           /* <= 0: the node default (node.h) */
     int n_ctx;                  /* <= 0: the node default */
+    uint64_t memory_bytes;      /* memory the node offers for weights and caches (node.h) */
     int session_idle_ms;        /* unused sessions expire after (<= 0: the node default) */
     const char *tunnel;         /* tunnel command ({port}, {host}); NULL: none */
     const char *tunnel_pattern; /* NULL: the default (tunnel.h) */

@@ -39,7 +39,8 @@
  *
  * source_id = BLAKE2b-256 over the model's tensors in strcmp order of their
  * names, each contributing its name, one NUL byte and its 32-byte raw
- * content hash. It identifies the weights (not the metadata) of a model.
+ * content hash. It identifies the weights (not the metadata) of a model,
+ * whatever their order or files: a split model has its single file's id.
  *
  * A plan cuts a model into a whole set of shards for one deployment (see
  * DESIGN.md): `cell` = one head shard + N pipeline stages of whole layers
@@ -107,8 +108,10 @@ typedef struct mt_shard_layout {
 
 /* Classifies every tensor of a full model and checks what slicing relies
  * on: layer numbers below block_count, routed expert tensors 3-D with
- * ne[2] == expert_count. Refuses files that are themselves shards or one
- * file of a split model. Free with mt_shard_layout_free. */
+ * ne[2] == expert_count. A split model opened whole (gguf_open) is a model
+ * like any other; files that are themselves shards, or one file of a split
+ * model opened alone (gguf_open_single), are refused. Free with
+ * mt_shard_layout_free. */
 int mt_shard_layout_read(const gguf_file *model, mt_shard_layout *out, mt_error *err);
 void mt_shard_layout_free(mt_shard_layout *l);
 
@@ -284,7 +287,8 @@ const char *mt_plan_role_name(mt_plan_role r);
 
 /* Writes every shard of the plan into out_dir (created if missing) as
  * <stem>-<role>-<k>.gguf, where stem is the model file's name without
- * ".gguf", and the manifest <stem>-<mode>-manifest.json:
+ * ".gguf" (a split model's: NAME of NAME-00001-of-0000N.gguf), and the
+ * manifest <stem>-<mode>-manifest.json:
  *
  *   {"format": "moontail-manifest-v1", "model": "<model file name>",
  *    "source_id": "<hex>", "mode": "cell" | "swarm", "replicas": 1,

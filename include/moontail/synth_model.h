@@ -46,6 +46,17 @@ typedef struct mt_synth_params {
     float logit_gain; /* scale of the output head; larger = more peaked */
     bool readable;    /* byte vocab: damp the head's rows for bytes other than
                          letters, digits, space and common punctuation */
+    /* byte vocab: tokens after <|endoftext|>, <|im_start|> and <|im_end|> (ids 259..),
+     * control tokens where added_control[i], else user-defined; at most 32 */
+    const char *const *added_tokens;
+    const bool *added_control;
+    int n_added;
+    const char *chat_template; /* byte vocab: tokenizer.chat_template, or NULL for none */
+    /* for tests of the loader's guards: */
+    const char *extra_tensor; /* also a tensor of this name (F32, n_embd) that no
+                                 architecture uses; NULL = none */
+    const char *arch_name;    /* general.architecture written instead of arch (the keys
+                                 stay arch's); NULL = arch */
 } mt_synth_params;
 
 /* Defaults for an architecture: small (n_embd 256, 2-3 layers, 8 experts),

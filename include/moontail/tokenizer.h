@@ -56,6 +56,19 @@ int32_t mt_vocab_find(const mt_vocab *v, const char *text, size_t len);
 int64_t mt_tokenize(const mt_vocab *v, const char *text, size_t len, bool add_special,
                     bool parse_special, int32_t **out, mt_error *err);
 
+/* A byte range of a text. */
+typedef struct mt_text_span {
+    size_t off, len;
+} mt_text_span;
+
+/* Tokenizes like mt_tokenize with parse_special set, except that a control
+ * token's text only counts where it lies wholly outside the plain ranges
+ * (sorted, not overlapping): text that came from a user stays text even when
+ * it reads like a control token. The text around is tokenized as one piece,
+ * so the ids equal mt_tokenize's whenever no plain range holds such text. */
+int64_t mt_tokenize_spans(const mt_vocab *v, const char *text, size_t len, bool add_special,
+                          const mt_text_span *plain, size_t n_plain, int32_t **out, mt_error *err);
+
 /* The bytes of one token (byte-level decoded). Control tokens give "" unless
  * render_special. Returns the byte count (may exceed cap: then nothing is
  * written past cap), or -1 for an id out of range. */
@@ -91,6 +104,11 @@ int32_t mt_vocab_write_bytes(struct gguf_writer *w, const char *pre, bool add_bo
  * BOS and EOS 256. */
 int32_t mt_vocab_write_bytes_with(struct gguf_writer *w, const char *pre, bool add_bos,
                                   const char *const *specials, int n);
+/* The same, each of specials[i] a control token when control[i] (or control is NULL),
+ * else a user-defined one (matched in any text and shown when detokenized, like the
+ * `<think>` of DeepSeek R1 and Qwen3 vocabularies). */
+int32_t mt_vocab_write_bytes_typed(struct gguf_writer *w, const char *pre, bool add_bos,
+                                   const char *const *specials, const bool *control, int n);
 
 /* Writes the tokenizer.* keys converted from a Hugging Face tokenizer.json
  * (as llama.cpp's converter would for Qwen3: model gpt2, pre qwen2, special

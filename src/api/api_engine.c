@@ -5,7 +5,13 @@
  *
  * Stop strings: text that might still become a stop string is held back
  * until the next token decides; a stop string found cuts the text before it
- * and ends the request, so clients never see any part of it. */
+ * and ends the request, so clients never see any part of it.
+ *
+ * A thinking model's reply goes through a splitter (api_reasoning.h) first:
+ * its reasoning goes to the sink as it comes, its answer into the text that
+ * stop strings are looked for in. Stop strings end the answer only, as the
+ * hosted DeepSeek and Kimi APIs and vLLM do: a stop string that the
+ * reasoning happens to hold does not cut the reply before it has begun. */
 #include "api_engine.h"
 #include "moontail/tokenizer.h"
 
@@ -95,6 +101,48 @@ static bool send_text(const api_gen_sink *sink, textbuf *t, size_t upto) {
     return rc == 0;
 }
 
+/* Where the splitter's pieces go: the reasoning to the sink, the answer into the text. */
+typedef struct split_ctx {
+    const api_gen_sink *sink;
+    textbuf *t;
+    bool oom;
+} split_ctx;
+
+static int split_out(void *ctx, bool reasoning, const char *s, size_t n) {
+    split_ctx *c = ctx;
+    if (reasoning) return c->sink->reasoning ? c->sink->reasoning(c->sink->ctx, s, n) : 0;
+    if (text_add(c->t, s, n)) return 0;
+    c->oom = true;
+    return -1;
+}
+
+/* Adds n bytes of generated text (through the splitter when the reply is split). Returns
+ * 0, -1 when the client went away, -2 when out of memory. */
+static int add_text(const api_gen_params *p, api_split *sp, split_ctx *sc, const char *s,
+                    int64_t n) {
+    if (n <= 0) return 0;
+    if (!p->reasoning.on) return text_add(sc->t, s, (size_t)n) ? 0 : -2;
+    const int rc = api_split_push(sp, s, (size_t)n, split_out, sc);
+    return rc == -1 && sc->oom ? -2 : rc;
+}
+
+/* A generated token into the text. A marker's control token goes to the splitter as its
+ * code, after the bytes the detokenizer held (a character cut by a control token cannot
+ * complete). */
+static int add_token(const api_gen_params *p, mt_detok *dt, api_split *sp, split_ctx *sc,
+                     int32_t id) {
+    char piece[1024];
+    const int code = p->reasoning.on ? api_reasoning_code(&p->reasoning, id) : 0;
+    int64_t nb =
+        code ? mt_detok_flush(dt, piece, sizeof piece) : mt_detok_push(dt, id, piece, sizeof piece);
+    int rc = add_text(p, sp, sc, piece, nb);
+    if (!rc && code) {
+        const char c[2] = {'\xff', (char)code};
+        rc = add_text(p, sp, sc, c, 2);
+    }
+    return rc;
+}
+
 static void fail(api_gen_result *r, int status, const char *fmt, const char *detail) {
     r->error_status = status;
     snprintf(r->error, sizeof r->error, fmt, detail);
@@ -110,6 +158,9 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
     api_gen_result r = {.finish_reason = "length", .prompt_tokens = p->n_prompt};
     mt_error err = {{0}};
     textbuf t = {0};
+    api_split split = {0};
+    split_ctx sc = {&j->sink, &t, false};
+    int rc;
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
     mt_sampler *smp = mt_sampler_new(&p->sp, n_vocab);
     int64_t evaluated = 0;
@@ -133,6 +184,7 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
     mt_detok_init(&dt, e->vocab, false);
     char piece[1024];
     bool stopped = false;
+    if (p->reasoning.on) api_split_init(&split, &p->reasoning);
     while (r.completion_tokens < p->max_tokens) {
         if (__atomic_load_n(&e->stopping, __ATOMIC_RELAXED)) {
             fail(&r, 503, "%s", "the server is stopping");
@@ -145,8 +197,8 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
             r.finish_reason = "stop";
             break;
         }
-        int64_t nb = mt_detok_push(&dt, id, piece, sizeof piece);
-        if (nb > 0 && !text_add(&t, piece, (size_t)nb)) {
+        if ((rc = add_token(p, &dt, &split, &sc, id))) {
+            if (rc == -1) goto cancelled;
             fail(&r, 500, "%s", "out of memory for the generated text");
             goto done;
         }
@@ -168,7 +220,13 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
     }
     if (!stopped) { /* what the detokenizer holds back, and any held-back stop prefix */
         int64_t nb = mt_detok_flush(&dt, piece, sizeof piece);
-        if (nb > 0 && !text_add(&t, piece, (size_t)nb)) {
+        rc = add_text(p, &split, &sc, piece, nb);
+        if (!rc && p->reasoning.on) {
+            rc = api_split_finish(&split, split_out, &sc);
+            if (rc == -1 && sc.oom) rc = -2;
+        }
+        if (rc) {
+            if (rc == -1) goto cancelled;
             fail(&r, 500, "%s", "out of memory for the generated text");
             goto done;
         }
@@ -182,6 +240,7 @@ cancelled:
     fail(&r, 499, "%s", "the client went away");
 done:
     *out = r;
+    api_split_free(&split);
     free(t.p);
     free(logits);
     mt_sampler_free(smp);

@@ -11,6 +11,7 @@
 #ifndef MOONTAIL_API_ENGINE_H
 #define MOONTAIL_API_ENGINE_H
 
+#include "api_reasoning.h"
 #include "moontail/error.h"
 #include "moontail/model.h"
 #include "moontail/requester.h"
@@ -71,6 +72,9 @@ typedef struct api_gen_params {
     char *stop[API_MAX_STOP]; /* NUL-terminated, non-empty; taken */
     int n_stop;
     int32_t end_token; /* another token that ends generation (a chat turn's end), or -1 */
+    /* a thinking model's reply: reasoning goes to the sink's reasoning(), the answer to
+     * text(); stop strings apply to the answer only. Unused when reasoning.on is false. */
+    api_reasoning reasoning;
 } api_gen_params;
 
 typedef struct api_gen_result {
@@ -83,11 +87,14 @@ typedef struct api_gen_result {
 /* Where a request's output goes. text() gets the generated text as it
  * becomes final (whole UTF-8 characters, never a piece of a stop string);
  * it returns -1 to cancel (the client went away). done() is called exactly
- * once, last, from a worker (or from api_engine_stop for a queued request). */
+ * once, last, from a worker (or from api_engine_stop for a queued request).
+ * reasoning() (may be NULL: the reasoning is dropped) gets a thinking model's
+ * reasoning the same way, before the answer's text. */
 typedef struct api_gen_sink {
     int (*text)(void *ctx, const char *s, size_t n);
     void (*done)(void *ctx, const api_gen_result *r);
     void *ctx;
+    int (*reasoning)(void *ctx, const char *s, size_t n);
 } api_gen_sink;
 
 typedef struct api_engine api_engine;

@@ -197,15 +197,25 @@ static const char *const COMMON_FIELDS[] = {"model",
                                             "user",
                                             NULL};
 static const char *const COMPLETION_FIELDS[] = {"prompt", "best_of", "echo", "suffix", NULL};
-static const char *const CHAT_FIELDS[] = {"messages",           "max_completion_tokens",
-                                          "top_logprobs",       "tools",
-                                          "tool_choice",        "parallel_tool_calls",
-                                          "response_format",    "functions",
-                                          "function_call",      "store",
-                                          "metadata",           "service_tier",
-                                          "modalities",         "audio",
-                                          "prediction",         "reasoning_effort",
-                                          "web_search_options", NULL};
+static const char *const CHAT_FIELDS[] = {"messages",
+                                          "max_completion_tokens",
+                                          "top_logprobs",
+                                          "tools",
+                                          "tool_choice",
+                                          "parallel_tool_calls",
+                                          "response_format",
+                                          "functions",
+                                          "function_call",
+                                          "store",
+                                          "metadata",
+                                          "service_tier",
+                                          "modalities",
+                                          "audio",
+                                          "prediction",
+                                          "reasoning_effort",
+                                          "web_search_options",
+                                          "chat_template_kwargs",
+                                          NULL};
 
 static bool listed(const char *const *names, const char *k) {
     for (; *names; names++)
@@ -348,6 +358,25 @@ static int parse_content(api_request *rq, int i, json_t *c, api_error *e) {
     return 0;
 }
 
+/* An assistant message's reasoning_content: a string, or null (none). */
+static int parse_reasoning(api_request *rq, int i, const json_t *r, api_error *e) {
+    if (!r || json_is_null(r)) return 0;
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
+    api_chat_message *m = &rq->messages[i];
+    if (m->role != API_ROLE_ASSISTANT)
+        return bad_request(e, param,
+                           "Invalid '%s': only an assistant message may carry"
+                           " reasoning_content",
+                           param);
+    if (!json_is_string(r))
+        return bad_request(e, param, "Invalid '%s': expected a string or null, but got %s", param,
+                           type_name(r));
+    m->reasoning = json_string_value(r);
+    m->reasoning_len = json_string_length(r);
+    return 0;
+}
+
 static int parse_messages(api_request *rq, api_error *e) {
     json_t *v = json_object_get(rq->root, "messages");
     if (!v || json_is_null(v))
@@ -377,7 +406,8 @@ static int parse_messages(api_request *rq, api_error *e) {
         const char *k;
         json_t *x;
         json_object_foreach(m, k, x) {
-            if (strcmp(k, "role") == 0 || strcmp(k, "content") == 0 || strcmp(k, "name") == 0)
+            if (strcmp(k, "role") == 0 || strcmp(k, "content") == 0 || strcmp(k, "name") == 0 ||
+                strcmp(k, "reasoning_content") == 0)
                 continue;
             if (strcmp(k, "refusal") == 0 && json_is_null(x)) continue;
             snprintf(param, sizeof param, "messages[%d].%.40s", i, k);
@@ -419,7 +449,103 @@ static int parse_messages(api_request *rq, api_error *e) {
             return bad_request(e, param, "Missing required parameter: '%s'", param);
         }
         if (parse_content(rq, i, c, e)) return -1;
+        if (parse_reasoning(rq, i, json_object_get(m, "reasoning_content"), e)) return -1;
     }
+    return 0;
+}
+
+/* chat_template_kwargs: variables for the chat template. Limited in number and size;
+ * names must be template identifiers and not the ones the server sets; the variables the
+ * built-in families read must have the types their templates expect. */
+enum { KWARGS_MAX = 32, KWARGS_MAX_BYTES = 16384, KWARGS_NAME_MAX = 64, KWARGS_MAX_DEPTH = 16 };
+
+/* How deep a JSON value nests (a scalar: 0), counting at most to limit + 1. */
+static int json_depth(const json_t *v, int limit) {
+    if (limit < 0 || (!json_is_object(v) && !json_is_array(v))) return 0;
+    int deepest = 0;
+    size_t i;
+    const char *k;
+    json_t *x;
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, x) {
+            int d = json_depth(x, limit - 1);
+            if (d > deepest) deepest = d;
+        }
+    } else {
+        json_object_foreach((json_t *)v, k, x) {
+            int d = json_depth(x, limit - 1);
+            if (d > deepest) deepest = d;
+        }
+    }
+    return deepest + 1;
+}
+
+static int parse_chat_kwargs(api_request *rq, api_error *e) {
+    json_t *v = field(rq, "chat_template_kwargs");
+    if (!v) return 0;
+    if (!json_is_object(v))
+        return bad_request(e, "chat_template_kwargs",
+                           "Invalid 'chat_template_kwargs': expected an object of template"
+                           " variables, but got %s",
+                           type_name(v));
+    if (json_object_size(v) > KWARGS_MAX)
+        return bad_request(e, "chat_template_kwargs",
+                           "Invalid 'chat_template_kwargs': %zu variables; at most %d are"
+                           " allowed",
+                           json_object_size(v), KWARGS_MAX);
+    char *dump = json_dumps(v, JSON_COMPACT);
+    const size_t bytes = dump ? strlen(dump) : 0;
+    free(dump);
+    if (!dump) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (bytes > KWARGS_MAX_BYTES)
+        return bad_request(e, "chat_template_kwargs",
+                           "Invalid 'chat_template_kwargs': %zu bytes of JSON; at most %d are"
+                           " allowed",
+                           bytes, KWARGS_MAX_BYTES);
+    static const char *const reserved[] = {
+        "messages", "add_generation_prompt", "tools", "documents", "bos_token", "eos_token", NULL};
+    const char *k;
+    json_t *x;
+    char param[64];
+    json_object_foreach(v, k, x) {
+        const size_t kl = strlen(k);
+        bool ident = kl > 0 && kl <= KWARGS_NAME_MAX && !(k[0] >= '0' && k[0] <= '9');
+        for (size_t i = 0; ident && i < kl; i++)
+            ident = (k[i] >= 'a' && k[i] <= 'z') || (k[i] >= 'A' && k[i] <= 'Z') ||
+                    (k[i] >= '0' && k[i] <= '9') || k[i] == '_';
+        if (!ident)
+            return bad_request(e, "chat_template_kwargs",
+                               "Invalid 'chat_template_kwargs': '%.64s' is not a template"
+                               " variable name (1 to %d letters, digits and '_', not starting"
+                               " with a digit)",
+                               k, KWARGS_NAME_MAX);
+        snprintf(param, sizeof param, "chat_template_kwargs.%.40s", k);
+        if (listed(reserved, k))
+            return bad_request(e, param,
+                               "Invalid '%s': the server sets '%s' itself; give it in the"
+                               " request's own fields",
+                               param, k);
+        if (json_depth(x, KWARGS_MAX_DEPTH) > KWARGS_MAX_DEPTH)
+            return bad_request(e, param,
+                               "Invalid '%s': the value nests more than %d levels of arrays and"
+                               " objects",
+                               param, KWARGS_MAX_DEPTH);
+        if ((strcmp(k, "enable_thinking") == 0 || strcmp(k, "thinking") == 0) &&
+            !json_is_boolean(x))
+            return bad_request(e, param, "Invalid '%s': expected a boolean, but got %s", param,
+                               type_name(x));
+        if (strcmp(k, "thinking_effort") == 0) {
+            const char *t = json_string_value(x);
+            if (!json_is_null(x) &&
+                !(t && (!strcmp(t, "low") || !strcmp(t, "high") || !strcmp(t, "max"))))
+                return bad_request(e, param,
+                                   "Invalid '%s': expected 'low', 'high', 'max' or null (no"
+                                   " effort message), but got %s%s%.40s%s",
+                                   param, t ? "'" : "", t ? "" : type_name(x), t ? t : "",
+                                   t ? "'" : "");
+        }
+    }
+    rq->chat_kwargs = v;
     return 0;
 }
 
@@ -547,6 +673,7 @@ int api_request_parse(api_kind kind, const char *body, size_t len, const char *m
                         " GET /v1/models)",
                         rq->model, model_name);
     if (kind == API_COMPLETIONS ? parse_prompt(rq, e) : parse_messages(rq, e)) return -1;
+    if (kind == API_CHAT && parse_chat_kwargs(rq, e)) return -1;
     /* max_completion_tokens is the newer name of max_tokens in chat */
     const char *mt_name = kind == API_CHAT && field(rq, "max_completion_tokens")
                               ? "max_completion_tokens"
@@ -617,6 +744,9 @@ struct api_reply {
     mt_http_stream *st;
     char *text; /* the whole text, when not streaming */
     size_t len, cap;
+    bool reasoning; /* a thinking model's chat reply: reasoning_content too */
+    char *rtext;    /* the whole reasoning, when not streaming */
+    size_t rlen, rcap;
     api_reply_done_fn on_done;
     void *done_ctx;
 };
@@ -652,7 +782,12 @@ void api_reply_free(api_reply *r) {
     mt_http_stream_release(r->st);
     free(r->model);
     free(r->text);
+    free(r->rtext);
     free(r);
+}
+
+void api_reply_set_reasoning(api_reply *r, bool on) {
+    r->reasoning = on && r->kind == API_CHAT;
 }
 
 static json_t *usage_json(const api_gen_result *g) {
@@ -708,24 +843,42 @@ static int begin_events(api_reply *r) {
                       chunk(r, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
 }
 
+/* Appends s[0..n) to a growing text (NUL-terminated); false when out of memory. */
+static bool append(char **text, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = 2 * (*len + n + 1) + 256;
+        char *t = realloc(*text, c);
+        if (!t) return false;
+        *text = t, *cap = c;
+    }
+    memcpy(*text + *len, s, n);
+    *len += n;
+    (*text)[*len] = 0;
+    return true;
+}
+
 static int reply_text(void *ctx, const char *s, size_t n) {
     api_reply *r = ctx;
     if (!r->stream) {
-        if (r->len + n + 1 > r->cap) {
-            size_t cap = 2 * (r->len + n + 1) + 256;
-            char *t = realloc(r->text, cap);
-            if (!t) return -1;
-            r->text = t, r->cap = cap;
-        }
-        memcpy(r->text + r->len, s, n);
-        r->len += n;
-        r->text[r->len] = 0;
+        if (!append(&r->text, &r->len, &r->cap, s, n)) return -1;
         return mt_http_stream_gone(r->st) ? -1 : 0;
     }
     if (begin_events(r)) return -1;
     json_t *piece = text_json(s, n);
     return send_event(
         r, chunk(r, r->kind == API_CHAT ? json_pack("{s:o}", "content", piece) : piece, NULL));
+}
+
+/* A thinking model's reasoning: collected, or streamed as reasoning_content deltas. */
+static int reply_reasoning(void *ctx, const char *s, size_t n) {
+    api_reply *r = ctx;
+    if (!r->reasoning) return 0;
+    if (!r->stream) {
+        if (!append(&r->rtext, &r->rlen, &r->rcap, s, n)) return -1;
+        return mt_http_stream_gone(r->st) ? -1 : 0;
+    }
+    if (begin_events(r)) return -1;
+    return send_event(r, chunk(r, json_pack("{s:o}", "reasoning_content", text_json(s, n)), NULL));
 }
 
 static void reply_done(void *ctx, const api_gen_result *g) {
@@ -767,6 +920,9 @@ static void reply_done(void *ctx, const api_gen_result *g) {
                              : json_pack("{s:s, s:i, s:n, s:s}", "text", "", "index", 0, "logprobs",
                                          "finish_reason", g->finish_reason);
         if (r->kind != API_CHAT) json_object_set_new(choice, "text", text);
+        if (r->reasoning)
+            json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
+                                r->rtext ? text_json(r->rtext, r->rlen) : json_null());
         json_object_set_new(o, "choices", json_pack("[o]", choice));
         json_object_set_new(o, "usage", usage_json(g));
         mt_http_response resp = {.status = 200, .json = o};
@@ -776,5 +932,6 @@ static void reply_done(void *ctx, const api_gen_result *g) {
 }
 
 api_gen_sink api_reply_sink(api_reply *r) {
-    return (api_gen_sink){reply_text, reply_done, r};
+    return (api_gen_sink){
+        .text = reply_text, .done = reply_done, .ctx = r, .reasoning = reply_reasoning};
 }

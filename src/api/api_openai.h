@@ -53,6 +53,9 @@ typedef struct api_request {
     char *stop[API_MAX_STOP]; /* heap copies */
     int n_stop;
     bool stream, include_usage;
+    /* chat: chat_template_kwargs, the template variables asked for (an object whose size,
+     * names and known values were checked; points into root), or NULL */
+    const json_t *chat_kwargs;
 } api_request;
 
 /* Parses a request body and checks every field against OpenAI's rules and
@@ -79,5 +82,8 @@ api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool inc
 api_gen_sink api_reply_sink(api_reply *r);
 /* Frees a reply that was never submitted (its stream reference too). */
 void api_reply_free(api_reply *r);
+/* A chat reply of a model that thinks: the message carries reasoning_content (null when
+ * there was none) and the stream reasoning_content deltas. */
+void api_reply_set_reasoning(api_reply *r, bool on);
 
 #endif

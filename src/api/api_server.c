@@ -12,6 +12,7 @@
 #include "api_engine.h"
 #include "api_keys.h"
 #include "api_openai.h"
+#include "api_template.h"
 #include "moontail/http.h"
 
 #include <sodium.h>
@@ -29,8 +30,9 @@ struct mt_api_server {
     mt_http_server *http;
     char url[200];
     char *model_name;
-    api_chat_format chat;
-    int32_t chat_end; /* the token that ends an assistant turn, or -1 */
+    api_template *tmpl;   /* the model's chat template (Jinja, or a built-in family) */
+    api_chat_format chat; /* the family it resembles: reasoning split, fallback */
+    int32_t chat_end;     /* the token that ends an assistant turn, or -1 */
     int32_t max_ctx;
     int chat_max_tokens;
     json_int_t started;
@@ -101,13 +103,37 @@ static void request_done(void *ctx, const api_gen_result *r) {
     free(n);
 }
 
+/* A chat request's prompt through the model's chat template; a conversation the
+ * template refuses is the client's error. */
+static int64_t chat_ids(mt_api_server *s, const api_request *rq, int32_t **ids, api_error *e) {
+    json_t *msgs = api_template_messages_json(rq->messages, rq->n_messages,
+                                              json_object_get(rq->root, "messages"));
+    if (!msgs) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    api_template_input in = {
+        .messages = msgs, .kwargs = rq->chat_kwargs, .add_generation_prompt = true};
+    api_template_error te;
+    int64_t n = api_template_tokenize(s->tmpl, &in, ids, &te);
+    json_decref(msgs);
+    if (n < 0 && te.refused)
+        return api_fail(e, 400, "invalid_request_error", "messages", NULL, "%s", te.err.msg);
+    if (n < 0)
+        return api_fail(e, 500, "server_error", NULL, NULL, "The prompt could not be made: %s",
+                        te.err.msg);
+    return n;
+}
+
 /* The request's prompt as token ids (completions: like `moontail run -p`;
  * chat: through the chat template). */
 static int64_t prompt_ids(mt_api_server *s, const api_request *rq, int32_t **ids, api_error *e) {
     mt_error err = {{0}};
-    int64_t n = rq->kind == API_CHAT
-                    ? api_chat_tokenize(s->chat, s->vocab, rq->messages, rq->n_messages, ids, &err)
-                    : mt_tokenize(s->vocab, rq->prompt, rq->prompt_len, true, true, ids, &err);
+    if (rq->kind == API_CHAT) {
+        int64_t n = chat_ids(s, rq, ids, e);
+        if (n == 0)
+            return api_fail(e, 400, "invalid_request_error", "messages", NULL,
+                            "The chat template made an empty prompt");
+        return n;
+    }
+    int64_t n = mt_tokenize(s->vocab, rq->prompt, rq->prompt_len, true, true, ids, &err);
     if (n < 0)
         return api_fail(e, 400, "invalid_request_error",
                         rq->kind == API_CHAT ? "messages" : "prompt", NULL,
@@ -169,6 +195,8 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
     p.max_tokens = (int32_t)max_tokens;
     p.sp = rq.sp;
     p.end_token = kind == API_CHAT ? s->chat_end : -1;
+    /* a thinking model's chat reply is split into reasoning and answer */
+    if (kind == API_CHAT) api_chat_reasoning(s->chat, s->vocab, p.prompt, p.n_prompt, &p.reasoning);
     for (int i = 0; i < rq.n_stop; i++) {
         p.stop[i] = rq.stop[i];
         rq.stop[i] = NULL;
@@ -182,6 +210,7 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
         goto fail;
     }
     *note = (req_note){s, key, kind, rq.stream, t0};
+    api_reply_set_reasoning(reply, p.reasoning.on);
     api_gen_sink sink = api_reply_sink(reply);
     int running = 0, queued = 0;
     if (api_engine_submit(s->engine, &p, &sink, &running, &queued)) {
@@ -331,15 +360,30 @@ static int check_config(const mt_api_config *c, mt_error *err) {
     return 0;
 }
 
-static void log_chat_template(mt_api_server *s) {
-    mt_error err = {{0}};
-    char *tmpl = gguf_get_string(s->backend->model->gguf, "tokenizer.chat_template", &err);
+static void template_log(void *ctx, const char *msg) {
+    say(ctx, "%s", msg);
+}
+
+static int log_chat_template(mt_api_server *s, mt_error *err) {
+    char *tmpl = gguf_get_string(s->backend->model->gguf, "tokenizer.chat_template", NULL);
     bool known = false;
-    s->chat = api_chat_detect(tmpl, &known);
-    s->chat_end = api_chat_end_token(s->chat, s->vocab);
-    if (known)
-        say(s, "chat template: %s (recognised in the model's tokenizer.chat_template)",
-            api_chat_format_name(s->chat));
+    api_chat_detect(tmpl, &known);
+    s->tmpl = api_template_new(tmpl, s->vocab, template_log, s);
+    if (!s->tmpl) {
+        free(tmpl);
+        return mt_error_set(err, "out of memory for the chat template");
+    }
+    s->chat = api_template_family(s->tmpl);
+    s->chat_end = api_template_end_token(s->tmpl);
+    const char *thinks = api_chat_thinks(s->chat) ? "; chat replies carry the model's reasoning"
+                                                    " in reasoning_content"
+                                                  : "";
+    if (api_template_is_jinja(s->tmpl))
+        say(s, "chat template: the model's own (tokenizer.chat_template, run as Jinja%s%s)%s",
+            known ? "; " : "", known ? api_chat_format_name(s->chat) : "", thinks);
+    else if (known)
+        say(s, "chat template: %s (recognised in the model's tokenizer.chat_template)%s",
+            api_chat_format_name(s->chat), thinks);
     else if (tmpl)
         say(s, "the model's chat template is of no family this server knows; chat uses ChatML"
                " (<|im_start|>role ... <|im_end|>)");
@@ -347,9 +391,10 @@ static void log_chat_template(mt_api_server *s) {
         say(s, "the model has no chat template (tokenizer.chat_template); chat uses ChatML"
                " (<|im_start|>role ... <|im_end|>)");
     if (s->chat_end < 0 && !known)
-        say(s, "the vocabulary has no <|im_end|> token: chat turns end only at the model's"
-               " end-of-generation tokens");
+        say(s, "no token ends an assistant turn of this template (<|im_end|>): chat turns end"
+               " only at the model's end-of-generation tokens");
     free(tmpl);
+    return 0;
 }
 
 mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
@@ -397,7 +442,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
         mt_error_set(err, "out of memory");
         goto fail;
     }
-    log_chat_template(s);
+    if (log_chat_template(s, err)) goto fail;
     int parallel = c->parallel > 0 ? c->parallel : 4, queue = c->queue >= 0 ? c->queue : 16;
     if (!(s->engine = api_engine_start(s->backend, s->vocab, parallel, queue, err))) goto fail;
     mt_http_server_config hc = {.addr = c->listen ? c->listen : "127.0.0.1:8080",
@@ -426,6 +471,7 @@ void mt_api_server_stop(mt_api_server *s) {
     if (!s) return;
     mt_http_server_stop(s->http); /* no new requests; open streams are cut */
     api_engine_stop(s->engine);   /* running requests end at their next token */
+    api_template_free(s->tmpl);
     mt_vocab_free(s->vocab);
     if (s->backend) s->backend->destroy(s->backend);
     api_keys_free(&s->keys);

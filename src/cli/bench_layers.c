@@ -270,9 +270,11 @@ int bench_layer_times(const mt_model *m, const char *model_path, int threads, co
         return 1;
     }
     /* every page once, so that no timed step pays for a fault */
-    const volatile uint8_t *bytes = m->gguf->base;
     uint8_t acc = 0;
-    for (size_t i = 0; i < m->gguf->size; i += 4096) acc ^= bytes[i];
+    for (uint32_t k = 0; k < m->gguf->n_parts; k++) { /* every file of a split model */
+        const volatile uint8_t *bytes = m->gguf->parts[k].base;
+        for (size_t i = 0; i < m->gguf->parts[k].size; i += 4096) acc ^= bytes[i];
+    }
     (void)acc;
     for (int i = 0; i < n_b; i++) {
         if (time_decode(m, pool, bs[i], ctx, runs, attn_matmul, expert, n_moe, &dec[i], &err))

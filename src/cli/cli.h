@@ -29,6 +29,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_setup(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 /* The median of v[0..n) (n > 0); sorts v (cmd_bench.c). */
 double bench_median(double *v, int n);
@@ -78,6 +79,10 @@ void cli_block_stop_signals(sigset_t *sigs, bool hup);
  * cli_config_file.c), before the command line's own. 0, or -1 after saying
  * what is wrong with the file. */
 int cli_expand_config(int *argc, char ***argv);
+
+/* Memory a node offers (mt_node_config.memory_bytes) for --memory-mb N: N MB, or when N
+ * is 0, 70% of the RAM available now. */
+uint64_t cli_memory_offered(int64_t memory_mb);
 
 /* FOR TESTS ONLY: `moontail node --misbehave corrupt-output[:RATE]` (docs/testing.md) as the
  * fraction of replies to corrupt (RATE in (0, 1], default 1); false after saying what is

@@ -1,6 +1,7 @@
 /* cli_args.c - argument parsing helpers shared by the subcommands. Every
  * value is checked; messages name the option and what was expected. */
 #include "cli.h"
+#include "moontail/hwinfo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -152,4 +153,11 @@ bool cli_spot_check(const char *cmd, float value, double *rate) {
     }
     *rate = value;
     return true;
+}
+
+uint64_t cli_memory_offered(int64_t memory_mb) {
+    if (memory_mb > 0) return (uint64_t)memory_mb * 1000000;
+    mt_hwinfo hw;
+    mt_hwinfo_detect(NULL, &hw);
+    return hw.ram_available > 0 ? (uint64_t)hw.ram_available / 10 * 7 : 0;
 }

@@ -78,9 +78,11 @@ static int32_t argmax(const float *v, int32_t n) {
 /* Reads every page of the mapping once, so the first timed run does not
  * pay for faults or disk reads. */
 static void touch_file(const mt_model *m) {
-    const volatile uint8_t *p = m->gguf->base;
     uint8_t acc = 0;
-    for (size_t i = 0; i < m->gguf->size; i += 4096) acc ^= p[i];
+    for (uint32_t k = 0; k < m->gguf->n_parts; k++) { /* every file of a split model */
+        const volatile uint8_t *p = m->gguf->parts[k].base;
+        for (size_t i = 0; i < m->gguf->parts[k].size; i += 4096) acc ^= p[i];
+    }
     (void)acc;
 }
 
@@ -224,7 +226,7 @@ int cmd_bench(int argc, char **argv) {
     if (json) {
         json_t *o = json_object(), *ja = json_array();
         json_object_set_new(o, "model", json_string(model_path ? model_path : "(built-in)"));
-        json_object_set_new(o, "file_bytes", json_integer((json_int_t)m->gguf->size));
+        json_object_set_new(o, "file_bytes", json_integer((json_int_t)gguf_total_size(m->gguf)));
         json_object_set_new(o, "threads", json_integer(n_threads));
         json_object_set_new(o, "kernels", json_string(quant_kernel_name()));
         json_object_set_new(o, "prompt_tokens", json_integer(n_prompt));
@@ -247,8 +249,7 @@ int cmd_bench(int argc, char **argv) {
         json_decref(o);
     } else {
         printf("model    %s (%s, %d layers, %.2f GB file)\n", model_path ? model_path : "built-in",
-               m->hp.arch_name, m->hp.n_layer,
-               (double)m->gguf->size / 1e9);
+               m->hp.arch_name, m->hp.n_layer, (double)gguf_total_size(m->gguf) / 1e9);
         printf("threads  %d, kernels %s, prompt %lld tokens, decode %lld tokens, %lld runs\n",
                n_threads, quant_kernel_name(), (long long)n_prompt, (long long)n_gen,
                (long long)runs);

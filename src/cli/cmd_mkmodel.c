@@ -4,6 +4,7 @@
 #include "moontail/synth_model.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char usage[] =
@@ -31,6 +32,11 @@ static const char usage[] =
     "  --logit-gain X       output head scale (default 5; larger = more peaked)\n"
     "  --readable           byte vocabulary: favour letters, digits, spaces and punctuation\n"
     "                       (text that a terminal shows, like the built-in model's)\n"
+    "  --special-token TEXT byte vocabulary: add a control token (repeatable, ids from 259\n"
+    "                       in the order given, with --added-token; at most 32 in all)\n"
+    "  --added-token TEXT   byte vocabulary: add a user-defined token (matched in any text\n"
+    "                       and shown in output, like DeepSeek R1's and Qwen3's <think>)\n"
+    "  --chat-template FILE byte vocabulary: FILE's text as tokenizer.chat_template\n"
     "\n"
     "kimi-linear and kimi-k3 (defaults: the real layer and expert counts, kimi-linear 27\n"
     "layers, 256 experts, 8 used; kimi-k3 93 layers, 896 experts, 16 used; embd 64):\n"
@@ -44,13 +50,19 @@ static const char usage[] =
     "  --latent N           routed experts' latent width, 0 = off (default 32)\n"
     "  --situ-beta X --situ-linear-beta X   situ activation (defaults 2 and 3)\n"
     "  --gate-lower-bound X KDA decay gate bound, 0 = none (softplus gate; default -5)\n"
-    "  --no-mla-gate        no attn_gate on MLA layers\n";
+    "  --no-mla-gate        no attn_gate on MLA layers\n"
+    "for tests of the loader's checks (the file is then refused):\n"
+    "  --extra-tensor NAME  also a tensor NAME (F32, embd) that no architecture uses\n"
+    "  --arch-name NAME     general.architecture = NAME, other keys as --arch writes them\n";
 
 int cmd_mkmodel(int argc, char **argv) {
     const char *arch = "qwen3moe", *out = NULL;
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--arch") == 0) arch = argv[i + 1];
     mt_synth_params p = mt_synth_default_params(arch);
+    const char *added[32];
+    bool control[32];
+    char *tmpl = NULL;
     static const struct {
         const char *opt;
         size_t off;
@@ -97,12 +109,13 @@ int cmd_mkmodel(int argc, char **argv) {
         bool matched = false;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
+            free(tmpl);
             return 0;
         }
         for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
             if (strcmp(a, ints[k].opt) != 0) continue;
             if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, ints[k].lo, ints[k].hi, &n))
-                return 2;
+                goto usage_error;
             *(int32_t *)((char *)&p + ints[k].off) = (int32_t)n;
             matched = true;
         }
@@ -110,37 +123,38 @@ int cmd_mkmodel(int argc, char **argv) {
             if (strcmp(a, floats[k].opt) != 0) continue;
             if (!(v = cli_value(argc, argv, &i)) ||
                 !cli_float(a, v, (float *)((char *)&p + floats[k].off)))
-                return 2;
+                goto usage_error;
             matched = true;
         }
         if (matched) continue;
         if (strcmp(a, "-o") == 0) {
-            if (!(out = cli_value(argc, argv, &i))) return 2;
+            if (!(out = cli_value(argc, argv, &i))) goto usage_error;
         } else if (strcmp(a, "--arch") == 0) {
-            if (!cli_value(argc, argv, &i)) return 2;
+            if (!cli_value(argc, argv, &i)) goto usage_error;
         } else if (strcmp(a, "--type") == 0) {
-            if (!(v = cli_value(argc, argv, &i))) return 2;
+            if (!(v = cli_value(argc, argv, &i))) goto usage_error;
             int t = mt_type_from_name(v);
             if (t < 0) {
                 fprintf(stderr, "moontail mkmodel: unknown type '%s'\n", v);
-                return 2;
+                goto usage_error;
             }
             p.type = (mt_type)t;
         } else if (strcmp(a, "--expert-type") == 0) {
-            if (!(v = cli_value(argc, argv, &i))) return 2;
+            if (!(v = cli_value(argc, argv, &i))) goto usage_error;
             if ((p.expert_type = mt_type_from_name(v)) < 0) {
                 fprintf(stderr, "moontail mkmodel: unknown type '%s'\n", v);
-                return 2;
+                goto usage_error;
             }
         } else if (strcmp(a, "--mla-layers") == 0) {
-            if (!(p.mla_layers = cli_value(argc, argv, &i))) return 2;
+            if (!(p.mla_layers = cli_value(argc, argv, &i))) goto usage_error;
         } else if (strcmp(a, "--seed") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 0, INT64_MAX, &n)) return 2;
+            if (!(v = cli_value(argc, argv, &i)) || !cli_int(a, v, 0, INT64_MAX, &n))
+                goto usage_error;
             p.seed = (uint64_t)n;
         } else if (strcmp(a, "--vocab") == 0) {
-            if (!(p.vocab = cli_value(argc, argv, &i))) return 2;
+            if (!(p.vocab = cli_value(argc, argv, &i))) goto usage_error;
         } else if (strcmp(a, "--pre") == 0) {
-            if (!(p.pre = cli_value(argc, argv, &i))) return 2;
+            if (!(p.pre = cli_value(argc, argv, &i))) goto usage_error;
         } else if (strcmp(a, "--no-mla-gate") == 0) {
             p.mla_gate = false;
         } else if (strcmp(a, "--dense") == 0) {
@@ -153,20 +167,49 @@ int cmd_mkmodel(int argc, char **argv) {
             p.rope_freqs = true;
         } else if (strcmp(a, "--readable") == 0) {
             p.readable = true;
+        } else if (strcmp(a, "--special-token") == 0 || strcmp(a, "--added-token") == 0) {
+            if (!(v = cli_value(argc, argv, &i))) goto usage_error;
+            if (p.n_added == 32) {
+                fprintf(stderr, "moontail mkmodel: at most 32 added tokens\n");
+                goto usage_error;
+            }
+            control[p.n_added] = a[2] == 's';
+            added[p.n_added++] = v;
+        } else if (strcmp(a, "--chat-template") == 0) {
+            size_t len = 0;
+            if (!(v = cli_value(argc, argv, &i))) goto usage_error;
+            free(tmpl);
+            if (!(tmpl = cli_read_file(v, &len))) goto usage_error;
+            if (strlen(tmpl) != len) {
+                fprintf(stderr, "moontail mkmodel: the chat template %s holds a NUL byte\n", v);
+                goto usage_error;
+            }
+            p.chat_template = tmpl;
+        } else if (strcmp(a, "--extra-tensor") == 0) {
+            if (!(p.extra_tensor = cli_value(argc, argv, &i))) goto usage_error;
+        } else if (strcmp(a, "--arch-name") == 0) {
+            if (!(p.arch_name = cli_value(argc, argv, &i))) goto usage_error;
         } else {
             fprintf(stderr,
                     "moontail mkmodel: unknown option '%s'; see 'moontail mkmodel --help'\n", a);
-            return 2;
+            goto usage_error;
         }
     }
     if (!out) {
         fprintf(stderr, "moontail mkmodel: -o FILE is required\n");
-        return 2;
+        goto usage_error;
     }
+    p.added_tokens = added;
+    p.added_control = control;
     mt_error err = {{0}};
+    int rc = 0;
     if (mt_synth_write(&p, out, &err)) {
         fprintf(stderr, "moontail mkmodel: %s\n", err.msg);
-        return 1;
+        rc = 1;
     }
-    return 0;
+    free(tmpl);
+    return rc;
+usage_error:
+    free(tmpl);
+    return 2;
 }

@@ -39,10 +39,16 @@ static const char usage[] =
     "                        all interfaces only when asked: 0.0.0.0:PORT or [::]:PORT)\n"
     "  --partner ADDR=KEY    a node holding the other routed experts of a paired layer\n"
     "                        (its address and 64-hex-digit public key); repeatable\n"
-    "  --max-sessions N      sessions kept at once, least recently used evicted (default 64)\n"
+    "  --memory-mb N         memory offered for the weights and the sessions' caches\n"
+    "                        (default 70% of the RAM available at start); sets the\n"
+    "                        defaults of --ctx and --max-sessions\n"
+    "  --max-sessions N      sessions kept at once, least recently used evicted (default:\n"
+    "                        as many as the memory holds at 4096 positions each, 1-64)\n"
     "  --session-idle-s N    a session unused for N seconds expires, its KV cache freed\n"
     "                        (a requester that died never ends it; default 600)\n"
-    "  --ctx N               positions per session (default min(model context, 4096))\n"
+    "  --ctx N               positions per session (default: the longest one session can\n"
+    "                        fill in the memory left after the weights, at most the\n"
+    "                        model's context; caches grow as they are used)\n"
     "  --max-batch N         tokens computed per step (default 4096)\n"
     "  --threads N           compute threads (default: all CPUs)\n"
     "  --quiet               no log lines on stderr\n";
@@ -132,7 +138,8 @@ int cmd_node(int argc, char **argv) {
                *cert_path = NULL;
     const char *misbehave = NULL; /* testing only, not in the usage (docs/testing.md) */
     double corrupt_rate = 0;
-    int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0, session_idle_s = 0;
+    int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0, session_idle_s = 0,
+            memory_mb = 0;
     bool quiet = false;
     mt_node_partner *partners = NULL;
     char **addrs = NULL;
@@ -150,6 +157,7 @@ int cmd_node(int argc, char **argv) {
         {"--max-sessions", CLI_INT, &max_sessions, 1, 1 << 20},
         {"--session-idle-s", CLI_INT, &session_idle_s, 1, 7 * 86400},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
+        {"--memory-mb", CLI_INT, &memory_mb, 1, 1LL << 40},
         {"--max-batch", CLI_INT, &max_batch, 1, 1 << 20},
         {"--threads", CLI_INT, &threads, 1, 1024},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
@@ -212,6 +220,7 @@ int cmd_node(int argc, char **argv) {
                           .n_partners = n_partners,
                           .max_sessions = (int)max_sessions,
                           .n_ctx = (int)ctx,
+                          .memory_bytes = cli_memory_offered(memory_mb),
                           .threads = (int)threads,
                           .max_batch_tokens = (int)max_batch,
                           .session_idle_ms = (int)session_idle_s * 1000,

@@ -40,7 +40,8 @@ static const char usage[] =
     "  --name NAME           shown in status (default: host name)\n"
     "  --capacity-mb N       shard bytes offered (default 70% of available RAM)\n"
     "  --speed X             skip the self-benchmark (1.0 = 10 GB/s of memory reads)\n"
-    "  --max-sessions N --ctx N --threads N   as for a node without a registry\n"
+    "  --memory-mb N --max-sessions N --ctx N --threads N   as for a node without a\n"
+    "                        registry\n"
     "  --session-idle-s N    a session unused for N seconds expires (default 600)\n"
     "  --quiet               no log lines on stderr\n";
 
@@ -48,7 +49,8 @@ int cmd_node_agent(int argc, char **argv) {
     const char *registry = NULL, *token = NULL, *token_file = NULL, *key = "node.key",
                *data = "moontail-data", *listen = "127.0.0.1:7411", *shard_listen = NULL,
                *name = NULL;
-    int64_t capacity_mb = 0, max_sessions = 0, ctx = 0, threads = 0, session_idle_s = 0;
+    int64_t memory_mb = 0, capacity_mb = 0, max_sessions = 0, ctx = 0, threads = 0,
+            session_idle_s = 0;
     float speed = 0;
     const char *tunnel = NULL, *tunnel_pattern = NULL;
     int64_t tunnel_wait_s = 60;
@@ -68,6 +70,7 @@ int cmd_node_agent(int argc, char **argv) {
         {"--max-sessions", CLI_INT, &max_sessions, 1, 1 << 20},
         {"--session-idle-s", CLI_INT, &session_idle_s, 1, 7 * 86400},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
+        {"--memory-mb", CLI_INT, &memory_mb, 1, 1LL << 40},
         {"--threads", CLI_INT, &threads, 1, 1024},
         {"--tunnel", CLI_STRING, &tunnel, 0, 0},
         {"--tunnel-pattern", CLI_STRING, &tunnel_pattern, 0, 0},
@@ -113,6 +116,7 @@ int cmd_node_agent(int argc, char **argv) {
                          .threads = (int)threads,
                          .max_sessions = (int)max_sessions,
                          .n_ctx = (int)ctx,
+                         .memory_bytes = cli_memory_offered(memory_mb),
                          .session_idle_ms = (int)session_idle_s * 1000,
                          .tunnel = tunnel,
                          .tunnel_pattern = tunnel_pattern,

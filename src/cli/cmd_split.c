@@ -1,22 +1,31 @@
 /* cmd_split.c - `moontail split`: cuts one shard out of a model, or a whole
- * plan's set of shards with its manifest (see moontail/shard.h). */
+ * plan's set of shards with its manifest (see moontail/shard.h), or writes
+ * the model as the N files of a split model (gguf-split's layout). */
 #include "cli.h"
 #include "cli_shard_io.h"
+#include "moontail/model.h"
+#include "moontail/progress.h"
 #include "moontail/shard.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char usage[] =
     "usage: moontail split MODEL --layers A:B [--experts LIST | --no-experts]\n"
     "                            [--attention | --no-attention] [--head] -o FILE\n"
     "       moontail split MODEL --head -o FILE\n"
     "       moontail split MODEL --plan cell:N | swarm:N -o DIR\n"
+    "       moontail split MODEL --parts N -o PREFIX\n"
     "\n"
     "Writes a shard: a GGUF file holding part of MODEL's tensors, with moontail.shard.*\n"
-    "metadata and a content hash of every tensor.\n"
+    "metadata and a content hash of every tensor. With --parts, writes MODEL again as\n"
+    "the N files of a split model instead.\n"
+    "\n"
+    "MODEL may be a single GGUF file or any file of a split model (NAME-00001-of-0000N.gguf\n"
+    "... as llama.cpp's gguf-split writes them): the other files are found next to it.\n"
     "\n"
     "  --layers A:B     layers [A, B): 0-based, B exclusive (0:8 is the first 8 layers)\n"
     "  --experts LIST   only these routed experts of each MoE layer, e.g. 0,3,5-9\n"
@@ -30,8 +39,14 @@ static const char usage[] =
     "  --plan cell:N    one head shard + N pipeline stages of whole layers, balanced by bytes\n"
     "  --plan swarm:N   one backbone shard (head + all attention parts) + N shards of\n"
     "                   routed experts, each a contiguous range of expert ids\n"
-    "  -o PATH          the shard file, or with --plan the output directory (files\n"
-    "                   <model>-<role>-<k>.gguf and <model>-<mode>-manifest.json)\n"
+    "  --parts N        the files PREFIX-00001-of-0000N.gguf ... in gguf-split's layout\n"
+    "                   (llama.cpp opens them): all metadata in the first, the tensors in\n"
+    "                   model order cut into N runs of nearly equal bytes; N = 1 merges a\n"
+    "                   split model into one file\n"
+    "  -o PATH          the shard file, with --plan the output directory (files\n"
+    "                   <model>-<role>-<k>.gguf and <model>-<mode>-manifest.json), with\n"
+    "                   --parts the name before -0000k-of-0000N.gguf (a final .gguf is\n"
+    "                   dropped)\n"
     "  --hash-cache PATH  where the model's hashes are kept between runs (default\n"
     "                   $XDG_CACHE_HOME/moontail/hashes.sqlite or ~/.cache/moontail/;\n"
     "                   'none': no cache)\n"
@@ -94,6 +109,73 @@ static int split_plan(const gguf_file *f, const char *plan_s, const char *out, m
     return 0;
 }
 
+typedef struct parts_bar {
+    mt_progress bar;
+    struct timespec t0;
+} parts_bar;
+
+static void parts_progress(void *ctx, uint64_t done, uint64_t total) {
+    parts_bar *pb = ctx;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double dt = (double)(t.tv_sec - pb->t0.tv_sec) + (t.tv_nsec - pb->t0.tv_nsec) / 1e9;
+    double rate = dt > 0 ? (double)done / dt : 0;
+    mt_progress_update(&pb->bar, done, total, rate, rate > 0 ? (double)(total - done) / rate : -1);
+}
+
+/* --parts: the model as n files of a split set, each tagged with the
+ * model's identity so that parts of different models are never mixed. */
+static int split_parts(const gguf_file *f, int64_t n, const char *out) {
+    mt_error err = {{0}};
+    char prefix[4096];
+    size_t ol = strlen(out);
+    if (ol >= sizeof prefix - 32) {
+        fprintf(stderr, "moontail split: -o %s: the name is too long\n", out);
+        return 2;
+    }
+    memcpy(prefix, out, ol + 1);
+    if (ol > 5 && strcmp(prefix + ol - 5, ".gguf") == 0) prefix[ol - 5] = 0;
+    if ((uint64_t)n > f->n_tensors) {
+        fprintf(stderr,
+                "moontail split: --parts %lld: %s has %llu tensors and every part needs one; use"
+                " at most %llu parts\n",
+                (long long)n, f->path, (unsigned long long)f->n_tensors,
+                (unsigned long long)f->n_tensors);
+        return 2;
+    }
+    char id[MT_SHARD_HASH_HEX];
+    fprintf(stderr, "hashing %s (%.1f MiB) for the parts' model identity\n", f->path,
+            (double)gguf_total_size(f) / (1024.0 * 1024.0));
+    if (mt_shard_source_id(f, id, NULL, &err)) goto fail;
+    uint64_t *first = malloc(((size_t)n + 1) * sizeof *first);
+    if (!first) {
+        mt_error_set(&err, "out of memory");
+        goto fail;
+    }
+    parts_bar pr;
+    mt_progress_init(&pr.bar, stderr, "writing parts");
+    clock_gettime(CLOCK_MONOTONIC, &pr.t0);
+    if (gguf_split_write(f, (uint32_t)n, prefix, id, first, parts_progress, &pr, &err)) {
+        free(first);
+        goto fail;
+    }
+    for (int64_t k = 0; k < n; k++) {
+        char path[4200];
+        gguf_split_path(path, sizeof path, prefix, (uint32_t)k, (uint32_t)n);
+        uint64_t bytes = 0;
+        for (uint64_t i = first[k]; i < first[k + 1]; i++) bytes += f->tensors[i].nbytes;
+        printf("wrote %s: %llu tensors, %.1f MiB of tensors%s\n", path,
+               (unsigned long long)(first[k + 1] - first[k]), (double)bytes / (1024.0 * 1024.0),
+               k == 0 ? " and the metadata" : "");
+    }
+    printf("model identity %s\n", id);
+    free(first);
+    return 0;
+fail:
+    fprintf(stderr, "moontail split: %s\n", err.msg);
+    return 1;
+}
+
 int cmd_split(int argc, char **argv) {
     if (argc < 2 || argv[1][0] == '-') {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -106,8 +188,9 @@ int cmd_split(int argc, char **argv) {
     const char *model = argv[1], *layers = NULL, *experts = NULL, *plan = NULL, *out = NULL;
     const char *hash_cache = NULL;
     bool no_experts = false, attention = false, no_attention = false, head = false, rehash = false;
-    int64_t threads = 0;
+    int64_t threads = 0, parts = 0;
     const cli_opt opts[] = {
+        {"--parts", CLI_INT, &parts, 1, GGUF_SPLIT_MAX_PARTS},
         {"--layers", CLI_STRING, &layers, 0, 0},
         {"--experts", CLI_STRING, &experts, 0, 0},
         {"--no-experts", CLI_FLAG, &no_experts, 0, 0},
@@ -124,7 +207,15 @@ int cmd_split(int argc, char **argv) {
     int prc = cli_parse("split", argc - 1, argv + 1, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
     if (!out) {
-        fprintf(stderr, "moontail split: -o %s is required\n", plan ? "DIR" : "FILE");
+        fprintf(stderr, "moontail split: -o %s is required\n",
+                plan    ? "DIR"
+                : parts ? "PREFIX"
+                        : "FILE");
+        return 2;
+    }
+    if (parts && (plan || layers || experts || no_experts || attention || no_attention || head)) {
+        fprintf(stderr, "moontail split: --parts writes the whole model again; drop --plan,"
+                        " --layers, --experts, --attention and --head\n");
         return 2;
     }
     if (plan && (layers || experts || no_experts || attention || no_attention || head)) {
@@ -132,8 +223,8 @@ int cmd_split(int argc, char **argv) {
                         " --experts, --attention and --head\n");
         return 2;
     }
-    if (!plan && !layers && !head) {
-        fprintf(stderr, "moontail split: give --layers A:B, --head or --plan MODE:N\n");
+    if (!plan && !layers && !head && !parts) {
+        fprintf(stderr, "moontail split: give --layers A:B, --head, --plan MODE:N or --parts N\n");
         return 2;
     }
     if (attention && no_attention) {
@@ -151,9 +242,16 @@ int cmd_split(int argc, char **argv) {
 
     mt_error err = {{0}};
     gguf_file *f = gguf_open(model, &err);
-    if (!f) {
+    /* what a node would refuse is refused here, before anything is written */
+    if (!f || mt_model_check_file(f, &err)) {
         fprintf(stderr, "moontail split: %s\n", err.msg);
+        gguf_close(f);
         return 1;
+    }
+    if (parts) {
+        int rc = split_parts(f, parts, out);
+        gguf_close(f);
+        return rc;
     }
     cli_shard_io sio;
     cli_shard_io_open(&sio, "split", hash_cache, rehash, (int)threads);

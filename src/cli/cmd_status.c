@@ -99,6 +99,21 @@ int cmd_status(int argc, char **argv) {
            num(s, "min_replicas_serving"), replicas, num(s, "queue"),
            json_number_value(json_object_get(s, "tok_per_s")), num(s, "plan_version"));
     if (str(s, "plan_note")[0]) printf("note: %s\n", str(s, "plan_note"));
+    json_t *pipes = json_object_get(s, "pipelines");
+    if (json_array_size(pipes) > 0) { /* a route's context is its stages' smallest */
+        printf("context:");
+        size_t i;
+        json_t *p;
+        json_array_foreach(pipes, i, p) {
+            long long c = num(p, "context");
+            if (c > 0)
+                printf("  pipeline %lld %lld positions", num(p, "replica"), c);
+            else
+                printf("  pipeline %lld %s", num(p, "replica"),
+                       num(p, "stages") > 0 ? "(not reported yet)" : "(no stage serving)");
+        }
+        printf("\n");
+    }
     json_t *reports = json_object_get(s, "reports");
     if (num(s, "nodes_quarantined") > 0 || num(reports, "total") > 0)
         printf("spot-checks: %lld node(s) quarantined; %lld report(s), %lld confirmed by the"

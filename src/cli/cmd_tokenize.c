@@ -13,7 +13,8 @@
 static const char usage[] =
     "usage: moontail tokenize [-m MODEL] (-p TEXT | -f FILE) [--json] [--no-bos] [--no-special]\n"
     "\n"
-    "  -m MODEL      GGUF file whose vocabulary to use (default: the built-in model)\n"
+    "  -m MODEL      GGUF file whose vocabulary to use (default: the built-in model);\n"
+    "                any part of a split model\n"
     "  -p TEXT       text to tokenize\n"
     "  -f FILE       read the text from FILE (bytes as they are)\n"
     "  --json        print {\"tokens\": [...]}\n"
@@ -50,9 +51,14 @@ int cmd_tokenize(int argc, char **argv) {
     mt_vocab *v = NULL;
     int32_t *ids = NULL;
     int64_t n = -1;
-    if (model)
+    if (model) {
+        /* the model's own checks too (a vocabulary-only file has no tensors to check) */
         f = gguf_open(model, &err);
-    else if ((m = cli_open_model(NULL, &err)))
+        if (f && f->n_tensors > 0 && mt_model_check_file(f, &err)) {
+            gguf_close(f);
+            f = NULL;
+        }
+    } else if ((m = cli_open_model(NULL, &err)))
         f = m->gguf;
     if (f && (v = mt_vocab_load(f, &err)))
         n = mt_tokenize(v, text, len, add_special, parse_special, &ids, &err);

@@ -14,6 +14,7 @@ static const char usage[] =
     "commands:\n"
     "  run       generate text from a prompt (default: a built-in synthetic model)\n"
     "  tokenize  print the token ids of a text\n"
+    "  template  print the prompt a model's chat template makes of a conversation\n"
     "  eval      evaluate a token sequence and print the top logits at each position\n"
     "  bench     prefill and decode tokens/s, weight bytes per token, memory bandwidth\n"
     "  mkmodel   write a deterministic synthetic GGUF model\n"
@@ -63,7 +64,8 @@ int main(int argc, char **argv) {
                 {"prompt", cmd_prompt},     {"check", cmd_check},       {"cert", cmd_cert},
                 {"registry", cmd_registry}, {"account", cmd_account},   {"status", cmd_status},
                 {"cell", cmd_cell},         {"pause", cmd_pause},       {"demo", cmd_demo},
-                {"setup", cmd_setup},       {"serve", cmd_serve},       {"shell", cmd_shell}};
+                {"setup", cmd_setup},       {"serve", cmd_serve},       {"shell", cmd_shell},
+                {"template", cmd_template}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

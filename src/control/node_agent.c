@@ -69,7 +69,7 @@ struct mt_agent {
     char want[96];
     partner_set want_partners;
     bool drain;
-    bool beat_now; /* the data plane stopped or started: tell the registry without waiting */
+    bool beat_now;    /* the data plane stopped or started: tell the registry without waiting */
     bool quarantined; /* the registry says so (docs/spot-checking.md) */
     mt_node *node;
     char serving[96];
@@ -202,6 +202,7 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .n_partners = local.n,
                         .max_sessions = a->cfg.max_sessions,
                         .n_ctx = a->cfg.n_ctx,
+                        .memory_bytes = a->cfg.memory_bytes,
                         .threads = a->cfg.threads,
                         .session_idle_ms = a->cfg.session_idle_ms,
                         .quiet = a->cfg.quiet,
@@ -416,7 +417,12 @@ static void parse_partners(json_t *asg, partner_set *ps) {
 /* One heartbeat: report, then act on the answer (caller holds a->lock). */
 static void heartbeat(mt_agent *a) {
     mt_node_stats s = {0};
-    if (a->node) mt_node_get_stats(a->node, &s);
+    int32_t ctx = 0, max_sessions = 0;
+    if (a->node) {
+        mt_node_get_stats(a->node, &s);
+        ctx = mt_node_info(a->node)->n_ctx;
+        max_sessions = mt_node_info(a->node)->max_sessions;
+    }
     mt_node_stats total = a->base;
     add_stats(&total, &s);
     double t = now_s();
@@ -448,8 +454,12 @@ static void heartbeat(mt_agent *a) {
         (json_int_t)(total.served_expert_rows - a->joined.served_expert_rows), "tokens",
         (json_int_t)(total.served_tokens - a->joined.served_tokens), "load", "queue", s.queued,
         "sessions", s.sessions, "kv_bytes", (json_int_t)s.kv_bytes, "tok_per_s", a->tok_per_s,
-        "cert_expires", (json_int_t)a->cert_expires, "capacity",
-        (json_int_t)offered_capacity(a));
+        "cert_expires", (json_int_t)a->cert_expires, "capacity", (json_int_t)offered_capacity(a));
+    if (ctx) { /* what sessions it offers: a route's context is its stages' smallest */
+        json_t *load = json_object_get(body, "load");
+        json_object_set_new(load, "ctx", json_integer(ctx));
+        json_object_set_new(load, "max_sessions", json_integer(max_sessions));
+    }
     if (a->nat && a->public_addr[0]) json_object_set_new(body, "addr", json_string(a->public_addr));
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes/%lld/heartbeat", a->registry, (long long)a->node_id);

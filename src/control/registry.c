@@ -72,7 +72,9 @@ static void open_hash_cache(mt_registry *r) {
  * mistake. */
 static int load_model(mt_registry *r, mt_error *err) {
     r->model = gguf_open(r->cfg.model, err);
-    if (!r->model || mt_shard_layout_read(r->model, &r->layout, err)) return -1;
+    if (!r->model || mt_model_check_file(r->model, err) ||
+        mt_shard_layout_read(r->model, &r->layout, err))
+        return -1;
     mt_error e = {{0}};
     char *arch = gguf_get_string(r->model, "general.architecture", &e);
     if (arch) {

@@ -384,6 +384,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     int64_t q = ok ? int_field(load, "queue", 0, 1 << 30, 0, false, &ok, resp) : 0;
     int64_t ss = ok ? int_field(load, "sessions", 0, 1 << 30, 0, false, &ok, resp) : 0;
     int64_t kvb = ok ? int_field(load, "kv_bytes", 0, INT64_MAX / 4, 0, false, &ok, resp) : 0;
+    int64_t lctx = ok ? int_field(load, "ctx", 0, 1 << 24, 0, false, &ok, resp) : 0;
+    int64_t lms = ok ? int_field(load, "max_sessions", 0, 1 << 24, 0, false, &ok, resp) : 0;
     int64_t expires =
         ok ? int_field(body, "cert_expires", 0, INT64_MAX / 1000, 0, false, &ok, resp) : 0;
     /* a node offers less when its disk turns out too small for a shard (node_agent.c) */
@@ -414,7 +416,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         r, &err,
         "UPDATE nodes SET last_seen = ?, uptime_ms = uptime_ms + ?, ready_shard = ?,"
         " served_token_layers = ?, served_expert_rows = ?, served_tokens = ?, load_queue = ?,"
-        " load_sessions = ?, tok_per_s = ?, load_kv_bytes = ? WHERE id = ?");
+        " load_sessions = ?, tok_per_s = ?, load_kv_bytes = ?, load_ctx = ?, load_max_sessions = ?"
+        " WHERE id = ?");
     bool was_alive = reg_node_alive(r, &n, now);
     if (st) {
         sqlite3_bind_int64(st, 1, now);
@@ -427,7 +430,9 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         sqlite3_bind_int64(st, 8, ss);
         sqlite3_bind_double(st, 9, tok_per_s);
         sqlite3_bind_int64(st, 10, kvb);
-        sqlite3_bind_int64(st, 11, id);
+        sqlite3_bind_int64(st, 11, lctx);
+        sqlite3_bind_int64(st, 12, lms);
+        sqlite3_bind_int64(st, 13, id);
     }
     bool moved = addr && strcmp(addr, n.addr) != 0, resized = capacity != n.capacity;
     bool failed = !st || reg_db_step_done(r, st, &err);

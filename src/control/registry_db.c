@@ -54,6 +54,7 @@ static const char schema[] =
     "  served_tokens INTEGER NOT NULL DEFAULT 0,"
     "  load_queue INTEGER NOT NULL DEFAULT 0, load_sessions INTEGER NOT NULL DEFAULT 0,"
     "  tok_per_s REAL NOT NULL DEFAULT 0, load_kv_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  load_ctx INTEGER NOT NULL DEFAULT 0, load_max_sessions INTEGER NOT NULL DEFAULT 0,"
     "  quarantined INTEGER NOT NULL DEFAULT 0, quarantined_at INTEGER NOT NULL DEFAULT 0,"
     "  quarantine_reason TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS ledger("
@@ -78,6 +79,8 @@ static const struct {
     {"quarantined_at", "INTEGER NOT NULL DEFAULT 0"},
     {"quarantine_reason", "TEXT NOT NULL DEFAULT ''"},
     {"load_kv_bytes", "INTEGER NOT NULL DEFAULT 0"},
+    {"load_ctx", "INTEGER NOT NULL DEFAULT 0"},
+    {"load_max_sessions", "INTEGER NOT NULL DEFAULT 0"},
 };
 
 static bool node_has_column(mt_registry *r, const char *name) {

@@ -59,7 +59,9 @@ typedef struct reg_node {
     char ready_shard[96]; /* the shard it serves now ("" = none) */
     int64_t served_token_layers, served_expert_rows, served_tokens;
     int32_t load_queue, load_sessions;
-    int64_t load_kv_bytes; /* KV cache bytes its sessions reserve, as last reported */
+    int64_t load_kv_bytes;     /* KV cache bytes its sessions reserve, as last reported */
+    int32_t load_ctx;          /* positions per session it offers (0: not reported) */
+    int32_t load_max_sessions; /* sessions it keeps at once (0: not reported) */
     double tok_per_s;
     bool quarantined; /* a spot-check found it computing wrong results (registry_reports.c) */
     int64_t quarantined_at;

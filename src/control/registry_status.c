@@ -27,6 +27,36 @@ static json_t *reports_json(mt_registry *r) {
                      (json_int_t)confirmed, "unconfirmed", (json_int_t)(total - confirmed));
 }
 
+/* Cell mode: each pipeline's context, the fewest positions a session can
+ * have on its serving stages (a route's context is its stages' smallest);
+ * 0 while a stage has not reported one. The swarm keeps every session's
+ * cache on the requester, so it has none. */
+static json_t *pipelines_json(mt_registry *r, const reg_node *nodes, int32_t n, int64_t now,
+                              int32_t *best) {
+    json_t *out = json_array();
+    *best = 0;
+    for (int32_t rep = 0; rep < r->cfg.replicas; rep++) {
+        int32_t ctx = 0, stages = 0;
+        bool unknown = false;
+        for (int32_t i = 0; i < n; i++) {
+            const reg_node *x = &nodes[i];
+            if (x->a.role != REG_ROLE_STAGE || x->a.replica != rep ||
+                strcmp(reg_node_state(r, x, now), "serving") != 0)
+                continue;
+            stages++;
+            if (x->load_ctx <= 0)
+                unknown = true;
+            else if (!ctx || x->load_ctx < ctx)
+                ctx = x->load_ctx;
+        }
+        if (unknown || !stages) ctx = 0;
+        if (ctx > *best) *best = ctx;
+        json_array_append_new(
+            out, json_pack("{s:i, s:i, s:i}", "replica", rep, "stages", stages, "context", ctx));
+    }
+    return out;
+}
+
 json_t *reg_status_json(mt_registry *r) {
     int64_t now = reg_now_ms();
     reg_node *nodes = NULL;
@@ -86,6 +116,8 @@ json_t *reg_status_json(mt_registry *r) {
         json_object_set_new(o, "alive", json_boolean(alive));
         json_object_set_new(o, "served_tokens", json_integer(x->served_tokens));
         json_object_set_new(o, "kv_bytes", json_integer(x->load_kv_bytes));
+        json_object_set_new(o, "ctx", json_integer(x->load_ctx));
+        json_object_set_new(o, "max_sessions", json_integer(x->load_max_sessions));
         if (x->a.role == REG_ROLE_PARTNER)
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
         json_object_set_new(o, "quarantined", json_boolean(x->quarantined));
@@ -116,6 +148,8 @@ json_t *reg_status_json(mt_registry *r) {
     }
     free(serving);
     free(assigned);
+    int32_t best_ctx = 0;
+    json_t *pipes = swarm ? NULL : pipelines_json(r, nodes, n, now, &best_ctx);
     free(nodes);
     int32_t active, waiting;
     reg_ticket_counts(r, now, &active, &waiting);
@@ -129,6 +163,10 @@ json_t *reg_status_json(mt_registry *r) {
         tok_per_s, "ready", min_serving >= 1, "plan_note", r->plan_why, "queue", (json_int_t)queue,
         "routes_served", (json_int_t)r->routes_served, "nodes_known", (json_int_t)n, "started_ms",
         (json_int_t)r->started_ms, "layers", layers, "nodes", jn);
+    if (pipes) {
+        json_object_set_new(st, "pipelines", pipes);
+        json_object_set_new(st, "context", json_integer(best_ctx));
+    }
     json_object_set_new(st, "requests_active", json_integer(active));
     json_object_set_new(st, "requests_waiting", json_integer(waiting));
     json_object_set_new(st, "max_active", json_integer(r->cfg.max_active));

@@ -4,7 +4,7 @@
  * past the end, counts are checked against the bytes left before anything is
  * allocated, and tensor shapes, types and offsets are validated so that every
  * tensor view lies inside the file. Errors read "<file>: <what> ...". */
-#include "moontail/gguf.h"
+#include "gguf_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,20 +82,13 @@ static char *str_dup(gguf_str s) {
 
 /* ----------------------------------------------------------- name index */
 
-/* Open-addressing hash set of indices into kv[] or tensors[], so duplicate
- * checks and look-ups stay O(1) even for hostile files with huge counts. */
-typedef struct name_index {
-    uint32_t *slots; /* index + 1; 0 = empty */
-    uint64_t cap;
-} name_index;
-
 static uint64_t hash_name(const char *s) {
     uint64_t h = 1469598103934665603ull;
     while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
     return h;
 }
 
-static int index_init(name_index *ix, uint64_t n) {
+int gguf_index_init(gguf_name_index *ix, uint64_t n) {
     ix->cap = 16;
     while (ix->cap < 2 * n) ix->cap *= 2;
     ix->slots = calloc(ix->cap, sizeof *ix->slots);
@@ -111,7 +104,7 @@ static const char *tensor_name(const gguf_file *f, uint32_t i) {
 }
 
 /* Returns the index of `name`, or -1; with insert >= 0, inserts it unless present. */
-static int64_t index_lookup(const name_index *ix, const gguf_file *f, name_of_fn name_of,
+static int64_t index_lookup(const gguf_name_index *ix, const gguf_file *f, name_of_fn name_of,
                             const char *name, int64_t insert) {
     if (!ix->slots) return -1;
     uint64_t mask = ix->cap - 1;
@@ -125,11 +118,10 @@ static int64_t index_lookup(const name_index *ix, const gguf_file *f, name_of_fn
     }
 }
 
-typedef struct gguf_file_priv {
-    gguf_file pub;
-    name_index kv_ix, tensor_ix;
-    gguf_part part0; /* parts[0] of a single file */
-} gguf_file_priv;
+int64_t gguf_index_add_tensor(gguf_file *f, uint64_t i) {
+    gguf_file_priv *fp = (gguf_file_priv *)f;
+    return index_lookup(&fp->tensor_ix, f, tensor_name, f->tensors[i].name, (int64_t)i);
+}
 
 /* --------------------------------------------------------------- values */
 
@@ -325,7 +317,7 @@ static int read_tensor_info(cursor *c, gguf_tensor *t, uint64_t idx) {
 too_big:
     return mt_error_set(c->err,
                         "%s: tensor '%s' shape [%lld, %lld, %lld, %lld] of %s needs more bytes"
-                        " than the whole file (%zu)",
+                        " than the whole file (%zu); the file is truncated or corrupt",
                         c->name, t->name, (long long)t->ne[0], (long long)t->ne[1],
                         (long long)t->ne[2], (long long)t->ne[3], tr->name, c->size);
 }
@@ -364,8 +356,8 @@ static int parse(gguf_file_priv *fp, mt_error *err) {
                             f->path, (unsigned long long)f->n_tensors);
     f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv);
     f->tensors = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *f->tensors);
-    if (!f->kv || !f->tensors || index_init(&fp->kv_ix, f->n_kv) ||
-        index_init(&fp->tensor_ix, f->n_tensors))
+    if (!f->kv || !f->tensors || gguf_index_init(&fp->kv_ix, f->n_kv) ||
+        gguf_index_init(&fp->tensor_ix, f->n_tensors))
         return mt_error_set(err, "%s: out of memory", f->path);
 
     for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -450,7 +442,7 @@ gguf_file *gguf_open_buffer(const void *buf, size_t size, const char *name, mt_e
     return open_common(fp, err);
 }
 
-gguf_file *gguf_open(const char *path, mt_error *err) {
+gguf_file *gguf_open_single(const char *path, mt_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         mt_error_set(err, "%s: cannot open: %s", path, strerror(errno));
@@ -486,9 +478,30 @@ gguf_file *gguf_open(const char *path, mt_error *err) {
     return open_common(fp, err);
 }
 
+gguf_file *gguf_open(const char *path, mt_error *err) {
+    gguf_file *f = gguf_open_single(path, err);
+    uint32_t no, count;
+    if (!f) return NULL;
+    if (gguf_split_keys(f, &no, &count, err)) {
+        gguf_close(f);
+        return NULL;
+    }
+    return count > 1 ? gguf_split_join(f, err) : f;
+}
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
     gguf_file_priv *fp = (gguf_file_priv *)f;
+    if (fp->sub) { /* a split set: the parts own everything but the joined lists */
+        for (uint32_t i = 0; i < fp->n_sub; i++) gguf_close(fp->sub[i]);
+        free(fp->sub);
+        free(f->tensors);
+        free(f->parts);
+        free(fp->tensor_ix.slots);
+        free(f->path);
+        free(fp);
+        return;
+    }
     for (uint64_t i = 0; f->kv && i < f->n_kv; i++) {
         free(f->kv[i].key);
         if (f->kv[i].value.type == GGUF_TYPE_ARRAY) free(f->kv[i].value.arr.strs);
@@ -501,6 +514,12 @@ void gguf_close(gguf_file *f) {
     if (f->mapped) munmap((void *)f->base, f->size);
     free(f->path);
     free(fp);
+}
+
+uint64_t gguf_total_size(const gguf_file *f) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < f->n_parts; i++) n += f->parts[i].size;
+    return n;
 }
 
 /* --------------------------------------------------------------- look-up */

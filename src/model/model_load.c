@@ -2,9 +2,11 @@
  *
  * Every tensor the architecture needs is looked up by its llama.cpp name and
  * checked for shape and type before use: a missing, misshapen or
- * unsupported tensor is reported by name with what was expected. Matrices
- * stay zero-copy views into the mapping; 1-D vectors (norms, biases) are
- * decoded to f32 copies owned by the model. */
+ * unsupported tensor is reported by name with what was expected, and so is
+ * a tensor the file holds but the architecture does not use (computing
+ * without it would silently give other results than the model's).
+ * Matrices stay zero-copy views into the mapping; 1-D vectors (norms,
+ * biases) are decoded to f32 copies owned by the model. */
 #include "model_internal.h"
 #include "moontail/quant.h"
 #include "moontail/shard.h"
@@ -21,6 +23,7 @@ typedef struct binder {
     int failed;
     float **owned; /* decoded vectors, freed with the model */
     size_t n_owned, cap_owned;
+    uint8_t *used; /* (n_tensors) 1 = bound */
 } binder;
 
 typedef struct model_priv {
@@ -58,6 +61,7 @@ static const gguf_tensor *find(binder *b, const char *pattern, int il, bool requ
             fail(b, "tensor '%s' is missing; the %s loader needs it", name, b->m->hp.arch_name);
         return NULL;
     }
+    b->used[t - b->f->tensors] = 1;
     int64_t want[3] = {ne0, ne1, ne2};
     bool ok = true;
     for (int d = 0; d < 3; d++) {
@@ -449,18 +453,49 @@ static int64_t vocab_size(const gguf_file *f) {
     return kv && kv->value.type == GGUF_TYPE_ARRAY ? (int64_t)kv->value.arr.n : -1;
 }
 
+/* The first tensor nothing bound: a tensor of another architecture, of a
+ * layer past block_count, or of a part the engine does not compute. */
+static void check_unused(binder *b) {
+    const gguf_file *f = b->f;
+    const mt_hparams *hp = &b->m->hp;
+    uint64_t n_used = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) n_used += b->used[i];
+    for (uint64_t i = 0; i < f->n_tensors && !b->failed; i++) {
+        if (b->used[i]) continue;
+        const char *name = f->tensors[i].name;
+        int il = -1;
+        char why[160] = "";
+        if (strstr(name, ".nextn."))
+            snprintf(why, sizeof why,
+                     "; multi-token-prediction (nextn) layers are not supported: convert the"
+                     " model without them");
+        else if (sscanf(name, "blk.%d.", &il) == 1 && il >= hp->n_layer)
+            snprintf(why, sizeof why, "; its layer %d is past the %d layers of %s.block_count", il,
+                     hp->n_layer, hp->arch_name);
+        fail(b,
+             "tensor '%s' is not used by the %s loader (it uses %llu of the file's %llu"
+             " tensors)%s; the file is not a plain %s model, and computing without the tensor"
+             " would not give the model's results",
+             name, hp->arch_name, (unsigned long long)n_used, (unsigned long long)f->n_tensors, why,
+             hp->arch_name);
+    }
+}
+
 /* ------------------------------------------------------------------ load */
 
-mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
+/* Binds f to a new model, which refers to f but does not own it yet. */
+static mt_model *bind_model(gguf_file *f, mt_error *err) {
     model_priv *mp = calloc(1, sizeof *mp);
-    if (!mp) {
-        gguf_close(f);
+    uint8_t *used = calloc(f->n_tensors ? f->n_tensors : 1, 1);
+    if (!mp || !used) {
+        free(mp);
+        free(used);
         mt_error_set(err, "out of memory");
         return NULL;
     }
     mt_model *m = &mp->pub;
     m->gguf = f;
-    binder b = {m, f, err, 0, NULL, 0, 0};
+    binder b = {m, f, err, 0, NULL, 0, 0, used};
 
     int64_t n_vocab = vocab_size(f);
     if (n_vocab <= 0 || n_vocab > INT32_MAX) {
@@ -502,15 +537,34 @@ mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
     }
     if (kimi_layer_kinds(&b)) goto fail;
     for (int il = m->layer_begin; il < m->layer_end && !b.failed; il++) bind_layer(&b, il);
+    check_unused(&b);
     if (b.failed) goto fail;
     mp->owned = b.owned;
     mp->n_owned = b.n_owned;
+    free(used);
     return m;
 fail:
     mp->owned = b.owned;
     mp->n_owned = b.n_owned;
+    m->gguf = NULL; /* the caller's */
     mt_model_free(m);
+    free(used);
     return NULL;
+}
+
+mt_model *mt_model_from_gguf(gguf_file *f, mt_error *err) {
+    mt_model *m = bind_model(f, err);
+    if (!m) gguf_close(f);
+    return m;
+}
+
+int mt_model_check_file(const gguf_file *f, mt_error *err) {
+    /* binding only reads f; the model is dropped without closing it */
+    mt_model *m = bind_model((gguf_file *)f, err);
+    if (!m) return -1;
+    m->gguf = NULL;
+    mt_model_free(m);
+    return 0;
 }
 
 mt_model *mt_model_load(const char *path, mt_error *err) {

@@ -5,6 +5,7 @@
  * keys describe, mt_shard_verify recomputes every tensor's content hash, and
  * mt_plan_check proves that the shards a manifest lists are, together, the
  * model: every tensor slice held exactly `replicas` times, byte for byte. */
+#include "moontail/model.h"
 #include "shard_internal.h"
 
 #include <jansson.h>
@@ -612,7 +613,7 @@ int mt_plan_check_io(const char *model_path, const char *manifest_path, char **r
     bool own_pool = false;
     gguf_file *model = gguf_open(model_path, err);
     if (!model) return -1;
-    if (mt_shard_layout_read(model, &lay, err)) goto done;
+    if (mt_model_check_file(model, err) || mt_shard_layout_read(model, &lay, err)) goto done;
 
     json_error_t je;
     root = json_load_file(manifest_path, 0, &je);

@@ -245,7 +245,12 @@ int mt_plan_write_io(const gguf_file *model, const mt_plan *plan, const char *ou
     base = base ? base + 1 : model->path;
     snprintf(stem, sizeof stem, "%s", base);
     size_t sl = strlen(stem);
-    if (sl > 5 && strcmp(stem + sl - 5, ".gguf") == 0) stem[sl - 5] = 0;
+    if (sl > 5 && strcmp(stem + sl - 5, ".gguf") == 0) stem[sl -= 5] = 0;
+    /* a split model's shards are named after the model, not its first part */
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "-%05u-of-%05u", 1u, model->n_parts);
+    size_t xl = strlen(suffix);
+    if (model->n_parts > 1 && sl > xl && strcmp(stem + sl - xl, suffix) == 0) stem[sl - xl] = 0;
     if (!root || !shards || !names || !paths || !file_hash || !sizes || !raw) {
         mt_error_set(err, "out of memory");
         goto done;

@@ -152,14 +152,16 @@ int mt_shard_layout_read(const gguf_file *f, mt_shard_layout *out, mt_error *err
                             "%s is already a shard (it has moontail.shard.version); split the"
                             " full model instead",
                             f->path);
+    /* a split model opened with gguf_open is whole; one file of it alone is not */
     uint32_t split_count = 1;
     mt_error e = {{0}};
     if (!gguf_get_u32(f, "split.count", &split_count, &e) && e.msg[0])
         return mt_error_set(err, "%s: %s", f->path, e.msg);
-    if (split_count > 1)
+    if (split_count > f->n_parts)
         return mt_error_set(err,
-                            "%s is one of %u files of a split model; merge them first"
-                            " (llama-gguf-split --merge) and split the merged file",
+                            "%s is one of %u files of a split model but was opened alone; open"
+                            " it with all its parts (any command given one part finds the"
+                            " others)",
                             f->path, split_count);
     char *arch = gguf_get_string(f, "general.architecture", &e);
     if (!arch)
@@ -307,12 +309,12 @@ uint64_t mt_shard_spec_bytes(const mt_shard_layout *l, const mt_shard_spec *s) {
 /* ----------------------------------------------------------------- write */
 
 /* Metadata that must not be copied: the writer's own alignment (it always
- * writes GGUF_DEFAULT_ALIGNMENT) and the split-file bookkeeping of a
- * one-file "split" model. */
+ * writes GGUF_DEFAULT_ALIGNMENT) and the bookkeeping of a split model (a
+ * shard is one file). */
 static bool skip_key(const gguf_kv *kv) {
     if (strcmp(kv->key, "general.alignment") == 0)
         return !(kv->value.type == GGUF_TYPE_UINT32 && kv->value.u == GGUF_DEFAULT_ALIGNMENT);
-    return strncmp(kv->key, "split.", 6) == 0;
+    return strncmp(kv->key, "split.", 6) == 0 || strcmp(kv->key, GGUF_SPLIT_SOURCE_ID_KEY) == 0;
 }
 
 /* Progress of the core writer under the step's name. */

@@ -70,8 +70,22 @@ static int frag_push(frag_vec *f, int32_t token, size_t off, size_t len) {
     return 0;
 }
 
-int64_t mt_special_partition(const mt_vocab *v, const char *text, size_t len, bool parse_special,
-                             mt_fragment **out, mt_error *err) {
+/* Whether [at, at+n) overlaps one of the sorted ranges plain[0..np). */
+static bool overlaps_plain(const mt_text_span *plain, size_t np, size_t at, size_t n) {
+    size_t lo = 0, hi = np; /* the first range that ends after at */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (plain[mid].off + plain[mid].len <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < np && plain[lo].off < at + n;
+}
+
+static int64_t partition(const mt_vocab *v, const char *text, size_t len, bool parse_special,
+                         const mt_text_span *plain, size_t n_plain, mt_fragment **out,
+                         mt_error *err) {
     frag_vec cur = {0}, next = {0};
     *out = NULL;
     if (len == 0) return 0;
@@ -92,14 +106,20 @@ int64_t mt_special_partition(const mt_vocab *v, const char *text, size_t len, bo
                 continue;
             }
             size_t pos = fr.off, end = fr.off + fr.len;
+            const bool control = v->attr[id] & (MT_ATTR_CONTROL | MT_ATTR_UNKNOWN);
+            size_t from = pos; /* where the search goes on (past a match in plain text) */
             for (;;) {
-                const char *m = memmem(text + pos, end - pos, tt, tl);
+                const char *m = memmem(text + from, end - from, tt, tl);
                 if (!m) break;
                 size_t at = (size_t)(m - text);
+                if (control && n_plain && overlaps_plain(plain, n_plain, at, tl)) {
+                    from = at + 1;
+                    continue;
+                }
                 if (at > pos && frag_push(&next, -1, pos, at - pos)) goto oom;
                 if (frag_push(&next, id, at, tl)) goto oom;
                 raw_left -= tl;
-                pos = at + tl;
+                pos = from = at + tl;
                 changed = true;
             }
             if (end > pos && frag_push(&next, -1, pos, end - pos)) goto oom;
@@ -117,4 +137,15 @@ oom:
     free(cur.v);
     free(next.v);
     return mt_error_set(err, "out of memory while looking for special tokens");
+}
+
+int64_t mt_special_partition(const mt_vocab *v, const char *text, size_t len, bool parse_special,
+                             mt_fragment **out, mt_error *err) {
+    return partition(v, text, len, parse_special, NULL, 0, out, err);
+}
+
+int64_t mt_special_partition_spans(const mt_vocab *v, const char *text, size_t len,
+                                   const mt_text_span *plain, size_t n_plain, mt_fragment **out,
+                                   mt_error *err) {
+    return partition(v, text, len, true, plain, n_plain, out, err);
 }

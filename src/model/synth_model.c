@@ -554,6 +554,31 @@ static int check_kimi_params(const mt_synth_params *p, mt_error *err) {
     return 0;
 }
 
+/* The extra tokens of a byte vocabulary: non-empty, distinct, not a byte or a default
+ * special token. */
+static int check_added_tokens(const mt_synth_params *p, mt_error *err) {
+    if (!p->n_added && !p->chat_template) return 0;
+    if (strcmp(p->vocab, "bytes") != 0)
+        return mt_error_set(err, "mkmodel: added tokens and a chat template go with the byte"
+                                 " vocabulary only (a tokenizer.json brings its own)");
+    if (p->n_added < 0 || p->n_added > 32)
+        return mt_error_set(err, "mkmodel: at most 32 added tokens, got %d", p->n_added);
+    static const char *const defaults[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    for (int i = 0; i < p->n_added; i++) {
+        const char *t = p->added_tokens[i];
+        const size_t n = strlen(t);
+        if (n < 2 || n > 128)
+            return mt_error_set(err, "mkmodel: added token '%.40s' must have 2 to 128 bytes", t);
+        for (int k = 0; k < 3; k++)
+            if (strcmp(t, defaults[k]) == 0)
+                return mt_error_set(err, "mkmodel: %s is already in the byte vocabulary", t);
+        for (int k = 0; k < i; k++)
+            if (strcmp(t, p->added_tokens[k]) == 0)
+                return mt_error_set(err, "mkmodel: token %.40s is added twice", t);
+    }
+    return 0;
+}
+
 static int check_params(const mt_synth_params *p, mt_error *err) {
     const char *archs[] = {"llama", "qwen2moe", "qwen3moe", "deepseek2", "kimi-linear", "kimi-k3"};
     bool known = false;
@@ -590,6 +615,7 @@ static int check_params(const mt_synth_params *p, mt_error *err) {
         (p->n_expert % p->n_group || p->n_group_used < 1 || p->n_group_used > p->n_group ||
          p->n_group_used * (p->n_expert / p->n_group) < p->n_expert_used))
         return mt_error_set(err, "mkmodel: bad expert groups");
+    if (check_added_tokens(p, err)) return -1;
     return check_kimi_params(p, err);
 }
 
@@ -601,7 +627,7 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     if (s.kimi && parse_mla_layers(&s, err)) return -1;
     if (!(s.w = gguf_writer_new())) return mt_error_set(err, "mkmodel: out of memory");
     bool llama = strcmp(p->arch, "llama") == 0;
-    gguf_writer_set_string(s.w, "general.architecture", p->arch);
+    gguf_writer_set_string(s.w, "general.architecture", p->arch_name ? p->arch_name : p->arch);
     char name[96];
     snprintf(name, sizeof name, "moontail-synthetic-%s-%s", p->arch,
              mt_type_traits_get(p->type)->name);
@@ -612,7 +638,19 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     int32_t n_vocab;
     if (strcmp(p->vocab, "bytes") == 0) {
         const char *pre = p->pre ? p->pre : llama ? "llama-bpe" : "qwen2";
-        n_vocab = mt_vocab_write_bytes(s.w, pre, llama);
+        if (p->n_added > 0) {
+            const char *toks[3 + 32] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+            bool control[3 + 32] = {true, true, true};
+            for (int i = 0; i < p->n_added; i++) {
+                toks[3 + i] = p->added_tokens[i];
+                control[3 + i] = p->added_control[i];
+            }
+            n_vocab = mt_vocab_write_bytes_typed(s.w, pre, llama, toks, control, 3 + p->n_added);
+        } else {
+            n_vocab = mt_vocab_write_bytes(s.w, pre, llama);
+        }
+        if (p->chat_template)
+            gguf_writer_set_string(s.w, "tokenizer.chat_template", p->chat_template);
     } else {
         n_vocab = mt_vocab_write_hf_json(s.w, p->vocab, p->pre ? p->pre : "qwen2", err);
         if (n_vocab < 0) {
@@ -637,6 +675,7 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     if (p->rope_freqs && llama) add_f32(&s, "rope_freqs.weight", p->head_dim / 2, 3.5f, 4.5f);
     if (s.k3 && p->res_block > 0) add_res_score(&s, "output_res_score.weight");
     for (int il = 0; il < p->n_layer && !s.failed; il++) add_layer(&s, il);
+    if (p->extra_tensor) add_f32(&s, p->extra_tensor, p->n_embd, -1.0f, 1.0f);
     int rc = s.failed ? -1 : gguf_writer_write(s.w, path, err);
     gguf_writer_free(s.w);
     return rc;

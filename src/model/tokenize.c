@@ -51,8 +51,9 @@ static int spm_raw(const mt_vocab *v, const char *text, size_t len, bool prefix,
     return rc;
 }
 
-int64_t mt_tokenize(const mt_vocab *v, const char *text, size_t len, bool add_special,
-                    bool parse_special, int32_t **out, mt_error *err) {
+static int64_t tokenize(const mt_vocab *v, const char *text, size_t len, bool add_special,
+                        bool parse_special, const mt_text_span *plain, size_t n_plain,
+                        int32_t **out, mt_error *err) {
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;
     mt_fragment *fr = NULL;
@@ -62,7 +63,8 @@ int64_t mt_tokenize(const mt_vocab *v, const char *text, size_t len, bool add_sp
         return mt_error_set(err, "mt_tokenize: text of %zu bytes is longer than the limit (%d)",
                             len, MT_TOKENIZE_MAX_BYTES);
     if (add_special && v->add_bos && mt_ids_push(&ids, &n, &cap, v->bos)) goto oom;
-    int64_t nf = mt_special_partition(v, text, len, parse_special, &fr, err);
+    int64_t nf = plain ? mt_special_partition_spans(v, text, len, plain, n_plain, &fr, err)
+                       : mt_special_partition(v, text, len, parse_special, &fr, err);
     if (nf < 0) goto fail;
     bool prev_special = true; /* SPM: the text start counts as "after a special token" */
     for (int64_t i = 0; i < nf; i++) {
@@ -90,4 +92,24 @@ fail:
     free(fr);
     free(ids);
     return -1;
+}
+
+int64_t mt_tokenize(const mt_vocab *v, const char *text, size_t len, bool add_special,
+                    bool parse_special, int32_t **out, mt_error *err) {
+    return tokenize(v, text, len, add_special, parse_special, NULL, 0, out, err);
+}
+
+int64_t mt_tokenize_spans(const mt_vocab *v, const char *text, size_t len, bool add_special,
+                          const mt_text_span *plain, size_t n_plain, int32_t **out, mt_error *err) {
+    for (size_t i = 0; i < n_plain; i++)
+        if (plain[i].off > len || plain[i].len > len - plain[i].off ||
+            (i && plain[i].off < plain[i - 1].off + plain[i - 1].len)) {
+            *out = NULL;
+            return mt_error_set(err,
+                                "mt_tokenize_spans: plain range %zu is out of order or past"
+                                " the text",
+                                i);
+        }
+    static const mt_text_span none[1] = {{0, 0}};
+    return tokenize(v, text, len, add_special, true, n_plain ? plain : none, n_plain, out, err);
 }

@@ -180,6 +180,11 @@ typedef struct mt_fragment {
 
 int64_t mt_special_partition(const mt_vocab *v, const char *text, size_t len, bool parse_special,
                              mt_fragment **out, mt_error *err);
+/* The same with parse_special, where control tokens may not overlap plain[]
+ * (sorted byte ranges; see mt_tokenize_spans). */
+int64_t mt_special_partition_spans(const mt_vocab *v, const char *text, size_t len,
+                                   const mt_text_span *plain, size_t n_plain, mt_fragment **out,
+                                   mt_error *err);
 /* Builds v->special from the attributes (called at load). */
 int mt_special_build(mt_vocab *v, mt_error *err);
 

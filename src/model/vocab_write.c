@@ -37,6 +37,11 @@
 
 int32_t mt_vocab_write_bytes_with(struct gguf_writer *w, const char *pre, bool add_bos,
                                   const char *const *specials, int n) {
+    return mt_vocab_write_bytes_typed(w, pre, add_bos, specials, NULL, n);
+}
+
+int32_t mt_vocab_write_bytes_typed(struct gguf_writer *w, const char *pre, bool add_bos,
+                                   const char *const *specials, const bool *control, int n) {
     enum { MAX_SPECIALS = 64 };
     if (n < 0 || n > MAX_SPECIALS) abort(); /* a caller's bug */
     char bytes[256][3];
@@ -52,7 +57,7 @@ int32_t mt_vocab_write_bytes_with(struct gguf_writer *w, const char *pre, bool a
     }
     for (int i = 0; i < n; i++) {
         tokens[256 + i] = specials[i];
-        types[256 + i] = MT_TOKTYPE_CONTROL;
+        types[256 + i] = !control || control[i] ? MT_TOKTYPE_CONTROL : MT_TOKTYPE_USER_DEFINED;
     }
     gguf_writer_set_string(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_string(w, "tokenizer.ggml.pre", pre ? pre : "default");

@@ -98,6 +98,9 @@ struct mt_node {
     pthread_mutex_t id_lock; /* taken only to copy keys (node_identity) or to change them */
     const mt_keys_authorized *authorized;
     mt_model *model;
+    uint64_t kv_budget;       /* bytes the sessions' caches may fill (mt_node_size_sessions) */
+    uint64_t kv_fixed;        /* bytes a session keeps whatever its length (KDA state) */
+    uint64_t kv_per_position; /* bytes a session keeps per position */
     mt_pool *pool;
     mt_proto_info info;
     expert_remote *partners; /* (n_partners) holders of the rest of a paired layer's experts */

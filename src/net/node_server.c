@@ -432,6 +432,32 @@ static int fill_info(mt_node *n, mt_error *err) {
     return 0;
 }
 
+/* Sessions and context from the memory offered (mt_node_size_sessions). */
+static int size_sessions(mt_node *n, mt_error *err) {
+    const mt_model *m = n->model;
+    uint64_t fixed = 0, per_position = 0, weights = 0;
+    for (int32_t il = m->layer_begin; m->has_attention && il < m->layer_end; il++) {
+        uint64_t f, p;
+        mt_kv_layer_bytes(&m->hp, m->layers[il].is_kda, &f, &p);
+        fixed += f;
+        per_position += p;
+    }
+    for (uint32_t i = 0; i < m->gguf->n_parts; i++) weights += m->gguf->parts[i].size;
+    /* 0: no limit given (the commands pass 70% of the RAM available) */
+    uint64_t memory = n->cfg.memory_bytes ? n->cfg.memory_bytes : UINT64_MAX / 2;
+    if (mt_node_size_sessions(memory, weights, fixed, per_position, m->hp.n_ctx_train,
+                              &n->cfg.n_ctx, &n->cfg.max_sessions, &n->kv_budget, err))
+        return -1;
+    n->kv_fixed = fixed;
+    n->kv_per_position = per_position;
+    node_log(n,
+             "%d sessions of %d positions; KV cache %llu bytes a position (+%llu a session),"
+             " %.1f MB for sessions after %.1f MB of weights",
+             n->cfg.max_sessions, n->cfg.n_ctx, (unsigned long long)per_position,
+             (unsigned long long)fixed, (double)n->kv_budget / 1e6, (double)weights / 1e6);
+    return 0;
+}
+
 mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     if (!cfg->shard_path || !cfg->keys || !cfg->authorized) {
         mt_error_set(err, "node: a shard, a key and an authorized-keys set are required");
@@ -461,7 +487,6 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     pthread_cond_init(&n->done_cv, NULL);
     pthread_cond_init(&n->fwd_cv, NULL);
     snprintf(n->addr, sizeof n->addr, "(starting)");
-    if (n->cfg.max_sessions <= 0) n->cfg.max_sessions = 64;
     if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
     if (n->cfg.timeout_ms <= 0) n->cfg.timeout_ms = 30000;
     if (n->cfg.session_idle_ms <= 0) n->cfg.session_idle_ms = 600000;
@@ -475,8 +500,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     }
     if (!(n->model = mt_model_load(cfg->shard_path, err))) goto fail;
     const mt_model *m = n->model;
-    if (n->cfg.n_ctx <= 0)
-        n->cfg.n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    if (size_sessions(n, err)) goto fail;
     if (n->cfg.n_ctx > (1 << 24)) {
         mt_error_set(err, "node: a context of %d positions is over 2^24", n->cfg.n_ctx);
         goto fail;

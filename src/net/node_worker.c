@@ -77,6 +77,34 @@ static node_session *session_slot(mt_node *n) {
     return lru;
 }
 
+/* Bytes a session's cache has written: caches are mapped lazily (kv_cache.c),
+ * so this is what it costs, not its full context. */
+static uint64_t session_kv_used(const mt_node *n, const node_session *s) {
+    return n->kv_fixed + (uint64_t)s->n_past * n->kv_per_position;
+}
+
+/* Evicts least recently used sessions other than those of this step until s
+ * can hold `positions` within the node's KV budget (mt_node_size_sessions).
+ * -1 when the sessions of this step alone would not fit. */
+static int kv_make_room(mt_node *n, node_session *s, uint64_t positions) {
+    for (;;) {
+        uint64_t used = n->kv_fixed + positions * n->kv_per_position;
+        node_session *lru = NULL;
+        for (int i = 0; i < n->cfg.max_sessions; i++) {
+            node_session *o = &n->sessions[i];
+            if (!o->used || o == s) continue;
+            used += session_kv_used(n, o);
+            if (o->last_used != n->step && (!lru || o->last_used < lru->last_used)) lru = o;
+        }
+        if (used <= n->kv_budget) return 0;
+        if (!lru) return -1;
+        session_drop(n, lru);
+        pthread_mutex_lock(&n->lock);
+        n->stats.evictions++;
+        pthread_mutex_unlock(&n->lock);
+    }
+}
+
 /* ---- misbehaving on purpose (tests only) ---------------------------------------------- */
 
 /* With cfg.corrupt_rate (mt_node_config; `--misbehave corrupt-output[:RATE]`), flips the
@@ -319,6 +347,13 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
     }
     s->last_used = n->step;
     s->last_used_ms = node_now_ms();
+    if (kv_make_room(n, s, (uint64_t)p0 + (uint64_t)m->n)) {
+        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY,
+                        "this node's KV memory (%.1f MB) is taken by the sessions of this step;"
+                        " retry",
+                        (double)n->kv_budget / 1e6);
+        return -1;
+    }
     *out = s;
     return 0;
 }

@@ -3,7 +3,8 @@
 // asks. Prints one line per check, "PASS name" or "FAIL name: why"; the
 // shell script counts them. Inputs come from the environment:
 //   MT_URL, MT_KEY, MT_MODEL      the server, a valid key, the model id
-//   MT_MODE                       "full" (every check) or "basic" (a registry's cell)
+//   MT_MODE                       "full" (every check), "basic" (a registry's cell) or
+//                                 "think" (a model that thinks; its inputs below)
 //   MT_PROMPT, MT_N, MT_REF_TEXT, MT_REF_PROMPT_TOKENS, MT_REF_COMPLETION_TOKENS
 //                                 a completion and what `moontail run --temp 0`
 //                                 and `moontail tokenize` say about it
@@ -12,7 +13,18 @@
 //   MT_STOP                       a piece of MT_REF_TEXT to use as a stop string
 //   MT_CTX                        the server's --ctx
 //   MT_LIMITED_URL, MT_LIMITED_KEY  (full) a server with --rate-limit 2/min
+// "think" mode (a DeepSeek-R1-style model whose prompt opens <think>):
+//   MT_THINK_USER, MT_THINK_N     the question and max_tokens
+//   MT_THINK_REF                  `moontail run --temp 0 --json` on the prompt's text: its
+//                                 text up to the first </think> is the reasoning, the rest
+//                                 the answer
+//   MT_THINK_PROMPT_TOKENS        `moontail tokenize` of that prompt
+//   MT_NOTHINK_REF, MT_NOTHINK_PROMPT_TOKENS   the same with enable_thinking false (the
+//                                 prompt closes the think section: all answer)
+//   MT_HISTORY_PROMPT_TOKENS      `moontail tokenize` of a two-turn prompt whose first
+//                                 answer's reasoning the template drops
 import OpenAI from "openai";
+import { readFileSync } from "node:fs";
 
 const env = (k) => {
     const v = process.env[k];
@@ -60,6 +72,12 @@ function count(usage) {
     used.requests++;
     used.prompt += usage.prompt_tokens;
     used.completion += usage.completion_tokens;
+}
+
+if (mode === "think") {
+    await think();
+    console.log(failed ? `openai_client: ${failed} checks failed` : "openai_client: all checks passed");
+    process.exit(failed ? 1 : 0);
 }
 
 const prompt = env("MT_PROMPT");
@@ -113,6 +131,7 @@ await guarded("chat", async () => {
         () => `got ${show(m.content)}, run gave ${show(chatRef)}`);
     check("chat fields", chat.object === "chat.completion" && chat.id.startsWith("chatcmpl-") &&
         m.role === "assistant" && chat.model === model, () => show(chat));
+    check("a model that does not think: no reasoning_content", !("reasoning_content" in m), () => show(m));
     check("chat usage equals moontail tokenize", chat.usage.prompt_tokens === chatPromptTokens &&
         chat.usage.total_tokens === chat.usage.prompt_tokens + chat.usage.completion_tokens &&
         chat.usage.completion_tokens >= 1 && chat.usage.completion_tokens <= chatN,
@@ -126,6 +145,7 @@ await guarded("chat stream", async () => {
         stream_options: { include_usage: true },
     });
     let text = "", chunks = 0, roleFirst = false, finish = null, usage = null, ids = new Set();
+    let reasoningDelta = false;
     for await (const ch of stream) {
         ids.add(ch.id);
         if (ch.usage) usage = ch.usage;
@@ -134,11 +154,13 @@ await guarded("chat stream", async () => {
         if (chunks === 0) roleFirst = d.role === "assistant";
         chunks++;
         if (d.content) text += d.content;
+        if ("reasoning_content" in d) reasoningDelta = true;
         if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
     }
     check("chat stream deltas concatenate to the chat content", chat && text === chat.choices[0].message.content,
         () => `streamed ${show(text)}, whole ${show(chat && chat.choices[0].message.content)}`);
     check("chat stream came in pieces", chunks >= 3, `${chunks} chunks`);
+    check("chat stream of a model that does not think: no reasoning_content", !reasoningDelta, "one came");
     check("chat stream: role first, one id, finish reason", roleFirst && ids.size === 1 &&
         finish === (chat && chat.choices[0].finish_reason), `role ${roleFirst}, ids ${ids.size}, finish ${finish}`);
     check("chat stream usage chunk equals the whole answer's usage", usage && chat &&
@@ -264,3 +286,116 @@ if (mode === "full") {
 
 console.log(failed ? `openai_client: ${failed} checks failed` : "openai_client: all checks passed");
 process.exit(failed ? 1 : 0);
+
+// ---- a model that thinks: reasoning_content and content, whole and streamed
+async function think() {
+    const user = env("MT_THINK_USER"), n = Number(env("MT_THINK_N"));
+    const ref = JSON.parse(readFileSync(env("MT_THINK_REF"), "utf8")).text;
+    const cut = ref.indexOf("</think>");
+    const refReasoning = ref.slice(0, cut), refContent = ref.slice(cut + "</think>".length);
+    const messages = [{ role: "user", content: user }];
+    let whole;
+    await guarded("think", async () => {
+        whole = await client.chat.completions.create({ model, messages, max_tokens: n, temperature: 0 });
+        const m = whole.choices[0].message;
+        check("reasoning_content is the text before </think> (moontail run)", m.reasoning_content === refReasoning,
+            () => `got ${show(m.reasoning_content)}, run gave ${show(refReasoning)}`);
+        check("content is the text after </think>", m.content === refContent,
+            () => `got ${show(m.content)}, run gave ${show(refContent)}`);
+        check("both parts hold text", refReasoning.length > 0 && refContent.length > 0, show(ref));
+        check("think prompt tokens equal moontail tokenize",
+            whole.usage.prompt_tokens === Number(env("MT_THINK_PROMPT_TOKENS")) &&
+            whole.usage.completion_tokens === n && whole.choices[0].finish_reason === "length",
+            () => show(whole.usage));
+    });
+    await guarded("think stream", async () => {
+        const stream = await client.chat.completions.create({
+            model, messages, max_tokens: n, temperature: 0, stream: true,
+        });
+        let reasoning = "", content = "", rChunks = 0, cChunks = 0, late = false, finish = null;
+        for await (const ch of stream) {
+            if (!ch.choices.length) continue;
+            const d = ch.choices[0].delta;
+            if (typeof d.reasoning_content === "string") {
+                reasoning += d.reasoning_content;
+                rChunks++;
+                if (content) late = true;
+            }
+            if (d.content) {
+                content += d.content;
+                cChunks++;
+            }
+            finish = ch.choices[0].finish_reason || finish;
+        }
+        const m = whole && whole.choices[0].message;
+        check("streamed reasoning_content deltas concatenate to the whole reasoning_content",
+            m && reasoning === m.reasoning_content, () => `streamed ${show(reasoning)}, whole ${show(m && m.reasoning_content)}`);
+        check("streamed content deltas concatenate to the whole content", m && content === m.content,
+            () => `streamed ${show(content)}, whole ${show(m && m.content)}`);
+        check("reasoning deltas first, then content deltas, in pieces", !late && rChunks >= 2 && cChunks >= 1 &&
+            finish === "length", `reasoning ${rChunks}, content ${cChunks} chunks, late ${late}, finish ${finish}`);
+    });
+    await guarded("think stop", async () => {
+        // a stop string found only in the reasoning does not end the reply; one in the answer does
+        const whole_r = whole.choices[0].message.reasoning_content, whole_c = whole.choices[0].message.content;
+        // two characters of the reasoning that the answer lacks (no NUL: not allowed in a stop)
+        const rc = [...whole_r];
+        let rs = null;
+        for (let i = 0; i + 2 <= rc.length && !rs; i++) {
+            const s = rc[i] + rc[i + 1];
+            if (!whole_c.includes(s) && !s.includes("\u0000")) rs = s;
+        }
+        if (rs) {
+            const r = await client.chat.completions.create({ model, messages, max_tokens: n, temperature: 0, stop: rs });
+            const m = r.choices[0].message;
+            check("a stop string in the reasoning only: the whole reply", m.reasoning_content === whole_r &&
+                m.content === whole_c && r.choices[0].finish_reason === "length",
+                () => `stop ${show(rs)}: ${show(m)} ${r.choices[0].finish_reason}`);
+        } else {
+            check("a stop string found in the reasoning only", false, show(whole_r));
+        }
+        const cc = [...whole_c];
+        let cs = null;
+        for (let i = 1; i + 2 <= cc.length && !cs; i++)
+            if (!(cc[i] + cc[i + 1]).includes("\u0000")) cs = cc[i] + cc[i + 1];
+        if (!cs) throw new Error(`no stop string without NUL in the answer ${show(whole_c)}`);
+        const r = await client.chat.completions.create({ model, messages, max_tokens: n, temperature: 0, stop: cs });
+        const m = r.choices[0].message;
+        check("a stop string in the answer cuts the answer", m.reasoning_content === whole_r &&
+            m.content === whole_c.slice(0, whole_c.indexOf(cs)) && r.choices[0].finish_reason === "stop",
+            () => `stop ${show(cs)}: ${show(m)} ${r.choices[0].finish_reason}`);
+    });
+    await guarded("enable_thinking false", async () => {
+        const ref2 = JSON.parse(readFileSync(env("MT_NOTHINK_REF"), "utf8")).text;
+        const r = await client.chat.completions.create({
+            model, messages, max_tokens: n, temperature: 0, chat_template_kwargs: { enable_thinking: false },
+        });
+        const m = r.choices[0].message;
+        check("enable_thinking false: the prompt closes the think section",
+            r.usage.prompt_tokens === Number(env("MT_NOTHINK_PROMPT_TOKENS")), () => show(r.usage));
+        check("enable_thinking false: the reply is all content, reasoning_content null",
+            !/^\s*<think>/.test(ref2) && m.content === ref2 && m.reasoning_content === null,
+            () => `got ${show(m)}, run gave ${show(ref2)}`);
+    });
+    await guarded("reasoning_content in the history", async () => {
+        const r = await client.chat.completions.create({
+            model, max_tokens: 1, temperature: 0, messages: [
+                { role: "user", content: user },
+                { role: "assistant", content: "A", reasoning_content: "the reasoning the template drops" },
+                { role: "user", content: "Q2" }],
+        });
+        check("an earlier answer's reasoning_content is dropped as the template does",
+            r.usage.prompt_tokens === Number(env("MT_HISTORY_PROMPT_TOKENS")), () => show(r.usage));
+    });
+    const bad = async (name, body, field) => {
+        const e = await expectError(`${name} -> BadRequestError 400`, OpenAI.BadRequestError, 400,
+            () => client.chat.completions.create(body));
+        if (e) check(`${name}: the error names '${field}'`, e.message.includes(field) && e.param === field,
+            () => `message ${show(e.message)}, param ${show(e.param)}`);
+    };
+    await bad("enable_thinking 'no'", { model, messages, chat_template_kwargs: { enable_thinking: "no" } },
+        "chat_template_kwargs.enable_thinking");
+    await bad("chat_template_kwargs a string", { model, messages, chat_template_kwargs: "x" }, "chat_template_kwargs");
+    await bad("reasoning_content on a user message",
+        { model, messages: [{ role: "user", content: "x", reasoning_content: "r" }] }, "messages[0].reasoning_content");
+}

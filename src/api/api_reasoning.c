@@ -1,0 +1,259 @@
+/* api_reasoning.c - splitting a thinking model's output into reasoning and answer
+ * (api_reasoning.h).
+ *
+ * The splitter is a small state machine over the stream's bytes:
+ *   start        the output may open a reasoning (Qwen3: `<think>` comes from the model), or
+ *                go straight to the answer; whitespace before the opener is dropped
+ *   think-start  the prompt opened the reasoning (R1, K3); a repeated opener is dropped
+ *   think        reasoning, up to a closer
+ *   after        K3: the response section's opener is dropped
+ *   answer       the answer, up to its end (K3's response closer), after which
+ *   done         everything is dropped
+ * In each state it hands out the bytes that can no longer be the start of a marker. */
+#include "api_reasoning.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { S_START, S_THINK_START, S_THINK, S_AFTER, S_ANSWER, S_DONE };
+
+#define CODE_BYTE '\xff'
+
+/* ---- markers ------------------------------------------------------------------------------ */
+
+int api_reasoning_marker(api_reasoning *r, const mt_vocab *v, const char *const *pieces,
+                         char out[API_REASONING_MARKER]) {
+    size_t n = 0;
+    out[0] = 0;
+    for (; *pieces; pieces++) {
+        const size_t len = strlen(*pieces);
+        const int32_t id = mt_vocab_find(v, *pieces, len);
+        if (id >= 0 && mt_vocab_is_control(v, id)) {
+            int code = api_reasoning_code(r, id);
+            if (!code) {
+                if (r->n_special == API_REASONING_SPECIALS) return -1;
+                r->special[r->n_special++] = id;
+                code = r->n_special;
+            }
+            if (n + 3 > API_REASONING_MARKER) return -1;
+            out[n++] = CODE_BYTE;
+            out[n++] = (char)code;
+        } else {
+            if (n + len + 1 > API_REASONING_MARKER) return -1;
+            memcpy(out + n, *pieces, len);
+            n += len;
+        }
+        out[n] = 0;
+    }
+    return 0;
+}
+
+int api_reasoning_code(const api_reasoning *r, int32_t id) {
+    for (int i = 0; i < r->n_special; i++)
+        if (r->special[i] == id) return i + 1;
+    return 0;
+}
+
+static bool is_ws(char c) {
+    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
+bool api_reasoning_prompt_opens(const api_reasoning *r, const mt_vocab *v, const int32_t *ids,
+                                int64_t n) {
+    const size_t olen = strlen(r->open);
+    if (!olen || n <= 0) return false;
+    /* the stream of the prompt's last tokens (an opener and its whitespace fit in 64) */
+    const int64_t from = n > 64 ? n - 64 : 0;
+    size_t len = 0, cap = 256;
+    char *buf = malloc(cap);
+    bool opens = false;
+    for (int64_t i = from; buf && i < n; i++) {
+        const int code = api_reasoning_code(r, ids[i]);
+        int64_t k = code ? 2 : mt_token_to_bytes(v, ids[i], false, NULL, 0);
+        if (k < 0) k = 0;
+        if (len + (size_t)k > cap) {
+            cap = 2 * (len + (size_t)k);
+            char *b = realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                return false;
+            }
+            buf = b;
+        }
+        if (code) {
+            buf[len] = CODE_BYTE;
+            buf[len + 1] = (char)code;
+        } else if (k > 0) {
+            mt_token_to_bytes(v, ids[i], false, buf + len, (size_t)k);
+        }
+        len += (size_t)k;
+    }
+    if (!buf) return false;
+    const char *last = NULL;
+    for (const char *p = buf; (p = memmem(p, len - (size_t)(p - buf), r->open, olen)); p++)
+        last = p;
+    if (last) {
+        opens = true;
+        for (const char *p = last + olen; p < buf + len; p++)
+            if (!is_ws(*p)) opens = false;
+    }
+    free(buf);
+    return opens;
+}
+
+/* ---- the splitter ------------------------------------------------------------------------- */
+
+void api_split_init(api_split *s, const api_reasoning *r) {
+    memset(s, 0, sizeof *s);
+    s->r = r;
+    s->state = r->starts_thinking ? S_THINK_START : S_START;
+}
+
+void api_split_free(api_split *s) {
+    free(s->buf);
+    memset(s, 0, sizeof *s);
+}
+
+static bool starts_with(const char *p, size_t n, const char *m) {
+    const size_t ml = strlen(m);
+    return ml && n >= ml && memcmp(p, m, ml) == 0;
+}
+
+/* p[0..n) is the beginning of m, too short to tell yet. */
+static bool is_prefix(const char *p, size_t n, const char *m) {
+    const size_t ml = strlen(m);
+    return ml && n < ml && (n == 0 || memcmp(p, m, n) == 0);
+}
+
+/* The first of the markers in p[0..n): its offset (and *which), or -1. */
+static long find_first(const char *p, size_t n, const char (*ms)[API_REASONING_MARKER],
+                       int *which) {
+    long best = -1;
+    for (int i = 0; i < API_REASONING_ALTS; i++) {
+        const size_t ml = strlen(ms[i]);
+        const char *hit = ml && n ? memmem(p, n, ms[i], ml) : NULL;
+        if (hit && (best < 0 || hit - p < best)) best = hit - p, *which = i;
+    }
+    return best;
+}
+
+/* How many bytes at the end of p[0..n) could begin one of the markers. */
+static size_t tail_hold(const char *p, size_t n, const char (*ms)[API_REASONING_MARKER]) {
+    size_t keep = 0;
+    for (int i = 0; i < API_REASONING_ALTS; i++) {
+        const size_t ml = strlen(ms[i]);
+        for (size_t k = ml ? ml - 1 : 0; k > keep; k--) {
+            if (k <= n && memcmp(p + n - k, ms[i], k) == 0) {
+                keep = k;
+                break;
+            }
+        }
+    }
+    return keep;
+}
+
+/* Hands out p[0..n) without its marker codes (control tokens have no text). */
+static int emit(bool reasoning, const char *p, size_t n, api_split_out out, void *ctx) {
+    size_t i = 0;
+    while (i < n) {
+        const char *c = memchr(p + i, CODE_BYTE, n - i);
+        const size_t run = c ? (size_t)(c - (p + i)) : n - i;
+        if (run && out(ctx, reasoning, p + i, run)) return -1;
+        i += run + (c ? 2 : 0);
+    }
+    return 0;
+}
+
+static void consume(api_split *s, size_t k) {
+    if (k > s->len) k = s->len;
+    if (k == 0) return;
+    memmove(s->buf, s->buf + k, s->len - k);
+    s->len -= k;
+}
+
+/* Hands out what is decided (everything when final). */
+static int process(api_split *s, bool final, api_split_out out, void *ctx) {
+    const api_reasoning *r = s->r;
+    for (;;) {
+        const char *b = s->buf;
+        const size_t n = s->len;
+        switch (s->state) {
+        case S_START:
+        case S_THINK_START: {
+            const bool start = s->state == S_START;
+            size_t ws = 0;
+            while (ws < n && is_ws(b[ws])) ws++;
+            if (starts_with(b + ws, n - ws, r->open)) {
+                consume(s, ws + strlen(r->open));
+                s->state = S_THINK;
+                continue;
+            }
+            if (start && starts_with(b + ws, n - ws, r->answer_open)) {
+                consume(s, ws + strlen(r->answer_open));
+                s->state = S_ANSWER;
+                continue;
+            }
+            const bool undecided = ws == n || is_prefix(b + ws, n - ws, r->open) ||
+                                   (start && is_prefix(b + ws, n - ws, r->answer_open));
+            if (undecided && !final) return 0;
+            s->state = start ? S_ANSWER : S_THINK;
+            continue;
+        }
+        case S_THINK: {
+            int which = 0;
+            const long at = find_first(b, n, r->close, &which);
+            if (at >= 0) {
+                if (emit(true, b, (size_t)at, out, ctx)) return -1;
+                consume(s, (size_t)at + strlen(r->close[which]));
+                s->state = r->close_answers[which] ? S_ANSWER : S_AFTER;
+                continue;
+            }
+            const size_t upto = n - (final ? 0 : tail_hold(b, n, r->close));
+            if (emit(true, b, upto, out, ctx)) return -1;
+            consume(s, upto);
+            return 0;
+        }
+        case S_AFTER:
+            if (starts_with(b, n, r->answer_open)) {
+                consume(s, strlen(r->answer_open));
+            } else if (is_prefix(b, n, r->answer_open) && !final) {
+                return 0;
+            }
+            s->state = S_ANSWER;
+            continue;
+        case S_ANSWER: {
+            int which = 0;
+            const long at = find_first(b, n, r->answer_end, &which);
+            if (at >= 0) {
+                if (emit(false, b, (size_t)at, out, ctx)) return -1;
+                consume(s, n);
+                s->state = S_DONE;
+                return 0;
+            }
+            const size_t upto = n - (final ? 0 : tail_hold(b, n, r->answer_end));
+            if (emit(false, b, upto, out, ctx)) return -1;
+            consume(s, upto);
+            return 0;
+        }
+        default: /* S_DONE */
+            consume(s, n);
+            return 0;
+        }
+    }
+}
+
+int api_split_push(api_split *s, const char *p, size_t n, api_split_out out, void *ctx) {
+    if (s->len + n > s->cap) {
+        size_t cap = 2 * (s->len + n) + 64;
+        char *b = realloc(s->buf, cap);
+        if (!b) return -2;
+        s->buf = b, s->cap = cap;
+    }
+    if (n) memcpy(s->buf + s->len, p, n);
+    s->len += n;
+    return process(s, false, out, ctx);
+}
+
+int api_split_finish(api_split *s, api_split_out out, void *ctx) {
+    return process(s, true, out, ctx);
+}
