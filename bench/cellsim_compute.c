@@ -68,7 +68,7 @@ static void mla_cost(const cs_shape *s, cs_layer_cost *c, double *b, double *m) 
     *m += (double)H * s->v_dim * E;
     /* over the cache: scores against [c_kv ; k_pe] and the sum of c_kv, per head */
     c->ctx_macs = (double)H * (2.0 * s->kv_lora + s->qk_rope);
-    c->bytes_per_position = 4.0 * (s->kv_lora + s->qk_rope);
+    c->bytes_per_position = 2.0 * (s->kv_lora + s->qk_rope); /* the default f16 cache */
 }
 
 /* Kimi Delta Attention (kimi-k3): q, k, v projections through causal convolutions (F32

@@ -401,7 +401,7 @@ static void measure_latency(const mt_model *m) {
         lat_case *k = &cases[c];
         k->r = open_route(k->s, k->wire, k->chain);
         if (opt.model) check_same_model(m, k->r, k->w->label);
-        if (!(k->ls = mt_session_new(m, n_ctx, 1, &err))) die("local session", &err);
+        if (!(k->ls = mt_session_new(m, n_ctx, MT_KV_DEFAULT, 1, &err))) die("local session", &err);
         if (!(k->rs = mt_route_session_new(k->r, n_ctx, &err))) die("route session", &err);
         if (mt_session_eval(k->ls, warm, WARM, 0, false, local, &err)) die("local eval", &err);
         if (mt_route_eval(k->r, k->rs, warm, WARM, false, logits, &err)) die("route eval", &err);

@@ -23,7 +23,7 @@ static void run_two_tokens(const mt_model *m) {
         m->hp.n_vocab < 2)
         return;
     mt_error err = {0};
-    mt_session *s = mt_session_new(m, 2, 1, &err);
+    mt_session *s = mt_session_new(m, 2, MT_KV_DEFAULT, 1, &err);
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     int32_t ids[2] = {0, 1};
     if (s && logits) (void)mt_session_eval(s, ids, 2, 0, false, logits, &err);

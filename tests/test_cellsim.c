@@ -169,13 +169,13 @@ static void test_k3_macs(void) {
           kda.state_macs, kda.state_bytes);
     CHECK(mla.state_macs == 0 && mla.state_bytes == 0, "MLA has no fixed state");
     /* MLA over its cache: per head scores over 32 + 16 and the sum of 32, per position;
-     * a position holds 48 floats */
-    CHECK(mla.ctx_macs == 2 * (32 + 16 + 32) && mla.bytes_per_position == 192,
+     * a position holds 48 values, 2 bytes each in the default f16 cache */
+    CHECK(mla.ctx_macs == 2 * (32 + 16 + 32) && mla.bytes_per_position == 96,
           "MLA per position: %.0f MACs, %.0f bytes", mla.ctx_macs, mla.bytes_per_position);
     CHECK(kda.ctx_macs == 0 && kda.bytes_per_position == 0, "KDA does not grow with the context");
     /* a step of 3 sessions decoding at position 10 on layer 3, the whole layer, experts as
      * uniform choices: 3 tokens x (23808 + 2 x 3072) MACs + 3 x 11 positions x 160;
-     * bytes: the non-expert part, 3 x 11 cache rows of 192 bytes, the experts 3 tokens touch
+     * bytes: the non-expert part, 3 x 11 cache rows of 96 bytes, the experts 3 tokens touch
      * (1 - (1/2)^3 of 4) */
     cs_step st = cs_step_of(3, 3, 10);
     CHECK(st.n_tok == 3 && st.n_seq == 3 && st.attended == 33 && st.ctx_rows == 33,
@@ -185,7 +185,7 @@ static void test_k3_macs(void) {
     cs_work w = cs_layer_work(&c, &s, 3, &st, 4, true);
     CHECK(w.macs == 3 * (23808 + 2 * 3072) + 33 * 160 && w.state_macs == 0, "MLA step MACs %.0f",
           w.macs);
-    CHECK(fabs(w.bytes - (mla.attn_bytes + 33 * 192 + 4 * 0.875 * mla.expert_bytes)) < 1e-6,
+    CHECK(fabs(w.bytes - (mla.attn_bytes + 33 * 96 + 4 * 0.875 * mla.expert_bytes)) < 1e-6,
           "MLA step bytes %.0f", w.bytes);
     /* a prompt of 5 tokens on layer 2 (KDA): the state read and written once, the recurrence
      * for every token; attends 1 + 2 + ... + 5 positions */
@@ -197,14 +197,14 @@ static void test_k3_macs(void) {
 
     /* K3's real shape: KDA state 288 KiB of convolution inputs + 4 MiB of delta rule per
      * layer; 69 KDA layers of 93 hold 309,755,904 bytes per session, the 24 MLA layers
-     * 24 x 2304 = 55,296 bytes per position (docs/kimi-k3.md, `moontail run --json`) */
+     * 24 x 576 values x 2 bytes (f16) = 27,648 bytes per position (docs/kimi-k3.md) */
     cs_shape k3 = tiny_k3();
     k3.n_layer = 93, k3.n_embd = 7168, k3.n_head = 64, k3.kda_head_dim = 128;
     k3.kv_lora = 512, k3.qk_rope = 64;
     for (int32_t l = 0; l < 93; l++) k3.mla[l] = l % 4 == 3 || l == 92;
     double fixed, per_pos;
     cs_session_bytes(&k3, 0, 93, &fixed, &per_pos);
-    CHECK(fixed == 309755904.0 && per_pos == 55296.0, "K3 session: %.0f fixed, %.0f per position",
+    CHECK(fixed == 309755904.0 && per_pos == 27648.0, "K3 session: %.0f fixed, %.0f per position",
           fixed, per_pos);
     cs_session_bytes(&k3, 0, 1, &fixed, &per_pos);
     CHECK(fixed == 4.0 * (3 * 3 * 8192 + 64 * 128 * 128), "one KDA layer %.0f bytes", fixed);
@@ -228,8 +228,8 @@ static void check_k3_against_file(const cs_shape *s, const char *mla_layers, con
     if (f) {
         /* a session's state per layer as the KV cache sizes it (from the file's metadata) */
         uint64_t fixed[256], per_pos[256];
-        CHECK(s->n_layer <= 256 &&
-                  mt_kv_session_bytes(f, s->n_layer, fixed, per_pos, NULL, &err) == 0,
+        CHECK(s->n_layer <= 256 && mt_kv_session_bytes(f, s->n_layer, MT_KV_DEFAULT, fixed, per_pos,
+                                                       NULL, &err) == 0,
               "%s: session bytes: %s", what, err.msg);
         for (int32_t il = 0; il < s->n_layer && il < 256; il++) {
             cs_layer_cost c = cs_layer_cost_of(s, il);

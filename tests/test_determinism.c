@@ -36,7 +36,7 @@ static void kimi_small(mt_synth_params *p, const variant *v) {
 /* Evaluates ids with the given threads/ubatch; returns all logits (malloc). */
 static float *eval(const mt_model *m, const int32_t *ids, int32_t n, int threads, int32_t ubatch) {
     mt_error err = {{0}};
-    mt_session *s = mt_session_new(m, n, threads, &err);
+    mt_session *s = mt_session_new(m, n, MT_KV_DEFAULT, threads, &err);
     float *logits = malloc((size_t)n * m->hp.n_vocab * sizeof(float));
     CHECK(s && logits, "session: %s", err.msg);
     if (!s || !logits) return NULL;
@@ -97,9 +97,9 @@ static void check_variant(const variant *v) {
         int32_t idsB[NB] = {7, 3, 9}, idsC[NC] = {11, 2};
         mt_error err = {{0}};
         float *solo_b = eval(m, idsB, NB, 1, 0), *solo_c = eval(m, idsC, NC, 2, 1);
-        mt_kv_cache *ka = mt_kv_cache_new(m, 0, m->hp.n_layer, NA, &err),
-                    *kb = mt_kv_cache_new(m, 0, m->hp.n_layer, NB, &err),
-                    *kc = mt_kv_cache_new(m, 0, m->hp.n_layer, NC, &err);
+        mt_kv_cache *ka = mt_kv_cache_new(m, 0, m->hp.n_layer, NA, MT_KV_DEFAULT, &err),
+                    *kb = mt_kv_cache_new(m, 0, m->hp.n_layer, NB, MT_KV_DEFAULT, &err),
+                    *kc = mt_kv_cache_new(m, 0, m->hp.n_layer, NC, MT_KV_DEFAULT, &err);
         /* interleave: A0 B0 A1 C0 B1 A2 A3 C1 B2 A4 A5 */
         static const char who[NT] = {'a', 'b', 'a', 'c', 'b', 'a', 'a', 'c', 'b', 'a', 'a'};
         int32_t toks[NT], pos[NT], na = 0, nb = 0, nc = 0;

@@ -28,7 +28,7 @@ static const int32_t prompt[N] = {5, 77, 3, 190, 42, 42, 8, 130, 64};
 /* Logits of the whole prompt from the whole model. */
 static float *reference(const mt_model *m) {
     mt_error err = {{0}};
-    mt_session *s = mt_session_new(m, N, 1, &err);
+    mt_session *s = mt_session_new(m, N, MT_KV_DEFAULT, 1, &err);
     float *logits = malloc((size_t)N * m->hp.n_vocab * sizeof(float));
     CHECK(s && mt_session_eval(s, prompt, N, 0, true, logits, &err) == 0, "reference: %s", err.msg);
     mt_session_free(s);
@@ -72,7 +72,8 @@ static bool same_as_reference(const float *ref, const mt_model *head, mt_model *
     mt_kv_cache *kv[N_LAYER];
     mt_error err = {{0}};
     for (int i = 0; i < n_stages; i++)
-        kv[i] = mt_kv_cache_new(stages[i], stages[i]->layer_begin, stages[i]->layer_end, N, &err);
+        kv[i] = mt_kv_cache_new(stages[i], stages[i]->layer_begin, stages[i]->layer_end, N,
+                                MT_KV_DEFAULT, &err);
     float *logits = calloc((size_t)N * V, sizeof(float));
     bool ok = run_pass(head, stages, kv, n_stages, experts, 0, N - 1, logits, pool) == 0 &&
               run_pass(head, stages, kv, n_stages, experts, N - 1, N, logits, pool) == 0 &&
@@ -235,7 +236,7 @@ static void check_model(const char *arch, mt_type type, bool dense, bool rope_fr
               tn);
         /* a backbone alone cannot run the experts: a clear error, not a crash */
         if (backbone) {
-            mt_kv_cache *kv = mt_kv_cache_new(backbone, 0, N_LAYER, N, &err);
+            mt_kv_cache *kv = mt_kv_cache_new(backbone, 0, N_LAYER, N, MT_KV_DEFAULT, &err);
             float *hidden = calloc((size_t)backbone->hp.n_embd * 2, sizeof(float));
             int32_t pos[2] = {0, 1};
             mt_error e2 = {{0}};

@@ -219,7 +219,7 @@ static void check_prompts(const char *name, const mt_model *m, const mt_vocab *v
         /* Teacher-forced over the prompt and llama.cpp's continuation: entry
          * i < n_prompt is position i; greedy step j is position n_prompt-1+j. */
         mt_error err = {{0}};
-        mt_session *s = mt_session_new(m, (int32_t)n_all, 0, &err);
+        mt_session *s = mt_session_new(m, (int32_t)n_all, MT_KV_F32, 0, &err);
         float *logits = malloc(n_all * (size_t)V * sizeof(float));
         double *step_diff = calloc(n_gen + 1, sizeof(double)),
                *step_gap = calloc(n_gen + 1, sizeof(double));
@@ -253,7 +253,7 @@ static void check_prompts(const char *name, const mt_model *m, const mt_vocab *v
 
         /* Our own greedy continuation equals llama.cpp's up to the first step
          * whose reference gap is within twice the measured difference there. */
-        s = mt_session_new(m, (int32_t)n_all, 0, &err);
+        s = mt_session_new(m, (int32_t)n_all, MT_KV_F32, 0, &err);
         float *last = malloc((size_t)V * sizeof(float));
         int rc = mt_session_eval(s, seq, (int32_t)n_prompt, 0, false, last, &err);
         for (size_t j = 0; rc == 0 && j < n_gen; j++) {

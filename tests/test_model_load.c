@@ -112,7 +112,7 @@ static void kimi_k3_errors(void) {
     /* A KDA layer takes a session's positions in order: skipping one, or
      * going back to any but position 0 (a replay), is an error that changes
      * nothing; position 0 starts the state again. */
-    mt_kv_cache *kv = m ? mt_kv_cache_new(m, 0, 4, 8, &err) : NULL;
+    mt_kv_cache *kv = m ? mt_kv_cache_new(m, 0, 4, 8, MT_KV_DEFAULT, &err) : NULL;
     float *hidden = m ? calloc(3 * (size_t)m->hp.n_hidden, sizeof(float)) : NULL;
     if (kv && hidden) {
         int32_t ids[3] = {5, 6, 7}, p0[3] = {0, 1, 2}, skip = 4, back = 1;
@@ -230,7 +230,7 @@ int main(void) {
 
     /* Run-time inputs are checked too. */
     if (m) {
-        mt_session *s = mt_session_new(m, 4, 1, &err);
+        mt_session *s = mt_session_new(m, 4, MT_KV_DEFAULT, 1, &err);
         float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
         int32_t bad_id = m->hp.n_vocab;
         CHECK(mt_session_eval(s, &bad_id, 1, 0, false, logits, &err) != 0 &&

@@ -145,7 +145,7 @@ static void prompt_of(int k, int32_t *out) {
 /* Logits of the whole prompt from the whole model. */
 static float *reference(const mt_model *m, const int32_t *prompt) {
     mt_error err = {{0}};
-    mt_session *s = mt_session_new(m, N, 1, &err);
+    mt_session *s = mt_session_new(m, N, MT_KV_DEFAULT, 1, &err);
     float *logits = malloc((size_t)N * m->hp.n_vocab * sizeof(float));
     CHECK(s && mt_session_eval(s, prompt, N, 0, true, logits, &err) == 0, "reference: %s", err.msg);
     mt_session_free(s);
@@ -167,7 +167,8 @@ static float *reference_bf16(const mt_model *m, const int32_t *prompt, int first
     mt_pool *pool = mt_pool_create(1);
     int32_t pos[N];
     bool ok = logits && h && x && pool;
-    for (int i = 0; i < N_LAYER && ok; i++) ok = (kv[i] = mt_kv_cache_new(m, i, i + 1, N, &err));
+    for (int i = 0; i < N_LAYER && ok; i++)
+        ok = (kv[i] = mt_kv_cache_new(m, i, i + 1, N, MT_KV_DEFAULT, &err));
     for (int p0 = 0; p0 < N && ok;) {
         const int n = p0 == 0 ? first_batch : 1;
         for (int i = 0; i < n; i++) pos[i] = p0 + i;
@@ -1243,7 +1244,8 @@ static void check_idle_expiry(const char *arch) {
         free_set(&s);
         return;
     }
-    /* one layer's K and V rows for every position of the context, in f32; for kimi-k3's
+    /* one layer's K and V rows for every position of the context, in f16 (the default
+     * cache type: 2 bytes a value); for kimi-k3's
      * layer 1 (KDA) a fixed recurrent state instead: the last K-1 inputs of q, k and v
      * (3 x (K-1) x H x hd floats) and one hd x hd delta-rule matrix per head */
     const mt_hparams *hp = &s.whole->hp;
@@ -1252,7 +1254,7 @@ static void check_idle_expiry(const char *arch) {
     const uint64_t cache_bytes = kda ? (3 * ((uint64_t)hp->ssm_conv - 1) * H * hd + H * hd * hd) * 4
                                      : (uint64_t)c.n_ctx * hp->n_head_kv *
                                            ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) *
-                                           4;
+                                           2;
     msg_cols = mt_proto_cols_in(mt_node_info(node), 1); /* the stream and layer 0's checkpoint */
     float *rows = calloc((size_t)4 * msg_cols, sizeof(float));
     for (int i = 0; i < 4 * msg_cols; i++) rows[i] = 0.02f * (float)(i % 31);
@@ -1363,14 +1365,14 @@ static void check_sizing_rules(void) {
 }
 
 /* A node offering memory for 100 positions of layer 1 (memory_bytes = the shard file +
- * 100 x the layer's K and V rows): two sessions of 60 positions do not fit together, so the
- * second evicts the first, which is then told to replay. */
+ * 100 x the layer's K and V rows, f16 by default): two sessions of 60 positions do not fit
+ * together, so the second evicts the first, which is then told to replay. */
 static void check_memory_budget(void) {
     model_set s;
     if (!make_set(&s, "qwen3moe")) return;
     const mt_hparams *hp = &s.whole->hp;
     const uint64_t per_pos =
-        (uint64_t)hp->n_head_kv * ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) * 4;
+        (uint64_t)hp->n_head_kv * ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) * 2;
     struct stat sb;
     CHECK(stat(s.stage[1], &sb) == 0, "stat %s", s.stage[1]);
     mt_node_config c = {.shard_path = s.stage[1],

@@ -1232,13 +1232,15 @@ static void test_work_from_model(void) {
     }
     uint64_t fixed[4], per_pos[4];
     int32_t n_ctx_train = 0;
-    CHECK(mt_kv_session_bytes(f, 4, fixed, per_pos, &n_ctx_train, &err) == 0, "sizes: %s", err.msg);
+    CHECK(mt_kv_session_bytes(f, 4, MT_KV_DEFAULT, fixed, per_pos, &n_ctx_train, &err) == 0,
+          "sizes: %s", err.msg);
     /* by hand: KDA 3 x D x (K - 1) + H x hd x hd floats, MLA kv_lora + rope per position */
     const mt_hparams *hp = &m->hp;
     uint64_t D = (uint64_t)hp->n_head * (uint64_t)hp->kda_head_dim;
     uint64_t kda = 4 * (3 * D * (uint64_t)(hp->ssm_conv - 1) +
                         (uint64_t)hp->n_head * (uint64_t)hp->kda_head_dim * hp->kda_head_dim);
-    uint64_t mla = 4 * (uint64_t)(hp->kv_lora_rank + hp->qk_rope);
+    /* the default cache type, f16: 2 bytes a value */
+    uint64_t mla = 2 * (uint64_t)(hp->kv_lora_rank + hp->qk_rope);
     CHECK(
         fixed[0] == kda && fixed[2] == kda && fixed[1] == 0 && fixed[3] == 0 && per_pos[0] == 0 &&
             per_pos[2] == 0 && per_pos[1] == mla && per_pos[3] == mla &&
@@ -1253,7 +1255,7 @@ static void test_work_from_model(void) {
     for (int32_t a = 0; a < 4; a++)
         for (int32_t b = a + 1; b <= 4; b++)
             for (int i = 0; i < 3; i++) {
-                mt_kv_cache *kv = mt_kv_cache_new(m, a, b, ctxs[i], &err);
+                mt_kv_cache *kv = mt_kv_cache_new(m, a, b, ctxs[i], MT_KV_DEFAULT, &err);
                 CHECK(kv != NULL, "cache %d-%d: %s", a, b, err.msg);
                 if (!kv) continue;
                 uint64_t want = 0, want_rec = 0;
@@ -1265,7 +1267,30 @@ static void test_work_from_model(void) {
                       (unsigned long long)want, (unsigned long long)want_rec);
                 mt_kv_cache_free(kv);
             }
-    CHECK(mt_kv_session_bytes(f, 5, fixed, per_pos, NULL, &err) < 0 &&
+    /* the other types: f32 4 bytes a value, bf16 2; KDA state stays f32. q8_0 stores blocks
+     * of 32 values, which this latent (kv_lora + rope) is not cut in: refused by name */
+    const struct {
+        mt_kv_type t;
+        uint64_t num, den;
+    } per_type[] = {{MT_KV_F32, 4, 1}, {MT_KV_BF16, 2, 1}};
+    for (size_t i = 0; i < sizeof per_type / sizeof per_type[0]; i++) {
+        uint64_t tf[4], tp[4];
+        uint64_t want =
+            (uint64_t)(hp->kv_lora_rank + hp->qk_rope) * per_type[i].num / per_type[i].den;
+        CHECK(mt_kv_session_bytes(f, 4, per_type[i].t, tf, tp, NULL, &err) == 0 && tf[0] == kda &&
+                  tp[1] == want && tp[0] == 0,
+              "sizes as %s: fixed %llu (KDA %llu), per position %llu (want %llu)",
+              mt_kv_type_name(per_type[i].t), (unsigned long long)tf[0], (unsigned long long)kda,
+              (unsigned long long)tp[1], (unsigned long long)want);
+    }
+    {
+        uint64_t tf[4], tp[4];
+        CHECK((hp->kv_lora_rank + hp->qk_rope) % 32 == 0 ||
+                  (mt_kv_session_bytes(f, 4, MT_KV_Q8_0, tf, tp, NULL, &err) < 0 &&
+                   strstr(err.msg, "blocks of 32") && strstr(err.msg, "--kv-type f16")),
+              "sizes as q8_0 of a %d-wide latent: %s", hp->kv_lora_rank + hp->qk_rope, err.msg);
+    }
+    CHECK(mt_kv_session_bytes(f, 5, MT_KV_DEFAULT, fixed, per_pos, NULL, &err) < 0 &&
               strstr(err.msg, "block_count says 4 layers"),
           "sizes, wrong layer count: %s", err.msg);
 
@@ -1295,7 +1320,8 @@ static void test_work_from_model(void) {
     for (int32_t k = 0; rc >= 0 && k < plan.n_assign; k++) {
         const mt_place_assign *a = &plan.assign[k];
         mt_kv_cache *kv =
-            a->attention ? mt_kv_cache_new(m, a->layer_begin, a->layer_end, 64, &err) : NULL;
+            a->attention ? mt_kv_cache_new(m, a->layer_begin, a->layer_end, 64, MT_KV_DEFAULT, &err)
+                         : NULL;
         uint64_t want = 3 * (uint64_t)mt_kv_cache_bytes(kv);
         CHECK(a->work_bytes == want && a->bytes + a->work_bytes <= nodes[0].capacity &&
                   (!a->attention || a->layer_end - a->layer_begin < 4),
@@ -1316,10 +1342,10 @@ static void test_work_from_model(void) {
     if (qf && qm) {
         int32_t L = qm->hp.n_layer;
         uint64_t qfixed[16], qpos[16];
-        CHECK(L <= 16 && mt_kv_session_bytes(qf, L, qfixed, qpos, NULL, &err) == 0, "qwen3moe: %s",
-              err.msg);
-        mt_kv_cache *kv = mt_kv_cache_new(qm, 0, L, 10, &err);
-        uint64_t row = 4 * 2 * (uint64_t)qm->hp.n_head_kv * (uint64_t)qm->hp.head_dim_k;
+        CHECK(L <= 16 && mt_kv_session_bytes(qf, L, MT_KV_DEFAULT, qfixed, qpos, NULL, &err) == 0,
+              "qwen3moe: %s", err.msg);
+        mt_kv_cache *kv = mt_kv_cache_new(qm, 0, L, 10, MT_KV_DEFAULT, &err);
+        uint64_t row = 2 * 2 * (uint64_t)qm->hp.n_head_kv * (uint64_t)qm->hp.head_dim_k; /* f16 */
         CHECK(kv && qfixed[0] == 0 && qpos[0] == row && mt_kv_cache_bytes(kv) == 10 * L * row,
               "qwen3moe: fixed %llu, per position %llu (want %llu), cache %zu",
               (unsigned long long)qfixed[0], (unsigned long long)qpos[0], (unsigned long long)row,

@@ -239,13 +239,14 @@ static void check_pipeline(const char *arch, const char *path, const char *dir, 
     const size_t W = whole ? (size_t)whole->hp.n_hidden : 1, V = whole ? whole->hp.n_vocab : 1;
     float *h = malloc(N * W * sizeof(float)), *want = malloc(N * V * sizeof(float)),
           *got = calloc(N * V, sizeof(float));
-    mt_session *s = whole ? mt_session_new(whole, N, 1, &err) : NULL;
+    mt_session *s = whole ? mt_session_new(whole, N, MT_KV_DEFAULT, 1, &err) : NULL;
     int rc = s && head ? mt_session_eval(s, ids, N, 0, true, want, &err) : -1;
     if (rc == 0) rc = mt_model_embed(head, ids, N, h, &err);
     for (int32_t k = 0; rc == 0 && k < n_stage; k++) {
         snprintf(p, sizeof p, "%s/%s-stage-%d.gguf", dir, base, k);
         mt_model *st = mt_model_load(p, &err);
-        mt_kv_cache *kv = st ? mt_kv_cache_new(st, st->layer_begin, st->layer_end, N, &err) : NULL;
+        mt_kv_cache *kv =
+            st ? mt_kv_cache_new(st, st->layer_begin, st->layer_end, N, MT_KV_DEFAULT, &err) : NULL;
         rc = kv ? mt_model_forward_layers(st, kv, st->layer_begin, st->layer_end, pos, N, h, NULL,
                                           NULL, &err)
                 : -1;
@@ -658,7 +659,7 @@ static float *logits_of(const char *path) {
     mt_model *m = mt_model_load(path, &err);
     CHECK(m, "load %s: %s", path, err.msg);
     if (!m) return NULL;
-    mt_session *s = mt_session_new(m, 16, 2, &err);
+    mt_session *s = mt_session_new(m, 16, MT_KV_DEFAULT, 2, &err);
     float *l = malloc((size_t)m->hp.n_vocab * 6 * sizeof *l);
     int32_t ids[6] = {1, 2, 3, 4, 5, 6};
     CHECK(s && l && mt_session_eval(s, ids, 6, 0, true, l, &err) == 0, "eval %s: %s", path,

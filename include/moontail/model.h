@@ -77,7 +77,8 @@ typedef struct mt_hparams {
     int32_t q_lora_rank; /* 0 = plain attn_q ("lite") */
     int32_t kv_lora_rank;
     int32_t qk_nope, qk_rope, v_head_dim;
-    bool mla_nope; /* kimi: the rope slice of q and k is never rotated */
+    bool mla_nope;     /* kimi: the rope slice of q and k is never rotated */
+    bool mla_expanded; /* older MLA files (attn_kv_b, no attn_k_b): K and V cached per head */
 
     /* KDA layers (kimi-linear, kimi-k3): head_count_kv 0 in the per-layer array */
     int32_t n_kda_layers;       /* counted by the loader from the per-layer head_count_kv */
@@ -214,17 +215,44 @@ int mt_model_check_file(const gguf_file *f, mt_error *err);
 
 /* ------------------------------------------------------------- KV cache */
 
+/* Element type of the attention cache's rows (`--kv-type`). f16 is the
+ * default, as in llama.cpp. Each type gives llama.cpp's numbers for that
+ * cache type: f32 and the 16-bit types as its attention without flash
+ * attention (the query and the softmax weights rounded to the cache type
+ * before their dot products), q8_0 as its flash attention (the query
+ * quantized to q8_0, values decoded to f32), with its Hadamard rotation of
+ * GQA heads whose width is a multiple of 64. KDA state is always f32. */
+typedef enum mt_kv_type {
+    MT_KV_F16, /* 0, so that a zeroed config has the default */
+    MT_KV_F32,
+    MT_KV_BF16,
+    MT_KV_Q8_0,
+    MT_KV_TYPE_COUNT
+} mt_kv_type;
+#define MT_KV_DEFAULT MT_KV_F16
+
+const char *mt_kv_type_name(mt_kv_type t); /* "f32", "f16", "bf16", "q8_0" */
+/* s is one of those names (case-insensitive); the error lists them. */
+int mt_kv_type_parse(const char *s, mt_kv_type *t, mt_error *err);
+/* The tensor type a cache row of type t is stored as. */
+mt_type mt_kv_row_type(mt_kv_type t);
+
 /* Per-sequence state for layers [layer_begin, layer_end). GQA layers keep
  * K (n_head_kv*head_dim_k) and V (n_head_kv*head_dim_v) per position; MLA
- * layers keep the compressed [c_kv (kv_lora) ; k_pe (rope)]. KDA layers
- * keep a fixed-size recurrent state instead: the last K-1 inputs of the
- * q, k and v convolutions and one (hd x hd) delta-rule matrix per head. */
+ * layers keep the compressed [c_kv (kv_lora) ; k_pe (rope)], except files
+ * in the older layout (one attn_kv_b per layer, hp.mla_expanded), which
+ * keep every head's K (nope + rope) and V (v_head_dim) as llama.cpp does
+ * for them. Rows are stored as the cache's type. KDA layers keep a
+ * fixed-size f32 recurrent state instead: the last K-1 inputs of the q, k
+ * and v convolutions and one (hd x hd) delta-rule matrix per head. */
 typedef struct mt_kv_cache {
     int32_t layer_begin, layer_end;
     int32_t n_ctx;
-    int32_t k_width, v_width; /* floats per position per attention layer */
-    float *k;                 /* (n_attn_layers, n_ctx, k_width) */
-    float *v;                 /* (n_attn_layers, n_ctx, v_width); NULL for MLA */
+    mt_kv_type type;
+    int32_t k_width, v_width; /* elements per position per attention layer */
+    size_t k_row, v_row;      /* their bytes as the cache's type */
+    uint8_t *k;               /* (n_attn_layers, n_ctx, k_row bytes) */
+    uint8_t *v;               /* (n_attn_layers, n_ctx, v_row bytes); NULL for MLA */
     int32_t *slot;            /* (layer_end - layer_begin) index among the range's
                                  attention layers, or among its KDA layers */
     int32_t n_rec;            /* KDA layers in the range */
@@ -233,32 +261,38 @@ typedef struct mt_kv_cache {
     int32_t *rec_next;        /* (n_kda_layers) position each KDA state expects next */
 } mt_kv_cache;
 
+/* A cache of type t; refused (naming the widths) when the model's rows do
+ * not fit t's blocks (q8_0 needs multiples of 32). The memory is mapped
+ * without reserving it: pages are backed as positions are written. */
 mt_kv_cache *mt_kv_cache_new(const mt_model *m, int32_t layer_begin, int32_t layer_end,
-                             int32_t n_ctx, mt_error *err);
+                             int32_t n_ctx, mt_kv_type t, mt_error *err);
 void mt_kv_cache_free(mt_kv_cache *kv);
+/* Whether a model with these hyperparameters can keep a cache of type t. */
+int mt_kv_type_check(const mt_hparams *hp, mt_kv_type t, mt_error *err);
 /* Bytes the cache reserves for its whole context (0 for NULL); the memory
  * resident is what the positions written so far touched, plus the
  * recurrent state (mt_kv_cache_rec_bytes), which is fixed. */
 size_t mt_kv_cache_bytes(const mt_kv_cache *kv);
 size_t mt_kv_cache_rec_bytes(const mt_kv_cache *kv);
 /* dst <- src: positions, recurrent state and its position, for two caches
- * made by mt_kv_cache_new with the same model, layers and context. */
+ * made by mt_kv_cache_new with the same model, layers, context and type. */
 void mt_kv_cache_copy(mt_kv_cache *dst, const mt_kv_cache *src);
 
-/* What one session's cache keeps for one layer, in bytes: a KDA layer
- * (is_kda) a fixed recurrent state (*fixed), any other layer a K/V or MLA
- * latent row per context position (*per_position); the other is 0. These
- * are the cache's own sizes: mt_kv_cache_bytes of a cache of layers [a, b)
- * and n_ctx positions = the sum over those layers of fixed + n_ctx *
+/* What one session's cache of type t keeps for one layer, in bytes: a KDA
+ * layer (is_kda) a fixed recurrent state (*fixed), any other layer a K/V or
+ * MLA latent row per context position (*per_position); the other is 0.
+ * These are the cache's own sizes: mt_kv_cache_bytes of a cache of layers
+ * [a, b) and n_ctx positions = the sum over those layers of fixed + n_ctx *
  * per_position, and mt_kv_cache_rec_bytes the sum of fixed. */
-void mt_kv_layer_bytes(const mt_hparams *hp, bool is_kda, uint64_t *fixed, uint64_t *per_position);
+void mt_kv_layer_bytes(const mt_hparams *hp, bool is_kda, mt_kv_type t, uint64_t *fixed,
+                       uint64_t *per_position);
 
 /* The same for every layer of a model or shard file, from its metadata
  * alone (no tensor is read, so a registry can size sessions from the file
  * it places): fixed and per_position get n_layer entries, which must be the
  * file's block_count; *n_ctx_train (if non-NULL) gets its training context
  * (context_length, 4096 when absent). */
-int mt_kv_session_bytes(const gguf_file *f, int32_t n_layer, uint64_t *fixed,
+int mt_kv_session_bytes(const gguf_file *f, int32_t n_layer, mt_kv_type t, uint64_t *fixed,
                         uint64_t *per_position, int32_t *n_ctx_train, mt_error *err);
 
 /* -------------------------------------------------------------- forward */

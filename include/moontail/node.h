@@ -53,6 +53,7 @@
 #define MOONTAIL_NODE_H
 
 #include "moontail/keys.h"
+#include "moontail/model.h"
 #include "moontail/proto.h"
 
 #include <stdbool.h>
@@ -78,6 +79,8 @@ typedef struct mt_node_config {
     int n_ctx;             /* positions per session; <= 0: derived from memory_bytes */
     uint64_t memory_bytes; /* memory offered for the weights and the sessions' caches; 0: no
                               limit (the commands pass 70% of the RAM available) */
+    mt_kv_type kv_type;    /* the sessions' caches (0: f16); every replica of a layer and
+                              the registry's spot-checks must use the same */
     int threads;           /* compute threads; <= 0: all CPUs */
     int max_batch_tokens;  /* tokens per step; <= 0: 4096 */
     int timeout_ms;        /* handshake and each send/recv wait; <= 0: 30000 */

@@ -87,6 +87,7 @@ typedef struct mt_route_config {
     const mt_route_peer *experts; /* expert servers for the backbone's MoE layers */
     int n_experts;
     int threads;         /* local compute threads (<= 0: all CPUs) */
+    mt_kv_type kv_type;  /* the backbone's cache (0: f16) */
     int ubatch;          /* tokens per pass through the route (<= 0: 512) */
     int timeout_ms;      /* connect + handshake (<= 0: 10 s) */
     int call_timeout_ms; /* each wait for a reply (<= 0: 120 s) */

@@ -13,8 +13,9 @@ typedef struct mt_session {
     int32_t n_past; /* positions [0, n_past) are in the cache */
 } mt_session;
 
-/* n_threads <= 0: all CPUs. */
-mt_session *mt_session_new(const mt_model *m, int32_t n_ctx, int n_threads, mt_error *err);
+/* A cache of kv_type for n_ctx positions; n_threads <= 0: all CPUs. */
+mt_session *mt_session_new(const mt_model *m, int32_t n_ctx, mt_kv_type kv_type, int n_threads,
+                           mt_error *err);
 void mt_session_free(mt_session *s);
 
 /* Evaluates n tokens at positions n_past.. in micro-batches of at most

@@ -75,7 +75,8 @@ static int local_begin(void *slot, int32_t n_ctx, mt_error *err) {
     local_slot *ls = slot;
     mt_kv_cache_free(ls->s.kv);
     ls->s.n_past = 0;
-    ls->s.kv = mt_kv_cache_new(ls->lb->model, 0, ls->lb->model->hp.n_layer, n_ctx, err);
+    ls->s.kv =
+        mt_kv_cache_new(ls->lb->model, 0, ls->lb->model->hp.n_layer, n_ctx, MT_KV_DEFAULT, err);
     return ls->s.kv ? 0 : -1;
 }
 

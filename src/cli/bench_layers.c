@@ -148,7 +148,7 @@ static int time_decode(const mt_model *m, mt_pool *pool, int32_t B, int32_t ctx,
         goto done;
     }
     for (int32_t b = 0; b < B; b++)
-        if (!(kv[b] = mt_kv_cache_new(m, 0, L, n_ctx, err))) goto done;
+        if (!(kv[b] = mt_kv_cache_new(m, 0, L, n_ctx, MT_KV_DEFAULT, err))) goto done;
     /* the shared context: filled once, copied into every session */
     for (int32_t i = 0; i < ctx; i++) tok[i] = (i * 37 + 5) % V, pos[i] = i;
     if (ctx > 0 && (mt_model_embed(m, tok, ctx, hidden, err) ||
@@ -185,7 +185,7 @@ done:
 static int time_prefill(const mt_model *m, mt_pool *pool, int32_t B, int runs, layer_point *p,
                         mt_error *err) {
     const int32_t L = m->hp.n_layer, E = m->hp.n_hidden, V = m->hp.n_vocab;
-    mt_kv_cache *kv = mt_kv_cache_new(m, 0, L, B, err);
+    mt_kv_cache *kv = mt_kv_cache_new(m, 0, L, B, MT_KV_DEFAULT, err);
     float *hidden = malloc((size_t)B * (size_t)E * sizeof(float));
     int32_t *pos = malloc((size_t)B * sizeof(int32_t)), *tok = malloc((size_t)B * sizeof(int32_t));
     double *ms = malloc((size_t)runs * sizeof(double)), bytes = 0;

@@ -3,6 +3,8 @@
 #ifndef MOONTAIL_CLI_H
 #define MOONTAIL_CLI_H
 
+#include "moontail/model.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,6 +85,13 @@ int cli_expand_config(int *argc, char ***argv);
 /* Memory a node offers (mt_node_config.memory_bytes) for --memory-mb N: N MB, or when N
  * is 0, 70% of the RAM available now. */
 uint64_t cli_memory_offered(int64_t memory_mb);
+
+/* --kv-type NAME (f32, f16, bf16, q8_0; NULL: the default, f16) into *t;
+ * false after saying what is wrong. */
+bool cli_kv_type(const char *cmd, const char *name, mt_kv_type *t);
+#define CLI_KV_TYPE_HELP                                                                           \
+    "  --kv-type T           KV cache type: f16 (default), bf16, q8_0 (half of f16's memory)"      \
+    " or f32\n"
 
 /* FOR TESTS ONLY: `moontail node --misbehave corrupt-output[:RATE]` (docs/testing.md) as the
  * fraction of replies to corrupt (RATE in (0, 1], default 1); false after saying what is

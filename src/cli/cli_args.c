@@ -155,6 +155,16 @@ bool cli_spot_check(const char *cmd, float value, double *rate) {
     return true;
 }
 
+bool cli_kv_type(const char *cmd, const char *name, mt_kv_type *t) {
+    mt_error err = {{0}};
+    *t = MT_KV_DEFAULT;
+    if (name && mt_kv_type_parse(name, t, &err)) {
+        fprintf(stderr, "moontail %s: --kv-type: %s\n", cmd, err.msg);
+        return false;
+    }
+    return true;
+}
+
 uint64_t cli_memory_offered(int64_t memory_mb) {
     if (memory_mb > 0) return (uint64_t)memory_mb * 1000000;
     mt_hwinfo hw;

@@ -36,6 +36,7 @@ static const char usage[] =
     "  -n N            tokens decoded one at a time after the prompt (default 32)\n"
     "  -r N            timed runs (default 3); medians are reported\n"
     "  --ubatch N      prompt micro-batch (default: the whole prompt)\n"
+    "  --kv-type T     KV cache type: f16 (default), bf16, q8_0 or f32\n"
     "  --stream-mib N  STREAM array size in MiB (default 512; 0 = skip the triad)\n"
     "  --stream-only   measure the memory bandwidth only (no model)\n"
     "  --json          one JSON object instead of the table\n"
@@ -87,10 +88,10 @@ static void touch_file(const mt_model *m) {
 }
 
 /* One prefill of n_prompt tokens and n_gen decode steps in a new session. */
-static int bench_once(const mt_model *m, int threads, int32_t n_prompt, int32_t n_gen,
-                      int32_t ubatch, bench_run *r, mt_error *err) {
+static int bench_once(const mt_model *m, int threads, mt_kv_type kv_type, int32_t n_prompt,
+                      int32_t n_gen, int32_t ubatch, bench_run *r, mt_error *err) {
     const int32_t V = m->hp.n_vocab;
-    mt_session *s = mt_session_new(m, n_prompt + n_gen + 1, threads, err);
+    mt_session *s = mt_session_new(m, n_prompt + n_gen + 1, kv_type, threads, err);
     int32_t *ids = malloc((size_t)n_prompt * sizeof(int32_t));
     float *logits = malloc((size_t)V * sizeof(float));
     int rc = -1;
@@ -146,7 +147,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     int64_t threads = 0, n_prompt = 128, n_gen = 32, runs = 3, ubatch = 0, stream_mib = 512;
     bool json = false, stream_only = false, layer_times = false;
-    const char *batches = "1,2,4,8,16,32,64", *prefills = "";
+    const char *batches = "1,2,4,8,16,32,64", *prefills = "", *kv_name = NULL;
     const cli_opt opts[] = {
         {"-m", CLI_STRING, &model_path, 0, 0},
         {"-t", CLI_INT, &threads, 1, 1024},
@@ -154,6 +155,7 @@ int cmd_bench(int argc, char **argv) {
         {"-n", CLI_INT, &n_gen, 1, 1 << 20},
         {"-r", CLI_INT, &runs, 1, 1000},
         {"--ubatch", CLI_INT, &ubatch, 1, 1 << 20},
+        {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--stream-mib", CLI_INT, &stream_mib, 0, 1 << 20},
         {"--json", CLI_FLAG, &json, 0, 0},
         {"--stream-only", CLI_FLAG, &stream_only, 0, 0},
@@ -164,6 +166,8 @@ int cmd_bench(int argc, char **argv) {
     };
     int prc = cli_parse("bench", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    mt_kv_type kv_type;
+    if (!cli_kv_type("bench", kv_name, &kv_type)) return 2;
     if (stream_only)
         return bench_stream_only((int)threads, stream_mib > 0 ? stream_mib : 512, json);
     mt_error err = {{0}};
@@ -205,12 +209,12 @@ int cmd_bench(int argc, char **argv) {
     pool = NULL;
     touch_file(m);
     bench_run warm;
-    if (bench_once(m, n_threads, (int32_t)n_prompt, n_gen < 4 ? (int32_t)n_gen : 4, (int32_t)ubatch,
-                   &warm, &err))
+    if (bench_once(m, n_threads, kv_type, (int32_t)n_prompt, n_gen < 4 ? (int32_t)n_gen : 4,
+                   (int32_t)ubatch, &warm, &err))
         goto fail;
     for (int64_t i = 0; i < runs; i++)
-        if (bench_once(m, n_threads, (int32_t)n_prompt, (int32_t)n_gen, (int32_t)ubatch, &r[i],
-                       &err))
+        if (bench_once(m, n_threads, kv_type, (int32_t)n_prompt, (int32_t)n_gen, (int32_t)ubatch,
+                       &r[i], &err))
             goto fail;
 
     for (int64_t i = 0; i < runs; i++) tmp[i] = (double)n_prompt / r[i].prefill_s;
@@ -228,6 +232,7 @@ int cmd_bench(int argc, char **argv) {
         json_object_set_new(o, "model", json_string(model_path ? model_path : "(built-in)"));
         json_object_set_new(o, "file_bytes", json_integer((json_int_t)gguf_total_size(m->gguf)));
         json_object_set_new(o, "threads", json_integer(n_threads));
+        json_object_set_new(o, "kv_type", json_string(mt_kv_type_name(kv_type)));
         json_object_set_new(o, "kernels", json_string(quant_kernel_name()));
         json_object_set_new(o, "prompt_tokens", json_integer(n_prompt));
         json_object_set_new(o, "gen_tokens", json_integer(n_gen));
@@ -250,9 +255,10 @@ int cmd_bench(int argc, char **argv) {
     } else {
         printf("model    %s (%s, %d layers, %.2f GB file)\n", model_path ? model_path : "built-in",
                m->hp.arch_name, m->hp.n_layer, (double)gguf_total_size(m->gguf) / 1e9);
-        printf("threads  %d, kernels %s, prompt %lld tokens, decode %lld tokens, %lld runs\n",
-               n_threads, quant_kernel_name(), (long long)n_prompt, (long long)n_gen,
-               (long long)runs);
+        printf("threads  %d, kernels %s, %s KV cache, prompt %lld tokens, decode %lld tokens,"
+               " %lld runs\n",
+               n_threads, quant_kernel_name(), mt_kv_type_name(kv_type), (long long)n_prompt,
+               (long long)n_gen, (long long)runs);
         if (stream_mib > 0)
             printf(
                 "memory   STREAM triad %.1f GB/s, read-only %.1f GB/s (3 x %zu MiB, best of 5)\n",

@@ -22,6 +22,7 @@ static const char usage[] =
     "  --top K       top logits to print per position (default 8)\n"
     "  --ubatch N    micro-batch size (default: all tokens at once)\n"
     "  -t N          threads (default: all CPUs)\n"
+    "  --kv-type T   KV cache type: f16 (default), bf16, q8_0 or f32\n"
     "  --dump FILE   also write all logits as raw little-endian f32 (tokens x vocab)\n";
 
 static int parse_ids(const char *s, int32_t **out, int64_t *n) {
@@ -48,16 +49,19 @@ static int parse_ids(const char *s, int32_t **out, int64_t *n) {
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *model = NULL, *text = NULL, *ids_arg = NULL, *dump = NULL;
+    const char *model = NULL, *text = NULL, *ids_arg = NULL, *dump = NULL, *kv_name = NULL;
     int64_t top = 8, ubatch = 0, threads = 0;
     const cli_opt opts[] = {
         {"-m", CLI_STRING, &model, 0, 0},      {"-p", CLI_STRING, &text, 0, 0},
         {"--ids", CLI_STRING, &ids_arg, 0, 0}, {"--dump", CLI_STRING, &dump, 0, 0},
         {"--top", CLI_INT, &top, 1, 1000},     {"--ubatch", CLI_INT, &ubatch, 1, 1 << 24},
-        {"-t", CLI_INT, &threads, 1, 1024},    {NULL, CLI_FLAG, NULL, 0, 0},
+        {"-t", CLI_INT, &threads, 1, 1024},    {"--kv-type", CLI_STRING, &kv_name, 0, 0},
+        {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("eval", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    mt_kv_type kv_type;
+    if (!cli_kv_type("eval", kv_name, &kv_type)) return 2;
     if (!!text == !!ids_arg) {
         fprintf(stderr, "moontail eval: give exactly one of -p TEXT or --ids LIST\n");
         return 2;
@@ -83,7 +87,7 @@ int cmd_eval(int argc, char **argv) {
     }
     const int32_t V = m->hp.n_vocab;
     if (top > V) top = V;
-    if (!(s = mt_session_new(m, (int32_t)n, (int)threads, &err))) goto fail;
+    if (!(s = mt_session_new(m, (int32_t)n, kv_type, (int)threads, &err))) goto fail;
     if (!(logits = malloc((size_t)n * V * sizeof(float)))) {
         mt_error_set(&err, "out of memory for %lld x %d logits", (long long)n, V);
         goto fail;

@@ -21,6 +21,7 @@ static const char usage[] =
     "  -t N                threads (default: all CPUs)\n"
     "  --ctx N             context size (default: prompt + N)\n"
     "  --ubatch N          prompt micro-batch size (default: whole prompt)\n"
+    "  --kv-type T         KV cache type: f16 (default), bf16, q8_0 or f32\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"
     "  --json              print one JSON object instead of streaming text\n";
 
@@ -33,7 +34,7 @@ typedef struct run_ctx {
 
 static int run_open(void *ctx, int32_t n_ctx, mt_error *err) {
     run_ctx *r = ctx;
-    r->s = mt_session_new(r->model, n_ctx, (int)r->g->threads, err);
+    r->s = mt_session_new(r->model, n_ctx, r->g->kv_type, (int)r->g->threads, err);
     return r->s ? 0 : -1;
 }
 

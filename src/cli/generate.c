@@ -32,6 +32,7 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
         {"-t", CLI_INT, &g->threads, 1, 1024},
         {"--ctx", CLI_INT, &g->ctx, 1, 1 << 24},
         {"--ubatch", CLI_INT, &g->ubatch, 1, 1 << 24},
+        {"--kv-type", CLI_STRING, &g->kv_type_name, 0, 0},
         {"--temp", CLI_FLOAT, &g->sp.temp, 0, 0},
         {"--top-k", CLI_INT, &g->top_k, 0, 1 << 30},
         {"--top-p", CLI_FLOAT, &g->sp.top_p, 0, 0},
@@ -54,6 +55,7 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
     opts[N_SHARED + n_extra] = (cli_opt){NULL, CLI_FLAG, NULL, 0, 0};
     int rc = cli_parse(cmd, argc, argv, opts, usage);
     if (rc) return rc;
+    if (!cli_kv_type(cmd, g->kv_type_name, &g->kv_type)) return -1;
     g->sp.top_k = (int32_t)g->top_k;
     g->sp.repeat_last_n = (int32_t)g->repeat_last_n;
     g->sp.seed = (uint64_t)g->seed;

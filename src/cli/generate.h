@@ -16,6 +16,8 @@
 typedef struct cli_gen {
     const char *prompt, *prompt_file;
     int64_t n_predict, threads, ctx, ubatch, top_k, repeat_last_n, seed;
+    const char *kv_type_name; /* --kv-type */
+    mt_kv_type kv_type;       /* what it names (f16 when not given) */
     bool json, ignore_eos;
     mt_sampler_params sp;
 } cli_gen;

@@ -92,8 +92,8 @@ static int load_model(mt_registry *r, mt_error *err) {
         r->state_bytes = calloc((size_t)L, sizeof *r->state_bytes);
         r->position_bytes = calloc((size_t)L, sizeof *r->position_bytes);
         if (!r->state_bytes || !r->position_bytes) return mt_error_set(err, "out of memory");
-        if (mt_kv_session_bytes(r->model, L, r->state_bytes, r->position_bytes, &n_ctx_train,
-                                err)) {
+        if (mt_kv_session_bytes(r->model, L, MT_KV_DEFAULT, r->state_bytes, r->position_bytes,
+                                &n_ctx_train, err)) {
             mt_error_prefix(err, "registry: sizing the working memory of %d sessions",
                             r->cfg.sessions);
             return -1;

@@ -7,13 +7,16 @@
  *
  * All K/V rows of the batch are written to the cache before any token
  * attends, so a token sees exactly the positions [0, pos] whether it came
- * alone or in a batch. */
+ * alone or in a batch. Rows are stored as the cache's type; with a q8_0
+ * cache, q and k (and v, then o back) are rotated as llama.cpp does
+ * (hadamard.c). The older MLA layout (attn_kv_b) comes here too, its
+ * heads expanded once per position as they are cached (attn_mla.c). */
 #include "model_internal.h"
 
 #include <string.h>
 
 typedef struct attn_job {
-    const mt_hparams *hp;
+    const mt_gqa_shape *sh;
     const float *q;         /* (n_tok, n_head * dk) */
     mt_kv_cache *const *kv; /* (n_tok) each token's session cache */
     int32_t il;
@@ -25,18 +28,48 @@ typedef struct attn_job {
 /* Task index = t * n_head + h. */
 static void attn_heads(void *ctx, int64_t begin, int64_t end) {
     const attn_job *j = ctx;
-    const mt_hparams *hp = j->hp;
-    const int32_t dk = hp->head_dim_k, dv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
-    float *scores = malloc((size_t)(j->max_pos + 1) * sizeof *scores);
-    if (!scores) abort(); /* a few KiB per thread; cannot continue without it */
+    const mt_gqa_shape *sh = j->sh;
+    const int32_t dk = sh->dk, dv = sh->dv, group = sh->n_head / sh->n_head_kv;
+    mt_attend_work w;
+    if (mt_attend_work_init(&w, j->max_pos + 1, dk > dv ? dk : dv))
+        abort(); /* a few KiB per thread; cannot continue without it */
     for (int64_t task = begin; task < end; task++) {
-        int64_t t = task / hp->n_head, h = task % hp->n_head, g = h / group;
-        const float *kc = mt_kv_layer_k(j->kv[t], j->il), *vc = mt_kv_layer_v(j->kv[t], j->il);
-        mt_attend_one(j->q + (t * hp->n_head + h) * dk, kc + g * dk, (size_t)hp->n_head_kv * dk, dk,
-                      vc + g * dv, (size_t)hp->n_head_kv * dv, dv, j->pos[t] + 1, hp->attn_scale,
-                      scores, j->o + (t * hp->n_head + h) * dv);
+        int64_t t = task / sh->n_head, h = task % sh->n_head, g = h / group;
+        const mt_kv_cache *kv = j->kv[t];
+        mt_attend_cached(kv->type, j->q + (t * sh->n_head + h) * dk,
+                         mt_kv_layer_k(kv, j->il) + mt_kv_offset(kv->type, g * dk), kv->k_row, dk,
+                         mt_kv_layer_v(kv, j->il) + mt_kv_offset(kv->type, g * dv), kv->v_row, dv,
+                         j->pos[t] + 1, sh->scale, &w, j->o + (t * sh->n_head + h) * dv);
     }
-    free(scores);
+    mt_attend_work_free(&w);
+}
+
+void mt_gqa_store(const mt_gqa_shape *sh, mt_kv_cache *kv, int32_t il, int32_t pos, float *k,
+                  float *v) {
+    const int64_t nk = (int64_t)sh->n_head_kv * sh->dk, nv = (int64_t)sh->n_head_kv * sh->dv;
+    if (kv->type == MT_KV_Q8_0) {
+        int32_t bk = mt_hadamard_block_k(sh->dk), bv = mt_hadamard_block_v(sh->dv);
+        if (bk) mt_hadamard_rows(k, nk, bk);
+        if (bv) mt_hadamard_rows(v, nv, bv);
+    }
+    mt_kv_store(kv->type, k, nk, mt_kv_layer_k(kv, il) + (size_t)pos * kv->k_row);
+    mt_kv_store(kv->type, v, nv, mt_kv_layer_v(kv, il) + (size_t)pos * kv->v_row);
+}
+
+void mt_gqa_attend(const mt_gqa_shape *sh, mt_kv_cache *const *kv, int32_t il, const int32_t *pos,
+                   int32_t n_tok, float *q, float *o, mt_pool *pool) {
+    int32_t max_pos = 0;
+    for (int32_t t = 0; t < n_tok; t++)
+        if (pos[t] > max_pos) max_pos = pos[t];
+    /* with a q8_0 cache the query meets rotated keys, and the output comes
+     * back from rotated values; every token of a batch shares its layer's type */
+    const bool rot = n_tok > 0 && kv[0]->type == MT_KV_Q8_0;
+    const int32_t bk = rot ? mt_hadamard_block_k(sh->dk) : 0,
+                  bv = rot ? mt_hadamard_block_v(sh->dv) : 0;
+    if (bk) mt_hadamard_rows(q, (int64_t)n_tok * sh->n_head * sh->dk, bk);
+    attn_job job = {sh, q, kv, il, pos, o, max_pos};
+    mt_pool_run(pool, (int64_t)n_tok * sh->n_head, attn_heads, &job);
+    if (bv) mt_hadamard_rows(o, (int64_t)n_tok * sh->n_head * sh->dv, bv);
 }
 
 static void add_bias(float *x, const float *b, int32_t n_tok, int64_t n) {
@@ -62,10 +95,8 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
     add_bias(k, l->bk, n_tok, nk);
     add_bias(v, l->bv, n_tok, nv);
 
-    int32_t max_pos = 0;
+    const mt_gqa_shape sh = {hp->n_head, hp->n_head_kv, (int32_t)dk, (int32_t)dv, hp->attn_scale};
     for (int32_t t = 0; t < n_tok; t++) {
-        float *kc = mt_kv_layer_k(kv[t], il), *vc = mt_kv_layer_v(kv[t], il);
-        if (pos[t] > max_pos) max_pos = pos[t];
         float *qt = q + (size_t)t * nq, *kt = k + (size_t)t * nk;
         if (l->q_norm) {
             for (int32_t h = 0; h < hp->n_head; h++)
@@ -77,13 +108,9 @@ int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
         mt_rope_table(hp, m->rope_freqs, pos[t], cs, sn);
         mt_rope_rotate(hp, cs, sn, qt, (int32_t)dk, hp->n_head);
         mt_rope_rotate(hp, cs, sn, kt, (int32_t)dk, hp->n_head_kv);
-        memcpy(kc + (size_t)pos[t] * kv[t]->k_width, kt, (size_t)nk * sizeof(float));
-        memcpy(vc + (size_t)pos[t] * kv[t]->v_width, v + (size_t)t * nv,
-               (size_t)nv * sizeof(float));
+        mt_gqa_store(&sh, kv[t], il, pos[t], kt, v + (size_t)t * nv);
     }
-
-    attn_job job = {hp, q, kv, il, pos, o, max_pos};
-    mt_pool_run(pool, (int64_t)n_tok * hp->n_head, attn_heads, &job);
+    mt_gqa_attend(&sh, kv, il, pos, n_tok, q, o, pool);
     mt_matmul(&l->wo, o, n_tok, out, pool);
     free(q);
     return 0;

@@ -8,9 +8,12 @@
  *   q~_h    = Wk_b[h] q_nope_h              (kv_lora)
  *   o_h     = softmax(scale [q~_h ; q_pe_h] . [c_s ; k_pe_s]) . c_s
  *   out     = Wo concat_h(Wv_b[h] o_h)
- * Legacy files (one attn_kv_b) are expanded per position instead. kimi
- * models skip RoPE (the rope slice is used as it is) and k3 may gate the
- * heads' output: out = Wo (concat_h(...) * sigmoid(Wgate a)). */
+ * Files in the older layout (one attn_kv_b) cache every head's expanded
+ * K_h = [Wkv_b c]_nope_h ; k_pe and V_h = [Wkv_b c]_v_h instead, as llama.cpp
+ * does for them, each expanded once when its position is cached, and
+ * attend as GQA (attn_gqa.c). kimi models skip RoPE (the rope slice is used
+ * as it is) and k3 may gate the heads' output: out = Wo (concat_h(...) *
+ * sigmoid(Wgate a)). Rows are stored as the cache's type. */
 #include "model_internal.h"
 #include "moontail/quant.h"
 #include "moontail/vecops.h"
@@ -31,15 +34,18 @@ static void mla_heads(void *ctx, int64_t begin, int64_t end) {
     const mla_job *j = ctx;
     const mt_hparams *hp = j->hp;
     const int32_t w = hp->kv_lora_rank + hp->qk_rope;
-    float *scores = malloc((size_t)(j->max_pos + 1) * sizeof *scores);
-    if (!scores) abort();
+    mt_attend_work work;
+    if (mt_attend_work_init(&work, j->max_pos + 1, w)) abort();
     for (int64_t task = begin; task < end; task++) {
         int64_t t = task / hp->n_head;
-        const float *cache = mt_kv_layer_k(j->kv[t], j->il);
-        mt_attend_one(j->qa + task * w, cache, (size_t)w, w, cache, (size_t)w, hp->kv_lora_rank,
-                      j->pos[t] + 1, hp->attn_scale, scores, j->lat + task * hp->kv_lora_rank);
+        const mt_kv_cache *kv = j->kv[t];
+        const uint8_t *cache = mt_kv_layer_k(kv, j->il);
+        /* the values are the c_kv part of the same rows */
+        mt_attend_cached(kv->type, j->qa + task * w, cache, kv->k_row, w, cache, kv->k_row,
+                         hp->kv_lora_rank, j->pos[t] + 1, hp->attn_scale, &work,
+                         j->lat + task * hp->kv_lora_rank);
     }
-    free(scores);
+    mt_attend_work_free(&work);
 }
 
 /* Matrix of expert/head e of a 3-D tensor. */
@@ -88,42 +94,39 @@ done:
     return rc;
 }
 
-/* Legacy layout: K_h = [Wkv_b c_s]_k_nope ; k_pe_s and V_h = [Wkv_b c_s]_v,
- * expanded for every cached position. */
-static int mla_expanded(const mt_model *m, const mt_layer *l, const float *cache, int32_t n_ctx,
-                        const float *q, const int32_t *pos, int32_t n_tok, float *o, mt_pool *pool,
-                        mt_error *err) {
+/* Older layout: every token's heads expanded from its latent kt = [c ; k_pe]
+ * (n_tok rows of kva), cached as GQA rows, then attended as GQA. */
+static int mla_expanded(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
+                        const float *kva, float *q, const int32_t *pos, int32_t n_tok, float *o,
+                        mt_pool *pool, mt_error *err) {
     const mt_hparams *hp = &m->hp;
     const int32_t H = hp->n_head, nope = hp->qk_nope, rope = hp->qk_rope, dv = hp->v_head_dim;
     const int32_t lora = hp->kv_lora_rank, w = lora + rope, qk = nope + rope;
-    int32_t n_pos = 0;
-    for (int32_t t = 0; t < n_tok; t++)
-        if (pos[t] + 1 > n_pos) n_pos = pos[t] + 1;
-    float *c = malloc((size_t)n_pos * lora * sizeof(float));
-    float *kvb = malloc((size_t)n_pos * H * (nope + dv) * sizeof(float));
-    float *K = malloc((size_t)n_pos * qk * sizeof(float));
-    float *V = malloc((size_t)n_pos * dv * sizeof(float));
-    float *scores = malloc((size_t)n_ctx * sizeof(float));
-    if (!c || !kvb || !K || !V || !scores) {
-        free(c), free(kvb), free(K), free(V), free(scores);
-        return mt_error_set(err, "MLA attention: out of memory for %d positions", n_pos);
+    const size_t T = (size_t)n_tok;
+    float *c = malloc(T * lora * sizeof(float));
+    float *kvb = malloc(T * H * (nope + dv) * sizeof(float));
+    float *K = malloc((size_t)H * qk * sizeof(float)), *V = malloc((size_t)H * dv * sizeof(float));
+    int rc = 0;
+    if (!c || !kvb || !K || !V) {
+        rc = mt_error_set(err, "MLA attention: out of memory for %d tokens", n_tok);
+        goto done;
     }
-    for (int32_t s = 0; s < n_pos; s++)
-        memcpy(c + (size_t)s * lora, cache + (size_t)s * w, lora * sizeof(float));
-    mt_matmul(&l->wkv_b, c, n_pos, kvb, pool);
-    for (int32_t h = 0; h < H; h++) {
-        for (int32_t s = 0; s < n_pos; s++) {
-            const float *row = kvb + ((size_t)s * H + h) * (nope + dv);
-            memcpy(K + (size_t)s * qk, row, nope * sizeof(float));
-            memcpy(K + (size_t)s * qk + nope, cache + (size_t)s * w + lora, rope * sizeof(float));
-            memcpy(V + (size_t)s * dv, row + nope, dv * sizeof(float));
+    for (size_t t = 0; t < T; t++) memcpy(c + t * lora, kva + t * w, lora * sizeof(float));
+    mt_matmul(&l->wkv_b, c, n_tok, kvb, pool);
+    const mt_gqa_shape sh = {H, H, qk, dv, hp->attn_scale};
+    for (size_t t = 0; t < T; t++) {
+        for (int32_t h = 0; h < H; h++) {
+            const float *row = kvb + (t * H + h) * (nope + dv);
+            memcpy(K + (size_t)h * qk, row, nope * sizeof(float));
+            memcpy(K + (size_t)h * qk + nope, kva + t * w + lora, rope * sizeof(float));
+            memcpy(V + (size_t)h * dv, row + nope, dv * sizeof(float));
         }
-        for (int32_t t = 0; t < n_tok; t++)
-            mt_attend_one(q + ((size_t)t * H + h) * qk, K, qk, qk, V, dv, dv, pos[t] + 1,
-                          hp->attn_scale, scores, o + ((size_t)t * H + h) * dv);
+        mt_gqa_store(&sh, kv[t], il, pos[t], K, V);
     }
-    free(c), free(kvb), free(K), free(V), free(scores);
-    return 0;
+    mt_gqa_attend(&sh, kv, il, pos, n_tok, q, o, pool);
+done:
+    free(c), free(kvb), free(K), free(V);
+    return rc;
 }
 
 int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,
@@ -156,7 +159,6 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
 
     int32_t max_pos = 0;
     for (size_t t = 0; t < T; t++) {
-        float *cache = mt_kv_layer_k(kv[t], il);
         if (pos[t] > max_pos) max_pos = pos[t];
         float *kt = kva + t * w;
         mt_rmsnorm(kt, l->kv_a_norm, lora, hp->eps, kt);
@@ -166,16 +168,13 @@ int mt_attn_mla(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
             mt_rope_rotate(hp, cs, sn, kt + lora, rope, 1);
             mt_rope_rotate(hp, cs, sn, q + t * H * qk + nope, qk, H); /* rope slice of each head */
         }
-        memcpy(cache + (size_t)pos[t] * w, kt, (size_t)w * sizeof(float));
+        if (l->mla_absorbed)
+            mt_kv_store(kv[t]->type, kt, w,
+                        mt_kv_layer_k(kv[t], il) + (size_t)pos[t] * kv[t]->k_row);
     }
 
     if (!l->mla_absorbed) {
-        /* one expansion per run of tokens from the same session */
-        for (size_t t0 = 0, t1; rc == 0 && t0 < T; t0 = t1) {
-            for (t1 = t0 + 1; t1 < T && kv[t1] == kv[t0];) t1++;
-            rc = mla_expanded(m, l, mt_kv_layer_k(kv[t0], il), kv[t0]->n_ctx, q + t0 * H * qk,
-                              pos + t0, (int32_t)(t1 - t0), o + t0 * H * dv, pool, err);
-        }
+        rc = mla_expanded(m, l, kv, il, kva, q, pos, n_tok, o, pool, err);
     } else {
         /* q~_h = Wk_b[h] q_nope_h for all heads at once, then append q_pe_h */
         rc = per_head_matmul(&l->wk_b, H, q, (size_t)qk, n_tok, qabs, (size_t)w, pool, err);

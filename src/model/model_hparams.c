@@ -215,6 +215,19 @@ static int kimi_hparams(hp_reader *r, mt_hparams *hp, int32_t gating) {
     return 0;
 }
 
+/* An MLA file in the older layout: attn_kv_b tensors and no attn_k_b ones
+ * (a shard without attention has neither, and keeps no cache). */
+static bool mla_file_is_expanded(const gguf_file *f) {
+    bool kv_b = false;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const char *n = f->tensors[i].name, *dot = strstr(n, ".attn_");
+        if (!dot) continue;
+        if (strcmp(dot, ".attn_k_b.weight") == 0) return false;
+        if (strcmp(dot, ".attn_kv_b.weight") == 0) kv_b = true;
+    }
+    return kv_b;
+}
+
 int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_error *err) {
     memset(hp, 0, sizeof *hp);
     mt_error e = {{0}};
@@ -438,5 +451,6 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     } else {
         hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
     }
+    if (mt_arch_has_mla(hp->arch)) hp->mla_expanded = mla_file_is_expanded(f);
     return 0;
 }

@@ -38,17 +38,70 @@ typedef struct mt_scratch {
     float *o; /* (n_tok, n_embd) output of the current block */
 } mt_scratch;
 
-/* Attention layer il's K rows (and V rows) in a session's cache. */
-static inline float *mt_kv_layer_k(const mt_kv_cache *kv, int32_t il) {
-    return kv->k + (size_t)kv->slot[il - kv->layer_begin] * kv->n_ctx * kv->k_width;
+/* ------------------------------------------------------------ KV cache rows */
+
+/* Attention layer il's K rows (and V rows) in a session's cache: row s of
+ * the layer starts at s * k_row (v_row) bytes. */
+static inline uint8_t *mt_kv_layer_k(const mt_kv_cache *kv, int32_t il) {
+    return kv->k + (size_t)kv->slot[il - kv->layer_begin] * kv->n_ctx * kv->k_row;
 }
-static inline float *mt_kv_layer_v(const mt_kv_cache *kv, int32_t il) {
-    return kv->v + (size_t)kv->slot[il - kv->layer_begin] * kv->n_ctx * kv->v_width;
+static inline uint8_t *mt_kv_layer_v(const mt_kv_cache *kv, int32_t il) {
+    return kv->v + (size_t)kv->slot[il - kv->layer_begin] * kv->n_ctx * kv->v_row;
 }
 /* KDA layer il's recurrent state: conv (3, D, K-1), then delta (H, hd, hd). */
 static inline float *mt_kv_layer_rec(const mt_kv_cache *kv, int32_t il) {
     return kv->rec + (size_t)kv->slot[il - kv->layer_begin] * kv->rec_floats;
 }
+
+/* Stores n values of x (n a multiple of the type's block) as type t at dst. */
+void mt_kv_store(mt_kv_type t, const float *x, int64_t n, uint8_t *dst);
+
+/* Byte offset of element i (a multiple of the type's block) in a row of type t. */
+static inline size_t mt_kv_offset(mt_kv_type t, int64_t i) {
+    return i ? mt_type_row_size(mt_kv_row_type(t), i) : 0;
+}
+
+/* Working memory of mt_attend_cached for contexts up to max_pos positions
+ * and heads up to max_dim wide. */
+typedef struct mt_attend_work {
+    float *scores; /* max_pos */
+    float *row;    /* max_dim: a decoded V row */
+    uint8_t *conv; /* the query converted to the cache's partner format; also
+                      the rounded weights (max_pos 16-bit values) */
+} mt_attend_work;
+int mt_attend_work_init(mt_attend_work *w, int32_t max_pos, int32_t max_dim);
+void mt_attend_work_free(mt_attend_work *w);
+
+/* One head: out (dv) = softmax(scale q . k_s) . v_s over s < n_pos, with
+ * k_s = k + s * k_stride bytes (dk values) and v_s = v + s * v_stride bytes
+ * (dv values) stored as type t; q is f32. The arithmetic is llama.cpp's for
+ * that cache type (see mt_kv_type). */
+void mt_attend_cached(mt_kv_type t, const float *q, const uint8_t *k, size_t k_stride, int32_t dk,
+                      const uint8_t *v, size_t v_stride, int32_t dv, int32_t n_pos, float scale,
+                      mt_attend_work *w, float *out);
+
+/* Rotates every block of `block` values of x (n values) by the orthonormal
+ * Walsh-Hadamard matrix; its own inverse. */
+void mt_hadamard_rows(float *x, int64_t n, int32_t block);
+/* The rotation block for a q8_0 cache's K heads of head_dim values (the
+ * largest power of two >= 64 dividing it) and V heads (64); 0: none. */
+int32_t mt_hadamard_block_k(int32_t head_dim);
+int32_t mt_hadamard_block_v(int32_t head_dim);
+
+/* Grouped-query attention over cached rows, shared by GQA layers and the
+ * older MLA layout (whose heads are expanded before they are cached). */
+typedef struct mt_gqa_shape {
+    int32_t n_head, n_head_kv, dk, dv;
+    float scale;
+} mt_gqa_shape;
+/* Caches position pos's k (n_head_kv * dk) and v (n_head_kv * dv) in layer
+ * il of kv, as its type (rotating them first for q8_0; k and v change). */
+void mt_gqa_store(const mt_gqa_shape *sh, mt_kv_cache *kv, int32_t il, int32_t pos, float *k,
+                  float *v);
+/* o (n_tok, n_head * dv) <- each token's heads q (n_tok, n_head * dk; changed)
+ * attending to positions [0, pos[t]] of its cache kv[t]. */
+void mt_gqa_attend(const mt_gqa_shape *sh, mt_kv_cache *const *kv, int32_t il, const int32_t *pos,
+                   int32_t n_tok, float *q, float *o, mt_pool *pool);
 
 /* Attention for a batch whose token t belongs to the session cached in kv[t]. */
 int mt_attn_gqa(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, int32_t il,

@@ -5,14 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-mt_session *mt_session_new(const mt_model *m, int32_t n_ctx, int n_threads, mt_error *err) {
+mt_session *mt_session_new(const mt_model *m, int32_t n_ctx, mt_kv_type kv_type, int n_threads,
+                           mt_error *err) {
     mt_session *s = calloc(1, sizeof *s);
     if (!s) {
         mt_error_set(err, "out of memory");
         return NULL;
     }
     s->model = m;
-    s->kv = mt_kv_cache_new(m, 0, m->hp.n_layer, n_ctx, err);
+    s->kv = mt_kv_cache_new(m, 0, m->hp.n_layer, n_ctx, kv_type, err);
     s->pool = s->kv ? mt_pool_create(n_threads) : NULL;
     if (!s->kv || !s->pool) {
         if (s->kv && !s->pool) mt_error_set(err, "cannot start %d worker threads", n_threads);

@@ -436,9 +436,10 @@ static int fill_info(mt_node *n, mt_error *err) {
 static int size_sessions(mt_node *n, mt_error *err) {
     const mt_model *m = n->model;
     uint64_t fixed = 0, per_position = 0, weights = 0;
+    if (m->has_attention && mt_kv_type_check(&m->hp, n->cfg.kv_type, err)) return -1;
     for (int32_t il = m->layer_begin; m->has_attention && il < m->layer_end; il++) {
         uint64_t f, p;
-        mt_kv_layer_bytes(&m->hp, m->layers[il].is_kda, &f, &p);
+        mt_kv_layer_bytes(&m->hp, m->layers[il].is_kda, n->cfg.kv_type, &f, &p);
         fixed += f;
         per_position += p;
     }
@@ -451,10 +452,11 @@ static int size_sessions(mt_node *n, mt_error *err) {
     n->kv_fixed = fixed;
     n->kv_per_position = per_position;
     node_log(n,
-             "%d sessions of %d positions; KV cache %llu bytes a position (+%llu a session),"
+             "%d sessions of %d positions; %s KV cache %llu bytes a position (+%llu a session),"
              " %.1f MB for sessions after %.1f MB of weights",
-             n->cfg.max_sessions, n->cfg.n_ctx, (unsigned long long)per_position,
-             (unsigned long long)fixed, (double)n->kv_budget / 1e6, (double)weights / 1e6);
+             n->cfg.max_sessions, n->cfg.n_ctx, mt_kv_type_name(n->cfg.kv_type),
+             (unsigned long long)per_position, (unsigned long long)fixed,
+             (double)n->kv_budget / 1e6, (double)weights / 1e6);
     return 0;
 }
 

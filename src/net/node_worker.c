@@ -322,7 +322,8 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
         }
         if (!(s = session_slot(n))) return 1; /* all sessions busy in this step */
         mt_error err = {{0}};
-        s->kv = mt_kv_cache_new(n->model, m->layer_begin, m->layer_end, n->info.n_ctx, &err);
+        s->kv = mt_kv_cache_new(n->model, m->layer_begin, m->layer_end, n->info.n_ctx,
+                                n->cfg.kv_type, &err);
         if (!s->kv) {
             node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "cannot start a session: %s",
                             err.msg);

@@ -33,6 +33,7 @@ struct mt_route {
     mt_keys keys;
     mt_proto_dtype wire;
     int ubatch, timeout_ms, call_timeout_ms;
+    mt_kv_type kv_type; /* the backbone's cache */
     mt_model *head;
     bool head_borrowed; /* cfg->head_model: the caller frees it */
     mt_model *backbone; /* == head when the same file; NULL: none */
@@ -213,6 +214,7 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
     r->keys = *cfg->keys;
     r->wire = cfg->wire;
     r->ubatch = cfg->ubatch > 0 ? cfg->ubatch : 512;
+    r->kv_type = cfg->kv_type;
     r->timeout_ms = cfg->timeout_ms;
     r->no_reconnect = cfg->no_reconnect;
     r->call_timeout_ms = cfg->call_timeout_ms;
@@ -437,7 +439,8 @@ mt_route_session *mt_route_session_new(mt_route *r, int32_t n_ctx, mt_error *err
     }
     randombytes_buf(&s->id, sizeof s->id);
     s->n_ctx = n_ctx;
-    if (r->backbone && !(s->kv = mt_kv_cache_new(r->backbone, 0, r->local_end, n_ctx, err))) {
+    if (r->backbone &&
+        !(s->kv = mt_kv_cache_new(r->backbone, 0, r->local_end, n_ctx, r->kv_type, err))) {
         free(s->tokens);
         free(s);
         return NULL;

@@ -277,7 +277,7 @@ int mt_selfcheck_run(const mt_model *m, const int32_t *prompt, int32_t n, int th
         mt_error_set(err, "out of memory for %d x %zu logits", (int)n, V);
         goto out;
     }
-    if (!(sess = mt_session_new(m, n, threads, err)) ||
+    if (!(sess = mt_session_new(m, n, MT_KV_DEFAULT, threads, err)) ||
         mt_session_eval(sess, prompt, n, 0, true, ref, err)) {
         mt_error_prefix(err, "local run of the whole model");
         goto out;

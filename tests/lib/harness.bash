@@ -39,6 +39,14 @@ harness_cleanup() {
     for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
     if declare -F extra_cleanup >/dev/null; then extra_cleanup; fi
+    # after a failed check, what each background process said last (CI keeps only this output)
+    if [ "${fails:-0}" -gt 0 ]; then
+        for f in "$tmp"/*.err; do
+            [ -s "$f" ] || continue
+            echo "--- last lines of $(basename "$f"):" >&2
+            tail -n 12 "$f" | cut -c 1-300 >&2
+        done
+    fi
     if [ -n "${KEEP_TMP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
 }
 trap harness_cleanup EXIT
