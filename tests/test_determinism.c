@@ -5,7 +5,8 @@
  * AVX2, AVX-512) computes them. Checked for every architecture on F32 and on
  * quantized weights; for kimi-k3 and kimi-linear this covers the KDA
  * recurrence (computed token by token whatever the batch) and k3's banked
- * checkpoints. */
+ * checkpoints. Every KV cache type is covered (f16, the default, for most
+ * variants; f32, bf16 and q8_0 with its Hadamard-rotated heads for some). */
 #include "check.h"
 #include "moontail/quant.h"
 #include "moontail/session.h"
@@ -17,6 +18,7 @@ typedef struct variant {
     bool dense;
     bool mla_legacy;
     int32_t res_block; /* kimi-k3: attention-residual block size */
+    mt_kv_type kv;     /* the cache type (0: f16, the default) */
 } variant;
 
 /* kimi archs default to the real layer and expert counts; a small shape
@@ -34,9 +36,10 @@ static void kimi_small(mt_synth_params *p, const variant *v) {
 }
 
 /* Evaluates ids with the given threads/ubatch; returns all logits (malloc). */
-static float *eval(const mt_model *m, const int32_t *ids, int32_t n, int threads, int32_t ubatch) {
+static float *eval(const mt_model *m, mt_kv_type kv, const int32_t *ids, int32_t n, int threads,
+                   int32_t ubatch) {
     mt_error err = {{0}};
-    mt_session *s = mt_session_new(m, n, MT_KV_DEFAULT, threads, &err);
+    mt_session *s = mt_session_new(m, n, kv, threads, &err);
     float *logits = malloc((size_t)n * m->hp.n_vocab * sizeof(float));
     CHECK(s && logits, "session: %s", err.msg);
     if (!s || !logits) return NULL;
@@ -64,16 +67,17 @@ static void check_variant(const variant *v) {
     int32_t ids[N];
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 5) % m->hp.n_vocab);
     const size_t bytes = (size_t)N * m->hp.n_vocab * sizeof(float);
-    float *ref = eval(m, ids, N, 1, 0);
+    float *ref = eval(m, v->kv, ids, N, 1, 0);
     static const struct {
         int threads;
         int32_t ubatch;
     } runs[] = {{2, 0}, {3, 0}, {4, 1}, {1, 1}, {2, 4}, {3, 5}};
     for (size_t r = 0; ref && r < sizeof runs / sizeof runs[0]; r++) {
-        float *got = eval(m, ids, N, runs[r].threads, runs[r].ubatch);
+        float *got = eval(m, v->kv, ids, N, runs[r].threads, runs[r].ubatch);
         CHECK(got && memcmp(ref, got, bytes) == 0,
-              "%s %s: logits differ with %d threads, micro-batch %d", v->arch,
-              mt_type_traits_get(v->type)->name, runs[r].threads, runs[r].ubatch);
+              "%s %s, %s cache: logits differ with %d threads, micro-batch %d", v->arch,
+              mt_type_traits_get(v->type)->name, mt_kv_type_name(v->kv), runs[r].threads,
+              runs[r].ubatch);
         free(got);
     }
     /* Every kernel set this CPU runs (portable C, AVX2, AVX-512) gives the
@@ -82,9 +86,10 @@ static void check_variant(const variant *v) {
     const char *start = quant_kernel_name();
     for (size_t k = 0; ref && k < sizeof sets / sizeof sets[0]; k++) {
         if (quant_kernels_select(sets[k]) != 0) continue;
-        float *got = eval(m, ids, N, 2, 0);
-        CHECK(got && memcmp(ref, got, bytes) == 0, "%s %s: logits differ with the %s kernels",
-              v->arch, mt_type_traits_get(v->type)->name, sets[k]);
+        float *got = eval(m, v->kv, ids, N, 2, 0);
+        CHECK(got && memcmp(ref, got, bytes) == 0,
+              "%s %s, %s cache: logits differ with the %s kernels", v->arch,
+              mt_type_traits_get(v->type)->name, mt_kv_type_name(v->kv), sets[k]);
         free(got);
     }
     quant_kernels_select(start);
@@ -96,10 +101,10 @@ static void check_variant(const variant *v) {
         enum { NA = 6, NB = 3, NC = 2, NT = NA + NB + NC };
         int32_t idsB[NB] = {7, 3, 9}, idsC[NC] = {11, 2};
         mt_error err = {{0}};
-        float *solo_b = eval(m, idsB, NB, 1, 0), *solo_c = eval(m, idsC, NC, 2, 1);
-        mt_kv_cache *ka = mt_kv_cache_new(m, 0, m->hp.n_layer, NA, MT_KV_DEFAULT, &err),
-                    *kb = mt_kv_cache_new(m, 0, m->hp.n_layer, NB, MT_KV_DEFAULT, &err),
-                    *kc = mt_kv_cache_new(m, 0, m->hp.n_layer, NC, MT_KV_DEFAULT, &err);
+        float *solo_b = eval(m, v->kv, idsB, NB, 1, 0), *solo_c = eval(m, v->kv, idsC, NC, 2, 1);
+        mt_kv_cache *ka = mt_kv_cache_new(m, 0, m->hp.n_layer, NA, v->kv, &err),
+                    *kb = mt_kv_cache_new(m, 0, m->hp.n_layer, NB, v->kv, &err),
+                    *kc = mt_kv_cache_new(m, 0, m->hp.n_layer, NC, v->kv, &err);
         /* interleave: A0 B0 A1 C0 B1 A2 A3 C1 B2 A4 A5 */
         static const char who[NT] = {'a', 'b', 'a', 'c', 'b', 'a', 'a', 'c', 'b', 'a', 'a'};
         int32_t toks[NT], pos[NT], na = 0, nb = 0, nc = 0;
@@ -145,23 +150,34 @@ static void check_variant(const variant *v) {
 
 int main(void) {
     static const variant variants[] = {
-        {"qwen3moe", MT_TYPE_F32, false, false, 0},
-        {"qwen3moe", MT_TYPE_Q4_K, false, false, 0},
-        {"qwen2moe", MT_TYPE_F32, false, false, 0},
-        {"qwen2moe", MT_TYPE_Q8_0, false, false, 0},
-        {"deepseek2", MT_TYPE_F32, false, false, 0},
-        {"deepseek2", MT_TYPE_MXFP4, false, false, 0},
-        {"llama", MT_TYPE_F32, false, false, 0},
-        {"llama", MT_TYPE_Q6_K, true, false, 0},
-        {"llama", MT_TYPE_BF16, false, false, 0},
-        {"qwen3moe", MT_TYPE_F16, false, false, 0},
-        {"qwen3moe", MT_TYPE_Q4_0, false, false, 0},
-        {"deepseek2", MT_TYPE_Q8_0, false, true, 0},
-        {"kimi-k3", MT_TYPE_F32, false, false, 2},
-        {"kimi-k3", MT_TYPE_MXFP4, false, false, 1},
-        {"kimi-k3", MT_TYPE_Q8_0, false, false, 3},
-        {"kimi-linear", MT_TYPE_F32, false, false, 0},
-        {"kimi-linear", MT_TYPE_Q8_0, false, false, 0},
+        {"qwen3moe", MT_TYPE_F32, false, false, 0, MT_KV_F16},
+        {"qwen3moe", MT_TYPE_Q4_K, false, false, 0, MT_KV_F16},
+        {"qwen2moe", MT_TYPE_F32, false, false, 0, MT_KV_F16},
+        {"qwen2moe", MT_TYPE_Q8_0, false, false, 0, MT_KV_F16},
+        {"deepseek2", MT_TYPE_F32, false, false, 0, MT_KV_F16},
+        {"deepseek2", MT_TYPE_MXFP4, false, false, 0, MT_KV_F16},
+        {"llama", MT_TYPE_F32, false, false, 0, MT_KV_F16},
+        {"llama", MT_TYPE_Q6_K, true, false, 0, MT_KV_F16},
+        {"llama", MT_TYPE_BF16, false, false, 0, MT_KV_F16},
+        {"qwen3moe", MT_TYPE_F16, false, false, 0, MT_KV_F16},
+        {"qwen3moe", MT_TYPE_Q4_0, false, false, 0, MT_KV_F16},
+        {"deepseek2", MT_TYPE_Q8_0, false, true, 0, MT_KV_F16},
+        {"kimi-k3", MT_TYPE_F32, false, false, 2, MT_KV_F16},
+        {"kimi-k3", MT_TYPE_MXFP4, false, false, 1, MT_KV_F16},
+        {"kimi-k3", MT_TYPE_Q8_0, false, false, 3, MT_KV_F16},
+        {"kimi-linear", MT_TYPE_F32, false, false, 0, MT_KV_F16},
+        {"kimi-linear", MT_TYPE_Q8_0, false, false, 0, MT_KV_F16},
+        /* the other cache types; q8_0 rotates GQA heads of 64 (qwen3moe, the older MLA
+         * layout's values) */
+        {"qwen3moe", MT_TYPE_F32, false, false, 0, MT_KV_F32},
+        {"qwen3moe", MT_TYPE_F32, false, false, 0, MT_KV_Q8_0},
+        {"qwen2moe", MT_TYPE_Q8_0, false, false, 0, MT_KV_BF16},
+        {"deepseek2", MT_TYPE_F32, false, false, 0, MT_KV_Q8_0},
+        {"deepseek2", MT_TYPE_Q8_0, false, true, 0, MT_KV_Q8_0},
+        {"deepseek2", MT_TYPE_F32, false, true, 0, MT_KV_BF16},
+        {"llama", MT_TYPE_F32, false, false, 0, MT_KV_BF16},
+        {"kimi-k3", MT_TYPE_F32, false, false, 2, MT_KV_F32},
+        {"kimi-linear", MT_TYPE_F32, false, false, 0, MT_KV_BF16},
     };
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) check_variant(&variants[i]);
     return check_report("test_determinism");

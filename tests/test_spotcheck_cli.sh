@@ -16,6 +16,9 @@
 #   - the node's own log says it is quarantined, and later released;
 #   - `cell release` refuses another token, releases with the admin token;
 #   - bad --spot-check and --misbehave values exit 2 with a message.
+# The cell runs a bf16 KV cache (registry --kv-type bf16, handed to every node): the
+# reference is `run --kv-type bf16`, and replicas, checkers and the registry's own
+# check must all compute with it to agree bit for bit.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
@@ -28,7 +31,7 @@ M="$tmp/m.gguf"
     --ff 128 --ff-exp 64 --experts 8 --experts-used 2 --seed 3 >/dev/null || bad "mkmodel"
 cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1)) # each node holds about half the layers
 PROMPT="Every node is checked now and then"
-$T "$BIN" run -m "$M" -p "$PROMPT" -n 24 --temp 0 --ignore-eos --json >"$tmp/ref.json" 2>/dev/null || bad "reference run"
+$T "$BIN" run -m "$M" -p "$PROMPT" -n 24 --temp 0 --ignore-eos --kv-type bf16 --json >"$tmp/ref.json" 2>/dev/null || bad "reference run"
 ref=$(tokens <"$tmp/ref.json")
 
 # ---- bad option values
@@ -43,7 +46,7 @@ expect 2 "corrupt-output\[:RATE\]" "$BIN" node --shard "$M" --key k --authority 
 # ---- registry, account, nodes (node 2 corrupts every output)
 echo "operator-secret" >"$tmp/admin.token"
 start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
-    --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 \
+    --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 --kv-type bf16 \
     --admin-token-file "$tmp/admin.token" --listen 127.0.0.1:0
 URL=$ADDR
 expect 0 "token in" "$BIN" account new cafe --registry "$URL" --admin-token-file "$tmp/admin.token" \
@@ -63,6 +66,8 @@ done
 wait_for 'o.min_replicas_serving >= 2' 60 && ok || bad "4 nodes did not make 2 pipelines: $(status | head -c 1500)"
 start_node 5 # the spare
 wait_for 'o.spares >= 1 && o.nodes_alive == 5' 30 && ok || bad "no spare: $(status | head -c 1500)"
+status | json 'process.exit(o.kv_type == "bf16" ? 0 : 1)' && ok || bad "status does not say the bf16 cache"
+grep -q "bf16 KV cache" "$tmp/n1.err" && ok || bad "node 1 does not run the cell's bf16 cache: $(tail -3 "$tmp/n1.err")"
 badaddr=${node_addr[2]}
 bad_id=$(status | json "const n=o.nodes.find(n=>n.addr=='$badaddr'); console.log(n ? n.node_id : '')")
 [ -n "$bad_id" ] && status | json "process.exit(o.nodes.find(n=>n.node_id==$bad_id).state=='serving'?0:1)" &&

@@ -12,6 +12,7 @@
 #define MOONTAIL_API_H
 
 #include "moontail/error.h"
+#include "moontail/model.h"
 #include "moontail/proto.h"
 
 #include <stdbool.h>
@@ -38,6 +39,8 @@ typedef struct mt_api_config {
     int queue;              /* requests that may wait for a slot (< 0: 16) */
     int threads;            /* local compute threads (<= 0: all CPUs) */
     int ubatch;             /* prompt tokens per evaluation (<= 0: 512) */
+    mt_kv_type kv_type;     /* the cache of whatever attention runs here (0: f16): the local
+                               model's, or the backbone's of a swarm */
     int ctx;                /* most positions per request (<= 0: the model's context) */
     int chat_max_tokens;    /* chat's default max_tokens (<= 0: 1024) */
     size_t max_body;        /* request body limit in bytes (0: 1 MiB) */

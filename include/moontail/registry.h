@@ -69,7 +69,11 @@ typedef struct mt_registry_config {
      * cell stage): `sessions` sessions of n_ctx positions each, at the model's KV and
      * recurrent-state sizes (placement.h). 0 sessions: none (shard bytes only). */
     int sessions; /* 0..2^20; a node keeps up to --max-sessions (64) */
-    int n_ctx;    /* <= 0: a node's default, min(context_length, 4096) */
+    /* The KV cache type every node of the cell uses (0: f16), handed out with their
+     * assignments: replicas of a layer must compute the same numbers, bit for bit, and the
+     * registry's own spot-check recomputes them with it. */
+    mt_kv_type kv_type;
+    int n_ctx; /* <= 0: a node's default, min(context_length, 4096) */
     /* The model's tensor hashes (its source_id, the seed shards' keys) are kept
      * in a hash cache (hash_cache.h) so that a restart on an unchanged model
      * does not read it again: this file, NULL for hashes.sqlite in the

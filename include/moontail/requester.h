@@ -37,6 +37,7 @@ typedef struct mt_requester_config {
     const char *cache_dir; /* where the head/backbone shard is kept (created if missing) */
     mt_proto_dtype wire;   /* f32 (exact, default) or bf16 */
     int threads, ubatch;
+    mt_kv_type kv_type;  /* the backbone's cache in a swarm (0: f16) */
     int timeout_ms;      /* connect + handshake to nodes (<= 0: 5 s) */
     int call_timeout_ms; /* each reply from a node (<= 0: 30 s) */
     int max_failovers;   /* new routes per session before giving up (<= 0: 8) */

@@ -21,6 +21,7 @@ typedef struct local_backend {
     mt_model *model;
     mt_pool *pool; /* shared by all slots: only the slot whose turn it is uses it */
     int32_t ubatch;
+    mt_kv_type kv_type;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t next_ticket, serving; /* the turn queue */
@@ -76,7 +77,7 @@ static int local_begin(void *slot, int32_t n_ctx, mt_error *err) {
     mt_kv_cache_free(ls->s.kv);
     ls->s.n_past = 0;
     ls->s.kv =
-        mt_kv_cache_new(ls->lb->model, 0, ls->lb->model->hp.n_layer, n_ctx, MT_KV_DEFAULT, err);
+        mt_kv_cache_new(ls->lb->model, 0, ls->lb->model->hp.n_layer, n_ctx, ls->lb->kv_type, err);
     return ls->s.kv ? 0 : -1;
 }
 
@@ -111,7 +112,8 @@ static void local_destroy(api_backend *b) {
     free(lb);
 }
 
-api_backend *api_backend_local(const char *model_path, int threads, int ubatch, mt_error *err) {
+api_backend *api_backend_local(const char *model_path, int threads, int ubatch, mt_kv_type kv_type,
+                               mt_error *err) {
     local_backend *lb = calloc(1, sizeof *lb);
     if (!lb) {
         mt_error_set(err, "out of memory");
@@ -120,6 +122,7 @@ api_backend *api_backend_local(const char *model_path, int threads, int ubatch, 
     pthread_mutex_init(&lb->mu, NULL);
     pthread_cond_init(&lb->cv, NULL);
     lb->ubatch = ubatch > 0 ? ubatch : 512;
+    lb->kv_type = kv_type;
     lb->b = (api_backend){.kind = "local",
                           .fail_status = 500,
                           .slot_open = local_slot_open,

@@ -53,7 +53,8 @@ struct api_backend {
  * `threads` threads (<= 0: all CPUs), so the model computes one evaluation
  * at a time: requests take turns token by token (first come, first served),
  * each with its own KV cache. ubatch: prompt tokens per evaluation (<= 0: 512). */
-api_backend *api_backend_local(const char *model_path, int threads, int ubatch, mt_error *err);
+api_backend *api_backend_local(const char *model_path, int threads, int ubatch, mt_kv_type kv_type,
+                               mt_error *err);
 
 /* A registry's cell or swarm: every slot has its own mt_requester (its own
  * route, failover and replay); the first is opened here (so the head shard

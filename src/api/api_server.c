@@ -413,7 +413,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     s->chat_max_tokens = c->chat_max_tokens > 0 ? c->chat_max_tokens : 1024;
     if (api_keys_load(&s->keys, c->api_keys, c->rate_per_min, err)) goto fail;
     if (c->model_path) {
-        s->backend = api_backend_local(c->model_path, c->threads, c->ubatch, err);
+        s->backend = api_backend_local(c->model_path, c->threads, c->ubatch, c->kv_type, err);
     } else {
         mt_requester_config rc = {.registry = c->registry,
                                   .token = c->token,
@@ -424,6 +424,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                   .chain = c->chain,
                                   .threads = c->threads,
                                   .ubatch = c->ubatch,
+                                  .kv_type = c->kv_type,
                                   .quiet = c->quiet};
         s->backend = api_backend_registry(&rc, err);
     }

@@ -29,7 +29,7 @@
 extern char **environ;
 
 static const char usage[] =
-    "usage: moontail demo [--nodes N] [-p PROMPT] [-n N] [--keep]\n"
+    "usage: moontail demo [--nodes N] [-p PROMPT] [-n N] [--kv-type T] [--keep]\n"
     "\n"
     "Starts a registry and N nodes (default 5) on this machine as separate processes,\n"
     "lets the registry split a tiny kimi-k3 model over them as a cell (2 pipelines when\n"
@@ -40,6 +40,7 @@ static const char usage[] =
     "  --nodes N     nodes to start (3-16, default 5)\n"
     "  -p PROMPT     the prompt (default \"The cell\")\n"
     "  -n N          tokens to generate (default 32)\n"
+    "  --kv-type T   the cell's KV cache type: f16 (default), bf16, q8_0 or f32\n"
     "  --keep        keep the demo directory (model, shards, logs) and print its path\n";
 
 enum { MAX_NODES = 16 };
@@ -267,15 +268,16 @@ static int prompt_cell(demo *d, const names *nm, const char *url, const char *to
 
 int cmd_demo(int argc, char **argv) {
     int64_t n_nodes = 5, n_predict = 32;
-    const char *prompt = "The cell";
+    const char *prompt = "The cell", *kv_name = NULL;
     bool keep = false;
-    const cli_opt opts[] = {{"--nodes", CLI_INT, &n_nodes, 3, MAX_NODES},
-                            {"-p", CLI_STRING, &prompt, 0, 0},
-                            {"-n", CLI_INT, &n_predict, 1, 4096},
-                            {"--keep", CLI_FLAG, &keep, 0, 0},
-                            {NULL, CLI_FLAG, NULL, 0, 0}};
+    const cli_opt opts[] = {
+        {"--nodes", CLI_INT, &n_nodes, 3, MAX_NODES}, {"-p", CLI_STRING, &prompt, 0, 0},
+        {"-n", CLI_INT, &n_predict, 1, 4096},         {"--keep", CLI_FLAG, &keep, 0, 0},
+        {"--kv-type", CLI_STRING, &kv_name, 0, 0},    {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_parse("demo", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    mt_kv_type kv_type;
+    if (!cli_kv_type("demo", kv_name, &kv_type)) return 2;
     demo d = {0};
     ssize_t k = readlink("/proc/self/exe", d.self, sizeof d.self - 1);
     if (k <= 0) {
@@ -313,11 +315,29 @@ int cmd_demo(int argc, char **argv) {
     path_in(&d, db, sizeof db, "registry.db");
     path_in(&d, rkey, sizeof rkey, "registry.key");
     path_in(&d, shards, sizeof shards, "seed");
-    char *reg_args[] = {
-        "moontail",        "registry", "--model",  model,  "--db",           db,
-        "--key",           rkey,       "--shards", shards, "--listen",       "127.0.0.1:0",
-        "--replicas",      "2",        "--spares", "1",    "--heartbeat-ms", "250",
-        "--dead-after-ms", "2000",     NULL};
+    char *reg_args[] = {"moontail",
+                        "registry",
+                        "--model",
+                        model,
+                        "--db",
+                        db,
+                        "--key",
+                        rkey,
+                        "--shards",
+                        shards,
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--replicas",
+                        "2",
+                        "--spares",
+                        "1",
+                        "--heartbeat-ms",
+                        "250",
+                        "--dead-after-ms",
+                        "2000",
+                        "--kv-type",
+                        (char *)mt_kv_type_name(kv_type),
+                        NULL};
     if (spawn(&d, "registry", reg_args, url, sizeof url)) goto out;
     printf("model: a tiny kimi-k3, %.1f MB: 12 layers (KDA; MLA at 3, 7, 11), attention residuals"
            " banked every 3 layers, 896 routed experts (16 per token, MXFP4, latent)\n",

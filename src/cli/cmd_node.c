@@ -39,6 +39,9 @@ static const char usage[] =
     "                        all interfaces only when asked: 0.0.0.0:PORT or [::]:PORT)\n"
     "  --partner ADDR=KEY    a node holding the other routed experts of a paired layer\n"
     "                        (its address and 64-hex-digit public key); repeatable\n"
+    "  --kv-type T           KV cache type: f16 (default), bf16, q8_0 (about half of f16's\n"
+    "                        memory) or f32; every replica of a layer must use the same\n"
+    "                        (under a registry, the registry's --kv-type decides)\n"
     "  --memory-mb N         memory offered for the weights and the sessions' caches\n"
     "                        (default 70% of the RAM available at start); sets the\n"
     "                        defaults of --ctx and --max-sessions\n"
@@ -137,6 +140,7 @@ int cmd_node(int argc, char **argv) {
     const char *shard = NULL, *key = NULL, *authorized = NULL, *listen = "127.0.0.1:7411",
                *cert_path = NULL;
     const char *misbehave = NULL; /* testing only, not in the usage (docs/testing.md) */
+    const char *kv_name = NULL;
     double corrupt_rate = 0;
     int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0, session_idle_s = 0,
             memory_mb = 0;
@@ -158,6 +162,7 @@ int cmd_node(int argc, char **argv) {
         {"--session-idle-s", CLI_INT, &session_idle_s, 1, 7 * 86400},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
         {"--memory-mb", CLI_INT, &memory_mb, 1, 1LL << 40},
+        {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--max-batch", CLI_INT, &max_batch, 1, 1 << 20},
         {"--threads", CLI_INT, &threads, 1, 1024},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
@@ -170,6 +175,8 @@ int cmd_node(int argc, char **argv) {
         goto out;
     }
     if (misbehave && !cli_misbehave("node", misbehave, &corrupt_rate)) goto out;
+    mt_kv_type kv_type;
+    if (!cli_kv_type("node", kv_name, &kv_type)) goto out;
     if (!shard || !key || (!authorized && n_authorities == 0)) {
         fprintf(stderr, "moontail node: --shard, --key and at least one of --authorized and"
                         " --authority are required; see 'moontail node --help'\n");
@@ -221,6 +228,7 @@ int cmd_node(int argc, char **argv) {
                           .max_sessions = (int)max_sessions,
                           .n_ctx = (int)ctx,
                           .memory_bytes = cli_memory_offered(memory_mb),
+                          .kv_type = kv_type,
                           .threads = (int)threads,
                           .max_batch_tokens = (int)max_batch,
                           .session_idle_ms = (int)session_idle_s * 1000,

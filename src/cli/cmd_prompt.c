@@ -41,6 +41,7 @@ static const char usage[] =
     "  -t N                local threads (default: all CPUs)\n"
     "  --ctx N             context size (default: prompt + N)\n"
     "  --ubatch N          tokens per pass through the route (default 512)\n"
+    "  --kv-type T         the backbone's KV cache in a swarm: f16 (default), bf16, q8_0, f32\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"
     "  --json              print one JSON object instead of streaming text\n"
     "  --call-timeout-ms N how long to wait for each reply from a node before taking it for\n"
@@ -89,6 +90,7 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
                              .wire = strcmp(wire, "bf16") == 0 ? MT_PROTO_BF16 : MT_PROTO_F32,
                              .threads = (int)g->threads,
                              .ubatch = (int)g->ubatch,
+                             .kv_type = g->kv_type,
                              .call_timeout_ms = call_timeout_ms,
                              .spot_check = spot_check,
                              .chain = chain,
@@ -182,6 +184,7 @@ int cmd_prompt(int argc, char **argv) {
         rf_loaded = true;
         rf.cfg.threads = (int)g.threads;
         rf.cfg.ubatch = (int)g.ubatch;
+        rf.cfg.kv_type = g.kv_type;
         if (call_timeout_ms) rf.cfg.call_timeout_ms = (int)call_timeout_ms;
         p.route = mt_route_open(&rf.cfg, &err);
     }

@@ -33,6 +33,8 @@ static const char usage[] =
     "                        (`node --max-sessions`, 64; default 0: shard bytes only)\n"
     "  --ctx N               positions of each of those sessions (default: the node\n"
     "                        default, min(context_length, 4096))\n"
+    "  --kv-type T           the KV cache type of every node of the cell: f16 (default),\n"
+    "                        bf16, q8_0 (about half of f16's memory) or f32\n"
     "  --heartbeat-ms N      how often nodes report (default 1000)\n"
     "  --dead-after-ms N     silence after which a node is dead (default 5000)\n"
     "  --cert-minutes N      validity of issued certificates (default 60)\n"
@@ -61,7 +63,7 @@ int cmd_registry(int argc, char **argv) {
             reports_per_minute = 6;
     const char *relay_listen = NULL, *relay_ports = NULL, *relay_host = NULL;
     int64_t relay_max_conns = 64, sessions = 0, ctx = 0;
-    const char *hash_cache = NULL;
+    const char *hash_cache = NULL, *kv_name = NULL;
     bool require_volunteer = false, quiet = false, rehash = false;
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
@@ -73,6 +75,7 @@ int cmd_registry(int argc, char **argv) {
         {"--replicas", CLI_INT, &replicas, 1, 16},
         {"--spares", CLI_INT, &spares, 0, 1000},
         {"--sessions", CLI_INT, &sessions, 0, 1 << 20},
+        {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
         {"--heartbeat-ms", CLI_INT, &hb, 50, 60000},
         {"--dead-after-ms", CLI_INT, &dead, 200, 3600000},
@@ -92,6 +95,8 @@ int cmd_registry(int argc, char **argv) {
     };
     int prc = cli_parse("registry", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    mt_kv_type kv_type;
+    if (!cli_kv_type("registry", kv_name, &kv_type)) return 2;
     if (!model) {
         fprintf(stderr, "moontail registry: --model FILE is required\n");
         return 2;
@@ -147,6 +152,7 @@ int cmd_registry(int argc, char **argv) {
                             .relay_max_conns = (int)relay_max_conns,
                             .sessions = (int)sessions,
                             .n_ctx = (int)ctx,
+                            .kv_type = kv_type,
                             .hash_cache = hash_cache,
                             .rehash = rehash,
                             .quiet = quiet};

@@ -40,7 +40,7 @@ static const char usage[] =
     "  -t N                  compute threads (default: all CPUs)\n"
     "  --ctx N               most tokens per request, prompt + completion (default: the\n"
     "                        model's context length)\n"
-    "  --ubatch N            prompt tokens per evaluation (default 512)\n"
+    "  --ubatch N            prompt tokens per evaluation (default 512)\n" CLI_KV_TYPE_HELP
     "  --chat-max-tokens N   max_tokens of a chat request that gives none (default 1024)\n"
     "  --max-body-kb N       largest request body (default 1024 KiB; larger: 413)\n"
     "  --quiet               no log lines on stderr\n";
@@ -63,7 +63,8 @@ static bool parse_rate(const char *s, double *out) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
                *key = "requester.key", *cache = "moontail-cache", *wire = "f32",
-               *listen = "127.0.0.1:8080", *model_name = NULL, *api_keys = NULL, *rate = NULL;
+               *listen = "127.0.0.1:8080", *model_name = NULL, *api_keys = NULL, *rate = NULL,
+               *kv_name = NULL;
     int64_t parallel = 4, queue = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024,
             max_body_kb = 1024;
     bool no_auth = false, quiet = false, chain = false;
@@ -88,6 +89,7 @@ int cmd_serve(int argc, char **argv) {
         {"-t", CLI_INT, &threads, 1, 1024},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
         {"--ubatch", CLI_INT, &ubatch, 1, 1 << 24},
+        {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--chat-max-tokens", CLI_INT, &chat_max, 1, 1 << 24},
         {"--max-body-kb", CLI_INT, &max_body_kb, 1, 1 << 20},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
@@ -104,6 +106,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "moontail serve: --wire must be f32 or bf16\n");
         return 2;
     }
+    mt_kv_type kv_type;
+    if (!cli_kv_type("serve", kv_name, &kv_type)) return 2;
     double rate_per_min = 0, spot_check = 0;
     if (rate && !parse_rate(rate, &rate_per_min)) return 2;
     if (!cli_spot_check("serve", spot_check_opt, &spot_check)) return 2;
@@ -134,6 +138,7 @@ int cmd_serve(int argc, char **argv) {
                        .queue = (int)queue,
                        .threads = (int)threads,
                        .ubatch = (int)ubatch,
+                       .kv_type = kv_type,
                        .ctx = (int)ctx,
                        .chat_max_tokens = (int)chat_max,
                        .max_body = (size_t)max_body_kb * 1024,

@@ -38,6 +38,7 @@ static const char usage[] =
     "  --temp T            temperature (default 0.7; 0 = greedy)\n"
     "  --seed N            sampling seed\n"
     "  -t N                threads for a local model\n"
+    "  --kv-type T         KV cache type: f16 (default), bf16, q8_0 or f32\n"
     "  --spot-check RATE   with a registry: the fraction of stages per answer computed\n"
     "                      twice and compared (default 0.05; 0: off; docs/spot-checking.md)\n"
     "\n"
@@ -159,7 +160,8 @@ static char *read_line(bool tty) {
 }
 
 int cmd_shell(int argc, char **argv) {
-    const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL, *system = NULL;
+    const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL, *system = NULL,
+               *kv_name = NULL;
     int64_t n_predict = 256, seed = -1, threads = 0;
     float temp = 0.7f, spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
     const cli_opt opts[] = {{"-m", CLI_STRING, &model, 0, 0},
@@ -171,12 +173,16 @@ int cmd_shell(int argc, char **argv) {
                             {"--temp", CLI_FLOAT, &temp, 0, 0},
                             {"--seed", CLI_INT, &seed, 0, UINT32_MAX},
                             {"-t", CLI_INT, &threads, 1, 1024},
+                            {"--kv-type", CLI_STRING, &kv_name, 0, 0},
                             {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
                             {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_parse("shell", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
     double spot_check = 0;
-    if (!cli_spot_check("shell", spot_check_opt, &spot_check)) return 2;
+    mt_kv_type kv_type;
+    if (!cli_spot_check("shell", spot_check_opt, &spot_check) ||
+        !cli_kv_type("shell", kv_name, &kv_type))
+        return 2;
     if (model && registry) {
         fprintf(stderr, "moontail shell: give -m MODEL or --registry URL, not both\n");
         return 2;
@@ -205,6 +211,7 @@ int cmd_shell(int argc, char **argv) {
                                   .key_path = key,
                                   .cache_dir = cache,
                                   .threads = (int)threads,
+                                  .kv_type = kv_type,
                                   .spot_check = spot_check,
                                   .quiet = true};
         b = api_backend_registry(&rc, &err);
@@ -222,7 +229,7 @@ int cmd_shell(int argc, char **argv) {
             }
             model = builtin;
         }
-        b = api_backend_local(model, (int)threads, 0, &err);
+        b = api_backend_local(model, (int)threads, 0, kv_type, &err);
         where = builtin[0] ? "the built-in model (random weights: its text means nothing)" : model;
     }
     if (builtin[0]) unlink(builtin); /* the mapping stays valid */

@@ -68,6 +68,7 @@ struct mt_agent {
     /* what the registry wants and what runs */
     char want[96];
     partner_set want_partners;
+    mt_kv_type want_kv, serving_kv; /* the cell's KV cache type (the registry's --kv-type) */
     bool drain;
     bool beat_now;    /* the data plane stopped or started: tell the registry without waiting */
     bool quarantined; /* the registry says so (docs/spot-checking.md) */
@@ -203,6 +204,7 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .max_sessions = a->cfg.max_sessions,
                         .n_ctx = a->cfg.n_ctx,
                         .memory_bytes = a->cfg.memory_bytes,
+                        .kv_type = a->want_kv,
                         .threads = a->cfg.threads,
                         .session_idle_ms = a->cfg.session_idle_ms,
                         .quiet = a->cfg.quiet,
@@ -218,6 +220,7 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
     a->node = n;
     snprintf(a->serving, sizeof a->serving, "%s", name);
     a->serving_partners = *ps;
+    a->serving_kv = a->want_kv;
     a->idle_beats = 0;
     say(a, "serving shard %s on %s%s", name, a->listen, ps->n ? " with partners" : "");
     return 0;
@@ -487,6 +490,19 @@ static void heartbeat(mt_agent *a) {
     const char *shard = json_string_value(json_object_get(asg, "shard"));
     snprintf(a->want, sizeof a->want, "%s", shard && safe_name(shard) ? shard : "");
     parse_partners(asg, &a->want_partners);
+    /* absent (no attention in the shard): the default; unknown (a newer registry): not
+     * served, since its numbers would differ from the other replicas' */
+    const char *kv_name = json_string_value(json_object_get(asg, "kv_type"));
+    mt_kv_type kv = MT_KV_DEFAULT;
+    if (kv_name && mt_kv_type_parse(kv_name, &kv, NULL)) {
+        if (a->want[0])
+            say(a,
+                "the registry asks for a %.20s KV cache, which this version does not"
+                " have; upgrade moontail on this machine",
+                kv_name);
+        a->want[0] = 0;
+    }
+    a->want_kv = kv;
     a->drain = json_is_true(json_object_get(out, "drain"));
     /* tell whoever runs this machine, once each time it happens */
     const char *state = json_string_value(json_object_get(out, "state"));
@@ -526,7 +542,8 @@ static void heartbeat(mt_agent *a) {
             a->beat_now = true;
         }
     } else if (strcmp(a->want, a->serving) != 0 ||
-               !same_partners(&a->want_partners, &a->serving_partners)) {
+               !same_partners(&a->want_partners, &a->serving_partners) ||
+               a->want_kv != a->serving_kv) {
         /* a file of that name may be left from another model (the names say
          * which layers, not which model): it is served only once checked
          * against the registry's manifest, which the fetch thread does first */

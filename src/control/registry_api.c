@@ -341,6 +341,8 @@ static json_t *assignment_json(mt_registry *r, const reg_node *n, const reg_node
                   n->a.replica, "layers", n->a.layer_begin, n->a.layer_end, "attention",
                   n->a.attention, "experts", n->a.expert_begin, n->a.expert_end);
     if (name[0]) json_object_set_new(j, "shard", json_string(name));
+    if (n->a.attention)
+        json_object_set_new(j, "kv_type", json_string(mt_kv_type_name(r->cfg.kv_type)));
     if (n->a.role == REG_ROLE_STAGE) { /* paired layer: the partners this stage calls */
         json_t *partners = json_array();
         for (int32_t i = 0; i < k; i++)

@@ -116,7 +116,7 @@ int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b,
         pos[i] = i;
     }
     if (mt_model_embed(m, ids, T, input, err) ||
-        !(kv = mt_kv_cache_new(m, a, b, T, MT_KV_DEFAULT, err)))
+        !(kv = mt_kv_cache_new(m, a, b, T, r->cfg.kv_type, err)))
         goto done;
     /* kimi-k3: the checkpoints a stage is given are copies of the embedding */
     for (size_t t = 0, s = (size_t)m->hp.n_embd; t < (size_t)T; t++)

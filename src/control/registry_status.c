@@ -167,6 +167,7 @@ json_t *reg_status_json(mt_registry *r) {
         json_object_set_new(st, "pipelines", pipes);
         json_object_set_new(st, "context", json_integer(best_ctx));
     }
+    json_object_set_new(st, "kv_type", json_string(mt_kv_type_name(r->cfg.kv_type)));
     json_object_set_new(st, "requests_active", json_integer(active));
     json_object_set_new(st, "requests_waiting", json_integer(waiting));
     json_object_set_new(st, "max_active", json_integer(r->cfg.max_active));

@@ -272,6 +272,7 @@ static int open_route(mt_requester *q, mt_error *err) {
                              .n_experts = n_experts,
                              .threads = q->cfg.threads,
                              .ubatch = q->cfg.ubatch,
+                             .kv_type = q->cfg.kv_type,
                              .timeout_ms = q->cfg.timeout_ms > 0 ? q->cfg.timeout_ms : 5000,
                              .call_timeout_ms =
                                  q->cfg.call_timeout_ms > 0 ? q->cfg.call_timeout_ms : 30000,
