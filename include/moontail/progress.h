@@ -38,11 +38,12 @@ void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double ra
  * 0, or -1 when the file cannot be read (nothing else depends on it). */
 int mt_progress_warm(const char *path, const char *label, FILE *out);
 
-/* Before a model or shard is loaded: a file of more than 256 MB that fits
- * in half the available memory is read in with mt_progress_warm, labelled
- * "loading <file name>", so the wait shows as loading and not as a slow
- * first token. Smaller files load fast enough; larger ones would only push
- * themselves out of the page cache again. */
+/* Before a model or shard is loaded: a model (all the files of a split one)
+ * of more than 256 MB that fits in half the available memory is read in
+ * with mt_progress_warm, each file labelled "loading <file name>", so the
+ * wait shows as loading and not as a slow first token. Smaller models load
+ * fast enough; larger ones would only push themselves out of the page cache
+ * again. out NULL: nothing is read. */
 void mt_progress_preload(const char *path, FILE *out);
 
 #endif

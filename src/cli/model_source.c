@@ -30,16 +30,10 @@ int cli_write_demo_model(const char *path, mt_error *err) {
 
 mt_model *cli_open_model(const char *path, mt_error *err) {
     if (path) {
-        mt_model *m = mt_model_load(path, err);
-        /* a large model: read it in once with a progress bar, so that the wait is shown
-         * here and not hidden in the first token (every file of a split model) */
-        if (m && isatty(2) && gguf_total_size(m->gguf) > (256u << 20))
-            for (uint32_t i = 0; i < m->gguf->n_parts; i++) {
-                char label[300];
-                snprintf(label, sizeof label, "loading %.200s", m->gguf->parts[i].path);
-                mt_progress_warm(m->gguf->parts[i].path, label, stderr);
-            }
-        return m;
+        /* a large model read in with a progress bar on a terminal, so that the wait is
+         * shown here and not hidden in the first token */
+        mt_progress_preload(path, isatty(2) ? stderr : NULL);
+        return mt_model_load(path, err);
     }
     const char *dir = getenv("TMPDIR");
     char tmp[512];

@@ -1,5 +1,6 @@
 /* progress.c - progress bars on terminals, plain lines in logs (progress.h). */
 #include "moontail/progress.h"
+#include "moontail/gguf.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -77,13 +78,21 @@ static double available_bytes(void) {
 }
 
 void mt_progress_preload(const char *path, FILE *out) {
-    struct stat sb;
-    if (!out || stat(path, &sb) != 0 || sb.st_size <= (256 << 20)) return;
-    if ((double)sb.st_size > available_bytes() / 2) return;
-    const char *base = strrchr(path, '/');
-    char label[160];
-    snprintf(label, sizeof label, "loading %.140s", base ? base + 1 : path);
-    mt_progress_warm(path, label, out);
+    if (!out) return;
+    /* every file of a split model (gguf_open finds them); a file it cannot read as a
+     * model is left to the loader to report */
+    mt_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    if (!f) return;
+    uint64_t total = gguf_total_size(f);
+    if (total > (256u << 20) && (double)total <= available_bytes() / 2)
+        for (uint32_t i = 0; i < f->n_parts; i++) {
+            const char *p = f->parts[i].path, *base = strrchr(p, '/');
+            char label[160];
+            snprintf(label, sizeof label, "loading %.140s", base ? base + 1 : p);
+            mt_progress_warm(p, label, out);
+        }
+    gguf_close(f);
 }
 
 int mt_progress_warm(const char *path, const char *label, FILE *out) {
