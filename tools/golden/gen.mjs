@@ -66,7 +66,8 @@
 //                    // (control | user-defined | unknown, after its overrides)
 //     "context": { context_size, batch_size, sequences, threads,
 //                  flash_attention_requested, flash_attention (from log),
-//                  kv_cache_type_k, kv_cache_type_v, … },
+//                  kv_cache_type_k, kv_cache_type_v,
+//                  attn_rot_k, attn_rot_v (from log), … },
 //     "llama_log": [ selected llama.cpp log lines ],
 //     "tokenization": [{ "text", "ids_raw",   // parse_special, no BOS/EOS
 //                        "ids",               // as fed to the model
@@ -359,13 +360,29 @@ try {
             };
             if (cfg.threads != null) ctxOpts.threads = cfg.threads;
             const ctxLogStart = llamaLogLines.length;
-            const context = await model.createContext(ctxOpts);
+            let context;
+            try {
+                context = await model.createContext(ctxOpts);
+            } catch (e) {
+                // as for loading: llama.cpp's reason (e.g. a quantized V cache without
+                // flash attention, a head width the cache type's blocks do not divide)
+                await settleLogs();
+                const why = llamaLogLines.slice(ctxLogStart).filter(l => /^\[(error|fatal)\]/.test(l));
+                throw new Error(`[${name}] ${e.message}; llama.cpp said:\n  ${[...new Set(why)].join("\n  ") || "(nothing)"}`);
+            }
             await settleLogs();
             const ctxLog = llamaLogLines.slice(ctxLogStart);
             const kvLine = ctxLog.find(l => /llama_kv_cache: size/.test(l)) ?? "";
             const kvMatch = kvLine.match(/K \((\w+)\).*V \((\w+)\)/);
             const faLine = ctxLog.find(l => /llama_context: flash_attn/.test(l)) ?? "";
             const faResolved = ctxLog.find(l => /resolve_fused_ops: .*flash/i.test(l) || /Flash Attention/i.test(l));
+            // llama_kv_cache's Hadamard-rotation flags (set for quantized caches of
+            // head widths that 64 divides); null when the log has no such line
+            const rotFlag = which => {
+                const re = new RegExp(`attn_rot_${which} = (\\d+)`);
+                const m = ctxLog.map(l => l.match(re)).find(Boolean);
+                return m ? m[1] !== "0" : null;
+            };
             mOut.context = {
                 context_size: context.contextSize,
                 batch_size: context.batchSize,
@@ -380,7 +397,9 @@ try {
                 kv_cache_type_k_requested: typeName(kvK),
                 kv_cache_type_v_requested: typeName(kvV),
                 kv_cache_type_k: kvMatch ? kvMatch[1].toUpperCase() : null,
-                kv_cache_type_v: kvMatch ? kvMatch[2].toUpperCase() : null
+                kv_cache_type_v: kvMatch ? kvMatch[2].toUpperCase() : null,
+                attn_rot_k: rotFlag("k"),
+                attn_rot_v: rotFlag("v")
             };
             if (mOut.context.kv_cache_type_k !== mOut.context.kv_cache_type_k_requested ||
                 mOut.context.kv_cache_type_v !== mOut.context.kv_cache_type_v_requested)

