@@ -47,7 +47,8 @@ typedef struct mt_agent_config {
     const char *token;          /* the account's token */
     const char *key_path;       /* this node's secret key file (created if missing) */
     const char *name;           /* shown in status (NULL: the host name) */
-    const char *listen;         /* data plane "host:port" (port 0: pick one once) */
+    const char *listen;         /* data plane "host:port" (port 0: pick one once, and another
+                                   if a process takes it while no data plane runs) */
     const char *shard_listen;   /* shard server "host:port" (NULL: same host, port 0) */
     const char *data_dir;       /* where shards are kept (created if missing) */
     int64_t capacity;           /* bytes of shard offered (<= 0: 70% of available RAM) */

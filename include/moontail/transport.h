@@ -165,7 +165,8 @@ void mt_conn_close(mt_conn *c);
  * 1-65535 (0 allowed to listen: the system picks a free port). Sockets are
  * close-on-exec; connected ones have TCP_NODELAY. */
 
-/* A listening socket, or -1 with err. */
+/* A listening socket, or -1 with err (and errno set, e.g. EADDRINUSE when another
+ * socket holds the port). */
 int mt_listen_tcp(const char *addr, mt_error *err);
 /* The port a socket is bound to (after listening on port 0), or -1. */
 int mt_listen_port(int fd);

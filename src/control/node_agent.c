@@ -16,6 +16,7 @@
 #include "relay_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -39,7 +40,9 @@ struct mt_agent {
     char *registry, *token, *key_path, *data_dir;
     char name[64];
     char log_name[80];    /* "node NAME", prefix of the tunnel's and relay's log lines */
-    char listen[160];     /* data plane, fixed port */
+    char listen[160];     /* data plane: its port stays, unless picked here and then taken */
+    bool listen_auto;     /* its port was picked here (--listen HOST:0), so it may change */
+    bool listen_moved;    /* it changed since joining: heartbeats carry it (field addr) */
     char shard_addr[160]; /* shard server as bound */
     mt_keys keys;
     mt_keys_authorized *auth;
@@ -188,17 +191,71 @@ static void stop_node(mt_agent *a) {
     pthread_mutex_lock(&a->lock);
 }
 
+/* mt_listen_tcp with the socket above descriptor 0 (a closed stdin frees 0), since
+ * mt_node_config.listen_fd takes descriptors > 0 only; errno is kept on failure. */
+static int listen_above_0(const char *addr, mt_error *err) {
+    int fd = mt_listen_tcp(addr, err);
+    if (fd != 0) return fd;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 1), e = errno;
+    close(fd);
+    if (moved < 0) {
+        mt_error_set(err, "listen on %s: %s", addr, strerror(e));
+        errno = e;
+    }
+    return moved;
+}
+
+/* The data plane's listening socket on a->listen, or -1 with err (caller holds a->lock).
+ * A port this agent picked (--listen HOST:0) is free while no data plane runs (before the
+ * first one, during fetches, between restarts), and another process may take it meanwhile:
+ * its own listening socket, or a connection of its that closed and holds the port for a
+ * minute in TIME_WAIT. Asking for that port again and again kept a node 'loading' for as
+ * long; it moves to a new port instead, and its heartbeats tell the registry (which hands
+ * the new address to requesters and to the stages this node is a partner of). A port given
+ * on the command line stays: the error says that another process holds it. */
+static int data_plane_socket(mt_agent *a, mt_error *err) {
+    int fd = listen_above_0(a->listen, err);
+    if (fd >= 0 || errno != EADDRINUSE || !a->listen_auto || a->nat) return fd;
+    int hl = (int)(strrchr(a->listen, ':') - a->listen); /* fix_listen made it HOST:PORT */
+    char any[160], was[160];
+    snprintf(any, sizeof any, "%.*s:0", hl, a->listen);
+    snprintf(was, sizeof was, "%s", a->listen);
+    mt_error e2 = {{0}};
+    fd = listen_above_0(any, &e2);
+    if (fd < 0) {
+        mt_error_set(err,
+                     "listen on %s: another process holds the port, and no other port is"
+                     " free either: %s",
+                     was, e2.msg);
+        return -1;
+    }
+    snprintf(a->listen, sizeof a->listen, "%.*s:%d", hl, was, mt_listen_port(fd));
+    a->listen_moved = true;
+    say(a,
+        "data-plane port %s is held by another process; serving on %s instead (the next"
+        " heartbeat tells the registry)",
+        was, a->listen);
+    return fd;
+}
+
 /* Starts the node with shard `name` and partners ps (caller holds a->lock). */
 static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_error *err) {
     stop_node(a);
+    /* first: a port in use fails here, before the shard is loaded and partners are called */
+    int fd = data_plane_socket(a, err);
+    if (fd < 0) return -1;
     char *path = shard_path(a, name);
-    if (!path) return mt_error_set(err, "out of memory");
+    if (!path) {
+        close(fd);
+        return mt_error_set(err, "out of memory");
+    }
     partner_set local = *ps;
     for (int i = 0; i < local.n; i++) local.p[i].addr = local.addr[i];
     mt_node_config c = {.shard_path = path,
                         .keys = &a->keys,
                         .authorized = a->auth,
                         .listen = a->listen,
+                        .listen_fd = fd,
                         .partners = local.p,
                         .n_partners = local.n,
                         .max_sessions = a->cfg.max_sessions,
@@ -464,6 +521,7 @@ static void heartbeat(mt_agent *a) {
         json_object_set_new(load, "max_sessions", json_integer(max_sessions));
     }
     if (a->nat && a->public_addr[0]) json_object_set_new(body, "addr", json_string(a->public_addr));
+    if (!a->nat && a->listen_moved) json_object_set_new(body, "addr", json_string(a->listen));
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes/%lld/heartbeat", a->registry, (long long)a->node_id);
     char token[65];
@@ -615,6 +673,7 @@ static int fix_listen(mt_agent *a, const char *listen, mt_error *err) {
         snprintf(a->listen, sizeof a->listen, "%s", listen);
         return 0;
     }
+    a->listen_auto = true;
     int fd = mt_listen_tcp(listen, err);
     if (fd < 0) return -1;
     int port = mt_listen_port(fd);

@@ -462,11 +462,13 @@ static int size_sessions(mt_node *n, mt_error *err) {
 
 mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     if (!cfg->shard_path || !cfg->keys || !cfg->authorized) {
+        if (cfg->listen_fd > 0) close(cfg->listen_fd); /* ours from the call on */
         mt_error_set(err, "node: a shard, a key and an authorized-keys set are required");
         return NULL;
     }
     mt_node *n = calloc(1, sizeof *n);
     if (!n) {
+        if (cfg->listen_fd > 0) close(cfg->listen_fd);
         mt_error_set(err, "out of memory");
         return NULL;
     }
@@ -477,7 +479,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     n->keys = *cfg->keys;
     pthread_mutex_init(&n->id_lock, NULL);
     n->authorized = cfg->authorized;
-    n->listen_fd = -1;
+    n->listen_fd = cfg->listen_fd > 0 ? cfg->listen_fd : -1; /* closed by mt_node_stop */
     n->wake[0] = n->wake[1] = -1;
     pthread_mutex_init(&n->lock, NULL);
     pthread_condattr_t mono; /* the worker's timed waits (session expiry) use the monotonic clock */
@@ -524,7 +526,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     }
     if (node_setup_experts(n, cfg, err)) goto fail;
     const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:0";
-    if ((n->listen_fd = mt_listen_tcp(listen, err)) < 0) goto fail;
+    if (n->listen_fd < 0 && (n->listen_fd = mt_listen_tcp(listen, err)) < 0) goto fail;
     if (pipe2(n->wake, O_CLOEXEC) != 0) {
         mt_error_set(err, "cannot create a pipe: %s", strerror(errno));
         goto fail;

@@ -162,11 +162,12 @@ int mt_listen_tcp(const char *addr, mt_error *err) {
     if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 128) < 0) {
         int e = errno;
         close(fd);
-        return mt_error_set(err, "listen on %s: %s%s", addr, strerror(e),
-                            e == EADDRINUSE ? " (another process holds this port; pick another)"
-                            : e == EADDRNOTAVAIL
-                                ? " (no interface of this machine has that address)"
-                                : "");
+        mt_error_set(err, "listen on %s: %s%s", addr, strerror(e),
+                     e == EADDRINUSE      ? " (another process holds this port; pick another)"
+                     : e == EADDRNOTAVAIL ? " (no interface of this machine has that address)"
+                                          : "");
+        errno = e; /* callers tell a port in use from other failures */
+        return -1;
     }
     return fd;
 }
