@@ -10,14 +10,18 @@
  *
  * Split models: a 3-part set built here byte by byte in gguf-split's
  * layout opens from any part as one model; gguf_split_write writes the
- * same bytes (cut where the byte counts put it, worked out by hand); every
+ * same bytes (cut where the byte counts put it, worked out by hand), with
+ * the source-id key given or computed from the tensors' hashes (checked
+ * against their bytes), and leaves no file when that fails; every
  * broken set (a part missing, from another split or model, renamed or
  * copied, truncated, of another version, a tensor in two parts, a wrong
  * total) is refused with a message naming the file. */
 #include "check.h"
 #include "moontail/gguf.h"
 
+#include <sodium.h>
 #include <stdint.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------- raw file builder */
 
@@ -505,6 +509,33 @@ static void expect_open_error(const char *path, const raw *r, const char *want, 
     unlink(path);
 }
 
+/* source_id_of for the test: checks each hash is the BLAKE2b-256 of that
+ * tensor's bytes in the source, then gives `id`. */
+typedef struct id_from_hashes {
+    const gguf_file *f;
+    const char *id;
+    int calls;
+} id_from_hashes;
+
+static int check_hashes_give_id(void *ctx, const uint8_t (*hashes)[32], char *out, mt_error *err) {
+    id_from_hashes *h = ctx;
+    h->calls++;
+    for (uint64_t i = 0; i < h->f->n_tensors; i++) {
+        const gguf_tensor *t = &h->f->tensors[i];
+        uint8_t want[32];
+        crypto_generichash(want, 32, t->data, t->nbytes, NULL, 0);
+        CHECK(memcmp(want, hashes[i], 32) == 0, "hash of tensor %s is not its bytes'", t->name);
+    }
+    (void)err;
+    strcpy(out, h->id);
+    return 0;
+}
+
+static int fail_id(void *ctx, const uint8_t (*hashes)[32], char *out, mt_error *err) {
+    (void)ctx, (void)hashes, (void)out;
+    return mt_error_set(err, "no identity for this test");
+}
+
 static void test_split(void) {
     char prefix[256], path[300];
     snprintf(prefix, sizeof prefix, "%s", check_tmp("-model"));
@@ -531,18 +562,23 @@ static void test_split(void) {
     gguf_file *f = gguf_open_buffer(src.b, src.n, "source.gguf", &err);
     CHECK(f != NULL, "source: %s", err.msg);
     static const char id[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-    for (int with_id = 0; f && with_id < 2; with_id++) {
+    /* no id, the id given, the id computed from the tensors' hashes as they are copied */
+    for (int how = 0; f && how < 3; how++) {
         uint64_t first[4] = {9, 9, 9, 9};
-        CHECK(gguf_split_write(f, 3, ours, with_id ? id : NULL, first, NULL, NULL, &err) == 0,
-              "gguf_split_write: %s", err.msg);
+        id_from_hashes idh = {f, id, 0};
+        gguf_split_opts o = {.source_id = how == 1 ? id : NULL,
+                             .source_id_of = how == 2 ? check_hashes_give_id : NULL,
+                             .source_id_ctx = &idh,
+                             .part_tensors = first};
+        CHECK(gguf_split_write(f, 3, ours, &o, &err) == 0, "gguf_split_write: %s", err.msg);
+        CHECK(how < 2 || idh.calls == 1, "source_id_of called %d times, want once", idh.calls);
         CHECK(first[0] == 0 && first[1] == 1 && first[2] == 2 && first[3] == 5,
               "cut at %llu %llu %llu %llu, by hand 0 1 2 5", (unsigned long long)first[0],
               (unsigned long long)first[1], (unsigned long long)first[2],
               (unsigned long long)first[3]);
         for (int k = 0; k < 3; k++) {
             raw want;
-            ref_part(&want, k, 3, ref_cut[k], ref_cut[k + 1],
-                     &(ref_opts){.id = with_id ? id : NULL});
+            ref_part(&want, k, 3, ref_cut[k], ref_cut[k + 1], &(ref_opts){.id = how ? id : NULL});
             part_path(path, sizeof path, ours, k, 3);
             size_t len = 0;
             FILE *fp = fopen(path, "rb");
@@ -552,23 +588,35 @@ static void test_split(void) {
                 fclose(fp);
             }
             CHECK(len == want.n && memcmp(got, want.b, len) == 0,
-                  "part %d (id %d) differs from gguf-split's layout (%zu bytes, want %zu)", k,
-                  with_id, len, want.n);
+                  "part %d (id %d) differs from gguf-split's layout (%zu bytes, want %zu)", k, how,
+                  len, want.n);
         }
+    }
+    /* an id that cannot be computed fails the write, and no part is left behind */
+    char gone[256];
+    snprintf(gone, sizeof gone, "%s", check_tmp("-gone"));
+    gguf_split_opts fail = {.source_id_of = fail_id};
+    CHECK(f && gguf_split_write(f, 3, gone, &fail, &err) != 0 && strstr(err.msg, "no identity"),
+          "a failing source_id_of: %s", err.msg);
+    for (int k = 0; k < 3; k++) {
+        char tmp[320];
+        part_path(path, sizeof path, gone, k, 3);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        CHECK(access(path, F_OK) != 0 && access(tmp, F_OK) != 0, "%s left after a failed write",
+              path);
     }
     /* the written set opens, and writing it again from the set gives it back */
     part_path(path, sizeof path, ours, 1, 3);
     expect_ref_model(path, ours);
     gguf_close(f);
     f = gguf_open(path, &err);
-    CHECK(f && gguf_split_write(f, 1, ours, NULL, NULL, NULL, NULL, &err) == 0,
-          "merging the set into one file: %s", err.msg);
+    CHECK(f && gguf_split_write(f, 1, ours, NULL, &err) == 0, "merging the set into one file: %s",
+          err.msg);
     gguf_close(f);
     part_path(path, sizeof path, ours, 0, 1);
     f = gguf_open(path, &err);
     CHECK(f && f->n_parts == 1 && f->n_tensors == 5, "merged file: %s", err.msg);
-    CHECK(!f || gguf_split_write(f, 6, ours, NULL, NULL, NULL, NULL, &err) != 0,
-          "6 parts of 5 tensors");
+    CHECK(!f || gguf_split_write(f, 6, ours, NULL, &err) != 0, "6 parts of 5 tensors");
     CHECK(strstr(err.msg, "every part needs one"), "6 parts: %s", err.msg);
     gguf_close(f);
     unlink(path);

@@ -669,6 +669,10 @@ static float *logits_of(const char *path) {
     return l;
 }
 
+static int id_of_hashes(void *model, const uint8_t (*hashes)[32], char *out, mt_error *err) {
+    return mt_shard_source_id_from(model, hashes, out, err);
+}
+
 static void test_split_model(const char *arch) {
     const char *path = make_model(arch, 3, 4);
     char prefix[256], part[300], part1[300];
@@ -679,8 +683,9 @@ static void test_split_model(const char *arch) {
     if (!single) return;
     char id[MT_SHARD_HASH_HEX], sid[MT_SHARD_HASH_HEX];
     CHECK(mt_shard_source_id(single, id, NULL, &err) == 0, "%s", err.msg);
-    CHECK(gguf_split_write(single, 3, prefix, id, NULL, NULL, NULL, &err) == 0, "%s: %s", arch,
-          err.msg);
+    /* the parts' id computed from the bytes as they are copied, as `split --parts` does */
+    gguf_split_opts o = {.source_id_of = id_of_hashes, .source_id_ctx = single};
+    CHECK(gguf_split_write(single, 3, prefix, &o, &err) == 0, "%s: %s", arch, err.msg);
     gguf_split_path(part, sizeof part, prefix, 2, 3);
     gguf_split_path(part1, sizeof part1, prefix, 0, 3);
     gguf_file *split = gguf_open(part, &err);

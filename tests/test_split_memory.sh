@@ -2,11 +2,12 @@
 # test_split_memory.sh - cutting shards takes bounded memory whatever the
 # model's size: on a synthetic model of about 0.9 GB (made once, kept in the
 # build directory), `split --plan cell:2`, `split` of one shard holding the
-# whole model, and `plan check` of both each peak under 512 MB of resident
-# memory (GNU time's maximum RSS), with the model hashed (not cached) by the
-# splits; the shards check out. The figures are printed. Under the
-# sanitizers the bound is not judged (their allocator and shadow memory are
-# theirs, not the writer's), only printed.
+# whole model, `plan check` of both and `split --parts 2` (whose identity is
+# the model's) each peak under 512 MB of resident memory (GNU time's maximum
+# RSS), with the model hashed (not cached) by the splits; the shards check
+# out. The figures are printed. Under the sanitizers the bound is not
+# judged (their allocator and shadow memory are theirs, not the writer's),
+# only printed.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 BOUND_KB=$((512 * 1024))
@@ -64,5 +65,12 @@ printf '{"format": "moontail-manifest-v1", "source_id": "%s", "replicas": 1, "sh
 peak check1 "$BIN" plan check "$M" "$tmp/one.json" "${C[@]}" && grep -q "ok: 1 shards" "$tmp/check1.out" && ok || bad "plan check of the one shard: $(cat "$tmp/check1.out")"
 judge check1 "plan check (one shard)"
 rm -f "$tmp/all.gguf"
+
+# the model as a split set: streamed too, its identity taken from the bytes as they are copied
+peak parts "$BIN" split "$M" --parts 2 -o "$tmp/p" -t 2 && ok || bad "split --parts 2: $(cat "$tmp/parts.out")"
+judge parts "split --parts 2"
+grep -q "^model identity $sid\$" "$tmp/parts.out" && ok || bad "the parts' identity is not the model's $sid: $(cat "$tmp/parts.out")"
+[ "$(cat "$tmp"/p-0000[12]-of-00002.gguf | wc -c)" -gt $((model_mb * 1000000)) ] && ok || bad "the parts hold less than the model"
+rm -f "$tmp"/p-*.gguf
 
 finish

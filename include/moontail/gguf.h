@@ -23,6 +23,7 @@
 
 #include "moontail/error.h"
 #include "moontail/tensor_type.h"
+#include "moontail/threadpool.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -180,6 +181,14 @@ void gguf_writer_set_string_array(gguf_writer *w, const char *key, const char *c
                                   uint64_t n);
 /* Raw byte-level copy of a value read from another file (for shard cutting). */
 void gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v);
+/* Sets every key of f's metadata, in f's order and with its exact types,
+ * except those of f's files rather than of the model: split.*,
+ * GGUF_SPLIT_SOURCE_ID_KEY and a general.alignment other than the
+ * GGUF_DEFAULT_ALIGNMENT the writer uses. */
+void gguf_writer_copy_metadata(gguf_writer *w, const gguf_file *f);
+/* Where key's value (its type, then the value) will start in the file the
+ * writer writes, as metadata now stands; 0 when key is not set. */
+uint64_t gguf_writer_value_offset(const gguf_writer *w, const char *key);
 
 /* Adds a tensor. The data (nbytes = row size * rows) is copied. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, mt_type type, uint32_t n_dims,
@@ -203,24 +212,45 @@ int gguf_writer_write(gguf_writer *w, const char *path, mt_error *err);
  * it does not fit in cap bytes. */
 int gguf_split_path(char *out, size_t cap, const char *prefix, uint32_t no, uint32_t count);
 
-/* Called after each tensor is copied: bytes done of the total. */
+/* Called as tensor bytes are copied: bytes done of the total. */
 typedef void (*gguf_split_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+#define GGUF_SPLIT_SOURCE_ID_LEN 64 /* characters of a value source_id_of writes */
+
+/* How gguf_split_write goes about it (NULL or all zero: no source-id key,
+ * this thread, no progress). */
+typedef struct gguf_split_opts {
+    /* GGUF_SPLIT_SOURCE_ID_KEY's value in every part; NULL: the key is not
+     * written, unless source_id_of is given ... */
+    const char *source_id;
+    /* ... which computes it from the tensors' bytes as they are copied, so
+     * that the model is read once: called when every part's tensors are
+     * written, with each tensor's BLAKE2b-256 in src's order, it writes
+     * GGUF_SPLIT_SOURCE_ID_LEN characters and a NUL into out. */
+    int (*source_id_of)(void *ctx, const uint8_t (*hashes)[32], char *out, mt_error *err);
+    void *source_id_ctx;
+    mt_pool *pool; /* copies tensors on its threads (NULL: this thread) */
+    gguf_split_progress_fn progress;
+    void *progress_ctx;
+    /* out, when not NULL: the first tensor index of each part (n_parts + 1
+     * entries, the last = n_tensors) */
+    uint64_t *part_tensors;
+} gguf_split_opts;
 
 /* Writes `src` (a file or an opened split set) as n_parts files
  * <prefix>-0000k-of-0000N.gguf in gguf-split's layout: the first part has
- * src's metadata (without its own split.* keys and a general.alignment
- * other than 32), every part split.no (u16), split.tensors.count (i32) and
- * split.count (u16) in that order, then GGUF_SPLIT_SOURCE_ID_KEY = source_id
- * unless it is NULL; GGUF version 3, alignment 32. Tensors keep src's order;
- * part k holds a contiguous run of them, cut so that every part has at
- * least one tensor and the parts' tensor bytes are as even as the order
- * allows. Each tensor is copied from src's mapping straight to the file
- * (peak memory: the metadata). Parts are written under temporary names and
- * renamed when all are complete. 1 <= n_parts <= min(n_tensors, 65535).
- * If part_tensors is non-NULL it receives the first tensor index of each
- * part (n_parts + 1 entries, the last = n_tensors). */
+ * src's metadata (without its own split.* keys, GGUF_SPLIT_SOURCE_ID_KEY and
+ * a general.alignment other than 32), every part split.no (u16),
+ * split.tensors.count (i32) and split.count (u16) in that order, then
+ * GGUF_SPLIT_SOURCE_ID_KEY when o gives one; GGUF version 3, alignment 32.
+ * Tensors keep src's order; part k holds a contiguous run of them, cut so
+ * that every part has at least one tensor and the parts' tensor bytes are
+ * as even as the order allows. Each part is built with a gguf_writer, its
+ * tensors streamed from src's files (gguf_stream.h: peak memory is the
+ * metadata and a few chunks per thread). Parts are written under temporary
+ * names and renamed when all are complete.
+ * 1 <= n_parts <= min(n_tensors, 65535). */
 int gguf_split_write(const gguf_file *src, uint32_t n_parts, const char *prefix,
-                     const char *source_id, uint64_t *part_tensors, gguf_split_progress_fn progress,
-                     void *progress_ctx, mt_error *err);
+                     const gguf_split_opts *o, mt_error *err);
 
 #endif

@@ -158,6 +158,10 @@ void mt_shard_hash_bytes(const void *data, size_t n, char out[MT_SHARD_HASH_HEX]
  * model's tensor order (n_tensors entries). */
 int mt_shard_source_id(const gguf_file *model, char out[MT_SHARD_HASH_HEX],
                        char (*tensor_hashes)[MT_SHARD_HASH_HEX], mt_error *err);
+/* The source_id of a model whose tensors' BLAKE2b-256 hashes are known
+ * (raw, in the model's tensor order); reads nothing. */
+int mt_shard_source_id_from(const gguf_file *model, const uint8_t (*raw)[32],
+                            char out[MT_SHARD_HASH_HEX], mt_error *err);
 /* The same, reading as io says (NULL: every core, no cache). */
 int mt_shard_source_id_io(const gguf_file *model, mt_shard_io *io, char out[MT_SHARD_HASH_HEX],
                           char (*tensor_hashes)[MT_SHARD_HASH_HEX], mt_error *err);

@@ -123,9 +123,27 @@ static void parts_progress(void *ctx, uint64_t done, uint64_t total) {
     mt_progress_update(&pb->bar, done, total, rate, rate > 0 ? (double)(total - done) / rate : -1);
 }
 
+/* The parts' model identity, from the hashes of the bytes as they were
+ * copied; kept in id to be shown. */
+typedef struct parts_id {
+    const gguf_file *f;
+    char id[MT_SHARD_HASH_HEX];
+} parts_id;
+
+_Static_assert(MT_SHARD_HASH_HEX == GGUF_SPLIT_SOURCE_ID_LEN + 1,
+               "a source_id fills the split's source-id key exactly");
+
+static int parts_source_id(void *ctx, const uint8_t (*hashes)[32], char *out, mt_error *err) {
+    parts_id *p = ctx;
+    if (mt_shard_source_id_from(p->f, hashes, p->id, err)) return -1;
+    memcpy(out, p->id, MT_SHARD_HASH_HEX);
+    return 0;
+}
+
 /* --parts: the model as n files of a split set, each tagged with the
- * model's identity so that parts of different models are never mixed. */
-static int split_parts(const gguf_file *f, int64_t n, const char *out) {
+ * model's identity so that parts of different models are never mixed. The
+ * model is read once: its identity comes from the bytes as they are copied. */
+static int split_parts(const gguf_file *f, int64_t n, const char *out, int threads) {
     mt_error err = {{0}};
     char prefix[4096];
     size_t ol = strlen(out);
@@ -143,22 +161,25 @@ static int split_parts(const gguf_file *f, int64_t n, const char *out) {
                 (unsigned long long)f->n_tensors);
         return 2;
     }
-    char id[MT_SHARD_HASH_HEX];
-    fprintf(stderr, "hashing %s (%.1f MiB) for the parts' model identity\n", f->path,
-            (double)gguf_total_size(f) / (1024.0 * 1024.0));
-    if (mt_shard_source_id(f, id, NULL, &err)) goto fail;
+    parts_id id = {f, ""};
     uint64_t *first = malloc(((size_t)n + 1) * sizeof *first);
-    if (!first) {
-        mt_error_set(&err, "out of memory");
+    mt_pool *pool = mt_pool_create(threads);
+    if (!first || !pool) {
+        mt_error_set(&err, !first ? "out of memory"
+                                  : "cannot start the copying threads; give fewer with -t");
         goto fail;
     }
     parts_bar pr;
     mt_progress_init(&pr.bar, stderr, "writing parts");
     clock_gettime(CLOCK_MONOTONIC, &pr.t0);
-    if (gguf_split_write(f, (uint32_t)n, prefix, id, first, parts_progress, &pr, &err)) {
-        free(first);
-        goto fail;
-    }
+    gguf_split_opts o = {.source_id_of = parts_source_id,
+                         .source_id_ctx = &id,
+                         .pool = pool,
+                         .progress = parts_progress,
+                         .progress_ctx = &pr,
+                         .part_tensors = first};
+    if (gguf_split_write(f, (uint32_t)n, prefix, &o, &err)) goto fail;
+    mt_pool_free(pool);
     for (int64_t k = 0; k < n; k++) {
         char path[4200];
         gguf_split_path(path, sizeof path, prefix, (uint32_t)k, (uint32_t)n);
@@ -168,11 +189,13 @@ static int split_parts(const gguf_file *f, int64_t n, const char *out) {
                (unsigned long long)(first[k + 1] - first[k]), (double)bytes / (1024.0 * 1024.0),
                k == 0 ? " and the metadata" : "");
     }
-    printf("model identity %s\n", id);
+    printf("model identity %s\n", id.id);
     free(first);
     return 0;
 fail:
     fprintf(stderr, "moontail split: %s\n", err.msg);
+    mt_pool_free(pool);
+    free(first);
     return 1;
 }
 
@@ -249,7 +272,7 @@ int cmd_split(int argc, char **argv) {
         return 1;
     }
     if (parts) {
-        int rc = split_parts(f, parts, out);
+        int rc = split_parts(f, parts, out, (int)threads);
         gguf_close(f);
         return rc;
     }

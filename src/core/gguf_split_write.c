@@ -1,154 +1,27 @@
 /* gguf_split_write.c - writes a model as the files of a split set, in the
- * layout llama.cpp's gguf-split writes (gguf.h describes the keys), one
- * tensor at a time straight from the source's mapping.
+ * layout llama.cpp's gguf-split writes (gguf.h describes the keys).
  *
- * Each part is: the header (magic, version 3, tensor and key counts), its
- * metadata (all of the model's in the first part, only the split keys in
- * the others), its tensor infos with offsets that are the running sum of
- * the tensors' sizes padded to 32 bytes, zeros up to a multiple of 32, then
- * each tensor's bytes followed by zeros to the next multiple of 32. Only
- * the metadata is built in memory. */
-#include "moontail/gguf.h"
+ * The tensors, in model order, are cut into runs of nearly equal bytes;
+ * each part is then a gguf_writer (gguf_write.c encodes it): the model's
+ * metadata in the first part, the split keys in every part, its run of
+ * tensors streamed from the model's files (gguf_stream.h). A source-id key
+ * computed from the tensors' hashes is written as a placeholder first and
+ * overwritten in every part once the last tensor has been hashed, so the
+ * model is read once. */
+#include "moontail/gguf_stream.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define ALIGN      GGUF_DEFAULT_ALIGNMENT
-#define COPY_CHUNK ((size_t)16 << 20) /* bytes per write, so progress moves within a tensor */
-
-/* ------------------------------------------------------------- metadata */
-
-typedef struct buf {
-    uint8_t *p;
-    size_t n, cap;
-    bool oom;
-} buf;
-
-static void put(buf *b, const void *src, size_t n) {
-    if (b->oom || n == 0) return;
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n) cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-
-static void put_u16(buf *b, uint16_t v) {
-    put(b, &v, 2);
-}
-static void put_u32(buf *b, uint32_t v) {
-    put(b, &v, 4);
-}
-static void put_u64(buf *b, uint64_t v) {
-    put(b, &v, 8);
-}
-static void put_str(buf *b, const char *s, uint64_t len) {
-    put_u64(b, len);
-    put(b, s, (size_t)len);
-}
-
-/* One scalar at its own width, little-endian. */
-static void put_scalar(buf *b, const gguf_value *v) {
-    uint64_t raw = v->u;
-    if (v->type == GGUF_TYPE_FLOAT32) {
-        float f = (float)v->f;
-        memcpy(&raw, &f, 4);
-    } else if (v->type == GGUF_TYPE_FLOAT64) {
-        memcpy(&raw, &v->f, 8);
-    }
-    put(b, &raw, gguf_type_size(v->type));
-}
-
-static void put_kv(buf *b, const gguf_kv *kv) {
-    const gguf_value *v = &kv->value;
-    put_str(b, kv->key, strlen(kv->key));
-    put_u32(b, v->type);
-    if (v->type == GGUF_TYPE_STRING) {
-        put_str(b, v->str.ptr, v->str.len);
-    } else if (v->type == GGUF_TYPE_ARRAY) {
-        put_u32(b, v->arr.type);
-        put_u64(b, v->arr.n);
-        if (v->arr.type == GGUF_TYPE_STRING)
-            for (uint64_t i = 0; i < v->arr.n; i++)
-                put_str(b, v->arr.strs[i].ptr, v->arr.strs[i].len);
-        else
-            put(b, v->arr.data, (size_t)v->arr.n * gguf_type_size(v->arr.type));
-    } else {
-        put_scalar(b, v);
-    }
-}
-
-/* Keys the parts get anew (split bookkeeping), and an alignment the parts
- * would not have. */
-static bool skip_key(const gguf_kv *kv) {
-    if (strcmp(kv->key, "general.alignment") == 0)
-        return !(kv->value.type == GGUF_TYPE_UINT32 && kv->value.u == ALIGN);
-    return strncmp(kv->key, "split.", 6) == 0 || strcmp(kv->key, GGUF_SPLIT_SOURCE_ID_KEY) == 0;
-}
+#define ALIGN  GGUF_DEFAULT_ALIGNMENT
+#define ID_LEN GGUF_SPLIT_SOURCE_ID_LEN
 
 static uint64_t padded(uint64_t n) {
     return n + (ALIGN - n % ALIGN) % ALIGN;
-}
-
-/* ggml's dimension count: trailing dimensions of 1 are not written. */
-static uint32_t n_dims_of(const gguf_tensor *t) {
-    uint32_t n = GGUF_MAX_DIMS;
-    while (n > 1 && t->ne[n - 1] == 1) n--;
-    return n;
-}
-
-/* Header, metadata and tensor infos of part k (tensors [a, b)), padded. */
-static void part_header(buf *h, const gguf_file *src, uint32_t k, uint32_t n_parts, uint64_t a,
-                        uint64_t b, const char *source_id) {
-    uint64_t n_kv = 3 + (source_id ? 1 : 0);
-    if (k == 0)
-        for (uint64_t i = 0; i < src->n_kv; i++) n_kv += !skip_key(&src->kv[i]);
-    put_u32(h, GGUF_MAGIC);
-    put_u32(h, 3);
-    put_u64(h, b - a);
-    put_u64(h, n_kv);
-    if (k == 0)
-        for (uint64_t i = 0; i < src->n_kv; i++)
-            if (!skip_key(&src->kv[i])) put_kv(h, &src->kv[i]);
-    /* gguf-split's order: split.no, split.tensors.count, then split.count */
-    put_str(h, "split.no", 8);
-    put_u32(h, GGUF_TYPE_UINT16);
-    put_u16(h, (uint16_t)k);
-    put_str(h, "split.tensors.count", 19);
-    put_u32(h, GGUF_TYPE_INT32);
-    put_u32(h, (uint32_t)src->n_tensors);
-    put_str(h, "split.count", 11);
-    put_u32(h, GGUF_TYPE_UINT16);
-    put_u16(h, (uint16_t)n_parts);
-    if (source_id) {
-        put_str(h, GGUF_SPLIT_SOURCE_ID_KEY, strlen(GGUF_SPLIT_SOURCE_ID_KEY));
-        put_u32(h, GGUF_TYPE_STRING);
-        put_str(h, source_id, strlen(source_id));
-    }
-    uint64_t off = 0;
-    for (uint64_t i = a; i < b; i++) {
-        const gguf_tensor *t = &src->tensors[i];
-        uint32_t nd = n_dims_of(t);
-        put_str(h, t->name, strlen(t->name));
-        put_u32(h, nd);
-        for (uint32_t d = 0; d < nd; d++) put_u64(h, (uint64_t)t->ne[d]);
-        put_u32(h, (uint32_t)t->type);
-        put_u64(h, off);
-        off += padded(t->nbytes);
-    }
-    static const uint8_t zeros[ALIGN];
-    put(h, zeros, (size_t)(padded(h->n) - h->n));
 }
 
 /* ------------------------------------------------------------ the cuts */
@@ -174,54 +47,104 @@ static void plan_parts(const gguf_file *src, uint32_t n_parts, uint64_t *start) 
     }
 }
 
-/* --------------------------------------------------------------- write */
+/* --------------------------------------------------------------- parts */
 
-typedef struct progress {
-    gguf_split_progress_fn fn;
-    void *ctx;
-    uint64_t done, total;
-} progress;
+/* One split write: what every part needs. */
+typedef struct split_job {
+    const gguf_file *src;
+    gguf_reader *rd;
+    const gguf_split_opts *o;
+    uint32_t n_parts;
+    const uint64_t *start; /* (n_parts + 1) first tensor of each part */
+    const char *id;        /* the source-id key's value (or placeholder), or NULL */
+    uint8_t (*hashes)[32]; /* (n_tensors) when the id is computed from them, else NULL */
+    uint64_t done, total;  /* tensor bytes of the parts before this one, of all */
+} split_job;
 
-static int write_part(const char *path, const gguf_file *src, uint32_t k, uint32_t n_parts,
-                      uint64_t a, uint64_t b, const char *source_id, progress *pr, mt_error *err) {
-    buf h = {0};
-    part_header(&h, src, k, n_parts, a, b, source_id);
-    if (h.oom) {
-        free(h.p);
-        return mt_error_set(err, "%s: out of memory for the metadata", path);
+/* A part's progress as the whole write's. */
+static void on_progress(void *ctx, uint64_t done, uint64_t total) {
+    (void)total;
+    const split_job *j = ctx;
+    j->o->progress(j->o->progress_ctx, j->done + done, j->total);
+}
+
+/* ggml's dimension count: trailing dimensions of 1 are not written. */
+static uint32_t n_dims_of(const gguf_tensor *t) {
+    uint32_t n = GGUF_MAX_DIMS;
+    while (n > 1 && t->ne[n - 1] == 1) n--;
+    return n;
+}
+
+/* Writes part k to path; *id_at: where the id's characters are in it. */
+static int write_part(split_job *j, uint32_t k, const char *path, uint64_t *id_at, mt_error *err) {
+    const gguf_file *src = j->src;
+    gguf_writer *w = gguf_writer_new();
+    if (!w) return mt_error_set(err, "out of memory");
+    if (k == 0) gguf_writer_copy_metadata(w, src);
+    /* gguf-split's order: split.no, split.tensors.count, then split.count */
+    gguf_writer_set_value(w, "split.no", &(gguf_value){.type = GGUF_TYPE_UINT16, .u = k});
+    gguf_writer_set_i32(w, "split.tensors.count", (int32_t)src->n_tensors);
+    gguf_writer_set_value(w, "split.count",
+                          &(gguf_value){.type = GGUF_TYPE_UINT16, .u = j->n_parts});
+    if (j->id) {
+        gguf_writer_set_string(w, GGUF_SPLIT_SOURCE_ID_KEY, j->id);
+        /* past the value's type and the string's length */
+        *id_at = gguf_writer_value_offset(w, GGUF_SPLIT_SOURCE_ID_KEY) + 4 + 8;
     }
-    FILE *fp = fopen(path, "wb");
-    if (!fp) {
-        free(h.p);
-        return mt_error_set(err, "%s: cannot create: %s", path, strerror(errno));
-    }
-    static const uint8_t zeros[ALIGN];
-    bool ok = fwrite(h.p, 1, h.n, fp) == h.n;
-    free(h.p);
-    for (uint64_t i = a; ok && i < b; i++) {
+    int rc = 0;
+    for (uint64_t i = j->start[k]; rc == 0 && i < j->start[k + 1]; i++) {
         const gguf_tensor *t = &src->tensors[i];
-        const uint8_t *p = t->data;
-        for (size_t at = 0; ok && at < t->nbytes; at += COPY_CHUNK) {
-            size_t n = t->nbytes - at < COPY_CHUNK ? t->nbytes - at : COPY_CHUNK;
-            ok = fwrite(p + at, 1, n, fp) == n;
-            pr->done += n;
-            if (ok && pr->fn) pr->fn(pr->ctx, pr->done, pr->total);
-        }
-        size_t pad = (size_t)(padded(t->nbytes) - t->nbytes);
-        ok = ok && fwrite(zeros, 1, pad, fp) == pad;
+        gguf_range r = {gguf_tensor_file_offset(src, t), t->nbytes};
+        rc = gguf_writer_add_tensor_ranges(w, t->name, t->type, n_dims_of(t), t->ne, j->rd, t->part,
+                                           &r, 1, err);
     }
+    gguf_write_opts wo = {.pool = j->o->pool,
+                          .hashes = j->hashes ? j->hashes + j->start[k] : NULL,
+                          .progress = j->o->progress ? on_progress : NULL,
+                          .progress_ctx = j};
+    if (rc == 0) rc = gguf_writer_write_opts(w, path, &wo, err);
+    gguf_writer_free(w);
+    return rc;
+}
+
+/* Overwrites the placeholder at `at` of the written part with the id. */
+static int put_id(const char *path, uint64_t at, const char *id, mt_error *err) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : pwrite(fd, id, ID_LEN, (off_t)at);
     int e = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = false;
-        e = errno;
-    }
-    if (!ok) return mt_error_set(err, "%s: write failed: %s", path, strerror(e));
+    if (fd >= 0 && close(fd) != 0 && n == ID_LEN) n = -1, e = errno;
+    if (n != ID_LEN)
+        return mt_error_set(err, "%s: cannot write the model's identity into it: %s", path,
+                            n < 0 ? strerror(e) : "short write");
     return 0;
 }
 
+/* The id computed from the hashes, checked to fill the placeholder exactly. */
+static int computed_id(const split_job *j, char out[ID_LEN + 1], mt_error *err) {
+    memset(out, 0, ID_LEN + 1);
+    if (j->o->source_id_of(j->o->source_id_ctx, (const uint8_t(*)[32])j->hashes, out, err))
+        return -1;
+    if (strnlen(out, ID_LEN + 1) != ID_LEN)
+        return mt_error_set(err,
+                            "%s: the split's source id '%.*s' is not %d characters; the"
+                            " source_id_of callback must write exactly that many",
+                            j->src->path, ID_LEN + 1, out, ID_LEN);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- write */
+
+/* Part k's name and, in tmp (cap + 4 bytes), the name it is written under. */
+static void part_names(char *final, char *tmp, size_t cap, const char *prefix, uint32_t k,
+                       uint32_t n_parts) {
+    gguf_split_path(final, cap, prefix, k, n_parts);
+    snprintf(tmp, cap + 4, "%s.tmp", final);
+}
+
 int gguf_split_write(const gguf_file *src, uint32_t n_parts, const char *prefix,
-                     const char *source_id, uint64_t *part_tensors, gguf_split_progress_fn fn,
-                     void *fn_ctx, mt_error *err) {
+                     const gguf_split_opts *opts, mt_error *err) {
+    static const gguf_split_opts none = {0};
+    const gguf_split_opts *o = opts ? opts : &none;
     uint64_t n = src->n_tensors;
     if (n_parts < 1 || n_parts > GGUF_SPLIT_MAX_PARTS || n_parts > n)
         return mt_error_set(err,
@@ -231,37 +154,48 @@ int gguf_split_write(const gguf_file *src, uint32_t n_parts, const char *prefix,
     if (n > INT32_MAX)
         return mt_error_set(err, "%s: %llu tensors do not fit split.tensors.count (int32)",
                             src->path, (unsigned long long)n);
+    bool later = !o->source_id && o->source_id_of;
+    char placeholder[ID_LEN + 1];
+    memset(placeholder, '0', ID_LEN);
+    placeholder[ID_LEN] = 0;
     size_t cap = strlen(prefix) + 32;
     uint64_t *start = malloc((n_parts + 1) * sizeof *start);
+    uint64_t *id_at = calloc(n_parts, sizeof *id_at);
     char *final = malloc(cap), *tmp = malloc(cap + 4);
-    if (!start || !final || !tmp) {
-        free(start);
-        free(final);
-        free(tmp);
-        return mt_error_set(err, "out of memory");
-    }
-    plan_parts(src, n_parts, start);
-    progress pr = {fn, fn_ctx, 0, 0};
-    for (uint64_t i = 0; i < n; i++) pr.total += src->tensors[i].nbytes;
-
+    split_job j = {src, NULL, o, n_parts, start, later ? placeholder : o->source_id, NULL, 0, 0};
+    if (later) j.hashes = malloc(n * sizeof *j.hashes);
     int rc = 0;
+    if (!start || !id_at || !final || !tmp || (later && !j.hashes))
+        rc = mt_error_set(err, "out of memory");
+    else if (!(j.rd = gguf_reader_open(src, err)))
+        rc = -1;
+    if (rc == 0) plan_parts(src, n_parts, start);
+    for (uint64_t i = 0; i < n; i++) j.total += src->tensors[i].nbytes;
+
     uint32_t written = 0;
     for (uint32_t k = 0; k < n_parts && rc == 0; k++, written++) {
-        gguf_split_path(final, cap, prefix, k, n_parts);
-        snprintf(tmp, cap + 4, "%s.tmp", final);
-        rc = write_part(tmp, src, k, n_parts, start[k], start[k + 1], source_id, &pr, err);
-        if (rc) unlink(tmp);
+        part_names(final, tmp, cap, prefix, k, n_parts);
+        rc = write_part(&j, k, tmp, &id_at[k], err);
+        for (uint64_t i = start[k]; i < start[k + 1]; i++) j.done += src->tensors[i].nbytes;
+    }
+    char id[ID_LEN + 1];
+    if (rc == 0 && later) rc = computed_id(&j, id, err);
+    for (uint32_t k = 0; k < written && rc == 0 && later; k++) {
+        part_names(final, tmp, cap, prefix, k, n_parts);
+        rc = put_id(tmp, id_at[k], id, err);
     }
     /* every part is complete: only now do they take their names */
     for (uint32_t k = 0; k < written; k++) {
-        gguf_split_path(final, cap, prefix, k, n_parts);
-        snprintf(tmp, cap + 4, "%s.tmp", final);
+        part_names(final, tmp, cap, prefix, k, n_parts);
         if (rc == 0 && rename(tmp, final) != 0)
             rc = mt_error_set(err, "%s: cannot rename from '%s': %s", final, tmp, strerror(errno));
         if (rc) unlink(tmp);
     }
-    if (rc == 0 && part_tensors) memcpy(part_tensors, start, (n_parts + 1) * sizeof *start);
+    if (rc == 0 && o->part_tensors) memcpy(o->part_tensors, start, (n_parts + 1) * sizeof *start);
+    gguf_reader_close(j.rd);
+    free(j.hashes);
     free(start);
+    free(id_at);
     free(final);
     free(tmp);
     return rc;

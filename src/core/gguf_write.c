@@ -201,6 +201,29 @@ void gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v)
     }
 }
 
+/* A key of the model's files rather than of the model: their split
+ * bookkeeping, or an alignment this writer does not use. */
+static bool file_key(const gguf_kv *kv) {
+    if (strcmp(kv->key, "general.alignment") == 0)
+        return !(kv->value.type == GGUF_TYPE_UINT32 && kv->value.u == GGUF_DEFAULT_ALIGNMENT);
+    return strncmp(kv->key, "split.", 6) == 0 || strcmp(kv->key, GGUF_SPLIT_SOURCE_ID_KEY) == 0;
+}
+
+void gguf_writer_copy_metadata(gguf_writer *w, const gguf_file *f) {
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        if (!file_key(&f->kv[i])) gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
+}
+
+uint64_t gguf_writer_value_offset(const gguf_writer *w, const char *key) {
+    uint64_t at = 4 + 4 + 8 + 8; /* magic, version, tensor and key counts */
+    for (size_t i = 0; i < w->n_kv; i++) {
+        at += 8 + strlen(w->kv[i].key);
+        if (strcmp(w->kv[i].key, key) == 0) return at;
+        at += w->kv[i].val.n;
+    }
+    return 0;
+}
+
 /* -------------------------------------------------------------- tensors */
 
 size_t gguf_writer_n_tensors(const gguf_writer *w) {

@@ -364,26 +364,15 @@ static int by_name(const void *a, const void *b) {
     return strcmp(((const named *)a)->name, ((const named *)b)->name);
 }
 
-int shard_model_hashes(gguf_reader *rd, mt_shard_io *io, uint8_t (*raw)[32],
-                       char source_id[MT_SHARD_HASH_HEX], mt_error *err) {
-    const gguf_file *f = gguf_reader_file(rd);
+int mt_shard_source_id_from(const gguf_file *f, const uint8_t (*raw)[32],
+                            char out[MT_SHARD_HASH_HEX], mt_error *err) {
     uint64_t n = f->n_tensors;
-    shard_slice *s = malloc((n ? n : 1) * sizeof *s);
     named *order = malloc((n ? n : 1) * sizeof *order);
-    int rc = -1;
-    if (!s || !order) {
-        mt_error_set(err, "out of memory hashing %llu tensors", (unsigned long long)n);
-        goto done;
-    }
-    for (uint64_t i = 0; i < n; i++) {
-        s[i] = (shard_slice){i, NULL, -1};
-        order[i] = (named){f->tensors[i].name, i};
-    }
-    const char *base = strrchr(f->path, '/');
-    char what[300];
-    snprintf(what, sizeof what, "hashing %s", base ? base + 1 : f->path);
-    if (shard_hash_slices(rd, s, n, io, true, what, raw, err)) goto done;
+    if (!order)
+        return mt_error_set(err, "out of memory sorting %llu tensor names", (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++) order[i] = (named){f->tensors[i].name, i};
     qsort(order, n, sizeof *order, by_name);
+    hash_init();
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);
     for (uint64_t k = 0; k < n; k++) {
@@ -393,12 +382,24 @@ int shard_model_hashes(gguf_reader *rd, mt_shard_io *io, uint8_t (*raw)[32],
     }
     uint8_t id[32];
     crypto_generichash_final(&st, id, 32);
-    sodium_bin2hex(source_id, MT_SHARD_HASH_HEX, id, 32);
-    rc = 0;
-done:
-    free(s);
+    sodium_bin2hex(out, MT_SHARD_HASH_HEX, id, 32);
     free(order);
-    return rc;
+    return 0;
+}
+
+int shard_model_hashes(gguf_reader *rd, mt_shard_io *io, uint8_t (*raw)[32],
+                       char source_id[MT_SHARD_HASH_HEX], mt_error *err) {
+    const gguf_file *f = gguf_reader_file(rd);
+    uint64_t n = f->n_tensors;
+    shard_slice *s = malloc((n ? n : 1) * sizeof *s);
+    if (!s) return mt_error_set(err, "out of memory hashing %llu tensors", (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++) s[i] = (shard_slice){i, NULL, -1};
+    const char *base = strrchr(f->path, '/');
+    char what[300];
+    snprintf(what, sizeof what, "hashing %s", base ? base + 1 : f->path);
+    int rc = shard_hash_slices(rd, s, n, io, true, what, raw, err);
+    free(s);
+    return rc ? rc : mt_shard_source_id_from(f, (const uint8_t(*)[32])raw, source_id, err);
 }
 
 int mt_shard_source_id_io(const gguf_file *f, mt_shard_io *io, char out[MT_SHARD_HASH_HEX],

@@ -308,15 +308,6 @@ uint64_t mt_shard_spec_bytes(const mt_shard_layout *l, const mt_shard_spec *s) {
 
 /* ----------------------------------------------------------------- write */
 
-/* Metadata that must not be copied: the writer's own alignment (it always
- * writes GGUF_DEFAULT_ALIGNMENT) and the bookkeeping of a split model (a
- * shard is one file). */
-static bool skip_key(const gguf_kv *kv) {
-    if (strcmp(kv->key, "general.alignment") == 0)
-        return !(kv->value.type == GGUF_TYPE_UINT32 && kv->value.u == GGUF_DEFAULT_ALIGNMENT);
-    return strncmp(kv->key, "split.", 6) == 0 || strcmp(kv->key, GGUF_SPLIT_SOURCE_ID_KEY) == 0;
-}
-
 /* Progress of the core writer under the step's name. */
 typedef struct write_progress {
     mt_shard_io *io;
@@ -365,8 +356,7 @@ int shard_write(const gguf_file *f, const mt_shard_layout *l, const char *source
     }
     if (!(rd = gguf_reader_open(f, err)) || !(pool = shard_io_pool(io, &own_pool, err))) goto done;
 
-    for (uint64_t i = 0; i < f->n_kv; i++)
-        if (!skip_key(&f->kv[i])) gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
+    gguf_writer_copy_metadata(w, f);
     gguf_writer_set_u32(w, "moontail.shard.version", MT_SHARD_VERSION);
     gguf_writer_set_u32(w, "moontail.shard.layer_begin", (uint32_t)s->layer_begin);
     gguf_writer_set_u32(w, "moontail.shard.layer_end", (uint32_t)s->layer_end);
