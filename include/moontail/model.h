@@ -221,7 +221,9 @@ int mt_model_check_file(const gguf_file *f, mt_error *err);
  * attention (the query and the softmax weights rounded to the cache type
  * before their dot products), q8_0 as its flash attention (the query
  * quantized to q8_0, values decoded to f32), with its Hadamard rotation of
- * GQA heads whose width is a multiple of 64. KDA state is always f32. */
+ * the heads of separate K and V rows (GQA, and the older MLA layout's
+ * expanded heads) whose width is a multiple of 64; the MLA latent is never
+ * rotated. KDA state is always f32. */
 typedef enum mt_kv_type {
     MT_KV_F16, /* 0, so that a zeroed config has the default */
     MT_KV_F32,
