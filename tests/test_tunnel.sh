@@ -131,8 +131,16 @@ grep -q "no address here" "$tmp/o" && ok || bad "the error does not show the tun
 expect 1 "runs no relay" "$BIN" node --registry "$URL" --token-file "$tmp/a.token" --key "$tmp/x.key" \
     --data "$tmp/dx" --listen 127.0.0.1:0 --relay --speed 1
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
-[ "$(code -X POST -d '{"addr": "no port"}' -H "Authorization: Bearer $(cat "$tmp/a.token")" "$URL/v1/nodes/1/heartbeat")" = 400 ] &&
-    ok || bad "a heartbeat with a bad addr was not refused"
+# a node's heartbeats take the node's own token (from its join), not its account's
+[ "$(code -X POST -d '{}' -H "Authorization: Bearer $(cat "$tmp/a.token")" "$URL/v1/nodes/1/heartbeat")" = 403 ] &&
+    ok || bad "a heartbeat with the account's token was not refused"
+PK=$(printf 'ab%.0s' $(seq 1 32))
+curl -s -X POST -H "Authorization: Bearer $(cat "$tmp/a.token")" \
+    -d "{\"name\":\"fake\",\"pubkey\":\"$PK\",\"addr\":\"127.0.0.1:9\",\"capacity\":1}" "$URL/v1/nodes" >"$tmp/join.json"
+FID=$(json 'console.log(o.node_id)' <"$tmp/join.json")
+FTOK=$(json 'console.log(o.token)' <"$tmp/join.json")
+[ "$(code -X POST -d '{"addr": "no port"}' -H "Authorization: Bearer $FTOK" "$URL/v1/nodes/$FID/heartbeat")" = 400 ] &&
+    ok || bad "a heartbeat with a bad addr was not refused: $(cat "$tmp/join.json")"
 
 # ==== (b) nodes through the registry's relay ===================================================
 start_bg rel "$BIN" registry --model "$M" --db "$tmp/rel.db" --key "$tmp/rel.key" --shards "$tmp/relseed" \

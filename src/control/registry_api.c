@@ -89,9 +89,11 @@ static bool admin_ok(mt_registry *r, const mt_http_request *req, const char *wha
 }
 
 /* The node named by a /v1/nodes/<id>/... path whose token the request
- * carries, or -1 with resp set. */
+ * carries, or -1 with resp set. account_may: its account's token will do
+ * too (pause, resume); heartbeats take the node's own token only, so that a
+ * cell's shared account token cannot speak (or give an address) for a node. */
 static int64_t authed_node(mt_registry *r, const mt_http_request *req, const char *id_text,
-                           reg_node *n, mt_http_response *resp) {
+                           reg_node *n, bool account_may, mt_http_response *resp) {
     char *end;
     long long id = strtoll(id_text, &end, 10);
     if (end == id_text || (*end && *end != '/') || id <= 0) {
@@ -115,6 +117,13 @@ static int64_t authed_node(mt_registry *r, const mt_http_request *req, const cha
     }
     /* the node's own account may act for it too (pause, resume) */
     int64_t account = tok && !match ? reg_account_by_token(r, tok) : 0;
+    if (account > 0 && account == n->account_id && !account_may) {
+        mt_http_error(resp, 403,
+                      "node %lld: this is its account's token; a node's heartbeats carry the"
+                      " node's own token, which the registry gave it when it joined",
+                      id);
+        return -1;
+    }
     if (account == n->account_id) match = true;
     if (!match && (account > 0 || (tok && node_by_token(r, h) > 0))) {
         mt_http_error(resp, 403,
@@ -359,7 +368,7 @@ static json_t *assignment_json(mt_registry *r, const reg_node *n, const reg_node
 static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const char *id_text,
                             json_t *body, mt_http_response *resp) {
     reg_node n;
-    int64_t id = authed_node(r, req, id_text, &n, resp);
+    int64_t id = authed_node(r, req, id_text, &n, false, resp);
     if (id < 0) return;
     const char *ready = str_field(body, "ready_shard", 95, false, resp);
     if (!ready && resp->json) return;
@@ -495,7 +504,7 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
 static void nodes_pause(mt_registry *r, const mt_http_request *req, const char *id_text,
                         json_t *body, mt_http_response *resp) {
     reg_node n;
-    int64_t id = authed_node(r, req, id_text, &n, resp);
+    int64_t id = authed_node(r, req, id_text, &n, true, resp);
     if (id < 0) return;
     json_t *now = json_object_get(body, "now"), *resume = json_object_get(body, "resume");
     const char *sched = str_field(body, "schedule", 127, false, resp);
