@@ -236,9 +236,10 @@ else
     bad "the impaired link could not be set up: $(cat "$tmp/q.err" "$tmp/impair.err")"
 fi
 if [ $impaired_ok = 1 ]; then
-    QP=(ip netns exec "$Q" "$BIN" "${P[@]}" --call-timeout-ms 20000)
+    QP=(ip netns exec "$Q" "$BIN" "${P[@]}" --call-timeout-ms 20000 --fixed-call-timeout)
     # a call timeout well above the link's retransmission delays: with 2 s, the slow
-    # link was taken for a lost node (a lost segment waits out an RTO of 1 s and more)
+    # link was taken for a lost node (a lost segment waits out an RTO of 1 s and more);
+    # fixed, since waits adapted to the usual step time would be as short
     timeout 60 "${QP[@]}" -p "$PROMPT" -n $NIMP --temp 0 --ignore-eos --json >"$tmp/fast.json" 2>"$tmp/fast.err"
     [ "$(tokens <"$tmp/fast.json" 2>/dev/null)" = "$ref_imp" ] && ok || bad "unimpaired prompt: $(cat "$tmp/fast.err")"
     impair_on

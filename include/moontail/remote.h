@@ -86,4 +86,8 @@ int mt_remote_session_end(mt_remote *r, uint64_t session, bool *existed, mt_erro
 int mt_remote_call(mt_remote *r, mt_proto_msg *req, mt_proto_msg *reply, uint32_t *code,
                    mt_error *err);
 
+/* How long the next calls wait for each reply (ms, > 0); a wait that runs out breaks the
+ * connection, as any other failure of a call does. */
+void mt_remote_set_call_timeout(mt_remote *r, int call_timeout_ms);
+
 #endif

@@ -37,16 +37,18 @@ typedef struct mt_requester_config {
     const char *cache_dir; /* where the head/backbone shard is kept (created if missing) */
     mt_proto_dtype wire;   /* f32 (exact, default) or bf16 */
     int threads, ubatch;
-    mt_kv_type kv_type;  /* the backbone's cache in a swarm (0: f16) */
-    int timeout_ms;      /* connect + handshake to nodes (<= 0: 5 s) */
-    int call_timeout_ms; /* each reply from a node (<= 0: 30 s) */
-    int max_failovers;   /* new routes per session before giving up (<= 0: 8) */
-    double spot_check;   /* fraction of (session, stage) pairs checked on a replica, 0..1
-                            (0: none; the commands default to 0.05) */
-    bool chain;          /* cell routes chained (route.h: one call, the stages pass the rows
-                            on): for kimi-k3, whose rows grow with every stage, the requester
-                            then sends one hop's bytes instead of every stage's; spot-checks
-                            do not apply to chained routes */
+    mt_kv_type kv_type;      /* the backbone's cache in a swarm (0: f16) */
+    int timeout_ms;          /* connect + handshake to nodes (<= 0: 5 s) */
+    int call_timeout_ms;     /* the longest wait for a reply from a node (<= 0: 30 s); shorter
+                                once a node's step times are known (route.h) */
+    bool fixed_call_timeout; /* always wait call_timeout_ms */
+    int max_failovers;       /* new routes per session before giving up (<= 0: 8) */
+    double spot_check;       /* fraction of (session, stage) pairs checked on a replica, 0..1
+                                (0: none; the commands default to 0.05) */
+    bool chain;              /* cell routes chained (route.h: one call, the stages pass the rows
+                                on): for kimi-k3, whose rows grow with every stage, the requester
+                                then sends one hop's bytes instead of every stage's; spot-checks
+                                do not apply to chained routes */
     bool quiet;
 } mt_requester_config;
 

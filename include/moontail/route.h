@@ -86,17 +86,20 @@ typedef struct mt_route_config {
     int n_stages;
     const mt_route_peer *experts; /* expert servers for the backbone's MoE layers */
     int n_experts;
-    int threads;         /* local compute threads (<= 0: all CPUs) */
-    mt_kv_type kv_type;  /* the backbone's cache (0: f16) */
-    int ubatch;          /* tokens per pass through the route (<= 0: 512) */
-    int timeout_ms;      /* connect + handshake (<= 0: 10 s) */
-    int call_timeout_ms; /* each wait for a reply (<= 0: 120 s) */
-    char *failed_addr;   /* optional (128 bytes): when opening fails at a node, its address */
-    bool no_reconnect;   /* a broken node fails the call at once (a requester with a registry
-                            takes a new route instead: reconnecting to a node that went silent
-                            would cost a whole connect timeout first) */
-    bool chain;          /* send one STAGE_FORWARD to the first stage with the later stages as next
-                            hops (proto.h), instead of calling each stage in turn */
+    int threads;             /* local compute threads (<= 0: all CPUs) */
+    mt_kv_type kv_type;      /* the backbone's cache (0: f16) */
+    int ubatch;              /* tokens per pass through the route (<= 0: 512) */
+    int timeout_ms;          /* connect + handshake (<= 0: 10 s) */
+    int call_timeout_ms;     /* the longest wait for a reply (<= 0: 120 s); a stage's waits adapt
+                                below it to the step times seen (route.c), unless: */
+    bool fixed_call_timeout; /* every wait is call_timeout_ms (a lossy link's replies vary
+                                by whole TCP retransmission timeouts) */
+    char *failed_addr;       /* optional (128 bytes): when opening fails at a node, its address */
+    bool no_reconnect;       /* a broken node fails the call at once (a requester with a registry
+                                takes a new route instead: reconnecting to a node that went silent
+                                would cost a whole connect timeout first) */
+    bool chain; /* send one STAGE_FORWARD to the first stage with the later stages as next
+                   hops (proto.h), instead of calling each stage in turn */
     /* spot-checking (docs/spot-checking.md; not with chain): checkers[i] holds the same layers
      * as stage checkers[i].stage. Each new session gives each stage that has a checker, with
      * probability check_rate (0: never, 1: always), a shadow session on one of its checkers

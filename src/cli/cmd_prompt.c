@@ -44,8 +44,12 @@ static const char usage[] =
     "  --kv-type T         the backbone's KV cache in a swarm: f16 (default), bf16, q8_0, f32\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"
     "  --json              print one JSON object instead of streaming text\n"
-    "  --call-timeout-ms N how long to wait for each reply from a node before taking it for\n"
-    "                      lost (default 30000 with --registry, 120000 with --route)\n";
+    "  --call-timeout-ms N the longest wait for a reply from a node before taking it for\n"
+    "                      lost (default 30000 with --registry, 120000 with --route); once a\n"
+    "                      node's step times are known, its waits are 5x the slowest + 1 s\n"
+    "                      (at least 3 s), so a hung node costs seconds\n"
+    "  --fixed-call-timeout always wait --call-timeout-ms (links whose replies stall for\n"
+    "                      seconds, e.g. lossy ones)\n";
 
 typedef struct prompt_ctx {
     const char *route_path;
@@ -74,7 +78,8 @@ static void prompt_json(void *ctx, json_t *root) {
 
 static int prompt_registry(const cli_gen *g, const char *registry, const char *token,
                            const char *token_file, const char *key, const char *cache,
-                           const char *wire, int call_timeout_ms, double spot_check, bool chain) {
+                           const char *wire, int call_timeout_ms, bool fixed_timeout,
+                           double spot_check, bool chain) {
     if (strcmp(wire, "f32") != 0 && strcmp(wire, "bf16") != 0) {
         fprintf(stderr, "moontail prompt: --wire must be f32 or bf16\n");
         return 2;
@@ -92,6 +97,7 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
                              .ubatch = (int)g->ubatch,
                              .kv_type = g->kv_type,
                              .call_timeout_ms = call_timeout_ms,
+                             .fixed_call_timeout = fixed_timeout,
                              .spot_check = spot_check,
                              .chain = chain,
                              .quiet = false};
@@ -132,7 +138,7 @@ int cmd_prompt(int argc, char **argv) {
     cli_config conf;
     int64_t call_timeout_ms = 0; /* 0: the default of the mode */
     float spot_check_opt = -1;   /* -1: not given */
-    bool chain = false;
+    bool chain = false, fixed_timeout = false;
     const cli_opt extra[] = {{"--route", CLI_STRING, &route_path, 0, 0},
                              {"--registry", CLI_STRING, &registry, 0, 0},
                              {"--token", CLI_STRING, &token, 0, 0},
@@ -141,6 +147,7 @@ int cmd_prompt(int argc, char **argv) {
                              {"--cache", CLI_STRING, &cache, 0, 0},
                              {"--wire", CLI_STRING, &wire, 0, 0},
                              {"--call-timeout-ms", CLI_INT, &call_timeout_ms, 100, 3600000},
+                             {"--fixed-call-timeout", CLI_FLAG, &fixed_timeout, 0, 0},
                              {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
                              {"--chain", CLI_FLAG, &chain, 0, 0},
                              {NULL, CLI_FLAG, NULL, 0, 0}};
@@ -167,7 +174,7 @@ int cmd_prompt(int argc, char **argv) {
     }
     if (registry)
         return prompt_registry(&g, registry, token, token_file, key, cache, wire,
-                               (int)call_timeout_ms, spot_check, chain);
+                               (int)call_timeout_ms, fixed_timeout, spot_check, chain);
     if (spot_check_opt != -1) {
         fprintf(stderr, "moontail prompt: --spot-check needs --registry (a route file lists no"
                         " nodes to check on)\n");
@@ -186,6 +193,7 @@ int cmd_prompt(int argc, char **argv) {
         rf.cfg.ubatch = (int)g.ubatch;
         rf.cfg.kv_type = g.kv_type;
         if (call_timeout_ms) rf.cfg.call_timeout_ms = (int)call_timeout_ms;
+        rf.cfg.fixed_call_timeout = fixed_timeout;
         p.route = mt_route_open(&rf.cfg, &err);
     }
     if (p.route && (vocab = mt_vocab_load(mt_route_head(p.route)->gguf, &err))) {

@@ -276,6 +276,7 @@ static int open_route(mt_requester *q, mt_error *err) {
                              .timeout_ms = q->cfg.timeout_ms > 0 ? q->cfg.timeout_ms : 5000,
                              .call_timeout_ms =
                                  q->cfg.call_timeout_ms > 0 ? q->cfg.call_timeout_ms : 30000,
+                             .fixed_call_timeout = q->cfg.fixed_call_timeout,
                              .checkers = checkers,
                              .n_checkers = n_checkers,
                              .check_rate = q->check_rate,

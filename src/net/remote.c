@@ -241,6 +241,12 @@ const char *mt_remote_addr(const mt_remote *r) {
     return r->addr;
 }
 
+void mt_remote_set_call_timeout(mt_remote *r, int call_timeout_ms) {
+    pthread_mutex_lock(&r->lock);
+    if (r->conn && call_timeout_ms > 0) mt_conn_set_timeout(r->conn, call_timeout_ms);
+    pthread_mutex_unlock(&r->lock);
+}
+
 bool mt_remote_is_open(mt_remote *r) {
     pthread_mutex_lock(&r->lock);
     bool open = !r->broken && mt_conn_is_open(r->conn);

@@ -27,12 +27,26 @@ typedef struct route_stage {
     mt_remote *r;
     int32_t layer_begin, layer_end;
     bool failed; /* the last call through it failed (also with an ERROR reply) */
+    /* the slowest replies seen (slowly forgotten): a one-token step, and a prompt pass per
+     * token; 0 until one was seen (route_call_timeout) */
+    double step_ms, pass_ms_per_token;
 } route_stage;
+
+/* How long a call through a stage may wait for its reply: ADAPT_FACTOR times the slowest
+ * such call seen so far plus ADAPT_SLACK_MS, at least ADAPT_FLOOR_MS and at most the
+ * configured call timeout, which also applies until a call of that kind was seen. A node
+ * that hangs (SIGSTOP, a frozen machine) then costs a user a few seconds, not the whole
+ * configured wait, and the request fails over as after any other broken call. */
+#define ADAPT_FACTOR   5.0
+#define ADAPT_SLACK_MS 1000.0
+#define ADAPT_FLOOR_MS 3000.0
+#define ADAPT_FORGET   0.95 /* each new observation keeps 95% of the old maximum */
 
 struct mt_route {
     mt_keys keys;
     mt_proto_dtype wire;
     int ubatch, timeout_ms, call_timeout_ms;
+    bool fixed_call_timeout;
     mt_kv_type kv_type; /* the backbone's cache */
     mt_model *head;
     bool head_borrowed; /* cfg->head_model: the caller frees it */
@@ -105,9 +119,12 @@ static int check_node(const mt_route *r, mt_remote *rem, const char *role, mt_er
     return 0;
 }
 
-static int connect_stage(mt_route *r, route_stage *st, mt_error *err) {
-    mt_remote *rem = mt_remote_connect(st->peer.addr, st->peer.pk, &r->keys, r->timeout_ms,
-                                       r->call_timeout_ms, err);
+/* (Re)connects a stage; handshake_ms (<= 0: the route's connect timeout) bounds the
+ * connect and handshake. */
+static int connect_stage(mt_route *r, route_stage *st, int handshake_ms, mt_error *err) {
+    mt_remote *rem =
+        mt_remote_connect(st->peer.addr, st->peer.pk, &r->keys,
+                          handshake_ms > 0 ? handshake_ms : r->timeout_ms, r->call_timeout_ms, err);
     if (!rem) return -1;
     const mt_proto_info *in = mt_remote_info(rem);
     int rc = check_node(r, rem, "stage", err);
@@ -217,7 +234,8 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
     r->kv_type = cfg->kv_type;
     r->timeout_ms = cfg->timeout_ms;
     r->no_reconnect = cfg->no_reconnect;
-    r->call_timeout_ms = cfg->call_timeout_ms;
+    r->call_timeout_ms = cfg->call_timeout_ms > 0 ? cfg->call_timeout_ms : 120000;
+    r->fixed_call_timeout = cfg->fixed_call_timeout;
     if (cfg->wire != MT_PROTO_F32 && cfg->wire != MT_PROTO_BF16) {
         mt_error_set(err, "unknown wire dtype %d", (int)cfg->wire);
         goto fail;
@@ -312,7 +330,7 @@ mt_route *mt_route_open(const mt_route_config *cfg, mt_error *err) {
         route_stage *st = &r->stages[i];
         st->peer = cfg->stages[i];
         r->n_stages++;
-        if (connect_stage(r, st, err)) {
+        if (connect_stage(r, st, 0, err)) {
             if (cfg->failed_addr) snprintf(cfg->failed_addr, 128, "%s", st->peer.addr);
             goto fail;
         }
@@ -543,6 +561,27 @@ static int finish_checks(mt_route *r, mt_route_session *s, const bool *sent,
  * session or its connection (and came back): the caller replays from 0.
  * Stages with a spot-check get the same input rows on their checker, whose
  * output is compared with theirs once the pass is through (finish_checks). */
+static int route_call_timeout(const mt_route *r, const route_stage *st, int32_t n) {
+    const double cap = r->call_timeout_ms;
+    if (r->fixed_call_timeout) return (int)cap;
+    double expect = n == 1 ? st->step_ms : st->pass_ms_per_token * n;
+    if (n > 1 && expect > 0 && st->step_ms > expect) expect = st->step_ms;
+    if (expect <= 0) return (int)cap;
+    double t = ADAPT_FACTOR * expect + ADAPT_SLACK_MS;
+    t = t < ADAPT_FLOOR_MS ? ADAPT_FLOOR_MS : t > cap ? cap : t;
+    return (int)t;
+}
+
+static void route_call_seen(route_stage *st, int32_t n, double ms) {
+    if (n == 1)
+        st->step_ms = ms > ADAPT_FORGET * st->step_ms ? ms : ADAPT_FORGET * st->step_ms;
+    else if (n > 1) {
+        double per = ms / n;
+        st->pass_ms_per_token =
+            per > ADAPT_FORGET * st->pass_ms_per_token ? per : ADAPT_FORGET * st->pass_ms_per_token;
+    }
+}
+
 static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t p0,
                       int32_t n, float *hidden, int32_t *pos, mt_error *err) {
     for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
@@ -575,13 +614,26 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
             if (sent[i]) route_check_send(s->checks[i], pos, n, hidden);
         }
         st->failed = false;
+        const int wait_ms = route_call_timeout(r, st, n);
+        mt_remote_set_call_timeout(st->r, wait_ms);
+        const double t_call = route_check_now_ms();
         if (mt_remote_stage_chain(st->r, s->id, st->layer_begin, st->layer_end, r->hops, n_hops,
                                   pos, n, hidden, r->wire, &code, err) == 0) {
+            route_call_seen(st, n, route_check_now_ms() - t_call);
             if (checking && sent[i]) {
                 reply_ms[i] = unix_ms();
                 route_check_keep_main(s->checks[i], hidden);
             }
             continue;
+        }
+        if (code == 0 && wait_ms < r->call_timeout_ms &&
+            route_check_now_ms() - t_call >= wait_ms - 50) {
+            char first[sizeof err->msg];
+            snprintf(first, sizeof first, "%s", err->msg);
+            mt_error_set(err,
+                         "%.380s (no reply within %d ms: %.0fx the slowest such call so far plus"
+                         " %.0f ms, instead of the whole call timeout of %d ms)",
+                         first, wait_ms, ADAPT_FACTOR, ADAPT_SLACK_MS, r->call_timeout_ms);
         }
         /* a node that cannot compute (e.g. its paired partner is gone) is as good as lost
          * for this route; an unknown session is only a replay away */
@@ -592,7 +644,9 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
         } else if (code == 0 && !r->no_reconnect && !mt_remote_is_open(st->r)) {
             /* the connection broke: reconnect once */
             mt_error e2 = {{0}};
-            if (connect_stage(r, st, &e2) == 0) {
+            /* a node that let an adaptive wait run out is likely hung: the reconnect gets
+             * no longer than that wait either */
+            if (connect_stage(r, st, wait_ms < r->call_timeout_ms ? wait_ms : 0, &e2) == 0) {
                 rc = PASS_REPLAY;
             } else {
                 char first[sizeof err->msg];
