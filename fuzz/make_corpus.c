@@ -1,7 +1,9 @@
 /* make_corpus.c - writes the seed inputs of the fuzz targets
  * (fuzz/corpus/<target>/) from MoonTail's own writers, so every seed is a
  * valid input the parser must accept: a tiny synthetic model and shards cut
- * from it (fuzz_gguf), the plan and piece manifests of those shards
+ * from it (fuzz_gguf; also two copies of the model that must be refused, one
+ * with overlapping tensors, one with a vocabulary that does not fit the
+ * embedding), the plan and piece manifests of those shards
  * (fuzz_manifest), every data-plane message type from mt_proto_encode
  * (fuzz_proto, and sealed into frames for fuzz_frame), a client hello
  * (fuzz_frame), request bodies (fuzz_openai), texts (fuzz_tokenize) and
@@ -69,6 +71,52 @@ static void seed_file(const char *target, const char *name, const char *path) {
 /* ---- GGUF files and manifests -----------------------------------------------------------------
  */
 
+/* Files the loaders must refuse, so that fuzzing starts next to those checks
+ * too: the tiny model with its second tensor's data moved onto its first's
+ * (the reader refuses overlaps), and with its vocabulary 40 tokens shorter
+ * than the embedding's rows (the model loader refuses that). */
+static void refused_models(const char *model) {
+    mt_error err = {0};
+    char path[600];
+    gguf_file *f = gguf_open(model, &err);
+    if (!f || f->n_tensors < 2) fuzz_die(model, err.msg);
+    size_t len;
+    uint8_t *b = slurp(model, &len);
+    /* the second tensor's info: its length-prefixed name, n_dims, ne[], type, offset */
+    const gguf_tensor *t = &f->tensors[1];
+    uint64_t n = strlen(t->name);
+    uint8_t key[8 + 256];
+    memcpy(key, &n, 8);
+    memcpy(key + 8, t->name, n);
+    uint8_t *at = memmem(b, f->data_offset, key, 8 + n);
+    if (!at) fuzz_die(model, "second tensor's info not found");
+    at += 8 + n + 4 + 8 * (size_t)t->n_dims + 4;
+    memcpy(at, &f->tensors[0].offset, 8);
+    seed("fuzz_gguf", "model-overlap", b, len);
+    free(b);
+
+    gguf_writer *w = gguf_writer_new();
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        gguf_value v = f->kv[i].value;
+        const char *k = f->kv[i].key;
+        if (v.type == GGUF_TYPE_ARRAY && v.arr.n > 40 &&
+            (!strcmp(k, "tokenizer.ggml.tokens") || !strcmp(k, "tokenizer.ggml.token_type") ||
+             !strcmp(k, "tokenizer.ggml.scores")))
+            v.arr.n -= 40;
+        gguf_writer_set_value(w, k, &v);
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        t = &f->tensors[i];
+        if (gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, &err) != 0)
+            fuzz_die(t->name, err.msg);
+    }
+    snprintf(path, sizeof path, "%s/short-vocab.gguf", fuzz_dir());
+    if (gguf_writer_write(w, path, &err) != 0) fuzz_die(path, err.msg);
+    gguf_writer_free(w);
+    gguf_close(f);
+    seed_file("fuzz_gguf", "model-vocab-short", path);
+}
+
 static void gguf_and_manifests(void) {
     mt_error err = {0};
     char model[400], path[600];
@@ -121,6 +169,7 @@ static void gguf_and_manifests(void) {
     if (gguf_writer_write(w, path, &err) != 0) fuzz_die(path, err.msg);
     gguf_writer_free(w);
     seed_file("fuzz_gguf", "vocab", path);
+    refused_models(model);
 }
 
 /* ---- data-plane messages ----------------------------------------------------------------------

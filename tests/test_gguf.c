@@ -3,8 +3,9 @@
  * A file written by gguf_writer reads back with every value and tensor
  * intact. Hostile files - built byte by byte here, independently of the
  * writer - are refused with an error that names the problem: every
- * truncation, huge counts and lengths, bad offsets, unknown or removed
- * types, overflowing shapes, duplicates, bad magic/version/alignment. A
+ * truncation, huge counts and lengths, bad offsets, tensors whose data
+ * overlaps, is out of order or has gaps (ggml's layout rule), unknown or
+ * removed types, overflowing shapes, duplicates, bad magic/version/alignment. A
  * deterministic byte-flip sweep must never crash (ASan watches) and must
  * either parse or explain why not.
  *
@@ -15,7 +16,7 @@
  * against their bytes), and leaves no file when that fails; every
  * broken set (a part missing, from another split or model, renamed or
  * copied, truncated, of another version, a tensor in two parts, a wrong
- * total) is refused with a message naming the file. */
+ * total, overlapping tensors in one part) is refused with a message naming the file. */
 #include "check.h"
 #include "moontail/gguf.h"
 
@@ -304,6 +305,47 @@ static void test_hostile(void) {
     pad(&r);
     memset(r.b + r.n, 0, 256), r.n += 256;
     expect_error(&r, "appears twice", "duplicate tensor");
+    /* Tensor data must lie as ggml lays it out (llama.cpp refuses anything
+     * else): overlaps name both tensors and their byte ranges. */
+    header(&r, 2, 0);
+    tensor_info(&r, "a", 2, row, 0, 0);
+    tensor_info(&r, "b", 2, row, 0, 64);
+    pad(&r);
+    memset(r.b + r.n, 0, 256), r.n += 256;
+    expect_error(&r, "tensors 'a' (data bytes [0, 128)) and 'b' (data bytes [64, 192)) overlap",
+                 "overlapping tensors");
+    expect_error(&r, "damaged or was written wrongly", "overlap: what it means");
+    header(&r, 3, 0);
+    tensor_info(&r, "a", 2, row, 0, 0);
+    tensor_info(&r, "b", 2, row, 0, 128);
+    tensor_info(&r, "c", 2, row, 0, 0); /* the same bytes as a, listed after b */
+    pad(&r);
+    memset(r.b + r.n, 0, 384), r.n += 384;
+    expect_error(&r, "tensors 'a' (data bytes [0, 128)) and 'c' (data bytes [0, 128)) overlap",
+                 "a tensor aliasing an earlier one");
+    header(&r, 2, 0);
+    tensor_info(&r, "a", 2, row, 0, 128);
+    tensor_info(&r, "b", 2, row, 0, 0);
+    pad(&r);
+    memset(r.b + r.n, 0, 256), r.n += 256;
+    expect_error(&r, "tensor 'a' (data bytes [128, 256)) should start at 0", "out of order");
+    header(&r, 2, 0);
+    tensor_info(&r, "a", 2, (uint64_t[]){5, 1}, 0, 0); /* 20 bytes, padded to 32 */
+    tensor_info(&r, "b", 2, row, 0, 64);
+    pad(&r);
+    memset(r.b + r.n, 0, 192), r.n += 192;
+    expect_error(&r, "tensor 'b' (data bytes [64, 192)) should start at 32, right after", "a gap");
+    expect_error(&r, "'a' (data bytes [0, 20)) padded to the alignment 32", "a gap: the previous");
+    header(&r, 2, 0);
+    tensor_info(&r, "a", 2, (uint64_t[]){5, 1}, 0, 0);
+    tensor_info(&r, "b", 2, row, 0, 32);
+    pad(&r);
+    memset(r.b + r.n, 0, 160), r.n += 160;
+    mt_error lerr = {{0}};
+    gguf_file *lf = gguf_open_buffer(r.b, r.n, "packed.gguf", &lerr);
+    CHECK(lf != NULL, "tensors back to back with padding refused: %s", lerr.msg);
+    gguf_close(lf);
+
     header(&r, 1, 0);
     u64(&r, 3), put(&r, "a\0b", 3);
     memset(r.b + r.n, 0, 64), r.n += 64;
@@ -365,6 +407,7 @@ typedef struct ref_opts {
     uint32_t version;    /* 0 = 3 */
     const char *id;      /* moontail.split.source_id, NULL = none */
     const char *rename0; /* the first tensor's name instead of its own */
+    bool overlap;        /* the second tensor's data at the first's offset */
 } ref_opts;
 
 static void kv_u16(raw *r, const char *key, uint16_t v) {
@@ -398,7 +441,8 @@ static void ref_part(raw *r, int k, int count, int a, int b, const ref_opts *o) 
     uint64_t off = 0;
     for (int i = a; i < b; i++) {
         const ref_tensor *t = &split_src[i];
-        tensor_info(r, i == a && o->rename0 ? o->rename0 : t->name, t->n_dims, t->ne, 0, off);
+        tensor_info(r, i == a && o->rename0 ? o->rename0 : t->name, t->n_dims, t->ne, 0,
+                    o->overlap && i == a + 1 ? 0 : off);
         off += (ref_elems(t) * 4 + 31) / 32 * 32;
     }
     pad(r);
@@ -633,6 +677,9 @@ static void test_split(void) {
     expect_set_error(prefix, 2, &r, 2, 2, "its name says part 3", "opened from a renamed part");
     ref_part(&r, 2, 3, 2, 5, &(ref_opts){.rename0 = "b.weight"});
     expect_set_error(prefix, 2, &r, 0, 2, "is in both", "a tensor in two parts");
+    ref_part(&r, 2, 3, 2, 5, &(ref_opts){.overlap = true});
+    expect_set_error(prefix, 2, &r, 0, 2, "tensors 'c.weight' (data bytes [0, 32)) and 'd.weight'",
+                     "overlapping tensors in a part");
     ref_part(&r, 1, 3, 1, 2, &(ref_opts){.tensors_count = 6});
     expect_set_error(prefix, 1, &r, 0, 1, "another model", "another model's tensor count");
     ref_part(&r, 2, 3, 2, 4, &(ref_opts){0}); /* e.weight left out */

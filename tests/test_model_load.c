@@ -3,7 +3,8 @@
  * missing tensors, wrong shapes, unsupported types, missing or mistyped
  * hyperparameters, impossible expert counts, an unknown architecture, a
  * tensor the architecture does not use (also what mt_model_check_file says
- * without loading), and
+ * without loading), a vocabulary whose token count is not the embedding's
+ * or the output matrix's row count, and
  * kimi-k3 files whose KDA, attention-residual or latent tensors, block size
  * or layer pattern are wrong. Bad token ids and positions at run time are
  * errors too, not crashes. */
@@ -23,13 +24,24 @@ typedef struct mutation {
     const char *key_str;    /* ... or to this string */
     uint32_t key_arr_n;     /* ... or to an int32 array of this many 1s (key_u32 at index 0) */
     const char *add_tensor; /* also a tensor of this name (F32, 64 zeros) */
+    uint64_t keep_tokens;   /* cut the vocabulary (tokens, types, scores) to this many */
 } mutation;
+
+static bool per_token_key(const char *key) {
+    return strcmp(key, "tokenizer.ggml.tokens") == 0 ||
+           strcmp(key, "tokenizer.ggml.token_type") == 0 ||
+           strcmp(key, "tokenizer.ggml.scores") == 0;
+}
 
 static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
     gguf_writer *w = gguf_writer_new();
-    for (uint64_t i = 0; i < f->n_kv; i++)
-        if (!mu->drop_key || strcmp(f->kv[i].key, mu->drop_key) != 0)
-            gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        if (mu->drop_key && strcmp(f->kv[i].key, mu->drop_key) == 0) continue;
+        gguf_value v = f->kv[i].value;
+        if (mu->keep_tokens && per_token_key(f->kv[i].key) && v.type == GGUF_TYPE_ARRAY)
+            v.arr.n = mu->keep_tokens;
+        gguf_writer_set_value(w, f->kv[i].key, &v);
+    }
     if (mu->key && mu->key_arr_n) {
         int32_t *a = malloc(mu->key_arr_n * sizeof *a);
         for (uint32_t i = 0; i < mu->key_arr_n; i++) a[i] = i == 0 ? (int32_t)mu->key_u32 : 1;
@@ -226,6 +238,30 @@ int main(void) {
                       "blk.1.nextn.eh_proj.weight", "multi-token-prediction");
     expect_load_error(f, &(mutation){.add_tensor = "rope_freqs.weight"}, "rope_freqs.weight",
                       "not used");
+    /* A vocabulary that does not fit the embedding or the output matrix
+     * (llama.cpp refuses it: "wrong shape"): both counts are named. */
+    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    int64_t n_embd = emb ? emb->ne[0] : 0, n_vocab = emb ? emb->ne[1] : 0;
+    char want[160];
+    snprintf(want, sizeof want,
+             "has %lld tokens (tokenizer.ggml.tokens) but token_embd.weight has"
+             " %lld rows",
+             (long long)n_vocab - 40, (long long)n_vocab);
+    expect_load_error(f, &(mutation){.keep_tokens = (uint64_t)n_vocab - 40}, want,
+                      "convert the model again with its own tokenizer");
+    snprintf(want, sizeof want,
+             "has %lld tokens (tokenizer.ggml.tokens) but token_embd.weight has"
+             " %lld rows",
+             (long long)n_vocab, (long long)n_vocab - 8);
+    expect_load_error(
+        f, &(mutation){.reshape = "token_embd.weight", .ne0 = n_embd, .ne1 = n_vocab - 8}, want,
+        "must be equal");
+    snprintf(want, sizeof want,
+             "has %lld tokens (tokenizer.ggml.tokens) but output.weight has"
+             " %lld rows",
+             (long long)n_vocab, (long long)n_vocab + 8);
+    expect_load_error(f, &(mutation){.reshape = "output.weight", .ne0 = n_embd, .ne1 = n_vocab + 8},
+                      want, "must be equal");
     CHECK(mt_model_check_file(f, &err) == 0, "check_file on the good model: %s", err.msg);
 
     /* Run-time inputs are checked too. */

@@ -214,7 +214,7 @@ static void test_key_files(void) {
     CHECK(mt_keys_load(&l, p, &err) == 0, "after chmod 600: %s", err.msg);
 
     /* damaged files */
-    char bad[400];
+    char bad[sizeof text + 8]; /* room for text and a line after it */
     write_file(p, "hello\n", 0600);
     CHECK(mt_keys_load(&l, p, &err) < 0 && has(err.msg, "not a MoonTail secret key file"),
           "wrong header: %s", err.msg);

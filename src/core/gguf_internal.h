@@ -40,4 +40,10 @@ gguf_file *gguf_split_join(gguf_file *given, mt_error *err);
  * absent); -1 with err naming the key when one is malformed. */
 int gguf_split_keys(const gguf_file *f, uint32_t *no, uint32_t *count, mt_error *err);
 
+/* Refuses a file whose tensors' data does not lie back to back in info
+ * order with only alignment padding between (ggml's rule; gguf_layout.c):
+ * overlapping tensors are named with their byte ranges. Every tensor must
+ * already be known to lie inside the data section. */
+int gguf_check_layout(const gguf_file *f, mt_error *err);
+
 #endif

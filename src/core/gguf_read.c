@@ -3,7 +3,9 @@
  * Nothing in the file is trusted: a cursor refuses every read that would go
  * past the end, counts are checked against the bytes left before anything is
  * allocated, and tensor shapes, types and offsets are validated so that every
- * tensor view lies inside the file. Errors read "<file>: <what> ...". */
+ * tensor view lies inside the file and the tensors are laid out as ggml lays
+ * them out, none overlapping another (gguf_layout.c). Errors read
+ * "<file>: <what> ...". */
 #include "gguf_internal.h"
 
 #include <errno.h>
@@ -416,7 +418,7 @@ static int parse(gguf_file_priv *fp, mt_error *err) {
                                 room);
         t->data = f->base + f->data_offset + t->offset;
     }
-    return 0;
+    return gguf_check_layout(f, err);
 }
 
 static gguf_file *open_common(gguf_file_priv *fp, mt_error *err) {

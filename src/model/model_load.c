@@ -4,7 +4,8 @@
  * checked for shape and type before use: a missing, misshapen or
  * unsupported tensor is reported by name with what was expected, and so is
  * a tensor the file holds but the architecture does not use (computing
- * without it would silently give other results than the model's).
+ * without it would silently give other results than the model's), and so
+ * is a vocabulary whose token count is not the embedding's row count.
  * Matrices stay zero-copy views into the mapping; 1-D vectors (norms,
  * biases) are decoded to f32 copies owned by the model. */
 #include "model_internal.h"
@@ -453,6 +454,29 @@ static int64_t vocab_size(const gguf_file *f) {
     return kv && kv->value.type == GGUF_TYPE_ARRAY ? (int64_t)kv->value.arr.n : -1;
 }
 
+/* llama.cpp gives token_embd.weight and output.weight one row per token of
+ * tokenizer.ggml.tokens and refuses a file where the counts differ ("wrong
+ * shape"); so does this. Sampling from such a file would give ids that have
+ * no text, or text whose ids have no embedding. A shard without the head has
+ * neither matrix and is not checked. */
+static void check_vocab_rows(binder *b) {
+    const gguf_kv *kv = gguf_find_kv(b->f, "tokenizer.ggml.tokens");
+    if (!kv || kv->value.type != GGUF_TYPE_ARRAY) return;
+    unsigned long long n = (unsigned long long)kv->value.arr.n;
+    const char *names[2] = {"token_embd.weight", "output.weight"};
+    for (int i = 0; i < 2; i++) {
+        const gguf_tensor *t = gguf_find_tensor(b->f, names[i]);
+        if (!t || t->n_dims != 2 || (unsigned long long)t->ne[1] == n) continue;
+        fail(b,
+             "the vocabulary has %llu tokens (tokenizer.ggml.tokens) but %s has %lld rows, one"
+             " per token; the two counts must be equal (llama.cpp refuses the file too). The"
+             " vocabulary and the weights come from different models or the conversion went"
+             " wrong: convert the model again with its own tokenizer",
+             n, names[i], (long long)t->ne[1]);
+        return;
+    }
+}
+
 /* The first tensor nothing bound: a tensor of another architecture, of a
  * layer past block_count, or of a part the engine does not compute. */
 static void check_unused(binder *b) {
@@ -506,6 +530,8 @@ static mt_model *bind_model(gguf_file *f, mt_error *err) {
     if (mt_hparams_read(f, n_vocab, &m->hp, err)) goto fail;
     const mt_hparams *hp = &m->hp;
     if (read_shard_keys(&b)) goto fail;
+    check_vocab_rows(&b);
+    if (b.failed) goto fail;
     if (m->has_head) {
         const gguf_tensor *te =
             find(&b, "token_embd.weight", -1, true, 2, hp->n_embd, hp->n_vocab, 1);
