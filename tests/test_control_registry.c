@@ -12,7 +12,8 @@
  *   - pause now, resume and schedules change the node's state and drain;
  *   - routes: 503 while nothing serves, a stage route once a node serves,
  *     swarm --require-volunteer refuses accounts until they volunteer;
- *   - a heartbeat's load (sessions, KV cache bytes) shows in /v1/status;
+ *   - a heartbeat's load (sessions, KV cache bytes) shows in /v1/status, and so
+ *     does its "problem" (why the node cannot serve) until a heartbeat without one;
  *   - a restart on the same database keeps accounts, nodes, ledger and
  *     credits, and a database of another model or mode is refused; a
  *     database from before a column was added gets it;
@@ -470,6 +471,25 @@ static void test_node_validation(const char *alice, const char *bob) {
     CHECK(jint(load, "sessions") == 3 && jint(load, "kv_bytes") == 12345678,
           "status after a heartbeat with 3 sessions and 12345678 KV bytes: %lld, %lld",
           (long long)jint(load, "sessions"), (long long)jint(load, "kv_bytes"));
+    json_decref(load);
+    /* why it cannot serve: one line of at most MT_NODE_PROBLEM_MAX bytes, kept until a
+     * heartbeat without it */
+    EXPECT(400, "\"problem\"", "POST", hb, tok, "{\"problem\": 7}");
+    EXPECT(400, "\"problem\"", "POST", hb, tok, "{\"problem\": \"bad\\nline\"}");
+    char big[MT_NODE_PROBLEM_MAX + 40];
+    snprintf(big, sizeof big, "{\"problem\": \"%0*d\"}", MT_NODE_PROBLEM_MAX + 1, 0);
+    EXPECT(400, "\"problem\"", "POST", hb, tok, big);
+    EXPECT(200, NULL, "POST", hb, tok, "{\"problem\": \"cannot serve shard L0-2A: damaged\"}");
+    load = node_status(again.id);
+    const char *problem = json_string_value(json_object_get(load, "problem"));
+    CHECK(problem && strcmp(problem, "cannot serve shard L0-2A: damaged") == 0,
+          "status after a heartbeat with a problem: '%s'", problem ? problem : "(none)");
+    json_decref(load);
+    EXPECT(200, NULL, "POST", hb, tok, "{}");
+    load = node_status(again.id);
+    CHECK(json_is_string(json_object_get(load, "problem")) &&
+              !json_string_value(json_object_get(load, "problem"))[0],
+          "the problem stayed after a heartbeat without it");
     json_decref(load);
 
     /* pause */

@@ -13,15 +13,19 @@
 #include "moontail/session.h"
 #include "moontail/synth_model.h"
 
+#include <math.h>
+
 typedef struct mutation {
     const char *drop_tensor; /* leave this tensor out */
     const char *reshape;     /* give this tensor shape {ne0, ne1} (zeros) */
     int64_t ne0, ne1;
     const char *retype; /* store this tensor as Q5_K (zeros) */
     const char *drop_key;
-    const char *key;        /* set this key ... */
-    uint32_t key_u32;       /* ... to this u32 */
-    const char *key_str;    /* ... or to this string */
+    const char *key;     /* set this key ... */
+    uint32_t key_u32;    /* ... to this u32 */
+    const char *key_str; /* ... or to this string */
+    bool key_is_f32;     /* ... or to the float key_f32 */
+    float key_f32;
     uint32_t key_arr_n;     /* ... or to an int32 array of this many 1s (key_u32 at index 0) */
     const char *add_tensor; /* also a tensor of this name (F32, 64 zeros) */
     uint64_t keep_tokens;   /* cut the vocabulary (tokens, types, scores) to this many */
@@ -49,6 +53,8 @@ static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
         free(a);
     } else if (mu->key && mu->key_str)
         gguf_writer_set_string(w, mu->key, mu->key_str);
+    else if (mu->key && mu->key_is_f32)
+        gguf_writer_set_f32(w, mu->key, mu->key_f32);
     else if (mu->key)
         gguf_writer_set_u32(w, mu->key, mu->key_u32);
     mt_error err = {{0}};
@@ -224,6 +230,24 @@ int main(void) {
                       "expert counts", NULL);
     expect_load_error(f, &(mutation){.key = "qwen3moe.attention.head_count_kv", .key_u32 = 3},
                       "n_head_kv", NULL);
+    expect_load_error(f, &(mutation){.key = "qwen3moe.attention.head_count", .key_u32 = 0},
+                      "n_head 0", NULL);
+    /* floats the forward pass computes with, and a routing the engine does not know */
+    expect_load_error(
+        f, &(mutation){.key = "qwen3moe.rope.freq_base", .key_is_f32 = true, .key_f32 = NAN},
+        "'qwen3moe.rope.freq_base' is nan", "finite number above 0");
+    expect_load_error(f,
+                      &(mutation){.key = "qwen3moe.attention.layer_norm_rms_epsilon",
+                                  .key_is_f32 = true,
+                                  .key_f32 = INFINITY},
+                      "'qwen3moe.attention.layer_norm_rms_epsilon' is inf", NULL);
+    expect_load_error(f,
+                      &(mutation){.key = "qwen3moe.rope.scaling.factor",
+                                  .key_is_f32 = true,
+                                  .key_f32 = -INFINITY},
+                      "'qwen3moe.rope.scaling.factor' is -inf", NULL);
+    expect_load_error(f, &(mutation){.key = "qwen3moe.expert_gating_func", .key_u32 = 5},
+                      "'qwen3moe.expert_gating_func' is 5", "does not know");
     expect_load_error(f, &(mutation){.key = "general.architecture", .key_str = "gpt2"},
                       "'gpt2' is not supported", NULL);
     expect_load_error(f, &(mutation){.drop_key = "general.architecture"}, "general.architecture",

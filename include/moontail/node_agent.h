@@ -42,6 +42,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The longest reason (bytes) a node gives in its heartbeats for not serving the shard it
+ * was assigned (field "problem"); the registry keeps and shows as much. */
+#define MT_NODE_PROBLEM_MAX 480
+
 typedef struct mt_agent_config {
     const char *registry;       /* "http://host:port" */
     const char *token;          /* the account's token */

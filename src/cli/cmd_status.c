@@ -1,7 +1,8 @@
 /* cmd_status.c - `moontail status`: the registry's view of the cell or
  * swarm, readable at a glance in a terminal (or --json): readiness, nodes
  * by state, every layer's coverage against the replicas wanted, spares,
- * queue and tokens/s, then one line per node. */
+ * queue and tokens/s, then one line per node; why a layer or a node does not
+ * serve, when its node reports a reason. */
 #include "cli.h"
 #include "cli_config.h"
 #include "moontail/http.h"
@@ -44,6 +45,17 @@ static void print_coverage(json_t *layers, int replicas) {
         i = j;
     }
     printf("\n");
+    /* why layers short of replicas are not served, as their nodes report it */
+    for (size_t i = 0; i < n;) {
+        const char *why = str(json_array_get(layers, i), "problem");
+        size_t j = i + 1;
+        while (j < n && strcmp(str(json_array_get(layers, j), "problem"), why) == 0) j++;
+        if (why[0] && j - i == 1)
+            printf("  L%zu not served: %s\n", i, why);
+        else if (why[0])
+            printf("  L%zu-%zu not served: %s\n", i, j - 1, why);
+        i = j;
+    }
 }
 
 int cmd_status(int argc, char **argv) {
@@ -146,6 +158,7 @@ int cmd_status(int argc, char **argv) {
                num(n, "node_id"), str(n, "name"), str(n, "state"), str(n, "role"),
                str(n, "shard")[0] ? str(n, "shard") : "-", num(n, "replica"), num(n, "queue"),
                json_number_value(json_object_get(n, "tok_per_s")), num(n, "capacity") / 1e9, upt);
+        if (str(n, "problem")[0]) printf("       problem: %s\n", str(n, "problem"));
         json_t *q = json_object_get(n, "quarantine");
         if (q)
             printf("       quarantined: %s; release with 'moontail cell release --node %lld'\n",

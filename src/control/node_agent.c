@@ -99,6 +99,10 @@ struct mt_agent {
     json_t *sources; /* peers holding the wanted shard, from the last heartbeat */
     int heartbeats, failures;
     char last_error[512];
+    /* why the node cannot serve problem_shard (its fetch or its load failed); heartbeats
+     * carry it while that shard is still wanted and not served */
+    char problem[MT_NODE_PROBLEM_MAX + 1];
+    char problem_shard[96];
 };
 
 static void say(mt_agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -118,6 +122,29 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Records why shard `name` cannot be served (caller holds a->lock): one line (the registry
+ * refuses control characters), cut at a character boundary if it is too long. */
+static void set_problem(mt_agent *a, const char *name, const char *what, const char *why) {
+    int n = snprintf(a->problem, sizeof a->problem, "%s shard %s: %s", what, name, why);
+    if (n >= (int)sizeof a->problem) { /* drop a last character cut in the middle */
+        size_t len = strlen(a->problem), start = len;
+        while (start > 0 && ((unsigned char)a->problem[start - 1] & 0xC0) == 0x80) start--;
+        unsigned char lead = start > 0 ? (unsigned char)a->problem[start - 1] : 0;
+        size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+        if (lead >= 0xC0 && len - (start - 1) < want) a->problem[start - 1] = 0;
+    }
+    for (char *p = a->problem; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+    snprintf(a->problem_shard, sizeof a->problem_shard, "%s", name);
+}
+
+/* The reason heartbeats report: the last failure of the shard wanted now, unless it serves. */
+static const char *current_problem(const mt_agent *a) {
+    if (!a->want[0] || strcmp(a->problem_shard, a->want) != 0 || strcmp(a->serving, a->want) == 0)
+        return "";
+    return a->problem;
 }
 
 static bool safe_name(const char *s) {
@@ -276,6 +303,7 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
     if (!n) return -1;
     a->node = n;
     snprintf(a->serving, sizeof a->serving, "%s", name);
+    a->problem[0] = a->problem_shard[0] = 0;
     a->serving_partners = *ps;
     a->serving_kv = a->want_kv;
     a->idle_beats = 0;
@@ -370,6 +398,7 @@ static void *fetch_main(void *arg) {
     pthread_mutex_lock(&a->lock);
     if (rc) {
         snprintf(a->last_error, sizeof a->last_error, "%s", err.msg);
+        set_problem(a, name, "cannot fetch", err.msg);
         a->fetch_failures = strcmp(a->fetch_failed, name) == 0 ? a->fetch_failures + 1 : 1;
         snprintf(a->fetch_failed, sizeof a->fetch_failed, "%s", name);
         /* the same shard again after 1 s, doubling to 10 s: not on every heartbeat, and a
@@ -381,6 +410,7 @@ static void *fetch_main(void *arg) {
         else
             say(a, "%s; trying again in %d s", err.msg, wait_s);
     } else {
+        if (strcmp(a->problem_shard, name) == 0) a->problem[0] = a->problem_shard[0] = 0;
         a->fetch_failed[0] = 0;
         a->fetch_failures = 0;
         snprintf(a->verified, sizeof a->verified, "%s", name);
@@ -520,6 +550,8 @@ static void heartbeat(mt_agent *a) {
         json_object_set_new(load, "ctx", json_integer(ctx));
         json_object_set_new(load, "max_sessions", json_integer(max_sessions));
     }
+    if (current_problem(a)[0])
+        json_object_set_new(body, "problem", json_string(current_problem(a)));
     if (a->nat && a->public_addr[0]) json_object_set_new(body, "addr", json_string(a->public_addr));
     if (!a->nat && a->listen_moved) json_object_set_new(body, "addr", json_string(a->listen));
     char url[600];
@@ -613,7 +645,11 @@ static void heartbeat(mt_agent *a) {
             mt_error e2 = {{0}};
             if (start_node(a, a->want, &a->want_partners, &e2)) {
                 snprintf(a->last_error, sizeof a->last_error, "%s", e2.msg);
-                say(a, "cannot serve %s yet: %s", a->want, e2.msg);
+                char was[sizeof a->problem];
+                snprintf(was, sizeof was, "%s", a->problem);
+                set_problem(a, a->want, "cannot serve", e2.msg);
+                if (strcmp(was, a->problem) != 0) /* once per reason, not at every heartbeat */
+                    say(a, "cannot serve %s yet: %s", a->want, e2.msg);
             } else {
                 a->beat_now = true;
             }

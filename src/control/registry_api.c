@@ -375,6 +375,9 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     /* a node behind a tunnel or the relay reports its public address, which may change */
     const char *addr = str_field(body, "addr", 127, false, resp);
     if (!addr && resp->json) return;
+    /* why it cannot serve its shard (absent: it can, or it is waiting for it) */
+    const char *problem = str_field(body, "problem", MT_NODE_PROBLEM_MAX, false, resp);
+    if (!problem && resp->json) return;
     if (addr && !valid_addr(addr))
         return mt_http_error(resp, 400,
                              "field \"addr\" must be HOST:PORT (a host name or IP address, IPv6"
@@ -427,8 +430,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         r, &err,
         "UPDATE nodes SET last_seen = ?, uptime_ms = uptime_ms + ?, ready_shard = ?,"
         " served_token_layers = ?, served_expert_rows = ?, served_tokens = ?, load_queue = ?,"
-        " load_sessions = ?, tok_per_s = ?, load_kv_bytes = ?, load_ctx = ?, load_max_sessions = ?"
-        " WHERE id = ?");
+        " load_sessions = ?, tok_per_s = ?, load_kv_bytes = ?, load_ctx = ?, load_max_sessions = ?,"
+        " problem = ? WHERE id = ?");
     bool was_alive = reg_node_alive(r, &n, now);
     if (st) {
         sqlite3_bind_int64(st, 1, now);
@@ -443,7 +446,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         sqlite3_bind_int64(st, 10, kvb);
         sqlite3_bind_int64(st, 11, lctx);
         sqlite3_bind_int64(st, 12, lms);
-        sqlite3_bind_int64(st, 13, id);
+        sqlite3_bind_text(st, 13, problem ? problem : "", -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 14, id);
     }
     bool moved = addr && strcmp(addr, n.addr) != 0, resized = capacity != n.capacity;
     bool failed = !st || reg_db_step_done(r, st, &err);
@@ -470,6 +474,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     if (moved && !r->cfg.quiet)
         fprintf(stderr, "registry: node %lld '%s' is now at %s (was %s)\n", (long long)id, n.name,
                 addr, n.addr);
+    if (problem && strcmp(problem, n.problem) != 0 && !r->cfg.quiet)
+        fprintf(stderr, "registry: node %lld '%s' %s\n", (long long)id, n.name, problem);
     if (resized && !r->cfg.quiet)
         fprintf(stderr, "registry: node %lld '%s' now offers %.1f MB (was %.1f MB)\n",
                 (long long)id, n.name, capacity / 1e6, n.capacity / 1e6);

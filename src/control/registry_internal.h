@@ -8,6 +8,7 @@
 #include "moontail/http.h"
 #include "moontail/keys.h"
 #include "moontail/model.h"
+#include "moontail/node_agent.h"
 #include "moontail/placement.h"
 #include "moontail/progress.h"
 #include "moontail/registry.h"
@@ -66,6 +67,7 @@ typedef struct reg_node {
     bool quarantined; /* a spot-check found it computing wrong results (registry_reports.c) */
     int64_t quarantined_at;
     char quarantine_reason[256];
+    char problem[MT_NODE_PROBLEM_MAX + 1]; /* why it cannot serve its shard ("" = none) */
 } reg_node;
 
 /* ---- admission (registry_queue.c) --------------------------------------------------------- */

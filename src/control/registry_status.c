@@ -6,6 +6,7 @@
  * (docs/spot-checking.md). */
 #include "registry_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,22 @@ static json_t *pipelines_json(mt_registry *r, const reg_node *nodes, int32_t n, 
             out, json_pack("{s:i, s:i, s:i}", "replica", rep, "stages", stages, "context", ctx));
     }
     return out;
+}
+
+/* Per layer: the first live node assigned to it that reports why it cannot serve its shard
+ * (-1: none), so that a layer short of replicas shows the reason next to it. */
+static int32_t *layer_problems(mt_registry *r, const reg_node *nodes, int32_t n, int64_t now) {
+    const int32_t L = r->layout.n_layer;
+    int32_t *why = malloc(((size_t)L + 1) * sizeof *why);
+    if (!why) return NULL;
+    for (int32_t il = 0; il < L; il++) why[il] = -1;
+    for (int32_t i = 0; i < n; i++) {
+        const reg_node *x = &nodes[i];
+        if (!x->problem[0] || !reg_node_alive(r, x, now)) continue;
+        for (int32_t il = x->a.layer_begin; il < x->a.layer_end && il < L; il++)
+            if (il >= 0 && why[il] < 0) why[il] = i;
+    }
+    return why;
 }
 
 json_t *reg_status_json(mt_registry *r) {
@@ -120,6 +137,7 @@ json_t *reg_status_json(mt_registry *r) {
         json_object_set_new(o, "max_sessions", json_integer(x->load_max_sessions));
         if (x->a.role == REG_ROLE_PARTNER)
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
+        json_object_set_new(o, "problem", json_string(x->problem));
         json_object_set_new(o, "quarantined", json_boolean(x->quarantined));
         if (x->quarantined)
             json_object_set_new(o, "quarantine",
@@ -128,6 +146,7 @@ json_t *reg_status_json(mt_registry *r) {
         json_array_append_new(jn, o);
     }
     json_t *layers = json_array();
+    int32_t *why = layer_problems(r, nodes, n, now);
     int32_t min_serving = L ? 1 << 30 : 0;
     for (int32_t il = 0; il < L; il++) {
         int32_t s = 1 << 30, a = 1 << 30;
@@ -143,9 +162,17 @@ json_t *reg_status_json(mt_registry *r) {
         }
         if (s == 1 << 30) s = a = 0;
         if (s < min_serving) min_serving = s;
-        json_array_append_new(layers, json_pack("{s:i, s:i, s:i, s:b}", "layer", il, "serving", s,
-                                                "assigned", a, "moe", moe));
+        json_t *lo =
+            json_pack("{s:i, s:i, s:i, s:b}", "layer", il, "serving", s, "assigned", a, "moe", moe);
+        if (why && why[il] >= 0 && s < r->cfg.replicas) {
+            char text[MT_NODE_PROBLEM_MAX + 100];
+            snprintf(text, sizeof text, "node %lld '%s': %s", (long long)nodes[why[il]].id,
+                     nodes[why[il]].name, nodes[why[il]].problem);
+            json_object_set_new(lo, "problem", json_string(text));
+        }
+        json_array_append_new(layers, lo);
     }
+    free(why);
     free(serving);
     free(assigned);
     int32_t best_ctx = 0;

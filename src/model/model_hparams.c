@@ -215,6 +215,40 @@ static int kimi_hparams(hp_reader *r, mt_hparams *hp, int32_t gating) {
     return 0;
 }
 
+/* A float hyperparameter the forward pass computes with: NaN or infinity there gives
+ * garbage tokens, never an error, so the file is refused (0 if v is usable). */
+static int check_float(const gguf_file *f, const mt_hparams *hp, const char *suffix, float v,
+                       bool positive, mt_error *err) {
+    if (isfinite(v) && (!positive || v > 0.0f)) return 0;
+    return mt_error_set(err,
+                        "%s: key '%s.%s' is %g; it must be a finite number%s. The file is"
+                        " damaged or was converted wrongly: convert the model again",
+                        f->path, hp->arch_name, suffix, v, positive ? " above 0" : "");
+}
+
+/* The float keys (and what they turn into) that reach the forward pass. */
+static int check_floats(const gguf_file *f, const mt_hparams *hp, float factor, float attn_factor,
+                        float log_mul, mt_error *err) {
+    if (check_float(f, hp, "rope.freq_base", hp->rope_base, true, err) ||
+        check_float(f, hp, "attention.layer_norm_rms_epsilon", hp->eps, true, err) ||
+        check_float(f, hp, "rope.scaling.factor", factor, false, err) ||
+        check_float(f, hp, "rope.scaling.attn_factor", attn_factor, false, err) ||
+        check_float(f, hp, "rope.scaling.yarn_log_multiplier", log_mul, false, err) ||
+        check_float(f, hp, "rope.scaling.yarn_beta_fast", hp->yarn_beta_fast, false, err) ||
+        check_float(f, hp, "rope.scaling.yarn_beta_slow", hp->yarn_beta_slow, false, err) ||
+        check_float(f, hp, "expert_weights_scale", hp->expert_weights_scale, false, err))
+        return -1;
+    if (!isfinite(hp->rope_freq_scale) || !(hp->rope_freq_scale > 0.0f) ||
+        !isfinite(hp->rope_mscale) || !isfinite(hp->attn_scale) || !(hp->attn_scale > 0.0f))
+        return mt_error_set(err,
+                            "%s: the RoPE scaling keys give unusable factors (frequency scale %g,"
+                            " magnitude scale %g, attention scale %g); check %s.rope.scaling.*"
+                            " and convert the model again",
+                            f->path, hp->rope_freq_scale, hp->rope_mscale, hp->attn_scale,
+                            hp->arch_name);
+    return 0;
+}
+
 /* An MLA file in the older layout: attn_kv_b tensors and no attn_k_b ones
  * (a shard without attention has neither, and keeps no cache). */
 static bool mla_file_is_expanded(const gguf_file *f) {
@@ -359,6 +393,12 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     get_int(&r, "expert_group_count", &hp->n_group, false);
     get_int(&r, "expert_group_used_count", &hp->n_group_used, false);
     if (r.failed) return -1;
+    if (gating < 0 || gating > 2) /* 0 = not set (the architecture's own), 1, 2 */
+        return mt_error_set(err,
+                            "%s: key '%s.expert_gating_func' is %d, a gating function the engine"
+                            " does not know (1 softmax, 2 sigmoid); the file is damaged or newer"
+                            " than this moontail",
+                            f->path, hp->arch_name, gating);
 
     switch (hp->arch) {
     case MT_ARCH_LLAMA:
@@ -451,6 +491,7 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     } else {
         hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
     }
+    if (check_floats(f, hp, factor, rope_attn_factor, log_mul, err)) return -1;
     if (mt_arch_has_mla(hp->arch)) hp->mla_expanded = mla_file_is_expanded(f);
     return 0;
 }

@@ -4,11 +4,13 @@
 //
 //   node status_dom.mjs < dom.html
 //   {"title", "banner": {"state", "word", "why"}, "data_hidden",
-//    "layers": [{"layer", "serving", "wanted", "class"}],
-//    "nodes": [{"id", "state", "name", "name_html"}], "tags": [every tag name]}
+//    "layers": [{"layer", "serving", "wanted", "class", "problem"}],
+//    "layer_problems": [the text of each line under the layers],
+//    "nodes": [{"id", "state", "name", "name_html", "problem"}], "tags": [every tag name]}
+// A node's "problem" is the text of the row shown under it (tr.node-problem), "" if none.
 //
 // It relies only on the hooks the page documents (#banner[data-state],
-// .layer[data-*], tr.node[data-*], td.name) and on how a browser serializes a
+// .layer[data-*], li.layer-problem, tr.node[data-*], tr.node-problem, td.name) and on how a browser serializes a
 // DOM: attribute values in double quotes, "&", "<", ">" in text as entities.
 // "tags" lets a test see whether text from the JSON became markup.
 import fs from 'node:fs';
@@ -33,7 +35,7 @@ for (let m; (m = tagRe.exec(dom));) {
 }
 const classes = (t) => (t.attrs.class || '').split(/\s+/);
 
-const out = { title: '', banner: null, data_hidden: null, layers: [], nodes: [], tags: [...new Set(tags.map((t) => t.tag))] };
+const out = { title: '', banner: null, data_hidden: null, layers: [], layer_problems: [], nodes: [], tags: [...new Set(tags.map((t) => t.tag))] };
 const title = /<title>([\s\S]*?)<\/title>/.exec(dom);
 if (title) out.title = decode(title[1]);
 
@@ -49,12 +51,19 @@ if (main) out.data_hidden = 'hidden' in main.attrs;
 
 for (const t of tags)
     if (t.tag === 'div' && classes(t).includes('layer'))
-        out.layers.push({ layer: +t.attrs['data-layer'], serving: +t.attrs['data-serving'], wanted: +t.attrs['data-wanted'], class: t.attrs.class });
+        out.layers.push({ layer: +t.attrs['data-layer'], serving: +t.attrs['data-serving'], wanted: +t.attrs['data-wanted'], class: t.attrs.class, problem: t.attrs['data-problem'] ?? '' });
+for (const t of tags)
+    if (t.tag === 'li' && classes(t).includes('layer-problem'))
+        out.layer_problems.push(text(dom.slice(t.end, dom.indexOf('</li>', t.end))));
+const problems = {}; // node id -> the text of the row under it
+for (const t of tags)
+    if (t.tag === 'tr' && classes(t).includes('node-problem'))
+        problems[+t.attrs['data-node-id']] = text(dom.slice(t.end, dom.indexOf('</tr>', t.end)));
 
 for (const t of tags) {
     if (t.tag !== 'tr' || !classes(t).includes('node')) continue;
     const row = dom.slice(t.end, dom.indexOf('</tr>', t.end));
     const name = /<td class="name"[^>]*>([\s\S]*?)<\/td>/.exec(row);
-    out.nodes.push({ id: +t.attrs['data-node-id'], state: t.attrs['data-state'], name: name ? text(name[1]) : null, name_html: name ? name[1] : null });
+    out.nodes.push({ id: +t.attrs['data-node-id'], state: t.attrs['data-state'], name: name ? text(name[1]) : null, name_html: name ? name[1] : null, problem: problems[+t.attrs['data-node-id']] ?? '' });
 }
 process.stdout.write(JSON.stringify(out) + '\n');
