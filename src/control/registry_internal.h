@@ -66,6 +66,8 @@ typedef struct reg_node {
     bool quarantined; /* a spot-check found it computing wrong results (registry_reports.c) */
     int64_t quarantined_at;
     char quarantine_reason[256];
+    char shard_error[512]; /* its shard changed on disk under it, as its heartbeats say
+                              (node_agent.c; "" = none): it no longer serves it */
 } reg_node;
 
 /* ---- admission (registry_queue.c) --------------------------------------------------------- */
