@@ -172,6 +172,25 @@ static void test_split_read_back(void) {
             CHECK(mt_shard_verify(bf, &err) < 0 && has(err.msg, "blk.2.ffn_up_exps.weight") &&
                       has(err.msg, "stored hash"),
                   "tamper not named: %s", err.msg);
+            /* one tensor at a time (a node's background re-check): only that one fails */
+            mt_shard_info bi;
+            CHECK(mt_shard_info_read(bf, &bi, &err) == 0, "tampered info: %s", err.msg);
+            int failed = 0, named = 0;
+            for (uint64_t i = 0; i < bi.n_tensors; i++) {
+                mt_error e1 = {{0}};
+                mt_shard_io io1 = {.threads = 1};
+                if (mt_shard_verify_tensor(bf, &bi, i, &io1, &e1) != 0) {
+                    failed++;
+                    named += has(e1.msg, "'blk.2.ffn_up_exps.weight'") && has(e1.msg, bad) &&
+                             has(e1.msg, "fetch or split it again");
+                }
+            }
+            CHECK(failed == 1 && named == 1, "per-tensor checks: %d failed, %d named it", failed,
+                  named);
+            CHECK(mt_shard_verify_tensor(bf, &bi, bi.n_tensors, NULL, &err) < 0 &&
+                      has(err.msg, "outside"),
+                  "a tensor past the end: %s", err.msg);
+            mt_shard_info_free(&bi);
             gguf_close(bf);
         }
         unlink(bad);

@@ -93,6 +93,20 @@ typedef struct mt_node_config {
      * STAGE_FORWARD replies whose output rows get bits flipped, to test spot-checking
      * (docs/spot-checking.md). 0: an honest node. */
     double corrupt_rate;
+    /* Shard checks (node_verify.c). Before serving, every tensor of a shard is hashed (on
+     * `threads` threads) and compared with the hash the shard stores; a mismatch refuses to
+     * start, naming the tensor and the file. shard_verified skips that when the caller has
+     * just proved the file's bytes another way (the agent: the whole file against the
+     * registry's manifest). A whole model stores no hashes: nothing to check. */
+    bool shard_verified;
+    void (*verify_progress)(void *ctx, const char *what, uint64_t done, uint64_t total);
+    void *verify_progress_ctx; /* progress of the start-up check (NULL: none) */
+    /* While serving, one tensor of the shard is hashed again every recheck_ms (0: 10000;
+     * < 0: never), round robin from a random one, at most recheck_rate bytes/s (0: 64 MB/s)
+     * on one low-priority thread. A mismatch (the file changed on disk under the node) stops
+     * the node computing: every request gets ERROR BUSY, and mt_node_shard_error says why. */
+    int recheck_ms;
+    uint64_t recheck_rate;
 } mt_node_config;
 
 /* Counters for tests and the status page. */
@@ -152,6 +166,13 @@ void mt_node_get_stats(mt_node *n, mt_node_stats *s);
  * Connections made after the call, incoming and outgoing, present it. On
  * error the old certificate stays. Thread-safe. */
 int mt_node_set_cert(mt_node *n, const uint8_t *cert, size_t len, mt_error *err);
+
+/* Whether a background re-check found the shard changed on disk: false while it passes;
+ * true with the error (file, tensor, fix) in buf once one failed, after which the node
+ * computes nothing more. Thread-safe. */
+bool mt_node_shard_error(mt_node *n, char *buf, size_t cap);
+/* Tensors the background re-check has hashed so far (tests, logs). */
+uint64_t mt_node_rechecked(mt_node *n);
 
 /* While held, the worker takes no requests (they wait in the queue). For
  * tests that need several requests in one step, and for maintenance. */

@@ -68,6 +68,7 @@ typedef struct mt_agent_config {
     bool relay;                 /* reach peers through the registry's relay */
     bool quiet;
     double corrupt_rate; /* FOR TESTS ONLY: passed to the data-plane server (node.h) */
+    int recheck_ms;      /* the served shard's background re-check (node.h recheck_ms) */
 } mt_agent_config;
 
 typedef struct mt_agent mt_agent;

@@ -241,6 +241,13 @@ void mt_shard_info_free(mt_shard_info *info);
  * first mismatch is an error naming the tensor. Reads every byte (in
  * chunks, on every core; see mt_shard_io). */
 int mt_shard_verify(const gguf_file *f, mt_error *err);
+/* The same, hashing as io says (threads, progress; the cache is not used:
+ * a shard's bytes are always read). NULL: every core, no progress. */
+int mt_shard_verify_io(const gguf_file *f, mt_shard_io *io, mt_error *err);
+/* Checks one tensor: the i-th of info's list (info read from f), e.g. a
+ * node re-checking its shard a tensor at a time while it serves. */
+int mt_shard_verify_tensor(const gguf_file *f, const mt_shard_info *info, uint64_t i,
+                           mt_shard_io *io, mt_error *err);
 
 /* Parses an expert list such as "0,3,5-9" into a sorted heap array (caller
  * frees). Ids must be in [0, n_expert); a repeated id is an error naming it. */

@@ -6,6 +6,7 @@
  * a trusted authority (cert.h); SIGHUP rereads the node's own --cert file
  * (renewal without a restart). */
 #include "cli.h"
+#include "cli_shard_io.h"
 #include "moontail/cert.h"
 #include "moontail/keys.h"
 #include "moontail/node.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char usage[] =
     "usage: moontail node --shard FILE --key KEYFILE (--authorized FILE | --authority KEY)\n"
@@ -53,7 +55,10 @@ static const char usage[] =
     "                        fill in the memory left after the weights, at most the\n"
     "                        model's context; caches grow as they are used)\n"
     "  --max-batch N         tokens computed per step (default 4096)\n"
-    "  --threads N           compute threads (default: all CPUs)\n"
+    "  --threads N           compute threads (default: all CPUs); a shard is hashed on as\n"
+    "                        many before it is served (its stored hashes must match)\n"
+    "  --recheck-s N         while serving, hash one tensor of the shard again every N\n"
+    "                        seconds (default 10; 0: never); a mismatch stops the node\n"
     "  --quiet               no log lines on stderr\n";
 
 /* Takes every "--partner ADDR=KEY" out of argv (compacting it). Returns the
@@ -143,7 +148,7 @@ int cmd_node(int argc, char **argv) {
     const char *kv_name = NULL;
     double corrupt_rate = 0;
     int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0, session_idle_s = 0,
-            memory_mb = 0;
+            memory_mb = 0, recheck_s = 10;
     bool quiet = false;
     mt_node_partner *partners = NULL;
     char **addrs = NULL;
@@ -165,6 +170,7 @@ int cmd_node(int argc, char **argv) {
         {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--max-batch", CLI_INT, &max_batch, 1, 1 << 20},
         {"--threads", CLI_INT, &threads, 1, 1024},
+        {"--recheck-s", CLI_INT, &recheck_s, 0, 86400},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {"--misbehave", CLI_STRING, &misbehave, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
@@ -219,6 +225,8 @@ int cmd_node(int argc, char **argv) {
     sigset_t sigs;
     cli_block_stop_signals(&sigs, true);
     mt_progress_preload(shard, stderr);
+    cli_shard_io vio; /* progress of the shard's hash check */
+    cli_shard_io_open(&vio, "node", "none", false, (int)threads);
     mt_node_config cfg = {.shard_path = shard,
                           .keys = &keys,
                           .authorized = auth,
@@ -233,8 +241,12 @@ int cmd_node(int argc, char **argv) {
                           .max_batch_tokens = (int)max_batch,
                           .session_idle_ms = (int)session_idle_s * 1000,
                           .quiet = quiet,
-                          .corrupt_rate = corrupt_rate};
+                          .corrupt_rate = corrupt_rate,
+                          .verify_progress = quiet ? NULL : vio.io.progress,
+                          .verify_progress_ctx = &vio,
+                          .recheck_ms = recheck_s > 0 ? (int)recheck_s * 1000 : -1};
     mt_node *node = mt_node_start(&cfg, &err);
+    cli_shard_io_close(&vio);
     uint8_t my_pk[MT_KEYS_PUBLIC_BYTES]; /* to check a reread certificate against */
     memcpy(my_pk, keys.pk, sizeof my_pk);
     mt_keys_wipe(&keys);
@@ -253,8 +265,13 @@ int cmd_node(int argc, char **argv) {
     printf("listening on %s\n", mt_node_addr(node));
     fflush(stdout);
     int sig = 0;
+    char bad[512];
     for (;;) {
-        if (sigwait(&sigs, &sig) != 0) continue;
+        /* each second: has the background check found the shard changed on disk? */
+        struct timespec second = {1, 0};
+        sig = sigtimedwait(&sigs, NULL, &second);
+        if (sig < 0 && mt_node_shard_error(node, bad, sizeof bad)) break;
+        if (sig < 0) continue;
         if (sig != SIGHUP) break;
         if (!cert_path) {
             if (!quiet) fprintf(stderr, "moontail node: SIGHUP: no --cert to reread\n");
@@ -267,11 +284,14 @@ int cmd_node(int argc, char **argv) {
             fprintf(stderr, "moontail node: SIGHUP: %s\n", err.msg);
         mt_keys_wipe(&k2);
     }
-    if (!quiet)
+    if (sig < 0)
+        fprintf(stderr, "moontail node: stopping: the shard changed on disk while served: %s\n",
+                bad);
+    else if (!quiet)
         fprintf(stderr, "moontail node: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     mt_node_stop(node);
     mt_keys_authorized_free(auth);
-    rc = 0;
+    rc = sig < 0 ? 1 : 0;
 out_pk:
     free(auth_pk);
 out:

@@ -43,6 +43,9 @@ static const char usage[] =
     "  --memory-mb N --max-sessions N --ctx N --threads N   as for a node without a\n"
     "                        registry\n"
     "  --session-idle-s N    a session unused for N seconds expires (default 600)\n"
+    "  --recheck-s N         while serving, hash one tensor of the shard again every N\n"
+    "                        seconds (default 10; 0: never); a mismatch stops serving it\n"
+    "                        and is reported to the registry (moontail status)\n"
     "  --quiet               no log lines on stderr\n";
 
 int cmd_node_agent(int argc, char **argv) {
@@ -50,7 +53,7 @@ int cmd_node_agent(int argc, char **argv) {
                *data = "moontail-data", *listen = "127.0.0.1:7411", *shard_listen = NULL,
                *name = NULL;
     int64_t memory_mb = 0, capacity_mb = 0, max_sessions = 0, ctx = 0, threads = 0,
-            session_idle_s = 0;
+            session_idle_s = 0, recheck_s = 10;
     float speed = 0;
     const char *tunnel = NULL, *tunnel_pattern = NULL;
     int64_t tunnel_wait_s = 60;
@@ -72,6 +75,7 @@ int cmd_node_agent(int argc, char **argv) {
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
         {"--memory-mb", CLI_INT, &memory_mb, 1, 1LL << 40},
         {"--threads", CLI_INT, &threads, 1, 1024},
+        {"--recheck-s", CLI_INT, &recheck_s, 0, 86400},
         {"--tunnel", CLI_STRING, &tunnel, 0, 0},
         {"--tunnel-pattern", CLI_STRING, &tunnel_pattern, 0, 0},
         {"--tunnel-wait-s", CLI_INT, &tunnel_wait_s, 1, 3600},
@@ -123,7 +127,8 @@ int cmd_node_agent(int argc, char **argv) {
                          .tunnel_wait_ms = (int)tunnel_wait_s * 1000,
                          .relay = relay,
                          .quiet = quiet,
-                         .corrupt_rate = corrupt_rate};
+                         .corrupt_rate = corrupt_rate,
+                         .recheck_ms = recheck_s > 0 ? (int)recheck_s * 1000 : -1};
     mt_error err = {{0}};
     mt_agent *a = mt_agent_start(&c, &err);
     free(tok);

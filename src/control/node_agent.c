@@ -80,13 +80,17 @@ struct mt_agent {
     partner_set serving_partners;
     char fetching[96];
     mt_fetch_progress progress;
-    mt_progress bar;        /* the fetch in progress, on stderr */
-    char fetch_failed[96];  /* the shard whose last fetch failed */
-    int fetch_failures;     /* its failed fetches in a row */
-    double fetch_retry_at;  /* now_s() before which it is not fetched again (backoff) */
-    int64_t disk_limit;     /* what the data directory can hold, once a fetch ran out of
-                               room there (-1: never); caps the capacity offered */
-    char verified[96];      /* the shard last checked against the registry's manifest */
+    mt_progress bar;       /* the fetch in progress, on stderr */
+    char fetch_failed[96]; /* the shard whose last fetch failed */
+    int fetch_failures;    /* its failed fetches in a row */
+    double fetch_retry_at; /* now_s() before which it is not fetched again (backoff) */
+    int64_t disk_limit;    /* what the data directory can hold, once a fetch ran out of
+                              room there (-1: never); caps the capacity offered */
+    char verified[96];     /* the shard last checked against the registry's manifest */
+    /* the served shard changed on disk (the node's background re-check): it is not served
+     * again until the agent restarts (which fetches it again), and every heartbeat says so */
+    char shard_error[512];
+    char bad_shard[96];
     mt_node_stats base;     /* counters of node instances already stopped */
     mt_node_stats credited; /* the counters in the last heartbeat the registry took */
     mt_node_stats joined;   /* what `credited` was when the registry last took this node in */
@@ -292,7 +296,12 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .threads = a->cfg.threads,
                         .session_idle_ms = a->cfg.session_idle_ms,
                         .quiet = a->cfg.quiet,
-                        .corrupt_rate = a->cfg.corrupt_rate};
+                        .corrupt_rate = a->cfg.corrupt_rate,
+                        /* fetch_main hashed the whole file against the registry's manifest
+                         * before `verified` named it (a download piece by piece, a file left
+                         * by an earlier run whole): the per-tensor hashes add nothing */
+                        .shard_verified = strcmp(a->verified, name) == 0,
+                        .recheck_ms = a->cfg.recheck_ms};
     pthread_mutex_unlock(&a->lock);
     char label[96];
     snprintf(label, sizeof label, "node %.30s: loading %.40s", a->name, name);
@@ -506,6 +515,18 @@ static void parse_partners(json_t *asg, partner_set *ps) {
 
 /* One heartbeat: report, then act on the answer (caller holds a->lock). */
 static void heartbeat(mt_agent *a) {
+    char bad[512];
+    if (a->node && mt_node_shard_error(a->node, bad, sizeof bad)) {
+        snprintf(a->shard_error, sizeof a->shard_error, "%s", bad);
+        snprintf(a->bad_shard, sizeof a->bad_shard, "%s", a->serving);
+        say(a,
+            "shard %s changed on disk while served; stopping its data plane, and not serving"
+            " it again until this node restarts (which fetches it again; check the disk"
+            " first): %s",
+            a->serving, bad);
+        a->verified[0] = 0;
+        stop_node(a);
+    }
     mt_node_stats s = {0};
     int32_t ctx = 0, max_sessions = 0;
     if (a->node) {
@@ -552,6 +573,7 @@ static void heartbeat(mt_agent *a) {
     }
     if (current_problem(a)[0])
         json_object_set_new(body, "problem", json_string(current_problem(a)));
+    if (a->shard_error[0]) json_object_set_new(body, "shard_error", json_string(a->shard_error));
     if (a->nat && a->public_addr[0]) json_object_set_new(body, "addr", json_string(a->public_addr));
     if (!a->nat && a->listen_moved) json_object_set_new(body, "addr", json_string(a->listen));
     char url[600];
@@ -631,6 +653,8 @@ static void heartbeat(mt_agent *a) {
             stop_node(a);
             a->beat_now = true;
         }
+    } else if (a->shard_error[0] && strcmp(a->want, a->bad_shard) == 0) {
+        /* changed on disk under the node: not served again by this process */
     } else if (strcmp(a->want, a->serving) != 0 ||
                !same_partners(&a->want_partners, &a->serving_partners) ||
                a->want_kv != a->serving_kv) {

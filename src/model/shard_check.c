@@ -245,48 +245,66 @@ fail:
     return -1;
 }
 
-/* mt_shard_verify on io's threads: the shard's tensors read in chunks, never
- * through the mapping, and always hashed (the cache is for models). */
-static int shard_verify(const gguf_file *f, mt_shard_io *io, mt_error *err) {
-    mt_shard_info info;
-    if (mt_shard_info_read(f, &info, err)) return -1;
-    uint64_t n = info.n_tensors;
-    shard_slice *sl = malloc((n ? n : 1) * sizeof *sl);
-    uint8_t(*raw)[32] = malloc((n ? n : 1) * sizeof *raw);
+/* Hashes the shard's tensors [first, first + count) (in tensor_names order)
+ * on io's threads, read in chunks, never through the mapping, and always
+ * hashed (the cache is for models); the first mismatch is an error naming
+ * the tensor and the file. */
+static int verify_tensors(const gguf_file *f, const mt_shard_info *info, uint64_t first,
+                          uint64_t count, mt_shard_io *io, mt_error *err) {
+    if (first > info->n_tensors || count > info->n_tensors - first)
+        return mt_error_set(err, "%s: tensors [%llu, +%llu) are outside the shard's %llu", f->path,
+                            (unsigned long long)first, (unsigned long long)count,
+                            (unsigned long long)info->n_tensors);
+    shard_slice *sl = malloc((count ? count : 1) * sizeof *sl);
+    uint8_t(*raw)[32] = malloc((count ? count : 1) * sizeof *raw);
     gguf_reader *rd = NULL;
     int rc = -1;
     if (!sl || !raw) {
         mt_error_set(err, "out of memory");
         goto done;
     }
-    for (uint64_t i = 0; i < n; i++) sl[i] = (shard_slice){info.tensor_index[i], NULL, -1};
+    for (uint64_t i = 0; i < count; i++)
+        sl[i] = (shard_slice){info->tensor_index[first + i], NULL, -1};
     const char *base = strrchr(f->path, '/');
     char what[300];
     snprintf(what, sizeof what, "checking %s", base ? base + 1 : f->path);
-    if (!(rd = gguf_reader_open(f, err)) || shard_hash_slices(rd, sl, n, io, false, what, raw, err))
+    if (!(rd = gguf_reader_open(f, err)) ||
+        shard_hash_slices(rd, sl, count, io, false, what, raw, err))
         goto done;
     rc = 0;
-    for (uint64_t i = 0; i < n && !rc; i++) {
-        const gguf_tensor *t = &f->tensors[info.tensor_index[i]];
+    for (uint64_t i = 0; i < count && !rc; i++) {
+        const gguf_tensor *t = &f->tensors[info->tensor_index[first + i]];
         char h[MT_SHARD_HASH_HEX];
         sodium_bin2hex(h, sizeof h, raw[i], 32);
-        if (strcmp(h, info.tensor_hash[i]) != 0)
+        if (strcmp(h, info->tensor_hash[first + i]) != 0)
             rc = mt_error_set(err,
                               "%s: tensor '%s' does not match its stored hash (stored %.16s...,"
                               " computed %.16s...); the shard is corrupted or was modified:"
-                              " fetch or split it again",
-                              f->path, t->name, info.tensor_hash[i], h);
+                              " delete the file, then fetch or split it again",
+                              f->path, t->name, info->tensor_hash[first + i], h);
     }
 done:
     gguf_reader_close(rd);
     free(sl);
     free(raw);
+    return rc;
+}
+
+int mt_shard_verify_io(const gguf_file *f, mt_shard_io *io, mt_error *err) {
+    mt_shard_info info;
+    if (mt_shard_info_read(f, &info, err)) return -1;
+    int rc = verify_tensors(f, &info, 0, info.n_tensors, io, err);
     mt_shard_info_free(&info);
     return rc;
 }
 
 int mt_shard_verify(const gguf_file *f, mt_error *err) {
-    return shard_verify(f, NULL, err);
+    return mt_shard_verify_io(f, NULL, err);
+}
+
+int mt_shard_verify_tensor(const gguf_file *f, const mt_shard_info *info, uint64_t i,
+                           mt_shard_io *io, mt_error *err) {
+    return verify_tensors(f, info, i, 1, io, err);
 }
 
 /* ------------------------------------------------------------ plan check */
@@ -475,7 +493,7 @@ static void check_entry(report *r, const check_ctx *cx, coverage *c, const char 
                                            strcmp(json_string_value(role), "experts") != 0)))
         problem(r, "%s: \"role\" must be head, stage, backbone or experts", who);
     check_claims(r, who, js, &in, sf);
-    if (shard_verify(sf, cx->io, &err)) problem(r, "%s: %s", who, err.msg);
+    if (mt_shard_verify_io(sf, cx->io, &err)) problem(r, "%s: %s", who, err.msg);
     /* each tensor: the model's type and shape; the expert slices it holds are hashed
      * together (or come from the cache), whole tensors have the model's hashes */
     size_t n_sl = 0;

@@ -128,7 +128,26 @@ struct mt_node {
 
     node_session *sessions; /* (max_sessions), worker only */
     uint64_t step;          /* worker only */
+
+    /* shard checks (node_verify.c) */
+    struct mt_shard_info *shard_info; /* NULL: a whole model (no stored hashes) */
+    pthread_t recheck_thread;
+    bool recheck_started;
+    pthread_cond_t recheck_cv; /* the re-check's waits; stop (CLOCK_MONOTONIC) */
+    bool shard_bad;            /* guarded by lock: a re-check failed, nothing is computed */
+    char shard_error[512];     /* guarded by lock */
+    uint64_t rechecked;        /* guarded by lock: tensors re-hashed */
 };
+
+/* ---- node_verify.c ---------------------------------------------------------------- */
+
+/* The start-up check of the loaded shard (see mt_node_config); keeps its
+ * info for the re-checks. Logs that a whole model has nothing to check. */
+int node_verify_shard(mt_node *n, const char *path, mt_error *err);
+/* Starts the background re-check (a shard only, unless recheck_ms < 0). */
+int node_recheck_start(mt_node *n, mt_error *err);
+/* Ends it (after n->stop is set) and frees the shard info. */
+void node_recheck_stop(mt_node *n);
 
 /* ---- node_server.c ---------------------------------------------------------------- */
 

@@ -486,6 +486,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     pthread_condattr_init(&mono);
     pthread_condattr_setclock(&mono, CLOCK_MONOTONIC);
     pthread_cond_init(&n->work_cv, &mono);
+    pthread_cond_init(&n->recheck_cv, &mono);
     pthread_condattr_destroy(&mono);
     pthread_cond_init(&n->client_cv, NULL);
     pthread_cond_init(&n->done_cv, NULL);
@@ -503,6 +504,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
         goto fail;
     }
     if (!(n->model = mt_model_load(cfg->shard_path, err))) goto fail;
+    if (node_verify_shard(n, cfg->shard_path, err)) goto fail;
     const mt_model *m = n->model;
     if (size_sessions(n, err)) goto fail;
     if (n->cfg.n_ctx > (1 << 24)) {
@@ -545,6 +547,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
         goto fail;
     }
     n->accept_started = true;
+    if (node_recheck_start(n, err)) goto fail;
     return n;
 fail:
     mt_error_prefix(err, "node");
@@ -565,6 +568,7 @@ void mt_node_stop(mt_node *n) {
     }
     if (n->accept_started) pthread_join(n->accept_thread, NULL);
     if (n->worker_started) pthread_join(n->worker_thread, NULL);
+    node_recheck_stop(n);
     if (n->worker_started) {
         mt_node_stats st;
         mt_node_get_stats(n, &st);
@@ -598,6 +602,7 @@ void mt_node_stop(mt_node *n) {
     mt_keys_wipe(&n->keys);
     pthread_mutex_destroy(&n->id_lock);
     pthread_cond_destroy(&n->work_cv);
+    pthread_cond_destroy(&n->recheck_cv);
     pthread_cond_destroy(&n->client_cv);
     pthread_cond_destroy(&n->done_cv);
     pthread_cond_destroy(&n->fwd_cv);

@@ -445,6 +445,20 @@ static int64_t sweep_interval_ms(const mt_node *n) {
     return t < 10 ? 10 : t > 1000 ? 1000 : t;
 }
 
+/* A shard that failed its background check computes nothing: every request
+ * is refused, so that requesters take another replica. */
+static node_job *refuse_all(mt_node *n, node_job *list) {
+    char why[512];
+    mt_node_shard_error(n, why, sizeof why);
+    for (node_job *j = list, *next; j; j = next) {
+        next = j->next;
+        node_send_error(j->client, j->msg.request_id, MT_PROTO_ERR_BUSY,
+                        "this node's shard changed on disk, so it computes nothing more: %s", why);
+        node_job_done(j);
+    }
+    return NULL;
+}
+
 void *node_worker_main(void *arg) {
     mt_node *n = arg;
     int64_t next_sweep = node_now_ms() + sweep_interval_ms(n);
@@ -454,8 +468,9 @@ void *node_worker_main(void *arg) {
             node_job *list = n->q_head;
             n->q_head = n->q_tail = NULL;
             n->stats.queued = 0;
+            bool bad = n->shard_bad;
             pthread_mutex_unlock(&n->lock);
-            node_job *deferred = worker_step(n, list);
+            node_job *deferred = bad ? refuse_all(n, list) : worker_step(n, list);
             pthread_mutex_lock(&n->lock);
             if (deferred) { /* back in front of anything that arrived meanwhile */
                 node_job *t = deferred;
