@@ -10,24 +10,11 @@ set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 30"
 
-start_node() { # NAME ARGS...
-    local name=$1
-    shift
-    "$BIN" node --listen 127.0.0.1:0 --threads 1 --key "$tmp/node.key" --authorized "$tmp/auth" "$@" \
-        >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    pids+=($!)
-    wait_listening "$name" "${pids[-1]}"
-}
 
-M="$tmp/m.gguf"
-$T "$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type q8_0 --layers 4 --embd 128 --heads 4 --head-dim 32 \
-    --ff 128 --ff-exp 64 --seed 3 >/dev/null && ok || bad "mkmodel"
-req=$($T "$BIN" keygen -o "$tmp/req.key") && ok || bad "keygen requester"
-nodekey=$($T "$BIN" keygen -o "$tmp/node.key") && ok || bad "keygen node"
-printf '%s requester\n%s node\n' "$req" "$nodekey" >"$tmp/auth"
+route_nodes_setup
 $T "$BIN" split "$M" --plan cell:2 -o "$tmp/cell" >/dev/null && ok || bad "split cell"
-start_node s0 --shard "$tmp/cell/m-stage-0.gguf" && s0=$ADDR
-start_node s1 --shard "$tmp/cell/m-stage-1.gguf" && s1=$ADDR
+start_route_node s0 --shard "$tmp/cell/m-stage-0.gguf" && s0=$ADDR
+start_route_node s1 --shard "$tmp/cell/m-stage-1.gguf" && s1=$ADDR
 s1_pid=${pids[-1]}
 cat >"$tmp/cell.json" <<EOF
 {"head": "cell/m-head-0.gguf", "key": "req.key",

@@ -12,31 +12,17 @@ set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 30"
 
-# start_node NAME ARGS...: starts a node on 127.0.0.1:0 and sets ADDR to where it listens
-start_node() {
-    local name=$1
-    shift
-    "$BIN" node --listen 127.0.0.1:0 --threads 1 --key "$tmp/node.key" --authorized "$tmp/auth" "$@" \
-        >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    pids+=($!)
-    wait_listening "$name" "${pids[-1]}"
-}
 
 
-M="$tmp/m.gguf"
-$T "$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type q8_0 --layers 4 --embd 128 --heads 4 --head-dim 32 \
-    --ff 128 --ff-exp 64 --seed 3 >/dev/null && ok || bad "mkmodel"
-req=$($T "$BIN" keygen -o "$tmp/req.key") && ok || bad "keygen requester"
-nodekey=$($T "$BIN" keygen -o "$tmp/node.key") && ok || bad "keygen node"
-printf '%s requester\n%s node\n' "$req" "$nodekey" >"$tmp/auth"
+route_nodes_setup
 
 want=$($T "$BIN" run -m "$M" --json --temp 0 -n 12 -p "Hello there" 2>/dev/null | tokens)
 [ -n "$want" ] && ok || bad "run on the whole model"
 
 # ---- cell: head here, two pipeline stages on nodes
 $T "$BIN" split "$M" --plan cell:2 -o "$tmp/cell" >/dev/null && ok || bad "split cell"
-start_node s0 --shard "$tmp/cell/m-stage-0.gguf" && s0=$ADDR
-start_node s1 --shard "$tmp/cell/m-stage-1.gguf" && s1=$ADDR
+start_route_node s0 --shard "$tmp/cell/m-stage-0.gguf" && s0=$ADDR
+start_route_node s1 --shard "$tmp/cell/m-stage-1.gguf" && s1=$ADDR
 cat >"$tmp/cell.json" <<EOF
 {"head": "cell/m-head-0.gguf", "key": "req.key",
  "stages": [{"addr": "$s0", "key": "$nodekey"}, {"addr": "$s1", "key": "$nodekey"}]}
@@ -65,8 +51,8 @@ n=$($T "$BIN" prompt --route "$tmp/bf16.json" --json --temp 0 -n 12 -p "Hello th
 
 # ---- swarm: backbone here, experts on two servers
 $T "$BIN" split "$M" --plan swarm:2 -o "$tmp/swarm" >/dev/null && ok || bad "split swarm"
-start_node x0 --shard "$tmp/swarm/m-experts-0.gguf" && x0=$ADDR
-start_node x1 --shard "$tmp/swarm/m-experts-1.gguf" && x1=$ADDR
+start_route_node x0 --shard "$tmp/swarm/m-experts-0.gguf" && x0=$ADDR
+start_route_node x1 --shard "$tmp/swarm/m-experts-1.gguf" && x1=$ADDR
 cat >"$tmp/swarm.json" <<EOF
 {"head": "swarm/m-backbone-0.gguf", "backbone": "swarm/m-backbone-0.gguf", "key": "req.key",
  "experts": [{"addr": "$x0", "key": "$nodekey"}, {"addr": "$x1", "key": "$nodekey"}]}
@@ -77,8 +63,8 @@ got=$($T "$BIN" prompt --route "$tmp/swarm.json" --json --temp 0 -n 12 -p "Hello
 # ---- a paired stage (attention + experts 0-3) whose partner holds experts 4-7
 $T "$BIN" split "$M" --layers 0:4 --experts 0-3 -o "$tmp/paired.gguf" >/dev/null && ok || bad "split paired"
 $T "$BIN" split "$M" --layers 0:4 --experts 4-7 --no-attention -o "$tmp/partner.gguf" >/dev/null && ok || bad "split partner"
-start_node partner --shard "$tmp/partner.gguf" && pa=$ADDR
-start_node paired --shard "$tmp/paired.gguf" --partner "$pa=$nodekey" && pd=$ADDR
+start_route_node partner --shard "$tmp/partner.gguf" && pa=$ADDR
+start_route_node paired --shard "$tmp/paired.gguf" --partner "$pa=$nodekey" && pd=$ADDR
 cat >"$tmp/paired.json" <<EOF
 {"head": "cell/m-head-0.gguf", "key": "req.key", "stages": [{"addr": "$pd", "key": "$nodekey"}]}
 EOF

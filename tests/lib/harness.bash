@@ -10,6 +10,11 @@
 #   start_bg NAME CMD...    CMD in the background (output in $tmp/NAME.out and
 #                           .err, pid added to `pids`); waits for its "listening
 #                           on ADDR" line; sets ADDR and PID
+#   route_nodes_setup       for nodes of a static route (node --shard, prompt --route):
+#                           a 4-layer model at $M, keys $tmp/req.key and
+#                           $tmp/node.key (public keys in $req, $nodekey) and
+#                           $tmp/auth authorizing both
+#   start_route_node NAME ARGS...  such a node on 127.0.0.1:0 (1 thread); sets ADDR
 #   wait_for JS [SECONDS]   until JS is true of o = the JSON the script's own
 #                           `status` function prints (default 30 s); 1 on timeout
 #   MODEL_ARCH              the architecture flags for a script's `moontail
@@ -101,4 +106,20 @@ wait_for() {
         sleep 0.2
     done
     return 1
+}
+route_nodes_setup() {
+    M="$tmp/m.gguf"
+    ${T:-timeout 30} "$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type q8_0 --layers 4 --embd 128 \
+        --heads 4 --head-dim 32 --ff 128 --ff-exp 64 --seed 3 >/dev/null && ok || bad "mkmodel"
+    req=$(${T:-timeout 30} "$BIN" keygen -o "$tmp/req.key") && ok || bad "keygen requester"
+    nodekey=$(${T:-timeout 30} "$BIN" keygen -o "$tmp/node.key") && ok || bad "keygen node"
+    printf '%s requester\n%s node\n' "$req" "$nodekey" >"$tmp/auth"
+}
+start_route_node() {
+    local name=$1
+    shift
+    "$BIN" node --listen 127.0.0.1:0 --threads 1 --key "$tmp/node.key" --authorized "$tmp/auth" "$@" \
+        >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    pids+=($!)
+    wait_listening "$name" "${pids[-1]}"
 }
