@@ -11,7 +11,7 @@
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
-OFFSETS="$(cd "$(dirname "$0")" && pwd)/lib/gguf_tensor_offset.py"
+PATCH="$(cd "$(dirname "$0")" && pwd)/lib/gguf_patch.py"
 
 # flip FILE OFFSET: overwrites 4 bytes at OFFSET with their bitwise complement, in place
 flip() {
@@ -23,7 +23,7 @@ with open(sys.argv[1], "r+b") as f:
 }
 # corrupt_all FILE: flips bytes in the middle of every tensor, writing into the file in place
 corrupt_all() {
-    python3 "$OFFSETS" "$1" '*' | while read -r off n _; do
+    python3 "$PATCH" "$1" offset '*' | while read -r off n _; do
         head -c 4 /dev/urandom | dd of="$1" bs=1 seek=$((off + n / 2)) conv=notrunc 2>/dev/null
     done
 }
@@ -48,7 +48,7 @@ grep -q "whole model, not a shard: it stores no tensor hashes, so there is nothi
 
 # ---- one tensor's data changed: refused, naming the tensor and the file
 cp "$S0" "$tmp/bad.gguf"
-read -r off n < <(python3 "$OFFSETS" "$tmp/bad.gguf" "$TN")
+read -r off n < <(python3 "$PATCH" "$tmp/bad.gguf" offset "$TN")
 [ "${n:-0}" -gt 8 ] && ok || bad "no offset for $TN in $tmp/bad.gguf"
 flip "$tmp/bad.gguf" $((off + n / 2))
 cmp -s "$S0" "$tmp/bad.gguf" && bad "the copy was not changed" || ok

@@ -9,9 +9,14 @@ rewrites a seed shard's manifest after such a change.
   gguf_patch.py FILE swap TENSOR          a 2-D tensor's two dimensions exchanged
   gguf_patch.py FILE manifest JSON        JSON (a registry's <shard>.json) made to
                                           describe FILE as it is now
+  gguf_patch.py FILE offset TENSOR        prints where TENSOR's bytes start in FILE and
+                                          how many there are up to the next tensor (or
+                                          the file's end); TENSOR "*": one "OFFSET BYTES
+                                          NAME" line per tensor (nothing is changed)
 """
 import hashlib
 import json
+import os
 import struct
 import sys
 
@@ -48,24 +53,28 @@ class Reader:
 
 
 def layout(data):
-    """Where each key's value and each tensor's name and dimensions are."""
+    """Where each key's value and each tensor's name and dimensions are, each
+    tensor's data offset, and where the data starts."""
     r = Reader(data)
     if data[:4] != b"GGUF":
         sys.exit("gguf_patch: not a GGUF file (no GGUF magic)")
     r.p = 8
     n_tensors, n_kv = r.take("<Q"), r.take("<Q")
-    keys, tensors = {}, {}
+    keys, tensors, offsets, align = {}, {}, {}, 32
     for _ in range(n_kv):
         name, _ = r.string()
         t = r.take("<I")
         keys[name] = (t, r.p)
+        if name == "general.alignment" and t == 4:
+            align = struct.unpack_from("<I", data, r.p)[0]
         r.skip_value(t)
     for _ in range(n_tensors):
         name, at = r.string()
         n_dims = r.take("<I")
         tensors[name] = (at, n_dims, r.p)
-        r.p += 8 * n_dims + 4 + 8
-    return keys, tensors
+        r.p += 8 * n_dims + 4
+        offsets[name] = r.take("<Q")
+    return keys, tensors, offsets, (r.p + align - 1) // align * align
 
 
 def main(argv):
@@ -73,7 +82,20 @@ def main(argv):
         sys.exit(__doc__)
     path, op, args = argv[1], argv[2], argv[3:]
     data = bytearray(open(path, "rb").read())
-    keys, tensors = layout(data)
+    keys, tensors, offsets, start = layout(data)
+    if op == "offset" and len(args) == 1:
+        def extent(name):
+            later = sorted(o for o in offsets.values() if o > offsets[name])
+            end = start + later[0] if later else os.path.getsize(path)
+            return start + offsets[name], end - start - offsets[name]
+        if args[0] == "*":
+            for name in offsets:
+                print(*extent(name), name)
+        elif args[0] in offsets:
+            print(*extent(args[0]))
+        else:
+            sys.exit(f"gguf_patch: {path} has no tensor '{args[0]}'")
+        return
     if op == "set" and len(args) == 2:
         if args[0] not in keys:
             sys.exit(f"gguf_patch: {path} has no key '{args[0]}'")
