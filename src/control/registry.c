@@ -87,30 +87,21 @@ static int load_model(mt_registry *r, mt_error *err) {
     for (int32_t il = 0; il < r->layout.n_layer; il++)
         r->model_bytes +=
             r->layout.attn_bytes[il] + (uint64_t)r->layout.n_expert * r->layout.expert_bytes[il];
-    if (r->cfg.sessions > 0) { /* what each session of a stage keeps, from the metadata */
+    { /* what each session of a stage keeps, from the metadata (placement reserves it for
+       * cfg.sessions sessions); sizing it also checks that the cache type suits the model,
+       * or no node could serve it */
         int32_t L = r->layout.n_layer, n_ctx_train = 0;
         r->state_bytes = calloc((size_t)L, sizeof *r->state_bytes);
         r->position_bytes = calloc((size_t)L, sizeof *r->position_bytes);
         if (!r->state_bytes || !r->position_bytes) return mt_error_set(err, "out of memory");
         if (mt_kv_session_bytes(r->model, L, r->cfg.kv_type, r->state_bytes, r->position_bytes,
                                 &n_ctx_train, err)) {
-            mt_error_prefix(err, "registry: sizing the working memory of %d sessions",
-                            r->cfg.sessions);
+            mt_error_prefix(err, "registry: sizing the sessions' %s KV cache",
+                            mt_kv_type_name(r->cfg.kv_type));
             return -1;
         }
-        if (r->cfg.n_ctx <= 0) /* the node's default (node_server.c) */
+        if (r->cfg.sessions > 0 && r->cfg.n_ctx <= 0) /* the node's default (node_server.c) */
             r->cfg.n_ctx = n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096;
-    } else { /* the cache type must still suit the model, or no node could serve it */
-        int32_t L = r->layout.n_layer;
-        uint64_t *fixed = calloc((size_t)L, sizeof *fixed), *pos = calloc((size_t)L, sizeof *pos);
-        int vrc = fixed && pos
-                      ? mt_kv_session_bytes(r->model, L, r->cfg.kv_type, fixed, pos, NULL, err)
-                      : mt_error_set(err, "out of memory");
-        free(fixed), free(pos);
-        if (vrc) {
-            mt_error_prefix(err, "--kv-type %s", mt_kv_type_name(r->cfg.kv_type));
-            return -1;
-        }
     }
     open_hash_cache(r);
     if (!r->cfg.quiet) fprintf(stderr, "registry: hashing %s\n", r->cfg.model);
