@@ -85,13 +85,13 @@ expect 0 "token in" "$BIN" account new cafe --registry "$URL" -o "$tmp/cafe.toke
 start_bg n1 "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n1.key" \
     --data "$tmp/d1" --listen 127.0.0.1:0 --name pc1 --speed 1 --threads 1 --recheck-s 1
 wait_for 'o.min_replicas_serving >= 1' 60 && ok || bad "the node did not serve: $(status | head -c 1500)"
-status | json 'process.exit(o.nodes.every(n => !n.shard_error) ? 0 : 1)' && ok ||
-    bad "a shard error before any change: $(status | head -c 1500)"
+status | json 'process.exit(o.nodes.every(n => !n.problem) ? 0 : 1)' && ok ||
+    bad "a problem before any change: $(status | head -c 1500)"
 for f in "$tmp/d1"/*.gguf; do corrupt_all "$f"; done
-wait_for 'o.nodes.some(n => n.name == "pc1" && /does not match its stored hash/.test(n.shard_error || "")
+wait_for 'o.nodes.some(n => n.name == "pc1" && /changed on disk, not serving.*does not match its stored hash/.test(n.problem || "")
           && n.state != "serving")' 30 && ok ||
     bad "status does not show the changed shard: $(status | head -c 1500)"
-expect 0 "shard changed on disk, not served: .*does not match its stored hash" "$BIN" status --registry "$URL"
+expect 0 "problem: changed on disk, not serving shard .*does not match its stored hash" "$BIN" status --registry "$URL"
 grep -q "changed on disk while served" "$tmp/n1.err" && ok || bad "the node did not say so: $(tail -3 "$tmp/n1.err")"
 
 finish

@@ -163,8 +163,6 @@ int cmd_status(int argc, char **argv) {
         if (q)
             printf("       quarantined: %s; release with 'moontail cell release --node %lld'\n",
                    str(q, "reason"), num(n, "node_id"));
-        if (str(n, "shard_error")[0])
-            printf("       shard changed on disk, not served: %s\n", str(n, "shard_error"));
     }
     json_decref(s);
     return 0;

@@ -89,7 +89,6 @@ struct mt_agent {
     char verified[96];     /* the shard last checked against the registry's manifest */
     /* the served shard changed on disk (the node's background re-check): it is not served
      * again until the agent restarts (which fetches it again), and every heartbeat says so */
-    char shard_error[512];
     char bad_shard[96];
     mt_node_stats base;     /* counters of node instances already stopped */
     mt_node_stats credited; /* the counters in the last heartbeat the registry took */
@@ -517,7 +516,8 @@ static void parse_partners(json_t *asg, partner_set *ps) {
 static void heartbeat(mt_agent *a) {
     char bad[512];
     if (a->node && mt_node_shard_error(a->node, bad, sizeof bad)) {
-        snprintf(a->shard_error, sizeof a->shard_error, "%s", bad);
+        /* reported like any other reason it cannot serve that shard (problem) */
+        set_problem(a, a->serving, "changed on disk, not serving", bad);
         snprintf(a->bad_shard, sizeof a->bad_shard, "%s", a->serving);
         say(a,
             "shard %s changed on disk while served; stopping its data plane, and not serving"
@@ -573,7 +573,6 @@ static void heartbeat(mt_agent *a) {
     }
     if (current_problem(a)[0])
         json_object_set_new(body, "problem", json_string(current_problem(a)));
-    if (a->shard_error[0]) json_object_set_new(body, "shard_error", json_string(a->shard_error));
     if (a->nat && a->public_addr[0]) json_object_set_new(body, "addr", json_string(a->public_addr));
     if (!a->nat && a->listen_moved) json_object_set_new(body, "addr", json_string(a->listen));
     char url[600];
@@ -653,7 +652,7 @@ static void heartbeat(mt_agent *a) {
             stop_node(a);
             a->beat_now = true;
         }
-    } else if (a->shard_error[0] && strcmp(a->want, a->bad_shard) == 0) {
+    } else if (a->bad_shard[0] && strcmp(a->want, a->bad_shard) == 0) {
         /* changed on disk under the node: not served again by this process */
     } else if (strcmp(a->want, a->serving) != 0 ||
                !same_partners(&a->want_partners, &a->serving_partners) ||

@@ -378,9 +378,6 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     /* why it cannot serve its shard (absent: it can, or it is waiting for it) */
     const char *problem = str_field(body, "problem", MT_NODE_PROBLEM_MAX, false, resp);
     if (!problem && resp->json) return;
-    /* the node's background shard check failed (absent: it passes) */
-    const char *shard_error = str_field(body, "shard_error", 511, false, resp);
-    if (!shard_error && resp->json) return;
     if (addr && !valid_addr(addr))
         return mt_http_error(resp, 400,
                              "field \"addr\" must be HOST:PORT (a host name or IP address, IPv6"
@@ -434,7 +431,7 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         "UPDATE nodes SET last_seen = ?, uptime_ms = uptime_ms + ?, ready_shard = ?,"
         " served_token_layers = ?, served_expert_rows = ?, served_tokens = ?, load_queue = ?,"
         " load_sessions = ?, tok_per_s = ?, load_kv_bytes = ?, load_ctx = ?, load_max_sessions = ?,"
-        " problem = ?, shard_error = ? WHERE id = ?");
+        " problem = ? WHERE id = ?");
     bool was_alive = reg_node_alive(r, &n, now);
     if (st) {
         sqlite3_bind_int64(st, 1, now);
@@ -450,8 +447,7 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         sqlite3_bind_int64(st, 11, lctx);
         sqlite3_bind_int64(st, 12, lms);
         sqlite3_bind_text(st, 13, problem ? problem : "", -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 14, shard_error ? shard_error : "", -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 15, id);
+        sqlite3_bind_int64(st, 14, id);
     }
     bool moved = addr && strcmp(addr, n.addr) != 0, resized = capacity != n.capacity;
     bool failed = !st || reg_db_step_done(r, st, &err);

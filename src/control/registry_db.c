@@ -56,8 +56,7 @@ static const char schema[] =
     "  tok_per_s REAL NOT NULL DEFAULT 0, load_kv_bytes INTEGER NOT NULL DEFAULT 0,"
     "  load_ctx INTEGER NOT NULL DEFAULT 0, load_max_sessions INTEGER NOT NULL DEFAULT 0,"
     "  quarantined INTEGER NOT NULL DEFAULT 0, quarantined_at INTEGER NOT NULL DEFAULT 0,"
-    "  quarantine_reason TEXT NOT NULL DEFAULT '', problem TEXT NOT NULL DEFAULT '',"
-    "  shard_error TEXT NOT NULL DEFAULT '');"
+    "  quarantine_reason TEXT NOT NULL DEFAULT '', problem TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS ledger("
     "  id INTEGER PRIMARY KEY, t INTEGER NOT NULL, account_id INTEGER NOT NULL,"
     "  node_id INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL, amount INTEGER NOT NULL);"
@@ -83,7 +82,6 @@ static const struct {
     {"load_ctx", "INTEGER NOT NULL DEFAULT 0"},
     {"load_max_sessions", "INTEGER NOT NULL DEFAULT 0"},
     {"problem", "TEXT NOT NULL DEFAULT ''"}, /* why it cannot serve its shard, "" = none */
-    {"shard_error", "TEXT NOT NULL DEFAULT ''"},
 };
 
 static bool node_has_column(mt_registry *r, const char *name) {

@@ -68,8 +68,6 @@ typedef struct reg_node {
     int64_t quarantined_at;
     char quarantine_reason[256];
     char problem[MT_NODE_PROBLEM_MAX + 1]; /* why it cannot serve its shard ("" = none) */
-    char shard_error[512]; /* its shard changed on disk under it, as its heartbeats say
-                              (node_agent.c; "" = none): it no longer serves it */
 } reg_node;
 
 /* ---- admission (registry_queue.c) --------------------------------------------------------- */

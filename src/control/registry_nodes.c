@@ -14,7 +14,7 @@
     " layer_begin, layer_end, attention, expert_begin, expert_end, paired_with, ready_shard,"      \
     " served_token_layers, served_expert_rows, served_tokens, load_queue, load_sessions,"          \
     " tok_per_s, load_kv_bytes, load_ctx, load_max_sessions, quarantined, quarantined_at, "        \
-    "quarantine_reason, problem, shard_error"
+    "quarantine_reason, problem"
 
 static void text(sqlite3_stmt *st, int col, char *out, size_t cap) {
     const unsigned char *s = sqlite3_column_text(st, col);
@@ -65,7 +65,6 @@ static void node_row(sqlite3_stmt *st, reg_node *n) {
     n->quarantined_at = sqlite3_column_int64(st, c++);
     text(st, c++, n->quarantine_reason, sizeof n->quarantine_reason);
     text(st, c++, n->problem, sizeof n->problem);
-    text(st, c++, n->shard_error, sizeof n->shard_error);
 }
 
 int reg_nodes_load(mt_registry *r, reg_node **out, int32_t *n, mt_error *err) {

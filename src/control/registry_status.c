@@ -139,7 +139,6 @@ json_t *reg_status_json(mt_registry *r) {
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
         json_object_set_new(o, "problem", json_string(x->problem));
         json_object_set_new(o, "quarantined", json_boolean(x->quarantined));
-        if (x->shard_error[0]) json_object_set_new(o, "shard_error", json_string(x->shard_error));
         if (x->quarantined)
             json_object_set_new(o, "quarantine",
                                 json_pack("{s:I, s:s}", "since_ms", (json_int_t)x->quarantined_at,
