@@ -12,6 +12,7 @@
 #define MOONTAIL_API_H
 
 #include "moontail/error.h"
+#include "moontail/http.h"
 #include "moontail/model.h"
 #include "moontail/proto.h"
 
@@ -44,6 +45,7 @@ typedef struct mt_api_config {
     int ctx;                /* most positions per request (<= 0: the model's context) */
     int chat_max_tokens;    /* chat's default max_tokens (<= 0: 1024) */
     size_t max_body;        /* request body limit in bytes (0: 1 MiB) */
+    mt_http_limits limits;  /* connections, deadlines, requests in flight (0: http.h's) */
     bool quiet;             /* no log lines */
 } mt_api_config;
 

@@ -54,6 +54,20 @@ typedef void (*mt_http_handler)(void *ctx, const mt_http_request *req, mt_http_r
 
 typedef struct mt_http_server mt_http_server;
 
+/* What one client may take of a server, and what it holds back for the
+ * addresses it trusts (a registry reserves its nodes' addresses: their
+ * heartbeats get in while the public endpoints are saturated). Zero fields
+ * take the defaults in parentheses. */
+typedef struct mt_http_limits {
+    int max_conns;            /* connections from addresses not reserved (1024) */
+    int reserved_conns;       /* further ones, only for reserved addresses (512) */
+    int max_conns_per_addr;   /* open at once from one address that is not reserved (64) */
+    int header_timeout_s;     /* a request's headers must be in within this (10) */
+    int body_timeout_s;       /* and its body within this after them (30) */
+    int max_inflight_per_key; /* requests at once per bearer token, or per address without
+                                 one; more get 429 (64) */
+} mt_http_limits;
+
 typedef struct mt_http_server_config {
     const char *addr; /* "host:port"; port 0 picks one; loopback unless told otherwise */
     int threads;      /* worker threads (<= 0: 4) */
@@ -64,7 +78,24 @@ typedef struct mt_http_server_config {
      * body too large, 500 for a stream dropped unanswered), for APIs whose errors
      * have another shape than {"error": message}. Returns a new reference. */
     json_t *(*error_body)(int status, const char *message);
+    mt_http_limits limits;
+    /* optional: called (on a server thread, with no lock held) when the server
+     * turns a client away because it is full, so that the owner can tell its
+     * own overload from the silence of its clients */
+    void (*on_overload)(void *ctx);
 } mt_http_server_config;
+
+/* What the limits did so far, and what the server holds now. */
+typedef struct mt_http_stats {
+    int conns, reserved_conns; /* open now: public, and from reserved addresses */
+    int peak_conns;            /* most open at once (both kinds) */
+    uint64_t accepted;         /* connections taken */
+    uint64_t refused_full;     /* turned away: max_conns (or reserved_conns) reached */
+    uint64_t refused_per_addr; /* turned away: max_conns_per_addr reached */
+    uint64_t refused_inflight; /* requests answered 429: max_inflight_per_key reached */
+    uint64_t closed_headers;   /* closed: headers not in within header_timeout_s */
+    uint64_t closed_body;      /* closed: body not in within body_timeout_s */
+} mt_http_stats;
 
 mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *c, mt_error *err);
 /* The same with the default error shape. */
@@ -73,6 +104,11 @@ mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_b
 void mt_http_server_stop(mt_http_server *s);
 /* "host:port" as bound. */
 const char *mt_http_server_addr(const mt_http_server *s);
+void mt_http_server_stats(mt_http_server *s, mt_http_stats *out);
+/* The address this request came from is trusted for the next `seconds`:
+ * its connections come out of reserved_conns, with no per-address limit.
+ * Call it once the request proved who it is (a node's token). */
+void mt_http_reserve_client(const mt_http_request *req, int seconds);
 
 /* Sets resp to {"error": message} with status. */
 void mt_http_error(mt_http_response *resp, int status, const char *fmt, ...)

@@ -36,6 +36,7 @@
 #define MOONTAIL_REGISTRY_H
 
 #include "moontail/error.h"
+#include "moontail/http.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -82,6 +83,9 @@ typedef struct mt_registry_config {
     const char *hash_cache;
     bool rehash;
     bool quiet;
+    /* what one client may take of the HTTP API (zero fields: http.h's defaults); nodes'
+     * addresses are reserved once a heartbeat proves them */
+    mt_http_limits http_limits;
 } mt_registry_config;
 
 typedef struct mt_registry mt_registry;

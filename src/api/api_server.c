@@ -451,7 +451,8 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                 .max_body = c->max_body ? c->max_body : 1 << 20,
                                 .handler = handle,
                                 .ctx = s,
-                                .error_body = api_error_body};
+                                .error_body = api_error_body,
+                                .limits = c->limits};
     if (!(s->http = mt_http_server_start_cfg(&hc, err))) goto fail;
     snprintf(s->url, sizeof s->url, "http://%s", mt_http_server_addr(s->http));
     say(s, "model '%s' (%s backend, context %d), %d requests at once, %d may wait, %s, %s",

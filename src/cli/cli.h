@@ -3,6 +3,7 @@
 #ifndef MOONTAIL_CLI_H
 #define MOONTAIL_CLI_H
 
+#include "moontail/http.h"
 #include "moontail/model.h"
 
 #include <stdbool.h>
@@ -89,6 +90,25 @@ uint64_t cli_memory_offered(int64_t memory_mb);
 /* --kv-type NAME (f32, f16, bf16, q8_0; NULL: the default, f16) into *t;
  * false after saying what is wrong. */
 bool cli_kv_type(const char *cmd, const char *name, mt_kv_type *t);
+
+/* The HTTP server's limits (http.h) as options of a server command, into
+ * int64_t v[5] (0: the default), and their usage lines. */
+#define CLI_HTTP_LIMIT_OPTS(v)                                                                     \
+    {"--max-conns", CLI_INT, &(v)[0], 16, 1 << 20},                                                \
+        {"--max-conns-per-addr", CLI_INT, &(v)[1], 1, 1 << 20},                                    \
+        {"--max-inflight-per-token", CLI_INT, &(v)[2], 1, 1 << 20},                                \
+        {"--header-timeout-s", CLI_INT, &(v)[3], 1, 3600}, {                                       \
+        "--body-timeout-s", CLI_INT, &(v)[4], 1, 86400                                             \
+    }
+#define CLI_HTTP_LIMIT_USAGE                                                                       \
+    "  --max-conns N         HTTP connections open at once from addresses not reserved\n"          \
+    "                        (default 1024; known nodes get 512 more of their own)\n"              \
+    "  --max-conns-per-addr N  open at once from one such address (default 64)\n"                  \
+    "  --max-inflight-per-token N  requests at once per token, or per address without\n"           \
+    "                        one; more get 429 (default 64)\n"                                     \
+    "  --header-timeout-s N  a request's headers must be in within N s (default 10)\n"             \
+    "  --body-timeout-s N    and its body within N s more (default 30)\n"
+mt_http_limits cli_http_limits(const int64_t v[5]);
 #define CLI_KV_TYPE_HELP                                                                           \
     "  --kv-type T           KV cache type: f16 (default), bf16, q8_0 (half of f16's memory)"      \
     " or f32\n"

@@ -155,6 +155,14 @@ bool cli_spot_check(const char *cmd, float value, double *rate) {
     return true;
 }
 
+mt_http_limits cli_http_limits(const int64_t v[5]) {
+    return (mt_http_limits){.max_conns = (int)v[0],
+                            .max_conns_per_addr = (int)v[1],
+                            .max_inflight_per_key = (int)v[2],
+                            .header_timeout_s = (int)v[3],
+                            .body_timeout_s = (int)v[4]};
+}
+
 bool cli_kv_type(const char *cmd, const char *name, mt_kv_type *t) {
     mt_error err = {{0}};
     *t = MT_KV_DEFAULT;

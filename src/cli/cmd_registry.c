@@ -53,8 +53,8 @@ static const char usage[] =
     "  --relay-max-conns N   relayed connections per node (default 64)\n"
     "  --hash-cache FILE     the model's hashes kept between starts (default\n"
     "                        hashes.sqlite beside --db; 'none': hash at every start)\n"
-    "  --rehash              read and hash the whole model again, ignoring the cache\n"
-    "  --quiet               no log lines on stderr\n";
+    "  --rehash              read and hash the whole model again, ignoring the "
+    "cache\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines on stderr\n";
 
 int cmd_registry(int argc, char **argv) {
     const char *model = NULL, *mode = "cell", *db = "registry.db", *key = "registry.key",
@@ -65,7 +65,9 @@ int cmd_registry(int argc, char **argv) {
     int64_t relay_max_conns = 64, sessions = 0, ctx = 0;
     const char *hash_cache = NULL, *kv_name = NULL;
     bool require_volunteer = false, quiet = false, rehash = false;
+    int64_t http_limits[5] = {0};
     const cli_opt opts[] = {
+        CLI_HTTP_LIMIT_OPTS(http_limits),
         {"--model", CLI_STRING, &model, 0, 0},
         {"--mode", CLI_STRING, &mode, 0, 0},
         {"--db", CLI_STRING, &db, 0, 0},
@@ -155,7 +157,8 @@ int cmd_registry(int argc, char **argv) {
                             .kv_type = kv_type,
                             .hash_cache = hash_cache,
                             .rehash = rehash,
-                            .quiet = quiet};
+                            .quiet = quiet,
+                            .http_limits = cli_http_limits(http_limits)};
     mt_error err = {{0}};
     mt_registry *r = mt_registry_start(&c, &err);
     free(admin);

@@ -42,8 +42,8 @@ static const char usage[] =
     "                        model's context length)\n"
     "  --ubatch N            prompt tokens per evaluation (default 512)\n" CLI_KV_TYPE_HELP
     "  --chat-max-tokens N   max_tokens of a chat request that gives none (default 1024)\n"
-    "  --max-body-kb N       largest request body (default 1024 KiB; larger: 413)\n"
-    "  --quiet               no log lines on stderr\n";
+    "  --max-body-kb N       largest request body (default 1024 KiB; larger: "
+    "413)\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines on stderr\n";
 
 /* "N/min" -> N. */
 static bool parse_rate(const char *s, double *out) {
@@ -68,6 +68,7 @@ int cmd_serve(int argc, char **argv) {
     int64_t parallel = 4, queue = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024,
             max_body_kb = 1024;
     bool no_auth = false, quiet = false, chain = false;
+    int64_t http_limits[5] = {0};
     float spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
@@ -93,6 +94,7 @@ int cmd_serve(int argc, char **argv) {
         {"--chat-max-tokens", CLI_INT, &chat_max, 1, 1 << 24},
         {"--max-body-kb", CLI_INT, &max_body_kb, 1, 1 << 20},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
+        CLI_HTTP_LIMIT_OPTS(http_limits),
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("serve", argc, argv, opts, usage);
@@ -142,6 +144,7 @@ int cmd_serve(int argc, char **argv) {
                        .ctx = (int)ctx,
                        .chat_max_tokens = (int)chat_max,
                        .max_body = (size_t)max_body_kb * 1024,
+                       .limits = cli_http_limits(http_limits),
                        .quiet = quiet};
     mt_error err = {{0}};
     mt_api_server *s = mt_api_server_start(&c, &err);

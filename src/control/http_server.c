@@ -2,6 +2,7 @@
  * request whole, calls the handler, and sends its JSON, text or file
  * (with Range support) back, or parks the connection on a stream that a
  * producer answers later (http_stream.c). */
+#include "http_guard.h"
 #include "http_internal.h"
 #include "moontail/transport.h"
 
@@ -22,6 +23,7 @@ struct mt_http_server {
     mt_http_handler handler;
     void *ctx;
     json_t *(*error_body)(int status, const char *message);
+    http_guard *guard;       /* connection limits and deadlines */
     pthread_mutex_t mu;      /* guards streams and stopping */
     mt_http_stream *streams; /* attached to a connection, for stop */
     bool stopping;
@@ -34,6 +36,7 @@ typedef struct body {
     size_t len, cap;
     bool too_big;
     mt_http_stream *stream;
+    void *inflight; /* its place among its token's requests in flight (http_guard.c) */
 } body;
 
 /* name's value in a NULL-terminated name, value, ... list (header names ignore case). */
@@ -118,6 +121,29 @@ static enum MHD_Result queue_error(struct MHD_Connection *c, int status, const c
     enum MHD_Result ok = queue_json(c, status, j, NULL);
     json_decref(j);
     return ok;
+}
+
+/* 429: the client's token (or address) has too many requests in flight. */
+static enum MHD_Result queue_busy(struct MHD_Connection *c, int limit,
+                                  json_t *(*error_body)(int, const char *)) {
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "too many requests in flight for this token (or address): the limit is %d at once;"
+             " wait for answers before sending more",
+             limit);
+    json_t *j = error_body ? error_body(429, msg) : json_pack("{s:s}", "error", msg);
+    json_t *h = json_pack("{s:s}", "Retry-After", "1");
+    enum MHD_Result ok = queue_json(c, 429, j, h);
+    json_decref(h);
+    json_decref(j);
+    return ok;
+}
+
+static enum MHD_Result queue_too_big(struct MHD_Connection *c, size_t max_body,
+                                     json_t *(*error_body)(int, const char *)) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "request body too large (the limit is %zu bytes)", max_body);
+    return queue_error(c, 413, msg, error_body);
 }
 
 /* Decimal digits at *p (advanced past them; no sign, no spaces), saturating
@@ -252,6 +278,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         b = calloc(1, sizeof *b);
         if (!b) return MHD_NO;
         *con_cls = b;
+        mt_http_request hr = {.conn = c};
+        if (!http_guard_headers_in(s->guard, c, mt_http_bearer(&hr), &b->inflight))
+            return queue_busy(c, http_guard_inflight_limit(s->guard), s->error_body);
+        /* a body announced too large is refused before a byte of it is read */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        uint64_t announced = 0;
+        if (cl && digits(&cl, &announced) && !*cl && announced > s->max_body)
+            return queue_too_big(c, s->max_body, s->error_body);
         return MHD_YES;
     }
     if (b->stream) /* resumed: the stream has news */
@@ -272,11 +306,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    if (b->too_big) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "request body too large (the limit is %zu bytes)", s->max_body);
-        return queue_error(c, 413, msg, s->error_body);
-    }
+    http_guard_body_in(c);
+    if (b->too_big) return queue_too_big(c, s->max_body, s->error_body);
     mt_http_request req = {method, url, b->data ? b->data : "", b->len, c, NULL, NULL};
     mt_http_response resp = {0};
     s->handler(s->ctx, &req, &resp);
@@ -295,10 +326,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
                     enum MHD_RequestTerminationCode toe) {
-    (void)c, (void)toe;
+    (void)toe;
     mt_http_server *s = cls;
     body *b = *con_cls;
     if (b) {
+        http_guard_request_done(s->guard, c, b->inflight);
         if (b->stream) {
             streams_remove(s, b->stream);
             http_stream_detach(b->stream);
@@ -311,7 +343,8 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
 
 mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_body,
                                      mt_http_handler handler, void *ctx, mt_error *err) {
-    mt_http_server_config c = {addr, threads, max_body, handler, ctx, NULL};
+    mt_http_server_config c = {
+        .addr = addr, .threads = threads, .max_body = max_body, .handler = handler, .ctx = ctx};
     return mt_http_server_start_cfg(&c, err);
 }
 
@@ -332,8 +365,15 @@ mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *cfg, mt_er
     s->error_body = cfg->error_body;
     s->max_body = cfg->max_body ? cfg->max_body : 1 << 20;
     pthread_mutex_init(&s->mu, NULL);
+    s->guard = http_guard_new(&cfg->limits, cfg->on_overload, cfg->ctx, err);
+    if (!s->guard) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return NULL;
+    }
     s->fd = mt_listen_tcp(addr, err);
     if (s->fd < 0) {
+        http_guard_free(s->guard);
         pthread_mutex_destroy(&s->mu);
         free(s);
         return NULL;
@@ -342,14 +382,18 @@ mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *cfg, mt_er
     snprintf(s->addr, sizeof s->addr, "%.*s:%d", (int)(colon - addr),
              colon == addr ? "127.0.0.1" : addr, mt_listen_port(s->fd));
     if (colon == addr) snprintf(s->addr, sizeof s->addr, "127.0.0.1:%d", mt_listen_port(s->fd));
-    s->d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME,
-                         0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd,
-                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 4),
-                         MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
+    /* the connection timeout is libmicrohttpd's for idleness (a client that stops
+     * reading an answer); the guard's deadlines bound a request's headers and body */
+    s->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0,
+        http_guard_accept, s->guard, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 4),
+        MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_NOTIFY_CONNECTION, http_guard_notify,
+        s->guard, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT,
+        http_guard_mhd_limit(s->guard), MHD_OPTION_END);
     if (!s->d) { /* MHD leaves a listen socket it was given open when it cannot start */
         close(s->fd);
+        http_guard_free(s->guard);
         pthread_mutex_destroy(&s->mu);
         free(s);
         mt_error_set(err, "HTTP server on %s: libmicrohttpd could not start", addr);
@@ -369,10 +413,19 @@ void mt_http_server_stop(mt_http_server *s) {
      * it stops; closing s->fd again could close a descriptor that another
      * thread has opened meanwhile under the same number */
     MHD_stop_daemon(s->d);
+    http_guard_free(s->guard); /* after: closing connections tell it */
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
 const char *mt_http_server_addr(const mt_http_server *s) {
     return s->addr;
+}
+
+void mt_http_server_stats(mt_http_server *s, mt_http_stats *out) {
+    http_guard_stats(s->guard, out);
+}
+
+void mt_http_reserve_client(const mt_http_request *req, int seconds) {
+    if (req->conn) http_guard_reserve(req->conn, seconds);
 }

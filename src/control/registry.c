@@ -140,10 +140,28 @@ static int load_model(mt_registry *r, mt_error *err) {
     return reg_meta_set(r, "mode", mode, err);
 }
 
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void reg_check_stall(mt_registry *r) {
+    /* the placement thread turns every 250 ms; when it has not for a second (the process
+     * stalled, or the lock was held that long), heartbeats may have waited as long, so
+     * their absence is not the nodes' doing */
+    if (mono_ms() - atomic_load(&r->turned_ms) > 1000)
+        reg_note_overload(r, atomic_load(&r->turned_wall_ms));
+}
+
 static void *ticker(void *arg) {
     mt_registry *r = arg;
     pthread_mutex_lock(&r->lock);
     while (!r->stopping) {
+        reg_check_stall(r);
+        atomic_store(&r->turned_ms, mono_ms());
+        atomic_store(&r->turned_wall_ms, r->started_ms);
+        atomic_store(&r->turned_wall_ms, reg_now_ms());
         reg_replan(r, reg_now_ms());
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -189,6 +207,11 @@ static int relay_auth(void *ctx, int64_t node_id, const uint8_t challenge[MT_REL
         return -1;
     }
     return 0;
+}
+
+/* The HTTP server turned a client away because it is full. */
+static void on_http_overload(void *ctx) {
+    reg_note_overload(ctx, reg_now_ms()); /* began now: the server was not full before */
 }
 
 /* The nodes alive when the registry last ran (heard from within dead_after_ms
@@ -241,6 +264,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     r->cfg.listen = r->listen = strdup(cfg->listen ? cfg->listen : "127.0.0.1:8470");
     r->cfg.relay_listen = r->cfg.relay_host = NULL; /* used only below, by the relay */
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->grace_mu, NULL);
     pthread_cond_init(&r->wake, NULL);
     if (mkdir(r->shard_dir, 0755) != 0 && errno != EEXIST) {
         mt_error_set(err, "shard directory %s: %s", r->shard_dir, strerror(errno));
@@ -248,6 +272,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     }
     if (reg_db_open(r, r->db_path, err) || load_key(r, err) || load_model(r, err)) goto fail;
     r->started_ms = reg_now_ms();
+    atomic_store(&r->turned_ms, mono_ms());
     r->cert_serial = (uint64_t)r->started_ms * 1000; /* unique across restarts */
     restart_grace(r);
     /* the first plan before the first request: a route asked for right after a restart
@@ -255,7 +280,14 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     pthread_mutex_lock(&r->lock);
     reg_replan(r, r->started_ms);
     pthread_mutex_unlock(&r->lock);
-    r->http = mt_http_server_start(r->listen, 4, 1 << 20, reg_api_handle, r, err);
+    mt_http_server_config hc = {.addr = r->listen,
+                                .threads = 4,
+                                .max_body = 1 << 20,
+                                .handler = reg_api_handle,
+                                .ctx = r,
+                                .limits = cfg->http_limits,
+                                .on_overload = on_http_overload};
+    r->http = mt_http_server_start_cfg(&hc, err);
     if (!r->http) goto fail;
     snprintf(r->url, sizeof r->url, "http://%s", mt_http_server_addr(r->http));
     if (cfg->relay_listen) {
@@ -301,6 +333,7 @@ void mt_registry_stop(mt_registry *r) {
     if (r->model) gguf_close(r->model);
     mt_keys_wipe(&r->key);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->grace_mu);
     pthread_cond_destroy(&r->wake);
     free(r->db_path);
     free(r->shard_dir);

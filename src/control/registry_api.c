@@ -370,6 +370,8 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     reg_node n;
     int64_t id = authed_node(r, req, id_text, &n, false, resp);
     if (id < 0) return;
+    /* a node's address gets in while the public side of the server is full */
+    mt_http_reserve_client(req, 600);
     const char *ready = str_field(body, "ready_shard", 95, false, resp);
     if (!ready && resp->json) return;
     /* a node behind a tunnel or the relay reports its public address, which may change */
@@ -727,6 +729,7 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
         }
     }
     pthread_mutex_lock(&r->lock);
+    reg_check_stall(r);
     if (post && strcmp(p, "/v1/accounts") == 0)
         accounts_create(r, req, body, resp);
     else if (get && strcmp(p, "/v1/accounts/me") == 0)

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -113,6 +114,17 @@ struct mt_registry {
     /* restart grace (reg_node_alive): nodes heard from at or after grace_from (alive when the
      * registry last ran) count as alive until grace_until, dead_after_ms after the start */
     int64_t grace_from, grace_until;
+    /* overload grace (reg_note_overload): while the registry itself is overloaded (its HTTP
+     * server turns clients away, its placement thread runs late), the nodes alive when that
+     * began (heard from at or after overload_from) count as alive until dead_after_ms after
+     * it ended (overload_until), but never longer than REG_OVERLOAD_GRACE_MAX_MS of silence:
+     * an attacker may delay the detection of a dead node, not stop it. Written under
+     * grace_mu, read without it. */
+    _Atomic int64_t overload_from, overload_until;
+    pthread_mutex_t grace_mu;
+    _Atomic int64_t overloads, overload_ms; /* times noted, and the total time they covered */
+    /* the placement thread's last turn, monotonic and wall ms */
+    _Atomic int64_t turned_ms, turned_wall_ms;
     uint64_t cert_serial; /* serial of the last certificate issued (start: time-based) */
     reg_ticket *tickets;  /* active and queued requests, queued ones in arrival order */
     int32_t n_tickets, cap_tickets;
@@ -150,6 +162,14 @@ int reg_node_save_assign(mt_registry *r, int64_t id, const reg_assign *a, mt_err
  * and it started less than dead_after_ms ago. Heard: the first part only.
  * Available: alive, not paused now. */
 bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms);
+/* The registry has not kept up since began_ms (wall ms; see overload_from): the nodes
+ * heard from within dead_after_ms before that stay alive until dead_after_ms from now.
+ * Thread-safe. */
+void reg_note_overload(mt_registry *r, int64_t began_ms);
+#define REG_OVERLOAD_GRACE_MAX_MS 60000
+/* Notes an overload when the placement thread has not turned for a second (registry.c);
+ * called (holding r->lock) before anything that judges liveness. */
+void reg_check_stall(mt_registry *r);
 bool reg_node_heard(const mt_registry *r, const reg_node *n, int64_t now_ms);
 bool reg_node_available(const mt_registry *r, const reg_node *n, int64_t now_ms);
 const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_ms);

@@ -137,9 +137,33 @@ bool reg_node_heard(const mt_registry *r, const reg_node *n, int64_t now_ms) {
 
 bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms) {
     if (reg_node_heard(r, n, now_ms)) return true;
+    if (n->last_seen <= 0) return false;
     /* the time the registry was down is not silence: without this, a restart found every
      * node dead, unassigned them all and placed the shards anew as they checked in */
-    return n->last_seen > 0 && n->last_seen >= r->grace_from && now_ms <= r->grace_until;
+    if (n->last_seen >= r->grace_from && now_ms <= r->grace_until) return true;
+    /* nor is the time it was too busy to answer heartbeats */
+    int64_t grace = r->cfg.dead_after_ms * 12 > REG_OVERLOAD_GRACE_MAX_MS
+                        ? r->cfg.dead_after_ms * 12
+                        : REG_OVERLOAD_GRACE_MAX_MS;
+    return n->last_seen >= atomic_load(&r->overload_from) &&
+           now_ms <= atomic_load(&r->overload_until) && now_ms - n->last_seen <= grace;
+}
+
+void reg_note_overload(mt_registry *r, int64_t began_ms) {
+    int64_t now = reg_now_ms();
+    pthread_mutex_lock(&r->grace_mu);
+    int64_t until = atomic_load(&r->overload_until), next = now + r->cfg.dead_after_ms,
+            from = began_ms - r->cfg.dead_after_ms;
+    if (now > until) { /* a new episode: the nodes alive when it began are covered */
+        atomic_store(&r->overload_from, from);
+        atomic_fetch_add(&r->overloads, 1);
+        atomic_fetch_add(&r->overload_ms, next - began_ms);
+    } else {
+        if (from < atomic_load(&r->overload_from)) atomic_store(&r->overload_from, from);
+        if (next > until) atomic_fetch_add(&r->overload_ms, next - until);
+    }
+    if (next > until) atomic_store(&r->overload_until, next);
+    pthread_mutex_unlock(&r->grace_mu);
 }
 
 /* Inside a pause window now (local time of the registry). */

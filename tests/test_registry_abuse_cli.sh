@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# test_registry_abuse_cli.sh - a hostile crowd does not take a cell down. A registry with two
+# nodes (heartbeats every 500 ms, dead after 3 s of silence) serves prompts while, from 200
+# other loopback addresses (127.0.1.x), 2,000 half-open connections (a request line cut short)
+# are kept open and 200 abusive clients run, each from its own address: 50 slowloris (a header
+# byte a second), 50 slow bodies (a body byte a second), 50 floods of requests with a valid
+# token (an account of the attacker's own), 25 senders of random bytes, 25 announcers of 64 MB bodies. Checked: every node stays
+# alive and heard from (no heartbeat gap reaches the dead-after time: their addresses have
+# connections of their own), the plan never changes, every prompt gives the text it gave
+# before the attack, and the registry held its public cap (1,024) of connections. Then each
+# limit alone: slow clients are cut at the header / body deadlines (3 s / 5 s here), floods
+# get 429 past the in-flight cap (16 per token here), 64 MB bodies 413, and one address
+# cannot hold more than 64 connections. Last, the registry stalls (SIGSTOP for longer than
+# the dead-after time): no node is counted dead for the silence that caused, and the plan
+# stays. Prints the figures.
+set -u
+. "$(dirname "$0")/lib/harness.bash"
+T="timeout 60"
+ABUSE="$(cd "$(dirname "$0")" && pwd)/lib/http_abuse.mjs"
+ATTACK_S=25
+
+M="$tmp/m.gguf"
+$T "$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type q8_0 --layers 4 --embd 128 --heads 4 --head-dim 32 \
+    --ff 128 --ff-exp 64 --seed 3 >/dev/null && ok || bad "mkmodel"
+cd "$tmp"
+status() { "$BIN" status --registry "$URL" --json 2>/dev/null; }
+start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
+    --replicas 1 --spares 0 --heartbeat-ms 500 --dead-after-ms 3000 --listen 127.0.0.1:0 \
+    --header-timeout-s 3 --body-timeout-s 5 --max-inflight-per-token 16
+URL=$ADDR
+PORT=${URL##*:}
+reg_pid=$PID
+expect 0 "token in" "$BIN" account new cafe --registry "$URL" -o "$tmp/cafe.token"
+expect 0 "token in" "$BIN" account new mallory --registry "$URL" -o "$tmp/mallory.token"
+for k in 1 2; do
+    start_bg "n$k" "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n$k.key" \
+        --data "$tmp/d$k" --listen 127.0.0.1:0 --name "pc$k" --speed 1 --threads 1
+done
+wait_for 'o.min_replicas_serving >= 1 && o.nodes_alive == 2' 60 && ok ||
+    bad "the cell did not serve: $(status | head -c 1500)"
+ask() { $T "$BIN" prompt --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/req.key" \
+    -p "The crowd at the door" -n 24 --temp 0 2>>"$tmp/prompt.err"; }
+ask >"$tmp/ref.txt" && [ -s "$tmp/ref.txt" ] && ok || bad "no text before the attack: $(tail -3 "$tmp/prompt.err")"
+plan0=$(status | json 'console.log(o.plan_version)')
+
+# ---- the crowd, with the cell generating and the nodes watched all along
+node "$ABUSE" "127.0.0.1:$PORT" $ATTACK_S --half-open 2000 --addrs 200 --slowloris 50 --slow-body 50 \
+    --flood 50 --token "$(cat "$tmp/mallory.token")" --path /v1/usage --garbage 25 --big 25 \
+    --out "$tmp/crowd.json" 2>"$tmp/crowd.err" &
+abuse_pid=$!
+pids+=("$abuse_pid")
+sleep 3
+prompts=0 same=0 worst_gap=0 held=0 dead_seen=""
+end=$((SECONDS + ATTACK_S - 5))
+while [ $SECONDS -lt $end ]; do
+    if ask >"$tmp/during.txt"; then
+        prompts=$((prompts + 1))
+        cmp -s "$tmp/ref.txt" "$tmp/during.txt" && same=$((same + 1))
+    fi
+    s=$(status) || continue
+    read -r gap conns bad_nodes < <(echo "$s" | json 'console.log(Math.max(...o.nodes.map(n => n.last_seen_ms_ago)),
+        o.http.conns, o.nodes.filter(n => !n.alive || !/serving|spare/.test(n.state)).map(n => n.name + ":" + n.state).join(" "))')
+    [ "${gap:-0}" -gt "$worst_gap" ] && worst_gap=$gap
+    [ "${conns:-0}" -gt "$held" ] && held=$conns
+    [ -n "$bad_nodes" ] && dead_seen="$dead_seen $bad_nodes"
+done
+wait "$abuse_pid"
+[ "$prompts" -ge 3 ] && [ "$same" -eq "$prompts" ] && ok ||
+    bad "during the attack $same of $prompts prompts gave the text of before: $(tail -3 "$tmp/prompt.err")"
+[ -z "$dead_seen" ] && ok || bad "nodes were not serving during the attack:$dead_seen"
+[ "$worst_gap" -lt 3000 ] && ok || bad "a node went unheard for $worst_gap ms (dead after 3000)"
+[ "$(status | json 'console.log(o.plan_version)')" = "$plan0" ] && ok || bad "the registry re-planned during the attack"
+H=$(status | json 'console.log(JSON.stringify(o.http))')
+[ "$held" -ge 1000 ] && echo "$H" | json 'process.exit(o.refused_full > 0 && o.closed_headers > 0 ? 0 : 1)' && ok ||
+    bad "the registry did not hold its 1,024 public connections and refuse the rest: held $held, $H"
+echo "$prompts prompts during a ${ATTACK_S}s attack, the same text in $same; longest a node went unheard: $worst_gap ms (dead after 3000); the registry held up to $held public connections"
+echo "registry after the crowd: $H"
+
+# ---- each limit alone
+node "$ABUSE" "127.0.0.1:$PORT" 10 --slowloris 20 --slow-body 20 --flood 20 --big 10 \
+    --token "$(cat "$tmp/mallory.token")" --path /v1/usage --out "$tmp/limits.json" 2>"$tmp/limits.err"
+A=$(cat "$tmp/limits.json")
+echo "$A" | json '
+const lived = (a) => a.length ? [Math.min(...a), Math.max(...a)] : [0, 0];
+const [s0, s1] = lived(o.slow_lived_ms), [b0, b1] = lived(o.slow_body_lived_ms);
+const fails = [];
+if (!o.slow_lived_ms.length || s0 < 2500 || s1 > 4500) fails.push(`slowloris clients lived ${s0}-${s1} ms (header deadline 3 s)`);
+if (!o.slow_body_lived_ms.length || b0 < 4500 || b1 > 7000) fails.push(`slow bodies lived ${b0}-${b1} ms (body deadline 5 s)`);
+if (!o.flood_status[429] || !Object.keys(o.flood_status).some(k => k != 429 && k != 0)) fails.push(`floods got ${JSON.stringify(o.flood_status)}: want answers and 429s`);
+if (!o.big_status[413]) fails.push(`64 MB bodies got ${JSON.stringify(o.big_status)}: want 413`);
+if (fails.length) { console.error(fails.join("; ")); process.exit(1); }' && ok || bad "the limits did not act as set: $A"
+echo "each limit alone: $(echo "$A" | json 'const r = (a) => a.length ? Math.min(...a) + "-" + Math.max(...a) : "none";
+    console.log(`slowloris cut after ${r(o.slow_lived_ms)} ms, slow bodies after ${r(o.slow_body_lived_ms)} ms, floods ${JSON.stringify(o.flood_status)}, 64 MB bodies ${JSON.stringify(o.big_status)}`)')"
+
+# ---- one address alone: held to the per-address limit (64)
+node "$ABUSE" "127.0.0.1:$PORT" 5 --half-open 300 --addrs 1 --out "$tmp/one.json" 2>"$tmp/one.err" &
+pids+=($!)
+sleep 3
+one=$(status | json 'console.log(o.http.conns)')
+wait "${pids[-1]}"
+[ "${one:-999}" -le 66 ] && [ "${one:-0}" -ge 32 ] && ok || bad "one address held $one connections (limit 64)"
+status | json 'process.exit(o.http.refused_per_addr > 0 ? 0 : 1)' && ok ||
+    bad "no refusal per address: $(status | json 'console.log(JSON.stringify(o.http))')"
+echo "one address asking for 300 connections: the registry held $one"
+
+# ---- the registry itself stalls (stopped 5 s, nodes dead after 3 s): its silence is not theirs
+plan1=$(status | json 'console.log(o.plan_version)')
+kill -STOP "$reg_pid"
+sleep 5
+kill -CONT "$reg_pid"
+sleep 1
+status | json 'process.exit(o.nodes.every(n => n.alive) && o.http.overload.episodes >= 2 ? 0 : 1)' && ok ||
+    bad "after the registry stalled, nodes counted dead: $(status | head -c 1200)"
+[ "$(status | json 'console.log(o.plan_version)')" = "$plan1" ] && ok ||
+    bad "the registry re-planned after its own stall: $(grep "plan\|->" "$tmp/reg.err" | tail -4)"
+ask >"$tmp/after.txt" && cmp -s "$tmp/ref.txt" "$tmp/after.txt" && ok || bad "the text changed after the attack"
+finish
