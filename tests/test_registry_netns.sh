@@ -2,7 +2,9 @@
 # test_registry_netns.sh - the control plane across real network stacks.
 # test_registry_cli.sh runs the same parts on 127.0.0.1; here every part has
 # its own network namespace on a bridge (tests/lib/netns.bash, addresses in
-# 10.232.X.0/24 made by this test): the registry, six nodes (pc1..pc6, each
+# 10.232.X.0/24 made by this test): the registry (off loopback, so over
+# HTTPS with its self-signed certificate, which every client pins with
+# --registry-pin; test_registry_tls_cli.sh), six nodes (pc1..pc6, each
 # --listen on its own address, port 7411), and the requester (which also runs
 # `status` and `pause`). pc6 reaches the registry through a 20 ms latency
 # relay (tests/lib/latency_relay.mjs), so its heartbeats and its seed fetches
@@ -53,7 +55,7 @@ echo "netns: requester in $R, registry in ${N[1]} (${IP[1]}), nodes pc1..pc6 at 
 
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); } # ms since a `date +%s%N`
 kill_node() { { kill -9 "${NPID[$1]}" && wait "${NPID[$1]}"; } 2>/dev/null; }
-status() { timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL" --json 2>/dev/null; }
+status() { timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL" --registry-pin "$PIN" --json 2>/dev/null; }
 node_id() { status | json "console.log(o.nodes.find(n => n.name == 'pc$1').node_id)"; }
 # k of the node at ADDR (nothing when none)
 node_k() {
@@ -65,7 +67,8 @@ start_node() {
     local k=$1 url=$URL
     [ "$k" = 6 ] && url=$RURL
     NRUN[k]=$((NRUN[k] + 1))
-    bg "n$k.${NRUN[k]}" "${NS[k]}" "$BIN" node --registry "$url" --token-file "$tmp/cafe.token" \
+    bg "n$k.${NRUN[k]}" "${NS[k]}" "$BIN" node --registry "$url" --registry-pin "$PIN" \
+        --token-file "$tmp/cafe.token" \
         --key "$tmp/n$k.key" --data "$tmp/d$k" --listen "${NIP[k]}:7411" --name "pc$k" \
         --capacity-mb "$cap_mb" --speed 1 --threads 1 && NPID[k]=$PID
 }
@@ -88,16 +91,19 @@ bg reg "${N[1]}" "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg
     --shards "$tmp/seed" --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 \
     --listen "${IP[1]}:0" || { finish; exit; }
 URL=$ADDR
-bg relay "${N[1]}" node "$RELAY" --listen "${IP[1]}:0" --target "${URL#http://}" --delay 20 --lifetime 600 ||
+# off loopback the registry serves HTTPS (a self-signed certificate); every client pins its key
+PIN=$(sed -n 's/^TLS certificate \(sha256\/\/[^ ]*\) .*/\1/p' "$tmp/reg.out")
+[[ "$URL" == https://* ]] && [ -n "$PIN" ] && ok || bad "the registry off loopback does not serve TLS: $URL, pin '$PIN'"
+bg relay "${N[1]}" node "$RELAY" --listen "${IP[1]}:0" --target "${URL#https://}" --delay 20 --lifetime 600 ||
     { finish; exit; }
-RURL=http://$ADDR
-timeout 30 "${RQ[@]}" "$BIN" account new cafe --registry "$URL" -o "$tmp/cafe.token" >/dev/null 2>&1 || bad "account new"
+RURL=https://$ADDR
+timeout 30 "${RQ[@]}" "$BIN" account new cafe --registry "$URL" --registry-pin "$PIN" -o "$tmp/cafe.token" >/dev/null 2>&1 || bad "account new"
 t0=$(date +%s%N)
 for k in 1 2 3 4 5 6; do start_node $k || { finish; exit; }; done
 wait_for 'o.min_replicas_serving == 2 && o.spares >= 1 && o.nodes_alive == 6' 60 && ok ||
     bad "6 nodes did not reach 2 serving replicas and a spare: $(status | head -c 1500)"
 echo "join: 2 replicas serving $(ms_since "$t0") ms after the first node started"
-timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL"
+timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL" --registry-pin "$PIN"
 status | json "const n = o.nodes.find(n => n.name == 'pc6');
     process.exit(n && n.state != 'dead' && n.state != 'joining' ? 0 : 1)" && ok ||
     bad "pc6 (behind the 20 ms relay) is not alive: $(cat "$tmp"/n6.1.err)"
@@ -111,7 +117,7 @@ for k in 1 2 3 4 5 6; do
 done
 
 # ---- 2. a greedy prompt through the registry gives the local tokens
-P=(prompt --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/req.key" --cache "$tmp/cache"
+P=(prompt --registry "$URL" --registry-pin "$PIN" --token-file "$tmp/cafe.token" --key "$tmp/req.key" --cache "$tmp/cache"
     --call-timeout-ms 3000)
 timeout 60 "${RQ[@]}" "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p1.json" 2>"$tmp/p1.err" ||
     bad "prompt: $(cat "$tmp/p1.err")"
@@ -174,7 +180,7 @@ rec_first=$REC restore1=$RESTORE A=$KILLED A_ID=$KILLED_ID
 long_prompt kill2
 kill_during kill2 last "$LAST"
 rec_last=$REC restore2=$RESTORE B=$KILLED
-timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL"
+timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL" --registry-pin "$PIN"
 
 # 3c: cut a stage's link (its process lives on); the requester must still finish
 long_prompt cut
@@ -215,12 +221,12 @@ else
     wait $PPID_
 fi
 [ -n "${B:-}" ] && start_node "$B" # the last killed node comes back too: a spare
-timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL"
+timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL" --registry-pin "$PIN"
 
 # ---- 5. pause a serving node: no role, no new routes; resumed: can get work again
 V=$(status | json "const n = o.nodes.find(n => n.state == 'serving'); console.log(n.name.slice(2))")
 V_ID=$(node_id "$V")
-expect 0 "draining\|paused" "${RQ[@]}" "$BIN" pause --registry "$URL" --node "$V_ID" --token-file "$tmp/cafe.token"
+expect 0 "draining\|paused" "${RQ[@]}" "$BIN" pause --registry "$URL" --registry-pin "$PIN" --node "$V_ID" --token-file "$tmp/cafe.token"
 wait_for "o.nodes.find(n => n.node_id == $V_ID).role == 'none' && o.min_replicas_serving == 2" 20 && ok ||
     bad "paused pc$V kept its work, or 2 replicas were not kept: $(status | head -c 1500)"
 for i in 1 2 3; do # routes are spread by session: several prompts
@@ -231,11 +237,11 @@ for i in 1 2 3; do # routes are spread by session: several prompts
 done
 # resumed: it can get work again. Made certain: the other spare is paused
 # too, so when a serving node is then paused, the resumed one must take over.
-pause() { timeout 30 "${RQ[@]}" "$BIN" pause --registry "$URL" --node "$1" --token-file "$tmp/cafe.token" "${@:2}" >/dev/null 2>&1; }
+pause() { timeout 30 "${RQ[@]}" "$BIN" pause --registry "$URL" --registry-pin "$PIN" --node "$1" --token-file "$tmp/cafe.token" "${@:2}" >/dev/null 2>&1; }
 S_ID=$(status | json "console.log(o.nodes.find(n => n.state == 'spare').node_id)")
 pause "$S_ID" && wait_for "o.nodes.find(n => n.node_id == $S_ID).state == 'paused'" 20 && ok ||
     bad "the other spare (node $S_ID) could not be paused: $(status | head -c 1500)"
-expect 0 "node $V_ID:" "${RQ[@]}" "$BIN" pause --registry "$URL" --node "$V_ID" --token-file "$tmp/cafe.token" --resume
+expect 0 "node $V_ID:" "${RQ[@]}" "$BIN" pause --registry "$URL" --registry-pin "$PIN" --node "$V_ID" --token-file "$tmp/cafe.token" --resume
 wait_for "o.nodes.find(n => n.node_id == $V_ID).state == 'spare'" 20 && ok ||
     bad "resumed pc$V is not a spare: $(status | head -c 1500)"
 W_ID=$(status | json "console.log(o.nodes.find(n => n.state == 'serving').node_id)")
@@ -244,7 +250,7 @@ pause "$W_ID" || bad "pause node $W_ID"
 wait_for "o.nodes.find(n => n.node_id == $V_ID).state == 'serving' && o.min_replicas_serving == 2" 20 && ok ||
     bad "resumed pc$V got no work when node $W_ID was paused: $(status | head -c 1500)"
 echo "pause: pc$V paused, routed around, resumed; it took paused node $W_ID's shard $(ms_since "$t_w") ms after that pause"
-timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL"
+timeout 10 "${RQ[@]}" "$BIN" status --registry "$URL" --registry-pin "$PIN"
 timeout 60 "${RQ[@]}" "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p4.json" 2>"$tmp/p4.err"
 [ "$(tokens <"$tmp/p4.json" 2>/dev/null)" = "$ref" ] && ok || bad "prompt at the end: $(cat "$tmp/p4.err")"
 

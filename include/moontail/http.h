@@ -83,6 +83,11 @@ typedef struct mt_http_server_config {
      * turns a client away because it is full, so that the owner can tell its
      * own overload from the silence of its clients */
     void (*on_overload)(void *ctx);
+    /* optional TLS: with both, the server speaks HTTPS only (and plain HTTP
+     * requests to it get no answer). PEM text of the certificate (its chain
+     * after it) and of its unencrypted private key (tls_cert.h makes or loads
+     * them); copied. */
+    const char *tls_cert_pem, *tls_key_pem;
 } mt_http_server_config;
 
 /* What the limits did so far, and what the server holds now. */
@@ -163,5 +168,23 @@ int mt_http_json(const char *method, const char *url, const char *token, const j
 /* GET url bytes [from, from + len) into buf (exactly len bytes, or an error). */
 int mt_http_get_range(const char *url, uint64_t from, size_t len, void *buf, int timeout_ms,
                       mt_error *err);
+
+/* How every https:// URL of this process is trusted (set it before the first
+ * call, while one thread runs; http:// URLs are unaffected):
+ *   - pin "sha256//BASE64" (tls_cert.h): the server's public key must be the
+ *     pinned one; its certificate chain and host name are not checked (the
+ *     registry's self-signed certificate). A mismatch is an error naming
+ *     the server and what to do;
+ *   - no pin: the certificate must chain to a trusted CA - the system's, or
+ *     those of ca_file (PEM) - and name the host.
+ * Either may be NULL. 0, or -1 for a malformed pin or a ca_file that cannot
+ * be read. */
+int mt_http_client_tls(const char *pin, const char *ca_file, mt_error *err);
+
+/* Connects to the https:// url without checking its certificate and sets
+ * *pem (heap) to the certificate the server presented: for a first contact
+ * that pins it (trust on first use), after a person compared its pin. 0, or
+ * -1 with err. */
+int mt_http_peer_cert(const char *url, int timeout_ms, char **pem, mt_error *err);
 
 #endif

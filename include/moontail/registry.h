@@ -86,6 +86,13 @@ typedef struct mt_registry_config {
     /* what one client may take of the HTTP API (zero fields: http.h's defaults); nodes'
      * addresses are reserved once a heartbeat proves them */
     mt_http_limits http_limits;
+    /* TLS for the HTTP API (tls_cert.h): the certificate and key (PEM) it is
+     * served with, and the certificate's pin, shown at GET / and /v1/status.
+     * Without them the API is plain HTTP, which a listen address off this
+     * machine (not loopback) gets only with insecure_http: tokens would cross
+     * the network in clear. */
+    const char *tls_cert_pem, *tls_key_pem, *tls_pin;
+    bool insecure_http;
 } mt_registry_config;
 
 typedef struct mt_registry mt_registry;
@@ -95,7 +102,7 @@ typedef struct mt_registry mt_registry;
 mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err);
 void mt_registry_stop(mt_registry *r);
 
-/* "http://host:port" as bound. */
+/* "http://host:port" as bound ("https://" with TLS). */
 const char *mt_registry_url(const mt_registry *r);
 /* The registry's public key (hex), the authority nodes trust. */
 const char *mt_registry_pubkey_hex(const mt_registry *r);

@@ -168,6 +168,9 @@ void mt_conn_close(mt_conn *c);
 /* A listening socket, or -1 with err (and errno set, e.g. EADDRINUSE when another
  * socket holds the port). */
 int mt_listen_tcp(const char *addr, mt_error *err);
+/* Whether a listen address stays on this machine: 127.x.x.x, [::1],
+ * localhost or an empty host. (0.0.0.0 and [::] are every interface.) */
+bool mt_addr_loopback(const char *addr);
 /* The port a socket is bound to (after listening on port 0), or -1. */
 int mt_listen_port(int fd);
 /* Waits up to timeout_ms (<= 0: forever) for a connection. Returns its fd and

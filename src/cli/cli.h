@@ -83,6 +83,16 @@ void cli_block_stop_signals(sigset_t *sigs, bool hup);
  * what is wrong with the file. */
 int cli_expand_config(int *argc, char ***argv);
 
+/* Takes --registry-pin PIN and --ca-file FILE (each at most once) out of
+ * argv[1..*argc), whatever the command, and sets how this process trusts
+ * https:// registries (cli_trust.c): that pin or CA file, else what
+ * config.json keeps for the configured registry. 0, or -1 after saying
+ * what is wrong. */
+int cli_registry_trust(int *argc, char **argv);
+/* The --registry-pin / --ca-file the command line gave (NULL: none). */
+const char *cli_registry_pin_arg(void);
+const char *cli_ca_file_arg(void);
+
 /* Memory a node offers (mt_node_config.memory_bytes) for --memory-mb N: N MB, or when N
  * is 0, 70% of the RAM available now. */
 uint64_t cli_memory_offered(int64_t memory_mb);

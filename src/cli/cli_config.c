@@ -1,7 +1,9 @@
 /* cli_config.c - this machine's MoonTail home: ~/.moontail (or
  * $MOONTAIL_HOME), made by `moontail setup`. It holds
  *   config.json     {"registry": URL, "listen": ADDR, "name": NAME,
- *                    "capacity_mb": N} - what setup was told
+ *                    "capacity_mb": N, "registry_pin": "sha256//...",
+ *                    "ca_file": FILE} - what setup was told (the last two
+ *                    only for an https:// registry, cli_trust.c)
  *   token           the account token (0600)
  *   node.key        the node's identity (0600)
  *   requester.key   the requester's identity (0600)
@@ -51,6 +53,10 @@ int cli_config_load(cli_config *c) {
     if (reg) snprintf(c->registry, sizeof c->registry, "%s", reg);
     if (listen) snprintf(c->listen, sizeof c->listen, "%s", listen);
     if (name) snprintf(c->name, sizeof c->name, "%s", name);
+    const char *pin = json_string_value(json_object_get(j, "registry_pin"));
+    const char *ca = json_string_value(json_object_get(j, "ca_file"));
+    if (pin) snprintf(c->registry_pin, sizeof c->registry_pin, "%s", pin);
+    if (ca) snprintf(c->ca_file, sizeof c->ca_file, "%s", ca);
     c->capacity_mb = json_integer_value(json_object_get(j, "capacity_mb"));
     json_decref(j);
     c->loaded = true;
@@ -60,6 +66,8 @@ int cli_config_load(cli_config *c) {
 int cli_config_save(const cli_config *c) {
     json_t *j = json_pack("{s:s, s:s, s:s, s:I}", "registry", c->registry, "listen", c->listen,
                           "name", c->name, "capacity_mb", (json_int_t)c->capacity_mb);
+    if (c->registry_pin[0]) json_object_set_new(j, "registry_pin", json_string(c->registry_pin));
+    if (c->ca_file[0]) json_object_set_new(j, "ca_file", json_string(c->ca_file));
     char path[700], tmp[720];
     cli_home_path(c->home, "config.json", path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.part", path);

@@ -11,6 +11,10 @@ typedef struct cli_config {
     bool has_token; /* the token file is there */
     char home[512];
     char registry[256], listen[160], name[64];
+    /* how the registry's https:// URL is trusted (cli_trust.c): its pinned
+     * key "sha256//..." (setup's --registry-pin, or the key it saw first), or
+     * a CA file; both "" for an http:// registry or the system's CAs */
+    char registry_pin[64], ca_file[600];
     int64_t capacity_mb;
     char token_file[600], node_key[600], requester_key[600], data_dir[600], cache_dir[600];
 } cli_config;

@@ -1,10 +1,12 @@
 /* cmd_registry.c - `moontail registry`: runs the control plane
  * (registry.h), and with --relay-listen the relay for nodes behind NAT
- * (relay.h), until SIGINT or SIGTERM. Prints "relay on HOST:PORT" (with a
- * relay) and "listening on URL" on stdout once it answers; placement
- * changes and joins go to stderr. */
+ * (relay.h), until SIGINT or SIGTERM. Prints "TLS certificate PIN (...)"
+ * (with TLS), "relay on HOST:PORT" (with a relay) and "listening on URL" on
+ * stdout once it answers; placement changes and joins go to stderr. */
 #include "cli.h"
 #include "moontail/registry.h"
+#include "moontail/tls_cert.h"
+#include "moontail/transport.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -26,6 +28,17 @@ static const char usage[] =
     "  --key FILE            the registry's identity (default registry.key; created)\n"
     "  --shards DIR          seed copies of the shards (default registry-shards)\n"
     "  --listen ADDR         HTTP address (default 127.0.0.1:8470; :0 picks a port)\n"
+    "  --tls                 serve HTTPS on a loopback address too (elsewhere it is the\n"
+    "                        default): with --tls-cert/--tls-key, or a self-signed\n"
+    "                        certificate made once and kept beside --key (KEY.tls.pem,\n"
+    "                        KEY.tls.key); its fingerprint is printed at start for\n"
+    "                        clients' --registry-pin (docs/operators.md, TLS)\n"
+    "  --tls-cert FILE       the certificate (PEM, chain after it) to serve HTTPS with\n"
+    "  --tls-key FILE        its private key (PEM, unencrypted)\n"
+    "  --no-tls              plain HTTP (the default on loopback); refused elsewhere\n"
+    "                        without --insecure-http\n"
+    "  --insecure-http       allow plain HTTP off loopback (and use it): account and\n"
+    "                        node tokens then cross the network in clear\n"
     "  --replicas N          copies of every layer or expert (default 2)\n"
     "  --spares N            hot spares to keep (default 1 in a cell, 0 in a swarm)\n"
     "  --sessions N          cell: room a stage keeps for N sessions' KV cache and\n"
@@ -56,6 +69,35 @@ static const char usage[] =
     "  --rehash              read and hash the whole model again, ignoring the "
     "cache\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines on stderr\n";
 
+/* The certificate to serve: the operator's (cert and key given), else the
+ * self-signed pair kept beside the registry's key (made at the first start).
+ * 0, or 1 after saying what is wrong. */
+static int registry_tls(mt_tls_identity *id, const char *listen, const char *key, const char *cert,
+                        const char *cert_key) {
+    mt_error err = {{0}};
+    if (cert) {
+        if (mt_tls_identity_load(id, cert, cert_key, &err) == 0) return 0;
+        fprintf(stderr, "moontail registry: %s\n", err.msg);
+        return 1;
+    }
+    char cpath[4096], kpath[4096], host[300];
+    if (snprintf(cpath, sizeof cpath, "%s.tls.pem", key) >= (int)sizeof cpath ||
+        snprintf(kpath, sizeof kpath, "%s.tls.key", key) >= (int)sizeof kpath) {
+        fprintf(stderr, "moontail registry: --key path too long\n");
+        return 1;
+    }
+    /* the listen host for the certificate's names: "[::1]:80" -> ::1, ":80" -> 127.0.0.1 */
+    const char *colon = strrchr(listen, ':');
+    size_t hl = colon ? (size_t)(colon - listen) : strlen(listen);
+    const char *h = listen;
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') h++, hl -= 2;
+    snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : sizeof host - 1), h);
+    if (!host[0]) snprintf(host, sizeof host, "127.0.0.1");
+    if (mt_tls_identity_self_signed(id, cpath, kpath, host, &err) == 0) return 0;
+    fprintf(stderr, "moontail registry: %s\n", err.msg);
+    return 1;
+}
+
 int cmd_registry(int argc, char **argv) {
     const char *model = NULL, *mode = "cell", *db = "registry.db", *key = "registry.key",
                *shards = "registry-shards", *listen = "127.0.0.1:8470", *admin_file = NULL;
@@ -66,6 +108,8 @@ int cmd_registry(int argc, char **argv) {
     const char *hash_cache = NULL, *kv_name = NULL;
     bool require_volunteer = false, quiet = false, rehash = false;
     int64_t http_limits[5] = {0};
+    const char *tls_cert = NULL, *tls_key = NULL;
+    bool tls = false, no_tls = false, insecure_http = false;
     const cli_opt opts[] = {
         CLI_HTTP_LIMIT_OPTS(http_limits),
         {"--model", CLI_STRING, &model, 0, 0},
@@ -93,6 +137,11 @@ int cmd_registry(int argc, char **argv) {
         {"--hash-cache", CLI_STRING, &hash_cache, 0, 0},
         {"--rehash", CLI_FLAG, &rehash, 0, 0},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
+        {"--tls", CLI_FLAG, &tls, 0, 0},
+        {"--tls-cert", CLI_STRING, &tls_cert, 0, 0},
+        {"--tls-key", CLI_STRING, &tls_key, 0, 0},
+        {"--no-tls", CLI_FLAG, &no_tls, 0, 0},
+        {"--insecure-http", CLI_FLAG, &insecure_http, 0, 0},
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("registry", argc, argv, opts, usage);
@@ -127,8 +176,32 @@ int cmd_registry(int argc, char **argv) {
             return 2;
         }
     }
+    if (!tls_cert != !tls_key) {
+        fprintf(stderr, "moontail registry: --tls-cert and --tls-key go together (the"
+                        " certificate and its private key)\n");
+        return 2;
+    }
+    if ((no_tls || insecure_http) && (tls || tls_cert)) {
+        fprintf(stderr, "moontail registry: %s asks for plain HTTP and cannot go with %s\n",
+                no_tls ? "--no-tls" : "--insecure-http", tls ? "--tls" : "--tls-cert");
+        return 2;
+    }
+    /* TLS when asked for, and by default off loopback (plain there only with --insecure-http) */
+    mt_tls_identity id = {0};
+    bool use_tls = tls || tls_cert || (!mt_addr_loopback(listen) && !insecure_http && !no_tls);
+    if (use_tls && registry_tls(&id, listen, key, tls_cert, tls_key)) return 1;
+    char pin[MT_TLS_PIN_SIZE], cert_what[4200];
+    snprintf(pin, sizeof pin, "%s", id.pin);
+    if (tls_cert)
+        snprintf(cert_what, sizeof cert_what, "from %s", tls_cert);
+    else
+        snprintf(cert_what, sizeof cert_what, "self-signed, %s %s.tls.pem",
+                 id.generated ? "made now:" : "kept in", key);
     char *admin = NULL;
-    if (admin_file && !(admin = cli_token("registry", NULL, admin_file))) return 2;
+    if (admin_file && !(admin = cli_token("registry", NULL, admin_file))) {
+        mt_tls_identity_free(&id);
+        return 2;
+    }
     sigset_t sigs;
     cli_block_stop_signals(&sigs, false);
     mt_registry_config c = {.model = model,
@@ -158,10 +231,16 @@ int cmd_registry(int argc, char **argv) {
                             .hash_cache = hash_cache,
                             .rehash = rehash,
                             .quiet = quiet,
-                            .http_limits = cli_http_limits(http_limits)};
+                            .http_limits = cli_http_limits(http_limits),
+
+                            .tls_cert_pem = id.cert_pem,
+                            .tls_key_pem = id.key_pem,
+                            .tls_pin = use_tls ? pin : NULL,
+                            .insecure_http = insecure_http};
     mt_error err = {{0}};
     mt_registry *r = mt_registry_start(&c, &err);
     free(admin);
+    mt_tls_identity_free(&id);
     if (!r) {
         fprintf(stderr, "moontail registry: %s\n", err.msg);
         return 1;
@@ -169,6 +248,8 @@ int cmd_registry(int argc, char **argv) {
     if (!quiet)
         fprintf(stderr, "moontail registry: %s mode, %lld replicas, key %s\n", mode,
                 (long long)replicas, mt_registry_pubkey_hex(r));
+    if (use_tls)
+        printf("TLS certificate %s (%s; clients: --registry-pin %s)\n", pin, cert_what, pin);
     if (mt_registry_relay_addr(r)) printf("relay on %s\n", mt_registry_relay_addr(r));
     printf("listening on %s\n", mt_registry_url(r));
     fflush(stdout);

@@ -9,6 +9,7 @@
 #include "cli_config.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
+#include "moontail/tls_cert.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +35,12 @@ static const char usage[] =
     "--accept-terms it shows the terms and stops.\n"
     "\n"
     "  --registry URL      the registry to join (kept in the config)\n"
+    "  --registry-pin PIN  for an https:// registry: the fingerprint it printed at start\n"
+    "                      ('TLS certificate sha256//...'), kept in the config. Without\n"
+    "                      it, setup reads the certificate the registry presents now,\n"
+    "                      prints its fingerprint for you to compare, and keeps that\n"
+    "  --ca-file FILE      for an https:// registry whose certificate a CA signed: that\n"
+    "                      CA (PEM; default: the system's), kept in the config\n"
     "  --token-file FILE   an account token from the cell's operator (default: ask the\n"
     "                      registry for a new account)\n"
     "  --name NAME         how this machine is shown (default: its host name)\n"
@@ -92,6 +100,55 @@ static int write_secret(const char *path, const char *text) {
     }
     fchmod(fd, 0600);
     return close(fd);
+}
+
+/* How the https:// registry in c is trusted from now on (c->registry_pin /
+ * c->ca_file, kept in the config): the --registry-pin or --ca-file given,
+ * else the pin kept for this same registry, else the key it presents now
+ * (trust on first use: printed for the person to compare). prev_registry:
+ * the registry the config named before. 0, -1 (said why), or -2 for a usage
+ * error (said why). */
+static int registry_trust(cli_config *c, const char *prev_registry) {
+    const char *pin = cli_registry_pin_arg(), *ca = cli_ca_file_arg();
+    bool https = strncasecmp(c->registry, "https://", 8) == 0;
+    if (!https) {
+        if (pin || ca) {
+            fprintf(stderr,
+                    "moontail setup: %s is for an https:// registry, and %s is plain http://;"
+                    " use the https:// URL the registry printed ('listening on ...')\n",
+                    pin ? "--registry-pin" : "--ca-file", c->registry);
+            return -2;
+        }
+        c->registry_pin[0] = c->ca_file[0] = 0;
+        return 0;
+    }
+    if (pin || ca) { /* checked and applied already (cli_trust.c) */
+        snprintf(c->registry_pin, sizeof c->registry_pin, "%s", pin ? pin : "");
+        snprintf(c->ca_file, sizeof c->ca_file, "%s", ca ? ca : "");
+        return 0;
+    }
+    if (strcmp(prev_registry, c->registry) == 0 && (c->registry_pin[0] || c->ca_file[0]))
+        return 0; /* the same registry as before: its pin stays (cli_trust.c applied it) */
+    c->registry_pin[0] = c->ca_file[0] = 0;
+    char *pem = NULL;
+    mt_error err = {{0}};
+    if (mt_http_peer_cert(c->registry, 10000, &pem, &err) ||
+        mt_tls_pin_of_pem(pem, strlen(pem), c->registry_pin, &err) ||
+        mt_http_client_tls(c->registry_pin, NULL, &err)) {
+        fprintf(stderr, "moontail setup: cannot read the registry's TLS certificate: %s\n",
+                err.msg);
+        free(pem);
+        c->registry_pin[0] = 0;
+        return -1;
+    }
+    free(pem);
+    printf("the registry at %s presents TLS certificate %s\n"
+           "  compare it with the 'TLS certificate' line the registry printed at start (ask its\n"
+           "  operator); if they differ, something is impersonating it: run 'moontail setup\n"
+           "  --registry %s --registry-pin PIN' with the right one. Pinned: a registry\n"
+           "  presenting another certificate is refused from now on.\n",
+           c->registry, c->registry_pin, c->registry);
+    return 0;
 }
 
 /* An account token: the operator's, one kept from an earlier setup, or a new account. */
@@ -171,6 +228,13 @@ static void node_args(const cli_config *c, const char *self, char capmb[32], cha
     argv[k++] = (char *)c->listen;
     argv[k++] = "--name";
     argv[k++] = (char *)c->name;
+    if (c->registry_pin[0]) {
+        argv[k++] = "--registry-pin";
+        argv[k++] = (char *)c->registry_pin;
+    } else if (c->ca_file[0]) {
+        argv[k++] = "--ca-file";
+        argv[k++] = (char *)c->ca_file;
+    }
     if (c->capacity_mb > 0) {
         snprintf(capmb, 32, "%lld", (long long)c->capacity_mb);
         argv[k++] = "--capacity-mb";
@@ -328,6 +392,8 @@ int cmd_setup(int argc, char **argv) {
                 c.home[0] ? c.home : "~/.moontail");
         return 1;
     }
+    char prev_registry[sizeof c.registry];
+    memcpy(prev_registry, c.registry, sizeof prev_registry);
     if (registry) snprintf(c.registry, sizeof c.registry, "%s", registry);
     if (listen) snprintf(c.listen, sizeof c.listen, "%s", listen);
     if (name) snprintf(c.name, sizeof c.name, "%s", name);
@@ -346,6 +412,8 @@ int cmd_setup(int argc, char **argv) {
     if (make_dir(sub, 0755)) return 1;
     cli_home_path(c.home, "cache", sub, sizeof sub);
     if (make_dir(sub, 0755)) return 1;
+    int trc = registry_trust(&c, prev_registry);
+    if (trc) return trc == -2 ? 2 : 1;
     if (ensure_key(c.node_key) || ensure_key(c.requester_key) || get_token(&c, token_file))
         return 1;
     if (cli_config_save(&c)) {

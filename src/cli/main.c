@@ -36,7 +36,9 @@ static const char usage[] =
     "  shell     a chat with the model in the terminal (what 'moontail' alone runs)\n"
     "\n"
     "'moontail <command> --help' describes each command's options. Any command takes\n"
-    "--config FILE: a file of its long options, one 'key = value' per line.\n";
+    "--config FILE: a file of its long options, one 'key = value' per line, and, for a\n"
+    "registry served over https://, --registry-pin sha256//... (the fingerprint the\n"
+    "registry prints at start; `setup` keeps it) or --ca-file FILE (a CA-signed one).\n";
 
 int main(int argc, char **argv) {
 #ifdef __GLIBC__
@@ -52,7 +54,7 @@ int main(int argc, char **argv) {
         fputs(usage, stdout);
         return 0;
     }
-    if (cli_expand_config(&argc, &argv)) return 2;
+    if (cli_expand_config(&argc, &argv) || cli_registry_trust(&argc, argv)) return 2;
     /* no command (perhaps options): a chat in the terminal */
     if (argc < 2 || argv[1][0] == '-') return cmd_shell(argc, argv);
     static const struct {

@@ -1,13 +1,22 @@
 /* http_client.c - the HTTP client of http.h on libcurl: JSON calls to the
  * registry and ranged GETs of shard pieces. Only http:// and https:// URLs
- * are followed; redirects are not (a registry or a peer never sends one). */
+ * are followed; redirects are not (a registry or a peer never sends one).
+ * https:// URLs are trusted as mt_http_client_tls says (a pinned key, or CA
+ * verification), and TLS failures are explained in terms of what to do. */
 #include "moontail/http.h"
+#include "moontail/tls_cert.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* mt_http_client_tls: the pinned key ("" none) and the CA bundle ("" the system's) */
+static char tls_pin[MT_TLS_PIN_SIZE];
+static char tls_ca[1024];
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void global_init(void) {
@@ -24,6 +33,7 @@ typedef struct sink {
     uint64_t from;
     char errbody[512];
     size_t errlen;
+    char why[CURL_ERROR_SIZE]; /* libcurl's detail of a failure */
 } sink;
 
 static bool unwanted(long status, uint64_t from) {
@@ -71,7 +81,69 @@ static CURL *easy(const char *url, int timeout_ms, sink *s) {
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*"); /* never send the registry's traffic elsewhere */
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, s->why);
+    if (strncasecmp(url, "https://", 8) == 0) {
+        if (tls_pin[0]) { /* the key is the trust: no CA signed a self-signed certificate */
+            curl_easy_setopt(c, CURLOPT_PINNEDPUBLICKEY, tls_pin);
+            curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+            curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+        } else if (tls_ca[0]) {
+            curl_easy_setopt(c, CURLOPT_CAINFO, tls_ca);
+        }
+    }
     return c;
+}
+
+int mt_http_client_tls(const char *pin, const char *ca_file, mt_error *err) {
+    if (pin && !mt_tls_pin_valid(pin))
+        return mt_error_set(err,
+                            "registry pin '%.80s' is malformed: expected 'sha256//' and 44 base64"
+                            " characters, as the registry prints at start ('TLS certificate"
+                            " sha256//...')",
+                            pin);
+    if (ca_file && (!*ca_file || strlen(ca_file) >= sizeof tls_ca || access(ca_file, R_OK) != 0))
+        return mt_error_set(
+            err, "CA file '%.300s' cannot be read; give a PEM file of CA certificates", ca_file);
+    snprintf(tls_pin, sizeof tls_pin, "%s", pin ? pin : "");
+    snprintf(tls_ca, sizeof tls_ca, "%s", ca_file ? ca_file : "");
+    return 0;
+}
+
+/* What went wrong in a transfer to url, and what to do about it. */
+static const char *explain(char *out, size_t cap, const char *url, CURLcode rc, const char *why) {
+    bool https = strncasecmp(url, "https://", 8) == 0;
+    const char *host = strstr(url, "://");
+    host = host ? host + 3 : url;
+    int hl = (int)strcspn(host, "/?#");
+    const char *detail = why && *why ? why : curl_easy_strerror(rc);
+    if (rc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
+        snprintf(out, cap,
+                 "the TLS certificate of the registry at %.*s does not match the pinned"
+                 " fingerprint %s: if its operator gave it a new certificate, get the fingerprint"
+                 " it prints at start ('TLS certificate sha256//...') and pass it with"
+                 " --registry-pin (or run 'moontail setup --registry URL --registry-pin PIN'"
+                 " again); if not, something is impersonating the registry: send it nothing",
+                 hl, host, tls_pin);
+    else if (https && rc == CURLE_PEER_FAILED_VERIFICATION)
+        snprintf(out, cap,
+                 "the TLS certificate of %.*s is not trusted (%s): for a registry's self-signed"
+                 " certificate pass its fingerprint with --registry-pin sha256//... (it prints"
+                 " it at start), or give the CA that signed it with --ca-file FILE",
+                 hl, host, detail);
+    else if (https &&
+             (rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_RECV_ERROR || rc == CURLE_GOT_NOTHING))
+        snprintf(out, cap,
+                 "TLS handshake with %.*s failed (%s): if it speaks plain HTTP (a registry on"
+                 " loopback does unless started with --tls), use an http:// URL",
+                 hl, host, detail);
+    else if (!https && (rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR))
+        snprintf(out, cap,
+                 "%.*s closed the connection without an answer (%s): if it serves HTTPS (a"
+                 " registry off loopback does by default), use an https:// URL",
+                 hl, host, detail);
+    else
+        snprintf(out, cap, "%s", detail);
+    return out;
 }
 
 int mt_http_json(const char *method, const char *url, const char *token, const json_t *body,
@@ -96,7 +168,8 @@ int mt_http_json(const char *method, const char *url, const char *token, const j
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     else
         mt_error_set(err, "%s %s: %s", method, url,
-                     s.overflow ? "the answer is larger than 64 MiB" : curl_easy_strerror(rc));
+                     s.overflow ? "the answer is larger than 64 MiB"
+                                : explain((char[800]){0}, 800, url, rc, s.why));
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     free(payload);
@@ -143,15 +216,45 @@ int mt_http_get_range(const char *url, uint64_t from, size_t len, void *buf, int
                            e || s.errlen ? ": " : "", e ? e : s.errbody);
         json_decref(j);
     } else if (rc != CURLE_OK) {
-        ret =
-            mt_error_set(err, "GET %s bytes %s: %s", url, range,
-                         s.overflow ? "the peer sent more than asked for" : curl_easy_strerror(rc));
+        ret = mt_error_set(err, "GET %s bytes %s: %s", url, range,
+                           s.overflow ? "the peer sent more than asked for"
+                                      : explain((char[800]){0}, 800, url, rc, s.why));
     } else if (s.len != len) {
         ret = mt_error_set(err, "GET %s bytes %s: got %zu bytes, expected %zu", url, range, s.len,
                            len);
     } else {
         memcpy(buf, s.data, len);
     }
+    free(s.data);
+    return ret;
+}
+
+int mt_http_peer_cert(const char *url, int timeout_ms, char **pem, mt_error *err) {
+    *pem = NULL;
+    if (strncasecmp(url, "https://", 8) != 0)
+        return mt_error_set(err, "%s: not an https:// URL, there is no certificate to read", url);
+    sink s = {.limit = 1u << 20};
+    CURL *c = easy(url, timeout_ms, &s);
+    if (!c) return mt_error_set(err, "GET %s: libcurl could not start", url);
+    /* the certificate is what we want to see, not what we check (a person compares its pin) */
+    curl_easy_setopt(c, CURLOPT_PINNEDPUBLICKEY, NULL);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    curl_easy_setopt(c, CURLOPT_CERTINFO, 1L);
+    CURLcode rc = curl_easy_perform(c);
+    struct curl_certinfo *ci = NULL;
+    if (rc == CURLE_OK && curl_easy_getinfo(c, CURLINFO_CERTINFO, &ci) == CURLE_OK && ci &&
+        ci->num_of_certs > 0)
+        for (struct curl_slist *l = ci->certinfo[0]; l && !*pem; l = l->next)
+            if (strncmp(l->data, "Cert:", 5) == 0 && !(*pem = strdup(l->data + 5)))
+                mt_error_set(err, "out of memory");
+    int ret = 0;
+    if (rc != CURLE_OK)
+        ret = mt_error_set(err, "GET %s: %s", url, explain((char[800]){0}, 800, url, rc, s.why));
+    else if (!*pem)
+        ret = mt_error_set(
+            err, "GET %s: the server presented no certificate that libcurl could show", url);
+    curl_easy_cleanup(c);
     free(s.data);
     return ret;
 }

@@ -27,6 +27,7 @@ struct mt_http_server {
     pthread_mutex_t mu;      /* guards streams and stopping */
     mt_http_stream *streams; /* attached to a connection, for stop */
     bool stopping;
+    char *tls_cert, *tls_key; /* PEM, for the daemon's life (key wiped at stop) */
 };
 
 /* What the server keeps per request: the body read so far, then the stream
@@ -341,6 +342,36 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* Frees s and its TLS copies (the key wiped first). */
+static void free_server(mt_http_server *s) {
+    if (s->tls_key) explicit_bzero(s->tls_key, strlen(s->tls_key));
+    free(s->tls_key);
+    free(s->tls_cert);
+    free(s);
+}
+
+/* With a certificate and key in cfg: keeps copies in s and fills opts (room
+ * for 3) with MHD's TLS options. Neither: nothing. 0, or -1 with err. */
+static int tls_setup(mt_http_server *s, const mt_http_server_config *cfg,
+                     struct MHD_OptionItem *opts, mt_error *err) {
+    if (!cfg->tls_cert_pem && !cfg->tls_key_pem) return 0;
+    if (!cfg->tls_cert_pem || !cfg->tls_key_pem || !*cfg->tls_cert_pem || !*cfg->tls_key_pem)
+        return mt_error_set(err, "HTTPS server on %s: a TLS certificate needs its key (both PEM)",
+                            cfg->addr);
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return mt_error_set(err,
+                            "HTTPS server on %s: this libmicrohttpd was built without TLS;"
+                            " install one built with GnuTLS (Debian's libmicrohttpd12 is), or"
+                            " serve plain HTTP on a loopback address",
+                            cfg->addr);
+    if (!(s->tls_cert = strdup(cfg->tls_cert_pem)) || !(s->tls_key = strdup(cfg->tls_key_pem)))
+        return mt_error_set(err, "out of memory");
+    opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert};
+    opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key};
+    opts[2] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    return 0;
+}
+
 mt_http_server *mt_http_server_start(const char *addr, int threads, size_t max_body,
                                      mt_http_handler handler, void *ctx, mt_error *err) {
     mt_http_server_config c = {
@@ -364,18 +395,23 @@ mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *cfg, mt_er
     s->ctx = cfg->ctx;
     s->error_body = cfg->error_body;
     s->max_body = cfg->max_body ? cfg->max_body : 1 << 20;
+    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}};
+    if (tls_setup(s, cfg, tls_opts, err)) {
+        free_server(s);
+        return NULL;
+    }
     pthread_mutex_init(&s->mu, NULL);
     s->guard = http_guard_new(&cfg->limits, cfg->on_overload, cfg->ctx, err);
     if (!s->guard) {
         pthread_mutex_destroy(&s->mu);
-        free(s);
+        free_server(s);
         return NULL;
     }
     s->fd = mt_listen_tcp(addr, err);
     if (s->fd < 0) {
         http_guard_free(s->guard);
         pthread_mutex_destroy(&s->mu);
-        free(s);
+        free_server(s);
         return NULL;
     }
     const char *colon = strrchr(addr, ':');
@@ -383,20 +419,25 @@ mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *cfg, mt_er
              colon == addr ? "127.0.0.1" : addr, mt_listen_port(s->fd));
     if (colon == addr) snprintf(s->addr, sizeof s->addr, "127.0.0.1:%d", mt_listen_port(s->fd));
     /* the connection timeout is libmicrohttpd's for idleness (a client that stops
-     * reading an answer); the guard's deadlines bound a request's headers and body */
+     * reading an answer); the guard's deadlines bound a request's headers and body.
+     * TLS (tls_setup): the flag, and the certificate and key as an option array */
+    const unsigned tls_flag = s->tls_cert ? MHD_USE_TLS : 0;
     s->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | tls_flag, 0,
         http_guard_accept, s->guard, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 4),
         MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_NOTIFY_CONNECTION, http_guard_notify,
         s->guard, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT,
-        http_guard_mhd_limit(s->guard), MHD_OPTION_END);
+        http_guard_mhd_limit(s->guard), MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->d) { /* MHD leaves a listen socket it was given open when it cannot start */
         close(s->fd);
         http_guard_free(s->guard);
         pthread_mutex_destroy(&s->mu);
-        free(s);
-        mt_error_set(err, "HTTP server on %s: libmicrohttpd could not start", addr);
+        free_server(s);
+        mt_error_set(err, "HTTP server on %s: libmicrohttpd could not start%s", addr,
+                     tls_opts[0].option != MHD_OPTION_END
+                         ? " TLS (is the certificate/key pair one GnuTLS accepts?)"
+                         : "");
         return NULL;
     }
     return s;
@@ -415,7 +456,7 @@ void mt_http_server_stop(mt_http_server *s) {
     MHD_stop_daemon(s->d);
     http_guard_free(s->guard); /* after: closing connections tell it */
     pthread_mutex_destroy(&s->mu);
-    free(s);
+    free_server(s);
 }
 
 const char *mt_http_server_addr(const mt_http_server *s) {

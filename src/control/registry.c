@@ -3,6 +3,7 @@
  * when nodes come, go, or pause, and the relay for nodes behind NAT (which
  * asks here whether a node's proof matches its token). */
 #include "registry_internal.h"
+#include "moontail/transport.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -254,6 +255,20 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
         free(r);
         return NULL;
     }
+    const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:8470";
+    if (!cfg->tls_cert_pem && !cfg->insecure_http && !mt_addr_loopback(listen)) {
+        mt_error_set(err,
+                     "registry: refusing plain HTTP on %s, which is not a loopback address:"
+                     " account and node tokens would cross the network in clear. Serve HTTPS"
+                     " (the default there: a self-signed certificate, or your own with"
+                     " --tls-cert FILE --tls-key FILE), or accept plain HTTP with"
+                     " --insecure-http",
+                     listen);
+        free(r);
+        return NULL;
+    }
+    if (cfg->tls_pin) snprintf(r->tls_pin, sizeof r->tls_pin, "%s", cfg->tls_pin);
+    r->cfg.tls_cert_pem = r->cfg.tls_key_pem = r->cfg.tls_pin = NULL; /* used only below */
     r->db_path = strdup(cfg->db);
     r->shard_dir = strdup(cfg->shard_dir);
     r->cfg.db = r->db_path;
@@ -286,10 +301,13 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
                                 .handler = reg_api_handle,
                                 .ctx = r,
                                 .limits = cfg->http_limits,
-                                .on_overload = on_http_overload};
+                                .on_overload = on_http_overload,
+                                .tls_cert_pem = cfg->tls_cert_pem,
+                                .tls_key_pem = cfg->tls_key_pem};
     r->http = mt_http_server_start_cfg(&hc, err);
     if (!r->http) goto fail;
-    snprintf(r->url, sizeof r->url, "http://%s", mt_http_server_addr(r->http));
+    snprintf(r->url, sizeof r->url, "%s://%s", cfg->tls_cert_pem ? "https" : "http",
+             mt_http_server_addr(r->http));
     if (cfg->relay_listen) {
         mt_relay_config rc = {.listen = cfg->relay_listen,
                               .public_host = cfg->relay_host,

@@ -764,11 +764,12 @@ void reg_api_handle(void *ctx, const mt_http_request *req, mt_http_response *res
         metrics(r, resp);
     else if (get && (strcmp(p, "/status") == 0 || (strcmp(p, "/") == 0 && wants_html(req))))
         status_page(resp);
-    else if (get && strcmp(p, "/") == 0)
+    else if (get && strcmp(p, "/") == 0) {
         resp->json = json_pack("{s:s, s:s, s:s, s:s, s:s}", "service", "moontail registry",
                                "status", "/v1/status", "page", "/status", "metrics", "/metrics",
                                "docs", "docs/control-plane.md");
-    else
+        if (r->tls_pin[0]) json_object_set_new(resp->json, "tls_pin", json_string(r->tls_pin));
+    } else
         mt_http_error(resp, 404, "no endpoint %s %s (see docs/control-plane.md)", m, p);
     pthread_mutex_unlock(&r->lock);
     json_decref(body);

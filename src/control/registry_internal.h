@@ -14,6 +14,7 @@
 #include "moontail/registry.h"
 #include "moontail/relay.h"
 #include "moontail/shard.h"
+#include "moontail/tls_cert.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -90,6 +91,7 @@ struct mt_registry {
     sqlite3 *db;
     mt_http_server *http;
     char url[160];
+    char tls_pin[MT_TLS_PIN_SIZE]; /* "" without TLS */
     mt_keys key;
     char key_hex[65];
     gguf_file *model;

@@ -213,6 +213,7 @@ json_t *reg_status_json(mt_registry *r) {
     json_object_set_new(st, "requests_active", json_integer(active));
     json_object_set_new(st, "requests_waiting", json_integer(waiting));
     json_object_set_new(st, "max_active", json_integer(r->cfg.max_active));
+    if (r->tls_pin[0]) json_object_set_new(st, "tls_pin", json_string(r->tls_pin));
     json_object_set_new(st, "nodes_quarantined", json_integer(n_quarantined));
     json_object_set_new(st, "reports", reports_json(r));
     /* how the model's hashes were had at this start: read (and how fast) or from the cache */

@@ -134,6 +134,15 @@ static void set_nodelay(int fd) {
 
 /* ---- listen / accept ------------------------------------------------------- */
 
+bool mt_addr_loopback(const char *addr) {
+    net_addr a;
+    if (!addr || addr_parse(addr, true, &a, NULL)) return false;
+    unsigned char ip[16];
+    if (a.family == AF_INET) return inet_pton(AF_INET, a.host, ip) == 1 && ip[0] == 127;
+    return a.family == AF_INET6 && inet_pton(AF_INET6, a.host, ip) == 1 &&
+           IN6_IS_ADDR_LOOPBACK((struct in6_addr *)ip);
+}
+
 int mt_listen_tcp(const char *addr, mt_error *err) {
     net_addr a;
     if (addr_parse(addr, true, &a, err)) return -1;

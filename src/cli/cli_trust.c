@@ -1,0 +1,65 @@
+/* cli_trust.c - how a `moontail` process trusts an https:// registry, for
+ * every command at once: main.c takes `--registry-pin sha256//...` and
+ * `--ca-file FILE` out of any command's arguments before the command parses
+ * its own, and hands them to the HTTP client (mt_http_client_tls). Without
+ * them, the pin (or CA file) that `setup` kept in config.json applies, as
+ * long as the command talks to that configured registry (no --registry, or
+ * the same URL). http:// URLs are not affected. */
+#include "cli.h"
+#include "cli_config.h"
+#include "moontail/http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *pin_arg, *ca_arg;
+
+const char *cli_registry_pin_arg(void) {
+    return pin_arg;
+}
+
+const char *cli_ca_file_arg(void) {
+    return ca_arg;
+}
+
+/* The one value of a repeatable-looking option, taken out of argv; -1 when
+ * it is given twice or lacks its value. */
+static int take_one(int *argc, char **argv, const char *name, const char **out) {
+    const char **vals = calloc((size_t)*argc + 1, sizeof *vals);
+    if (!vals) return -1;
+    int n = cli_take_all(argc, argv, name, vals);
+    if (n > 1) fprintf(stderr, "moontail: %s given %d times; give it once\n", name, n);
+    *out = n == 1 ? vals[0] : NULL;
+    free(vals);
+    return n < 0 || n > 1 ? -1 : 0;
+}
+
+int cli_registry_trust(int *argc, char **argv) {
+    if (take_one(argc, argv, "--registry-pin", &pin_arg) ||
+        take_one(argc, argv, "--ca-file", &ca_arg))
+        return -1;
+    if (pin_arg && ca_arg) {
+        fprintf(stderr, "moontail: give either --registry-pin (a registry's own certificate) or"
+                        " --ca-file (one a CA signed), not both\n");
+        return -1;
+    }
+    const char *pin = pin_arg, *ca = ca_arg;
+    cli_config c;
+    if (!pin && !ca && cli_config_load(&c) == 0 && (c.registry_pin[0] || c.ca_file[0])) {
+        const char *reg = NULL; /* the command's own --registry, if any */
+        for (int i = 1; i + 1 < *argc; i++)
+            if (strcmp(argv[i], "--registry") == 0) reg = argv[i + 1];
+        if (!reg || strcmp(reg, c.registry) == 0) {
+            pin = c.registry_pin[0] ? c.registry_pin : NULL;
+            ca = pin || !c.ca_file[0] ? NULL : c.ca_file;
+        }
+    }
+    mt_error err = {{0}};
+    if (mt_http_client_tls(pin, ca, &err)) {
+        fprintf(stderr, "moontail: %s%s\n", err.msg,
+                pin && pin != pin_arg ? " (in config.json: run 'moontail setup' again)" : "");
+        return -1;
+    }
+    return 0;
+}
