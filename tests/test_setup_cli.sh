@@ -5,9 +5,9 @@
 # makes the home (0700, secrets 0600), gets an account from the registry,
 # starts a background node that joins; then `moontail status` and `moontail
 # prompt "..."` work with no options (the config's registry and token) and
-# the prompt gives `moontail run`'s tokens; `setup --stop` stops the node. A
-# registry that needs an admin token is refused with a message saying to
-# ask the operator; a missing --registry is exit 2. The systemd unit files
+# the prompt gives `moontail run`'s tokens; the chat shell (plain `moontail`)
+# answers too; `setup --stop` stops the node. A registry that needs an admin
+# token is refused with a message saying to ask the operator; a missing --registry is exit 2. The systemd unit files
 # in packaging/ pass systemd-analyze verify where it is installed.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
@@ -45,6 +45,10 @@ grep -q "your account .*volunteering" "$tmp/o" && ok || bad "status does not sho
 $T "$BIN" prompt "Hello cell" -n 12 --temp 0 --json 2>"$tmp/p.err" | tokens >"$tmp/got"
 [ -s "$tmp/ref" ] && cmp -s "$tmp/ref" "$tmp/got" && ok || bad "prompt from the config differs: $(cat "$tmp/got") vs $(cat "$tmp/ref"); $(cat "$tmp/p.err")"
 expect 2 "give the prompt once" "$BIN" prompt "a" -p "b"
+# plain `moontail` (the chat shell) uses the config too (it once lost its cache path copying it
+# onto itself: "cache directory : No such file or directory")
+printf 'Hello cell\n' | $T "$BIN" -n 8 --temp 0 >"$tmp/sh.out" 2>"$tmp/sh.err" && [ -s "$tmp/sh.out" ] && ok ||
+    bad "the shell after setup failed: $(tail -3 "$tmp/sh.err")"
 # a second setup keeps the identity and the account
 key_before=$(md5sum <"$MOONTAIL_HOME/node.key")
 expect 0 "set up" "$BIN" setup --accept-terms --no-start

@@ -203,8 +203,10 @@ int cmd_shell(int argc, char **argv) {
     if (registry) {
         const char *k = key, *ca = cache;
         cli_requester_paths(&conf, &k, &ca);
-        snprintf(key, sizeof key, "%s", k);
-        snprintf(cache, sizeof cache, "%s", ca);
+        /* only what changed: snprintf of a buffer onto itself is undefined (glibc left the
+         * cache path empty, so a shell started from setup's config could not open it) */
+        if (k != key) snprintf(key, sizeof key, "%s", k);
+        if (ca != cache) snprintf(cache, sizeof cache, "%s", ca);
         if (!(tok = cli_token("shell", token, token_file))) return 2;
         mt_requester_config rc = {.registry = registry,
                                   .token = tok,
