@@ -5,7 +5,8 @@
 # makes the home (0700, secrets 0600), gets an account from the registry,
 # starts a background node that joins; then `moontail status` and `moontail
 # prompt "..."` work with no options (the config's registry and token) and
-# the prompt gives `moontail run`'s tokens; the chat shell (plain `moontail`)
+# the prompt gives `moontail run`'s tokens, wherever it stands among the
+# options; the chat shell (plain `moontail`)
 # answers too; `setup --stop` stops the node. A registry that needs an admin
 # token is refused with a message saying to ask the operator; a missing --registry is exit 2. The systemd unit files
 # in packaging/ pass systemd-analyze verify where it is installed.
@@ -45,6 +46,10 @@ grep -q "your account .*volunteering" "$tmp/o" && ok || bad "status does not sho
 $T "$BIN" prompt "Hello cell" -n 12 --temp 0 --json 2>"$tmp/p.err" | tokens >"$tmp/got"
 [ -s "$tmp/ref" ] && cmp -s "$tmp/ref" "$tmp/got" && ok || bad "prompt from the config differs: $(cat "$tmp/got") vs $(cat "$tmp/ref"); $(cat "$tmp/p.err")"
 expect 2 "give the prompt once" "$BIN" prompt "a" -p "b"
+expect 2 "give the prompt once ('b' is a second)" "$BIN" prompt "a" -n 3 "b"
+# the prompt may come after (or between) the options
+$T "$BIN" prompt -n 12 --temp 0 "Hello cell" --json 2>"$tmp/p2.err" | tokens >"$tmp/got2"
+cmp -s "$tmp/ref" "$tmp/got2" && ok || bad "prompt after its options differs: $(cat "$tmp/got2"); $(cat "$tmp/p2.err")"
 # plain `moontail` (the chat shell) uses the config too (it once lost its cache path copying it
 # onto itself: "cache directory : No such file or directory")
 printf 'Hello cell\n' | $T "$BIN" -n 8 --temp 0 >"$tmp/sh.out" 2>"$tmp/sh.err" && [ -s "$tmp/sh.out" ] && ok ||

@@ -46,8 +46,10 @@ int bench_layer_times(const struct mt_model *m, const char *model_path, int thre
                       const char *batches, const char *prefills, int32_t ctx, int runs, bool json);
 
 /* One command-line option: a flag (bool), a string, a whole number in
- * [lo, hi] (int64_t) or a finite number (float). */
-typedef enum cli_opt_kind { CLI_FLAG, CLI_STRING, CLI_INT, CLI_FLOAT } cli_opt_kind;
+ * [lo, hi] (int64_t) or a finite number (float). CLI_POSITIONAL: the one
+ * argument that is not an option nor an option's value, anywhere among them
+ * (a const char *; its name says what it is, e.g. "the prompt"). */
+typedef enum cli_opt_kind { CLI_FLAG, CLI_STRING, CLI_INT, CLI_FLOAT, CLI_POSITIONAL } cli_opt_kind;
 typedef struct cli_opt {
     const char *name;
     cli_opt_kind kind;

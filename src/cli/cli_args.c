@@ -84,7 +84,22 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const
             return 1;
         }
         const cli_opt *o = opts;
-        while (o->name && strcmp(o->name, a) != 0) o++;
+        if (a[0] != '-' || !a[1]) { /* not an option: the positional argument, if one is taken */
+            while (o->name && o->kind != CLI_POSITIONAL) o++;
+            if (o->name && !*(const char **)o->dst) {
+                *(const char **)o->dst = a;
+                continue;
+            }
+            if (o->name) {
+                fprintf(stderr,
+                        "moontail %s: give %s once ('%s' is a second); quote text that"
+                        " has spaces\n",
+                        cmd, o->name, a);
+                return -1;
+            }
+            o = opts;
+        }
+        while (o->name && (o->kind == CLI_POSITIONAL || strcmp(o->name, a) != 0)) o++;
         if (!o->name) {
             fprintf(stderr, "moontail %s: unknown option '%s'; see 'moontail %s --help'\n", cmd, a,
                     cmd);

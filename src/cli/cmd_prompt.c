@@ -13,7 +13,7 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: moontail prompt [\"PROMPT\"] [options]   (registry and token from moontail setup)\n"
+    "usage: moontail prompt [options] \"PROMPT\" [options]   (registry, token from moontail setup)\n"
     "       moontail prompt --registry URL --token-file FILE [-p PROMPT | -f FILE] [options]\n"
     "       moontail prompt --route FILE [-p PROMPT | -f FILE] [options]\n"
     "\n"
@@ -123,16 +123,9 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
 int cmd_prompt(int argc, char **argv) {
     cli_gen g;
     cli_gen_defaults(&g);
-    /* `moontail prompt "text" ...`: the first argument may be the prompt itself */
-    char *args[256];
+    /* `moontail prompt "text" ...`: the prompt itself may be an argument, before, between
+     * or after the options */
     const char *positional = NULL;
-    if (argc >= 2 && argv[1][0] != '-' && argc < 255) {
-        positional = argv[1];
-        args[0] = argv[0];
-        for (int i = 2; i < argc; i++) args[i - 1] = argv[i];
-        args[--argc] = NULL;
-        argv = args;
-    }
     const char *route_path = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
                *key = "requester.key", *cache = "moontail-cache", *wire = "f32";
     cli_config conf;
@@ -150,6 +143,7 @@ int cmd_prompt(int argc, char **argv) {
                              {"--fixed-call-timeout", CLI_FLAG, &fixed_timeout, 0, 0},
                              {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
                              {"--chain", CLI_FLAG, &chain, 0, 0},
+                             {"the prompt", CLI_POSITIONAL, &positional, 0, 0},
                              {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_gen_parse("prompt", argc, argv, &g, extra, usage);
     if (prc) return prc > 0 ? 0 : 2;
