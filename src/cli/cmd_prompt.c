@@ -13,7 +13,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: moontail prompt [options] \"PROMPT\" [options]   (registry, token from moontail setup)\n"
+    "usage: moontail prompt \"PROMPT\" [options]   (registry and token from moontail setup;\n"
+    "                                           the prompt may also follow the options)\n"
     "       moontail prompt --registry URL --token-file FILE [-p PROMPT | -f FILE] [options]\n"
     "       moontail prompt --route FILE [-p PROMPT | -f FILE] [options]\n"
     "\n"
