@@ -14,6 +14,7 @@
 #include "api_openai.h"
 #include "api_template.h"
 #include "moontail/http.h"
+#include "moontail/transport.h"
 
 #include <sodium.h>
 #include <stdarg.h>
@@ -317,19 +318,6 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
 
 /* ---- start and stop ----------------------------------------------------------------------- */
 
-/* Whether a listen address stays on this machine. */
-static bool loopback(const char *addr) {
-    const char *colon = strrchr(addr, ':');
-    size_t n = colon ? (size_t)(colon - addr) : strlen(addr);
-    if (n == 0) return true; /* ":port" listens on 127.0.0.1 */
-    char host[128];
-    if (n >= sizeof host) return false;
-    memcpy(host, addr, n);
-    host[n] = 0;
-    return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
-           strcmp(host, "[::1]") == 0 || strcmp(host, "::1") == 0;
-}
-
 /* The file name without directories and extension. */
 static char *stem(const char *path) {
     const char *b = strrchr(path, '/');
@@ -349,7 +337,7 @@ static int check_config(const mt_api_config *c, mt_error *err) {
     if (c->api_keys && c->no_auth)
         return mt_error_set(err, "give either --api-keys FILE or --no-auth, not both");
     const char *listen = c->listen ? c->listen : "127.0.0.1:8080";
-    if (c->no_auth && !loopback(listen))
+    if (c->no_auth && !mt_addr_loopback(listen))
         return mt_error_set(err,
                             "--no-auth is only allowed on a loopback address (127.0.0.1,"
                             " ::1), not %s; give --api-keys FILE to serve others",

@@ -9,6 +9,7 @@
  * time cannot hold a connection longer than that. Requests in flight are
  * counted per bearer token (by its hash), or per address without one. */
 #include "http_guard.h"
+#include "moontail/clock.h"
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -18,10 +19,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #define GUARD_BUCKETS 1024
 #define GUARD_KEY_MAX 20
+/* connections shut for newcomers (evict_for) stay open until libmicrohttpd closes them */
+#define EVICT_SLACK 64
 
 /* An address (its open connections, whether it is reserved) or a token;
  * either way its requests in flight. */
@@ -64,12 +66,6 @@ struct http_guard {
     uint64_t accepted, refused_full, refused_per_addr, refused_inflight, closed_headers,
         closed_body;
 };
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The key of an address: its family and bytes (the port is not part of it). */
 static bool addr_key(const struct sockaddr *sa, uint8_t key[GUARD_KEY_MAX], uint8_t *len) {
@@ -124,9 +120,9 @@ static void release_key(http_guard *g, guard_key *e, int64_t now) {
 static void *deadline_thread(void *arg) {
     http_guard *g = arg;
     pthread_mutex_lock(&g->mu);
-    int64_t purged = mono_ms();
+    int64_t purged = mt_mono_ms();
     while (!g->stopping) {
-        int64_t now = mono_ms();
+        int64_t now = mt_mono_ms();
         int64_t hdr = (int64_t)g->lim.header_timeout_s * 1000,
                 body = (int64_t)g->lim.body_timeout_s * 1000;
         for (guard_conn *c = g->conns; c; c = c->next) {
@@ -151,10 +147,7 @@ static void *deadline_thread(void *arg) {
                     release_key(g, e, now);
                 }
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = mt_realtime_after_ms(250);
         pthread_cond_timedwait(&g->wake, &g->mu, &ts);
     }
     pthread_mutex_unlock(&g->mu);
@@ -165,7 +158,7 @@ static void *deadline_thread(void *arg) {
  * is raised towards the hard one, and the limits shrink to what fits. */
 static void fit_open_files(mt_http_limits *l) {
     const rlim_t spare = 256; /* the process's other files: database, model, sockets */
-    rlim_t want = (rlim_t)l->max_conns + (rlim_t)l->reserved_conns + spare;
+    rlim_t want = (rlim_t)l->max_conns + (rlim_t)l->reserved_conns + EVICT_SLACK + spare;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
@@ -233,8 +226,7 @@ void http_guard_free(http_guard *g) {
 }
 
 unsigned http_guard_mhd_limit(const http_guard *g) {
-    /* room for the connections shut for newcomers (evict_for) until they are closed */
-    return (unsigned)(g->lim.max_conns + g->lim.reserved_conns + 64);
+    return (unsigned)(g->lim.max_conns + g->lim.reserved_conns + EVICT_SLACK);
 }
 
 int http_guard_inflight_limit(const http_guard *g) {
@@ -268,7 +260,7 @@ enum MHD_Result http_guard_accept(void *cls, const struct sockaddr *sa, socklen_
     pthread_mutex_lock(&g->mu);
     guard_key *e = find(g, key, kl, false);
     bool full = false, ok;
-    if (e && e->reserved_until > mono_ms()) {
+    if (e && e->reserved_until > mt_mono_ms()) {
         ok = g->reserved_conns < g->lim.reserved_conns;
         full = !ok;
     } else if (e && e->conns >= g->lim.max_conns_per_addr) {
@@ -296,7 +288,7 @@ static void conn_started(http_guard *g, struct MHD_Connection *c, void **socket_
     gc->g = g;
     gc->fd = fd->connect_fd;
     pthread_mutex_lock(&g->mu);
-    int64_t now = mono_ms();
+    int64_t now = mt_mono_ms();
     gc->addr = find(g, key, kl, true);
     if (!gc->addr) {
         pthread_mutex_unlock(&g->mu);
@@ -333,7 +325,7 @@ static void conn_closed(http_guard *g, guard_conn *gc) {
     else
         g->public_conns--;
     gc->addr->conns--;
-    release_key(g, gc->addr, mono_ms());
+    release_key(g, gc->addr, mt_mono_ms());
     pthread_mutex_unlock(&g->mu);
     free(gc);
 }
@@ -356,10 +348,9 @@ static guard_conn *conn_of(struct MHD_Connection *c) {
     return i ? i->socket_context : NULL;
 }
 
-static void set_phase(http_guard *g, guard_conn *gc, conn_phase p) {
+static void set_phase(guard_conn *gc, conn_phase p) {
     gc->phase = p;
-    gc->since = mono_ms();
-    (void)g;
+    gc->since = mt_mono_ms();
 }
 
 bool http_guard_headers_in(http_guard *g, struct MHD_Connection *c, const char *bearer,
@@ -374,12 +365,12 @@ bool http_guard_headers_in(http_guard *g, struct MHD_Connection *c, const char *
     }
     pthread_mutex_lock(&g->mu);
     guard_key *e = kl ? find(g, key, kl, true) : gc ? gc->addr : NULL;
-    if (gc) set_phase(g, gc, PHASE_BODY);
+    if (gc) set_phase(gc, PHASE_BODY);
     bool ok = true;
     if (e && e->inflight >= g->lim.max_inflight_per_key) {
         ok = false;
         g->refused_inflight++;
-        release_key(g, e, mono_ms());
+        release_key(g, e, mt_mono_ms());
     } else if (e) {
         e->inflight++;
         *slot = e;
@@ -392,7 +383,7 @@ void http_guard_body_in(struct MHD_Connection *c) {
     guard_conn *gc = conn_of(c);
     if (!gc) return;
     pthread_mutex_lock(&gc->g->mu);
-    set_phase(gc->g, gc, PHASE_ANSWER);
+    set_phase(gc, PHASE_ANSWER);
     pthread_mutex_unlock(&gc->g->mu);
 }
 
@@ -402,9 +393,9 @@ void http_guard_request_done(http_guard *g, struct MHD_Connection *c, void *slot
     if (slot) {
         guard_key *e = slot;
         e->inflight--;
-        release_key(g, e, mono_ms());
+        release_key(g, e, mt_mono_ms());
     }
-    if (gc) set_phase(g, gc, PHASE_HEADERS);
+    if (gc) set_phase(gc, PHASE_HEADERS);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -412,7 +403,7 @@ void http_guard_reserve(struct MHD_Connection *c, int seconds) {
     guard_conn *gc = conn_of(c);
     if (!gc || seconds <= 0) return;
     pthread_mutex_lock(&gc->g->mu);
-    int64_t until = mono_ms() + (int64_t)seconds * 1000;
+    int64_t until = mt_mono_ms() + (int64_t)seconds * 1000;
     if (gc->addr->reserved_until < until) gc->addr->reserved_until = until;
     pthread_mutex_unlock(&gc->g->mu);
 }

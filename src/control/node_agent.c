@@ -4,6 +4,7 @@
  * to peers; behind NAT, a tunnel program or the registry's relay gives it
  * the public address it registers. */
 #include "moontail/node_agent.h"
+#include "moontail/clock.h"
 #include "moontail/http.h"
 #include "moontail/hwinfo.h"
 #include "moontail/keys.h"
@@ -705,12 +706,7 @@ static void *hb_main(void *arg) {
             a->beat_now = false;
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long ms = a->heartbeat_ms;
-        ts.tv_sec += ms / 1000;
-        ts.tv_nsec += (ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = mt_realtime_after_ms(a->heartbeat_ms);
         pthread_cond_timedwait(&a->wake, &a->lock, &ts);
     }
     pthread_mutex_unlock(&a->lock);

@@ -3,6 +3,7 @@
  * when nodes come, go, or pause, and the relay for nodes behind NAT (which
  * asks here whether a node's proof matches its token). */
 #include "registry_internal.h"
+#include "moontail/clock.h"
 #include "moontail/transport.h"
 
 #include <errno.h>
@@ -141,17 +142,11 @@ static int load_model(mt_registry *r, mt_error *err) {
     return reg_meta_set(r, "mode", mode, err);
 }
 
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void reg_check_stall(mt_registry *r) {
     /* the placement thread turns every 250 ms; when it has not for a second (the process
      * stalled, or the lock was held that long), heartbeats may have waited as long, so
      * their absence is not the nodes' doing */
-    if (mono_ms() - atomic_load(&r->turned_ms) > 1000)
+    if (mt_mono_ms() - atomic_load(&r->turned_ms) > 1000)
         reg_note_overload(r, atomic_load(&r->turned_wall_ms));
 }
 
@@ -160,14 +155,11 @@ static void *ticker(void *arg) {
     pthread_mutex_lock(&r->lock);
     while (!r->stopping) {
         reg_check_stall(r);
-        atomic_store(&r->turned_ms, mono_ms());
+        atomic_store(&r->turned_ms, mt_mono_ms());
         atomic_store(&r->turned_wall_ms, r->started_ms);
         atomic_store(&r->turned_wall_ms, reg_now_ms());
         reg_replan(r, reg_now_ms());
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = mt_realtime_after_ms(250);
         pthread_cond_timedwait(&r->wake, &r->lock, &ts);
     }
     pthread_mutex_unlock(&r->lock);
@@ -287,7 +279,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     }
     if (reg_db_open(r, r->db_path, err) || load_key(r, err) || load_model(r, err)) goto fail;
     r->started_ms = reg_now_ms();
-    atomic_store(&r->turned_ms, mono_ms());
+    atomic_store(&r->turned_ms, mt_mono_ms());
     r->cert_serial = (uint64_t)r->started_ms * 1000; /* unique across restarts */
     restart_grace(r);
     /* the first plan before the first request: a route asked for right after a restart

@@ -8,6 +8,7 @@
  * message from the relay is checked; one that does not fit the protocol ends
  * the control connection, which is then made again. */
 #include "moontail/relay.h"
+#include "moontail/clock.h"
 #include "moontail/transport.h"
 #include "relay_internal.h"
 
@@ -521,11 +522,7 @@ void mt_relay_client_addr(mt_relay_client *c, char *out, size_t size) {
 
 int mt_relay_client_wait(mt_relay_client *c, int timeout_ms, char *out, size_t size,
                          mt_error *err) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    struct timespec ts = mt_realtime_after_ms(timeout_ms);
     pthread_mutex_lock(&c->lock);
     int rc = 0;
     while (!c->addr[0] && !c->stopping && rc == 0)

@@ -3,6 +3,7 @@
  * prints, take the public address from the first matching line, start it
  * again with backoff when it exits, and kill its process group on stop. */
 #include "moontail/tunnel.h"
+#include "moontail/clock.h"
 #include "relay_internal.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -432,11 +433,7 @@ int mt_tunnel_starts(mt_tunnel *t) {
 }
 
 int mt_tunnel_wait(mt_tunnel *t, int timeout_ms, char *out, size_t size, mt_error *err) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    struct timespec ts = mt_realtime_after_ms(timeout_ms);
     pthread_mutex_lock(&t->lock);
     int rc = 0;
     while (!t->addr[0] && !t->stopping && rc == 0)
