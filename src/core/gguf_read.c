@@ -480,17 +480,6 @@ gguf_file *gguf_open_single(const char *path, mt_error *err) {
     return open_common(fp, err);
 }
 
-gguf_file *gguf_open(const char *path, mt_error *err) {
-    gguf_file *f = gguf_open_single(path, err);
-    uint32_t no, count;
-    if (!f) return NULL;
-    if (gguf_split_keys(f, &no, &count, err)) {
-        gguf_close(f);
-        return NULL;
-    }
-    return count > 1 ? gguf_split_join(f, err) : f;
-}
-
 void gguf_close(gguf_file *f) {
     if (!f) return;
     gguf_file_priv *fp = (gguf_file_priv *)f;

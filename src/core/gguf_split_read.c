@@ -7,7 +7,8 @@
  * against the set: the same count, its own index, the same GGUF version and
  * set identity, no tensor twice, and as many tensors in all as the first
  * part's split.tensors.count. The parts are then presented as one
- * gguf_file (gguf.h). */
+ * gguf_file (gguf.h). gguf_open, the entry point for any model path, is here:
+ * it opens the file given and joins its set when it is a part of one. */
 #include "gguf_internal.h"
 
 #include <errno.h>
@@ -286,4 +287,15 @@ done:
     free(prefix);
     free(path);
     return out;
+}
+
+gguf_file *gguf_open(const char *path, mt_error *err) {
+    gguf_file *f = gguf_open_single(path, err);
+    uint32_t no, count;
+    if (!f) return NULL;
+    if (gguf_split_keys(f, &no, &count, err)) {
+        gguf_close(f);
+        return NULL;
+    }
+    return count > 1 ? gguf_split_join(f, err) : f;
 }
