@@ -14,18 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int mt_ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 64;
-        int32_t *p = realloc(*ids, c * sizeof *p);
-        if (!p) return -1;
-        *ids = p;
-        *cap = c;
-    }
-    (*ids)[(*n)++] = id;
-    return 0;
-}
-
 /* SentencePiece: optional leading space, then ' ' -> U+2581. */
 static int spm_raw(const mt_vocab *v, const char *text, size_t len, bool prefix, int32_t **ids,
                    size_t *n, size_t *cap, mt_error *err) {

@@ -31,6 +31,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Appends id to a growing id array (tokenize.c uses it too). */
+int mt_ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        int32_t *p = realloc(*ids, c * sizeof *p);
+        if (!p) return -1;
+        *ids = p;
+        *cap = c;
+    }
+    (*ids)[(*n)++] = id;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- scratch */
 
 typedef struct symbol {
