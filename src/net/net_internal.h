@@ -20,7 +20,7 @@
 /* sodium_init once (thread-safe, idempotent); -1 with a message on failure. */
 int net_sodium_init(mt_error *err);
 
-/* ---- small files and hex (keys.c) ------------------------------------------ */
+/* ---- small files and hex (net_common.c) ------------------------------------ */
 
 /* Decodes exactly 2*n hex digits (either case) from s[0..len) into out;
  * false for anything else. */
