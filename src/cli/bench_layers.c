@@ -14,7 +14,7 @@
  * step touched follow. It also times prefill steps (one fresh session, B
  * consecutive positions, as a replay or a prompt reaches a stage) and the
  * head of one token (the requester's part). Benchmarks measure; no
- * thresholds here. */
+ * thresholds here. bench_median, which `moontail bench` uses too, is here. */
 #include "cli.h"
 #include "moontail/matmul.h"
 #include "moontail/model.h"
@@ -26,6 +26,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 enum { MAX_BATCHES = 32 };
 
