@@ -1,6 +1,7 @@
-/* http_internal.h - what the HTTP server (http_server.c) and its streams
- * (http_stream.c) share: the stream object and the calls through which the
- * server parks a connection on a stream and wakes it up again. */
+/* http_internal.h - what the HTTP server (http_server.c), its streams
+ * (http_stream.c) and its responses (http_response.c) share: the stream
+ * object, the calls through which the server parks a connection on a stream
+ * and wakes it up again, and the ways a response is sent. */
 #ifndef MOONTAIL_HTTP_INTERNAL_H
 #define MOONTAIL_HTTP_INTERNAL_H
 
@@ -10,6 +11,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum http_stream_state {
     HTTP_STREAM_PENDING, /* no answer yet */
@@ -40,6 +42,16 @@ struct mt_http_stream {
  * text, file and headers. */
 enum MHD_Result http_send_response(struct MHD_Connection *c, mt_http_response *resp,
                                    json_t *(*error_body)(int, const char *));
+
+/* 429 with Retry-After: the client's token (or address) has `limit` requests in flight. */
+enum MHD_Result http_queue_busy(struct MHD_Connection *c, int limit,
+                                json_t *(*error_body)(int, const char *));
+/* 413: a body over max_body bytes (announced, or sent). */
+enum MHD_Result http_queue_too_big(struct MHD_Connection *c, size_t max_body,
+                                   json_t *(*error_body)(int, const char *));
+/* Decimal digits at *p (advanced past them; no sign, no spaces), saturating
+ * at UINT64_MAX. False when there are none. */
+bool http_digits(const char **p, uint64_t *v);
 
 /* Called from the access handler when a request's answer is the stream st
  * (the first time after the handler, and again after every resume): sends

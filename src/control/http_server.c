@@ -1,7 +1,7 @@
 /* http_server.c - the HTTP server of http.h on libmicrohttpd: reads a
- * request whole, calls the handler, and sends its JSON, text or file
- * (with Range support) back, or parks the connection on a stream that a
- * producer answers later (http_stream.c). */
+ * request whole, calls the handler, and sends its JSON, text or file back
+ * (http_response.c), or parks the connection on a stream that a producer
+ * answers later (http_stream.c). */
 #include "http_guard.h"
 #include "http_internal.h"
 #include "moontail/transport.h"
@@ -65,189 +65,6 @@ const char *mt_http_bearer(const mt_http_request *req) {
     return *a ? a : NULL;
 }
 
-void mt_http_error(mt_http_response *resp, int status, const char *fmt, ...) {
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    json_decref(resp->json);
-    resp->status = status;
-    resp->json = json_pack("{s:s}", "error", msg);
-}
-
-static void add_headers(struct MHD_Response *r, json_t *headers) {
-    const char *k;
-    json_t *v;
-    json_object_foreach(headers, k, v) {
-        if (json_is_string(v)) MHD_add_response_header(r, k, json_string_value(v));
-    }
-}
-
-static enum MHD_Result queue(struct MHD_Connection *c, int status, const char *type, char *data,
-                             size_t len, json_t *headers) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(data);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    add_headers(r, headers);
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ok;
-}
-
-static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *j,
-                                  json_t *headers) {
-    char *s = json_dumps(j, JSON_COMPACT);
-    if (!s) return MHD_NO;
-    size_t n = strlen(s);
-    /* a newline ends the body, so that curl output in a terminal stays readable */
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return MHD_NO;
-    }
-    t[n] = '\n';
-    t[n + 1] = 0;
-    return queue(c, status, "application/json", t, n + 1, headers);
-}
-
-/* An error the server answers by itself, in the configured shape. */
-static enum MHD_Result queue_error(struct MHD_Connection *c, int status, const char *msg,
-                                   json_t *(*error_body)(int, const char *)) {
-    json_t *j = error_body ? error_body(status, msg) : json_pack("{s:s}", "error", msg);
-    enum MHD_Result ok = queue_json(c, status, j, NULL);
-    json_decref(j);
-    return ok;
-}
-
-/* 429: the client's token (or address) has too many requests in flight. */
-static enum MHD_Result queue_busy(struct MHD_Connection *c, int limit,
-                                  json_t *(*error_body)(int, const char *)) {
-    char msg[200];
-    snprintf(msg, sizeof msg,
-             "too many requests in flight for this token (or address): the limit is %d at once;"
-             " wait for answers before sending more",
-             limit);
-    json_t *j = error_body ? error_body(429, msg) : json_pack("{s:s}", "error", msg);
-    json_t *h = json_pack("{s:s}", "Retry-After", "1");
-    enum MHD_Result ok = queue_json(c, 429, j, h);
-    json_decref(h);
-    json_decref(j);
-    return ok;
-}
-
-static enum MHD_Result queue_too_big(struct MHD_Connection *c, size_t max_body,
-                                     json_t *(*error_body)(int, const char *)) {
-    char msg[128];
-    snprintf(msg, sizeof msg, "request body too large (the limit is %zu bytes)", max_body);
-    return queue_error(c, 413, msg, error_body);
-}
-
-/* Decimal digits at *p (advanced past them; no sign, no spaces), saturating
- * at UINT64_MAX. False when there are none. */
-static bool digits(const char **p, uint64_t *v) {
-    const char *s = *p;
-    uint64_t x = 0;
-    if (*s < '0' || *s > '9') return false;
-    for (; *s >= '0' && *s <= '9'; s++)
-        x = x > (UINT64_MAX - 9) / 10 ? UINT64_MAX : x * 10 + (uint64_t)(*s - '0');
-    *p = s;
-    *v = x;
-    return true;
-}
-
-/* "bytes=A-B", "bytes=A-" or "bytes=-N" against a file of size n. Returns 0
- * and [*from, *to] (inclusive), 1 when there is no usable header (absent,
- * another unit, several ranges, or not well formed, as RFC 9110 says to
- * ignore: the whole file), -1 when unsatisfiable (416). */
-static int parse_range(const char *h, uint64_t n, uint64_t *from, uint64_t *to) {
-    if (!h || strncmp(h, "bytes=", 6) != 0) return 1;
-    const char *p = h + 6;
-    uint64_t a, b;
-    if (*p == '-') { /* the last b bytes */
-        p++;
-        if (!digits(&p, &b) || *p) return 1;
-        if (b == 0 || n == 0) return -1;
-        *from = b >= n ? 0 : n - b;
-        *to = n - 1;
-        return 0;
-    }
-    if (!digits(&p, &a) || *p++ != '-') return 1;
-    b = UINT64_MAX;
-    if (*p && (!digits(&p, &b) || *p || b < a)) return 1;
-    if (a >= n) return -1;
-    *from = a;
-    *to = b >= n ? n - 1 : b;
-    return 0;
-}
-
-static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, int status,
-                                  json_t *headers, json_t *(*error_body)(int, const char *)) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        if (fd >= 0) close(fd);
-        return queue_error(c, 404, "file not found", error_body);
-    }
-    uint64_t n = (uint64_t)sb.st_size, from = 0, to = n ? n - 1 : 0;
-    int pr = parse_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), n, &from, &to);
-    if (pr < 0) {
-        close(fd);
-        char cr[64];
-        snprintf(cr, sizeof cr, "bytes */%" PRIu64, n);
-        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-        if (!r) return MHD_NO;
-        MHD_add_response_header(r, "Content-Range", cr);
-        enum MHD_Result ok = MHD_queue_response(c, 416, r);
-        MHD_destroy_response(r);
-        return ok;
-    }
-    uint64_t len = n ? to - from + 1 : 0;
-    struct MHD_Response *r = MHD_create_response_from_fd_at_offset64(len, fd, from);
-    if (!r) {
-        close(fd);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/octet-stream");
-    MHD_add_response_header(r, "Accept-Ranges", "bytes");
-    add_headers(r, headers);
-    if (pr == 0) {
-        char cr[96];
-        snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, from, to, n);
-        MHD_add_response_header(r, "Content-Range", cr);
-        status = 206;
-    }
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ok;
-}
-
-enum MHD_Result http_send_response(struct MHD_Connection *c, mt_http_response *resp,
-                                   json_t *(*error_body)(int, const char *)) {
-    enum MHD_Result ok;
-    int status = resp->status ? resp->status : 200;
-    if (resp->file) {
-        ok = queue_file(c, resp->file, status, resp->headers, error_body);
-    } else if (resp->text) {
-        ok = queue(c, status, resp->content_type ? resp->content_type : "text/plain; charset=utf-8",
-                   resp->text, strlen(resp->text), resp->headers);
-        resp->text = NULL;
-    } else {
-        if (!resp->json) resp->json = json_object();
-        ok = queue_json(c, status, resp->json, resp->headers);
-    }
-    json_decref(resp->json);
-    json_decref(resp->headers);
-    free(resp->text);
-    free(resp->file);
-    memset(resp, 0, sizeof *resp);
-    return ok;
-}
-
 static void streams_add(mt_http_server *s, mt_http_stream *st) {
     pthread_mutex_lock(&s->mu);
     st->prev = NULL;
@@ -281,12 +98,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = b;
         mt_http_request hr = {.conn = c};
         if (!http_guard_headers_in(s->guard, c, mt_http_bearer(&hr), &b->inflight))
-            return queue_busy(c, http_guard_inflight_limit(s->guard), s->error_body);
+            return http_queue_busy(c, http_guard_inflight_limit(s->guard), s->error_body);
         /* a body announced too large is refused before a byte of it is read */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         uint64_t announced = 0;
-        if (cl && digits(&cl, &announced) && !*cl && announced > s->max_body)
-            return queue_too_big(c, s->max_body, s->error_body);
+        if (cl && http_digits(&cl, &announced) && !*cl && announced > s->max_body)
+            return http_queue_too_big(c, s->max_body, s->error_body);
         return MHD_YES;
     }
     if (b->stream) /* resumed: the stream has news */
@@ -308,7 +125,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     http_guard_body_in(c);
-    if (b->too_big) return queue_too_big(c, s->max_body, s->error_body);
+    if (b->too_big) return http_queue_too_big(c, s->max_body, s->error_body);
     mt_http_request req = {method, url, b->data ? b->data : "", b->len, c, NULL, NULL};
     mt_http_response resp = {0};
     s->handler(s->ctx, &req, &resp);
