@@ -82,6 +82,8 @@ uint64_t pl_piece_room(const pl_ctx *c, int32_t a, int32_t b, bool attention, in
 
 /* Sorts node indices fastest first (speed, then capacity descending, then id). */
 void pl_sort_fastest(const pl_ctx *c, int32_t *v, int32_t n);
+/* Sorts node indices largest first (capacity, then speed descending, then id). */
+void pl_sort_largest(const pl_ctx *c, int32_t *v, int32_t n);
 
 /* Splits X experts over k members: n[i] >= lo[i], n[i] <= max[i], sum X,
  * the largest n[i] / speed[i] as small as possible (ties to lower i).
@@ -164,6 +166,26 @@ int pl_rects(const bool *need, int32_t X, int32_t a, int32_t b, int32_t eb, int3
 
 /* Formats bytes as "512 B", "3.1 MB", "4.0 GB" (powers of 1000). */
 const char *pl_fmt_bytes(uint64_t n, char *buf, size_t cap);
+
+/* ---- inputs and context (placement_check.c) ---- */
+
+/* Checks every figure of the model, the nodes and the parameters before
+ * anything is planned: 0, or -1 with err naming the first bad one. */
+int pl_check_inputs(const mt_place_model *m, const mt_place_node *nodes, int32_t n,
+                    const mt_place_params *p, mt_error *err);
+/* The planning context of checked inputs (prefix sums per layer); -1 when
+ * out of memory. pl_ctx_free frees it (also after a failed pl_ctx_init). */
+int pl_ctx_init(pl_ctx *c, const mt_place_model *m, const mt_place_node *nodes, int32_t n,
+                const mt_place_params *p);
+void pl_ctx_free(pl_ctx *c);
+
+/* ---- the plan (placement_summary.c) ---- */
+
+/* Turns the working pieces w (count pipelines / replicas made; replanned:
+ * not kept from the previous plan) into out with its summary: 0, or -1 with
+ * err. */
+int pl_finish(const pl_ctx *c, pl_pieces *w, bool *used, int32_t count, bool replanned,
+              mt_place_plan *out, mt_error *err);
 
 /* ---- modes (placement_cell.c, placement_swarm.c) ---- */
 
