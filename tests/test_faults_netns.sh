@@ -162,6 +162,7 @@ S=$(node_k "$FIRST")
 if [ -n "$S" ] && kill -0 $PPID_ 2>/dev/null; then
     kill -STOP "${NPID[S]}"
     t_stop=$(now_ns)
+    resume_prompt
     S_ID=$(node_id "$S")
     finish_prompt stop "SIGSTOP of the first stage (pc$S)" "$t_stop"
     rec_stop=$REC_MS
@@ -187,6 +188,7 @@ if [ -n "$S" ] && kill -0 $PPID_ 2>/dev/null; then
     fault_line sigstop "same text; failover after the 2000 ms call timeout; 2 replicas after ${restore_stop} ms; spare ${back_ms} ms after SIGCONT" "${rec_stop:-?}"
 else
     bad "could not find the route's first node in '$ROUTE': $(cat "$tmp/stop.err")"
+    resume_prompt
     wait $PPID_
 fi
 
@@ -304,6 +306,7 @@ if [ -n "$TMPFS" ]; then
     if [ -n "$K" ] && kill -0 $PPID_ 2>/dev/null; then
         { kill -9 "${NPID[K]}" && wait "${NPID[K]}"; } 2>/dev/null
         t_kill=$(now_ns)
+        resume_prompt
         K_ID=$(node_id "$K")
         finish_prompt kill "kill -9 of the first stage (pc$K)" "$t_kill"
         fault_line kill-9 "same text; failover at once (connection reset)" "${REC_MS:-?}"
@@ -324,6 +327,7 @@ if [ -n "$TMPFS" ]; then
         fault_line disk-full "pc7 names its directory and the lack of space, keeps nothing; another spare took the shard; 2 replicas after the kill" "$restore_disk"
     else
         bad "could not find the route's first node in '$ROUTE': $(cat "$tmp/kill.err")"
+        resume_prompt
         wait $PPID_
     fi
 fi
@@ -333,6 +337,7 @@ before=$(assignments)
 long_prompt reg 120
 { kill -9 "$REGPID" && wait "$REGPID"; } 2>/dev/null
 t_reg=$(now_ns)
+resume_prompt
 timeout 60 "${RQ[@]}" "$BIN" "${P[@]}" -p "$PROMPT" -n $NSHORT --temp 0 --json >"$tmp/down.json" 2>"$tmp/down.err"
 down_rc=$?
 down_ms=$(ms_since "$t_reg")
@@ -370,11 +375,13 @@ C=$(node_k "$FIRST")
 if [ -n "$C" ] && kill -0 $PPID_ 2>/dev/null; then
     timeout 5 ip -n "${NS[C]}" link set eth0 down
     t_cut=$(now_ns)
+    resume_prompt
     finish_prompt cut "link of the first stage (pc$C) cut" "$t_cut"
     fault_line link-cut "same text; failover after the 2000 ms call timeout" "${REC_MS:-?}"
     timeout 5 ip -n "${NS[C]}" link set eth0 up
 else
     bad "could not find the route's first node in '$ROUTE': $(cat "$tmp/cut.err")"
+    resume_prompt
     wait $PPID_
 fi
 

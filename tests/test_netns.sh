@@ -106,17 +106,17 @@ scenario() {
     [ "${replays:-0}" -ge 1 ] 2>/dev/null && ok || bad "$L: no replay after the cut: $(head -c 300 "$tmp/o")"
     echo "$L: cut relay: $(grep -c . "$tmp/$L-cut.err") connections ($(grep ', cut' "$tmp/$L-cut.err" | sed 's/^latency_relay: //')), $replays replay(s)"
 
-    # stage 0 killed mid-generation (stage 1 behind a 5 ms relay keeps it slow): a clear error, no hang
+    # stage 0 killed mid-generation (the prompt stops itself at position 50, past the
+    # prompt, while the node dies): a clear error, no hang
     relay "$L-slow" "$n2" "$ip2" "$c1" --delay 5 && slow=$ADDR || return
     route "$L-slowr" cell "$c0" "$slow"
     t1=$(date +%s%N)
-    $T "${RQ[@]+"${RQ[@]}"}" "$BIN" prompt --route "$tmp/$L-slowr.json" --temp 0 -n 400 --ignore-eos -p "$P" \
-        >"$tmp/o" 2>"$tmp/e" &
+    MOONTAIL_TEST_PAUSE_AT_POSITION=50 $T "${RQ[@]+"${RQ[@]}"}" "$BIN" prompt --route "$tmp/$L-slowr.json" \
+        --temp 0 -n 400 --ignore-eos -p "$P" >"$tmp/o" 2>"$tmp/e" &
     local ppid=$!
-    for _ in $(seq 1 100); do [ -s "$tmp/o" ] && break; sleep 0.02; done # generating
-    sleep 0.3
-    if kill -0 "$ppid" 2>/dev/null; then
+    if wait_stopped "$ppid"; then
         { kill -9 "$c0pid" && wait "$c0pid"; } 2>/dev/null
+        kill -CONT "$STOPPED"
         wait "$ppid"
         rc=$?
         echo "$L: node killed mid-way after $(wc -c <"$tmp/o") bytes of text; prompt exit $rc" \
@@ -124,7 +124,7 @@ scenario() {
         [ $rc -eq 1 ] && grep -q "$c0" "$tmp/e" && ok || bad "$L: killed node: exit $rc (wanted 1, 124 = hung), '$(cat "$tmp/e")'"
     else
         wait "$ppid"
-        bad "$L: the slow prompt finished before the node could be killed: $(head -c 300 "$tmp/e")"
+        bad "$L: the prompt did not stop at position 50: $(head -c 300 "$tmp/e")"
         { kill -9 "$c0pid" && wait "$c0pid"; } 2>/dev/null
     fi
     # and a route to the dead node fails at once

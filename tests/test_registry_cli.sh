@@ -86,19 +86,19 @@ $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json --chain >"$tmp/pc.json" 2
 [ "$(tokens <"$tmp/pc.json" 2>/dev/null)" = "$ref" ] && ok || bad "chained registry prompt tokens differ: $(cat "$tmp/pc.err")"
 
 # long_prompt NAME ARGS...: a 600-token generation in the background ($ppid), into
-# $tmp/NAME.txt and .err; returns once it is generating, with its route in $route
+# $tmp/NAME.txt and .err, that stops itself at position 100 (mid-generation: the prompt
+# is shorter); returns once it has stopped, with its route in $route. The caller does
+# its damage, then `resume`s it.
 long_prompt() {
     local name=$1
     shift
-    "$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos "$@" >"$tmp/$name.txt" 2>"$tmp/$name.err" &
+    MOONTAIL_TEST_PAUSE_AT_POSITION=100 "$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos "$@" \
+        >"$tmp/$name.txt" 2>"$tmp/$name.err" &
     ppid=$!
-    route=""
-    for _ in $(seq 1 500); do
-        route=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
-        [ -n "$route" ] && [ "$(stat -c %s "$tmp/$name.txt")" -gt 20 ] && break
-        sleep 0.02
-    done
+    wait_stopped $ppid || bad "$name: the prompt did not stop at position 100: $(tail -3 "$tmp/$name.err")"
+    route=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
 }
+resume() { [ -n "$STOPPED" ] && kill -CONT "$STOPPED"; }
 
 # ---- kill a node of the route mid-generation: same text, failover measured
 long_prompt long
@@ -106,11 +106,12 @@ victim=""
 first=${route%%\[*}
 for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$first" ] && victim=$k; done
 if [ -n "$victim" ]; then
-    kill -9 "${node_pid[$victim]}"
+    { kill -9 "${node_pid[$victim]}" && wait "${node_pid[$victim]}"; } 2>/dev/null
     t_kill=$(date +%s.%N)
 else
     bad "could not find the route's first node ($route)"
 fi
+resume
 wait $ppid && ok || bad "prompt after a node died failed: $(tail -5 "$tmp/long.err")"
 cmp -s "$tmp/long.txt" "$tmp/ref_long.txt" && ok || bad "text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/long.err" && ok || bad "no failover happened (the generation may have ended before the kill): $(cat "$tmp/long.err")"
@@ -127,7 +128,12 @@ clast=${croute##* }
 clast=${clast%%\[*}
 cvictim=""
 for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$clast" ] && kill -0 "${node_pid[$k]}" 2>/dev/null && cvictim=$k; done
-if [ -n "$cvictim" ]; then kill -9 "${node_pid[$cvictim]}"; else bad "could not find the chained route's last node ($croute)"; fi
+if [ -n "$cvictim" ]; then
+    { kill -9 "${node_pid[$cvictim]}" && wait "${node_pid[$cvictim]}"; } 2>/dev/null
+else
+    bad "could not find the chained route's last node ($croute)"
+fi
+resume
 wait $ppid && ok || bad "chained prompt after a node died failed: $(tail -5 "$tmp/clong.err")"
 cmp -s "$tmp/clong.txt" "$tmp/ref_long.txt" && ok || bad "chained text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/clong.err" && ok || bad "no chained failover happened: $(cat "$tmp/clong.err")"
@@ -225,19 +231,21 @@ grep -q "moontail node --registry" "$tmp/o" && ok || bad "the refusal does not s
 $T "$BIN" "${SP[@]}" --token-file "$tmp/giver.token" >"$tmp/sw.json" 2>"$tmp/sw.err"
 [ "$(tokens <"$tmp/sw.json")" = "$ref" ] && ok || bad "swarm prompt differs: $(cat "$tmp/sw.err")"
 # an expert server of the route dies mid-generation: the other replica's experts take over
-"$BIN" prompt --registry "$SURL" --token-file "$tmp/giver.token" --key "$tmp/req2.key" --cache "$tmp/cache2" \
-    -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/swl.txt" 2>"$tmp/swl.err" &
+MOONTAIL_TEST_PAUSE_AT_POSITION=100 "$BIN" prompt --registry "$SURL" --token-file "$tmp/giver.token" \
+    --key "$tmp/req2.key" --cache "$tmp/cache2" -p "$PROMPT" -n 600 --temp 0 --ignore-eos \
+    >"$tmp/swl.txt" 2>"$tmp/swl.err" &
 spid=$!
-sroute=""
-for _ in $(seq 1 500); do
-    sroute=$(sed -n 's/^requester: route: //p' "$tmp/swl.err" | head -1)
-    [ -n "$sroute" ] && [ "$(stat -c %s "$tmp/swl.txt")" -gt 20 ] && break
-    sleep 0.02
-done
+wait_stopped $spid || bad "the swarm prompt did not stop at position 100: $(tail -3 "$tmp/swl.err")"
+sroute=$(sed -n 's/^requester: route: //p' "$tmp/swl.err" | head -1)
 sfirst=${sroute%%e\[*}
 svictim=""
 for k in 1 2 3 4; do [ "${snode_addr[$k]}" = "$sfirst" ] && svictim=$k; done
-[ -n "$svictim" ] && kill -9 "${snode_pid[$svictim]}" || bad "could not find the swarm route's first expert server ($sroute)"
+if [ -n "$svictim" ]; then
+    { kill -9 "${snode_pid[$svictim]}" && wait "${snode_pid[$svictim]}"; } 2>/dev/null
+else
+    bad "could not find the swarm route's first expert server ($sroute)"
+fi
+resume
 wait $spid && ok || bad "swarm prompt after an expert server died failed: $(tail -5 "$tmp/swl.err")"
 cmp -s "$tmp/swl.txt" "$tmp/ref_long.txt" && ok || bad "swarm text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/swl.err" && ok || bad "no swarm failover happened: $(cat "$tmp/swl.err")"

@@ -154,13 +154,13 @@ kill_during() {
     REC="" RESTORE="" KILLED="" KILLED_ID=""
     if [ -z "$k" ] || ! kill -0 $PPID_ 2>/dev/null; then
         bad "could not find the route's $which node in '$ROUTE' while generating: $(cat "$tmp/$name.err")"
+        resume_prompt
         wait $PPID_
         return
     fi
-    # the kill first: the status lookup takes long enough on a busy machine for an
-    # 800-token generation to end before it
     kill_node "$k"
     t_kill=$(date +%s%N)
+    resume_prompt
     id=$(node_id "$k")
     KILLED=$k KILLED_ID=$id
     wait_for "o.nodes.find(n => n.node_id == $id).state == 'dead'" 30 && dead=$(ms_since "$t_kill")
@@ -188,6 +188,7 @@ C=$(node_k "$FIRST")
 if [ -n "$C" ] && kill -0 $PPID_ 2>/dev/null; then
     timeout 5 ip -n "${NS[C]}" link set eth0 down
     t_cut=$(date +%s%N)
+    resume_prompt
     C_ID=$(node_id "$C")
     # the registry only sees silence: dead after --dead-after-ms; no spare is left
     wait_for "o.nodes.find(n => n.node_id == $C_ID).state == 'dead' && o.min_replicas_serving == 1" 30 && ok ||
@@ -218,6 +219,7 @@ if [ -n "$C" ] && kill -0 $PPID_ 2>/dev/null; then
     [ "$(tokens <"$tmp/p3.json" 2>/dev/null)" = "$ref" ] && ok || bad "prompt after the link came back: $(cat "$tmp/p3.err")"
 else
     bad "could not find the route's first node in '$ROUTE' while generating: $(cat "$tmp/cut.err")"
+    resume_prompt
     wait $PPID_
 fi
 [ -n "${B:-}" ] && start_node "$B" # the last killed node comes back too: a spare

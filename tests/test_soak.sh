@@ -257,15 +257,12 @@ t_end=$(now_ms)
 idle_cell $((IDLE_S + 30)) && ok || bad "nodes still hold sessions or KV caches after the load: $(status | head -c 2000)"
 echo "every node at 0 sessions and 0 KV bytes $(($(now_ms) - t_end)) ms after the last request ended"
 
-# one abandoned request, alone: its stages hold its session until it expires
-"$BIN" "${P[@]}" --key "$tmp/r1.key" -p "${texts[0]}" -n 900 --ignore-eos --temp 0 -t 1 \
-    >ab.txt 2>ab.err &
+# one abandoned request, alone: its stages hold its session until it expires (it
+# stops itself mid-generation, at position 200, and is killed there)
+MOONTAIL_TEST_PAUSE_AT_POSITION=200 "$BIN" "${P[@]}" --key "$tmp/r1.key" -p "${texts[0]}" -n 900 \
+    --ignore-eos --temp 0 -t 1 >ab.txt 2>ab.err &
 apid=$!
-for _ in $(seq 1 600); do
-    [ "$(size ab.txt)" -ge 8 ] && break
-    kill -0 "$apid" 2>/dev/null || break
-    sleep 0.05
-done
+wait_stopped "$apid" || bad "the abandoned request did not stop at position 200: $(cat ab.err)"
 route=$(sed -n 's/^requester: route: //p' ab.err | head -1 | sed 's/\[[0-9]*,[0-9]*)//g')
 kill -9 "$apid" 2>/dev/null && ok || bad "the abandoned request ended before it could be killed: $(cat ab.err)"
 wait "$apid" 2>/dev/null

@@ -8,6 +8,7 @@
 #include "moontail/route.h"
 #include "expert_remote.h"
 #include "route_check.h"
+#include "route_test_pause.h"
 #include "moontail/expert_dispatch.h"
 #include "moontail/remote.h"
 #include "moontail/shard.h"
@@ -733,6 +734,7 @@ int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32
     if (rc == PASS_OK) s->n_past = p0 + n;
     s->step++;
     pthread_mutex_unlock(&r->lock);
+    if (rc == PASS_OK) route_test_pause(p0, p0 + n);
     return rc == PASS_OK ? 0 : -1;
 }
 

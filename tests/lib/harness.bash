@@ -17,6 +17,10 @@
 #   start_route_node NAME ARGS...  such a node on 127.0.0.1:0 (1 thread); sets ADDR
 #   wait_for JS [SECONDS]   until JS is true of o = the JSON the script's own
 #                           `status` function prints (default 30 s); 1 on timeout
+#   wait_stopped PID [SECS] until PID or a process below it has stopped itself
+#                           (a requester run with MOONTAIL_TEST_PAUSE_AT_POSITION,
+#                           docs/testing.md); sets STOPPED to its pid; 1 when PID
+#                           ended first or after SECS (default 60)
 #   MODEL_ARCH              the architecture flags for a script's `moontail
 #                           mkmodel` (its own widths follow them):
 #                           MT_TEST_ARCH=kimi-k3 (CMake's *_kimi_k3 tests)
@@ -104,6 +108,21 @@ wait_for() {
     while [ $SECONDS -lt $end ]; do
         status | json "process.exit(($js) ? 0 : 1)" 2>/dev/null && return 0
         sleep 0.2
+    done
+    return 1
+}
+wait_stopped() {
+    local top=$1 end=$((SECONDS + ${2:-60}))
+    STOPPED=""
+    while [ $SECONDS -lt $end ]; do
+        kill -0 "$top" 2>/dev/null || return 1
+        # the first stopped process among top and its descendants (timeout, ip netns exec, moontail)
+        STOPPED=$(ps -e -o pid=,ppid=,stat= | awk -v top="$top" '
+            { parent[$1] = $2; state[$1] = $3 }
+            END { for (p in parent) { q = p; while (q != "" && q != top && q > 1) q = parent[q]
+                                      if (q == top && state[p] ~ /^T/) { print p; exit } } }')
+        [ -n "$STOPPED" ] && return 0
+        sleep 0.05
     done
     return 1
 }

@@ -4,23 +4,25 @@
 # harness.bash; uses the caller's RQ (the requester's namespace prefix), BIN,
 # P (the `prompt --registry ...` arguments), PROMPT, NLONG, tmp and pids.
 
-# long_prompt NAME [TIMEOUT_S]: writes $tmp/NAME.txt and .err, sets PPID_;
-# waits until it has a route and has printed some text; sets ROUTE, FIRST and
-# LAST (the addresses of the route's first and last stage)
+# long_prompt NAME [TIMEOUT_S]: writes $tmp/NAME.txt and .err, sets PPID_. The
+# generation stops itself at position ${PAUSE_AT:-100} (past the prompt, so
+# mid-generation; MOONTAIL_TEST_PAUSE_AT_POSITION, docs/testing.md) and this
+# returns once it has, with ROUTE, FIRST and LAST (the addresses of the route's
+# first and last stage) set: the caller does its damage while nothing can race
+# it, then calls resume_prompt.
 long_prompt() {
     local name=$1 limit=${2:-90}
-    timeout "$limit" "${RQ[@]}" "$BIN" "${P[@]}" -p "$PROMPT" -n "$NLONG" --temp 0 --ignore-eos \
-        >"$tmp/$name.txt" 2>"$tmp/$name.err" &
+    MOONTAIL_TEST_PAUSE_AT_POSITION=${PAUSE_AT:-100} timeout "$limit" "${RQ[@]}" "$BIN" "${P[@]}" \
+        -p "$PROMPT" -n "$NLONG" --temp 0 --ignore-eos >"$tmp/$name.txt" 2>"$tmp/$name.err" &
     PPID_=$!
     pids+=("$PPID_")
-    ROUTE=""
-    for _ in $(seq 1 500); do
-        ROUTE=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
-        [ -n "$ROUTE" ] && [ "$(stat -c %s "$tmp/$name.txt")" -gt 20 ] && break
-        kill -0 $PPID_ 2>/dev/null || break
-        sleep 0.02
-    done
+    wait_stopped "$PPID_" "$limit" ||
+        bad "$name: the generation did not stop at position ${PAUSE_AT:-100}: $(tail -3 "$tmp/$name.err")"
+    ROUTE=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
     FIRST=${ROUTE%%\[*}
     LAST=${ROUTE##* }
     LAST=${LAST%%\[*}
 }
+
+# resume_prompt: lets the generation that long_prompt stopped go on
+resume_prompt() { [ -n "${STOPPED:-}" ] && kill -CONT "$STOPPED"; }
