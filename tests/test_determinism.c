@@ -1,4 +1,4 @@
-/* test_determinism.c - invariant 1 of DESIGN.md on one machine: logits are
+/* test_determinism.c - invariant 1 of docs/design.md on one machine: logits are
  * bit-identical whatever the thread count, whether tokens are evaluated one
  * at a time, in micro-batches, or all at once, and whether a session's tokens
  * share a batch with other sessions', and whichever kernel set (portable,

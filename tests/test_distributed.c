@@ -1,4 +1,4 @@
-/* test_distributed.c - invariant 1 of DESIGN.md across shards, in one
+/* test_distributed.c - invariant 1 of docs/design.md across shards, in one
  * process: a model cut with mt_shard_write and run as
  *   (a) a requester holding the head plus a 4-stage pipeline of layer shards,
  *   (b) swarm mode: a backbone (head + attention) plus 3 expert shards, two

@@ -1,4 +1,4 @@
-/* test_golden.c - MoonTail against llama.cpp (invariant 2 of DESIGN.md).
+/* test_golden.c - MoonTail against llama.cpp (invariant 2 of docs/design.md).
  *
  * tests/golden/llamacpp.json holds what llama.cpp v0.4.0 (node-llama-cpp
  * 3.21.1, F32 KV cache, no flash attention) produced for synthetic models of

@@ -1,4 +1,4 @@
-/* test_node.c - invariant 1 of DESIGN.md over the network: nodes (node.h)
+/* test_node.c - invariant 1 of docs/design.md over the network: nodes (node.h)
  * serving shards on 127.0.0.1, driven by the route executor (route.h) that
  * keeps the head, give logits memcmp-identical to the whole model, for every
  * architecture (F32 synthetic weights, 4 layers; kimi-k3's rows carry its

@@ -3,7 +3,7 @@
  *   - the type table against ggml's block geometry;
  *   - f16 decode and f32 -> f16 / bf16 rounding against slow references
  *     built from frexp/ldexp (all 65536 half patterns, every rounding tie);
- *   - hand-built blocks whose values follow from ENGINE-REFERENCE.md 1.5;
+ *   - hand-built blocks whose values follow from docs/engine-reference.md;
  *   - quantize -> dequantize error bounds per type;
  *   - activation conversion (ggml's x86 Q8_0 rounding, Q8_K with bsums);
  *   - vec_dot: bit-exact against MoonTail's reduction order (quant_kernels.h)

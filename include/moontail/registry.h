@@ -1,4 +1,4 @@
-/* registry.h - `moontail registry`: the control plane (DESIGN.md layer 4).
+/* registry.h - `moontail registry`: the control plane (docs/design.md, layer 4).
  *
  * One process with an HTTP + JSON API and its state in an embedded SQLite
  * database (WAL, synchronous=FULL: a restart loses no node, credit or

@@ -1,9 +1,9 @@
-/* requester.h - generation through a registry (DESIGN.md "requester"): asks
+/* requester.h - generation through a registry (docs/design.md "requester"): asks
  * the registry for a route per session, keeps the head (cell) or backbone
  * (swarm) shard locally (fetched once from the registry, verified, cached),
  * and survives node loss.
  *
- * Failover (DESIGN.md invariant 4): when a call through the route fails
+ * Failover (docs/design.md invariant 4): when a call through the route fails
  * (a node stopped answering, or its connection broke and did not come
  * back), the requester reports which nodes failed, asks the registry for a
  * new route that avoids them, opens it, and replays the session's whole

@@ -3,7 +3,7 @@
  *
  * The requester holds the head shard (token embeddings, final norm, output
  * head), so nodes see hidden states only, never token ids, text or what is
- * sampled (DESIGN.md invariant 5). A route is
+ * sampled (docs/design.md invariant 5). A route is
  *   - optionally a local backbone: a shard with the attention parts of
  *     layers [0, a), whose routed experts run on remote expert servers
  *     (swarm mode) and/or locally (the experts the backbone holds itself);
@@ -13,7 +13,7 @@
  * model (source_id), the layers chain without gap or overlap, and every
  * routed expert of the backbone's layers has exactly one holder.
  *
- * A session keeps its token history on the requester (DESIGN.md invariant 4):
+ * A session keeps its token history on the requester (docs/design.md invariant 4):
  * when a stage answers that it does not know the session (evicted), or a
  * stage's connection broke and a reconnect to the same node succeeds, the
  * executor replays the history from position 0 and carries on; with the f32

@@ -1,5 +1,5 @@
 /* selfcheck.h - `moontail check`: proves on this machine that the network
- * paths compute exactly what the whole model computes (DESIGN.md invariant 1).
+ * paths compute exactly what the whole model computes (docs/design.md invariant 1).
  *
  * The model is cut into shards in a temporary directory, nodes (node.h) are
  * started in this process on 127.0.0.1 with freshly generated keys, and a

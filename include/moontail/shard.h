@@ -43,7 +43,7 @@
  * whatever their order or files: a split model has its single file's id.
  *
  * A plan cuts a model into a whole set of shards for one deployment (see
- * DESIGN.md): `cell` = one head shard + N pipeline stages of whole layers
+ * docs/design.md): `cell` = one head shard + N pipeline stages of whole layers
  * balanced by bytes; `swarm` = one backbone shard (head + every layer's
  * attention part) + N expert shards, each holding every MoE layer's routed
  * experts for a contiguous range of ids. mt_plan_write writes the files and

@@ -6,7 +6,7 @@
  * evaluations take turns on the model in arrival order (a ticket lock). A
  * long prompt is evaluated in micro-batches of `ubatch` tokens, each its own
  * turn, so it does not hold up the tokens of other requests for long.
- * Results do not depend on the turn order or the micro-batch size (DESIGN.md
+ * Results do not depend on the turn order or the micro-batch size (docs/design.md
  * invariant 1), so a request's text is the same alone or in a crowd. */
 #include "api_engine.h"
 #include "moontail/progress.h"

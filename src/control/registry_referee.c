@@ -16,7 +16,7 @@
  *   - sends each node the same rows over the data plane as an ordinary
  *     requester would: a fresh key with a requester certificate the registry
  *     signs for it, the f32 wire, a fresh session;
- *   - compares every reply with its own result bit for bit (DESIGN.md
+ *   - compares every reply with its own result bit for bit (docs/design.md
  *     invariant 1). One difference makes the node wrong; no answer (refused,
  *     broken, an ERROR reply) proves nothing either way.
  * It runs without the registry's lock (the caller lets only one probe run at

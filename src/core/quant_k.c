@@ -2,7 +2,7 @@
  * super-blocks with small per-sub-block scales), and of Q8_K, the activation
  * format they meet in a dot product.
  *
- * Layouts (ENGINE-REFERENCE.md 1.4/1.5):
+ * Layouts (docs/engine-reference.md, "Tensor types"):
  *   Q4_K (144 bytes): d f16 @0; dmin f16 @2; scales[12] @4; qs[128] @16.
  *     8 sub-blocks of 32 with 6-bit scale sc[s] and min m[s] packed in
  *     scales[] (quant_k4_scale_min); y = d*sc[s]*q - dmin*m[s], q in [0,15];

@@ -1,7 +1,7 @@
 /* quant_kernels.h - private to the quant_* files: block layouts, the kernel
  * function table, and the portable reference kernels of every format.
  *
- * Blocks are addressed as bytes at the offsets of ENGINE-REFERENCE.md 1.4
+ * Blocks are addressed as bytes at the offsets of docs/engine-reference.md
  * (never through struct pointers), so a row may start at any address. Scalars
  * inside blocks are little-endian, as on every host MoonTail targets.
  *

@@ -145,7 +145,7 @@ static bool get_bool(hp_reader *r, const char *suffix, bool *out) {
 }
 
 /* YaRN ramp/mscale conventions as llama.cpp applies them (see
- * ENGINE-REFERENCE 2.2 and 2.6): get_mscale(s, m) = 1 + 0.1*m*ln s for s > 1. */
+ * docs/engine-reference.md, RoPE): get_mscale(s, m) = 1 + 0.1*m*ln s for s > 1. */
 static float get_mscale(float s, float m) {
     return s <= 1.0f ? 1.0f : 0.1f * m * logf(s) + 1.0f;
 }

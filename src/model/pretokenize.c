@@ -6,7 +6,7 @@
  * past a piece), and both the matches and the non-empty gaps between them
  * become the pieces fed to the next regex ("isolated" splitting).
  *
- * The regexes are those of ENGINE-REFERENCE 4.3 / llama-vocab.cpp, written
+ * The regexes are those of llama-vocab.cpp (docs/engine-reference.md), written
  * with two deliberate spellings so that PCRE2 agrees with llama.cpp:
  *  - `\s` / `\S` are spelled as llama.cpp's whitespace set (the code points
  *    it flags as whitespace: \t \n \v \f \r, space, U+0085, U+00A0, U+1680,

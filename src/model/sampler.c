@@ -6,7 +6,7 @@
  *   penalties -> top-k -> top-p -> min-p -> temperature -> draw
  *
  * so top-p and min-p see untempered probabilities. Definitions
- * (ENGINE-REFERENCE 6, llama-sampling.cpp):
+ * (docs/engine-reference.md "Sampling", llama-sampling.cpp):
  *   penalties  for each id seen c > 0 times in the last repeat_last_n
  *              accepted tokens: z /= r if z > 0 else z *= r; then
  *              z -= c * freq_penalty + presence_penalty. Off when

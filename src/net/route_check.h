@@ -1,7 +1,7 @@
 /* route_check.h - one spot-check of a route's stage (route.h, docs/spot-checking.md):
  * a shadow session on a checker, another node holding the same layers, that
  * gets the same input rows as the checked stage in every pass; the route
- * compares the two outputs bit for bit before the pass returns (DESIGN.md
+ * compares the two outputs bit for bit before the pass returns (docs/design.md
  * invariant 1: honest nodes agree exactly).
  *
  * The checker is called on a thread of its own, so its call overlaps the
