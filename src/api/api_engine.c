@@ -7,7 +7,7 @@
  * until the next token decides; a stop string found cuts the text before it
  * and ends the request, so clients never see any part of it.
  *
- * A thinking model's reply goes through a splitter (api_reasoning.h) first:
+ * A thinking model's reply goes through a splitter (mt_reasoning.h) first:
  * its reasoning goes to the sink as it comes, its answer into the text that
  * stop strings are looked for in. Stop strings end the answer only, as the
  * hosted DeepSeek and Kimi APIs and vLLM do: a stop string that the
@@ -118,21 +118,21 @@ static int split_out(void *ctx, bool reasoning, const char *s, size_t n) {
 
 /* Adds n bytes of generated text (through the splitter when the reply is split). Returns
  * 0, -1 when the client went away, -2 when out of memory. */
-static int add_text(const api_gen_params *p, api_split *sp, split_ctx *sc, const char *s,
+static int add_text(const api_gen_params *p, mt_reasoning_split *sp, split_ctx *sc, const char *s,
                     int64_t n) {
     if (n <= 0) return 0;
     if (!p->reasoning.on) return text_add(sc->t, s, (size_t)n) ? 0 : -2;
-    const int rc = api_split_push(sp, s, (size_t)n, split_out, sc);
+    const int rc = mt_reasoning_split_push(sp, s, (size_t)n, split_out, sc);
     return rc == -1 && sc->oom ? -2 : rc;
 }
 
 /* A generated token into the text. A marker's control token goes to the splitter as its
  * code, after the bytes the detokenizer held (a character cut by a control token cannot
  * complete). */
-static int add_token(const api_gen_params *p, mt_detok *dt, api_split *sp, split_ctx *sc,
+static int add_token(const api_gen_params *p, mt_detok *dt, mt_reasoning_split *sp, split_ctx *sc,
                      int32_t id) {
     char piece[1024];
-    const int code = p->reasoning.on ? api_reasoning_code(&p->reasoning, id) : 0;
+    const int code = p->reasoning.on ? mt_reasoning_code(&p->reasoning, id) : 0;
     int64_t nb =
         code ? mt_detok_flush(dt, piece, sizeof piece) : mt_detok_push(dt, id, piece, sizeof piece);
     int rc = add_text(p, sp, sc, piece, nb);
@@ -158,7 +158,7 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
     api_gen_result r = {.finish_reason = "length", .prompt_tokens = p->n_prompt};
     mt_error err = {{0}};
     textbuf t = {0};
-    api_split split = {0};
+    mt_reasoning_split split = {0};
     split_ctx sc = {&j->sink, &t, false};
     int rc;
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
@@ -184,7 +184,7 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
     mt_detok_init(&dt, e->vocab, false);
     char piece[1024];
     bool stopped = false;
-    if (p->reasoning.on) api_split_init(&split, &p->reasoning);
+    if (p->reasoning.on) mt_reasoning_split_init(&split, &p->reasoning);
     while (r.completion_tokens < p->max_tokens) {
         if (__atomic_load_n(&e->stopping, __ATOMIC_RELAXED)) {
             fail(&r, 503, "%s", "the server is stopping");
@@ -222,7 +222,7 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
         int64_t nb = mt_detok_flush(&dt, piece, sizeof piece);
         rc = add_text(p, &split, &sc, piece, nb);
         if (!rc && p->reasoning.on) {
-            rc = api_split_finish(&split, split_out, &sc);
+            rc = mt_reasoning_split_finish(&split, split_out, &sc);
             if (rc == -1 && sc.oom) rc = -2;
         }
         if (rc) {
@@ -240,7 +240,7 @@ cancelled:
     fail(&r, 499, "%s", "the client went away");
 done:
     *out = r;
-    api_split_free(&split);
+    mt_reasoning_split_free(&split);
     free(t.p);
     free(logits);
     mt_sampler_free(smp);

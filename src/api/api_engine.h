@@ -11,9 +11,9 @@
 #ifndef MOONTAIL_API_ENGINE_H
 #define MOONTAIL_API_ENGINE_H
 
-#include "api_reasoning.h"
 #include "moontail/error.h"
 #include "moontail/model.h"
+#include "moontail/reasoning.h"
 #include "moontail/requester.h"
 #include "moontail/sampler.h"
 #include "moontail/tokenizer.h"
@@ -75,7 +75,7 @@ typedef struct api_gen_params {
     int32_t end_token; /* another token that ends generation (a chat turn's end), or -1 */
     /* a thinking model's reply: reasoning goes to the sink's reasoning(), the answer to
      * text(); stop strings apply to the answer only. Unused when reasoning.on is false. */
-    api_reasoning reasoning;
+    mt_reasoning reasoning;
 } api_gen_params;
 
 typedef struct api_gen_result {

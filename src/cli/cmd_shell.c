@@ -1,15 +1,15 @@
 /* cmd_shell.c - `moontail` with no arguments (or `moontail shell`): a chat
  * in the terminal. Each line you type is a user turn; the model's answer
  * streams back. The conversation is rendered with the model's chat template
- * (src/api/api_template.h: its own Jinja, or a built-in format) and generated
+ * (src/api/mt_chat_template.h: its own Jinja, or a built-in format) and generated
  * by the same engine as `moontail serve` (src/api/api_engine.h), on the cell
  * of `moontail setup`'s registry, a registry given with --registry, a model
  * file (-m), or without any of those the built-in model. Line editing and
  * history (libedit) on a terminal; plain lines otherwise, so scripts can
  * drive it. Ctrl-C stops an answer, Ctrl-D or /quit leaves. */
-#include "../api/api_chat.h"
+#include "moontail/chat_format.h"
 #include "../api/api_engine.h"
-#include "../api/api_template.h"
+#include "moontail/chat_template.h"
 #include "cli.h"
 #include "cli_config.h"
 #include "model_source.h"
@@ -108,15 +108,15 @@ static void shell_log(void *ctx, const char *msg) {
 /* ---- the conversation -------------------------------------------------------------------- */
 
 typedef struct chat {
-    api_chat_message *m;
+    mt_chat_message *m;
     char **owned;
     int n, cap;
 } chat;
 
-static int chat_add(chat *c, api_chat_role role, const char *text, size_t len) {
+static int chat_add(chat *c, mt_chat_role role, const char *text, size_t len) {
     if (c->n == c->cap) {
         int cap = c->cap ? 2 * c->cap : 16;
-        api_chat_message *m = realloc(c->m, (size_t)cap * sizeof *m);
+        mt_chat_message *m = realloc(c->m, (size_t)cap * sizeof *m);
         char **o = realloc(c->owned, (size_t)cap * sizeof *o);
         if (m) c->m = m;
         if (o) c->owned = o;
@@ -128,14 +128,14 @@ static int chat_add(chat *c, api_chat_role role, const char *text, size_t len) {
     memcpy(copy, text, len);
     copy[len] = 0;
     c->owned[c->n] = copy;
-    c->m[c->n++] = (api_chat_message){.role = role, .text = copy, .len = len};
+    c->m[c->n++] = (mt_chat_message){.role = role, .text = copy, .len = len};
     return 0;
 }
 
 static void chat_reset(chat *c, bool keep_system) {
     int k = 0;
     for (int i = 0; i < c->n; i++) {
-        if (keep_system && c->m[i].role == API_ROLE_SYSTEM) {
+        if (keep_system && c->m[i].role == MT_CHAT_ROLE_SYSTEM) {
             c->m[k] = c->m[i];
             c->owned[k++] = c->owned[i];
         } else {
@@ -242,15 +242,15 @@ int cmd_shell(int argc, char **argv) {
     }
     mt_vocab *vocab = mt_vocab_load(b->model->gguf, &err);
     char *tmpl = vocab ? gguf_get_string(b->model->gguf, "tokenizer.chat_template", NULL) : NULL;
-    api_template *tpl = vocab ? api_template_new(tmpl, vocab, shell_log, NULL) : NULL;
+    mt_chat_template *tpl = vocab ? mt_chat_template_new(tmpl, vocab, shell_log, NULL) : NULL;
     free(tmpl);
-    int32_t end_token = tpl ? api_template_end_token(tpl) : -1;
+    int32_t end_token = tpl ? mt_chat_template_end_token(tpl) : -1;
     int32_t n_vocab = b->n_vocab, max_ctx = b->max_ctx;
     api_engine *e = tpl ? api_engine_start(b, vocab, 1, 1, &err) : NULL;
     if (vocab && !tpl) mt_error_set(&err, "out of memory for the chat template");
     if (!e) {
         fprintf(stderr, "moontail shell: %s\n", err.msg);
-        api_template_free(tpl);
+        mt_chat_template_free(tpl);
         mt_vocab_free(vocab);
         b->destroy(b);
         free(tok);
@@ -264,9 +264,9 @@ int cmd_shell(int argc, char **argv) {
         read_history(hist);
     }
     printf("moontail shell: %s, chat template %s; /help for commands\n", where,
-           api_template_describe(tpl));
+           mt_chat_template_describe(tpl));
     chat c = {0};
-    if (system) chat_add(&c, API_ROLE_SYSTEM, system, strlen(system));
+    if (system) chat_add(&c, MT_CHAT_ROLE_SYSTEM, system, strlen(system));
     int rc = 0;
     char *line;
     while ((line = read_line(tty))) {
@@ -298,15 +298,15 @@ int cmd_shell(int argc, char **argv) {
         } else if (s[0] == '/') {
             printf("unknown command %s; /help lists them\n", s);
         } else {
-            chat_add(&c, API_ROLE_USER, s, strlen(s));
+            chat_add(&c, MT_CHAT_ROLE_USER, s, strlen(s));
             api_gen_params p = {.max_tokens = (int32_t)n_predict, .end_token = end_token};
             p.sp = mt_sampler_default_params();
             p.sp.temp = temp;
             if (seed >= 0) p.sp.seed = (uint32_t)seed;
-            json_t *msgs = api_template_messages_json(c.m, c.n, NULL);
-            api_template_input in = {.messages = msgs, .add_generation_prompt = true};
-            api_template_error te = {0};
-            int64_t np = msgs ? api_template_tokenize(tpl, &in, &p.prompt, &te) : -1;
+            json_t *msgs = mt_chat_template_messages_json(c.m, c.n, NULL);
+            mt_chat_template_input in = {.messages = msgs, .add_generation_prompt = true};
+            mt_chat_template_error te = {0};
+            int64_t np = msgs ? mt_chat_template_tokenize(tpl, &in, &p.prompt, &te) : -1;
             if (!msgs) mt_error_set(&te.err, "out of memory");
             json_decref(msgs);
             if (np < 0 || np + n_predict > max_ctx) {
@@ -342,7 +342,7 @@ int cmd_shell(int argc, char **argv) {
                     printf("\n(%d tokens, %.1f tokens/s%s)\n", a.result.completion_tokens,
                            dt > 0 ? a.result.completion_tokens / dt : 0.0,
                            stop_answer ? ", stopped" : "");
-                chat_add(&c, API_ROLE_ASSISTANT, a.text ? a.text : "", a.len);
+                chat_add(&c, MT_CHAT_ROLE_ASSISTANT, a.text ? a.text : "", a.len);
             }
             sigaction(SIGINT, &old, NULL);
             free(a.text);
@@ -352,7 +352,7 @@ int cmd_shell(int argc, char **argv) {
     }
     if (tty && hist[0]) write_history(hist);
     api_engine_stop(e);
-    api_template_free(tpl);
+    mt_chat_template_free(tpl);
     chat_reset(&c, false);
     free(c.m);
     free(c.owned);
