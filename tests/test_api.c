@@ -321,7 +321,7 @@ static void test_keys(void) {
 /* A backend whose model "generates" script[] whatever the input: the
  * logits of step i peak at script[i]. */
 typedef struct fake {
-    api_backend b;
+    mt_gen_backend b;
     const mt_vocab *vocab;
     const int32_t *script;
     int n_script;
@@ -337,13 +337,13 @@ typedef struct fake_slot {
     int step, evals;
 } fake_slot;
 
-static void *fake_open(api_backend *b, int index, mt_error *err) {
+static void *fake_open(mt_gen_backend *b, int index, mt_error *err) {
     (void)index, (void)err;
     fake_slot *s = calloc(1, sizeof *s);
     s->f = b->impl;
     return s;
 }
-static void fake_close(api_backend *b, void *slot) {
+static void fake_close(mt_gen_backend *b, void *slot) {
     (void)b;
     free(slot);
 }
@@ -469,7 +469,7 @@ static void test_engine(const mt_model *m, const mt_vocab *v) {
                     .model = m,
                     .n_vocab = m->hp.n_vocab,
                     .max_ctx = 4096,
-                    .fail_status = 503,
+                    .retry_may_succeed = true,
                     .slot_open = fake_open,
                     .slot_close = fake_close,
                     .begin = fake_begin,
@@ -1483,7 +1483,7 @@ static void run_think(const mt_model *m, const mt_vocab *v, const int32_t *scrip
                     .model = m,
                     .n_vocab = mt_vocab_n_tokens(v),
                     .max_ctx = 4096,
-                    .fail_status = 503,
+                    .retry_may_succeed = true,
                     .slot_open = fake_open,
                     .slot_close = fake_close,
                     .begin = fake_begin,

@@ -15,13 +15,11 @@
  *
  * The real Kimi K2 and K3 template files are detected in test_api, and
  * rendered against jinja2 in test_chat_templates.sh. */
-#include "../src/api/api_engine.h"
 #include "../src/model/vocab_internal.h"
 #include "check.h"
 #include "moontail/chat_format.h"
+#include "moontail/generate.h"
 #include "moontail/gguf.h"
-
-#include <pthread.h>
 
 /* ---- expected texts (rendered by Jinja, see above) ----------------------------------------- */
 
@@ -220,7 +218,7 @@ static void test_tokens(const mt_vocab *v) {
 
 /* A backend whose model "generates" script[] whatever the input (test_api.c's fake, reduced). */
 typedef struct fake {
-    api_backend b;
+    mt_gen_backend b;
     const int32_t *script;
     int n_script;
 } fake;
@@ -229,13 +227,13 @@ typedef struct fake_slot {
     int step;
 } fake_slot;
 
-static void *fake_open(api_backend *b, int index, mt_error *err) {
+static void *fake_open(mt_gen_backend *b, int index, mt_error *err) {
     (void)index, (void)err;
     fake_slot *s = calloc(1, sizeof *s);
     if (s) s->f = b->impl;
     return s;
 }
-static void fake_close(api_backend *b, void *slot) {
+static void fake_close(mt_gen_backend *b, void *slot) {
     (void)b;
     free(slot);
 }
@@ -259,10 +257,7 @@ static void fake_end(void *slot, int64_t evaluated) {
 typedef struct got {
     char text[256];
     size_t len;
-    api_gen_result r;
-    bool done;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    mt_gen_result r;
 } got;
 
 static int got_text(void *ctx, const char *s, size_t n) {
@@ -270,25 +265,16 @@ static int got_text(void *ctx, const char *s, size_t n) {
     if (g->len + n < sizeof g->text) memcpy(g->text + g->len, s, n), g->len += n;
     return 0;
 }
-static void got_done(void *ctx, const api_gen_result *r) {
-    got *g = ctx;
-    pthread_mutex_lock(&g->mu);
-    g->r = *r;
-    g->done = true;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-}
 
-/* Runs a chat request the way serve and the shell do (the prompt from mt_chat_tokenize,
- * end_token from mt_chat_end_token) on a model that answers "Hi" then script_end then
- * "zz". */
+/* Runs a chat the way serve and the shell do (the prompt from mt_chat_tokenize, end_token
+ * from mt_chat_end_token, the generation loop) on a model that answers "Hi" then
+ * script_end then "zz". */
 static void run_chat(const mt_vocab *v, mt_chat_format f, int32_t end_token, got *g) {
     static int32_t script[8];
     script[0] = 'H', script[1] = 'i', script[2] = T_EOM, script[3] = 'z', script[4] = 'z';
     fake fk = {.b = {.kind = "fake",
                      .n_vocab = N_TOK,
                      .max_ctx = 4096,
-                     .fail_status = 503,
                      .slot_open = fake_open,
                      .slot_close = fake_close,
                      .begin = fake_begin,
@@ -298,22 +284,23 @@ static void run_chat(const mt_vocab *v, mt_chat_format f, int32_t end_token, got
                .n_script = 5};
     fk.b.impl = &fk;
     memset(g, 0, sizeof *g);
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
-    api_gen_params p = {.max_tokens = 5, .end_token = end_token};
-    p.sp = mt_sampler_default_params();
+    int32_t *prompt = NULL;
+    int64_t np = mt_chat_tokenize(f, v, CONVS[2].m, CONVS[2].n, &prompt, NULL);
+    mt_gen_params p = {.prompt = prompt,
+                       .n_prompt = (int32_t)np,
+                       .max_tokens = 5,
+                       .sp = mt_sampler_default_params(),
+                       .end_token = end_token};
     p.sp.temp = 0;
-    int64_t np = mt_chat_tokenize(f, v, CONVS[2].m, CONVS[2].n, &p.prompt, NULL);
-    p.n_prompt = (int32_t)np;
-    api_engine *e = api_engine_start(&fk.b, v, 1, 1, NULL);
-    api_gen_sink sink = {.text = got_text, .done = got_done, .ctx = g};
-    bool ok = np > 0 && e && api_engine_submit(e, &p, &sink, NULL, NULL) == 0;
-    CHECK(ok, "chat request submitted");
-    if (!ok) api_gen_params_free(&p);
-    pthread_mutex_lock(&g->mu);
-    while (ok && !g->done) pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
-    if (e) api_engine_stop(e);
+    mt_gen_sink sink = {.text = got_text, .ctx = g};
+    void *slot = fk.b.slot_open(&fk.b, 0, NULL);
+    CHECK(np > 0 && slot, "chat prompt tokenized");
+    if (np > 0 && slot) {
+        mt_generate(&fk.b, slot, v, &p, &sink, &g->r);
+        if (g->r.begun) fk.b.end(slot, g->r.evaluated);
+    }
+    fk.b.slot_close(&fk.b, slot);
+    free(prompt);
 }
 
 static void test_stop(void) {
@@ -334,14 +321,12 @@ static void test_stop(void) {
         CHECK(mt_chat_end_token(f, v) == T_EOM, "Kimi K3 turns end at <|end_of_msg|>");
         test_tokens(v);
         run_chat(v, f, mt_chat_end_token(f, v), &g);
-        CHECK(g.len == 2 && memcmp(g.text, "Hi", 2) == 0 && g.r.finish_reason &&
-                  strcmp(g.r.finish_reason, "stop") == 0 && g.r.completion_tokens == 3 &&
-                  !g.r.error_status,
-              "stops at <|end_of_msg|>: '%.*s' %s %d tokens", (int)g.len, g.text,
-              g.r.finish_reason ? g.r.finish_reason : "-", g.r.completion_tokens);
-        run_chat(v, f, -1, &g); /* moontail run's way: EOG alone */
-        CHECK(g.len == 2 && g.r.finish_reason && strcmp(g.r.finish_reason, "stop") == 0 &&
+        CHECK(g.len == 2 && memcmp(g.text, "Hi", 2) == 0 && g.r.finish == MT_GEN_END_TOKEN &&
                   g.r.completion_tokens == 3,
+              "stops at <|end_of_msg|>: '%.*s' %s %d tokens", (int)g.len, g.text,
+              mt_gen_finish_name(g.r.finish), g.r.completion_tokens);
+        run_chat(v, f, -1, &g); /* moontail run's way: EOG alone */
+        CHECK(g.len == 2 && g.r.finish == MT_GEN_END_TOKEN && g.r.completion_tokens == 3,
               "EOS <|end_of_msg|> stops without a chat end token: '%.*s' %d tokens", (int)g.len,
               g.text, g.r.completion_tokens);
     }
@@ -360,10 +345,10 @@ static void test_stop(void) {
               "<|end_of_msg|> is not EOG by its text");
         CHECK(mt_chat_end_token(f, v) == T_EOM, "still the chat's end token");
         run_chat(v, f, mt_chat_end_token(f, v), &g);
-        CHECK(g.len == 2 && memcmp(g.text, "Hi", 2) == 0 && g.r.finish_reason &&
-                  strcmp(g.r.finish_reason, "stop") == 0 && g.r.completion_tokens == 3,
+        CHECK(g.len == 2 && memcmp(g.text, "Hi", 2) == 0 && g.r.finish == MT_GEN_END_TOKEN &&
+                  g.r.completion_tokens == 3,
               "the chat stops at <|end_of_msg|>: '%.*s' %s %d tokens", (int)g.len, g.text,
-              g.r.finish_reason ? g.r.finish_reason : "-", g.r.completion_tokens);
+              mt_gen_finish_name(g.r.finish), g.r.completion_tokens);
     }
     mt_vocab_free(v);
     free(tmpl);

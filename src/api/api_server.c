@@ -14,6 +14,8 @@
 #include "moontail/chat_format.h"
 #include "moontail/chat_template.h"
 #include "moontail/http.h"
+#include "moontail/progress.h"
+#include "moontail/requester.h"
 #include "moontail/transport.h"
 
 #include <sodium.h>
@@ -24,7 +26,7 @@
 #include <time.h>
 
 struct mt_api_server {
-    api_backend *backend;
+    mt_gen_backend *backend;
     api_engine *engine;
     mt_vocab *vocab; /* tokenizing on the HTTP threads (thread-safe) */
     api_keys keys;
@@ -35,6 +37,7 @@ struct mt_api_server {
     mt_chat_format chat;    /* the family it resembles: reasoning split, fallback */
     int32_t chat_end;       /* the token that ends an assistant turn, or -1 */
     int32_t max_ctx;
+    int32_t ubatch; /* prompt tokens per evaluation */
     int chat_max_tokens;
     json_int_t started;
     bool quiet;
@@ -194,6 +197,7 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
     ids = NULL;
     p.n_prompt = (int32_t)n_prompt;
     p.max_tokens = (int32_t)max_tokens;
+    p.ubatch = s->ubatch;
     p.sp = rq.sp;
     p.end_token = kind == API_CHAT ? s->chat_end : -1;
     /* a thinking model's chat reply is split into reasoning and answer */
@@ -399,9 +403,12 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     s->quiet = c->quiet;
     s->started = (json_int_t)time(NULL);
     s->chat_max_tokens = c->chat_max_tokens > 0 ? c->chat_max_tokens : 1024;
+    s->ubatch = c->ubatch > 0 ? c->ubatch : 512;
     if (api_keys_load(&s->keys, c->api_keys, c->rate_per_min, err)) goto fail;
     if (c->model_path) {
-        s->backend = api_backend_local(c->model_path, c->threads, c->ubatch, c->kv_type, err);
+        mt_progress_preload(c->model_path, stderr);
+        s->backend = mt_gen_backend_local(mt_model_load(c->model_path, err), c->model_path,
+                                          c->threads, c->kv_type, err);
     } else {
         mt_requester_config rc = {.registry = c->registry,
                                   .token = c->token,
@@ -414,7 +421,12 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                   .ubatch = c->ubatch,
                                   .kv_type = c->kv_type,
                                   .quiet = c->quiet};
-        s->backend = api_backend_registry(&rc, err);
+        s->backend = mt_requester_backend(&rc, "moontail serve", err);
+        if (!s->backend)
+            mt_error_prefix(err,
+                            "cannot use the cell of the registry %s (check --registry, the token,"
+                            " and that the cell has a route)",
+                            c->registry);
     }
     if (!s->backend) goto fail;
     if (!(s->vocab = mt_vocab_load(s->backend->model->gguf, err))) goto fail;
