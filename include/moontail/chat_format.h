@@ -15,8 +15,8 @@
 #ifndef MOONTAIL_CHAT_FORMAT_H
 #define MOONTAIL_CHAT_FORMAT_H
 
-#include "moontail/reasoning.h"
 #include "moontail/error.h"
+#include "moontail/reasoning.h"
 #include "moontail/tokenizer.h"
 
 #include <jansson.h>

@@ -1,7 +1,7 @@
 /* cmd_template.c - `moontail template`: prints the prompt a model's chat
  * template makes of a conversation, exactly as the model would see it (no
  * newline added), from an OpenAI-style JSON file. It runs the same code as
- * `moontail serve` and the shell (src/api/mt_chat_template.h): the model's own
+ * `moontail serve` and the shell (moontail/chat_template.h): the model's own
  * Jinja template, or the built-in format of its family when that cannot run
  * here (said on stderr). */
 #include "cli.h"
