@@ -86,7 +86,7 @@ static int on_token(void *ctx, int32_t id) {
     return stop_answer ? 1 : 0;
 }
 
-/* What went wrong, in the words `serve` uses. */
+/* What failed, for the "(failed: ...)" line. */
 static const char *failure_what(mt_gen_failure f) {
     switch (f) {
     case MT_GEN_FAIL_BEGIN:
