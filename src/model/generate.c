@@ -152,6 +152,10 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         mt_error_set(&r->err, "nothing to evaluate: the prompt has no tokens");
         return failed(r, MT_GEN_FAIL_PROMPT);
     }
+    if (b->n_vocab <= 0) {
+        mt_error_set(&r->err, "the model gives no logits (%d per token)", b->n_vocab);
+        return failed(r, MT_GEN_FAIL_BEGIN);
+    }
     const int32_t max_tokens = p->max_tokens > 0 ? p->max_tokens : 0;
     gen_out o = {.p = p, .sink = sink, .text = {.stop = p->stop, .n_stop = p->n_stop}};
     float *logits = malloc((size_t)b->n_vocab * sizeof *logits);

@@ -22,6 +22,7 @@ long mt_stop_text_find(const mt_stop_text *t, size_t *safe) {
     if (t->len == t->sent || t->n_stop == 0) return -1; /* nothing new (t->p may be NULL) */
     long best = -1;
     for (int i = 0; i < t->n_stop; i++) {
+        if (!t->stop[i][0]) continue; /* an empty one would stop everything at once */
         const char *hit = memmem(t->p + t->sent, t->len - t->sent, t->stop[i], strlen(t->stop[i]));
         if (hit && (best < 0 || hit - t->p < best)) best = hit - t->p;
     }
