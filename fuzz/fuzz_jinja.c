@@ -1,4 +1,4 @@
-/* fuzz_jinja.c - libFuzzer target for the Jinja interpreter (src/api/jinja.h):
+/* fuzz_jinja.c - libFuzzer target for the Jinja interpreter (moontail/jinja.h):
  * the tokenizer.chat_template text of a GGUF file, which comes with a model
  * and is not MoonTail's own. Input: the template source. It is parsed, and
  * when it parses, rendered twice with a small fixed conversation (messages
@@ -6,7 +6,7 @@
  * sanitizers: a refusal has a kind and a message; an output stays within the
  * output limit, its data ranges are sorted, inside it and not adjacent; the
  * two renders give the same bytes and ranges (no state kept between them). */
-#include "../src/api/jinja.h"
+#include "moontail/jinja.h"
 
 #include <jansson.h>
 #include <stdint.h>

@@ -21,10 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&e, 0, sizeof e);
     if (api_request_parse(kind, body, size - 1, "tiny", &rq, &e) == 0) {
         if (kind == API_CHAT)
-            for (int f = API_CHAT_CHATML; f <= API_CHAT_KIMI_K2_THINKING; f++) {
+            for (int f = MT_CHAT_CHATML; f <= MT_CHAT_KIMI_K2_THINKING; f++) {
                 size_t len;
-                free(api_chat_render_kw((api_chat_format)f, rq.messages, rq.n_messages,
-                                        rq.chat_kwargs, &len));
+                free(mt_chat_render_kw((mt_chat_format)f, rq.messages, rq.n_messages,
+                                       rq.chat_kwargs, &len));
             }
     } else if (e.status != 400 || !e.message[0]) {
         abort(); /* a refusal is a 400 with a message */

@@ -9,11 +9,11 @@
  * templates, the splitting of replies into reasoning and answer (whole,
  * streamed, split markers, unclosed reasoning), and their request fields.
  * tests/test_serve.sh drives the whole server with the OpenAI client. */
-#include "../src/api/api_chat.h"
 #include "../src/api/api_engine.h"
 #include "../src/api/api_keys.h"
 #include "../src/api/api_openai.h"
 #include "check.h"
+#include "moontail/chat_format.h"
 #include "moontail/gguf.h"
 #include "moontail/synth_model.h"
 
@@ -22,72 +22,71 @@
 
 /* ---- chat templates ------------------------------------------------------------------------ */
 
-static const api_chat_message CONV[] = {
-    {API_ROLE_SYSTEM, "Be brief.", 9, NULL, 0},
-    {API_ROLE_USER, " Hi <|im_end|>\n", 15, NULL, 0},
-    {API_ROLE_ASSISTANT, "Hello.", 6, NULL, 0},
-    {API_ROLE_USER, "Bye", 3, NULL, 0},
+static const mt_chat_message CONV[] = {
+    {MT_CHAT_ROLE_SYSTEM, "Be brief.", 9, NULL, 0},
+    {MT_CHAT_ROLE_USER, " Hi <|im_end|>\n", 15, NULL, 0},
+    {MT_CHAT_ROLE_ASSISTANT, "Hello.", 6, NULL, 0},
+    {MT_CHAT_ROLE_USER, "Bye", 3, NULL, 0},
 };
 
-static void check_render(api_chat_format f, const char *want) {
+static void check_render(mt_chat_format f, const char *want) {
     size_t len = 0;
-    char *got = api_chat_render(f, CONV, 4, &len);
+    char *got = mt_chat_render(f, CONV, 4, &len);
     CHECK(got && len == strlen(want) && strcmp(got, want) == 0, "%s renders\n%s\nnot\n%s",
-          api_chat_format_name(f), got ? got : "(null)", want);
+          mt_chat_format_name(f), got ? got : "(null)", want);
     free(got);
 }
 
 static void test_chat(const mt_vocab *v) {
     bool known;
-    CHECK(api_chat_detect(NULL, &known) == API_CHAT_CHATML && !known, "no template: ChatML");
-    CHECK(api_chat_detect("{{ weird }}", &known) == API_CHAT_CHATML && !known,
+    CHECK(mt_chat_detect(NULL, &known) == MT_CHAT_CHATML && !known, "no template: ChatML");
+    CHECK(mt_chat_detect("{{ weird }}", &known) == MT_CHAT_CHATML && !known,
           "unknown template: ChatML, not known");
-    CHECK(api_chat_detect("{{'<|im_start|>' + role}}", &known) == API_CHAT_CHATML && known,
+    CHECK(mt_chat_detect("{{'<|im_start|>' + role}}", &known) == MT_CHAT_CHATML && known,
           "ChatML detected");
-    CHECK(api_chat_detect("<|start_header_id|>{{ role }}<|end_header_id|>", &known) ==
-                  API_CHAT_LLAMA3 &&
+    CHECK(mt_chat_detect("<|start_header_id|>{{ role }}<|end_header_id|>", &known) ==
+                  MT_CHAT_LLAMA3 &&
               known,
           "Llama 3 detected");
-    CHECK(api_chat_detect("{{'<\xef\xbd\x9cUser\xef\xbd\x9c>' + c}}", &known) ==
-                  API_CHAT_DEEPSEEK3 &&
+    CHECK(mt_chat_detect("{{'<\xef\xbd\x9cUser\xef\xbd\x9c>' + c}}", &known) == MT_CHAT_DEEPSEEK3 &&
               known,
           "DeepSeek V3 detected");
-    CHECK(api_chat_detect("<|im_user|>user<|im_middle|>{{c}}<|im_end|>", &known) ==
-                  API_CHAT_KIMI_K2 &&
+    CHECK(mt_chat_detect("<|im_user|>user<|im_middle|>{{c}}<|im_end|>", &known) ==
+                  MT_CHAT_KIMI_K2 &&
               known,
           "Kimi K2 detected before ChatML");
-    check_render(API_CHAT_CHATML, "<|im_start|>system\nBe brief.<|im_end|>\n"
-                                  "<|im_start|>user\n Hi <|im_end|>\n<|im_end|>\n"
-                                  "<|im_start|>assistant\nHello.<|im_end|>\n"
-                                  "<|im_start|>user\nBye<|im_end|>\n"
-                                  "<|im_start|>assistant\n");
-    check_render(API_CHAT_LLAMA3,
+    check_render(MT_CHAT_CHATML, "<|im_start|>system\nBe brief.<|im_end|>\n"
+                                 "<|im_start|>user\n Hi <|im_end|>\n<|im_end|>\n"
+                                 "<|im_start|>assistant\nHello.<|im_end|>\n"
+                                 "<|im_start|>user\nBye<|im_end|>\n"
+                                 "<|im_start|>assistant\n");
+    check_render(MT_CHAT_LLAMA3,
                  "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                  "<|start_header_id|>user<|end_header_id|>\n\nHi <|im_end|><|eot_id|>"
                  "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
                  "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
                  "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    check_render(API_CHAT_DEEPSEEK3, "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c> Hi <|im_end|>\n"
-                                     "<\xef\xbd\x9c"
-                                     "Assistant\xef\xbd\x9c>Hello.<\xef\xbd\x9c"
-                                     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
-                                     "<\xef\xbd\x9cUser\xef\xbd\x9c>Bye<\xef\xbd\x9c"
-                                     "Assistant\xef\xbd\x9c>");
-    check_render(API_CHAT_KIMI_K2, "<|im_system|>system<|im_middle|>Be brief.<|im_end|>"
-                                   "<|im_user|>user<|im_middle|> Hi <|im_end|>\n<|im_end|>"
-                                   "<|im_assistant|>assistant<|im_middle|>Hello.<|im_end|>"
-                                   "<|im_user|>user<|im_middle|>Bye<|im_end|>"
-                                   "<|im_assistant|>assistant<|im_middle|>");
+    check_render(MT_CHAT_DEEPSEEK3, "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c> Hi <|im_end|>\n"
+                                    "<\xef\xbd\x9c"
+                                    "Assistant\xef\xbd\x9c>Hello.<\xef\xbd\x9c"
+                                    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+                                    "<\xef\xbd\x9cUser\xef\xbd\x9c>Bye<\xef\xbd\x9c"
+                                    "Assistant\xef\xbd\x9c>");
+    check_render(MT_CHAT_KIMI_K2, "<|im_system|>system<|im_middle|>Be brief.<|im_end|>"
+                                  "<|im_user|>user<|im_middle|> Hi <|im_end|>\n<|im_end|>"
+                                  "<|im_assistant|>assistant<|im_middle|>Hello.<|im_end|>"
+                                  "<|im_user|>user<|im_middle|>Bye<|im_end|>"
+                                  "<|im_assistant|>assistant<|im_middle|>");
     /* Kimi adds its default system message when there is none */
     size_t len;
-    char *k = api_chat_render(API_CHAT_KIMI_K2, CONV + 1, 1, &len);
+    char *k = mt_chat_render(MT_CHAT_KIMI_K2, CONV + 1, 1, &len);
     CHECK(k && strncmp(k, "<|im_system|>system<|im_middle|>You are Kimi", 44) == 0,
           "Kimi default system message: %s", k);
     free(k);
 
     /* tokens: template markers are control tokens, message text is plain text */
     int32_t *ids = NULL;
-    int64_t n = api_chat_tokenize(API_CHAT_CHATML, v, CONV, 4, &ids, NULL);
+    int64_t n = mt_chat_tokenize(MT_CHAT_CHATML, v, CONV, 4, &ids, NULL);
     const int32_t im_start = mt_vocab_find(v, "<|im_start|>", 12),
                   im_end = mt_vocab_find(v, "<|im_end|>", 10);
     int starts = 0, ends = 0;
@@ -97,16 +96,16 @@ static void test_chat(const mt_vocab *v) {
           " typed in a message is text)",
           (long long)n, starts, ends);
     /* the same count as tokenizing the rendered text when no message holds special text */
-    static const api_chat_message plain[] = {{API_ROLE_USER, "Say hi", 6, NULL, 0}};
-    char *text = api_chat_render(API_CHAT_CHATML, plain, 1, &len);
+    static const mt_chat_message plain[] = {{MT_CHAT_ROLE_USER, "Say hi", 6, NULL, 0}};
+    char *text = mt_chat_render(MT_CHAT_CHATML, plain, 1, &len);
     int32_t *a = NULL, *b = NULL;
-    int64_t na = api_chat_tokenize(API_CHAT_CHATML, v, plain, 1, &a, NULL);
+    int64_t na = mt_chat_tokenize(MT_CHAT_CHATML, v, plain, 1, &a, NULL);
     int64_t nb = mt_tokenize(v, text, len, true, true, &b, NULL);
     CHECK(na == nb && na > 0 && memcmp(a, b, (size_t)na * sizeof *a) == 0,
           "chat tokens equal tokenizing the rendered text (%lld vs %lld)", (long long)na,
           (long long)nb);
-    CHECK(api_chat_end_token(API_CHAT_CHATML, v) == im_end, "ChatML ends at <|im_end|>");
-    CHECK(api_chat_end_token(API_CHAT_LLAMA3, v) == -1, "no <|eot_id|> in this vocabulary");
+    CHECK(mt_chat_end_token(MT_CHAT_CHATML, v) == im_end, "ChatML ends at <|im_end|>");
+    CHECK(mt_chat_end_token(MT_CHAT_LLAMA3, v) == -1, "no <|eot_id|> in this vocabulary");
     free(text);
     free(a);
     free(b);
@@ -154,9 +153,9 @@ static void test_parse(void) {
         "{\"type\":\"text\"}}";
     CHECK(api_request_parse(API_CHAT, chat, strlen(chat), "tiny", &rq, &e) == 0, "valid chat: %s",
           e.message);
-    CHECK(rq.n_messages == 3 && rq.messages[0].role == API_ROLE_SYSTEM && rq.messages[1].len == 3 &&
-              memcmp(rq.messages[1].text, "a\nb", 3) == 0 &&
-              rq.messages[2].role == API_ROLE_ASSISTANT && rq.messages[2].len == 0 &&
+    CHECK(rq.n_messages == 3 && rq.messages[0].role == MT_CHAT_ROLE_SYSTEM &&
+              rq.messages[1].len == 3 && memcmp(rq.messages[1].text, "a\nb", 3) == 0 &&
+              rq.messages[2].role == MT_CHAT_ROLE_ASSISTANT && rq.messages[2].len == 0 &&
               rq.max_tokens == 3 && rq.sp.temp == 1.0f && !rq.stream,
           "fields of a valid chat");
     api_request_free(&rq);
@@ -322,7 +321,7 @@ static void test_keys(void) {
 /* A backend whose model "generates" script[] whatever the input: the
  * logits of step i peak at script[i]. */
 typedef struct fake {
-    api_backend b;
+    mt_gen_backend b;
     const mt_vocab *vocab;
     const int32_t *script;
     int n_script;
@@ -338,13 +337,13 @@ typedef struct fake_slot {
     int step, evals;
 } fake_slot;
 
-static void *fake_open(api_backend *b, int index, mt_error *err) {
+static void *fake_open(mt_gen_backend *b, int index, mt_error *err) {
     (void)index, (void)err;
     fake_slot *s = calloc(1, sizeof *s);
     s->f = b->impl;
     return s;
 }
-static void fake_close(api_backend *b, void *slot) {
+static void fake_close(mt_gen_backend *b, void *slot) {
     (void)b;
     free(slot);
 }
@@ -470,7 +469,7 @@ static void test_engine(const mt_model *m, const mt_vocab *v) {
                     .model = m,
                     .n_vocab = m->hp.n_vocab,
                     .max_ctx = 4096,
-                    .fail_status = 503,
+                    .retry_may_succeed = true,
                     .slot_open = fake_open,
                     .slot_close = fake_close,
                     .begin = fake_begin,
@@ -574,14 +573,14 @@ static void test_engine(const mt_model *m, const mt_vocab *v) {
 #define MSG(role, t)                                                                               \
     { role, t, sizeof t - 1, NULL, 0 }
 #define ANSWER(t, r)                                                                               \
-    { API_ROLE_ASSISTANT, t, sizeof t - 1, r, sizeof r - 1 }
-#define SYS(t)  MSG(API_ROLE_SYSTEM, t)
-#define USER(t) MSG(API_ROLE_USER, t)
-#define ASST(t) MSG(API_ROLE_ASSISTANT, t)
+    { MT_CHAT_ROLE_ASSISTANT, t, sizeof t - 1, r, sizeof r - 1 }
+#define SYS(t)  MSG(MT_CHAT_ROLE_SYSTEM, t)
+#define USER(t) MSG(MT_CHAT_ROLE_USER, t)
+#define ASST(t) MSG(MT_CHAT_ROLE_ASSISTANT, t)
 
 typedef struct think_conv {
     const char *name;
-    api_chat_message m[4];
+    mt_chat_message m[4];
     int n;
 } think_conv;
 
@@ -608,7 +607,7 @@ static const think_conv THINK_CONVS[] = {
  * loopcontrols), add_generation_prompt true, bos_token "" and the kwargs as variables.
  * Not written from the C code. */
 typedef struct think_want {
-    api_chat_format f;
+    mt_chat_format f;
     const char *kwargs; /* JSON object */
     int conv;
     const char *want;
@@ -616,75 +615,75 @@ typedef struct think_want {
 
 static const think_want THINK_WANT[] = {
     /* qwen3, one turn */
-    {API_CHAT_QWEN3, "{}", 0,
+    {MT_CHAT_QWEN3, "{}", 0,
      "<|im_start|>system\nBe brief.<|im_end|>\n"
      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
     /* qwen3, history with reasoning */
-    {API_CHAT_QWEN3, "{}", 1,
+    {MT_CHAT_QWEN3, "{}", 1,
      "<|im_start|>system\nBe brief.<|im_end|>\n"
      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
      "Hello.<|im_end|>\n<|im_start|>user\nBye"
      "<|im_end|>\n<|im_start|>assistant\n"},
     /* qwen3, reasoning after the last user message */
-    {API_CHAT_QWEN3, "{}", 2,
+    {MT_CHAT_QWEN3, "{}", 2,
      "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\n"
      "A1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
      "<|im_start|>assistant\n<think>\nR2\n</think>\n"
      "\nA2<|im_end|>\n<|im_start|>assistant\n"},
     /* qwen3, think tags in content */
-    {API_CHAT_QWEN3, "{}", 3,
+    {MT_CHAT_QWEN3, "{}", 3,
      "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
      "A<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
      "<|im_start|>assistant\n"},
     /* qwen3, blank reasoning */
-    {API_CHAT_QWEN3, "{}", 4,
+    {MT_CHAT_QWEN3, "{}", 4,
      "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
      "A<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
      "<|im_start|>assistant\n"},
     /* qwen3, two answers after the question */
-    {API_CHAT_QWEN3, "{}", 5,
+    {MT_CHAT_QWEN3, "{}", 5,
      "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
      "A1<|im_end|>\n<|im_start|>assistant\n<think>\n"
      "R\n</think>\n\nA2<|im_end|>\n<|im_start|>assistant\n"},
     /* qwen3, two system messages */
-    {API_CHAT_QWEN3, "{}", 6,
+    {MT_CHAT_QWEN3, "{}", 6,
      "<|im_start|>system\nS1<|im_end|>\n<|im_start|>user\n"
      "Q<|im_end|>\n<|im_start|>system\nS2<|im_end|>\n"
      "<|im_start|>assistant\n"},
     /* qwen3, think tags in the last answer */
-    {API_CHAT_QWEN3, "{}", 7,
+    {MT_CHAT_QWEN3, "{}", 7,
      "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
      "<think>\nold\n</think>\n\nA<|im_end|>\n"
      "<|im_start|>assistant\n"},
     /* qwen3, one turn */
-    {API_CHAT_QWEN3, "{\"enable_thinking\": false}", 0,
+    {MT_CHAT_QWEN3, "{\"enable_thinking\": false}", 0,
      "<|im_start|>system\nBe brief.<|im_end|>\n"
      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
      "<think>\n\n</think>\n\n"},
     /* qwen3, reasoning after the last user message */
-    {API_CHAT_QWEN3, "{\"enable_thinking\": false}", 2,
+    {MT_CHAT_QWEN3, "{\"enable_thinking\": false}", 2,
      "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\n"
      "A1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
      "<|im_start|>assistant\n<think>\nR2\n</think>\n"
      "\nA2<|im_end|>\n<|im_start|>assistant\n"
      "<think>\n\n</think>\n\n"},
     /* qwen3, one turn */
-    {API_CHAT_QWEN3, "{\"enable_thinking\": true}", 0,
+    {MT_CHAT_QWEN3, "{\"enable_thinking\": true}", 0,
      "<|im_start|>system\nBe brief.<|im_end|>\n"
      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
     /* qwen3, reasoning after the last user message */
-    {API_CHAT_QWEN3, "{\"enable_thinking\": true}", 2,
+    {MT_CHAT_QWEN3, "{\"enable_thinking\": true}", 2,
      "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\n"
      "A1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
      "<|im_start|>assistant\n<think>\nR2\n</think>\n"
      "\nA2<|im_end|>\n<|im_start|>assistant\n"},
     /* deepseek-r1, one turn */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 0,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 0,
      "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>\n"},
     /* deepseek-r1, history with reasoning */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 1,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 1,
      "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>Hello."
@@ -694,7 +693,7 @@ static const think_want THINK_WANT[] = {
      "Assistant\xef\xbd\x9c>"
      "<think>\n"},
     /* deepseek-r1, reasoning after the last user message */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 2,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 2,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>A1"
      "<\xef\xbd\x9c"
@@ -706,7 +705,7 @@ static const think_want THINK_WANT[] = {
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>\n"},
     /* deepseek-r1, think tags in content */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 3,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 3,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>\n"
      "\nA<\xef\xbd\x9c"
@@ -715,7 +714,7 @@ static const think_want THINK_WANT[] = {
      "Assistant\xef\xbd\x9c>"
      "<think>\n"},
     /* deepseek-r1, blank reasoning */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 4,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 4,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>A"
      "<\xef\xbd\x9c"
@@ -724,7 +723,7 @@ static const think_want THINK_WANT[] = {
      "Assistant\xef\xbd\x9c>"
      "<think>\n"},
     /* deepseek-r1, two answers after the question */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 5,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 5,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>A1"
      "<\xef\xbd\x9c"
@@ -736,12 +735,12 @@ static const think_want THINK_WANT[] = {
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>\n"},
     /* deepseek-r1, two system messages */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 6,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 6,
      "S2<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think>\n"},
     /* deepseek-r1, think tags in the last answer */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 7,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": true}", 7,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>\n"
      "\nA<\xef\xbd\x9c"
@@ -749,13 +748,13 @@ static const think_want THINK_WANT[] = {
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>\n"},
     /* deepseek-r1, one turn */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", 0,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", 0,
      "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>\n"
      "</think>"},
     /* deepseek-r1, reasoning after the last user message */
-    {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", 2,
+    {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", 2,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>A1"
      "<\xef\xbd\x9c"
@@ -768,13 +767,13 @@ static const think_want THINK_WANT[] = {
      "Assistant\xef\xbd\x9c><think>\n"
      "</think>"},
     /* deepseek-v3.1, one turn */
-    {API_CHAT_DEEPSEEK_V31, "{}", 0,
+    {MT_CHAT_DEEPSEEK_V31, "{}", 0,
      "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>"
      "</think>"},
     /* deepseek-v3.1, history with reasoning */
-    {API_CHAT_DEEPSEEK_V31, "{}", 1,
+    {MT_CHAT_DEEPSEEK_V31, "{}", 1,
      "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>"
@@ -784,7 +783,7 @@ static const think_want THINK_WANT[] = {
      "Assistant\xef\xbd\x9c>"
      "<think></think>"},
     /* deepseek-v3.1, reasoning after the last user message */
-    {API_CHAT_DEEPSEEK_V31, "{}", 2,
+    {MT_CHAT_DEEPSEEK_V31, "{}", 2,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think></think>A1<\xef\xbd\x9c"
@@ -794,7 +793,7 @@ static const think_want THINK_WANT[] = {
      "<think></think>A2<\xef\xbd\x9c"
      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
     /* deepseek-v3.1, think tags in content */
-    {API_CHAT_DEEPSEEK_V31, "{}", 3,
+    {MT_CHAT_DEEPSEEK_V31, "{}", 3,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think></think>\n\nA<\xef\xbd\x9c"
@@ -803,7 +802,7 @@ static const think_want THINK_WANT[] = {
      "Assistant\xef\xbd\x9c>"
      "<think></think>"},
     /* deepseek-v3.1, blank reasoning */
-    {API_CHAT_DEEPSEEK_V31, "{}", 4,
+    {MT_CHAT_DEEPSEEK_V31, "{}", 4,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think></think>A<\xef\xbd\x9c"
@@ -812,7 +811,7 @@ static const think_want THINK_WANT[] = {
      "Assistant\xef\xbd\x9c>"
      "<think></think>"},
     /* deepseek-v3.1, two answers after the question */
-    {API_CHAT_DEEPSEEK_V31, "{}", 5,
+    {MT_CHAT_DEEPSEEK_V31, "{}", 5,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think></think>A1<\xef\xbd\x9c"
@@ -820,24 +819,24 @@ static const think_want THINK_WANT[] = {
      "<\xef\xbd\x9c"
      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
     /* deepseek-v3.1, two system messages */
-    {API_CHAT_DEEPSEEK_V31, "{}", 6,
+    {MT_CHAT_DEEPSEEK_V31, "{}", 6,
      "S1\n\nS2<\xef\xbd\x9cUser\xef\xbd\x9c>Q"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>"
      "</think>"},
     /* deepseek-v3.1, think tags in the last answer */
-    {API_CHAT_DEEPSEEK_V31, "{}", 7,
+    {MT_CHAT_DEEPSEEK_V31, "{}", 7,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think></think>\n\nA<\xef\xbd\x9c"
      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
     /* deepseek-v3.1, one turn */
-    {API_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", 0,
+    {MT_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", 0,
      "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>"},
     /* deepseek-v3.1, reasoning after the last user message */
-    {API_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", 2,
+    {MT_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", 2,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think></think>A1<\xef\xbd\x9c"
@@ -847,12 +846,12 @@ static const think_want THINK_WANT[] = {
      "<think></think>A2<\xef\xbd\x9c"
      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
     /* deepseek-v3.1, one turn */
-    {API_CHAT_DEEPSEEK_V31, "{\"enable_thinking\": true}", 0,
+    {MT_CHAT_DEEPSEEK_V31, "{\"enable_thinking\": true}", 0,
      "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>"},
     /* deepseek-v3.1, reasoning after the last user message */
-    {API_CHAT_DEEPSEEK_V31, "{\"enable_thinking\": true}", 2,
+    {MT_CHAT_DEEPSEEK_V31, "{\"enable_thinking\": true}", 2,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think></think>A1<\xef\xbd\x9c"
@@ -862,13 +861,13 @@ static const think_want THINK_WANT[] = {
      "<think></think>A2<\xef\xbd\x9c"
      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
     /* deepseek-v3.1, one turn */
-    {API_CHAT_DEEPSEEK_V31, "{\"thinking\": false, \"enable_thinking\": true}", 0,
+    {MT_CHAT_DEEPSEEK_V31, "{\"thinking\": false, \"enable_thinking\": true}", 0,
      "Be brief.<\xef\xbd\x9cUser\xef\xbd\x9c>Hi"
      "<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c><think>"
      "</think>"},
     /* deepseek-v3.1, reasoning after the last user message */
-    {API_CHAT_DEEPSEEK_V31, "{\"thinking\": false, \"enable_thinking\": true}", 2,
+    {MT_CHAT_DEEPSEEK_V31, "{\"thinking\": false, \"enable_thinking\": true}", 2,
      "<\xef\xbd\x9cUser\xef\xbd\x9c>Q1<\xef\xbd\x9c"
      "Assistant\xef\xbd\x9c>"
      "<think></think>A1<\xef\xbd\x9c"
@@ -878,12 +877,12 @@ static const think_want THINK_WANT[] = {
      "<think></think>A2<\xef\xbd\x9c"
      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
     /* kimi-k2-thinking, one turn */
-    {API_CHAT_KIMI_K2_THINKING, "{}", 0,
+    {MT_CHAT_KIMI_K2_THINKING, "{}", 0,
      "<|im_system|>system<|im_middle|>Be brief."
      "<|im_end|><|im_user|>user<|im_middle|>Hi"
      "<|im_end|><|im_assistant|>assistant<|im_middle|>"},
     /* kimi-k2-thinking, history with reasoning */
-    {API_CHAT_KIMI_K2_THINKING, "{}", 1,
+    {MT_CHAT_KIMI_K2_THINKING, "{}", 1,
      "<|im_system|>system<|im_middle|>Be brief."
      "<|im_end|><|im_user|>user<|im_middle|>Hi"
      "<|im_end|><|im_assistant|>assistant<|im_middle|>"
@@ -891,7 +890,7 @@ static const think_want THINK_WANT[] = {
      "<|im_middle|>Bye<|im_end|><|im_assistant|>assistant"
      "<|im_middle|>"},
     /* kimi-k2-thinking, reasoning after the last user message */
-    {API_CHAT_KIMI_K2_THINKING, "{}", 2,
+    {MT_CHAT_KIMI_K2_THINKING, "{}", 2,
      "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
      "<|im_end|><|im_user|>user<|im_middle|>Q1"
      "<|im_end|><|im_assistant|>assistant<|im_middle|>"
@@ -900,7 +899,7 @@ static const think_want THINK_WANT[] = {
      "<|im_middle|><think>\nR2\n</think>A2<|im_end|>"
      "<|im_assistant|>assistant<|im_middle|>"},
     /* kimi-k2-thinking, think tags in content */
-    {API_CHAT_KIMI_K2_THINKING, "{}", 3,
+    {MT_CHAT_KIMI_K2_THINKING, "{}", 3,
      "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
      "<|im_end|><|im_user|>user<|im_middle|>Q"
      "<|im_end|><|im_assistant|>assistant<|im_middle|>"
@@ -908,7 +907,7 @@ static const think_want THINK_WANT[] = {
      "\nA<|im_end|><|im_user|>user<|im_middle|>Q2"
      "<|im_end|><|im_assistant|>assistant<|im_middle|>"},
     /* kimi-k2-thinking, blank reasoning */
-    {API_CHAT_KIMI_K2_THINKING, "{}", 4,
+    {MT_CHAT_KIMI_K2_THINKING, "{}", 4,
      "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
      "<|im_end|><|im_user|>user<|im_middle|>Q"
      "<|im_end|><|im_assistant|>assistant<|im_middle|>"
@@ -916,7 +915,7 @@ static const think_want THINK_WANT[] = {
      "<|im_middle|>Q2<|im_end|><|im_assistant|>assistant"
      "<|im_middle|>"},
     /* kimi-k2-thinking, two answers after the question */
-    {API_CHAT_KIMI_K2_THINKING, "{}", 5,
+    {MT_CHAT_KIMI_K2_THINKING, "{}", 5,
      "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
      "<|im_end|><|im_user|>user<|im_middle|>Q"
      "<|im_end|><|im_assistant|>assistant<|im_middle|>"
@@ -924,20 +923,20 @@ static const think_want THINK_WANT[] = {
      "<|im_middle|><think>R</think>A2<|im_end|>"
      "<|im_assistant|>assistant<|im_middle|>"},
     /* kimi-k2-thinking, two system messages */
-    {API_CHAT_KIMI_K2_THINKING, "{}", 6,
+    {MT_CHAT_KIMI_K2_THINKING, "{}", 6,
      "<|im_system|>system<|im_middle|>S1<|im_end|>"
      "<|im_user|>user<|im_middle|>Q<|im_end|>"
      "<|im_system|>system<|im_middle|>S2<|im_end|>"
      "<|im_assistant|>assistant<|im_middle|>"},
     /* kimi-k2-thinking, think tags in the last answer */
-    {API_CHAT_KIMI_K2_THINKING, "{}", 7,
+    {MT_CHAT_KIMI_K2_THINKING, "{}", 7,
      "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
      "<|im_end|><|im_user|>user<|im_middle|>Q"
      "<|im_end|><|im_assistant|>assistant<|im_middle|>"
      "<think></think>x<think>\nold\n</think>\n"
      "\nA<|im_end|><|im_assistant|>assistant<|im_middle|>"},
     /* kimi-k3, one turn */
-    {API_CHAT_KIMI_K3, "{}", 0,
+    {MT_CHAT_KIMI_K3, "{}", 0,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -949,7 +948,7 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, history with reasoning */
-    {API_CHAT_KIMI_K3, "{}", 1,
+    {MT_CHAT_KIMI_K3, "{}", 1,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -966,7 +965,7 @@ static const think_want THINK_WANT[] = {
      "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
      "<|sep|><|open|>think<|sep|>"},
     /* kimi-k3, reasoning after the last user message */
-    {API_CHAT_KIMI_K3, "{}", 2,
+    {MT_CHAT_KIMI_K3, "{}", 2,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -985,7 +984,7 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, think tags in content */
-    {API_CHAT_KIMI_K3, "{}", 3,
+    {MT_CHAT_KIMI_K3, "{}", 3,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -1001,7 +1000,7 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, blank reasoning */
-    {API_CHAT_KIMI_K3, "{}", 4,
+    {MT_CHAT_KIMI_K3, "{}", 4,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -1016,7 +1015,7 @@ static const think_want THINK_WANT[] = {
      "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
      "<|sep|><|open|>think<|sep|>"},
     /* kimi-k3, two answers after the question */
-    {API_CHAT_KIMI_K3, "{}", 5,
+    {MT_CHAT_KIMI_K3, "{}", 5,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -1034,7 +1033,7 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, two system messages */
-    {API_CHAT_KIMI_K3, "{}", 6,
+    {MT_CHAT_KIMI_K3, "{}", 6,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -1047,7 +1046,7 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, think tags in the last answer */
-    {API_CHAT_KIMI_K3, "{}", 7,
+    {MT_CHAT_KIMI_K3, "{}", 7,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -1061,14 +1060,14 @@ static const think_want THINK_WANT[] = {
      "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
      "<|sep|><|open|>think<|sep|>"},
     /* kimi-k3, one turn */
-    {API_CHAT_KIMI_K3, "{\"thinking\": false}", 0,
+    {MT_CHAT_KIMI_K3, "{\"thinking\": false}", 0,
      "<|open|>message role=\"system\"<|sep|>Be brief."
      "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
      "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>response<|sep|>"},
     /* kimi-k3, reasoning after the last user message */
-    {API_CHAT_KIMI_K3, "{\"thinking\": false}", 2,
+    {MT_CHAT_KIMI_K3, "{\"thinking\": false}", 2,
      "<|open|>message role=\"user\"<|sep|>Q1<|close|>message"
      "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
      "<|sep|><|open|>response<|sep|>A1<|close|>response"
@@ -1080,7 +1079,7 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>response<|sep|>"},
     /* kimi-k3, one turn */
-    {API_CHAT_KIMI_K3, "{\"thinking_effort\": \"low\"}", 0,
+    {MT_CHAT_KIMI_K3, "{\"thinking_effort\": \"low\"}", 0,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -1092,7 +1091,7 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, reasoning after the last user message */
-    {API_CHAT_KIMI_K3, "{\"thinking_effort\": \"low\"}", 2,
+    {MT_CHAT_KIMI_K3, "{\"thinking_effort\": \"low\"}", 2,
      "<|open|>message role=\"system\" type=\"thinking-effort\""
      "<|sep|>`thinking_effort` guides on how much to think in your thinking channel (not includin"
      "g the response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -1111,14 +1110,14 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, one turn */
-    {API_CHAT_KIMI_K3, "{\"thinking_effort\": null}", 0,
+    {MT_CHAT_KIMI_K3, "{\"thinking_effort\": null}", 0,
      "<|open|>message role=\"system\"<|sep|>Be brief."
      "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
      "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, reasoning after the last user message */
-    {API_CHAT_KIMI_K3, "{\"thinking_effort\": null}", 2,
+    {MT_CHAT_KIMI_K3, "{\"thinking_effort\": null}", 2,
      "<|open|>message role=\"user\"<|sep|>Q1<|close|>message"
      "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
      "<|sep|><|open|>think<|sep|>R1<|close|>think"
@@ -1132,14 +1131,14 @@ static const think_want THINK_WANT[] = {
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>think<|sep|>"},
     /* kimi-k3, one turn */
-    {API_CHAT_KIMI_K3, "{\"thinking\": false, \"thinking_effort\": \"high\"}", 0,
+    {MT_CHAT_KIMI_K3, "{\"thinking\": false, \"thinking_effort\": \"high\"}", 0,
      "<|open|>message role=\"system\"<|sep|>Be brief."
      "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""
      "<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
      "<|open|>message role=\"assistant\"<|sep|>"
      "<|open|>response<|sep|>"},
     /* kimi-k3, reasoning after the last user message */
-    {API_CHAT_KIMI_K3, "{\"thinking\": false, \"thinking_effort\": \"high\"}", 2,
+    {MT_CHAT_KIMI_K3, "{\"thinking\": false, \"thinking_effort\": \"high\"}", 2,
      "<|open|>message role=\"user\"<|sep|>Q1<|close|>message"
      "<|sep|><|end_of_msg|><|open|>message role=\"assistant\""
      "<|sep|><|open|>response<|sep|>A1<|close|>response"
@@ -1158,9 +1157,9 @@ static void test_think_render(void) {
         const think_conv *c = &THINK_CONVS[w->conv];
         json_t *kw = json_loads(w->kwargs, 0, NULL);
         size_t len = 0;
-        char *got = api_chat_render_kw(w->f, c->m, c->n, kw, &len);
+        char *got = mt_chat_render_kw(w->f, c->m, c->n, kw, &len);
         CHECK(got && len == strlen(w->want) && strcmp(got, w->want) == 0,
-              "%s %s, %s renders\n%s\nnot\n%s", api_chat_format_name(w->f), w->kwargs, c->name,
+              "%s %s, %s renders\n%s\nnot\n%s", mt_chat_format_name(w->f), w->kwargs, c->name,
               got ? got : "(null)", w->want);
         free(got);
         json_decref(kw);
@@ -1168,11 +1167,11 @@ static void test_think_render(void) {
     /* without kwargs, R1 opens the reasoning (as with enable_thinking true) */
     const char *want = NULL;
     for (size_t i = 0; i < sizeof THINK_WANT / sizeof THINK_WANT[0]; i++)
-        if (THINK_WANT[i].f == API_CHAT_DEEPSEEK_R1 && THINK_WANT[i].conv == 0 &&
+        if (THINK_WANT[i].f == MT_CHAT_DEEPSEEK_R1 && THINK_WANT[i].conv == 0 &&
             strstr(THINK_WANT[i].kwargs, "true"))
             want = THINK_WANT[i].want;
     size_t len = 0;
-    char *a = api_chat_render(API_CHAT_DEEPSEEK_R1, THINK_CONVS[0].m, THINK_CONVS[0].n, &len);
+    char *a = mt_chat_render(MT_CHAT_DEEPSEEK_R1, THINK_CONVS[0].m, THINK_CONVS[0].n, &len);
     CHECK(a && want && strcmp(a, want) == 0, "R1 without kwargs: %s", a ? a : "(null)");
     free(a);
 }
@@ -1181,44 +1180,44 @@ static void test_think_detect(void) {
     bool known = false;
     static const struct {
         const char *tmpl;
-        api_chat_format f;
+        mt_chat_format f;
     } stand_in[] = {
-        {"{{'<|im_start|>' + role}}{% if t %}<think>\n\n</think>\n\n{% endif %}", API_CHAT_QWEN3},
-        {"{{'<|im_start|>' + role}}", API_CHAT_CHATML},
+        {"{{'<|im_start|>' + role}}{% if t %}<think>\n\n</think>\n\n{% endif %}", MT_CHAT_QWEN3},
+        {"{{'<|im_start|>' + role}}", MT_CHAT_CHATML},
         {"{{'<\xef\xbd\x9cUser\xef\xbd\x9c>' + c}}{{'<\xef\xbd\x9c"
          "Assistant\xef\xbd\x9c><think>\\n'}}",
-         API_CHAT_DEEPSEEK_R1},
+         MT_CHAT_DEEPSEEK_R1},
         {"{{'<\xef\xbd\x9cUser\xef\xbd\x9c>' + c}}{{'<think></think>'}}{{'<think>'}}",
-         API_CHAT_DEEPSEEK_V31},
+         MT_CHAT_DEEPSEEK_V31},
         {"<|im_user|>user<|im_middle|>{{c}}<|im_end|><think>{{rc}}</think>",
-         API_CHAT_KIMI_K2_THINKING},
+         MT_CHAT_KIMI_K2_THINKING},
     };
     for (size_t i = 0; i < sizeof stand_in / sizeof stand_in[0]; i++)
-        CHECK(api_chat_detect(stand_in[i].tmpl, &known) == stand_in[i].f && known,
+        CHECK(mt_chat_detect(stand_in[i].tmpl, &known) == stand_in[i].f && known,
               "%s detected as %s", stand_in[i].tmpl,
-              api_chat_format_name(api_chat_detect(stand_in[i].tmpl, &known)));
-    CHECK(api_chat_thinks(API_CHAT_QWEN3) && api_chat_thinks(API_CHAT_DEEPSEEK_R1) &&
-              api_chat_thinks(API_CHAT_DEEPSEEK_V31) &&
-              api_chat_thinks(API_CHAT_KIMI_K2_THINKING) && api_chat_thinks(API_CHAT_KIMI_K3) &&
-              !api_chat_thinks(API_CHAT_CHATML) && !api_chat_thinks(API_CHAT_DEEPSEEK3) &&
-              !api_chat_thinks(API_CHAT_KIMI_K2) && !api_chat_thinks(API_CHAT_LLAMA3),
+              mt_chat_format_name(mt_chat_detect(stand_in[i].tmpl, &known)));
+    CHECK(mt_chat_thinks(MT_CHAT_QWEN3) && mt_chat_thinks(MT_CHAT_DEEPSEEK_R1) &&
+              mt_chat_thinks(MT_CHAT_DEEPSEEK_V31) && mt_chat_thinks(MT_CHAT_KIMI_K2_THINKING) &&
+              mt_chat_thinks(MT_CHAT_KIMI_K3) && !mt_chat_thinks(MT_CHAT_CHATML) &&
+              !mt_chat_thinks(MT_CHAT_DEEPSEEK3) && !mt_chat_thinks(MT_CHAT_KIMI_K2) &&
+              !mt_chat_thinks(MT_CHAT_LLAMA3),
           "the thinking families");
     /* the real template files, when a llama.cpp tree is at hand */
     const char *dir = getenv("MT_LLAMA_CPP");
     if (!dir || !*dir) dir = "/tmp/llref";
     static const struct {
         const char *file;
-        api_chat_format f;
-    } real[] = {{"Qwen-Qwen3-0.6B.jinja", API_CHAT_QWEN3},
-                {"Qwen-Qwen2.5-7B-Instruct.jinja", API_CHAT_CHATML},
-                {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", API_CHAT_DEEPSEEK_R1},
-                {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", API_CHAT_DEEPSEEK_R1},
-                {"llama-cpp-deepseek-r1.jinja", API_CHAT_DEEPSEEK_R1},
-                {"deepseek-ai-DeepSeek-V3.1.jinja", API_CHAT_DEEPSEEK_V31},
-                {"Kimi-K2-Thinking.jinja", API_CHAT_KIMI_K2_THINKING},
-                {"Kimi-K2-Instruct.jinja", API_CHAT_KIMI_K2},
-                {"moonshotai-Kimi-K2.jinja", API_CHAT_KIMI_K2},
-                {"Kimi-K3.jinja", API_CHAT_KIMI_K3}};
+        mt_chat_format f;
+    } real[] = {{"Qwen-Qwen3-0.6B.jinja", MT_CHAT_QWEN3},
+                {"Qwen-Qwen2.5-7B-Instruct.jinja", MT_CHAT_CHATML},
+                {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", MT_CHAT_DEEPSEEK_R1},
+                {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", MT_CHAT_DEEPSEEK_R1},
+                {"llama-cpp-deepseek-r1.jinja", MT_CHAT_DEEPSEEK_R1},
+                {"deepseek-ai-DeepSeek-V3.1.jinja", MT_CHAT_DEEPSEEK_V31},
+                {"Kimi-K2-Thinking.jinja", MT_CHAT_KIMI_K2_THINKING},
+                {"Kimi-K2-Instruct.jinja", MT_CHAT_KIMI_K2},
+                {"moonshotai-Kimi-K2.jinja", MT_CHAT_KIMI_K2},
+                {"Kimi-K3.jinja", MT_CHAT_KIMI_K3}};
     int seen = 0;
     for (size_t i = 0; i < sizeof real / sizeof real[0]; i++) {
         char path[1024];
@@ -1230,8 +1229,8 @@ static void test_think_detect(void) {
         fclose(fp);
         buf[n] = 0;
         seen++;
-        CHECK(api_chat_detect(buf, &known) == real[i].f && known, "%s detected as %s", path,
-              api_chat_format_name(api_chat_detect(buf, &known)));
+        CHECK(mt_chat_detect(buf, &known) == real[i].f && known, "%s detected as %s", path,
+              mt_chat_format_name(mt_chat_detect(buf, &known)));
     }
     if (!seen) printf("test_api: no llama.cpp templates under %s; real files not checked\n", dir);
 }
@@ -1297,7 +1296,7 @@ static int parts_out(void *ctx, bool reasoning, const char *s, size_t n) {
 }
 
 /* A stream in the splitter's alphabet: text, with each marker control token written as
- * 0xFF and its code (api_reasoning.h). */
+ * 0xFF and its code (mt_reasoning.h). */
 typedef struct stream {
     char b[256];
     size_t n;
@@ -1307,32 +1306,33 @@ static void st_text(stream *s, const char *t) {
     memcpy(s->b + s->n, t, strlen(t));
     s->n += strlen(t);
 }
-static void st_tok(stream *s, const api_reasoning *r, int32_t id) {
+static void st_tok(stream *s, const mt_reasoning *r, int32_t id) {
     s->b[s->n++] = '\xff';
-    s->b[s->n++] = (char)api_reasoning_code(r, id);
+    s->b[s->n++] = (char)mt_reasoning_code(r, id);
 }
 
 /* Splits the stream whole, byte by byte, and in two pieces at every point: each time the
  * reasoning and the answer must be want_r and want_a, the reasoning first. */
-static void check_split(const char *name, const api_reasoning *r, const stream *st,
+static void check_split(const char *name, const mt_reasoning *r, const stream *st,
                         const char *want_r, const char *want_a) {
     const size_t n = st->n;
     for (size_t mode = 0; mode <= n + 1; mode++) {
-        api_split s;
+        mt_reasoning_split s;
         parts p = {0};
-        api_split_init(&s, r);
+        mt_reasoning_split_init(&s, r);
         int rc = 0;
         if (mode == 0) {
-            rc |= api_split_push(&s, st->b, n, parts_out, &p);
+            rc |= mt_reasoning_split_push(&s, st->b, n, parts_out, &p);
         } else if (mode == 1) {
-            for (size_t i = 0; i < n; i++) rc |= api_split_push(&s, st->b + i, 1, parts_out, &p);
+            for (size_t i = 0; i < n; i++)
+                rc |= mt_reasoning_split_push(&s, st->b + i, 1, parts_out, &p);
         } else {
             const size_t k = mode - 2;
-            rc |= api_split_push(&s, st->b, k, parts_out, &p);
-            rc |= api_split_push(&s, st->b + k, n - k, parts_out, &p);
+            rc |= mt_reasoning_split_push(&s, st->b, k, parts_out, &p);
+            rc |= mt_reasoning_split_push(&s, st->b + k, n - k, parts_out, &p);
         }
-        rc |= api_split_finish(&s, parts_out, &p);
-        api_split_free(&s);
+        rc |= mt_reasoning_split_finish(&s, parts_out, &p);
+        mt_reasoning_split_free(&s);
         const bool ok = !rc && !p.late && p.rn == strlen(want_r) && p.an == strlen(want_a) &&
                         memcmp(p.r, want_r, p.rn) == 0 && memcmp(p.a, want_a, p.an) == 0;
         CHECK(ok, "%s (%s): reasoning '%.*s' answer '%.*s'%s; want '%s' '%s'", name,
@@ -1346,14 +1346,13 @@ static void check_split(const char *name, const api_reasoning *r, const stream *
 }
 
 /* The markers of a family for a prompt rendered from conv with kwargs. */
-static void reasoning_for(api_chat_format f, const mt_vocab *v, int conv, const char *kwargs,
-                          api_reasoning *r) {
+static void reasoning_for(mt_chat_format f, const mt_vocab *v, int conv, const char *kwargs,
+                          mt_reasoning *r) {
     json_t *kw = kwargs ? json_loads(kwargs, 0, NULL) : NULL;
     int32_t *ids = NULL;
-    int64_t n =
-        api_chat_tokenize_kw(f, v, THINK_CONVS[conv].m, THINK_CONVS[conv].n, kw, &ids, NULL);
-    CHECK(n > 0, "%s prompt tokenized", api_chat_format_name(f));
-    api_chat_reasoning(f, v, ids, n, r);
+    int64_t n = mt_chat_tokenize_kw(f, v, THINK_CONVS[conv].m, THINK_CONVS[conv].n, kw, &ids, NULL);
+    CHECK(n > 0, "%s prompt tokenized", mt_chat_format_name(f));
+    mt_chat_reasoning(f, v, ids, n, r);
     free(ids);
     json_decref(kw);
 }
@@ -1361,40 +1360,40 @@ static void reasoning_for(api_chat_format f, const mt_vocab *v, int conv, const 
 static void test_split(void) {
     mt_vocab *tv = think_vocab(false), *cv = think_vocab(true), *kv = k3_vocab();
     if (!tv || !cv || !kv) goto done;
-    api_reasoning r;
+    mt_reasoning r;
 
     /* where the reply starts: inside the reasoning when the prompt opened it */
     static const struct {
-        api_chat_format f;
+        mt_chat_format f;
         const char *kwargs;
         bool on, starts;
     } starts[] = {
-        {API_CHAT_DEEPSEEK_R1, NULL, true, true},
-        {API_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", true, false},
-        {API_CHAT_QWEN3, NULL, true, false},
-        {API_CHAT_QWEN3, "{\"enable_thinking\": false}", true, false},
-        {API_CHAT_DEEPSEEK_V31, NULL, true, false},
-        {API_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", true, true},
-        {API_CHAT_KIMI_K2_THINKING, NULL, true, false},
-        {API_CHAT_KIMI_K3, NULL, true, true},
-        {API_CHAT_KIMI_K3, "{\"thinking\": false}", true, false},
-        {API_CHAT_CHATML, NULL, false, false},
-        {API_CHAT_DEEPSEEK3, NULL, false, false},
+        {MT_CHAT_DEEPSEEK_R1, NULL, true, true},
+        {MT_CHAT_DEEPSEEK_R1, "{\"enable_thinking\": false}", true, false},
+        {MT_CHAT_QWEN3, NULL, true, false},
+        {MT_CHAT_QWEN3, "{\"enable_thinking\": false}", true, false},
+        {MT_CHAT_DEEPSEEK_V31, NULL, true, false},
+        {MT_CHAT_DEEPSEEK_V31, "{\"thinking\": true}", true, true},
+        {MT_CHAT_KIMI_K2_THINKING, NULL, true, false},
+        {MT_CHAT_KIMI_K3, NULL, true, true},
+        {MT_CHAT_KIMI_K3, "{\"thinking\": false}", true, false},
+        {MT_CHAT_CHATML, NULL, false, false},
+        {MT_CHAT_DEEPSEEK3, NULL, false, false},
     };
     for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
         /* conversation 1 has a past reasoning (K3 renders it in a think section) and ends
          * with a user message (else V3.1 opens no reply) */
-        reasoning_for(starts[i].f, starts[i].f == API_CHAT_KIMI_K3 ? kv : tv, 1, starts[i].kwargs,
+        reasoning_for(starts[i].f, starts[i].f == MT_CHAT_KIMI_K3 ? kv : tv, 1, starts[i].kwargs,
                       &r);
         CHECK(r.on == starts[i].on && r.starts_thinking == starts[i].starts,
               "%s %s: split %d (want %d), starts thinking %d (want %d)",
-              api_chat_format_name(starts[i].f), starts[i].kwargs ? starts[i].kwargs : "", r.on,
+              mt_chat_format_name(starts[i].f), starts[i].kwargs ? starts[i].kwargs : "", r.on,
               starts[i].on, r.starts_thinking, starts[i].starts);
     }
 
     /* <think> families, text markers: the prompt opened the reasoning (R1) */
     stream st = {0};
-    reasoning_for(API_CHAT_DEEPSEEK_R1, tv, 0, NULL, &r);
+    reasoning_for(MT_CHAT_DEEPSEEK_R1, tv, 0, NULL, &r);
     CHECK(r.n_special == 0 && strcmp(r.open, "<think>") == 0 && strcmp(r.close[0], "</think>") == 0,
           "user-defined <think> markers are text");
     st_text(&st, "Let me see.\n</think>\n\nBlue.");
@@ -1411,7 +1410,7 @@ static void test_split(void) {
     st = (stream){0};
     check_split("R1, nothing", &r, &st, "", "");
     /* Qwen3: the model opens the reasoning itself, or answers at once */
-    reasoning_for(API_CHAT_QWEN3, tv, 0, NULL, &r);
+    reasoning_for(MT_CHAT_QWEN3, tv, 0, NULL, &r);
     st = (stream){0};
     st_text(&st, " \n<think>\nStep.\n</think>\n\nBlue.");
     check_split("Qwen3", &r, &st, "\nStep.\n", "\n\nBlue.");
@@ -1428,9 +1427,9 @@ static void test_split(void) {
     st_text(&st, "\n\n");
     check_split("Qwen3, white space only", &r, &st, "", "\n\n");
     /* control-token markers: matched by id only (their text is never in the stream) */
-    reasoning_for(API_CHAT_DEEPSEEK_R1, cv, 0, NULL, &r);
-    CHECK(r.n_special == 2 && api_reasoning_code(&r, T_THINK) &&
-              api_reasoning_code(&r, T_UNTHINK) && r.starts_thinking,
+    reasoning_for(MT_CHAT_DEEPSEEK_R1, cv, 0, NULL, &r);
+    CHECK(r.n_special == 2 && mt_reasoning_code(&r, T_THINK) && mt_reasoning_code(&r, T_UNTHINK) &&
+              r.starts_thinking,
           "control <think> markers are ids; the R1 prompt opened one");
     st = (stream){0};
     st_text(&st, "r</think>");
@@ -1439,7 +1438,7 @@ static void test_split(void) {
     check_split("R1, control markers", &r, &st, "r</think>", "a");
 
     /* Kimi K3: think and response sections */
-    reasoning_for(API_CHAT_KIMI_K3, kv, 0, NULL, &r);
+    reasoning_for(MT_CHAT_KIMI_K3, kv, 0, NULL, &r);
     CHECK(r.on && r.starts_thinking && r.n_special == 3, "K3: %d marker tokens", r.n_special);
     st = (stream){0};
     st_text(&st, "Plan.");
@@ -1464,7 +1463,7 @@ static void test_split(void) {
     st_tok(&st, &r, K_OPEN), st_text(&st, "tools"), st_tok(&st, &r, K_SEP);
     st_text(&st, "call");
     check_split("K3, a tool section ends the answer", &r, &st, "", "x");
-    reasoning_for(API_CHAT_KIMI_K3, kv, 0, "{\"thinking\": false}", &r);
+    reasoning_for(MT_CHAT_KIMI_K3, kv, 0, "{\"thinking\": false}", &r);
     st = (stream){0}; /* thinking off: the prompt opened the response */
     st_text(&st, "Blue.");
     st_tok(&st, &r, K_CLOSE), st_text(&st, "response"), st_tok(&st, &r, K_SEP);
@@ -1478,13 +1477,13 @@ done:
 /* The engine on a scripted backend whose vocabulary has the markers: a thinking reply's
  * reasoning and answer go to their callbacks, whatever the tokens the markers come in. */
 static void run_think(const mt_model *m, const mt_vocab *v, const int32_t *script, int n_script,
-                      const api_reasoning *r, int32_t max_tokens, const char *stop, int32_t end,
+                      const mt_reasoning *r, int32_t max_tokens, const char *stop, int32_t end,
                       got *g) {
     fake f = {.b = {.kind = "fake",
                     .model = m,
                     .n_vocab = mt_vocab_n_tokens(v),
                     .max_ctx = 4096,
-                    .fail_status = 503,
+                    .retry_may_succeed = true,
                     .slot_open = fake_open,
                     .slot_close = fake_close,
                     .begin = fake_begin,
@@ -1535,13 +1534,13 @@ static bool got_is(const got *g, const char *r, const char *a) {
 static void test_think_engine(const mt_model *m) {
     mt_vocab *tv = think_vocab(false), *cv = think_vocab(true), *kv = k3_vocab();
     if (!tv || !cv || !kv) goto done;
-    api_reasoning r;
+    mt_reasoning r;
     got g;
     int32_t s[64];
     int n;
 
     /* R1: </think> spelled byte by byte, or as its one token: the same split */
-    reasoning_for(API_CHAT_DEEPSEEK_R1, tv, 0, NULL, &r);
+    reasoning_for(MT_CHAT_DEEPSEEK_R1, tv, 0, NULL, &r);
     n = ids_of(s, "ab</think>\nAns");
     got_init(&g);
     run_think(m, tv, s, n, &r, n, NULL, T_DS_EOS, &g);
@@ -1578,7 +1577,7 @@ static void test_think_engine(const mt_model *m) {
     CHECK(g.r.error_status == 499 && g.rpieces == 2, "cancel in the reasoning: %d after %d",
           g.r.error_status, g.rpieces);
     /* Qwen3: the model opens the reasoning with the <think> token */
-    reasoning_for(API_CHAT_QWEN3, tv, 0, NULL, &r);
+    reasoning_for(MT_CHAT_QWEN3, tv, 0, NULL, &r);
     s[0] = T_THINK;
     n = 1 + ids_of(s + 1, "\nr");
     s[n++] = T_UNTHINK;
@@ -1593,7 +1592,7 @@ static void test_think_engine(const mt_model *m) {
     CHECK(got_is(&g, "", "Hi there"), "Qwen3 without reasoning: '%.*s' | '%.*s'", (int)g.rlen,
           g.reasoning, (int)g.len, g.text);
     /* control-token markers have no text: only their ids split the reply */
-    reasoning_for(API_CHAT_DEEPSEEK_R1, cv, 0, NULL, &r);
+    reasoning_for(MT_CHAT_DEEPSEEK_R1, cv, 0, NULL, &r);
     n = ids_of(s, "r");
     s[n++] = T_UNTHINK;
     n += ids_of(s + n, "a");
@@ -1601,13 +1600,13 @@ static void test_think_engine(const mt_model *m) {
     run_think(m, cv, s, n, &r, n, NULL, T_DS_EOS, &g);
     CHECK(got_is(&g, "r", "a"), "control </think>: '%.*s' | '%.*s'", (int)g.rlen, g.reasoning,
           (int)g.len, g.text);
-    api_reasoning off = {0}; /* unsplit (completions, other families): the answer is all */
+    mt_reasoning off = {0}; /* unsplit (completions, other families): the answer is all */
     got_init(&g);
     run_think(m, cv, s, n, &off, n, NULL, T_DS_EOS, &g);
     CHECK(got_is(&g, "", "ra"), "unsplit: '%.*s' | '%.*s'", (int)g.rlen, g.reasoning, (int)g.len,
           g.text);
     /* Kimi K3: the sections' markers across many tokens, up to <|end_of_msg|> */
-    reasoning_for(API_CHAT_KIMI_K3, kv, 0, NULL, &r);
+    reasoning_for(MT_CHAT_KIMI_K3, kv, 0, NULL, &r);
     n = ids_of(s, "Plan");
     s[n++] = K_CLOSE, n += ids_of(s + n, "think"), s[n++] = K_SEP;
     s[n++] = K_OPEN, n += ids_of(s + n, "response"), s[n++] = K_SEP;

@@ -1,4 +1,4 @@
-/* test_chat_kimi_k3.c - the Kimi K3 chat family of src/api/api_chat.c: its
+/* test_chat_kimi_k3.c - the Kimi K3 chat family of src/model/chat_format.c: its
  * detection in a GGUF's tokenizer.chat_template (before Kimi K2 and
  * ChatML), the text of conversations, their token ids (template markers are
  * control tokens, message text is plain text), and where generation stops:
@@ -15,13 +15,11 @@
  *
  * The real Kimi K2 and K3 template files are detected in test_api, and
  * rendered against jinja2 in test_chat_templates.sh. */
-#include "../src/api/api_chat.h"
-#include "../src/api/api_engine.h"
 #include "../src/model/vocab_internal.h"
 #include "check.h"
+#include "moontail/chat_format.h"
+#include "moontail/generate.h"
 #include "moontail/gguf.h"
-
-#include <pthread.h>
 
 /* ---- expected texts (rendered by Jinja, see above) ----------------------------------------- */
 
@@ -34,24 +32,24 @@
 
 typedef struct conv {
     const char *name;
-    api_chat_message m[4];
+    mt_chat_message m[4];
     int n;
     const char *want;
 } conv;
 
 static const conv CONVS[] = {
     {"system + user",
-     {{API_ROLE_SYSTEM, "Be brief.", 9, NULL, 0}, {API_ROLE_USER, "Hi", 2, NULL, 0}},
+     {{MT_CHAT_ROLE_SYSTEM, "Be brief.", 9, NULL, 0}, {MT_CHAT_ROLE_USER, "Hi", 2, NULL, 0}},
      2,
      EFFORT "<|open|>message role=\"system\"<|sep|>Be brief.<|close|>message<|sep|><|end_of_msg|>"
             "<|open|>message role=\"user\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
             "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>"},
     /* test_api.c's conversation: message text is kept as is (spaces, newline, marker text) */
     {"multi-turn",
-     {{API_ROLE_SYSTEM, "Be brief.", 9, NULL, 0},
-      {API_ROLE_USER, " Hi <|im_end|>\n", 15, NULL, 0},
-      {API_ROLE_ASSISTANT, "Hello.", 6, NULL, 0},
-      {API_ROLE_USER, "Bye", 3, NULL, 0}},
+     {{MT_CHAT_ROLE_SYSTEM, "Be brief.", 9, NULL, 0},
+      {MT_CHAT_ROLE_USER, " Hi <|im_end|>\n", 15, NULL, 0},
+      {MT_CHAT_ROLE_ASSISTANT, "Hello.", 6, NULL, 0},
+      {MT_CHAT_ROLE_USER, "Bye", 3, NULL, 0}},
      4,
      EFFORT "<|open|>message role=\"system\"<|sep|>Be brief.<|close|>message<|sep|><|end_of_msg|>"
             "<|open|>message role=\"user\"<|sep|> Hi <|im_end|>\n<|close|>message<|sep|>"
@@ -63,7 +61,7 @@ static const conv CONVS[] = {
             "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>"},
     /* no system message: none is added (unlike Kimi K2) */
     {"no system",
-     {{API_ROLE_USER, "Say hi", 6, NULL, 0}},
+     {{MT_CHAT_ROLE_USER, "Say hi", 6, NULL, 0}},
      1,
      EFFORT "<|open|>message role=\"user\"<|sep|>Say hi<|close|>message<|sep|><|end_of_msg|>"
             "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>"},
@@ -73,9 +71,9 @@ static const conv CONVS[] = {
      EFFORT "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>"},
     /* an assistant message without content (OpenAI's content null; empty text gives the same) */
     {"empty assistant",
-     {{API_ROLE_USER, "a", 1, NULL, 0},
-      {API_ROLE_ASSISTANT, "", 0, NULL, 0},
-      {API_ROLE_USER, "b", 1, NULL, 0}},
+     {{MT_CHAT_ROLE_USER, "a", 1, NULL, 0},
+      {MT_CHAT_ROLE_ASSISTANT, "", 0, NULL, 0},
+      {MT_CHAT_ROLE_USER, "b", 1, NULL, 0}},
      3,
      EFFORT "<|open|>message role=\"user\"<|sep|>a<|close|>message<|sep|><|end_of_msg|>"
             "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|><|close|>think<|sep|>"
@@ -86,10 +84,10 @@ static const conv CONVS[] = {
     /* system messages stay where they are and are not trimmed; the terminator typed in a
        message is text */
     {"system after user",
-     {{API_ROLE_USER, "a", 1, NULL, 0},
-      {API_ROLE_SYSTEM, "  s  ", 5, NULL, 0},
-      {API_ROLE_SYSTEM, "t", 1, NULL, 0},
-      {API_ROLE_USER, "<|end_of_msg|>", 14, NULL, 0}},
+     {{MT_CHAT_ROLE_USER, "a", 1, NULL, 0},
+      {MT_CHAT_ROLE_SYSTEM, "  s  ", 5, NULL, 0},
+      {MT_CHAT_ROLE_SYSTEM, "t", 1, NULL, 0},
+      {MT_CHAT_ROLE_USER, "<|end_of_msg|>", 14, NULL, 0}},
      4,
      EFFORT "<|open|>message role=\"user\"<|sep|>a<|close|>message<|sep|><|end_of_msg|>"
             "<|open|>message role=\"system\"<|sep|>  s  <|close|>message<|sep|><|end_of_msg|>"
@@ -99,7 +97,7 @@ static const conv CONVS[] = {
             "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>"},
     /* the last message is the assistant's: a new assistant message is still opened */
     {"ends with assistant",
-     {{API_ROLE_USER, "a", 1, NULL, 0}, {API_ROLE_ASSISTANT, "b", 1, NULL, 0}},
+     {{MT_CHAT_ROLE_USER, "a", 1, NULL, 0}, {MT_CHAT_ROLE_ASSISTANT, "b", 1, NULL, 0}},
      2,
      EFFORT "<|open|>message role=\"user\"<|sep|>a<|close|>message<|sep|><|end_of_msg|>"
             "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|><|close|>think<|sep|>"
@@ -124,21 +122,19 @@ static const char K2_TMPL[] =
 
 static void test_detect(void) {
     bool known = false;
-    CHECK(api_chat_detect(K3_TMPL, &known) == API_CHAT_KIMI_K3 && known, "Kimi K3 detected");
-    CHECK(api_chat_detect(K2_TMPL, &known) == API_CHAT_KIMI_K2 && known,
+    CHECK(mt_chat_detect(K3_TMPL, &known) == MT_CHAT_KIMI_K3 && known, "Kimi K3 detected");
+    CHECK(mt_chat_detect(K2_TMPL, &known) == MT_CHAT_KIMI_K2 && known,
           "Kimi K2 still detected as K2");
     char both[sizeof K3_TMPL + sizeof K2_TMPL];
     snprintf(both, sizeof both, "%s%s", K2_TMPL, K3_TMPL);
-    CHECK(api_chat_detect(both, &known) == API_CHAT_KIMI_K3 && known,
+    CHECK(mt_chat_detect(both, &known) == MT_CHAT_KIMI_K3 && known,
           "K3 markers win over K2's and ChatML's");
-    CHECK(api_chat_detect("{{ '<|open|>' }}{{ '<|im_start|>' }}", &known) == API_CHAT_CHATML &&
-              known,
+    CHECK(mt_chat_detect("{{ '<|open|>' }}{{ '<|im_start|>' }}", &known) == MT_CHAT_CHATML && known,
           "<|open|> alone is not Kimi K3");
-    CHECK(api_chat_detect("{{ message.content }}<|end_of_msg|>", &known) == API_CHAT_CHATML &&
-              !known,
+    CHECK(mt_chat_detect("{{ message.content }}<|end_of_msg|>", &known) == MT_CHAT_CHATML && !known,
           "<|end_of_msg|> alone is not Kimi K3");
-    CHECK(strcmp(api_chat_format_name(API_CHAT_KIMI_K3), "kimi-k3") == 0, "name: %s",
-          api_chat_format_name(API_CHAT_KIMI_K3));
+    CHECK(strcmp(mt_chat_format_name(MT_CHAT_KIMI_K3), "kimi-k3") == 0, "name: %s",
+          mt_chat_format_name(MT_CHAT_KIMI_K3));
 
     /* the real Kimi K2 and K3 template files: test_api checks their detection */
 }
@@ -149,7 +145,7 @@ static void test_render(void) {
     for (size_t i = 0; i < sizeof CONVS / sizeof CONVS[0]; i++) {
         const conv *c = &CONVS[i];
         size_t len = 0;
-        char *got = api_chat_render(API_CHAT_KIMI_K3, c->m, c->n, &len);
+        char *got = mt_chat_render(MT_CHAT_KIMI_K3, c->m, c->n, &len);
         CHECK(got && len == strlen(c->want) && strcmp(got, c->want) == 0, "%s renders\n%s\nnot\n%s",
               c->name, got ? got : "(null)", c->want);
         free(got);
@@ -190,7 +186,7 @@ static void test_tokens(const mt_vocab *v) {
     /* markers are control tokens; <|end_of_msg|> typed in a message is text */
     const conv *c = &CONVS[5]; /* "system after user": 6 messages' terminators, one typed */
     int32_t *ids = NULL;
-    int64_t n = api_chat_tokenize(API_CHAT_KIMI_K3, v, c->m, c->n, &ids, NULL);
+    int64_t n = mt_chat_tokenize(MT_CHAT_KIMI_K3, v, c->m, c->n, &ids, NULL);
     int cnt[N_TOK] = {0};
     for (int64_t i = 0; i < n; i++)
         if (ids[i] >= T_EOS && ids[i] < N_TOK) cnt[ids[i]]++;
@@ -203,9 +199,9 @@ static void test_tokens(const mt_vocab *v) {
     /* with no marker text in the messages: the same ids as tokenizing the rendered text */
     c = &CONVS[0];
     size_t len = 0;
-    char *text = api_chat_render(API_CHAT_KIMI_K3, c->m, c->n, &len);
+    char *text = mt_chat_render(MT_CHAT_KIMI_K3, c->m, c->n, &len);
     int32_t *a = NULL, *b = NULL;
-    int64_t na = api_chat_tokenize(API_CHAT_KIMI_K3, v, c->m, c->n, &a, NULL);
+    int64_t na = mt_chat_tokenize(MT_CHAT_KIMI_K3, v, c->m, c->n, &a, NULL);
     int64_t nb = text ? mt_tokenize(v, text, len, true, true, &b, NULL) : -1;
     CHECK(na == nb && na > 0 && memcmp(a, b, (size_t)na * sizeof *a) == 0,
           "K3 chat tokens equal tokenizing the rendered text (%lld vs %lld)", (long long)na,
@@ -222,7 +218,7 @@ static void test_tokens(const mt_vocab *v) {
 
 /* A backend whose model "generates" script[] whatever the input (test_api.c's fake, reduced). */
 typedef struct fake {
-    api_backend b;
+    mt_gen_backend b;
     const int32_t *script;
     int n_script;
 } fake;
@@ -231,13 +227,13 @@ typedef struct fake_slot {
     int step;
 } fake_slot;
 
-static void *fake_open(api_backend *b, int index, mt_error *err) {
+static void *fake_open(mt_gen_backend *b, int index, mt_error *err) {
     (void)index, (void)err;
     fake_slot *s = calloc(1, sizeof *s);
     if (s) s->f = b->impl;
     return s;
 }
-static void fake_close(api_backend *b, void *slot) {
+static void fake_close(mt_gen_backend *b, void *slot) {
     (void)b;
     free(slot);
 }
@@ -261,10 +257,7 @@ static void fake_end(void *slot, int64_t evaluated) {
 typedef struct got {
     char text[256];
     size_t len;
-    api_gen_result r;
-    bool done;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    mt_gen_result r;
 } got;
 
 static int got_text(void *ctx, const char *s, size_t n) {
@@ -272,25 +265,16 @@ static int got_text(void *ctx, const char *s, size_t n) {
     if (g->len + n < sizeof g->text) memcpy(g->text + g->len, s, n), g->len += n;
     return 0;
 }
-static void got_done(void *ctx, const api_gen_result *r) {
-    got *g = ctx;
-    pthread_mutex_lock(&g->mu);
-    g->r = *r;
-    g->done = true;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-}
 
-/* Runs a chat request the way serve and the shell do (the prompt from api_chat_tokenize,
- * end_token from api_chat_end_token) on a model that answers "Hi" then script_end then
- * "zz". */
-static void run_chat(const mt_vocab *v, api_chat_format f, int32_t end_token, got *g) {
+/* Runs a chat the way serve and the shell do (the prompt from mt_chat_tokenize, end_token
+ * from mt_chat_end_token, the generation loop) on a model that answers "Hi" then
+ * script_end then "zz". */
+static void run_chat(const mt_vocab *v, mt_chat_format f, int32_t end_token, got *g) {
     static int32_t script[8];
     script[0] = 'H', script[1] = 'i', script[2] = T_EOM, script[3] = 'z', script[4] = 'z';
     fake fk = {.b = {.kind = "fake",
                      .n_vocab = N_TOK,
                      .max_ctx = 4096,
-                     .fail_status = 503,
                      .slot_open = fake_open,
                      .slot_close = fake_close,
                      .begin = fake_begin,
@@ -300,22 +284,23 @@ static void run_chat(const mt_vocab *v, api_chat_format f, int32_t end_token, go
                .n_script = 5};
     fk.b.impl = &fk;
     memset(g, 0, sizeof *g);
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
-    api_gen_params p = {.max_tokens = 5, .end_token = end_token};
-    p.sp = mt_sampler_default_params();
+    int32_t *prompt = NULL;
+    int64_t np = mt_chat_tokenize(f, v, CONVS[2].m, CONVS[2].n, &prompt, NULL);
+    mt_gen_params p = {.prompt = prompt,
+                       .n_prompt = (int32_t)np,
+                       .max_tokens = 5,
+                       .sp = mt_sampler_default_params(),
+                       .end_token = end_token};
     p.sp.temp = 0;
-    int64_t np = api_chat_tokenize(f, v, CONVS[2].m, CONVS[2].n, &p.prompt, NULL);
-    p.n_prompt = (int32_t)np;
-    api_engine *e = api_engine_start(&fk.b, v, 1, 1, NULL);
-    api_gen_sink sink = {.text = got_text, .done = got_done, .ctx = g};
-    bool ok = np > 0 && e && api_engine_submit(e, &p, &sink, NULL, NULL) == 0;
-    CHECK(ok, "chat request submitted");
-    if (!ok) api_gen_params_free(&p);
-    pthread_mutex_lock(&g->mu);
-    while (ok && !g->done) pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
-    if (e) api_engine_stop(e);
+    mt_gen_sink sink = {.text = got_text, .ctx = g};
+    void *slot = fk.b.slot_open(&fk.b, 0, NULL);
+    CHECK(np > 0 && slot, "chat prompt tokenized");
+    if (np > 0 && slot) {
+        mt_generate(&fk.b, slot, v, &p, &sink, &g->r);
+        if (g->r.begun) fk.b.end(slot, g->r.evaluated);
+    }
+    fk.b.slot_close(&fk.b, slot);
+    free(prompt);
 }
 
 static void test_stop(void) {
@@ -325,25 +310,23 @@ static void test_stop(void) {
     mt_vocab *v = k3_vocab(T_EOM, &tmpl);
     if (v) {
         bool known = false;
-        api_chat_format f = api_chat_detect(tmpl, &known);
-        CHECK(f == API_CHAT_KIMI_K3 && known, "the file's template is Kimi K3");
+        mt_chat_format f = mt_chat_detect(tmpl, &known);
+        CHECK(f == MT_CHAT_KIMI_K3 && known, "the file's template is Kimi K3");
         CHECK(mt_vocab_eos(v) == T_EOM && mt_vocab_is_eog(v, T_EOM),
               "<|end_of_msg|> as EOS ends generation (eos %d)", mt_vocab_eos(v));
         CHECK(mt_vocab_is_eog(v, T_EOS) && mt_vocab_is_eog(v, T_EOT) &&
                   !mt_vocab_is_eog(v, T_OPEN) && !mt_vocab_is_eog(v, T_CLOSE) &&
                   !mt_vocab_is_eog(v, T_SEP),
               "[EOS] and [EOT] end generation (llama.cpp's list), the tag markers do not");
-        CHECK(api_chat_end_token(f, v) == T_EOM, "Kimi K3 turns end at <|end_of_msg|>");
+        CHECK(mt_chat_end_token(f, v) == T_EOM, "Kimi K3 turns end at <|end_of_msg|>");
         test_tokens(v);
-        run_chat(v, f, api_chat_end_token(f, v), &g);
-        CHECK(g.len == 2 && memcmp(g.text, "Hi", 2) == 0 && g.r.finish_reason &&
-                  strcmp(g.r.finish_reason, "stop") == 0 && g.r.completion_tokens == 3 &&
-                  !g.r.error_status,
-              "stops at <|end_of_msg|>: '%.*s' %s %d tokens", (int)g.len, g.text,
-              g.r.finish_reason ? g.r.finish_reason : "-", g.r.completion_tokens);
-        run_chat(v, f, -1, &g); /* moontail run's way: EOG alone */
-        CHECK(g.len == 2 && g.r.finish_reason && strcmp(g.r.finish_reason, "stop") == 0 &&
+        run_chat(v, f, mt_chat_end_token(f, v), &g);
+        CHECK(g.len == 2 && memcmp(g.text, "Hi", 2) == 0 && g.r.finish == MT_GEN_END_TOKEN &&
                   g.r.completion_tokens == 3,
+              "stops at <|end_of_msg|>: '%.*s' %s %d tokens", (int)g.len, g.text,
+              mt_gen_finish_name(g.r.finish), g.r.completion_tokens);
+        run_chat(v, f, -1, &g); /* moontail run's way: EOG alone */
+        CHECK(g.len == 2 && g.r.finish == MT_GEN_END_TOKEN && g.r.completion_tokens == 3,
               "EOS <|end_of_msg|> stops without a chat end token: '%.*s' %d tokens", (int)g.len,
               g.text, g.r.completion_tokens);
     }
@@ -357,15 +340,15 @@ static void test_stop(void) {
     v = k3_vocab(T_EOS, &tmpl);
     if (v) {
         bool known = false;
-        api_chat_format f = api_chat_detect(tmpl, &known);
+        mt_chat_format f = mt_chat_detect(tmpl, &known);
         CHECK(!mt_vocab_is_eog(v, T_EOM) && mt_vocab_is_eog(v, T_EOS),
               "<|end_of_msg|> is not EOG by its text");
-        CHECK(api_chat_end_token(f, v) == T_EOM, "still the chat's end token");
-        run_chat(v, f, api_chat_end_token(f, v), &g);
-        CHECK(g.len == 2 && memcmp(g.text, "Hi", 2) == 0 && g.r.finish_reason &&
-                  strcmp(g.r.finish_reason, "stop") == 0 && g.r.completion_tokens == 3,
+        CHECK(mt_chat_end_token(f, v) == T_EOM, "still the chat's end token");
+        run_chat(v, f, mt_chat_end_token(f, v), &g);
+        CHECK(g.len == 2 && memcmp(g.text, "Hi", 2) == 0 && g.r.finish == MT_GEN_END_TOKEN &&
+                  g.r.completion_tokens == 3,
               "the chat stops at <|end_of_msg|>: '%.*s' %s %d tokens", (int)g.len, g.text,
-              g.r.finish_reason ? g.r.finish_reason : "-", g.r.completion_tokens);
+              mt_gen_finish_name(g.r.finish), g.r.completion_tokens);
     }
     mt_vocab_free(v);
     free(tmpl);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_chat_templates.sh - MoonTail's Jinja interpreter (src/api/jinja.h) against
+# test_chat_templates.sh - MoonTail's Jinja interpreter (moontail/jinja.h) against
 # Python's jinja2 configured as Hugging Face transformers configures it
 # (tests/lib/jinja_oracle.py): the outputs must be byte for byte the same, and
 # a template error in jinja2 must be the same kind of error in MoonTail.

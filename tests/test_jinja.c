@@ -1,5 +1,5 @@
-/* test_jinja.c - MoonTail's Jinja interpreter (src/api/jinja.h) on its own,
- * and the chat template built on it (src/api/api_template.h).
+/* test_jinja.c - MoonTail's Jinja interpreter (moontail/jinja.h) on its own,
+ * and the chat template built on it (moontail/chat_template.h).
  *
  * What jinja2 itself does is checked against Python's jinja2 by
  * tests/test_chat_templates.sh (real templates, and one case per construct);
@@ -11,10 +11,10 @@
  * (and so can never become control tokens), the tokenizer's plain ranges,
  * BOS, the fallback to the built-in family logged once, and rendering the
  * same parsed template from several threads. */
-#include "../src/api/api_template.h"
-#include "../src/api/jinja.h"
 #include "check.h"
+#include "moontail/chat_template.h"
 #include "moontail/gguf.h"
+#include "moontail/jinja.h"
 
 #include <pthread.h>
 
@@ -437,52 +437,53 @@ static void test_template(void) {
                          "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>"
                          "assistant\n{% endif %}";
     logs = 0;
-    api_template *t = api_template_new(chatml, v, count_log, NULL);
-    CHECK(t && api_template_is_jinja(t) && logs == 0, "a runnable template is run as Jinja");
+    mt_chat_template *t = mt_chat_template_new(chatml, v, count_log, NULL);
+    CHECK(t && mt_chat_template_is_jinja(t) && logs == 0, "a runnable template is run as Jinja");
     json_t *msgs =
         json_loads("[{\"role\": \"user\", \"content\": \"hi<|im_end|><|im_start|>\"}]", 0, NULL);
-    api_template_input in = {.messages = msgs, .add_generation_prompt = true};
-    api_template_error te;
-    n = api_template_tokenize(t, &in, &ids, &te);
+    mt_chat_template_input in = {.messages = msgs, .add_generation_prompt = true};
+    mt_chat_template_error te;
+    n = mt_chat_template_tokenize(t, &in, &ids, &te);
     CHECK(n > 0 && count_id(ids, n, T_IM_START) == 2 && count_id(ids, n, T_IM_END) == 1,
           "typed control tokens are text: %lld ids, %d <|im_start|>, %d <|im_end|>", (long long)n,
           count_id(ids, n, T_IM_START), count_id(ids, n, T_IM_END));
     free(ids);
     jinja_output out;
-    CHECK(api_template_render(t, &in, &out, &te) == 0 &&
+    CHECK(mt_chat_template_render(t, &in, &out, &te) == 0 &&
               !strcmp(out.text, "<|im_start|>user\nhi<|im_end|><|im_start|><|im_end|>\n"
                                 "<|im_start|>assistant\n"),
           "the rendered prompt: %s", out.text);
     jinja_output_free(&out);
     /* a role is template text: templates glue it into special tokens */
-    api_template_free(t);
-    t = api_template_new("{% for m in messages %}{{ '<|' + m.role + '|>' }}{{ m.content }}"
-                         "{% endfor %}",
-                         v, count_log, NULL);
+    mt_chat_template_free(t);
+    t = mt_chat_template_new("{% for m in messages %}{{ '<|' + m.role + '|>' }}{{ m.content }}"
+                             "{% endfor %}",
+                             v, count_log, NULL);
     json_t *other = json_loads("[{\"role\": \"other\", \"content\": \"<|other|>\"}]", 0, NULL);
-    api_template_input oin = {.messages = other};
-    n = api_template_tokenize(t, &oin, &ids, &te);
+    mt_chat_template_input oin = {.messages = other};
+    n = mt_chat_template_tokenize(t, &oin, &ids, &te);
     CHECK(n == 1 + 9 && ids[0] == T_OTHER && count_id(ids, n, T_OTHER) == 1,
           "'<|' + role + '|>' is the control token, typed <|other|> is text (%lld ids)",
           (long long)n);
     free(ids);
     json_decref(other);
     /* the template's refusal is the request's error */
-    api_template_free(t);
-    t = api_template_new("{{ raise_exception('no system messages, please') }}", v, count_log, NULL);
-    CHECK(api_template_tokenize(t, &in, &ids, &te) < 0 && te.refused &&
+    mt_chat_template_free(t);
+    t = mt_chat_template_new("{{ raise_exception('no system messages, please') }}", v, count_log,
+                             NULL);
+    CHECK(mt_chat_template_tokenize(t, &in, &ids, &te) < 0 && te.refused &&
               strstr(te.err.msg, "refused the conversation") &&
               strstr(te.err.msg, "no system messages, please"),
           "raise_exception refuses the conversation: %s", te.err.msg);
-    api_template_free(t);
+    mt_chat_template_free(t);
 
     /* unsupported at run time: the built-in family renders, logged once */
     const char *odd = "<|im_start|>{% for m in messages %}{{ m.content|truncate(5) }}{% endfor %}";
     logs = 0;
-    t = api_template_new(odd, v, count_log, NULL);
-    CHECK(t && api_template_is_jinja(t), "parses");
+    t = mt_chat_template_new(odd, v, count_log, NULL);
+    CHECK(t && mt_chat_template_is_jinja(t), "parses");
     for (int k = 0; k < 3; k++) {
-        CHECK(api_template_render(t, &in, &out, &te) == 0 &&
+        CHECK(mt_chat_template_render(t, &in, &out, &te) == 0 &&
                   !strncmp(out.text, "<|im_start|>user\nhi", 19),
               "fallback to ChatML: %s", out.text);
         jinja_output_free(&out);
@@ -490,13 +491,13 @@ static void test_template(void) {
     CHECK(logs == 1 && strstr(last_log, "truncate") && strstr(last_log, "chatml"),
           "the fallback is logged once, naming the construct and the format: %d: %s", logs,
           last_log);
-    api_template_free(t);
+    mt_chat_template_free(t);
     /* a template that does not parse: logged at once, the family renders */
     logs = 0;
-    t = api_template_new("<|im_start|>{% include 'x' %}", v, count_log, NULL);
-    CHECK(t && !api_template_is_jinja(t) && logs == 1 && strstr(last_log, "include"),
+    t = mt_chat_template_new("<|im_start|>{% include 'x' %}", v, count_log, NULL);
+    CHECK(t && !mt_chat_template_is_jinja(t) && logs == 1 && strstr(last_log, "include"),
           "an unparsable template: %s", last_log);
-    api_template_free(t);
+    mt_chat_template_free(t);
     json_decref(msgs);
     mt_vocab_free(v);
 
@@ -504,37 +505,37 @@ static void test_template(void) {
     v = byte_vocab(true);
     if (!v) return;
     msgs = json_loads("[{\"role\": \"user\", \"content\": \"q\"}]", 0, NULL);
-    in = (api_template_input){.messages = msgs, .add_generation_prompt = false};
-    t = api_template_new("{{ bos_token }}[{{ messages[0].content }}]", v, NULL, NULL);
-    n = api_template_tokenize(t, &in, &ids, &te);
+    in = (mt_chat_template_input){.messages = msgs, .add_generation_prompt = false};
+    t = mt_chat_template_new("{{ bos_token }}[{{ messages[0].content }}]", v, NULL, NULL);
+    n = mt_chat_template_tokenize(t, &in, &ids, &te);
     CHECK(n == 4 && ids[0] == T_ENDOFTEXT && ids[1] == '[' && count_id(ids, n, T_ENDOFTEXT) == 1,
           "a template that writes BOS gets no second one (%lld ids)", (long long)n);
     free(ids);
-    api_template_free(t);
-    t = api_template_new("[{{ messages[0].content }}]", v, NULL, NULL);
-    n = api_template_tokenize(t, &in, &ids, &te);
+    mt_chat_template_free(t);
+    t = mt_chat_template_new("[{{ messages[0].content }}]", v, NULL, NULL);
+    n = mt_chat_template_tokenize(t, &in, &ids, &te);
     CHECK(n == 4 && ids[0] == T_ENDOFTEXT && ids[1] == '[', "BOS added (%lld ids)", (long long)n);
     free(ids);
-    api_template_free(t);
+    mt_chat_template_free(t);
     /* BOS text typed by a user is no BOS */
     json_decref(msgs);
     msgs = json_loads("[{\"role\": \"user\", \"content\": \"<|endoftext|>\"}]", 0, NULL);
     in.messages = msgs;
-    t = api_template_new("{{ messages[0].content }}", v, NULL, NULL);
-    n = api_template_tokenize(t, &in, &ids, &te);
+    t = mt_chat_template_new("{{ messages[0].content }}", v, NULL, NULL);
+    n = mt_chat_template_tokenize(t, &in, &ids, &te);
     CHECK(n == 14 && ids[0] == T_ENDOFTEXT && count_id(ids, n, T_ENDOFTEXT) == 1,
           "typed BOS text is bytes after the real BOS (%lld ids)", (long long)n);
     free(ids);
-    api_template_free(t);
+    mt_chat_template_free(t);
     /* chat_template_kwargs reach the template; tools is none unless given */
     json_t *kw = json_loads("{\"enable_thinking\": false}", 0, NULL);
     in.kwargs = kw;
-    t = api_template_new("{{ enable_thinking }}/{{ tools is none }}/{{ add_generation_prompt }}", v,
-                         NULL, NULL);
-    CHECK(api_template_render(t, &in, &out, &te) == 0 && !strcmp(out.text, "False/True/False"),
+    t = mt_chat_template_new(
+        "{{ enable_thinking }}/{{ tools is none }}/{{ add_generation_prompt }}", v, NULL, NULL);
+    CHECK(mt_chat_template_render(t, &in, &out, &te) == 0 && !strcmp(out.text, "False/True/False"),
           "kwargs, tools and add_generation_prompt: %s", out.text);
     jinja_output_free(&out);
-    api_template_free(t);
+    mt_chat_template_free(t);
     json_decref(kw);
     json_decref(msgs);
     mt_vocab_free(v);

@@ -14,6 +14,9 @@
 #   - refusals at start: no keys, --no-auth off loopback, a bad key file;
 #   - the same API over a cell: a registry and 2 nodes (1 replica), serve
 #     --registry gives the local model's text;
+#   - one generation loop: a seeded, sampled completion cut by a stop string is
+#     the same text from `moontail run --stop`, from `moontail prompt --stop`
+#     through the cell, and from serve here and through the cell;
 #   - a model that thinks (a DeepSeek-R1-style template and vocabulary):
 #     reasoning_content and content are `moontail run`'s text before and after
 #     </think>, streamed deltas add up to them, stop strings end the answer only,
@@ -54,6 +57,31 @@ $T "$BIN" run -m "$M" -p "$CHATML" -n $CHAT_N --temp 0 --json >"$tmp/chatref.jso
 CHAT_REF=$(json 'process.stdout.write(o.text)' <"$tmp/chatref.json")
 CHAT_PROMPT=$("$BIN" tokenize -m "$M" -p "$CHATML" --json | json 'console.log(o.tokens.length)')
 STOP=${REF_TEXT:4:2}
+# a sampled completion (an API completion's sampler: no top-k, top-p or min-p, penalties
+# over the whole text) and a stop string from its middle: what it should be cut to is
+# the text before the string's first occurrence
+SAMPLED=(--temp 0.9 --top-k 0 --top-p 1 --min-p 0 --repeat-last-n -1 --seed 7)
+$T "$BIN" run -m "$M" -p "$PROMPT" -n $N "${SAMPLED[@]}" --json >"$tmp/sampled.json" 2>/dev/null ||
+    bad "sampled reference run"
+SAMPLED_TEXT=$(json 'process.stdout.write(o.text)' <"$tmp/sampled.json")
+SSTOP=${SAMPLED_TEXT:5:2}
+SAMPLED_CUT=${SAMPLED_TEXT%%"$SSTOP"*}
+[ ${#SAMPLED_TEXT} -ge 8 ] && [ -n "$SSTOP" ] && ok || bad "sampled text too short: '$SAMPLED_TEXT'"
+# FILE (a run/prompt --json): the sampled text cut at the stop string, said to be so
+is_cut() { CUT=$SAMPLED_CUT json 'process.exit(o.text === process.env.CUT && o.stop === "stop" ? 0 : 1)' <"$1"; }
+# URL: a completion with the same seed, sampling and stop string gives the cut text
+api_cut() {
+    local body
+    body=$(P=$PROMPT S=$SSTOP node -e 'process.stdout.write(JSON.stringify({model: "tiny",
+        prompt: process.env.P, max_tokens: '$N', temperature: 0.9, seed: 7, stop: process.env.S}))')
+    [ "$(curl -s -o "$tmp/cut.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -d "$body" \
+        "$1/v1/completions")" = 200 ] &&
+        CUT=$SAMPLED_CUT json 'const c = o.choices[0];
+            process.exit(c.text === process.env.CUT && c.finish_reason === "stop" ? 0 : 1)' <"$tmp/cut.json"
+}
+$T "$BIN" run -m "$M" -p "$PROMPT" -n $N "${SAMPLED[@]}" --stop "$SSTOP" --json >"$tmp/run_cut.json" 2>"$tmp/run_cut.err" &&
+    is_cut "$tmp/run_cut.json" && ok ||
+    bad "run --stop '$SSTOP' did not end before it ('$SAMPLED_CUT'): $(cat "$tmp/run_cut.json" "$tmp/run_cut.err")"
 [ ${#REF_TEXT} -ge 8 ] && [ "$REF_COMPLETION" = $N ] && ok || bad "reference text too short: '$REF_TEXT'"
 
 # ---- servers: A (2 slots, context 256), L (2 requests a minute), C (1 slot, no queue, no keys)
@@ -200,6 +228,9 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 wait $long 2>/dev/null
 grep -q '"text"' "$tmp/long.out" && ! grep -q '\[DONE\]' "$tmp/long.out" && ok || bad "the long stream was not cut short"
 
+# the sampled completion with a stop string: run's text
+api_cut "$URL" && ok || bad "serve's sampled completion with stop '$SSTOP' is not run's '$SAMPLED_CUT': $(cat "$tmp/cut.json")"
+
 # after all that, A still answers
 [ "$(code "${H[@]}" -d '{"model":"tiny","prompt":"'"$PROMPT"'","max_tokens":'$N',"temperature":0}' "$URL/v1/completions")" = 200 ] &&
     REF_TEXT=$REF_TEXT json "if (o.choices[0].text !== process.env.REF_TEXT) process.exit(1)" <"$tmp/body" &&
@@ -235,6 +266,13 @@ start_bg r "$BIN" serve --registry "$REG" --token-file "$tmp/api.token" --key "$
     --cache "$tmp/cache" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --model-name tiny --parallel 2 -t 1
 if [ -n "$ADDR" ]; then
     run_client basic "$ADDR"
+    # the sampled completion with a stop string, through the cell: run's text
+    api_cut "$ADDR" && ok ||
+        bad "serve --registry's sampled completion with stop '$SSTOP': $(cat "$tmp/cut.json")"
+    $T "$BIN" prompt --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/req2.key" \
+        --cache "$tmp/cache2" -p "$PROMPT" -n $N "${SAMPLED[@]}" --stop "$SSTOP" --json \
+        >"$tmp/prompt_cut.json" 2>"$tmp/prompt_cut.err" && is_cut "$tmp/prompt_cut.json" && ok ||
+        bad "prompt --registry --stop: $(cat "$tmp/prompt_cut.json" "$tmp/prompt_cut.err")"
     grep -q "route:" "$tmp/r.err" && ok || bad "serve --registry shows no route: $(cat "$tmp/r.err")"
 fi
 

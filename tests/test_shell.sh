@@ -31,6 +31,54 @@ grep -q "/quit     leave" "$tmp/c" && ok || bad "/help did not answer"
 grep -q "messages in the conversation" "$tmp/c" && ok || bad "/status did not answer"
 grep -q "unknown command /bogus" "$tmp/c" && ok || bad "unknown command not reported"
 grep -q "chat template chatml" "$tmp/c" && ok || bad "the banner does not name the chat template"
+# ---- Ctrl-C while an answer streams: "(stopped)" (the text so far is the greedy answer's
+# beginning), and the shell goes on: the next line is answered (and stopped the same way),
+# /status counts both turns, /quit leaves with 0. The model has mkmodel's default widths
+# (milliseconds a token), so -n 3000 keeps an answer streaming for seconds after it began.
+S="$tmp/slow.gguf"
+"$BIN" mkmodel -o "$S" "${MODEL_ARCH[@]}" --readable >/dev/null || bad "mkmodel (default widths)"
+FIRST="Tell me a long story" SECOND="And another one"
+printf '%s\n' "$FIRST" | $T "$BIN" -m "$S" -n 60 --temp 0 -t 1 >"$tmp/full" 2>/dev/null ||
+    bad "a 60-token answer failed"
+mkfifo "$tmp/in"
+"$BIN" -m "$S" -n 3000 --temp 0 -t 1 <"$tmp/in" >"$tmp/int" 2>"$tmp/int.err" &
+spid=$!
+pids+=("$spid")
+exec 3>"$tmp/in"
+after() { sed -n "/^you> $1\$/,\$p" "$tmp/int" | tail -n +2; } # what follows a turn's line
+streamed() { # TURN: until its answer has streamed 40 bytes (up to 60 s)
+    for _ in $(seq 1 1200); do
+        [ "$(after "$1" | wc -c)" -ge 40 ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+stopped() { # N: until N answers were stopped (up to 60 s)
+    for _ in $(seq 1 1200); do
+        [ "$(grep -c '^(stopped)$' "$tmp/int")" -ge "$1" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+printf '%s\n' "$FIRST" >&3
+streamed "$FIRST" && kill -INT $spid && stopped 1 && ok ||
+    bad "Ctrl-C did not stop the first answer: $(tail -c 300 "$tmp/int")"
+printf '%s\n' "$SECOND" >&3
+streamed "$SECOND" && kill -INT $spid && stopped 2 && ok ||
+    bad "the shell did not answer (or stop) the line after a Ctrl-C: $(tail -c 300 "$tmp/int")"
+printf '/status\n/quit\n' >&3
+exec 3>&-
+wait $spid
+rc=$?
+[ $rc -eq 0 ] && ok || bad "the shell exited $rc after Ctrl-C: $(tail -3 "$tmp/int.err")"
+! grep -q '^(failed' "$tmp/int" && ok || bad "a stopped answer reported as failed: $(grep '^(failed' "$tmp/int")"
+STOPPED=$(after "$FIRST" | head -1)
+mapfile -t F < <(answers <"$tmp/full")
+[ -n "$STOPPED" ] && { [[ "${F[0]}" == "$STOPPED"* ]] || [[ "$STOPPED" == "${F[0]}"* ]]; } && ok ||
+    bad "the stopped answer '$STOPPED' is not the greedy answer's beginning '${F[0]}'"
+grep -q "4 messages in the conversation" "$tmp/int" && ok ||
+    bad "/status after two stopped answers: $(grep messages "$tmp/int")"
+
 expect 2 "unknown option" "$BIN" --bogus
 expect 2 "not both" "$BIN" shell -m "$M" --registry http://127.0.0.1:1
 printf 'x\n' | $T "$BIN" shell --registry http://127.0.0.1:1 --token abc >"$tmp/o" 2>&1

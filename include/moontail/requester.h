@@ -24,6 +24,7 @@
 #ifndef MOONTAIL_REQUESTER_H
 #define MOONTAIL_REQUESTER_H
 
+#include "moontail/generate.h"
 #include "moontail/model.h"
 #include "moontail/proto.h"
 
@@ -90,5 +91,17 @@ typedef struct mt_requester_stats {
 } mt_requester_stats;
 
 void mt_requester_get_stats(const mt_requester *q, mt_requester_stats *s);
+
+/* ---- as the generation loop's backend (generate_registry.c) -------------------------------- */
+
+/* A backend (generate.h) whose slots each have a requester of cfg (strings copied): slot 0
+ * the one opened here (so the head shard and tokenizer are known: an error names what
+ * failed), the others when their slot begins its first sequence. end() reports the
+ * sequence's tokens as usage; a failure to is printed as "WHO: could not report ..."
+ * unless cfg->quiet. */
+mt_gen_backend *mt_requester_backend(const mt_requester_config *cfg, const char *who,
+                                     mt_error *err);
+/* The requester of one of its slots (NULL until the slot's first sequence). */
+mt_requester *mt_requester_of_slot(void *slot);
 
 #endif

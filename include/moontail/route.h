@@ -27,6 +27,7 @@
 #ifndef MOONTAIL_ROUTE_H
 #define MOONTAIL_ROUTE_H
 
+#include "moontail/generate.h"
 #include "moontail/keys.h"
 #include "moontail/model.h"
 #include "moontail/proto.h"
@@ -157,6 +158,11 @@ int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32
 /* The session's token history (n_past tokens) and id. */
 const int32_t *mt_route_session_tokens(const mt_route_session *s, int32_t *n_past);
 uint64_t mt_route_session_id(const mt_route_session *s);
+
+/* The route as the generation loop's backend (generate.h, generate_route.c): r stays the
+ * caller's and must outlive it; a slot runs one session at a time, from one thread (a
+ * route is not shared between threads). */
+mt_gen_backend *mt_route_backend(mt_route *r, mt_error *err);
 
 /* ---- route files ----------------------------------------------------------------- */
 

@@ -304,14 +304,14 @@ static int parse_prompt(api_request *rq, api_error *e) {
 static int parse_content(api_request *rq, int i, json_t *c, api_error *e) {
     char param[64];
     snprintf(param, sizeof param, "messages[%d].content", i);
-    api_chat_message *m = &rq->messages[i];
+    mt_chat_message *m = &rq->messages[i];
     if (json_is_string(c)) {
         m->text = json_string_value(c);
         m->len = json_string_length(c);
         return 0;
     }
     if (json_is_null(c)) {
-        if (m->role != API_ROLE_ASSISTANT)
+        if (m->role != MT_CHAT_ROLE_ASSISTANT)
             return bad_request(e, param,
                                "Invalid '%s': only an assistant message may have no"
                                " content",
@@ -363,8 +363,8 @@ static int parse_reasoning(api_request *rq, int i, const json_t *r, api_error *e
     if (!r || json_is_null(r)) return 0;
     char param[64];
     snprintf(param, sizeof param, "messages[%d].reasoning_content", i);
-    api_chat_message *m = &rq->messages[i];
-    if (m->role != API_ROLE_ASSISTANT)
+    mt_chat_message *m = &rq->messages[i];
+    if (m->role != MT_CHAT_ROLE_ASSISTANT)
         return bad_request(e, param,
                            "Invalid '%s': only an assistant message may carry"
                            " reasoning_content",
@@ -425,11 +425,11 @@ static int parse_messages(api_request *rq, api_error *e) {
                                param, role ? type_name(role) : "nothing");
         const char *r = json_string_value(role);
         if (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0)
-            rq->messages[i].role = API_ROLE_SYSTEM;
+            rq->messages[i].role = MT_CHAT_ROLE_SYSTEM;
         else if (strcmp(r, "user") == 0)
-            rq->messages[i].role = API_ROLE_USER;
+            rq->messages[i].role = MT_CHAT_ROLE_USER;
         else if (strcmp(r, "assistant") == 0)
-            rq->messages[i].role = API_ROLE_ASSISTANT;
+            rq->messages[i].role = MT_CHAT_ROLE_ASSISTANT;
         else if (strcmp(r, "tool") == 0 || strcmp(r, "function") == 0)
             return unsupported(e, param, "the role 'tool' (tool calling)");
         else

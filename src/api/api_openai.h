@@ -6,8 +6,8 @@
 #ifndef MOONTAIL_API_OPENAI_H
 #define MOONTAIL_API_OPENAI_H
 
-#include "api_chat.h"
 #include "api_engine.h"
+#include "moontail/chat_format.h"
 #include "moontail/http.h"
 
 #include <jansson.h>
@@ -45,7 +45,7 @@ typedef struct api_request {
     const char *model;  /* as asked */
     const char *prompt; /* completions: prompt_len bytes */
     size_t prompt_len;
-    api_chat_message *messages; /* chat */
+    mt_chat_message *messages; /* chat */
     int n_messages;
     char **owned;       /* per message: a joined copy of its text parts, or NULL */
     int64_t max_tokens; /* -1: not given */

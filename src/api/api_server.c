@@ -8,12 +8,14 @@
  * comes through an HTTP stream (http.h) that the engine's worker writes, so
  * no HTTP thread waits for the model. */
 #include "moontail/api.h"
-#include "api_chat.h"
 #include "api_engine.h"
 #include "api_keys.h"
 #include "api_openai.h"
-#include "api_template.h"
+#include "moontail/chat_format.h"
+#include "moontail/chat_template.h"
 #include "moontail/http.h"
+#include "moontail/progress.h"
+#include "moontail/requester.h"
 #include "moontail/transport.h"
 
 #include <sodium.h>
@@ -24,17 +26,18 @@
 #include <time.h>
 
 struct mt_api_server {
-    api_backend *backend;
+    mt_gen_backend *backend;
     api_engine *engine;
     mt_vocab *vocab; /* tokenizing on the HTTP threads (thread-safe) */
     api_keys keys;
     mt_http_server *http;
     char url[200];
     char *model_name;
-    api_template *tmpl;   /* the model's chat template (Jinja, or a built-in family) */
-    api_chat_format chat; /* the family it resembles: reasoning split, fallback */
-    int32_t chat_end;     /* the token that ends an assistant turn, or -1 */
+    mt_chat_template *tmpl; /* the model's chat template (Jinja, or a built-in family) */
+    mt_chat_format chat;    /* the family it resembles: reasoning split, fallback */
+    int32_t chat_end;       /* the token that ends an assistant turn, or -1 */
     int32_t max_ctx;
+    int32_t ubatch; /* prompt tokens per evaluation */
     int chat_max_tokens;
     json_int_t started;
     bool quiet;
@@ -107,13 +110,13 @@ static void request_done(void *ctx, const api_gen_result *r) {
 /* A chat request's prompt through the model's chat template; a conversation the
  * template refuses is the client's error. */
 static int64_t chat_ids(mt_api_server *s, const api_request *rq, int32_t **ids, api_error *e) {
-    json_t *msgs = api_template_messages_json(rq->messages, rq->n_messages,
-                                              json_object_get(rq->root, "messages"));
+    json_t *msgs = mt_chat_template_messages_json(rq->messages, rq->n_messages,
+                                                  json_object_get(rq->root, "messages"));
     if (!msgs) return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    api_template_input in = {
+    mt_chat_template_input in = {
         .messages = msgs, .kwargs = rq->chat_kwargs, .add_generation_prompt = true};
-    api_template_error te;
-    int64_t n = api_template_tokenize(s->tmpl, &in, ids, &te);
+    mt_chat_template_error te;
+    int64_t n = mt_chat_template_tokenize(s->tmpl, &in, ids, &te);
     json_decref(msgs);
     if (n < 0 && te.refused)
         return api_fail(e, 400, "invalid_request_error", "messages", NULL, "%s", te.err.msg);
@@ -194,10 +197,11 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
     ids = NULL;
     p.n_prompt = (int32_t)n_prompt;
     p.max_tokens = (int32_t)max_tokens;
+    p.ubatch = s->ubatch;
     p.sp = rq.sp;
     p.end_token = kind == API_CHAT ? s->chat_end : -1;
     /* a thinking model's chat reply is split into reasoning and answer */
-    if (kind == API_CHAT) api_chat_reasoning(s->chat, s->vocab, p.prompt, p.n_prompt, &p.reasoning);
+    if (kind == API_CHAT) mt_chat_reasoning(s->chat, s->vocab, p.prompt, p.n_prompt, &p.reasoning);
     for (int i = 0; i < rq.n_stop; i++) {
         p.stop[i] = rq.stop[i];
         rq.stop[i] = NULL;
@@ -355,23 +359,23 @@ static void template_log(void *ctx, const char *msg) {
 static int log_chat_template(mt_api_server *s, mt_error *err) {
     char *tmpl = gguf_get_string(s->backend->model->gguf, "tokenizer.chat_template", NULL);
     bool known = false;
-    api_chat_detect(tmpl, &known);
-    s->tmpl = api_template_new(tmpl, s->vocab, template_log, s);
+    mt_chat_detect(tmpl, &known);
+    s->tmpl = mt_chat_template_new(tmpl, s->vocab, template_log, s);
     if (!s->tmpl) {
         free(tmpl);
         return mt_error_set(err, "out of memory for the chat template");
     }
-    s->chat = api_template_family(s->tmpl);
-    s->chat_end = api_template_end_token(s->tmpl);
-    const char *thinks = api_chat_thinks(s->chat) ? "; chat replies carry the model's reasoning"
-                                                    " in reasoning_content"
-                                                  : "";
-    if (api_template_is_jinja(s->tmpl))
+    s->chat = mt_chat_template_family(s->tmpl);
+    s->chat_end = mt_chat_template_end_token(s->tmpl);
+    const char *thinks = mt_chat_thinks(s->chat) ? "; chat replies carry the model's reasoning"
+                                                   " in reasoning_content"
+                                                 : "";
+    if (mt_chat_template_is_jinja(s->tmpl))
         say(s, "chat template: the model's own (tokenizer.chat_template, run as Jinja%s%s)%s",
-            known ? "; " : "", known ? api_chat_format_name(s->chat) : "", thinks);
+            known ? "; " : "", known ? mt_chat_format_name(s->chat) : "", thinks);
     else if (known)
         say(s, "chat template: %s (recognised in the model's tokenizer.chat_template)%s",
-            api_chat_format_name(s->chat), thinks);
+            mt_chat_format_name(s->chat), thinks);
     else if (tmpl)
         say(s, "the model's chat template is of no family this server knows; chat uses ChatML"
                " (<|im_start|>role ... <|im_end|>)");
@@ -399,9 +403,12 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     s->quiet = c->quiet;
     s->started = (json_int_t)time(NULL);
     s->chat_max_tokens = c->chat_max_tokens > 0 ? c->chat_max_tokens : 1024;
+    s->ubatch = c->ubatch > 0 ? c->ubatch : 512;
     if (api_keys_load(&s->keys, c->api_keys, c->rate_per_min, err)) goto fail;
     if (c->model_path) {
-        s->backend = api_backend_local(c->model_path, c->threads, c->ubatch, c->kv_type, err);
+        mt_progress_preload(c->model_path, stderr);
+        s->backend = mt_gen_backend_local(mt_model_load(c->model_path, err), c->model_path,
+                                          c->threads, c->kv_type, err);
     } else {
         mt_requester_config rc = {.registry = c->registry,
                                   .token = c->token,
@@ -414,7 +421,12 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                   .ubatch = c->ubatch,
                                   .kv_type = c->kv_type,
                                   .quiet = c->quiet};
-        s->backend = api_backend_registry(&rc, err);
+        s->backend = mt_requester_backend(&rc, "moontail serve", err);
+        if (!s->backend)
+            mt_error_prefix(err,
+                            "cannot use the cell of the registry %s (check --registry, the token,"
+                            " and that the cell has a route)",
+                            c->registry);
     }
     if (!s->backend) goto fail;
     if (!(s->vocab = mt_vocab_load(s->backend->model->gguf, err))) goto fail;
@@ -461,7 +473,7 @@ void mt_api_server_stop(mt_api_server *s) {
     if (!s) return;
     mt_http_server_stop(s->http); /* no new requests; open streams are cut */
     api_engine_stop(s->engine);   /* running requests end at their next token */
-    api_template_free(s->tmpl);
+    mt_chat_template_free(s->tmpl);
     mt_vocab_free(s->vocab);
     if (s->backend) s->backend->destroy(s->backend);
     api_keys_free(&s->keys);

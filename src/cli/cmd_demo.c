@@ -224,8 +224,8 @@ static void print_route(const names *nm, const char *route) {
     printf(" (the head, token ids and text stayed in this process)\n");
 }
 
-/* Generates n tokens greedily through the cell (generate.c, as `moontail
- * prompt` does), then says where each layer ran. */
+/* Generates n tokens greedily through the cell (as `moontail prompt` does),
+ * then says where each layer ran. */
 static int prompt_cell(demo *d, const names *nm, const char *url, const char *token,
                        const char *prompt, int n_predict) {
     char key[600], cache[600];
@@ -239,30 +239,31 @@ static int prompt_cell(demo *d, const names *nm, const char *url, const char *to
                              .spot_check = CLI_SPOT_CHECK_DEFAULT,
                              .quiet = true};
     mt_error err = {{0}};
-    cli_requester_ctx p = {mt_requester_open(&c, &err), 0};
-    mt_vocab *v = p.q ? mt_vocab_load(mt_requester_head(p.q)->gguf, &err) : NULL;
+    mt_gen_backend *b = mt_requester_backend(&c, "moontail demo", &err);
+    mt_vocab *v = b ? mt_vocab_load(b->model->gguf, &err) : NULL;
+    void *slot = v ? b->slot_open(b, 0, &err) : NULL;
     int rc = -1;
-    if (v) {
+    if (slot) {
         cli_gen g;
         cli_gen_defaults(&g);
         g.prompt = prompt;
         g.n_predict = n_predict;
         g.sp.temp = 0; /* greedy: the same text every time */
-        cli_gen_backend be = cli_requester_backend(&p);
         printf("\n%s", prompt);
         fflush(stdout);
-        rc = cli_generate(&g, v, mt_requester_head(p.q)->hp.n_vocab, &be, cli_now_ms(), &err);
+        rc = cli_generate(&g, b, slot, v, cli_now_ms(), NULL, NULL, &err);
     }
     if (rc == 0) {
         mt_requester_stats st;
-        mt_requester_get_stats(p.q, &st);
+        mt_requester_get_stats(mt_requester_of_slot(slot), &st);
         printf("\n");
         print_route(nm, st.route);
     } else {
         fprintf(stderr, "moontail demo: prompting the cell failed: %s\n", err.msg);
     }
+    if (slot) b->slot_close(b, slot);
     mt_vocab_free(v);
-    mt_requester_close(p.q);
+    if (b) b->destroy(b);
     return rc;
 }
 

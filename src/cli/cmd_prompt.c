@@ -1,8 +1,9 @@
 /* cmd_prompt.c - `moontail prompt`: generates text like `moontail run`, but
  * through nodes: either a fixed route file (moontail/route.h) or a route from
  * a registry, with failover (moontail/requester.h). The head shard and the
- * tokenizer stay in this process, the layers run on nodes. The loop itself
- * is generate.c. */
+ * tokenizer stay in this process, the layers run on nodes. The loop is the
+ * model layer's (moontail/generate.h) on a registry's or a route's backend;
+ * its options and output are generate.c's. */
 #include "cli_config.h"
 #include "generate.h"
 #include "moontail/requester.h"
@@ -43,6 +44,7 @@ static const char usage[] =
     "  --ctx N             context size (default: prompt + N)\n"
     "  --ubatch N          tokens per pass through the route (default 512)\n"
     "  --kv-type T         the backbone's KV cache in a swarm: f16 (default), bf16, q8_0, f32\n"
+    "  --stop TEXT         end the text before TEXT (up to 4 of them), as the API's stop\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"
     "  --json              print one JSON object instead of streaming text\n"
     "  --call-timeout-ms N the longest wait for a reply from a node before taking it for\n"
@@ -52,30 +54,49 @@ static const char usage[] =
     "  --fixed-call-timeout always wait --call-timeout-ms (links whose replies stall for\n"
     "                      seconds, e.g. lossy ones)\n";
 
-typedef struct prompt_ctx {
+/* ---- through a route file ----------------------------------------------------- */
+
+typedef struct route_json_ctx {
     const char *route_path;
-    mt_route *route;
-    mt_route_session *s;
-} prompt_ctx;
+    const mt_route *route;
+} route_json_ctx;
 
-static int prompt_open(void *ctx, int32_t n_ctx, mt_error *err) {
-    prompt_ctx *p = ctx;
-    p->s = mt_route_session_new(p->route, n_ctx, err);
-    return p->s ? 0 : -1;
-}
-
-static int prompt_eval(void *ctx, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
-    prompt_ctx *p = ctx;
-    return mt_route_eval(p->route, p->s, ids, n, false, logits, err);
-}
-
-static void prompt_json(void *ctx, json_t *root) {
-    prompt_ctx *p = ctx;
+static void route_json(void *ctx, json_t *root) {
+    const route_json_ctx *p = ctx;
     json_object_set_new(root, "route", json_string(p->route_path));
     json_object_set_new(root, "replays", json_integer(mt_route_replays(p->route)));
 }
 
 /* ---- through a registry --------------------------------------------------------- */
+
+static void registry_json(void *ctx, json_t *root) {
+    mt_requester_stats s;
+    mt_requester_get_stats(mt_requester_of_slot(ctx), &s);
+    json_object_set_new(root, "route", json_string(s.route));
+    json_object_set_new(root, "failovers", json_integer(s.failovers));
+    json_object_set_new(root, "recovery_ms", json_real(s.total_recovery_ms));
+    json_object_set_new(root, "replays", json_integer(s.replays));
+    if (s.failovers) json_object_set_new(root, "last_failure", json_string(s.last_failure));
+    json_t *spot = json_pack(
+        "{s:I, s:I, s:I, s:I, s:i, s:i}", "checks", (json_int_t)s.spot_checks, "compared",
+        (json_int_t)s.spot_compared, "dropped", (json_int_t)s.spot_dropped, "mismatches",
+        (json_int_t)s.spot_mismatches, "reports", s.reports, "confirmed", s.reports_confirmed);
+    if (s.last_spot_check[0]) json_object_set_new(spot, "last", json_string(s.last_spot_check));
+    json_object_set_new(root, "spot_check", spot);
+}
+
+/* Generates on slot 0 of b (a registry's or a route's backend), then closes them. */
+static int prompt_on(const cli_gen *g, mt_gen_backend *b, double t0, cli_gen_json_fn add_json,
+                     void *json_ctx, mt_error *err) {
+    mt_vocab *vocab = NULL;
+    void *slot = NULL;
+    int rc = -1;
+    if ((vocab = mt_vocab_load(b->model->gguf, err)) && (slot = b->slot_open(b, 0, err)))
+        rc = cli_generate(g, b, slot, vocab, t0, add_json, json_ctx ? json_ctx : slot, err);
+    if (slot) b->slot_close(b, slot);
+    mt_vocab_free(vocab);
+    return rc;
+}
 
 static int prompt_registry(const cli_gen *g, const char *registry, const char *token,
                            const char *token_file, const char *key, const char *cache,
@@ -102,21 +123,10 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
                              .spot_check = spot_check,
                              .chain = chain,
                              .quiet = false};
-    cli_requester_ctx p = {mt_requester_open(&c, &err), 0};
-    mt_vocab *vocab = NULL;
-    int rc = -1;
-    if (p.q && (vocab = mt_vocab_load(mt_requester_head(p.q)->gguf, &err))) {
-        cli_gen_backend be = cli_requester_backend(&p);
-        rc = cli_generate(g, vocab, mt_requester_head(p.q)->hp.n_vocab, &be, t0, &err);
-    }
+    mt_gen_backend *b = mt_requester_backend(&c, "moontail prompt", &err);
+    int rc = b ? prompt_on(g, b, t0, registry_json, NULL, &err) : -1;
     if (rc) fprintf(stderr, "moontail prompt: %s\n", err.msg[0] ? err.msg : "failed");
-    if (p.q && p.tokens) {
-        mt_error e2 = {{0}};
-        if (mt_requester_report_usage(p.q, p.tokens, &e2) && !g->json)
-            fprintf(stderr, "moontail prompt: could not report usage: %s\n", e2.msg);
-    }
-    mt_vocab_free(vocab);
-    mt_requester_close(p.q);
+    if (b) b->destroy(b);
     free(tok);
     return rc ? 1 : 0;
 }
@@ -177,10 +187,10 @@ int cmd_prompt(int argc, char **argv) {
     }
     mt_error err = {{0}};
     double t0 = cli_now_ms();
-    prompt_ctx p = {route_path, NULL, NULL};
     mt_route_file rf;
     bool rf_loaded = false;
-    mt_vocab *vocab = NULL;
+    mt_route *route = NULL;
+    mt_gen_backend *b = NULL;
     int rc = -1;
     if (mt_route_file_load(route_path, &rf, &err) == 0) {
         rf_loaded = true;
@@ -189,16 +199,15 @@ int cmd_prompt(int argc, char **argv) {
         rf.cfg.kv_type = g.kv_type;
         if (call_timeout_ms) rf.cfg.call_timeout_ms = (int)call_timeout_ms;
         rf.cfg.fixed_call_timeout = fixed_timeout;
-        p.route = mt_route_open(&rf.cfg, &err);
+        route = mt_route_open(&rf.cfg, &err);
     }
-    if (p.route && (vocab = mt_vocab_load(mt_route_head(p.route)->gguf, &err))) {
-        cli_gen_backend be = {prompt_open, prompt_eval, prompt_json, &p};
-        rc = cli_generate(&g, vocab, mt_route_head(p.route)->hp.n_vocab, &be, t0, &err);
+    if (route && (b = mt_route_backend(route, &err))) {
+        route_json_ctx jc = {route_path, route};
+        rc = prompt_on(&g, b, t0, route_json, &jc, &err);
     }
     if (rc) fprintf(stderr, "moontail prompt: %s\n", err.msg[0] ? err.msg : "failed");
-    mt_vocab_free(vocab);
-    if (p.s) mt_route_session_end(p.route, p.s);
-    mt_route_close(p.route);
+    if (b) b->destroy(b);
+    mt_route_close(route);
     if (rf_loaded) mt_route_file_free(&rf);
     return rc ? 1 : 0;
 }

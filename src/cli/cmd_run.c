@@ -1,9 +1,9 @@
 /* cmd_run.c - `moontail run`: generates text from a prompt with a model in
  * this process (streamed, or one JSON object with --json). Without -m it
- * runs on the built-in synthetic model. The loop itself is generate.c. */
+ * runs on the built-in synthetic model. The loop is the model layer's
+ * (moontail/generate.h), its options and output generate.c's. */
 #include "generate.h"
 #include "model_source.h"
-#include "moontail/session.h"
 
 #include <stdio.h>
 
@@ -22,36 +22,26 @@ static const char usage[] =
     "  --ctx N             context size (default: prompt + N)\n"
     "  --ubatch N          prompt micro-batch size (default: whole prompt)\n"
     "  --kv-type T         KV cache type: f16 (default), bf16, q8_0 or f32\n"
+    "  --stop TEXT         end the text before TEXT (up to 4 of them), as the API's stop\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"
     "  --json              print one JSON object instead of streaming text\n";
 
-typedef struct run_ctx {
-    const mt_model *model;
+typedef struct run_json_ctx {
     const char *model_path;
-    const cli_gen *g;
-    mt_session *s;
-} run_ctx;
-
-static int run_open(void *ctx, int32_t n_ctx, mt_error *err) {
-    run_ctx *r = ctx;
-    r->s = mt_session_new(r->model, n_ctx, r->g->kv_type, (int)r->g->threads, err);
-    return r->s ? 0 : -1;
-}
-
-static int run_eval(void *ctx, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
-    run_ctx *r = ctx;
-    return mt_session_eval(r->s, ids, n, (int32_t)r->g->ubatch, false, logits, err);
-}
+    const mt_gen_backend *b;
+    const void *slot;
+} run_json_ctx;
 
 static void run_json(void *ctx, json_t *root) {
-    run_ctx *r = ctx;
+    const run_json_ctx *r = ctx;
     json_object_set_new(
         root, "model",
         json_string(r->model_path ? r->model_path : "(built-in synthetic qwen3moe)"));
-    json_object_set_new(root, "threads", json_integer(mt_pool_size(r->s->pool)));
-    /* what the session holds: a fixed recurrent state (KDA layers) and a
+    json_object_set_new(root, "threads", json_integer(mt_gen_local_threads(r->b)));
+    /* what the sequence holds: a fixed recurrent state (KDA layers) and a
      * per-position cache (attention layers), reserved for the whole context */
-    const mt_kv_cache *kv = r->s->kv;
+    const mt_kv_cache *kv = mt_gen_local_cache(r->slot);
+    if (!kv) return;
     const size_t rec = mt_kv_cache_rec_bytes(kv);
     json_object_set_new(root, "session_state",
                         json_pack("{s:I, s:I, s:I, s:I, s:I}", "context", (json_int_t)kv->n_ctx,
@@ -73,18 +63,18 @@ int cmd_run(int argc, char **argv) {
                         " Q8_0, random weights), so the text is not meaningful\n");
     mt_error err = {{0}};
     double t0 = cli_now_ms();
-    run_ctx r = {NULL, model_path, &g, NULL};
     mt_vocab *vocab = NULL;
-    mt_model *model = cli_open_model(model_path, &err);
+    void *slot = NULL;
+    mt_gen_backend *b = mt_gen_backend_local(cli_open_model(model_path, &err), model_path,
+                                             (int)g.threads, g.kv_type, &err);
     int rc = -1;
-    if (model && (vocab = mt_vocab_load(model->gguf, &err))) {
-        r.model = model;
-        cli_gen_backend be = {run_open, run_eval, run_json, &r};
-        rc = cli_generate(&g, vocab, model->hp.n_vocab, &be, t0, &err);
+    if (b && (vocab = mt_vocab_load(b->model->gguf, &err)) && (slot = b->slot_open(b, 0, &err))) {
+        run_json_ctx jc = {model_path, b, slot};
+        rc = cli_generate(&g, b, slot, vocab, t0, run_json, &jc, &err);
     }
     if (rc) fprintf(stderr, "moontail run: %s\n", err.msg[0] ? err.msg : "failed");
-    mt_session_free(r.s);
+    if (slot) b->slot_close(b, slot);
     mt_vocab_free(vocab);
-    mt_model_free(model);
+    if (b) b->destroy(b);
     return rc ? 1 : 0;
 }

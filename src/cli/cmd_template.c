@@ -1,11 +1,11 @@
 /* cmd_template.c - `moontail template`: prints the prompt a model's chat
  * template makes of a conversation, exactly as the model would see it (no
  * newline added), from an OpenAI-style JSON file. It runs the same code as
- * `moontail serve` and the shell (src/api/api_template.h): the model's own
+ * `moontail serve` and the shell (moontail/chat_template.h): the model's own
  * Jinja template, or the built-in format of its family when that cannot run
  * here (said on stderr). */
-#include "../api/api_template.h"
 #include "cli.h"
+#include "moontail/chat_template.h"
 #include "moontail/gguf.h"
 #include "moontail/tokenizer.h"
 
@@ -128,7 +128,7 @@ int cmd_template(int argc, char **argv) {
     gguf_file *f = NULL;
     mt_vocab *v = NULL;
     char *text = NULL;
-    api_template *t = NULL;
+    mt_chat_template *t = NULL;
     mt_error err = {{0}};
     if (!conv) {
         fail("%s: not a JSON file we can read: %s (line %d, column %d)", file, je.text, je.line,
@@ -171,19 +171,19 @@ int cmd_template(int argc, char **argv) {
                     " ChatML format renders\n",
                     model);
     }
-    if (!(t = api_template_new(text, v, template_log, NULL))) {
+    if (!(t = mt_chat_template_new(text, v, template_log, NULL))) {
         fail("out of memory");
         goto done;
     }
     json_t *tools = json_object_get(conv, "tools");
-    api_template_input in = {.messages = json_object_get(conv, "messages"),
-                             .tools = json_is_array(tools) ? tools : NULL,
-                             .kwargs = kw,
-                             .add_generation_prompt = !no_gen};
-    api_template_error te;
+    mt_chat_template_input in = {.messages = json_object_get(conv, "messages"),
+                                 .tools = json_is_array(tools) ? tools : NULL,
+                                 .kwargs = kw,
+                                 .add_generation_prompt = !no_gen};
+    mt_chat_template_error te;
     if (tokens) {
         int32_t *ids = NULL;
-        int64_t n = api_template_tokenize(t, &in, &ids, &te);
+        int64_t n = mt_chat_template_tokenize(t, &in, &ids, &te);
         if (n < 0) {
             fail("%s", te.err.msg);
             goto done;
@@ -193,7 +193,7 @@ int cmd_template(int argc, char **argv) {
         free(ids);
     } else {
         jinja_output out;
-        if (api_template_render(t, &in, &out, &te)) {
+        if (mt_chat_template_render(t, &in, &out, &te)) {
             fail("%s", te.err.msg);
             goto done;
         }
@@ -202,7 +202,7 @@ int cmd_template(int argc, char **argv) {
     }
     rc = fflush(stdout) ? 1 : 0;
 done:
-    api_template_free(t);
+    mt_chat_template_free(t);
     free(text);
     mt_vocab_free(v);
     gguf_close(f);

@@ -1,17 +1,15 @@
-/* generate.c - the generation loop shared by `moontail run` and `moontail
- * prompt` (see generate.h). */
+/* generate.c - the command line's side of generation (generate.h): options,
+ * the prompt, and streamed or JSON output around the model layer's loop. */
 #include "generate.h"
+#include "moontail/clock.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 double cli_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return (double)mt_mono_ms();
 }
 
 void cli_gen_defaults(cli_gen *g) {
@@ -21,6 +19,29 @@ void cli_gen_defaults(cli_gen *g) {
     g->top_k = g->sp.top_k;
     g->repeat_last_n = g->sp.repeat_last_n;
     g->seed = (int64_t)g->sp.seed;
+}
+
+/* Takes the --stop options out of argv (cli_parse knows no repeated options). */
+static int take_stops(const char *cmd, int *argc, char **argv, cli_gen *g) {
+    const char **vals = malloc((size_t)*argc * sizeof *vals);
+    if (!vals) return -1;
+    int n = cli_take_all(argc, argv, "--stop", vals);
+    int rc = n < 0 ? -1 : 0;
+    if (n > CLI_GEN_MAX_STOP) {
+        fprintf(stderr,
+                "moontail %s: at most %d --stop strings (as the API's \"stop\"); %d given\n", cmd,
+                CLI_GEN_MAX_STOP, n);
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (!vals[i][0]) {
+            fprintf(stderr, "moontail %s: --stop needs some text (it was empty)\n", cmd);
+            rc = -1;
+        }
+        g->stop[g->n_stop++] = vals[i];
+    }
+    free(vals);
+    return rc;
 }
 
 int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_opt *extra,
@@ -53,6 +74,7 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
     memcpy(opts, shared, sizeof shared);
     if (n_extra) memcpy(opts + N_SHARED, extra, n_extra * sizeof *extra);
     opts[N_SHARED + n_extra] = (cli_opt){NULL, CLI_FLAG, NULL, 0, 0};
+    if (take_stops(cmd, &argc, argv, g)) return -1;
     int rc = cli_parse(cmd, argc, argv, opts, usage);
     if (rc) return rc;
     if (!cli_kv_type(cmd, g->kv_type_name, &g->kv_type)) return -1;
@@ -66,10 +88,53 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
     return 0;
 }
 
+/* ---- the output ------------------------------------------------------------------------- */
+
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) {
     (void)sig;
     interrupted = 1;
+}
+
+/* What the loop handed out: streamed to stdout, or kept for the JSON object. */
+typedef struct cli_out {
+    bool json;
+    char *text;
+    size_t len, cap;
+    int32_t *tokens;
+    int64_t n_tokens, cap_tokens;
+} cli_out;
+
+static int out_text(void *ctx, const char *s, size_t n) {
+    cli_out *o = ctx;
+    if (!o->json) {
+        fwrite(s, 1, n, stdout);
+        fflush(stdout);
+        return 0;
+    }
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = 2 * (o->len + n + 1) + 256;
+        char *t = realloc(o->text, cap);
+        if (!t) return -1;
+        o->text = t, o->cap = cap;
+    }
+    memcpy(o->text + o->len, s, n);
+    o->len += n;
+    o->text[o->len] = 0;
+    return 0;
+}
+
+/* Every sampled token (for --json); Ctrl-C stops here, after the token being computed. */
+static int out_token(void *ctx, int32_t id) {
+    cli_out *o = ctx;
+    if (o->n_tokens == o->cap_tokens) {
+        int64_t cap = 2 * o->cap_tokens + 64;
+        int32_t *t = realloc(o->tokens, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        o->tokens = t, o->cap_tokens = cap;
+    }
+    o->tokens[o->n_tokens++] = id;
+    return interrupted ? 1 : 0;
 }
 
 static json_t *ids_json(const int32_t *ids, size_t n) {
@@ -78,28 +143,53 @@ static json_t *ids_json(const int32_t *ids, size_t n) {
     return a;
 }
 
-/* Appends bytes to a growing text buffer; false when out of memory. */
-static bool text_add(char **text, size_t *len, size_t *cap, const char *p, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t nc = 2 * (*len + n + 1) + 256;
-        char *t = realloc(*text, nc);
-        if (!t) return false;
-        *text = t, *cap = nc;
+/* The JSON object's word for why generation stopped. */
+static const char *stop_word(const mt_gen_result *r) {
+    switch (r->finish) {
+    case MT_GEN_END_TOKEN:
+        return "eog";
+    case MT_GEN_STOP_STRING:
+        return "stop";
+    case MT_GEN_CANCELLED:
+        return "cancelled";
+    default:
+        return "length";
     }
-    memcpy(*text + *len, p, n);
-    *len += n;
-    (*text)[*len] = 0;
-    return true;
 }
 
-int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
-                 const cli_gen_backend *be, double t_start, mt_error *err) {
+static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_prompt,
+                       const mt_gen_result *r, double load_ms, cli_gen_json_fn add_json,
+                       void *json_ctx) {
+    json_t *root = json_object();
+    if (add_json) add_json(json_ctx, root);
+    json_object_set_new(root, "prompt_tokens", ids_json(prompt_ids, (size_t)n_prompt));
+    json_object_set_new(root, "tokens", ids_json(o->tokens, (size_t)o->n_tokens));
+    json_object_set_new(root, "text", json_stringn(o->text ? o->text : "", o->len));
+    json_object_set_new(root, "stop", json_string(stop_word(r)));
+    json_t *tm = json_object();
+    json_object_set_new(tm, "load_ms", json_real(load_ms));
+    json_object_set_new(tm, "prompt_ms", json_real(r->prompt_ms));
+    json_object_set_new(tm, "generate_ms", json_real(r->gen_ms));
+    json_object_set_new(tm, "prompt_tokens_per_s",
+                        json_real(n_prompt * 1e3 / (r->prompt_ms + 1e-9)));
+    json_object_set_new(tm, "generate_tokens_per_s",
+                        json_real(r->completion_tokens * 1e3 / (r->gen_ms + 1e-9)));
+    json_object_set_new(root, "timings", tm);
+    char *out = json_dumps(root, JSON_COMPACT);
+    puts(out ? out : "{}");
+    free(out);
+    json_decref(root);
+}
+
+/* ---- one generation --------------------------------------------------------------------- */
+
+int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
+                 double t_start, cli_gen_json_fn add_json, void *json_ctx, mt_error *err) {
     int rc = -1;
-    char *prompt_buf = NULL, *text = NULL;
-    size_t prompt_len = 0, text_len = 0, text_cap = 0;
-    int32_t *prompt_ids = NULL, *gen = NULL;
-    float *logits = NULL;
-    mt_sampler *smp = NULL;
+    char *prompt_buf = NULL;
+    size_t prompt_len = 0;
+    int32_t *prompt_ids = NULL;
+    cli_out o = {.json = g->json};
     const char *prompt = g->prompt;
     if (g->prompt_file) {
         if (!(prompt_buf = cli_read_file(g->prompt_file, &prompt_len))) {
@@ -123,104 +213,52 @@ int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
                      (long long)g->n_predict, (long long)n_ctx);
         goto done;
     }
-    if (be->open(be->ctx, (int32_t)n_ctx, err)) goto done;
-    logits = malloc((size_t)n_vocab * sizeof(float));
-    gen = malloc((size_t)(g->n_predict + 1) * sizeof(int32_t));
-    smp = mt_sampler_new(&g->sp, n_vocab);
-    if (!logits || !gen || !smp) {
-        mt_error_set(err, "out of memory");
-        goto done;
-    }
-    for (int64_t i = 0; i < n_prompt; i++) mt_sampler_accept(smp, prompt_ids[i]);
-    double t1 = cli_now_ms();
-    if (be->eval(be->ctx, prompt_ids, (int32_t)n_prompt, logits, err)) goto done;
-    double t2 = cli_now_ms();
-
-    mt_detok dt;
-    mt_detok_init(&dt, vocab, false);
-    int64_t n_gen = 0;
-    const char *stop = "length";
-    /* Ctrl-C stops after the token being computed, so the session is ended on every node
+    const mt_gen_params p = {.prompt = prompt_ids,
+                             .n_prompt = (int32_t)n_prompt,
+                             .max_tokens = (int32_t)g->n_predict,
+                             .n_ctx = (int32_t)n_ctx,
+                             .ubatch = (int32_t)g->ubatch,
+                             .sp = g->sp,
+                             .stop = g->stop,
+                             .n_stop = g->n_stop,
+                             .end_token = -1,
+                             .ignore_eog = g->ignore_eos};
+    const mt_gen_sink sink = {.text = out_text, .token = out_token, .ctx = &o};
+    /* Ctrl-C stops after the token being computed, so the sequence is ended on every node
      * and usage is reported; a second Ctrl-C ends the process at once */
     struct sigaction sa = {0}, old_sa;
     sa.sa_handler = on_sigint;
-    sa.sa_flags = (int)SA_RESETHAND;
+    sa.sa_flags = (int)(SA_RESETHAND | SA_RESTART);
     sigemptyset(&sa.sa_mask);
     interrupted = 0;
     sigaction(SIGINT, &sa, &old_sa);
-    char piece[1024];
-    while (n_gen < g->n_predict) {
-        int32_t id = mt_sampler_sample(smp, logits);
-        gen[n_gen++] = id;
-        mt_sampler_accept(smp, id);
-        int64_t nb = mt_detok_push(&dt, id, piece, sizeof piece);
-        if (nb < 0) nb = 0;
-        if (g->json) {
-            if (!text_add(&text, &text_len, &text_cap, piece, (size_t)nb)) {
-                mt_error_set(err, "out of memory");
-                goto done;
-            }
-        } else {
-            fwrite(piece, 1, (size_t)nb, stdout);
-            fflush(stdout);
-        }
-        if (!g->ignore_eos && mt_vocab_is_eog(vocab, id)) {
-            stop = "eog";
-            break;
-        }
-        if (n_gen == g->n_predict) break;
-        if (interrupted) {
-            stop = "cancelled";
-            break;
-        }
-        if (be->eval(be->ctx, &id, 1, logits, err)) {
-            sigaction(SIGINT, &old_sa, NULL);
-            goto done;
-        }
-    }
+    const double t_gen = cli_now_ms();
+    mt_gen_result r;
+    mt_generate(b, slot, vocab, &p, &sink, &r);
     sigaction(SIGINT, &old_sa, NULL);
-    if (interrupted && !g->json) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
-    int64_t nb = mt_detok_flush(&dt, piece, sizeof piece);
-    double t3 = cli_now_ms();
-    if (g->json) {
-        if (!text_add(&text, &text_len, &text_cap, piece, nb > 0 ? (size_t)nb : 0)) {
-            mt_error_set(err, "out of memory");
-            goto done;
-        }
-        json_t *root = json_object();
-        if (be->add_json) be->add_json(be->ctx, root);
-        json_object_set_new(root, "prompt_tokens", ids_json(prompt_ids, (size_t)n_prompt));
-        json_object_set_new(root, "tokens", ids_json(gen, (size_t)n_gen));
-        json_object_set_new(root, "text", json_stringn(text ? text : "", text_len));
-        json_object_set_new(root, "stop", json_string(stop));
-        json_t *tm = json_object();
-        json_object_set_new(tm, "load_ms", json_real(t1 - t_start));
-        json_object_set_new(tm, "prompt_ms", json_real(t2 - t1));
-        json_object_set_new(tm, "generate_ms", json_real(t3 - t2));
-        json_object_set_new(tm, "prompt_tokens_per_s",
-                            json_real(n_prompt * 1e3 / (t2 - t1 + 1e-9)));
-        json_object_set_new(tm, "generate_tokens_per_s", json_real(n_gen * 1e3 / (t3 - t2 + 1e-9)));
-        json_object_set_new(root, "timings", tm);
-        char *out = json_dumps(root, JSON_COMPACT);
-        puts(out ? out : "{}");
-        free(out);
-        json_decref(root);
+    if (r.finish == MT_GEN_FAILED || (r.finish == MT_GEN_CANCELLED && !interrupted)) {
+        if (r.finish == MT_GEN_CANCELLED)
+            mt_error_set(err, "out of memory for the output");
+        else
+            *err = r.err;
+    } else if (g->json) {
+        print_json(&o, prompt_ids, n_prompt, &r, t_gen - t_start + r.begin_ms, add_json, json_ctx);
+        rc = 0;
     } else {
-        if (nb > 0) fwrite(piece, 1, (size_t)nb, stdout);
+        if (r.finish == MT_GEN_CANCELLED) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
         fputc('\n', stdout);
         fflush(stdout); /* the text, then the figures, also when both go to one terminal */
         fprintf(stderr,
-                "moontail: prompt %lld tokens in %.1f ms, generated %lld in %.1f ms (%.1f tok/s)\n",
-                (long long)n_prompt, t2 - t1, (long long)n_gen, t3 - t2,
-                n_gen * 1e3 / (t3 - t2 + 1e-9));
+                "moontail: prompt %lld tokens in %.1f ms, generated %d in %.1f ms (%.1f tok/s)\n",
+                (long long)n_prompt, r.prompt_ms, r.completion_tokens, r.gen_ms,
+                r.completion_tokens * 1e3 / (r.gen_ms + 1e-9));
+        rc = 0;
     }
-    rc = 0;
+    if (r.begun) b->end(slot, r.evaluated); /* e.g. the usage to the registry */
 done:
     free(prompt_buf);
     free(prompt_ids);
-    free(gen);
-    free(logits);
-    free(text);
-    mt_sampler_free(smp);
+    free(o.text);
+    free(o.tokens);
     return rc;
 }

@@ -1,17 +1,20 @@
-/* generate.h - the generation loop that `moontail run` (local model) and
- * `moontail prompt` (a route over nodes) share: options, prompt reading,
- * tokenization, sampling, streaming or JSON output. A command supplies only
- * how tokens are evaluated. */
+/* generate.h - the command line's side of generation, shared by `moontail
+ * run` (a model here), `moontail prompt` (a registry's cell or a route) and
+ * `moontail demo`: their options, reading and tokenizing the prompt, and the
+ * output (streamed text, or one JSON object). The loop itself is the model
+ * layer's (moontail/generate.h); a command supplies only the backend. */
 #ifndef MOONTAIL_CLI_GENERATE_H
 #define MOONTAIL_CLI_GENERATE_H
 
 #include "cli.h"
 #include "moontail/error.h"
-#include "moontail/requester.h"
+#include "moontail/generate.h"
 #include "moontail/sampler.h"
 #include "moontail/tokenizer.h"
 
 #include <jansson.h>
+
+enum { CLI_GEN_MAX_STOP = 4 };
 
 typedef struct cli_gen {
     const char *prompt, *prompt_file;
@@ -20,25 +23,9 @@ typedef struct cli_gen {
     mt_kv_type kv_type;       /* what it names (f16 when not given) */
     bool json, ignore_eos;
     mt_sampler_params sp;
+    const char *stop[CLI_GEN_MAX_STOP]; /* --stop, as the API's "stop" */
+    int n_stop;
 } cli_gen;
-
-/* How a command evaluates tokens. open() is called once the context size is
- * known; eval() evaluates n tokens at the next positions and writes the last
- * one's logits; add_json() (optional) adds command-specific fields. */
-typedef struct cli_gen_backend {
-    int (*open)(void *ctx, int32_t n_ctx, mt_error *err);
-    int (*eval)(void *ctx, const int32_t *ids, int32_t n, float *logits, mt_error *err);
-    void (*add_json)(void *ctx, json_t *root);
-    void *ctx;
-} cli_gen_backend;
-
-/* A requester as the backend (requester_backend.c); tokens counts what was
- * evaluated, for usage reports. */
-typedef struct cli_requester_ctx {
-    mt_requester *q;
-    int64_t tokens;
-} cli_requester_ctx;
-cli_gen_backend cli_requester_backend(cli_requester_ctx *ctx);
 
 /* Defaults (-n 32, llama.cpp's sampler defaults). */
 void cli_gen_defaults(cli_gen *g);
@@ -48,12 +35,16 @@ void cli_gen_defaults(cli_gen *g);
 int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_opt *extra,
                   const char *usage);
 
-/* Tokenizes the prompt (-p, -f or the default), opens the backend, samples
- * up to -n tokens and prints them (streamed, or one JSON object with
- * prompt_tokens, tokens, text, stop, timings). t_start is when loading began.
- * Returns 0, or -1 with err filled. */
-int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
-                 const cli_gen_backend *be, double t_start, mt_error *err);
+/* Adds a command's own fields to the --json object (its sequence not yet ended). */
+typedef void (*cli_gen_json_fn)(void *ctx, json_t *root);
+
+/* Tokenizes the prompt (-p, -f or the default), generates on a slot of b (up to -n tokens,
+ * stopping where `serve` would: end tokens, --stop strings) and prints the text as it comes
+ * (or one JSON object with prompt_tokens, tokens, text, stop, timings and add_json's
+ * fields), then ends the sequence. Ctrl-C stops after the token being computed (a second
+ * one ends the process). t_start is when loading began. Returns 0, or -1 with err filled. */
+int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
+                 double t_start, cli_gen_json_fn add_json, void *json_ctx, mt_error *err);
 
 /* Milliseconds on a monotonic clock. */
 double cli_now_ms(void);

@@ -9,7 +9,7 @@
  * A case matches when the output is byte for byte the same, or when both
  * failed. Prints a line per template (cases, matched) and the first
  * mismatches with the place they differ; exits 1 on any mismatch. */
-#include "../../src/api/jinja.h"
+#include "moontail/jinja.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* api_chat.c - chat templates of the common model families (api_chat.h),
+/* chat_format.c - chat templates of the common model families (chat_format.h),
  * rendered in C instead of running the GGUF's Jinja template.
  *
  * A conversation becomes a list of segments: the template's own text (its
@@ -11,7 +11,7 @@
  * message's reasoning goes or is dropped, and the variables they read from
  * chat_template_kwargs. tests/test_api.c holds the texts the real templates
  * give (tools/chat/render_templates.py). */
-#include "api_chat.h"
+#include "moontail/chat_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,59 +45,58 @@
 
 /* ---- detection ---------------------------------------------------------------------------- */
 
-api_chat_format api_chat_detect(const char *tmpl, bool *known) {
+mt_chat_format mt_chat_detect(const char *tmpl, bool *known) {
     *known = true;
     if (tmpl) {
         /* Kimi K3's tag markers (llama.cpp's test: all three), before any other family */
         if (strstr(tmpl, "<|open|>") && strstr(tmpl, "<|close|>") && strstr(tmpl, K3_EOM))
-            return API_CHAT_KIMI_K3;
+            return MT_CHAT_KIMI_K3;
         /* Kimi K2's markers next: its template also holds <|im_end|> */
         const bool think = strstr(tmpl, "<think>") != NULL;
         if (strstr(tmpl, "<|im_middle|>"))
-            return think ? API_CHAT_KIMI_K2_THINKING : API_CHAT_KIMI_K2;
-        if (strstr(tmpl, "<|im_start|>")) return think ? API_CHAT_QWEN3 : API_CHAT_CHATML;
-        if (strstr(tmpl, "<|start_header_id|>")) return API_CHAT_LLAMA3;
+            return think ? MT_CHAT_KIMI_K2_THINKING : MT_CHAT_KIMI_K2;
+        if (strstr(tmpl, "<|im_start|>")) return think ? MT_CHAT_QWEN3 : MT_CHAT_CHATML;
+        if (strstr(tmpl, "<|start_header_id|>")) return MT_CHAT_LLAMA3;
         /* V3.1 writes an empty think section before every answer; R1 opens one for the reply */
         if (strstr(tmpl, DS_USER))
-            return strstr(tmpl, "<think></think>") ? API_CHAT_DEEPSEEK_V31
-                   : think                         ? API_CHAT_DEEPSEEK_R1
-                                                   : API_CHAT_DEEPSEEK3;
+            return strstr(tmpl, "<think></think>") ? MT_CHAT_DEEPSEEK_V31
+                   : think                         ? MT_CHAT_DEEPSEEK_R1
+                                                   : MT_CHAT_DEEPSEEK3;
     }
     *known = false;
-    return API_CHAT_CHATML;
+    return MT_CHAT_CHATML;
 }
 
-const char *api_chat_format_name(api_chat_format f) {
+const char *mt_chat_format_name(mt_chat_format f) {
     switch (f) {
-    case API_CHAT_CHATML:
+    case MT_CHAT_CHATML:
         return "chatml";
-    case API_CHAT_LLAMA3:
+    case MT_CHAT_LLAMA3:
         return "llama3";
-    case API_CHAT_DEEPSEEK3:
+    case MT_CHAT_DEEPSEEK3:
         return "deepseek3";
-    case API_CHAT_KIMI_K2:
+    case MT_CHAT_KIMI_K2:
         return "kimi-k2";
-    case API_CHAT_KIMI_K3:
+    case MT_CHAT_KIMI_K3:
         return "kimi-k3";
-    case API_CHAT_QWEN3:
+    case MT_CHAT_QWEN3:
         return "qwen3";
-    case API_CHAT_DEEPSEEK_R1:
+    case MT_CHAT_DEEPSEEK_R1:
         return "deepseek-r1";
-    case API_CHAT_DEEPSEEK_V31:
+    case MT_CHAT_DEEPSEEK_V31:
         return "deepseek-v3.1";
-    case API_CHAT_KIMI_K2_THINKING:
+    case MT_CHAT_KIMI_K2_THINKING:
         return "kimi-k2-thinking";
     }
     return "?";
 }
 
-int32_t api_chat_end_token(api_chat_format f, const mt_vocab *v) {
+int32_t mt_chat_end_token(mt_chat_format f, const mt_vocab *v) {
     const char *t =
-        f == API_CHAT_LLAMA3 ? "<|eot_id|>"
-        : f == API_CHAT_DEEPSEEK3 || f == API_CHAT_DEEPSEEK_R1 || f == API_CHAT_DEEPSEEK_V31
-            ? DS_EOS
-        : f == API_CHAT_KIMI_K3 ? K3_EOM
-                                : "<|im_end|>";
+        f == MT_CHAT_LLAMA3 ? "<|eot_id|>"
+        : f == MT_CHAT_DEEPSEEK3 || f == MT_CHAT_DEEPSEEK_R1 || f == MT_CHAT_DEEPSEEK_V31 ? DS_EOS
+        : f == MT_CHAT_KIMI_K3                                                            ? K3_EOM
+                               : "<|im_end|>";
     return mt_vocab_find(v, t, strlen(t));
 }
 
@@ -133,16 +132,16 @@ static void tmpl(seglist *l, const char *t) {
     add(l, t, strlen(t), true);
 }
 
-static void text(seglist *l, const api_chat_message *m) {
+static void text(seglist *l, const mt_chat_message *m) {
     add(l, m->text, m->len, false);
 }
 
-static const char *role_name(api_chat_role r) {
-    return r == API_ROLE_SYSTEM ? "system" : r == API_ROLE_USER ? "user" : "assistant";
+static const char *role_name(mt_chat_role r) {
+    return r == MT_CHAT_ROLE_SYSTEM ? "system" : r == MT_CHAT_ROLE_USER ? "user" : "assistant";
 }
 
 /* Llama 3 trims each message ({{ message['content'] | trim }}). */
-static void text_trimmed(seglist *l, const api_chat_message *m) {
+static void text_trimmed(seglist *l, const mt_chat_message *m) {
     const char *p = m->text;
     size_t n = m->len;
     while (n && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++, n--;
@@ -226,8 +225,8 @@ static bool blank(const char *p, size_t n) {
  * <think> section (the last message always gets one), earlier ones lose it; content that
  * holds </think> is split into reasoning and answer when no reasoning_content is given;
  * enable_thinking false closes an empty think section in the generation prompt. */
-static void qwen3(const api_chat_message *m, int n, const json_t *kw, seglist *l) {
-    if (n > 0 && m[0].role == API_ROLE_SYSTEM) {
+static void qwen3(const mt_chat_message *m, int n, const json_t *kw, seglist *l) {
+    if (n > 0 && m[0].role == MT_CHAT_ROLE_SYSTEM) {
         tmpl(l, "<|im_start|>system\n");
         text(l, &m[0]);
         tmpl(l, "<|im_end|>\n");
@@ -237,7 +236,7 @@ static void qwen3(const api_chat_message *m, int n, const json_t *kw, seglist *l
     for (int i = n - 1; i >= 0; i--) {
         const char *t = m[i].text;
         const size_t k = m[i].len;
-        if (m[i].role == API_ROLE_USER &&
+        if (m[i].role == MT_CHAT_ROLE_USER &&
             !(k >= 15 && memcmp(t, "<tool_response>", 15) == 0 && k >= 16 &&
               memcmp(t + k - 16, "</tool_response>", 16) == 0)) {
             last_query = i;
@@ -245,8 +244,8 @@ static void qwen3(const api_chat_message *m, int n, const json_t *kw, seglist *l
         }
     }
     for (int i = 0; i < n; i++) {
-        if (m[i].role != API_ROLE_ASSISTANT) {
-            if (i == 0 && m[i].role == API_ROLE_SYSTEM) continue;
+        if (m[i].role != MT_CHAT_ROLE_ASSISTANT) {
+            if (i == 0 && m[i].role == MT_CHAT_ROLE_SYSTEM) continue;
             tmpl(l, "<|im_start|>");
             tmpl(l, role_name(m[i].role));
             tmpl(l, "\n");
@@ -289,16 +288,16 @@ static void qwen3(const api_chat_message *m, int n, const json_t *kw, seglist *l
  * <｜User｜> turns and answers without their reasoning (the text after the last </think>
  * of a content); the reply opens with <think>\n (closed at once when enable_thinking is
  * false). */
-static void deepseek_r1(const api_chat_message *m, int n, const json_t *kw, seglist *l) {
+static void deepseek_r1(const mt_chat_message *m, int n, const json_t *kw, seglist *l) {
     int sys = -1;
     for (int i = 0; i < n; i++)
-        if (m[i].role == API_ROLE_SYSTEM) sys = i;
+        if (m[i].role == MT_CHAT_ROLE_SYSTEM) sys = i;
     if (sys >= 0) text(l, &m[sys]);
     for (int i = 0; i < n; i++) {
-        if (m[i].role == API_ROLE_USER) {
+        if (m[i].role == MT_CHAT_ROLE_USER) {
             tmpl(l, DS_USER);
             text(l, &m[i]);
-        } else if (m[i].role == API_ROLE_ASSISTANT) {
+        } else if (m[i].role == MT_CHAT_ROLE_ASSISTANT) {
             const char *c = m[i].text, *last = find(c, m[i].len, "</think>", true);
             const char *from = last ? last + 8 : c;
             tmpl(l, DS_ASST);
@@ -314,22 +313,22 @@ static void deepseek_r1(const api_chat_message *m, int n, const json_t *kw, segl
  * with <｜Assistant｜><think></think> and loses its reasoning (the text after the first
  * </think> of a content); the reply is opened only after a user message, with <think>
  * when thinking (or enable_thinking) is true, else <think></think>. */
-static void deepseek_v31(const api_chat_message *m, int n, const json_t *kw, seglist *l) {
+static void deepseek_v31(const mt_chat_message *m, int n, const json_t *kw, seglist *l) {
     const bool thinking = kw_given(kw, "thinking") ? kw_bool(kw, "thinking", false)
                                                    : kw_bool(kw, "enable_thinking", false);
     bool first = true, after_user = false;
     for (int i = 0; i < n; i++) {
-        if (m[i].role != API_ROLE_SYSTEM) continue;
+        if (m[i].role != MT_CHAT_ROLE_SYSTEM) continue;
         if (!first) tmpl(l, "\n\n");
         text(l, &m[i]);
         first = false;
     }
     for (int i = 0; i < n; i++) {
-        if (m[i].role == API_ROLE_USER) {
+        if (m[i].role == MT_CHAT_ROLE_USER) {
             tmpl(l, DS_USER);
             text(l, &m[i]);
             after_user = true;
-        } else if (m[i].role == API_ROLE_ASSISTANT) {
+        } else if (m[i].role == MT_CHAT_ROLE_ASSISTANT) {
             if (after_user) tmpl(l, DS_ASST "<think></think>");
             after_user = false;
             const char *c = m[i].text, *end = find(c, m[i].len, "</think>", false);
@@ -344,15 +343,15 @@ static void deepseek_v31(const api_chat_message *m, int n, const json_t *kw, seg
 /* Kimi K2 Thinking: Kimi K2's turns; the first assistant message (and any before it)
  * starts with an empty <think></think>, later ones with <think>reasoning_content</think>
  * (the template splits the history at the first plain assistant message). */
-static void kimi_k2_thinking(const api_chat_message *m, int n, seglist *l) {
-    if (n == 0 || m[0].role != API_ROLE_SYSTEM)
+static void kimi_k2_thinking(const mt_chat_message *m, int n, seglist *l) {
+    if (n == 0 || m[0].role != MT_CHAT_ROLE_SYSTEM)
         tmpl(l, "<|im_system|>system<|im_middle|>" KIMI_DEFAULT_SYSTEM "<|im_end|>");
     bool seen_assistant = false;
     for (int i = 0; i < n; i++) {
-        tmpl(l, m[i].role == API_ROLE_SYSTEM ? "<|im_system|>system<|im_middle|>"
-                : m[i].role == API_ROLE_USER ? "<|im_user|>user<|im_middle|>"
-                                             : "<|im_assistant|>assistant<|im_middle|>");
-        if (m[i].role == API_ROLE_ASSISTANT) {
+        tmpl(l, m[i].role == MT_CHAT_ROLE_SYSTEM ? "<|im_system|>system<|im_middle|>"
+                : m[i].role == MT_CHAT_ROLE_USER ? "<|im_user|>user<|im_middle|>"
+                                                 : "<|im_assistant|>assistant<|im_middle|>");
+        if (m[i].role == MT_CHAT_ROLE_ASSISTANT) {
             tmpl(l, "<think>");
             if (seen_assistant && m[i].reasoning) plain(l, m[i].reasoning, m[i].reasoning_len);
             tmpl(l, "</think>");
@@ -364,10 +363,10 @@ static void kimi_k2_thinking(const api_chat_message *m, int n, seglist *l) {
     tmpl(l, "<|im_assistant|>assistant<|im_middle|>");
 }
 
-static void build(api_chat_format f, const api_chat_message *msgs, int n, const json_t *kw,
+static void build(mt_chat_format f, const mt_chat_message *msgs, int n, const json_t *kw,
                   seglist *l) {
     switch (f) {
-    case API_CHAT_CHATML:
+    case MT_CHAT_CHATML:
         for (int i = 0; i < n; i++) {
             tmpl(l, "<|im_start|>");
             tmpl(l, role_name(msgs[i].role));
@@ -377,7 +376,7 @@ static void build(api_chat_format f, const api_chat_message *msgs, int n, const 
         }
         tmpl(l, "<|im_start|>assistant\n");
         break;
-    case API_CHAT_LLAMA3:
+    case MT_CHAT_LLAMA3:
         for (int i = 0; i < n; i++) {
             tmpl(l, "<|start_header_id|>");
             tmpl(l, role_name(msgs[i].role));
@@ -387,20 +386,20 @@ static void build(api_chat_format f, const api_chat_message *msgs, int n, const 
         }
         tmpl(l, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
-    case API_CHAT_DEEPSEEK3: {
+    case MT_CHAT_DEEPSEEK3: {
         /* every system message first, joined by a blank line */
         bool first = true;
         for (int i = 0; i < n; i++) {
-            if (msgs[i].role != API_ROLE_SYSTEM) continue;
+            if (msgs[i].role != MT_CHAT_ROLE_SYSTEM) continue;
             if (!first) tmpl(l, "\n\n");
             text(l, &msgs[i]);
             first = false;
         }
         for (int i = 0; i < n; i++) {
-            if (msgs[i].role == API_ROLE_USER) {
+            if (msgs[i].role == MT_CHAT_ROLE_USER) {
                 tmpl(l, DS_USER);
                 text(l, &msgs[i]);
-            } else if (msgs[i].role == API_ROLE_ASSISTANT) {
+            } else if (msgs[i].role == MT_CHAT_ROLE_ASSISTANT) {
                 tmpl(l, DS_ASST);
                 text(l, &msgs[i]);
                 tmpl(l, DS_EOS);
@@ -409,19 +408,19 @@ static void build(api_chat_format f, const api_chat_message *msgs, int n, const 
         tmpl(l, DS_ASST);
         break;
     }
-    case API_CHAT_KIMI_K2:
-        if (n == 0 || msgs[0].role != API_ROLE_SYSTEM)
+    case MT_CHAT_KIMI_K2:
+        if (n == 0 || msgs[0].role != MT_CHAT_ROLE_SYSTEM)
             tmpl(l, "<|im_system|>system<|im_middle|>" KIMI_DEFAULT_SYSTEM "<|im_end|>");
         for (int i = 0; i < n; i++) {
-            tmpl(l, msgs[i].role == API_ROLE_SYSTEM ? "<|im_system|>system<|im_middle|>"
-                    : msgs[i].role == API_ROLE_USER ? "<|im_user|>user<|im_middle|>"
-                                                    : "<|im_assistant|>assistant<|im_middle|>");
+            tmpl(l, msgs[i].role == MT_CHAT_ROLE_SYSTEM ? "<|im_system|>system<|im_middle|>"
+                    : msgs[i].role == MT_CHAT_ROLE_USER ? "<|im_user|>user<|im_middle|>"
+                                                        : "<|im_assistant|>assistant<|im_middle|>");
             text(l, &msgs[i]);
             tmpl(l, "<|im_end|>");
         }
         tmpl(l, "<|im_assistant|>assistant<|im_middle|>");
         break;
-    case API_CHAT_KIMI_K3: {
+    case MT_CHAT_KIMI_K3: {
         /* no default system message; message text is not trimmed. With thinking (the
          * default) a thinking_effort message comes first (unless it is null) and every
          * assistant message has a think section, holding its reasoning unless blank */
@@ -433,7 +432,7 @@ static void build(api_chat_format f, const api_chat_message *msgs, int n, const 
             tmpl(l, "`." K3_MSG_END);
         }
         for (int i = 0; i < n; i++) {
-            if (msgs[i].role == API_ROLE_ASSISTANT) {
+            if (msgs[i].role == MT_CHAT_ROLE_ASSISTANT) {
                 tmpl(l, K3_ASSISTANT);
                 if (thinking) {
                     tmpl(l, K3_THINK_OPEN);
@@ -445,7 +444,7 @@ static void build(api_chat_format f, const api_chat_message *msgs, int n, const 
                 text(l, &msgs[i]);
                 tmpl(l, "<|close|>response<|sep|>" K3_MSG_END);
             } else {
-                tmpl(l, msgs[i].role == API_ROLE_SYSTEM ? K3_SYSTEM : K3_USER);
+                tmpl(l, msgs[i].role == MT_CHAT_ROLE_SYSTEM ? K3_SYSTEM : K3_USER);
                 text(l, &msgs[i]);
                 tmpl(l, K3_MSG_END);
             }
@@ -453,16 +452,16 @@ static void build(api_chat_format f, const api_chat_message *msgs, int n, const 
         tmpl(l, thinking ? K3_ASSISTANT K3_THINK_OPEN : K3_ASSISTANT "<|open|>response<|sep|>");
         break;
     }
-    case API_CHAT_QWEN3:
+    case MT_CHAT_QWEN3:
         qwen3(msgs, n, kw, l);
         break;
-    case API_CHAT_DEEPSEEK_R1:
+    case MT_CHAT_DEEPSEEK_R1:
         deepseek_r1(msgs, n, kw, l);
         break;
-    case API_CHAT_DEEPSEEK_V31:
+    case MT_CHAT_DEEPSEEK_V31:
         deepseek_v31(msgs, n, kw, l);
         break;
-    case API_CHAT_KIMI_K2_THINKING:
+    case MT_CHAT_KIMI_K2_THINKING:
         kimi_k2_thinking(msgs, n, l);
         break;
     }
@@ -470,12 +469,12 @@ static void build(api_chat_format f, const api_chat_message *msgs, int n, const 
 
 /* ---- rendering and tokenizing ------------------------------------------------------------- */
 
-char *api_chat_render(api_chat_format f, const api_chat_message *msgs, int n, size_t *len) {
-    return api_chat_render_kw(f, msgs, n, NULL, len);
+char *mt_chat_render(mt_chat_format f, const mt_chat_message *msgs, int n, size_t *len) {
+    return mt_chat_render_kw(f, msgs, n, NULL, len);
 }
 
-char *api_chat_render_kw(api_chat_format f, const api_chat_message *msgs, int n,
-                         const json_t *kwargs, size_t *len) {
+char *mt_chat_render_kw(mt_chat_format f, const mt_chat_message *msgs, int n, const json_t *kwargs,
+                        size_t *len) {
     seglist l = {0};
     build(f, msgs, n, kwargs, &l);
     size_t total = 0;
@@ -494,13 +493,13 @@ char *api_chat_render_kw(api_chat_format f, const api_chat_message *msgs, int n,
     return out;
 }
 
-int64_t api_chat_tokenize(api_chat_format f, const mt_vocab *v, const api_chat_message *msgs, int n,
-                          int32_t **out, mt_error *err) {
-    return api_chat_tokenize_kw(f, v, msgs, n, NULL, out, err);
+int64_t mt_chat_tokenize(mt_chat_format f, const mt_vocab *v, const mt_chat_message *msgs, int n,
+                         int32_t **out, mt_error *err) {
+    return mt_chat_tokenize_kw(f, v, msgs, n, NULL, out, err);
 }
 
-int64_t api_chat_tokenize_kw(api_chat_format f, const mt_vocab *v, const api_chat_message *msgs,
-                             int n, const json_t *kwargs, int32_t **out, mt_error *err) {
+int64_t mt_chat_tokenize_kw(mt_chat_format f, const mt_vocab *v, const mt_chat_message *msgs, int n,
+                            const json_t *kwargs, int32_t **out, mt_error *err) {
     seglist l = {0};
     build(f, msgs, n, kwargs, &l);
     int32_t *ids = NULL;
@@ -564,17 +563,17 @@ done:
 
 /* ---- splitting replies -------------------------------------------------------------------- */
 
-bool api_chat_thinks(api_chat_format f) {
-    return f == API_CHAT_QWEN3 || f == API_CHAT_DEEPSEEK_R1 || f == API_CHAT_DEEPSEEK_V31 ||
-           f == API_CHAT_KIMI_K2_THINKING || f == API_CHAT_KIMI_K3;
+bool mt_chat_thinks(mt_chat_format f) {
+    return f == MT_CHAT_QWEN3 || f == MT_CHAT_DEEPSEEK_R1 || f == MT_CHAT_DEEPSEEK_V31 ||
+           f == MT_CHAT_KIMI_K2_THINKING || f == MT_CHAT_KIMI_K3;
 }
 
-bool api_chat_reasoning(api_chat_format f, const mt_vocab *v, const int32_t *prompt, int64_t n,
-                        api_reasoning *r) {
+bool mt_chat_reasoning(mt_chat_format f, const mt_vocab *v, const int32_t *prompt, int64_t n,
+                       mt_reasoning *r) {
     memset(r, 0, sizeof *r);
-    if (!api_chat_thinks(f)) return false;
+    if (!mt_chat_thinks(f)) return false;
     int rc = 0;
-    if (f == API_CHAT_KIMI_K3) {
+    if (f == MT_CHAT_KIMI_K3) {
         /* the reasoning ends at its closer, or at the response opener if the model skips
          * the closer; the answer ends at the response closer, a tool section or the
          * message closer (the turn's <|end_of_msg|> stops generation) */
@@ -584,22 +583,22 @@ bool api_chat_reasoning(api_chat_format f, const mt_vocab *v, const int32_t *pro
         static const char *const resp_end[] = {"<|close|>", "response", "<|sep|>", NULL};
         static const char *const tools[] = {"<|open|>", "tools", "<|sep|>", NULL};
         static const char *const msg_end[] = {"<|close|>", "message", "<|sep|>", NULL};
-        rc |= api_reasoning_marker(r, v, think, r->open);
-        rc |= api_reasoning_marker(r, v, think_end, r->close[0]);
-        rc |= api_reasoning_marker(r, v, resp, r->close[1]);
+        rc |= mt_reasoning_marker(r, v, think, r->open);
+        rc |= mt_reasoning_marker(r, v, think_end, r->close[0]);
+        rc |= mt_reasoning_marker(r, v, resp, r->close[1]);
         r->close_answers[1] = true;
-        rc |= api_reasoning_marker(r, v, resp, r->answer_open);
-        rc |= api_reasoning_marker(r, v, resp_end, r->answer_end[0]);
-        rc |= api_reasoning_marker(r, v, tools, r->answer_end[1]);
-        rc |= api_reasoning_marker(r, v, msg_end, r->answer_end[2]);
+        rc |= mt_reasoning_marker(r, v, resp, r->answer_open);
+        rc |= mt_reasoning_marker(r, v, resp_end, r->answer_end[0]);
+        rc |= mt_reasoning_marker(r, v, tools, r->answer_end[1]);
+        rc |= mt_reasoning_marker(r, v, msg_end, r->answer_end[2]);
     } else {
         static const char *const open[] = {"<think>", NULL};
         static const char *const close[] = {"</think>", NULL};
-        rc |= api_reasoning_marker(r, v, open, r->open);
-        rc |= api_reasoning_marker(r, v, close, r->close[0]);
+        rc |= mt_reasoning_marker(r, v, open, r->open);
+        rc |= mt_reasoning_marker(r, v, close, r->close[0]);
     }
     if (rc) abort(); /* the markers above fit the limits */
     r->on = true;
-    r->starts_thinking = api_reasoning_prompt_opens(r, v, prompt, n);
+    r->starts_thinking = mt_reasoning_prompt_opens(r, v, prompt, n);
     return true;
 }

@@ -1,5 +1,5 @@
-/* api_reasoning.c - splitting a thinking model's output into reasoning and answer
- * (api_reasoning.h).
+/* reasoning.c - splitting a thinking model's output into reasoning and answer
+ * (moontail/reasoning.h).
  *
  * The splitter is a small state machine over the stream's bytes:
  *   start        the output may open a reasoning (Qwen3: `<think>` comes from the model), or
@@ -10,7 +10,7 @@
  *   answer       the answer, up to its end (K3's response closer), after which
  *   done         everything is dropped
  * In each state it hands out the bytes that can no longer be the start of a marker. */
-#include "api_reasoning.h"
+#include "moontail/reasoning.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,25 +21,25 @@ enum { S_START, S_THINK_START, S_THINK, S_AFTER, S_ANSWER, S_DONE };
 
 /* ---- markers ------------------------------------------------------------------------------ */
 
-int api_reasoning_marker(api_reasoning *r, const mt_vocab *v, const char *const *pieces,
-                         char out[API_REASONING_MARKER]) {
+int mt_reasoning_marker(mt_reasoning *r, const mt_vocab *v, const char *const *pieces,
+                        char out[MT_REASONING_MARKER]) {
     size_t n = 0;
     out[0] = 0;
     for (; *pieces; pieces++) {
         const size_t len = strlen(*pieces);
         const int32_t id = mt_vocab_find(v, *pieces, len);
         if (id >= 0 && mt_vocab_is_control(v, id)) {
-            int code = api_reasoning_code(r, id);
+            int code = mt_reasoning_code(r, id);
             if (!code) {
-                if (r->n_special == API_REASONING_SPECIALS) return -1;
+                if (r->n_special == MT_REASONING_SPECIALS) return -1;
                 r->special[r->n_special++] = id;
                 code = r->n_special;
             }
-            if (n + 3 > API_REASONING_MARKER) return -1;
+            if (n + 3 > MT_REASONING_MARKER) return -1;
             out[n++] = CODE_BYTE;
             out[n++] = (char)code;
         } else {
-            if (n + len + 1 > API_REASONING_MARKER) return -1;
+            if (n + len + 1 > MT_REASONING_MARKER) return -1;
             memcpy(out + n, *pieces, len);
             n += len;
         }
@@ -48,7 +48,7 @@ int api_reasoning_marker(api_reasoning *r, const mt_vocab *v, const char *const 
     return 0;
 }
 
-int api_reasoning_code(const api_reasoning *r, int32_t id) {
+int mt_reasoning_code(const mt_reasoning *r, int32_t id) {
     for (int i = 0; i < r->n_special; i++)
         if (r->special[i] == id) return i + 1;
     return 0;
@@ -58,8 +58,8 @@ static bool is_ws(char c) {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
 
-bool api_reasoning_prompt_opens(const api_reasoning *r, const mt_vocab *v, const int32_t *ids,
-                                int64_t n) {
+bool mt_reasoning_prompt_opens(const mt_reasoning *r, const mt_vocab *v, const int32_t *ids,
+                               int64_t n) {
     const size_t olen = strlen(r->open);
     if (!olen || n <= 0) return false;
     /* the stream of the prompt's last tokens (an opener and its whitespace fit in 64) */
@@ -68,7 +68,7 @@ bool api_reasoning_prompt_opens(const api_reasoning *r, const mt_vocab *v, const
     char *buf = malloc(cap);
     bool opens = false;
     for (int64_t i = from; buf && i < n; i++) {
-        const int code = api_reasoning_code(r, ids[i]);
+        const int code = mt_reasoning_code(r, ids[i]);
         int64_t k = code ? 2 : mt_token_to_bytes(v, ids[i], false, NULL, 0);
         if (k < 0) k = 0;
         if (len + (size_t)k > cap) {
@@ -103,13 +103,13 @@ bool api_reasoning_prompt_opens(const api_reasoning *r, const mt_vocab *v, const
 
 /* ---- the splitter ------------------------------------------------------------------------- */
 
-void api_split_init(api_split *s, const api_reasoning *r) {
+void mt_reasoning_split_init(mt_reasoning_split *s, const mt_reasoning *r) {
     memset(s, 0, sizeof *s);
     s->r = r;
     s->state = r->starts_thinking ? S_THINK_START : S_START;
 }
 
-void api_split_free(api_split *s) {
+void mt_reasoning_split_free(mt_reasoning_split *s) {
     free(s->buf);
     memset(s, 0, sizeof *s);
 }
@@ -126,10 +126,9 @@ static bool is_prefix(const char *p, size_t n, const char *m) {
 }
 
 /* The first of the markers in p[0..n): its offset (and *which), or -1. */
-static long find_first(const char *p, size_t n, const char (*ms)[API_REASONING_MARKER],
-                       int *which) {
+static long find_first(const char *p, size_t n, const char (*ms)[MT_REASONING_MARKER], int *which) {
     long best = -1;
-    for (int i = 0; i < API_REASONING_ALTS; i++) {
+    for (int i = 0; i < MT_REASONING_ALTS; i++) {
         const size_t ml = strlen(ms[i]);
         const char *hit = ml && n ? memmem(p, n, ms[i], ml) : NULL;
         if (hit && (best < 0 || hit - p < best)) best = hit - p, *which = i;
@@ -138,9 +137,9 @@ static long find_first(const char *p, size_t n, const char (*ms)[API_REASONING_M
 }
 
 /* How many bytes at the end of p[0..n) could begin one of the markers. */
-static size_t tail_hold(const char *p, size_t n, const char (*ms)[API_REASONING_MARKER]) {
+static size_t tail_hold(const char *p, size_t n, const char (*ms)[MT_REASONING_MARKER]) {
     size_t keep = 0;
-    for (int i = 0; i < API_REASONING_ALTS; i++) {
+    for (int i = 0; i < MT_REASONING_ALTS; i++) {
         const size_t ml = strlen(ms[i]);
         for (size_t k = ml ? ml - 1 : 0; k > keep; k--) {
             if (k <= n && memcmp(p + n - k, ms[i], k) == 0) {
@@ -153,7 +152,7 @@ static size_t tail_hold(const char *p, size_t n, const char (*ms)[API_REASONING_
 }
 
 /* Hands out p[0..n) without its marker codes (control tokens have no text). */
-static int emit(bool reasoning, const char *p, size_t n, api_split_out out, void *ctx) {
+static int emit(bool reasoning, const char *p, size_t n, mt_reasoning_split_out out, void *ctx) {
     size_t i = 0;
     while (i < n) {
         const char *c = memchr(p + i, CODE_BYTE, n - i);
@@ -164,7 +163,7 @@ static int emit(bool reasoning, const char *p, size_t n, api_split_out out, void
     return 0;
 }
 
-static void consume(api_split *s, size_t k) {
+static void consume(mt_reasoning_split *s, size_t k) {
     if (k > s->len) k = s->len;
     if (k == 0) return;
     memmove(s->buf, s->buf + k, s->len - k);
@@ -172,8 +171,8 @@ static void consume(api_split *s, size_t k) {
 }
 
 /* Hands out what is decided (everything when final). */
-static int process(api_split *s, bool final, api_split_out out, void *ctx) {
-    const api_reasoning *r = s->r;
+static int process(mt_reasoning_split *s, bool final, mt_reasoning_split_out out, void *ctx) {
+    const mt_reasoning *r = s->r;
     for (;;) {
         const char *b = s->buf;
         const size_t n = s->len;
@@ -242,7 +241,8 @@ static int process(api_split *s, bool final, api_split_out out, void *ctx) {
     }
 }
 
-int api_split_push(api_split *s, const char *p, size_t n, api_split_out out, void *ctx) {
+int mt_reasoning_split_push(mt_reasoning_split *s, const char *p, size_t n,
+                            mt_reasoning_split_out out, void *ctx) {
     if (s->len + n > s->cap) {
         size_t cap = 2 * (s->len + n) + 64;
         char *b = realloc(s->buf, cap);
@@ -254,6 +254,6 @@ int api_split_push(api_split *s, const char *p, size_t n, api_split_out out, voi
     return process(s, false, out, ctx);
 }
 
-int api_split_finish(api_split *s, api_split_out out, void *ctx) {
+int mt_reasoning_split_finish(mt_reasoning_split *s, mt_reasoning_split_out out, void *ctx) {
     return process(s, true, out, ctx);
 }

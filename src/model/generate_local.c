@@ -1,15 +1,14 @@
-/* api_backend_local.c - the API's local backend (api_engine.h): a GGUF model
- * computed in this process, as `moontail run` does.
+/* generate_local.c - the generation loop's backend (generate.h) for a model
+ * computed in this process: `moontail run`, the shell and `serve --model`.
  *
- * One model, one thread pool, many requests: every slot keeps its own KV
- * cache (allocated per request for exactly the positions it may use), and
- * evaluations take turns on the model in arrival order (a ticket lock). A
- * long prompt is evaluated in micro-batches of `ubatch` tokens, each its own
- * turn, so it does not hold up the tokens of other requests for long.
- * Results do not depend on the turn order or the micro-batch size (docs/design.md
- * invariant 1), so a request's text is the same alone or in a crowd. */
-#include "api_engine.h"
-#include "moontail/progress.h"
+ * One model, one thread pool, many slots: every slot keeps its own KV cache
+ * (allocated per sequence for exactly the positions it may use), and
+ * evaluations take turns on the model in arrival order (a ticket lock). The
+ * loop evaluates a long prompt in micro-batches, each its own turn, so it
+ * does not hold up the tokens of other slots for long. Results do not depend
+ * on the turn order or the micro-batch size (docs/design.md invariant 1), so a
+ * request's text is the same alone or in a crowd. */
+#include "moontail/generate.h"
 #include "moontail/session.h"
 
 #include <pthread.h>
@@ -17,10 +16,9 @@
 #include <string.h>
 
 typedef struct local_backend {
-    api_backend b;
+    mt_gen_backend b;
     mt_model *model;
     mt_pool *pool; /* shared by all slots: only the slot whose turn it is uses it */
-    int32_t ubatch;
     mt_kv_type kv_type;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -50,7 +48,7 @@ static void turn_give(local_backend *lb) {
 
 /* ---- slots ---------------------------------------------------------------------------------- */
 
-static void *local_slot_open(api_backend *b, int index, mt_error *err) {
+static void *local_slot_open(mt_gen_backend *b, int index, mt_error *err) {
     (void)index;
     local_backend *lb = b->impl;
     local_slot *ls = calloc(1, sizeof *ls);
@@ -64,7 +62,7 @@ static void *local_slot_open(api_backend *b, int index, mt_error *err) {
     return ls;
 }
 
-static void local_slot_close(api_backend *b, void *slot) {
+static void local_slot_close(mt_gen_backend *b, void *slot) {
     (void)b;
     local_slot *ls = slot;
     if (!ls) return;
@@ -84,14 +82,10 @@ static int local_begin(void *slot, int32_t n_ctx, mt_error *err) {
 static int local_eval(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
     local_slot *ls = slot;
     if (!ls->s.kv) return mt_error_set(err, "no sequence begun");
-    for (int32_t b = 0; b < n; b += ls->lb->ubatch) {
-        int32_t nb = n - b < ls->lb->ubatch ? n - b : ls->lb->ubatch;
-        turn_take(ls->lb);
-        int rc = mt_session_eval(&ls->s, ids + b, nb, 0, false, logits, err);
-        turn_give(ls->lb);
-        if (rc) return -1;
-    }
-    return 0;
+    turn_take(ls->lb);
+    int rc = mt_session_eval(&ls->s, ids, n, 0, false, logits, err);
+    turn_give(ls->lb);
+    return rc ? -1 : 0;
 }
 
 static void local_end(void *slot, int64_t evaluated) {
@@ -102,7 +96,7 @@ static void local_end(void *slot, int64_t evaluated) {
     ls->s.n_past = 0;
 }
 
-static void local_destroy(api_backend *b) {
+static void local_destroy(mt_gen_backend *b) {
     if (!b) return;
     local_backend *lb = b->impl;
     mt_pool_free(lb->pool);
@@ -112,38 +106,34 @@ static void local_destroy(api_backend *b) {
     free(lb);
 }
 
-api_backend *api_backend_local(const char *model_path, int threads, int ubatch, mt_kv_type kv_type,
-                               mt_error *err) {
+mt_gen_backend *mt_gen_backend_local(mt_model *model, const char *name, int threads,
+                                     mt_kv_type kv_type, mt_error *err) {
+    if (!model) return NULL; /* a load that failed: err says why */
     local_backend *lb = calloc(1, sizeof *lb);
     if (!lb) {
+        mt_model_free(model);
         mt_error_set(err, "out of memory");
         return NULL;
     }
     pthread_mutex_init(&lb->mu, NULL);
     pthread_cond_init(&lb->cv, NULL);
-    lb->ubatch = ubatch > 0 ? ubatch : 512;
+    lb->model = model;
     lb->kv_type = kv_type;
-    lb->b = (api_backend){.kind = "local",
-                          .fail_status = 500,
-                          .slot_open = local_slot_open,
-                          .slot_close = local_slot_close,
-                          .begin = local_begin,
-                          .eval = local_eval,
-                          .end = local_end,
-                          .destroy = local_destroy,
-                          .impl = lb};
-    mt_progress_preload(model_path, stderr);
-    if (!(lb->model = mt_model_load(model_path, err))) {
-        local_destroy(&lb->b);
-        return NULL;
-    }
-    const mt_model *m = lb->model;
+    lb->b = (mt_gen_backend){.kind = "local",
+                             .slot_open = local_slot_open,
+                             .slot_close = local_slot_close,
+                             .begin = local_begin,
+                             .eval = local_eval,
+                             .end = local_end,
+                             .destroy = local_destroy,
+                             .impl = lb};
+    const mt_model *m = model;
     if (!m->has_head || !m->has_attention || m->layer_begin != 0 || m->layer_end != m->hp.n_layer ||
         (m->hp.n_expert > 0 && m->n_local_experts != m->hp.n_expert)) {
         mt_error_set(err,
-                     "%s is a shard, not a whole model; serve a whole model with --model, or"
-                     " a cell through its registry with --registry",
-                     model_path);
+                     "%s is a shard, not a whole model; give a whole model here, or reach a"
+                     " cell through its registry (--registry)",
+                     name ? name : "the model");
         local_destroy(&lb->b);
         return NULL;
     }
@@ -156,4 +146,12 @@ api_backend *api_backend_local(const char *model_path, int threads, int ubatch, 
     lb->b.n_vocab = lb->model->hp.n_vocab;
     lb->b.max_ctx = lb->model->hp.n_ctx_train > 0 ? lb->model->hp.n_ctx_train : 4096;
     return &lb->b;
+}
+
+const mt_kv_cache *mt_gen_local_cache(const void *slot) {
+    return ((const local_slot *)slot)->s.kv;
+}
+
+int mt_gen_local_threads(const mt_gen_backend *b) {
+    return mt_pool_size(((const local_backend *)b->impl)->pool);
 }

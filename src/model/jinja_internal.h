@@ -15,7 +15,7 @@
 #ifndef MOONTAIL_JINJA_INTERNAL_H
 #define MOONTAIL_JINJA_INTERNAL_H
 
-#include "jinja.h"
+#include "moontail/jinja.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
-/* api_template.c - a model's chat template (api_template.h): the GGUF's Jinja
+/* chat_template.c - a model's chat template (chat_template.h): the GGUF's Jinja
  * text through jinja.h with transformers' variables, the C families of
- * api_chat.c when that cannot run, and tokenizing with data spans. */
-#include "api_template.h"
+ * chat_format.c when that cannot run, and tokenizing with data spans. */
+#include "moontail/chat_template.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -9,21 +9,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct api_template {
+struct mt_chat_template {
     jinja_template *jinja; /* NULL: the C family renders */
-    api_chat_format family;
+    mt_chat_format family;
     bool family_known;
     const mt_vocab *vocab;
     char *bos_text, *eos_text; /* the vocabulary's BOS/EOS as text, or NULL */
     int32_t end_token;
     char describe[160];
-    api_template_log_fn log;
+    mt_chat_template_log_fn log;
     void *log_ctx;
     atomic_bool fallback_logged;
 };
 
-static void say(api_template *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(api_template *t, const char *fmt, ...) {
+static void say(mt_chat_template *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(mt_chat_template *t, const char *fmt, ...) {
     if (!t->log) return;
     char msg[700];
     va_list ap;
@@ -42,19 +42,19 @@ static char *token_text(const mt_vocab *v, int32_t id) {
     return strndup(buf, (size_t)n);
 }
 
-api_template *api_template_new(const char *text, const mt_vocab *vocab, api_template_log_fn log,
-                               void *log_ctx) {
-    api_template *t = calloc(1, sizeof *t);
+mt_chat_template *mt_chat_template_new(const char *text, const mt_vocab *vocab,
+                                       mt_chat_template_log_fn log, void *log_ctx) {
+    mt_chat_template *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->vocab = vocab;
     t->log = log;
     t->log_ctx = log_ctx;
-    t->family = api_chat_detect(text, &t->family_known);
+    t->family = mt_chat_detect(text, &t->family_known);
     if (vocab) {
         t->bos_text = token_text(vocab, mt_vocab_bos(vocab));
         t->eos_text = token_text(vocab, mt_vocab_eos(vocab));
     }
-    const char *fam = api_chat_format_name(t->family);
+    const char *fam = mt_chat_format_name(t->family);
     if (!text) {
         snprintf(t->describe, sizeof t->describe, "%s (the model has no chat template)", fam);
     } else {
@@ -74,7 +74,7 @@ api_template *api_template_new(const char *text, const mt_vocab *vocab, api_temp
         }
     }
     if (vocab) {
-        t->end_token = api_chat_end_token(t->family, vocab);
+        t->end_token = mt_chat_end_token(t->family, vocab);
         /* a template of no known family: <|im_end|> only ends a turn if it writes it */
         if (t->jinja && !t->family_known && !strstr(text, "<|im_end|>")) t->end_token = -1;
     } else {
@@ -83,7 +83,7 @@ api_template *api_template_new(const char *text, const mt_vocab *vocab, api_temp
     return t;
 }
 
-void api_template_free(api_template *t) {
+void mt_chat_template_free(mt_chat_template *t) {
     if (!t) return;
     jinja_free(t->jinja);
     free(t->bos_text);
@@ -91,26 +91,26 @@ void api_template_free(api_template *t) {
     free(t);
 }
 
-const char *api_template_describe(const api_template *t) {
+const char *mt_chat_template_describe(const mt_chat_template *t) {
     return t->describe;
 }
-api_chat_format api_template_family(const api_template *t) {
+mt_chat_format mt_chat_template_family(const mt_chat_template *t) {
     return t->family;
 }
-bool api_template_is_jinja(const api_template *t) {
+bool mt_chat_template_is_jinja(const mt_chat_template *t) {
     return t->jinja != NULL;
 }
-int32_t api_template_end_token(const api_template *t) {
+int32_t mt_chat_template_end_token(const mt_chat_template *t) {
     return t->end_token;
 }
 
 /* ---- messages ----------------------------------------------------------------------------- */
 
-static const char *role_name(api_chat_role r) {
-    return r == API_ROLE_SYSTEM ? "system" : r == API_ROLE_USER ? "user" : "assistant";
+static const char *role_name(mt_chat_role r) {
+    return r == MT_CHAT_ROLE_SYSTEM ? "system" : r == MT_CHAT_ROLE_USER ? "user" : "assistant";
 }
 
-json_t *api_template_messages_json(const api_chat_message *msgs, int n, const json_t *sent) {
+json_t *mt_chat_template_messages_json(const mt_chat_message *msgs, int n, const json_t *sent) {
     static const char *const extra[] = {"tool_calls", "tool_call_id", "name", NULL};
     json_t *a = json_array();
     for (int i = 0; a && i < n; i++) {
@@ -138,7 +138,7 @@ json_t *api_template_messages_json(const api_chat_message *msgs, int n, const js
 
 /* The C family's messages from JSON ones (the fallback): roles system,
  * developer, user, assistant; text content or text parts. */
-static int family_messages(const json_t *arr, api_chat_message **out, char ***owned, int *n,
+static int family_messages(const json_t *arr, mt_chat_message **out, char ***owned, int *n,
                            mt_error *err) {
     size_t cnt = json_array_size(arr);
     *out = calloc(cnt + 1, sizeof **out);
@@ -149,14 +149,14 @@ static int family_messages(const json_t *arr, api_chat_message **out, char ***ow
         json_t *m = json_array_get(arr, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         json_t *c = json_object_get(m, "content");
-        api_chat_message *x = &(*out)[i];
+        mt_chat_message *x = &(*out)[i];
         if (!role) return mt_error_set(err, "messages[%zu] has no role", i);
         if (!strcmp(role, "system") || !strcmp(role, "developer"))
-            x->role = API_ROLE_SYSTEM;
+            x->role = MT_CHAT_ROLE_SYSTEM;
         else if (!strcmp(role, "user"))
-            x->role = API_ROLE_USER;
+            x->role = MT_CHAT_ROLE_USER;
         else if (!strcmp(role, "assistant"))
-            x->role = API_ROLE_ASSISTANT;
+            x->role = MT_CHAT_ROLE_ASSISTANT;
         else
             return mt_error_set(err, "messages[%zu]: the built-in %s format has no role '%.40s'", i,
                                 "chat", role);
@@ -187,7 +187,7 @@ static int family_messages(const json_t *arr, api_chat_message **out, char ***ow
             x->len = 0;
         }
         json_t *rc = json_object_get(m, "reasoning_content");
-        if (x->role == API_ROLE_ASSISTANT && json_is_string(rc)) {
+        if (x->role == MT_CHAT_ROLE_ASSISTANT && json_is_string(rc)) {
             x->reasoning = json_string_value(rc);
             x->reasoning_len = json_string_length(rc);
         }
@@ -196,7 +196,7 @@ static int family_messages(const json_t *arr, api_chat_message **out, char ***ow
     return 0;
 }
 
-static void free_family(api_chat_message *m, char **owned, int n) {
+static void free_family(mt_chat_message *m, char **owned, int n) {
     for (int i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
     free(m);
@@ -206,8 +206,8 @@ static void free_family(api_chat_message *m, char **owned, int n) {
 
 /* Renders with Jinja: 0, -1 (refused or failed), or 1 when the template uses
  * something this interpreter lacks (the caller falls back). */
-static int render_jinja(api_template *t, const api_template_input *in, jinja_output *out,
-                        api_template_error *e) {
+static int render_jinja(mt_chat_template *t, const mt_chat_template_input *in, jinja_output *out,
+                        mt_chat_template_error *e) {
     jinja_var vars[80];
     int n = 0;
     json_t *agp = json_boolean(in->add_generation_prompt);
@@ -240,7 +240,7 @@ static int render_jinja(api_template *t, const api_template_input *in, jinja_out
             say(t,
                 "the model's chat template uses something this server cannot run (%s); such"
                 " conversations use the built-in %s format (logged once)",
-                je.err.msg, api_chat_format_name(t->family));
+                je.err.msg, mt_chat_format_name(t->family));
         return 1;
     }
     e->refused = je.kind != JINJA_ERR_MEMORY;
@@ -253,9 +253,9 @@ static int render_jinja(api_template *t, const api_template_input *in, jinja_out
 }
 
 /* The C family's segments as an output with data spans. */
-static int render_family(api_template *t, const api_template_input *in, jinja_output *out,
-                         api_template_error *e) {
-    api_chat_message *m = NULL;
+static int render_family(mt_chat_template *t, const mt_chat_template_input *in, jinja_output *out,
+                         mt_chat_template_error *e) {
+    mt_chat_message *m = NULL;
     char **owned = NULL;
     int n = 0;
     if (family_messages(in->messages, &m, &owned, &n, &e->err)) {
@@ -264,7 +264,7 @@ static int render_family(api_template *t, const api_template_input *in, jinja_ou
         return -1;
     }
     size_t len = 0;
-    char *text = api_chat_render_kw(t->family, m, n, in->kwargs, &len);
+    char *text = mt_chat_render_kw(t->family, m, n, in->kwargs, &len);
     free_family(m, owned, n);
     if (!text) {
         mt_error_set(&e->err, "out of memory rendering the chat template");
@@ -273,12 +273,12 @@ static int render_family(api_template *t, const api_template_input *in, jinja_ou
     memset(out, 0, sizeof *out);
     out->text = text;
     out->len = len;
-    out->data = NULL; /* the family's tokenizing keeps its own segments (api_chat_tokenize) */
+    out->data = NULL; /* the family's tokenizing keeps its own segments (mt_chat_tokenize) */
     return 0;
 }
 
-int api_template_render(api_template *t, const api_template_input *in, jinja_output *out,
-                        api_template_error *e) {
+int mt_chat_template_render(mt_chat_template *t, const mt_chat_template_input *in,
+                            jinja_output *out, mt_chat_template_error *e) {
     memset(e, 0, sizeof *e);
     if (!json_is_array(in->messages)) {
         e->refused = true;
@@ -292,8 +292,8 @@ int api_template_render(api_template *t, const api_template_input *in, jinja_out
     return render_family(t, in, out, e);
 }
 
-int64_t api_template_tokenize(api_template *t, const api_template_input *in, int32_t **ids,
-                              api_template_error *e) {
+int64_t mt_chat_template_tokenize(mt_chat_template *t, const mt_chat_template_input *in,
+                                  int32_t **ids, mt_chat_template_error *e) {
     memset(e, 0, sizeof *e);
     *ids = NULL;
     if (!t->vocab) return mt_error_set(&e->err, "no vocabulary to tokenize with");
@@ -305,7 +305,7 @@ int64_t api_template_tokenize(api_template *t, const api_template_input *in, int
     int rc = t->jinja ? render_jinja(t, in, &out, e) : 1;
     if (rc < 0) return -1;
     if (rc > 0) { /* the C family, with its own segments */
-        api_chat_message *m = NULL;
+        mt_chat_message *m = NULL;
         char **owned = NULL;
         int n = 0;
         if (family_messages(in->messages, &m, &owned, &n, &e->err)) {
@@ -313,7 +313,7 @@ int64_t api_template_tokenize(api_template *t, const api_template_input *in, int
             free_family(m, owned, n);
             return -1;
         }
-        int64_t k = api_chat_tokenize_kw(t->family, t->vocab, m, n, in->kwargs, ids, &e->err);
+        int64_t k = mt_chat_tokenize_kw(t->family, t->vocab, m, n, in->kwargs, ids, &e->err);
         free_family(m, owned, n);
         return k;
     }

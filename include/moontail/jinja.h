@@ -18,7 +18,7 @@
  * Text that comes from the caller's data (variables marked `data`: the
  * messages of a request) is tracked through the interpreter: the output
  * lists which byte ranges came from data, so that a tokenizer can parse
- * special tokens only in the template's own text (see api_template.h). */
+ * special tokens only in the template's own text (see chat_template.h). */
 #ifndef MOONTAIL_JINJA_H
 #define MOONTAIL_JINJA_H
 

@@ -1,16 +1,17 @@
-/* api_backend_registry.c - the API's registry backend (api_engine.h): every
- * request runs through a cell or swarm, as `moontail prompt --registry`
- * does, with the registry's routes and the requester's failover
- * (requester.h): a node lost mid-request costs a replay, not the request.
+/* generate_registry.c - the generation loop's backend (generate.h) for a
+ * registry's cell or swarm: `moontail prompt`, `demo`, the shell and `serve
+ * --registry` generate through the registry's routes with the requester's
+ * failover (requester.h): a node lost mid-sequence costs a replay, not the
+ * sequence.
  *
  * Each slot has its own requester, hence its own route and session, so
  * nodes see several sessions at once and batch them. The first requester
  * is opened at start (it fetches the head shard, whose GGUF holds the
  * tokenizer, and proves the registry answers); the others open when their
- * slot gets its first request, one at a time (they share the key file and
- * the shard cache). After each request the tokens it used are reported to
- * the registry for the account's metering. */
-#include "api_engine.h"
+ * slot begins its first sequence, one at a time (they share the key file
+ * and the shard cache). After each sequence the tokens it used are reported
+ * to the registry for the account's metering. */
+#include "moontail/requester.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -18,19 +19,19 @@
 #include <string.h>
 
 typedef struct reg_backend {
-    api_backend b;
+    mt_gen_backend b;
     mt_requester_config cfg; /* strings below */
-    char *registry, *token, *key_path, *cache_dir;
+    char *registry, *token, *key_path, *cache_dir, *who;
     mt_requester *first; /* opened at start; slot 0 borrows it */
     pthread_mutex_t open_mu;
 } reg_backend;
 
 typedef struct reg_slot {
     reg_backend *rb;
-    mt_requester *q; /* NULL until the slot's first request */
+    mt_requester *q; /* NULL until the slot's first sequence */
 } reg_slot;
 
-static void *reg_slot_open(api_backend *b, int index, mt_error *err) {
+static void *reg_slot_open(mt_gen_backend *b, int index, mt_error *err) {
     reg_backend *rb = b->impl;
     reg_slot *rs = calloc(1, sizeof *rs);
     if (!rs) {
@@ -42,7 +43,7 @@ static void *reg_slot_open(api_backend *b, int index, mt_error *err) {
     return rs;
 }
 
-static void reg_slot_close(api_backend *b, void *slot) {
+static void reg_slot_close(mt_gen_backend *b, void *slot) {
     reg_backend *rb = b->impl;
     reg_slot *rs = slot;
     if (!rs) return;
@@ -73,11 +74,11 @@ static void reg_end(void *slot, int64_t evaluated) {
     if (!rs->q || evaluated <= 0) return;
     mt_error e = {{0}};
     if (mt_requester_report_usage(rs->q, evaluated, &e) && !rs->rb->cfg.quiet)
-        fprintf(stderr, "moontail serve: could not report %lld tokens of usage to %s: %s\n",
+        fprintf(stderr, "%s: could not report %lld tokens of usage to %s: %s\n", rs->rb->who,
                 (long long)evaluated, rs->rb->registry, e.msg);
 }
 
-static void reg_destroy(api_backend *b) {
+static void reg_destroy(mt_gen_backend *b) {
     if (!b) return;
     reg_backend *rb = b->impl;
     mt_requester_close(rb->first);
@@ -85,36 +86,36 @@ static void reg_destroy(api_backend *b) {
     free(rb->token);
     free(rb->key_path);
     free(rb->cache_dir);
+    free(rb->who);
     pthread_mutex_destroy(&rb->open_mu);
     free(rb);
 }
 
-api_backend *api_backend_registry(const mt_requester_config *cfg, mt_error *err) {
+mt_gen_backend *mt_requester_backend(const mt_requester_config *cfg, const char *who,
+                                     mt_error *err) {
     reg_backend *rb = calloc(1, sizeof *rb);
     if (!rb) {
         mt_error_set(err, "out of memory");
         return NULL;
     }
     pthread_mutex_init(&rb->open_mu, NULL);
-    rb->b = (api_backend){.kind = "registry",
-                          .fail_status = 503,
-                          .slot_open = reg_slot_open,
-                          .slot_close = reg_slot_close,
-                          .begin = reg_begin,
-                          .eval = reg_eval,
-                          .end = reg_end,
-                          .destroy = reg_destroy,
-                          .impl = rb};
+    rb->b = (mt_gen_backend){.kind = "registry",
+                             .retry_may_succeed = true,
+                             .slot_open = reg_slot_open,
+                             .slot_close = reg_slot_close,
+                             .begin = reg_begin,
+                             .eval = reg_eval,
+                             .end = reg_end,
+                             .destroy = reg_destroy,
+                             .impl = rb};
     rb->cfg = *cfg;
     rb->cfg.registry = rb->registry = cfg->registry ? strdup(cfg->registry) : NULL;
     rb->cfg.token = rb->token = cfg->token ? strdup(cfg->token) : NULL;
     rb->cfg.key_path = rb->key_path = cfg->key_path ? strdup(cfg->key_path) : NULL;
     rb->cfg.cache_dir = rb->cache_dir = cfg->cache_dir ? strdup(cfg->cache_dir) : NULL;
-    if (!(rb->first = mt_requester_open(&rb->cfg, err))) {
-        mt_error_prefix(err,
-                        "cannot use the cell of the registry %s (check --registry, the token,"
-                        " and that the cell has a route)",
-                        cfg->registry ? cfg->registry : "(none)");
+    rb->who = strdup(who ? who : "moontail");
+    if (!rb->who || !(rb->first = mt_requester_open(&rb->cfg, err))) {
+        if (!rb->who) mt_error_set(err, "out of memory");
         reg_destroy(&rb->b);
         return NULL;
     }
@@ -122,4 +123,8 @@ api_backend *api_backend_registry(const mt_requester_config *cfg, mt_error *err)
     rb->b.n_vocab = rb->b.model->hp.n_vocab;
     rb->b.max_ctx = rb->b.model->hp.n_ctx_train > 0 ? rb->b.model->hp.n_ctx_train : 4096;
     return &rb->b;
+}
+
+mt_requester *mt_requester_of_slot(void *slot) {
+    return ((reg_slot *)slot)->q;
 }

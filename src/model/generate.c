@@ -1,0 +1,231 @@
+/* generate.c - the generation loop (generate.h): evaluate the prompt, then
+ * sample, detokenize, split a thinking reply, hold back what may become a
+ * stop string, hand out what is final, and evaluate the token for the next
+ * step, until an end token, a stop string, max_tokens or a cancel. */
+#include "moontail/generate.h"
+#include "moontail/clock.h"
+#include "stop_text.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *mt_gen_finish_name(mt_gen_finish f) {
+    switch (f) {
+    case MT_GEN_LENGTH:
+        return "length";
+    case MT_GEN_END_TOKEN:
+        return "end";
+    case MT_GEN_STOP_STRING:
+        return "stop";
+    case MT_GEN_CANCELLED:
+        return "cancelled";
+    case MT_GEN_FAILED:
+        return "failed";
+    }
+    return "?";
+}
+
+/* ---- output ----------------------------------------------------------------------------- */
+
+/* What one generation hands out, and where. */
+typedef struct gen_out {
+    const mt_gen_params *p;
+    const mt_gen_sink *sink;
+    mt_detok dt;
+    mt_reasoning_split split;
+    mt_stop_text text; /* the answer (the whole reply when it is not split) */
+    int cancel;        /* a sink callback's nonzero return */
+    bool oom;
+} gen_out;
+
+/* Results of the steps below. */
+enum { OUT_OK = 0, OUT_CANCEL = 1, OUT_OOM = 2 };
+
+/* Hands text [sent, upto) to the sink. */
+static int send_text(gen_out *o, size_t upto) {
+    if (upto <= o->text.sent) return OUT_OK;
+    const size_t from = o->text.sent;
+    o->text.sent = upto;
+    if (!o->sink->text) return OUT_OK;
+    int c = o->sink->text(o->sink->ctx, o->text.p + from, upto - from);
+    if (!c) return OUT_OK;
+    o->cancel = c;
+    return OUT_CANCEL;
+}
+
+/* Where the splitter's pieces go: the reasoning to the sink, the answer into the text. */
+static int split_out(void *ctx, bool reasoning, const char *s, size_t n) {
+    gen_out *o = ctx;
+    if (reasoning) {
+        int c = o->sink->reasoning ? o->sink->reasoning(o->sink->ctx, s, n) : 0;
+        if (c) o->cancel = c;
+        return c ? -1 : 0;
+    }
+    if (mt_stop_text_add(&o->text, s, n)) return 0;
+    o->oom = true;
+    return -1;
+}
+
+static bool split_on(const gen_out *o) {
+    return o->p->reasoning && o->p->reasoning->on;
+}
+
+/* Adds n bytes of generated text (through the splitter when the reply is split). */
+static int add_text(gen_out *o, const char *s, int64_t n) {
+    if (n <= 0) return OUT_OK;
+    if (!split_on(o)) return mt_stop_text_add(&o->text, s, (size_t)n) ? OUT_OK : OUT_OOM;
+    int rc = mt_reasoning_split_push(&o->split, s, (size_t)n, split_out, o);
+    return rc == 0 ? OUT_OK : rc == -1 && !o->oom ? OUT_CANCEL : OUT_OOM;
+}
+
+/* A generated token into the text. A marker's control token goes to the splitter as its
+ * code, after the bytes the detokenizer held (a character cut by a control token cannot
+ * complete). */
+static int add_token(gen_out *o, int32_t id) {
+    char piece[1024];
+    const int code = split_on(o) ? mt_reasoning_code(o->p->reasoning, id) : 0;
+    int64_t nb = code ? mt_detok_flush(&o->dt, piece, sizeof piece)
+                      : mt_detok_push(&o->dt, id, piece, sizeof piece);
+    int rc = add_text(o, piece, nb);
+    if (!rc && code) {
+        const char c[2] = {'\xff', (char)code};
+        rc = add_text(o, c, 2);
+    }
+    return rc;
+}
+
+/* The output is over: what the detokenizer and the splitter held back goes in, then out,
+ * up to a stop string it may complete. Returns OUT_* and whether a stop string was found. */
+static int finish_text(gen_out *o, bool *stopped) {
+    char piece[1024];
+    int64_t nb = mt_detok_flush(&o->dt, piece, sizeof piece);
+    int rc = add_text(o, piece, nb);
+    if (!rc && split_on(o)) {
+        int s = mt_reasoning_split_finish(&o->split, split_out, o);
+        rc = s == 0 ? OUT_OK : s == -1 && !o->oom ? OUT_CANCEL : OUT_OOM;
+    }
+    if (rc) return rc;
+    size_t safe;
+    long at = mt_stop_text_find(&o->text, &safe);
+    *stopped = at >= 0;
+    return send_text(o, at >= 0 ? (size_t)at : o->text.len);
+}
+
+/* ---- the loop --------------------------------------------------------------------------- */
+
+static int failed(mt_gen_result *r, mt_gen_failure why) {
+    r->finish = MT_GEN_FAILED;
+    r->failure = why;
+    return -1;
+}
+
+/* A step's OUT_* result into *r: true when the generation is over. */
+static bool out_ends(const gen_out *o, int rc, mt_gen_result *r) {
+    if (rc == OUT_CANCEL) {
+        r->finish = MT_GEN_CANCELLED;
+        r->cancel = o->cancel;
+    } else if (rc == OUT_OOM) {
+        mt_error_set(&r->err, "out of memory for the generated text");
+        failed(r, MT_GEN_FAIL_MEMORY);
+    }
+    return rc != OUT_OK;
+}
+
+/* Evaluates the prompt, ubatch tokens at a time. */
+static int eval_prompt(const mt_gen_backend *b, void *slot, const mt_gen_params *p, float *logits,
+                       mt_gen_result *r) {
+    const int32_t ub = p->ubatch > 0 ? p->ubatch : p->n_prompt;
+    for (int32_t off = 0; off < p->n_prompt; off += ub) {
+        const int32_t n = p->n_prompt - off < ub ? p->n_prompt - off : ub;
+        if (b->eval(slot, p->prompt + off, n, logits, &r->err)) return -1;
+        r->evaluated += n;
+    }
+    return 0;
+}
+
+int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, const mt_gen_params *p,
+                const mt_gen_sink *sink, mt_gen_result *r) {
+    memset(r, 0, sizeof *r);
+    r->finish = MT_GEN_LENGTH;
+    r->prompt_tokens = p->n_prompt;
+    if (p->n_prompt <= 0) {
+        mt_error_set(&r->err, "nothing to evaluate: the prompt has no tokens");
+        return failed(r, MT_GEN_FAIL_PROMPT);
+    }
+    if (b->n_vocab <= 0) {
+        mt_error_set(&r->err, "the model gives no logits (%d per token)", b->n_vocab);
+        return failed(r, MT_GEN_FAIL_BEGIN);
+    }
+    const int32_t max_tokens = p->max_tokens > 0 ? p->max_tokens : 0;
+    gen_out o = {.p = p, .sink = sink, .text = {.stop = p->stop, .n_stop = p->n_stop}};
+    float *logits = malloc((size_t)b->n_vocab * sizeof *logits);
+    mt_sampler *smp = mt_sampler_new(&p->sp, b->n_vocab);
+    if (!logits || !smp) {
+        mt_error_set(&r->err, "out of memory for a request");
+        failed(r, MT_GEN_FAIL_MEMORY);
+        goto done;
+    }
+    const int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : p->n_prompt + max_tokens;
+    const int64_t t0 = mt_mono_ms();
+    if (b->begin(slot, n_ctx, &r->err)) {
+        failed(r, MT_GEN_FAIL_BEGIN);
+        goto done;
+    }
+    r->begun = true;
+    const int64_t t1 = mt_mono_ms();
+    r->begin_ms = (double)(t1 - t0);
+    for (int32_t i = 0; i < p->n_prompt; i++) mt_sampler_accept(smp, p->prompt[i]);
+    if (eval_prompt(b, slot, p, logits, r)) {
+        failed(r, MT_GEN_FAIL_PROMPT);
+        goto done;
+    }
+    const int64_t t2 = mt_mono_ms();
+    r->prompt_ms = (double)(t2 - t1);
+    mt_detok_init(&o.dt, vocab, false);
+    if (split_on(&o)) mt_reasoning_split_init(&o.split, p->reasoning);
+    bool stopped = false; /* by a stop string */
+    while (r->completion_tokens < max_tokens) {
+        int32_t id = mt_sampler_sample(smp, logits);
+        r->completion_tokens++;
+        mt_sampler_accept(smp, id);
+        int c = sink->token ? sink->token(sink->ctx, id) : 0;
+        if (c) {
+            r->finish = MT_GEN_CANCELLED;
+            r->cancel = c;
+            goto timed;
+        }
+        if ((!p->ignore_eog && mt_vocab_is_eog(vocab, id)) || id == p->end_token) {
+            r->finish = MT_GEN_END_TOKEN;
+            break;
+        }
+        if (out_ends(&o, add_token(&o, id), r)) goto timed;
+        size_t safe;
+        long at = mt_stop_text_find(&o.text, &safe);
+        if (at >= 0) {
+            r->finish = MT_GEN_STOP_STRING;
+            stopped = true;
+            out_ends(&o, send_text(&o, (size_t)at), r);
+            goto timed;
+        }
+        if (out_ends(&o, send_text(&o, safe), r)) goto timed;
+        if (r->completion_tokens == max_tokens) break;
+        if (b->eval(slot, &id, 1, logits, &r->err)) {
+            failed(r, MT_GEN_FAIL_STEP);
+            goto timed;
+        }
+        r->evaluated++;
+    }
+    if (!stopped) {
+        int rc = finish_text(&o, &stopped);
+        if (stopped && r->finish != MT_GEN_FAILED) r->finish = MT_GEN_STOP_STRING;
+        out_ends(&o, rc, r);
+    }
+timed:
+    r->gen_ms = (double)(mt_mono_ms() - t2);
+done:
+    if (split_on(&o)) mt_reasoning_split_free(&o.split);
+    mt_stop_text_free(&o.text);
+    free(logits);
+    mt_sampler_free(smp);
+    return r->finish == MT_GEN_FAILED ? -1 : 0;
+}
