@@ -32,12 +32,14 @@ LAYERS = ["core", "model", "net", "control", "api", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 
-def objects(build):
-    """{'src/net/route.c': path of its object file}"""
+def objects(build, src_root):
+    """{'src/net/route.c': path of its object file}, for sources that still
+    exist (a file moved or deleted leaves its old object behind)"""
     out = {}
     for o in glob.glob(os.path.join(build, "CMakeFiles", "*.dir", "src", "*", "*.c.o")):
         rel = "src/" + o.split(os.sep + "src" + os.sep, 1)[1][: -len(".o")]
-        out.setdefault(rel, o)
+        if os.path.isfile(os.path.join(src_root, rel)):
+            out.setdefault(rel, o)
     return out
 
 
@@ -110,7 +112,7 @@ def main():
         return 2
     build = sys.argv[1]
     src_root = sys.argv[2] if len(sys.argv) > 2 else os.getcwd()
-    objs = objects(build)
+    objs = objects(build, src_root)
     if len(objs) < 20:
         print(f"check_layers: found {len(objs)} object files of src/ under {build}/CMakeFiles;"
               " build first (./dev build)", file=sys.stderr)
