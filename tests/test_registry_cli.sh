@@ -94,7 +94,7 @@ long_prompt() {
     ppid=$!
     route=""
     for _ in $(seq 1 500); do
-        route=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
+        route=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/$name.err" | head -1)
         [ -n "$route" ] && [ "$(stat -c %s "$tmp/$name.txt")" -gt 20 ] && break
         sleep 0.02
     done
@@ -114,7 +114,7 @@ fi
 wait $ppid && ok || bad "prompt after a node died failed: $(tail -5 "$tmp/long.err")"
 cmp -s "$tmp/long.txt" "$tmp/ref_long.txt" && ok || bad "text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/long.err" && ok || bad "no failover happened (the generation may have ended before the kill): $(cat "$tmp/long.err")"
-sed -n 's/^requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
+sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
 # the spare takes the lost shard: 2 replicas serving again
 wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
     bad "2 replicas were not restored after a node died: $(status | head -c 1500)"
@@ -131,7 +131,7 @@ if [ -n "$cvictim" ]; then kill -9 "${node_pid[$cvictim]}"; else bad "could not 
 wait $ppid && ok || bad "chained prompt after a node died failed: $(tail -5 "$tmp/clong.err")"
 cmp -s "$tmp/clong.txt" "$tmp/ref_long.txt" && ok || bad "chained text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/clong.err" && ok || bad "no chained failover happened: $(cat "$tmp/clong.err")"
-sed -n 's/^requester: \(recovered.*\)/chained failover: \1/p' "$tmp/clong.err"
+sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/chained failover: \1/p' "$tmp/clong.err"
 # a new machine joins in its place: 2 replicas serving again
 start_bg n6 "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n6.key" \
     --data "$tmp/d6" --listen 127.0.0.1:0 --name pc6 --capacity-mb "$cap_mb" --speed 1 --threads 1
@@ -230,7 +230,7 @@ $T "$BIN" "${SP[@]}" --token-file "$tmp/giver.token" >"$tmp/sw.json" 2>"$tmp/sw.
 spid=$!
 sroute=""
 for _ in $(seq 1 500); do
-    sroute=$(sed -n 's/^requester: route: //p' "$tmp/swl.err" | head -1)
+    sroute=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/swl.err" | head -1)
     [ -n "$sroute" ] && [ "$(stat -c %s "$tmp/swl.txt")" -gt 20 ] && break
     sleep 0.02
 done
@@ -241,6 +241,6 @@ for k in 1 2 3 4; do [ "${snode_addr[$k]}" = "$sfirst" ] && svictim=$k; done
 wait $spid && ok || bad "swarm prompt after an expert server died failed: $(tail -5 "$tmp/swl.err")"
 cmp -s "$tmp/swl.txt" "$tmp/ref_long.txt" && ok || bad "swarm text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/swl.err" && ok || bad "no swarm failover happened: $(cat "$tmp/swl.err")"
-sed -n 's/^requester: \(recovered.*\)/swarm failover: \1/p' "$tmp/swl.err"
+sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/swarm failover: \1/p' "$tmp/swl.err"
 
 finish

@@ -266,7 +266,7 @@ for _ in $(seq 1 600); do
     kill -0 "$apid" 2>/dev/null || break
     sleep 0.05
 done
-route=$(sed -n 's/^requester: route: //p' ab.err | head -1 | sed 's/\[[0-9]*,[0-9]*)//g')
+route=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' ab.err | head -1 | sed 's/\[[0-9]*,[0-9]*)//g')
 kill -9 "$apid" 2>/dev/null && ok || bad "the abandoned request ended before it could be killed: $(cat ab.err)"
 wait "$apid" 2>/dev/null
 t_kill=$(now_ms)

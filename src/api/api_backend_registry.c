@@ -11,6 +11,7 @@
  * the shard cache). After each request the tokens it used are reported to
  * the registry for the account's metering. */
 #include "api_engine.h"
+#include "moontail/log.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -73,8 +74,8 @@ static void reg_end(void *slot, int64_t evaluated) {
     if (!rs->q || evaluated <= 0) return;
     mt_error e = {{0}};
     if (mt_requester_report_usage(rs->q, evaluated, &e) && !rs->rb->cfg.quiet)
-        fprintf(stderr, "moontail serve: could not report %lld tokens of usage to %s: %s\n",
-                (long long)evaluated, rs->rb->registry, e.msg);
+        mt_log(MT_LOG_WARN, "serve", "could not report %lld tokens of usage to %s: %s",
+               (long long)evaluated, rs->rb->registry, e.msg);
 }
 
 static void reg_destroy(api_backend *b) {

@@ -2,6 +2,7 @@
  * this process (streamed, or one JSON object with --json). Without -m it
  * runs on the built-in synthetic model. The loop itself is generate.c. */
 #include "generate.h"
+#include "moontail/clock.h"
 #include "model_source.h"
 #include "moontail/session.h"
 
@@ -72,7 +73,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "moontail: no -m given: running the built-in synthetic model (qwen3moe,"
                         " Q8_0, random weights), so the text is not meaningful\n");
     mt_error err = {{0}};
-    double t0 = cli_now_ms();
+    double t0 = mt_mono_ms_frac();
     run_ctx r = {NULL, model_path, &g, NULL};
     mt_vocab *vocab = NULL;
     mt_model *model = cli_open_model(model_path, &err);

@@ -8,6 +8,7 @@
  * history (libedit) on a terminal; plain lines otherwise, so scripts can
  * drive it. Ctrl-C stops an answer, Ctrl-D or /quit leaves. */
 #include "../api/api_chat.h"
+#include "moontail/clock.h"
 #include "../api/api_engine.h"
 #include "../api/api_template.h"
 #include "cli.h"
@@ -91,12 +92,6 @@ static void on_done(void *ctx, const api_gen_result *r) {
     a->done = true;
     pthread_cond_signal(&a->cond);
     pthread_mutex_unlock(&a->lock);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* The chat template's notes (why the model's own template cannot run, ...). */
@@ -326,7 +321,7 @@ int cmd_shell(int argc, char **argv) {
             sigemptyset(&sa.sa_mask);
             stop_answer = 0;
             sigaction(SIGINT, &sa, &old);
-            double t0 = now_s();
+            double t0 = mt_mono_s();
             int running, queued;
             if (api_engine_submit(e, &p, &sink, &running, &queued)) {
                 api_gen_params_free(&p);
@@ -335,7 +330,7 @@ int cmd_shell(int argc, char **argv) {
                 pthread_mutex_lock(&a.lock);
                 while (!a.done) pthread_cond_wait(&a.cond, &a.lock);
                 pthread_mutex_unlock(&a.lock);
-                double dt = now_s() - t0;
+                double dt = mt_mono_s() - t0;
                 if (a.result.error_status)
                     printf("\n(failed: %s)\n", a.result.error);
                 else

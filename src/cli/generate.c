@@ -1,18 +1,13 @@
 /* generate.c - the generation loop shared by `moontail run` and `moontail
  * prompt` (see generate.h). */
 #include "generate.h"
+#include "moontail/clock.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-double cli_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 void cli_gen_defaults(cli_gen *g) {
     memset(g, 0, sizeof *g);
@@ -132,9 +127,9 @@ int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
         goto done;
     }
     for (int64_t i = 0; i < n_prompt; i++) mt_sampler_accept(smp, prompt_ids[i]);
-    double t1 = cli_now_ms();
+    double t1 = mt_mono_ms_frac();
     if (be->eval(be->ctx, prompt_ids, (int32_t)n_prompt, logits, err)) goto done;
-    double t2 = cli_now_ms();
+    double t2 = mt_mono_ms_frac();
 
     mt_detok dt;
     mt_detok_init(&dt, vocab, false);
@@ -181,7 +176,7 @@ int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
     sigaction(SIGINT, &old_sa, NULL);
     if (interrupted && !g->json) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
     int64_t nb = mt_detok_flush(&dt, piece, sizeof piece);
-    double t3 = cli_now_ms();
+    double t3 = mt_mono_ms_frac();
     if (g->json) {
         if (!text_add(&text, &text_len, &text_cap, piece, nb > 0 ? (size_t)nb : 0)) {
             mt_error_set(err, "out of memory");

@@ -55,7 +55,4 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
 int cli_generate(const cli_gen *g, const mt_vocab *vocab, int32_t n_vocab,
                  const cli_gen_backend *be, double t_start, mt_error *err);
 
-/* Milliseconds on a monotonic clock. */
-double cli_now_ms(void);
-
 #endif

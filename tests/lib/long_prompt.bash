@@ -15,7 +15,7 @@ long_prompt() {
     pids+=("$PPID_")
     ROUTE=""
     for _ in $(seq 1 500); do
-        ROUTE=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
+        ROUTE=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/$name.err" | head -1)
         [ -n "$ROUTE" ] && [ "$(stat -c %s "$tmp/$name.txt")" -gt 20 ] && break
         kill -0 $PPID_ 2>/dev/null || break
         sleep 0.02
