@@ -142,7 +142,7 @@ finish_prompt() {
     rc=$?
     [ $rc -eq 0 ] && ok || bad "$what: prompt exit $rc after $(ms_since "$3") ms: $(tail -5 "$tmp/$name.err")"
     cmp -s "$tmp/$name.txt" "$tmp/ref_long.txt" && ok || bad "$what: the text differs from the local run"
-    line=$(sed -n 's/^requester: \(recovered on a new route in .*\)/\1/p' "$tmp/$name.err" | head -1)
+    line=$(sed -n 's/^[^ ]* [a-z]* requester: \(recovered on a new route in .*\)/\1/p' "$tmp/$name.err" | head -1)
     local rec call
     rec=$(echo "$line" | sed -n 's/^recovered on a new route in \([0-9]*\) ms.*/\1/p')
     call=$(echo "$line" | sed -n 's/.*the failed call took \([0-9]*\) ms.*/\1/p')

@@ -96,7 +96,7 @@ long_prompt() {
         >"$tmp/$name.txt" 2>"$tmp/$name.err" &
     ppid=$!
     wait_stopped $ppid || bad "$name: the prompt did not stop at position 100: $(tail -3 "$tmp/$name.err")"
-    route=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
+    route=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/$name.err" | head -1)
 }
 resume() { [ -n "$STOPPED" ] && kill -CONT "$STOPPED"; }
 
@@ -115,7 +115,7 @@ resume
 wait $ppid && ok || bad "prompt after a node died failed: $(tail -5 "$tmp/long.err")"
 cmp -s "$tmp/long.txt" "$tmp/ref_long.txt" && ok || bad "text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/long.err" && ok || bad "no failover happened (the generation may have ended before the kill): $(cat "$tmp/long.err")"
-sed -n 's/^requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
+sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
 # the spare takes the lost shard: 2 replicas serving again
 wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
     bad "2 replicas were not restored after a node died: $(status | head -c 1500)"
@@ -137,7 +137,7 @@ resume
 wait $ppid && ok || bad "chained prompt after a node died failed: $(tail -5 "$tmp/clong.err")"
 cmp -s "$tmp/clong.txt" "$tmp/ref_long.txt" && ok || bad "chained text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/clong.err" && ok || bad "no chained failover happened: $(cat "$tmp/clong.err")"
-sed -n 's/^requester: \(recovered.*\)/chained failover: \1/p' "$tmp/clong.err"
+sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/chained failover: \1/p' "$tmp/clong.err"
 # a new machine joins in its place: 2 replicas serving again
 start_bg n6 "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n6.key" \
     --data "$tmp/d6" --listen 127.0.0.1:0 --name pc6 --capacity-mb "$cap_mb" --speed 1 --threads 1
@@ -236,7 +236,7 @@ MOONTAIL_TEST_PAUSE_AT_POSITION=100 "$BIN" prompt --registry "$SURL" --token-fil
     >"$tmp/swl.txt" 2>"$tmp/swl.err" &
 spid=$!
 wait_stopped $spid || bad "the swarm prompt did not stop at position 100: $(tail -3 "$tmp/swl.err")"
-sroute=$(sed -n 's/^requester: route: //p' "$tmp/swl.err" | head -1)
+sroute=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/swl.err" | head -1)
 sfirst=${sroute%%e\[*}
 svictim=""
 for k in 1 2 3 4; do [ "${snode_addr[$k]}" = "$sfirst" ] && svictim=$k; done
@@ -249,6 +249,6 @@ resume
 wait $spid && ok || bad "swarm prompt after an expert server died failed: $(tail -5 "$tmp/swl.err")"
 cmp -s "$tmp/swl.txt" "$tmp/ref_long.txt" && ok || bad "swarm text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/swl.err" && ok || bad "no swarm failover happened: $(cat "$tmp/swl.err")"
-sed -n 's/^requester: \(recovered.*\)/swarm failover: \1/p' "$tmp/swl.err"
+sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/swarm failover: \1/p' "$tmp/swl.err"
 
 finish

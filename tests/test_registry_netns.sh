@@ -136,12 +136,12 @@ after_failure() {
     [ $rc -eq 0 ] && ok || bad "$what: prompt exit $rc after $(ms_since "$3") ms: $(tail -5 "$tmp/$name.err")"
     cmp -s "$tmp/$name.txt" "$tmp/ref_long.txt" && ok || bad "$what: the text differs from the local run"
     local line
-    line=$(sed -n 's/^requester: \(recovered on a new route in .*\)/\1/p' "$tmp/$name.err" | head -1)
+    line=$(sed -n 's/^[^ ]* [a-z]* requester: \(recovered on a new route in .*\)/\1/p' "$tmp/$name.err" | head -1)
     RECOVERY_MS=$(echo "$line" | sed -n 's/^recovered on a new route in \([0-9]*\) ms.*/\1/p')
     FAILED_CALL_MS=$(echo "$line" | sed -n 's/.*the failed call took \([0-9]*\) ms.*/\1/p')
     [ -n "$RECOVERY_MS" ] && ok || bad "$what: no failover (did the generation end first?): $(cat "$tmp/$name.err")"
     echo "$what: the local run's text, prompt done $(ms_since "$3") ms after the failure;" \
-        "$(sed -n 's/^requester: \(route failed.*\)/\1/p' "$tmp/$name.err" | head -1 | head -c 300); $line"
+        "$(sed -n 's/^[^ ]* [a-z]* requester: \(route failed.*\)/\1/p' "$tmp/$name.err" | head -1 | head -c 300); $line"
 }
 
 # kill_during NAME WHICH ADDR: kill -9 the node at ADDR (WHICH: "first" or "last" stage of

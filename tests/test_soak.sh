@@ -263,7 +263,7 @@ MOONTAIL_TEST_PAUSE_AT_POSITION=200 "$BIN" "${P[@]}" --key "$tmp/r1.key" -p "${t
     --ignore-eos --temp 0 -t 1 >ab.txt 2>ab.err &
 apid=$!
 wait_stopped "$apid" || bad "the abandoned request did not stop at position 200: $(cat ab.err)"
-route=$(sed -n 's/^requester: route: //p' ab.err | head -1 | sed 's/\[[0-9]*,[0-9]*)//g')
+route=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' ab.err | head -1 | sed 's/\[[0-9]*,[0-9]*)//g')
 kill -9 "$apid" 2>/dev/null && ok || bad "the abandoned request ended before it could be killed: $(cat ab.err)"
 wait "$apid" 2>/dev/null
 t_kill=$(now_ms)

@@ -103,7 +103,7 @@ grep -q "the registry's own check: confirmed (.*node $bad_id wrong" "$tmp/p1.err
     bad "the registry did not find node $bad_id wrong: $(cat "$tmp/p1.err")"
 json 'process.exit(o.spot_check.mismatches >= 1 && o.spot_check.confirmed >= 1 ? 0 : 1)' <"$tmp/p1.json" &&
     ok || bad "the JSON does not count the mismatch: $(cat "$tmp/p1.json")"
-grep "^requester: spot check" "$tmp/p1.err"
+grep "^[^ ]* [a-z]* requester: spot check" "$tmp/p1.err"
 # detection latency: from the node's first corrupted output in this request to the comparison
 det=$(sed -n 's/.*positions \[\([0-9]*\), \([0-9]*\)) differently.*at unix ms \([0-9]*\)).*/\1 \2 \3/p' "$tmp/p1.err" | head -1)
 tail -n +"$((lines_before + 1))" "$tmp/n2.err" | sed -n 's/.*corrupted the output of session [0-9a-f]* positions \[\([0-9]*\), \([0-9]*\)) at unix ms \([0-9]*\)/\1 \2 \3/p' >"$tmp/corrupt.txt"

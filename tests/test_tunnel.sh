@@ -54,7 +54,7 @@ prompt_check() {
     local got
     got=$(tokens <"$tmp/$1.json" 2>/dev/null)
     [ -n "$got" ] && [ "$got" = "$ref" ] && ok || bad "$1: prompt tokens '$got' differ from run's '$ref': $(tail -5 "$tmp/$1.err")"
-    sed -n 's/^requester: route: //p' "$tmp/$1.err" >"$tmp/$1.route"
+    sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/$1.err" >"$tmp/$1.route"
 }
 port_closed() { ! (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
 

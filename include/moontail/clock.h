@@ -1,6 +1,9 @@
-/* clock.h - the time helpers the threaded parts share: a monotonic clock in
- * milliseconds (for intervals and deadlines) and the absolute time, ms from
- * now, that pthread_cond_timedwait takes (it measures CLOCK_REALTIME). */
+/* clock.h - the time helpers every layer shares: a monotonic clock (for
+ * intervals and deadlines) in whole milliseconds, and with fractions in
+ * milliseconds or seconds (for rates and timings); the wall clock in
+ * milliseconds since the Unix epoch (for what is stored or shown); and the
+ * absolute time, ms from now, that pthread_cond_timedwait takes (it
+ * measures CLOCK_REALTIME). */
 #ifndef MOONTAIL_CLOCK_H
 #define MOONTAIL_CLOCK_H
 
@@ -9,6 +12,12 @@
 
 /* Milliseconds on CLOCK_MONOTONIC (unaffected by changes to the wall clock). */
 int64_t mt_mono_ms(void);
+/* The same clock with the fraction of a millisecond kept. */
+double mt_mono_ms_frac(void);
+/* The same clock in seconds, with the fraction. */
+double mt_mono_s(void);
+/* Milliseconds since the Unix epoch on CLOCK_REALTIME (jumps when the clock is set). */
+int64_t mt_wall_ms(void);
 /* CLOCK_REALTIME now + ms (ms >= 0), for pthread_cond_timedwait. */
 struct timespec mt_realtime_after_ms(int64_t ms);
 

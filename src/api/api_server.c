@@ -13,7 +13,9 @@
 #include "api_openai.h"
 #include "moontail/chat_format.h"
 #include "moontail/chat_template.h"
+#include "moontail/clock.h"
 #include "moontail/http.h"
+#include "moontail/log.h"
 #include "moontail/progress.h"
 #include "moontail/requester.h"
 #include "moontail/transport.h"
@@ -40,25 +42,8 @@ struct mt_api_server {
     int32_t ubatch; /* prompt tokens per evaluation */
     int chat_max_tokens;
     json_int_t started;
-    bool quiet;
+    mt_log_source log; /* "serve: ..." lines */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void say(const mt_api_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(const mt_api_server *s, const char *fmt, ...) {
-    if (s->quiet) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("moontail serve: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 /* ---- authentication ----------------------------------------------------------------------- */
 
@@ -98,12 +83,14 @@ static void request_done(void *ctx, const api_gen_result *r) {
         api_keys_count_tokens(&n->s->keys, n->key, r->prompt_tokens, r->completion_tokens);
     const char *what = n->kind == API_CHAT ? "chat" : "completion";
     if (r->error_status)
-        say(n->s, "%s %s%s: %d %s (%.0f ms)", n->key->name, what, n->stream ? " stream" : "",
-            r->error_status, r->error, (now_s() - n->t0) * 1e3);
+        mt_log_as(&n->s->log, r->error_status >= 500 ? MT_LOG_WARN : MT_LOG_INFO,
+                  "%s %s%s: %d %s (%.0f ms)", n->key->name, what, n->stream ? " stream" : "",
+                  r->error_status, r->error, (mt_mono_s() - n->t0) * 1e3);
     else
-        say(n->s, "%s %s%s: %d prompt + %d completion tokens, %s (%.0f ms)", n->key->name, what,
-            n->stream ? " stream" : "", r->prompt_tokens, r->completion_tokens, r->finish_reason,
-            (now_s() - n->t0) * 1e3);
+        mt_log_as(&n->s->log, MT_LOG_INFO,
+                  "%s %s%s: %d prompt + %d completion tokens, %s (%.0f ms)", n->key->name, what,
+                  n->stream ? " stream" : "", r->prompt_tokens, r->completion_tokens,
+                  r->finish_reason, (mt_mono_s() - n->t0) * 1e3);
     free(n);
 }
 
@@ -150,11 +137,12 @@ static int64_t prompt_ids(mt_api_server *s, const api_request *rq, int32_t **ids
 
 static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req,
                      mt_http_response *resp) {
-    const double t0 = now_s();
+    const double t0 = mt_mono_s();
     const char *what = kind == API_CHAT ? "chat" : "completion";
     api_key *key = authenticate(s, req, resp);
     if (!key) {
-        say(s, "%s: 401 (%s API key)", what, mt_http_bearer(req) ? "unknown" : "no");
+        mt_log_as(&s->log, MT_LOG_WARN, "%s: 401 (%s API key)", what,
+                  mt_http_bearer(req) ? "unknown" : "no");
         return;
     }
     api_error e;
@@ -164,7 +152,8 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
                  "Rate limit reached for key '%s': %g requests per minute. Try again in %d s",
                  key->name, s->keys.rate_per_min, wait);
         api_error_respond(&e, wait, resp);
-        say(s, "%s %s: 429 rate limit (retry in %d s)", key->name, what, wait);
+        mt_log_as(&s->log, MT_LOG_INFO, "%s %s: 429 rate limit (retry in %d s)", key->name, what,
+                  wait);
         return;
     }
     api_request rq;
@@ -224,7 +213,8 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
                  " holds; try again shortly",
                  running, queued);
         api_error_respond(&e, 1, resp);
-        say(s, "%s %s: 503 busy (%d running, %d waiting)", key->name, what, running, queued);
+        mt_log_as(&s->log, MT_LOG_WARN, "%s %s: 503 busy (%d running, %d waiting)", key->name, what,
+                  running, queued);
         goto cleanup;
     }
     api_keys_count_request(&s->keys, key);
@@ -233,7 +223,8 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
     return;
 fail:
     api_error_respond(&e, 0, resp);
-    say(s, "%s %s: %d %s", key->name, what, e.status, e.message);
+    mt_log_as(&s->log, e.status >= 500 ? MT_LOG_WARN : MT_LOG_INFO, "%s %s: %d %s", key->name, what,
+              e.status, e.message);
 cleanup:
     if (reply) {
         api_reply_free(reply);
@@ -272,7 +263,7 @@ static void get_model(mt_api_server *s, const mt_http_request *req, mt_http_resp
 
 static void usage(mt_api_server *s, const mt_http_request *req, mt_http_response *resp) {
     api_key *key = authenticate(s, req, resp);
-    if (key) resp->json = api_keys_usage_json(&s->keys, key, now_s());
+    if (key) resp->json = api_keys_usage_json(&s->keys, key, mt_mono_s());
 }
 
 /* ---- routing ------------------------------------------------------------------------------ */
@@ -353,7 +344,8 @@ static int check_config(const mt_api_config *c, mt_error *err) {
 }
 
 static void template_log(void *ctx, const char *msg) {
-    say(ctx, "%s", msg);
+    mt_api_server *s = ctx;
+    mt_log_as(&s->log, MT_LOG_WARN, "%s", msg);
 }
 
 static int log_chat_template(mt_api_server *s, mt_error *err) {
@@ -371,20 +363,25 @@ static int log_chat_template(mt_api_server *s, mt_error *err) {
                                                    " in reasoning_content"
                                                  : "";
     if (mt_chat_template_is_jinja(s->tmpl))
-        say(s, "chat template: the model's own (tokenizer.chat_template, run as Jinja%s%s)%s",
-            known ? "; " : "", known ? mt_chat_format_name(s->chat) : "", thinks);
+        mt_log_as(&s->log, MT_LOG_INFO,
+                  "chat template: the model's own (tokenizer.chat_template, run as Jinja%s%s)%s",
+                  known ? "; " : "", known ? mt_chat_format_name(s->chat) : "", thinks);
     else if (known)
-        say(s, "chat template: %s (recognised in the model's tokenizer.chat_template)%s",
-            mt_chat_format_name(s->chat), thinks);
+        mt_log_as(&s->log, MT_LOG_INFO,
+                  "chat template: %s (recognised in the model's tokenizer.chat_template)%s",
+                  mt_chat_format_name(s->chat), thinks);
     else if (tmpl)
-        say(s, "the model's chat template is of no family this server knows; chat uses ChatML"
-               " (<|im_start|>role ... <|im_end|>)");
+        mt_log_as(&s->log, MT_LOG_WARN,
+                  "the model's chat template is of no family this server knows; chat uses ChatML"
+                  " (<|im_start|>role ... <|im_end|>)");
     else
-        say(s, "the model has no chat template (tokenizer.chat_template); chat uses ChatML"
-               " (<|im_start|>role ... <|im_end|>)");
+        mt_log_as(&s->log, MT_LOG_WARN,
+                  "the model has no chat template (tokenizer.chat_template); chat uses ChatML"
+                  " (<|im_start|>role ... <|im_end|>)");
     if (s->chat_end < 0 && !known)
-        say(s, "no token ends an assistant turn of this template (<|im_end|>): chat turns end"
-               " only at the model's end-of-generation tokens");
+        mt_log_as(&s->log, MT_LOG_WARN,
+                  "no token ends an assistant turn of this template (<|im_end|>): chat turns end"
+                  " only at the model's end-of-generation tokens");
     free(tmpl);
     return 0;
 }
@@ -400,7 +397,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
         mt_error_set(err, "out of memory");
         return NULL;
     }
-    s->quiet = c->quiet;
+    mt_log_source_init(&s->log, "serve", NULL, c->quiet);
     s->started = (json_int_t)time(NULL);
     s->chat_max_tokens = c->chat_max_tokens > 0 ? c->chat_max_tokens : 1024;
     s->ubatch = c->ubatch > 0 ? c->ubatch : 512;
@@ -455,10 +452,11 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                 .limits = c->limits};
     if (!(s->http = mt_http_server_start_cfg(&hc, err))) goto fail;
     snprintf(s->url, sizeof s->url, "http://%s", mt_http_server_addr(s->http));
-    say(s, "model '%s' (%s backend, context %d), %d requests at once, %d may wait, %s, %s",
-        s->model_name, s->backend->kind, s->max_ctx, parallel, queue,
-        s->keys.open ? "no API keys (loopback only)" : "API keys required",
-        s->keys.rate_per_min > 0 ? "rate limit per key" : "no rate limit");
+    mt_log_as(&s->log, MT_LOG_INFO,
+              "model '%s' (%s backend, context %d), %d requests at once, %d may wait, %s, %s",
+              s->model_name, s->backend->kind, s->max_ctx, parallel, queue,
+              s->keys.open ? "no API keys (loopback only)" : "API keys required",
+              s->keys.rate_per_min > 0 ? "rate limit per key" : "no rate limit");
     return s;
 fail:
     mt_api_server_stop(s);

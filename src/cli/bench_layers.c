@@ -16,6 +16,7 @@
  * head of one token (the requester's part). Benchmarks measure; no
  * thresholds here. bench_median, which `moontail bench` uses too, is here. */
 #include "cli.h"
+#include "moontail/clock.h"
 #include "moontail/matmul.h"
 #include "moontail/model.h"
 #include "moontail/quant.h"
@@ -53,10 +54,6 @@ static double clock_ms(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
     return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
-}
-
-static double now_ms(void) {
-    return clock_ms(CLOCK_MONOTONIC);
 }
 
 /* CPU time of the whole process: the compute threads' work, whatever else ran meanwhile. */
@@ -133,7 +130,7 @@ static int moe_layer_bytes(const mt_model *m, double *attn, double *attn_matmul,
  * CPU ms and weight bytes are recorded (step 0, the warm-up, is not). */
 static void record_step(int step, int32_t L, double t0, double c0, uint64_t w0, double *ms,
                         double *cpu, double *bytes) {
-    const double t1 = now_ms(), c1 = cpu_ms();
+    const double t1 = mt_mono_ms_frac(), c1 = cpu_ms();
     if (step == 0) return;
     ms[step - 1] = (t1 - t0) / L;
     cpu[step - 1] = (c1 - c0) / L;
@@ -171,7 +168,7 @@ static int time_decode(const mt_model *m, mt_pool *pool, int32_t B, int32_t ctx,
             pos[b] = ctx + step;
         if (mt_model_embed(m, tok, B, hidden, err)) goto done;
         uint64_t w0 = mt_matmul_weight_bytes();
-        double t0 = now_ms(), c0 = cpu_ms();
+        double t0 = mt_mono_ms_frac(), c0 = cpu_ms();
         if (mt_model_forward_batch(m, kv, 0, L, pos, B, hidden, NULL, pool, err)) goto done;
         record_step(step, L, t0, c0, w0, ms, cpu, &bytes);
     }
@@ -210,7 +207,7 @@ static int time_prefill(const mt_model *m, mt_pool *pool, int32_t B, int runs, l
             tok[i] = (int32_t)((i * 37 + step * 11 + 5) % V), pos[i] = i;
         if (mt_model_embed(m, tok, B, hidden, err)) goto done;
         uint64_t w0 = mt_matmul_weight_bytes();
-        double t0 = now_ms(), c0 = cpu_ms();
+        double t0 = mt_mono_ms_frac(), c0 = cpu_ms();
         if (mt_model_forward_layers(m, kv, 0, L, pos, B, hidden, NULL, pool, err)) goto done;
         record_step(step, L, t0, c0, w0, ms, cpu, &bytes);
     }
@@ -237,9 +234,9 @@ static void time_head(const mt_model *m, mt_pool *pool, int runs, double *ms_out
         uint64_t w = 0;
         for (int r = 0; r <= runs; r++) {
             uint64_t w0 = mt_matmul_weight_bytes();
-            double t0 = now_ms();
+            double t0 = mt_mono_ms_frac();
             mt_model_head(m, hidden, 1, logits, pool);
-            ms[r] = now_ms() - t0;
+            ms[r] = mt_mono_ms_frac() - t0;
             w = mt_matmul_weight_bytes() - w0;
         }
         *ms_out = bench_median(ms + 1, runs);

@@ -121,6 +121,32 @@ bool cli_kv_type(const char *cmd, const char *name, mt_kv_type *t);
     "  --header-timeout-s N  a request's headers must be in within N s (default 10)\n"             \
     "  --body-timeout-s N    and its body within N s more (default 30)\n"
 mt_http_limits cli_http_limits(const int64_t v[5]);
+/* The log options of the long-running commands (moontail/log.h), parsed
+ * into a cli_log_opts (NULL: not given) and applied by cli_log_setup once the
+ * command line is read. */
+typedef struct cli_log_opts {
+    const char *level, *file, *format;
+} cli_log_opts;
+#define CLI_LOG_OPTS(o)                                                                            \
+    {"--log-level", CLI_STRING, &(o).level, 0, 0}, {"--log-file", CLI_STRING, &(o).file, 0, 0}, {  \
+        "--log-format", CLI_STRING, &(o).format, 0, 0                                              \
+    }
+#define CLI_LOG_USAGE                                                                              \
+    "  --log-level LEVEL     error, warn, info (default) or debug\n"                               \
+    "  --log-file PATH       append the log to PATH (created with mode 0600) instead of\n"         \
+    "                        stderr; registry, node and serve open it again on SIGHUP\n"           \
+    "                        (after logrotate moved it)\n"                                         \
+    "  --log-format F        text (default): 'TIME LEVEL COMPONENT: MESSAGE', or json: one\n"      \
+    "                        {\"ts\", \"level\", \"component\", \"msg\"} object per line\n"
+/* Sets the process log from o; false after saying what is wrong. */
+bool cli_log_setup(const char *cmd, const cli_log_opts *o);
+/* Waits for a signal of sigs (cli_block_stop_signals) and returns it; a
+ * SIGHUP among them opens the log file again (logged as component) and
+ * waits on. */
+int cli_wait_stop(const sigset_t *sigs, const char *component);
+/* Opens the log file again (SIGHUP), saying so in the log as component. */
+void cli_log_reopen(const char *component);
+
 #define CLI_KV_TYPE_HELP                                                                           \
     "  --kv-type T           KV cache type: f16 (default), bf16, q8_0 (half of f16's memory)"      \
     " or f32\n"

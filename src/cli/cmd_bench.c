@@ -15,6 +15,7 @@
  * warms caches and the thread pool. Benchmarks measure; they do not judge:
  * there are no thresholds here. */
 #include "cli.h"
+#include "moontail/clock.h"
 #include "model_source.h"
 #include "moontail/matmul.h"
 #include "moontail/membw.h"
@@ -53,12 +54,6 @@ typedef struct bench_run {
     uint64_t prefill_bytes, decode_bytes; /* weights read by matmuls */
 } bench_run;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int32_t argmax(const float *v, int32_t n) {
     int32_t b = 0;
     for (int32_t i = 1; i < n; i++)
@@ -91,15 +86,15 @@ static int bench_once(const mt_model *m, int threads, mt_kv_type kv_type, int32_
     }
     for (int32_t i = 0; i < n_prompt; i++) ids[i] = (int32_t)((i * 37 + 5) % V);
     uint64_t b0 = mt_matmul_weight_bytes();
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     if (mt_session_eval(s, ids, n_prompt, ubatch, false, logits, err)) goto done;
-    double t1 = now_s();
+    double t1 = mt_mono_s();
     uint64_t b1 = mt_matmul_weight_bytes();
     for (int32_t g = 0; g < n_gen; g++) {
         int32_t tok = argmax(logits, V);
         if (mt_session_eval(s, &tok, 1, 0, false, logits, err)) goto done;
     }
-    double t2 = now_s();
+    double t2 = mt_mono_s();
     r->prefill_s = t1 - t0;
     r->decode_s = t2 - t1;
     r->prefill_bytes = b1 - b0;

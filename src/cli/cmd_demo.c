@@ -6,6 +6,7 @@
  * everything it started. Logs of every process stay in the demo directory
  * when something fails (and with --keep). */
 #include "cli.h"
+#include "moontail/clock.h"
 #include "generate.h"
 #include "model_source.h"
 #include "moontail/http.h"
@@ -51,12 +52,6 @@ typedef struct demo {
     pid_t pids[MAX_NODES + 1];
     int n_pids;
 } demo;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void path_in(const demo *d, char *out, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -132,8 +127,8 @@ static void remove_tree(const char *dir) {
 static int wait_ready(const char *url, int n_nodes, int want) {
     char u[300];
     snprintf(u, sizeof u, "%s/v1/status", url);
-    double t0 = now_s(), said = 0;
-    while (now_s() - t0 < 120) {
+    double t0 = mt_mono_s(), said = 0;
+    while (mt_mono_s() - t0 < 120) {
         json_t *s = NULL;
         if (mt_http_json("GET", u, NULL, NULL, 5000, &s, NULL) == 200) {
             long long serving = json_integer_value(json_object_get(s, "nodes_serving"));
@@ -141,12 +136,12 @@ static int wait_ready(const char *url, int n_nodes, int want) {
             long long minr = json_integer_value(json_object_get(s, "min_replicas_serving"));
             json_decref(s);
             if (minr >= want) return 0;
-            if (now_s() - said >= 1.0) {
+            if (mt_mono_s() - said >= 1.0) {
                 printf("  waiting: %lld of %d nodes joined, %lld serving their shard, every layer"
                        " served %lld of %d times\n",
                        alive, n_nodes, serving, minr, want);
                 fflush(stdout);
-                said = now_s();
+                said = mt_mono_s();
             }
         }
         usleep(200000);
@@ -251,7 +246,7 @@ static int prompt_cell(demo *d, const names *nm, const char *url, const char *to
         g.sp.temp = 0; /* greedy: the same text every time */
         printf("\n%s", prompt);
         fflush(stdout);
-        rc = cli_generate(&g, b, slot, v, cli_now_ms(), NULL, NULL, &err);
+        rc = cli_generate(&g, b, slot, v, mt_mono_ms_frac(), NULL, NULL, &err);
     }
     if (rc == 0) {
         mt_requester_stats st;

@@ -9,6 +9,7 @@
 #include "cli_shard_io.h"
 #include "moontail/cert.h"
 #include "moontail/keys.h"
+#include "moontail/log.h"
 #include "moontail/node.h"
 #include "moontail/progress.h"
 
@@ -59,7 +60,7 @@ static const char usage[] =
     "                        many before it is served (its stored hashes must match)\n"
     "  --recheck-s N         while serving, hash one tensor of the shard again every N\n"
     "                        seconds (default 10; 0: never); a mismatch stops the node\n"
-    "  --quiet               no log lines on stderr\n";
+    "  --quiet               no log lines\n" CLI_LOG_USAGE;
 
 /* Takes every "--partner ADDR=KEY" out of argv (compacting it). Returns the
  * number of partners, or -1 after printing what is wrong. */
@@ -150,6 +151,7 @@ int cmd_node(int argc, char **argv) {
     int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0, session_idle_s = 0,
             memory_mb = 0, recheck_s = 10;
     bool quiet = false;
+    cli_log_opts log_opts = {0};
     mt_node_partner *partners = NULL;
     char **addrs = NULL;
     int rc = 2;
@@ -173,6 +175,7 @@ int cmd_node(int argc, char **argv) {
         {"--recheck-s", CLI_INT, &recheck_s, 0, 86400},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {"--misbehave", CLI_STRING, &misbehave, 0, 0},
+        CLI_LOG_OPTS(log_opts),
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = n_authorities < 0 ? -1 : cli_parse("node", argc, argv, opts, usage);
@@ -180,6 +183,7 @@ int cmd_node(int argc, char **argv) {
         rc = prc > 0 ? 0 : 2;
         goto out;
     }
+    if (!cli_log_setup("node", &log_opts)) goto out;
     if (misbehave && !cli_misbehave("node", misbehave, &corrupt_rate)) goto out;
     mt_kv_type kv_type;
     if (!cli_kv_type("node", kv_name, &kv_type)) goto out;
@@ -257,11 +261,10 @@ int cmd_node(int argc, char **argv) {
     }
     const mt_proto_info *in = mt_node_info(node);
     if (!quiet)
-        fprintf(stderr,
-                "moontail node: %s, layers [%d, %d)%s, %d of %d routed experts, %d sessions of %d"
-                " positions\n",
-                shard, in->layer_begin, in->layer_end, in->attention ? " with attention" : "",
-                in->n_held, in->n_expert, in->max_sessions, in->n_ctx);
+        mt_log(MT_LOG_INFO, "node",
+               "%s, layers [%d, %d)%s, %d of %d routed experts, %d sessions of %d positions", shard,
+               in->layer_begin, in->layer_end, in->attention ? " with attention" : "", in->n_held,
+               in->n_expert, in->max_sessions, in->n_ctx);
     printf("listening on %s\n", mt_node_addr(node));
     fflush(stdout);
     int sig = 0;
@@ -273,22 +276,23 @@ int cmd_node(int argc, char **argv) {
         if (sig < 0 && mt_node_shard_error(node, bad, sizeof bad)) break;
         if (sig < 0) continue;
         if (sig != SIGHUP) break;
+        if (log_opts.file) cli_log_reopen("node");
         if (!cert_path) {
-            if (!quiet) fprintf(stderr, "moontail node: SIGHUP: no --cert to reread\n");
+            if (!quiet && !log_opts.file)
+                mt_log(MT_LOG_INFO, "node", "SIGHUP: no --cert to reread");
             continue;
         }
         mt_keys k2 = {.has_cert = false}; /* public half only: for the checks of load_cert */
         memcpy(k2.pk, my_pk, sizeof my_pk);
         if (load_cert(cert_path, &k2, cert) == 0 &&
             mt_node_set_cert(node, cert, MT_CERT_BYTES, &err) != 0)
-            fprintf(stderr, "moontail node: SIGHUP: %s\n", err.msg);
+            mt_log(MT_LOG_ERROR, "node", "SIGHUP: %s", err.msg);
         mt_keys_wipe(&k2);
     }
     if (sig < 0)
-        fprintf(stderr, "moontail node: stopping: the shard changed on disk while served: %s\n",
-                bad);
+        mt_log(MT_LOG_ERROR, "node", "stopping: the shard changed on disk while served: %s", bad);
     else if (!quiet)
-        fprintf(stderr, "moontail node: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        mt_log(MT_LOG_INFO, "node", "%s, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
     mt_node_stop(node);
     mt_keys_authorized_free(auth);
     rc = sig < 0 ? 1 : 0;

@@ -4,6 +4,7 @@
  * reach it: with --tunnel or --relay the public address) on stdout once
  * joined; progress and changes go to stderr. */
 #include "cli.h"
+#include "moontail/log.h"
 #include "moontail/node_agent.h"
 
 #include <pthread.h>
@@ -46,7 +47,7 @@ static const char usage[] =
     "  --recheck-s N         while serving, hash one tensor of the shard again every N\n"
     "                        seconds (default 10; 0: never); a mismatch stops serving it\n"
     "                        and is reported to the registry (moontail status)\n"
-    "  --quiet               no log lines on stderr\n";
+    "  --quiet               no log lines\n" CLI_LOG_USAGE;
 
 int cmd_node_agent(int argc, char **argv) {
     const char *registry = NULL, *token = NULL, *token_file = NULL, *key = "node.key",
@@ -59,6 +60,7 @@ int cmd_node_agent(int argc, char **argv) {
     int64_t tunnel_wait_s = 60;
     bool quiet = false, relay = false;
     const char *misbehave = NULL; /* testing only, not in the usage (docs/testing.md) */
+    cli_log_opts log_opts = {0};
     const cli_opt opts[] = {
         {"--registry", CLI_STRING, &registry, 0, 0},
         {"--token", CLI_STRING, &token, 0, 0},
@@ -82,10 +84,12 @@ int cmd_node_agent(int argc, char **argv) {
         {"--relay", CLI_FLAG, &relay, 0, 0},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {"--misbehave", CLI_STRING, &misbehave, 0, 0},
+        CLI_LOG_OPTS(log_opts),
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("node", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    if (!cli_log_setup("node", &log_opts)) return 2;
     double corrupt_rate = 0;
     if (misbehave && !cli_misbehave("node", misbehave, &corrupt_rate)) return 2;
     if (!registry) {
@@ -107,7 +111,7 @@ int cmd_node_agent(int argc, char **argv) {
     char *tok = cli_token("node", token, token_file);
     if (!tok) return 2;
     sigset_t sigs;
-    cli_block_stop_signals(&sigs, false);
+    cli_block_stop_signals(&sigs, log_opts.file != NULL);
     mt_agent_config c = {.registry = registry,
                          .token = tok,
                          .key_path = key,
@@ -140,10 +144,8 @@ int cmd_node_agent(int argc, char **argv) {
     mt_agent_get_state(a, &st);
     printf("listening on %s\n", st.addr);
     fflush(stdout);
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    if (!quiet)
-        fprintf(stderr, "moontail node: %s, leaving\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    int sig = cli_wait_stop(&sigs, "node");
+    if (!quiet) mt_log(MT_LOG_INFO, "node", "%s, leaving", sig == SIGINT ? "SIGINT" : "SIGTERM");
     mt_agent_stop(a);
     return 0;
 }

@@ -5,7 +5,9 @@
  * model layer's (moontail/generate.h) on a registry's or a route's backend;
  * its options and output are generate.c's. */
 #include "cli_config.h"
+#include "moontail/clock.h"
 #include "generate.h"
+#include "moontail/log.h"
 #include "moontail/requester.h"
 #include "moontail/route.h"
 
@@ -52,7 +54,8 @@ static const char usage[] =
     "                      node's step times are known, its waits are 5x the slowest + 1 s\n"
     "                      (at least 3 s), so a hung node costs seconds\n"
     "  --fixed-call-timeout always wait --call-timeout-ms (links whose replies stall for\n"
-    "                      seconds, e.g. lossy ones)\n";
+    "                      seconds, e.g. lossy ones)\n"
+    "the requester's log (routes, failovers, spot checks; stderr by default):\n" CLI_LOG_USAGE;
 
 /* ---- through a route file ----------------------------------------------------- */
 
@@ -109,7 +112,7 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
     char *tok = cli_token("prompt", token, token_file);
     if (!tok) return 2;
     mt_error err = {{0}};
-    double t0 = cli_now_ms();
+    double t0 = mt_mono_ms_frac();
     mt_requester_config c = {.registry = registry,
                              .token = tok,
                              .key_path = key,
@@ -143,6 +146,7 @@ int cmd_prompt(int argc, char **argv) {
     int64_t call_timeout_ms = 0; /* 0: the default of the mode */
     float spot_check_opt = -1;   /* -1: not given */
     bool chain = false, fixed_timeout = false;
+    cli_log_opts log_opts = {0};
     const cli_opt extra[] = {{"--route", CLI_STRING, &route_path, 0, 0},
                              {"--registry", CLI_STRING, &registry, 0, 0},
                              {"--token", CLI_STRING, &token, 0, 0},
@@ -155,9 +159,11 @@ int cmd_prompt(int argc, char **argv) {
                              {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
                              {"--chain", CLI_FLAG, &chain, 0, 0},
                              {"the prompt", CLI_POSITIONAL, &positional, 0, 0},
+                             CLI_LOG_OPTS(log_opts),
                              {NULL, CLI_FLAG, NULL, 0, 0}};
     int prc = cli_gen_parse("prompt", argc, argv, &g, extra, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    if (!cli_log_setup("prompt", &log_opts)) return 2;
     if (positional && (g.prompt || g.prompt_file)) {
         fprintf(stderr, "moontail prompt: give the prompt once (as text, -p or -f)\n");
         return 2;
@@ -186,7 +192,7 @@ int cmd_prompt(int argc, char **argv) {
         return 2;
     }
     mt_error err = {{0}};
-    double t0 = cli_now_ms();
+    double t0 = mt_mono_ms_frac();
     mt_route_file rf;
     bool rf_loaded = false;
     mt_route *route = NULL;

@@ -4,6 +4,7 @@
  * (with TLS), "relay on HOST:PORT" (with a relay) and "listening on URL" on
  * stdout once it answers; placement changes and joins go to stderr. */
 #include "cli.h"
+#include "moontail/log.h"
 #include "moontail/registry.h"
 #include "moontail/tls_cert.h"
 #include "moontail/transport.h"
@@ -67,7 +68,7 @@ static const char usage[] =
     "  --hash-cache FILE     the model's hashes kept between starts (default\n"
     "                        hashes.sqlite beside --db; 'none': hash at every start)\n"
     "  --rehash              read and hash the whole model again, ignoring the "
-    "cache\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines on stderr\n";
+    "cache\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines\n" CLI_LOG_USAGE;
 
 /* The certificate to serve: the operator's (cert and key given), else the
  * self-signed pair kept beside the registry's key (made at the first start).
@@ -110,8 +111,10 @@ int cmd_registry(int argc, char **argv) {
     int64_t http_limits[5] = {0};
     const char *tls_cert = NULL, *tls_key = NULL;
     bool tls = false, no_tls = false, insecure_http = false;
+    cli_log_opts log_opts = {0};
     const cli_opt opts[] = {
         CLI_HTTP_LIMIT_OPTS(http_limits),
+        CLI_LOG_OPTS(log_opts),
         {"--model", CLI_STRING, &model, 0, 0},
         {"--mode", CLI_STRING, &mode, 0, 0},
         {"--db", CLI_STRING, &db, 0, 0},
@@ -146,6 +149,7 @@ int cmd_registry(int argc, char **argv) {
     };
     int prc = cli_parse("registry", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    if (!cli_log_setup("registry", &log_opts)) return 2;
     mt_kv_type kv_type;
     if (!cli_kv_type("registry", kv_name, &kv_type)) return 2;
     if (!model) {
@@ -203,7 +207,7 @@ int cmd_registry(int argc, char **argv) {
         return 2;
     }
     sigset_t sigs;
-    cli_block_stop_signals(&sigs, false);
+    cli_block_stop_signals(&sigs, log_opts.file != NULL);
     mt_registry_config c = {.model = model,
                             .db = db,
                             .key = key,
@@ -246,17 +250,16 @@ int cmd_registry(int argc, char **argv) {
         return 1;
     }
     if (!quiet)
-        fprintf(stderr, "moontail registry: %s mode, %lld replicas, key %s\n", mode,
-                (long long)replicas, mt_registry_pubkey_hex(r));
+        mt_log(MT_LOG_INFO, "registry", "%s mode, %lld replicas, key %s", mode, (long long)replicas,
+               mt_registry_pubkey_hex(r));
     if (use_tls)
         printf("TLS certificate %s (%s; clients: --registry-pin %s)\n", pin, cert_what, pin);
     if (mt_registry_relay_addr(r)) printf("relay on %s\n", mt_registry_relay_addr(r));
     printf("listening on %s\n", mt_registry_url(r));
     fflush(stdout);
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    int sig = cli_wait_stop(&sigs, "registry");
     if (!quiet)
-        fprintf(stderr, "moontail registry: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        mt_log(MT_LOG_INFO, "registry", "%s, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
     mt_registry_stop(r);
     return 0;
 }

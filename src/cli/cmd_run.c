@@ -3,6 +3,7 @@
  * runs on the built-in synthetic model. The loop is the model layer's
  * (moontail/generate.h), its options and output generate.c's. */
 #include "generate.h"
+#include "moontail/clock.h"
 #include "model_source.h"
 
 #include <stdio.h>
@@ -62,7 +63,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "moontail: no -m given: running the built-in synthetic model (qwen3moe,"
                         " Q8_0, random weights), so the text is not meaningful\n");
     mt_error err = {{0}};
-    double t0 = cli_now_ms();
+    double t0 = mt_mono_ms_frac();
     mt_vocab *vocab = NULL;
     void *slot = NULL;
     mt_gen_backend *b = mt_gen_backend_local(cli_open_model(model_path, &err), model_path,

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "cli_config.h"
 #include "moontail/api.h"
+#include "moontail/log.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -43,7 +44,7 @@ static const char usage[] =
     "  --ubatch N            prompt tokens per evaluation (default 512)\n" CLI_KV_TYPE_HELP
     "  --chat-max-tokens N   max_tokens of a chat request that gives none (default 1024)\n"
     "  --max-body-kb N       largest request body (default 1024 KiB; larger: "
-    "413)\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines on stderr\n";
+    "413)\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines\n" CLI_LOG_USAGE;
 
 /* "N/min" -> N. */
 static bool parse_rate(const char *s, double *out) {
@@ -70,6 +71,7 @@ int cmd_serve(int argc, char **argv) {
     bool no_auth = false, quiet = false, chain = false;
     int64_t http_limits[5] = {0};
     float spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
+    cli_log_opts log_opts = {0};
     const cli_opt opts[] = {
         {"--model", CLI_STRING, &model, 0, 0},
         {"--registry", CLI_STRING, &registry, 0, 0},
@@ -95,10 +97,12 @@ int cmd_serve(int argc, char **argv) {
         {"--max-body-kb", CLI_INT, &max_body_kb, 1, 1 << 20},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         CLI_HTTP_LIMIT_OPTS(http_limits),
+        CLI_LOG_OPTS(log_opts),
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
     int prc = cli_parse("serve", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
+    if (!cli_log_setup("serve", &log_opts)) return 2;
     if (!model == !registry) {
         fprintf(stderr, "moontail serve: give either --model FILE or --registry URL; see"
                         " 'moontail serve --help'\n");
@@ -118,11 +122,7 @@ int cmd_serve(int argc, char **argv) {
     if (registry) cli_requester_paths(&conf, &key, &cache);
     if (registry && !(tok = cli_token("serve", token, token_file))) return 2;
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    cli_block_stop_signals(&sigs, log_opts.file != NULL);
     mt_api_config c = {.listen = listen,
                        .model_path = model,
                        .registry = registry,
@@ -155,10 +155,8 @@ int cmd_serve(int argc, char **argv) {
     }
     printf("listening on %s\n", mt_api_server_url(s));
     fflush(stdout);
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    if (!quiet)
-        fprintf(stderr, "moontail serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    int sig = cli_wait_stop(&sigs, "serve");
+    if (!quiet) mt_log(MT_LOG_INFO, "serve", "%s, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
     mt_api_server_stop(s);
     return 0;
 }

@@ -2,6 +2,7 @@
  * plan's set of shards with its manifest (see moontail/shard.h), or writes
  * the model as the N files of a split model (gguf-split's layout). */
 #include "cli.h"
+#include "moontail/clock.h"
 #include "cli_shard_io.h"
 #include "moontail/model.h"
 #include "moontail/progress.h"
@@ -111,14 +112,12 @@ static int split_plan(const gguf_file *f, const char *plan_s, const char *out, m
 
 typedef struct parts_bar {
     mt_progress bar;
-    struct timespec t0;
+    double t0; /* mt_mono_s() at the start */
 } parts_bar;
 
 static void parts_progress(void *ctx, uint64_t done, uint64_t total) {
     parts_bar *pb = ctx;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double dt = (double)(t.tv_sec - pb->t0.tv_sec) + (t.tv_nsec - pb->t0.tv_nsec) / 1e9;
+    double dt = mt_mono_s() - pb->t0;
     double rate = dt > 0 ? (double)done / dt : 0;
     mt_progress_update(&pb->bar, done, total, rate, rate > 0 ? (double)(total - done) / rate : -1);
 }
@@ -171,7 +170,7 @@ static int split_parts(const gguf_file *f, int64_t n, const char *out, int threa
     }
     parts_bar pr;
     mt_progress_init(&pr.bar, stderr, "writing parts");
-    clock_gettime(CLOCK_MONOTONIC, &pr.t0);
+    pr.t0 = mt_mono_s();
     gguf_split_opts o = {.source_id_of = parts_source_id,
                          .source_id_ctx = &id,
                          .pool = pool,

@@ -8,10 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-double cli_now_ms(void) {
-    return (double)mt_mono_ms();
-}
-
 void cli_gen_defaults(cli_gen *g) {
     memset(g, 0, sizeof *g);
     g->n_predict = 32;
@@ -232,7 +228,7 @@ int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab
     sigemptyset(&sa.sa_mask);
     interrupted = 0;
     sigaction(SIGINT, &sa, &old_sa);
-    const double t_gen = cli_now_ms();
+    const double t_gen = mt_mono_ms_frac();
     mt_gen_result r;
     mt_generate(b, slot, vocab, &p, &sink, &r);
     sigaction(SIGINT, &old_sa, NULL);

@@ -46,7 +46,4 @@ typedef void (*cli_gen_json_fn)(void *ctx, json_t *root);
 int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
                  double t_start, cli_gen_json_fn add_json, void *json_ctx, mt_error *err);
 
-/* Milliseconds on a monotonic clock. */
-double cli_now_ms(void);
-
 #endif

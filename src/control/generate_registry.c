@@ -11,6 +11,7 @@
  * slot begins its first sequence, one at a time (they share the key file
  * and the shard cache). After each sequence the tokens it used are reported
  * to the registry for the account's metering. */
+#include "moontail/log.h"
 #include "moontail/requester.h"
 
 #include <pthread.h>
@@ -74,8 +75,8 @@ static void reg_end(void *slot, int64_t evaluated) {
     if (!rs->q || evaluated <= 0) return;
     mt_error e = {{0}};
     if (mt_requester_report_usage(rs->q, evaluated, &e) && !rs->rb->cfg.quiet)
-        fprintf(stderr, "%s: could not report %lld tokens of usage to %s: %s\n", rs->rb->who,
-                (long long)evaluated, rs->rb->registry, e.msg);
+        mt_log(MT_LOG_WARN, rs->rb->who, "could not report %lld tokens of usage to %s: %s",
+               (long long)evaluated, rs->rb->registry, e.msg);
 }
 
 static void reg_destroy(mt_gen_backend *b) {

@@ -1,5 +1,6 @@
 /* hwinfo.c - the node's machine as the registry sees it (hwinfo.h). */
 #include "moontail/hwinfo.h"
+#include "moontail/clock.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -99,12 +100,6 @@ static void *sum_part(void *arg) {
     return NULL;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 double mt_hwinfo_read_bandwidth(int threads) {
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
@@ -117,7 +112,7 @@ double mt_hwinfo_read_bandwidth(int threads) {
     for (int run = 0; run < 4; run++) {
         bw_part parts[64];
         pthread_t tid[64];
-        double t0 = now_s();
+        double t0 = mt_mono_s();
         int started = 0;
         for (int k = 0; k < threads; k++) {
             size_t a = n * (size_t)k / (size_t)threads, b = n * (size_t)(k + 1) / (size_t)threads;
@@ -130,7 +125,7 @@ double mt_hwinfo_read_bandwidth(int threads) {
         sum_part(&parts[0]);
         for (int k = 1; k < threads; k++)
             if (tid[k]) pthread_join(tid[k], NULL);
-        double dt = now_s() - t0;
+        double dt = mt_mono_s() - t0;
         for (int k = 0; k < threads; k++) keep += parts[k].sum;
         if (dt > 0 && bytes / dt > best) best = (double)bytes / dt;
         (void)started;

@@ -4,10 +4,12 @@
  * to peers; behind NAT, a tunnel program or the registry's relay gives it
  * the public address it registers. */
 #include "moontail/node_agent.h"
+#include "moontail/bg_thread.h"
 #include "moontail/clock.h"
 #include "moontail/http.h"
 #include "moontail/hwinfo.h"
 #include "moontail/keys.h"
+#include "moontail/log.h"
 #include "moontail/node.h"
 #include "moontail/progress.h"
 #include "moontail/relay.h"
@@ -41,6 +43,7 @@ struct mt_agent {
     char *registry, *token, *key_path, *data_dir;
     char name[64];
     char log_name[80];    /* "node NAME", prefix of the tunnel's and relay's log lines */
+    mt_log_source log;    /* "node: NAME: ..." lines */
     char listen[160];     /* data plane: its port stays, unless picked here and then taken */
     bool listen_auto;     /* its port was picked here (--listen HOST:0), so it may change */
     bool listen_moved;    /* it changed since joining: heartbeats carry it (field addr) */
@@ -59,10 +62,9 @@ struct mt_agent {
     int64_t capacity;
 
     pthread_mutex_t lock;
-    pthread_cond_t wake;
-    bool stopping;
-    pthread_t hb_thread, fetch_thread;
-    bool hb_started, fetch_running, fetch_joinable;
+    mt_bg_thread hb; /* the heartbeat thread; a wake makes it beat now */
+    pthread_t fetch_thread;
+    bool fetch_running, fetch_joinable;
 
     int64_t node_id;
     char node_token[65];
@@ -84,7 +86,7 @@ struct mt_agent {
     mt_progress bar;       /* the fetch in progress, on stderr */
     char fetch_failed[96]; /* the shard whose last fetch failed */
     int fetch_failures;    /* its failed fetches in a row */
-    double fetch_retry_at; /* now_s() before which it is not fetched again (backoff) */
+    double fetch_retry_at; /* mt_mono_s() before which it is not fetched again (backoff) */
     int64_t disk_limit;    /* what the data directory can hold, once a fetch ran out of
                               room there (-1: never); caps the capacity offered */
     char verified[96];     /* the shard last checked against the registry's manifest */
@@ -108,25 +110,6 @@ struct mt_agent {
     char problem[MT_NODE_PROBLEM_MAX + 1];
     char problem_shard[96];
 };
-
-static void say(mt_agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(mt_agent *a, const char *fmt, ...) {
-    if (a->cfg.quiet) return;
-    va_list ap;
-    va_start(ap, fmt);
-    flockfile(stderr); /* one whole line even when threads log at once */
-    fprintf(stderr, "node %s: ", a->name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    funlockfile(stderr);
-    va_end(ap);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Records why shard `name` cannot be served (caller holds a->lock): one line (the registry
  * refuses control characters), cut at a character boundary if it is too long. */
@@ -262,10 +245,10 @@ static int data_plane_socket(mt_agent *a, mt_error *err) {
     }
     snprintf(a->listen, sizeof a->listen, "%.*s:%d", hl, was, mt_listen_port(fd));
     a->listen_moved = true;
-    say(a,
-        "data-plane port %s is held by another process; serving on %s instead (the next"
-        " heartbeat tells the registry)",
-        was, a->listen);
+    mt_log_as(&a->log, MT_LOG_WARN,
+              "data-plane port %s is held by another process; serving on %s instead (the next"
+              " heartbeat tells the registry)",
+              was, a->listen);
     return fd;
 }
 
@@ -316,7 +299,8 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
     a->serving_partners = *ps;
     a->serving_kv = a->want_kv;
     a->idle_beats = 0;
-    say(a, "serving shard %s on %s%s", name, a->listen, ps->n ? " with partners" : "");
+    mt_log_as(&a->log, MT_LOG_INFO, "serving shard %s on %s%s", name, a->listen,
+              ps->n ? " with partners" : "");
     return 0;
 }
 
@@ -346,7 +330,8 @@ static void disk_full(mt_agent *a, const char *name, const mt_fetch_progress *fi
     int64_t was = offered_capacity(a), fits = (int64_t)fin->disk_free + held;
     if (fits < 1) fits = 1; /* the registry's smallest capacity: nothing fits */
     if (a->disk_limit < 0 || fits < a->disk_limit) a->disk_limit = fits;
-    say(a,
+    mt_log_as(
+        &a->log, MT_LOG_WARN,
         "%s; shard %s does not fit in %s: offering %.1f MB from now on (was %.1f MB), so that"
         " the registry places it elsewhere. To offer more, free space in %s or give the node a"
         " --data directory on a larger disk, then restart it",
@@ -381,8 +366,10 @@ static void *fetch_main(void *arg) {
                 srcs[n++] = json_string_value(json_array_get(hb, i));
         srcs[n++] = a->registry;
         seeds = 1;
-        say(a, "fetching shard %s (%lld bytes) from %d peer%s and the seed", name,
-            (long long)json_integer_value(json_object_get(m, "bytes")), n - 1, n == 2 ? "" : "s");
+        mt_log_as(&a->log, MT_LOG_INFO,
+                  "fetching shard %s (%lld bytes) from %d peer%s and the seed", name,
+                  (long long)json_integer_value(json_object_get(m, "bytes")), n - 1,
+                  n == 2 ? "" : "s");
         mt_fetch_config fc = {.manifest = m,
                               .sources = srcs,
                               .n_sources = n,
@@ -395,11 +382,12 @@ static void *fetch_main(void *arg) {
         mt_progress_init(&a->bar, stderr, label);
         rc = mt_shard_fetch(&fc, &fin, &err);
         if (rc == 0)
-            say(a, "shard %s: %d pieces from peers, %d from the seed, %d reused, %.1f MB/s", name,
-                fin.pieces_from_peers, fin.pieces_from_seed,
-                (int)(fin.bytes_reused /
-                      (uint64_t)json_integer_value(json_object_get(m, "piece_bytes"))),
-                fin.rate / 1e6);
+            mt_log_as(&a->log, MT_LOG_INFO,
+                      "shard %s: %d pieces from peers, %d from the seed, %d reused, %.1f MB/s",
+                      name, fin.pieces_from_peers, fin.pieces_from_seed,
+                      (int)(fin.bytes_reused /
+                            (uint64_t)json_integer_value(json_object_get(m, "piece_bytes"))),
+                      fin.rate / 1e6);
     }
     free(path);
     json_decref(m);
@@ -413,11 +401,11 @@ static void *fetch_main(void *arg) {
         /* the same shard again after 1 s, doubling to 10 s: not on every heartbeat, and a
          * node whose sources were busy a while is not left idle for a minute */
         int wait_s = a->fetch_failures > 4 ? 10 : 1 << (a->fetch_failures - 1);
-        a->fetch_retry_at = now_s() + wait_s;
+        a->fetch_retry_at = mt_mono_s() + wait_s;
         if (fin.no_space)
             disk_full(a, name, &fin, err.msg);
         else
-            say(a, "%s; trying again in %d s", err.msg, wait_s);
+            mt_log_as(&a->log, MT_LOG_WARN, "%s; trying again in %d s", err.msg, wait_s);
     } else {
         if (strcmp(a->problem_shard, name) == 0) a->problem[0] = a->problem_shard[0] = 0;
         a->fetch_failed[0] = 0;
@@ -426,7 +414,7 @@ static void *fetch_main(void *arg) {
     }
     a->fetching[0] = 0;
     a->fetch_running = false;
-    pthread_cond_broadcast(&a->wake);
+    mt_bg_thread_wake(&a->hb);
     pthread_mutex_unlock(&a->lock);
     return NULL;
 }
@@ -493,7 +481,9 @@ static int join(mt_agent *a, mt_error *err) {
             a->relay_addr[0] = 0;
         if (a->relay) mt_relay_client_set_auth(a->relay, a->node_id, a->node_token);
         pthread_mutex_unlock(&a->lock);
-        if (rc == 0) say(a, "joined %s as node %lld", a->registry, (long long)a->node_id);
+        if (rc == 0)
+            mt_log_as(&a->log, MT_LOG_INFO, "joined %s as node %lld", a->registry,
+                      (long long)a->node_id);
     }
     json_decref(out);
     return rc;
@@ -520,11 +510,11 @@ static void heartbeat(mt_agent *a) {
         /* reported like any other reason it cannot serve that shard (problem) */
         set_problem(a, a->serving, "changed on disk, not serving", bad);
         snprintf(a->bad_shard, sizeof a->bad_shard, "%s", a->serving);
-        say(a,
-            "shard %s changed on disk while served; stopping its data plane, and not serving"
-            " it again until this node restarts (which fetches it again; check the disk"
-            " first): %s",
-            a->serving, bad);
+        mt_log_as(&a->log, MT_LOG_ERROR,
+                  "shard %s changed on disk while served; stopping its data plane, and not serving"
+                  " it again until this node restarts (which fetches it again; check the disk"
+                  " first): %s",
+                  a->serving, bad);
         a->verified[0] = 0;
         stop_node(a);
     }
@@ -537,7 +527,7 @@ static void heartbeat(mt_agent *a) {
     }
     mt_node_stats total = a->base;
     add_stats(&total, &s);
-    double t = now_s();
+    double t = mt_mono_s();
     if (a->last_tok_time > 0 && t > a->last_tok_time)
         a->tok_per_s = (double)(total.served_tokens - a->last_tokens) / (t - a->last_tok_time);
     a->last_tok_time = t;
@@ -548,14 +538,15 @@ static void heartbeat(mt_agent *a) {
     if (a->relay) mt_relay_client_addr(a->relay, pub, sizeof pub);
     if (a->nat) {
         if (pub[0] && strcmp(pub, a->public_addr) != 0) {
-            say(a, "public address now %s (was %s); telling the registry", pub,
-                a->public_addr[0] ? a->public_addr : "none");
+            mt_log_as(&a->log, MT_LOG_INFO, "public address now %s (was %s); telling the registry",
+                      pub, a->public_addr[0] ? a->public_addr : "none");
             snprintf(a->public_addr, sizeof a->public_addr, "%s", pub);
         } else if (pub[0] && !a->public_up) {
-            say(a, "public address %s is back", pub);
+            mt_log_as(&a->log, MT_LOG_INFO, "public address %s is back", pub);
         } else if (!pub[0] && a->public_up) {
-            say(a, "public address %s is down; this node takes no routes until it is back",
-                a->public_addr);
+            mt_log_as(&a->log, MT_LOG_WARN,
+                      "public address %s is down; this node takes no routes until it is back",
+                      a->public_addr);
         }
         a->public_up = pub[0] != 0;
     }
@@ -586,12 +577,14 @@ static void heartbeat(mt_agent *a) {
     int st = mt_http_json("POST", url, token, body, 10000, &out, &err);
     json_decref(body);
     if (st == 404 || st == 401) { /* the registry forgot us (new database): join again */
-        say(a, "the registry does not know this node any more; joining again");
+        mt_log_as(&a->log, MT_LOG_WARN,
+                  "the registry does not know this node any more; joining again");
         if (join(a, &err)) st = -1;
     }
     pthread_mutex_lock(&a->lock);
     if (st != 200 || !json_is_object(out)) {
-        if (a->failures++ % 10 == 0) say(a, "heartbeat failed: %s", err.msg);
+        if (a->failures++ % 10 == 0)
+            mt_log_as(&a->log, MT_LOG_WARN, "heartbeat failed: %s", err.msg);
         snprintf(a->last_error, sizeof a->last_error, "heartbeat: %.490s", err.msg);
         json_decref(out);
         return;
@@ -608,10 +601,10 @@ static void heartbeat(mt_agent *a) {
     mt_kv_type kv = MT_KV_DEFAULT;
     if (kv_name && mt_kv_type_parse(kv_name, &kv, NULL)) {
         if (a->want[0])
-            say(a,
-                "the registry asks for a %.20s KV cache, which this version does not"
-                " have; upgrade moontail on this machine",
-                kv_name);
+            mt_log_as(&a->log, MT_LOG_ERROR,
+                      "the registry asks for a %.20s KV cache, which this version does not"
+                      " have; upgrade moontail on this machine",
+                      kv_name);
         a->want[0] = 0;
     }
     a->want_kv = kv;
@@ -620,11 +613,12 @@ static void heartbeat(mt_agent *a) {
     const char *state = json_string_value(json_object_get(out, "state"));
     bool quarantined = state && strcmp(state, "quarantined") == 0;
     if (quarantined && !a->quarantined)
-        say(a, "the registry quarantined this node: a spot-check found it computing wrong"
-               " results (docs/spot-checking.md). Check the machine (memory, overclocking),"
-               " then ask the operator to release it ('moontail cell release')");
+        mt_log_as(&a->log, MT_LOG_ERROR,
+                  "the registry quarantined this node: a spot-check found it computing wrong"
+                  " results (docs/spot-checking.md). Check the machine (memory, overclocking),"
+                  " then ask the operator to release it ('moontail cell release')");
     else if (!quarantined && a->quarantined)
-        say(a, "released from quarantine");
+        mt_log_as(&a->log, MT_LOG_INFO, "released from quarantine");
     a->quarantined = quarantined;
     json_t *src = json_object_get(out, "sources");
     if (json_is_array(src)) {
@@ -648,8 +642,8 @@ static void heartbeat(mt_agent *a) {
         bool idle = s.queued == 0 && s.requests == a->last_requests;
         a->idle_beats = idle ? a->idle_beats + 1 : 0;
         if (a->node && a->idle_beats >= 2) {
-            say(a, "%s: no more work here; stopping the data plane",
-                a->drain ? "draining" : "idle");
+            mt_log_as(&a->log, MT_LOG_INFO, "%s: no more work here; stopping the data plane",
+                      a->drain ? "draining" : "idle");
             stop_node(a);
             a->beat_now = true;
         }
@@ -673,12 +667,12 @@ static void heartbeat(mt_agent *a) {
                 snprintf(was, sizeof was, "%s", a->problem);
                 set_problem(a, a->want, "cannot serve", e2.msg);
                 if (strcmp(was, a->problem) != 0) /* once per reason, not at every heartbeat */
-                    say(a, "cannot serve %s yet: %s", a->want, e2.msg);
+                    mt_log_as(&a->log, MT_LOG_WARN, "cannot serve %s yet: %s", a->want, e2.msg);
             } else {
                 a->beat_now = true;
             }
         } else if (!a->fetch_running &&
-                   (strcmp(a->fetch_failed, a->want) != 0 || now_s() >= a->fetch_retry_at)) {
+                   (strcmp(a->fetch_failed, a->want) != 0 || mt_mono_s() >= a->fetch_retry_at)) {
             if (a->fetch_joinable) pthread_join(a->fetch_thread, NULL), a->fetch_joinable = false;
             snprintf(a->fetching, sizeof a->fetching, "%s", a->want);
             memset(&a->progress, 0, sizeof a->progress);
@@ -697,17 +691,19 @@ static void heartbeat(mt_agent *a) {
 static void *hb_main(void *arg) {
     mt_agent *a = arg;
     pthread_mutex_lock(&a->lock);
-    while (!a->stopping) {
+    while (!mt_bg_thread_stopping(&a->hb)) {
         heartbeat(a);
-        if (a->stopping) break;
+        if (mt_bg_thread_stopping(&a->hb)) break;
         /* until its next report the registry would still route to a stopped
          * data plane (or not yet to a started one) */
         if (a->beat_now) {
             a->beat_now = false;
             continue;
         }
-        struct timespec ts = mt_realtime_after_ms(a->heartbeat_ms);
-        pthread_cond_timedwait(&a->wake, &a->lock, &ts);
+        int64_t wait_ms = a->heartbeat_ms;
+        pthread_mutex_unlock(&a->lock);
+        mt_bg_thread_sleep(&a->hb, wait_ms);
+        pthread_mutex_lock(&a->lock);
     }
     pthread_mutex_unlock(&a->lock);
     return NULL;
@@ -756,9 +752,7 @@ static int check_loopback(const char *listen, mt_error *err) {
 /* The tunnel or the relay client has a new public address (or lost it): heartbeat now. */
 static void on_public_change(void *ctx) {
     mt_agent *a = ctx;
-    pthread_mutex_lock(&a->lock);
-    pthread_cond_broadcast(&a->wake);
-    pthread_mutex_unlock(&a->lock);
+    mt_bg_thread_wake(&a->hb);
 }
 
 /* Starts the tunnel program and waits for its first address (before joining). */
@@ -817,7 +811,7 @@ static int load_or_make_key(mt_agent *a, mt_error *err) {
     if (stat(a->key_path, &sb) == 0) return mt_keys_load(&a->keys, a->key_path, err);
     if (errno != ENOENT) return mt_error_set(err, "%s: %s", a->key_path, strerror(errno));
     if (mt_keys_generate(&a->keys, err) || mt_keys_save(&a->keys, a->key_path, err)) return -1;
-    say(a, "created identity %s", a->key_path);
+    mt_log_as(&a->log, MT_LOG_INFO, "created identity %s", a->key_path);
     return 0;
 }
 
@@ -843,12 +837,13 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
     a->heartbeat_ms = 1000;
     a->disk_limit = -1;
     pthread_mutex_init(&a->lock, NULL);
-    pthread_cond_init(&a->wake, NULL);
     if (cfg->name)
         snprintf(a->name, sizeof a->name, "%s", cfg->name);
     else if (gethostname(a->name, sizeof a->name) != 0)
         snprintf(a->name, sizeof a->name, "node");
     a->name[sizeof a->name - 1] = 0;
+    mt_log_source_init(&a->log, "node", a->name, cfg->quiet);
+    if (mt_bg_thread_init(&a->hb, err)) goto fail;
     if (mkdir(a->data_dir, 0755) != 0 && errno != EEXIST) {
         mt_error_set(err, "data directory %s: %s", a->data_dir, strerror(errno));
         goto fail;
@@ -883,21 +878,20 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
         if (!a->shards) goto fail;
         snprintf(a->shard_addr, sizeof a->shard_addr, "%s", mt_http_server_addr(a->shards));
     }
-    say(a, "%.1f GB offered, speed %.2f (%.1f GB/s reads), %d cores, %s", a->capacity / 1e9,
-        a->speed, a->speed * 10, a->hw.cores, a->hw.simd);
+    mt_log_as(&a->log, MT_LOG_INFO, "%.1f GB offered, speed %.2f (%.1f GB/s reads), %d cores, %s",
+              a->capacity / 1e9, a->speed, a->speed * 10, a->hw.cores, a->hw.simd);
     if (cfg->tunnel && start_tunnel(a, err)) goto fail;
     if (join(a, err)) goto fail;
     if (cfg->relay && start_relay(a, err)) goto fail;
     if (a->nat)
-        say(a,
-            "own server on %s (loopback); peers reach it at %s through the %s; it serves no"
-            " shard bytes to peers",
-            a->listen, a->public_addr, a->tunnel ? "tunnel" : "relay");
-    if (pthread_create(&a->hb_thread, NULL, hb_main, a) != 0) {
-        mt_error_set(err, "cannot start the heartbeat thread");
+        mt_log_as(&a->log, MT_LOG_INFO,
+                  "own server on %s (loopback); peers reach it at %s through the %s; it serves no"
+                  " shard bytes to peers",
+                  a->listen, a->public_addr, a->tunnel ? "tunnel" : "relay");
+    if (mt_bg_thread_start(&a->hb, hb_main, a, err)) {
+        mt_error_prefix(err, "heartbeats");
         goto fail;
     }
-    a->hb_started = true;
     return a;
 fail:
     mt_agent_stop(a);
@@ -906,20 +900,15 @@ fail:
 
 void mt_agent_stop(mt_agent *a) {
     if (!a) return;
-    pthread_mutex_lock(&a->lock);
-    a->stopping = true;
-    pthread_cond_broadcast(&a->wake);
-    pthread_mutex_unlock(&a->lock);
-    if (a->hb_started) pthread_join(a->hb_thread, NULL);
+    mt_bg_thread_stop(&a->hb);
     /* a shard fetch may be waiting on a slow peer: give it 5 s, then leave it running (and
      * the agent allocated for it) rather than keep a stopping node waiting for minutes */
     bool fetch_left = false;
     if (a->fetch_joinable) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 5;
+        struct timespec ts = mt_realtime_after_ms(5000);
         if (pthread_timedjoin_np(a->fetch_thread, NULL, &ts) != 0) {
-            say(a, "a shard fetch is still waiting on the network; not waiting for it");
+            mt_log_as(&a->log, MT_LOG_WARN,
+                      "a shard fetch is still waiting on the network; not waiting for it");
             fetch_left = true;
         }
     }
@@ -931,11 +920,11 @@ void mt_agent_stop(mt_agent *a) {
     if (a->relay) mt_relay_client_stop(a->relay);
     if (a->shards) mt_http_server_stop(a->shards);
     if (fetch_left) return; /* the fetch thread still uses the agent; the process ends soon */
+    mt_bg_thread_destroy(&a->hb);
     if (a->auth) mt_keys_authorized_free(a->auth);
     json_decref(a->sources);
     mt_keys_wipe(&a->keys);
     pthread_mutex_destroy(&a->lock);
-    pthread_cond_destroy(&a->wake);
     free(a->registry);
     free(a->token);
     free(a->key_path);

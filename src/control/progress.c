@@ -1,5 +1,6 @@
 /* progress.c - progress bars on terminals, plain lines in logs (progress.h). */
 #include "moontail/progress.h"
+#include "moontail/clock.h"
 #include "moontail/gguf.h"
 
 #include <fcntl.h>
@@ -9,12 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 void mt_progress_init(mt_progress *p, FILE *out, const char *label) {
     mt_progress_init_quiet(p, out, label, 0);
 }
@@ -23,13 +18,13 @@ void mt_progress_init_quiet(mt_progress *p, FILE *out, const char *label, double
     memset(p, 0, sizeof *p);
     p->out = out;
     p->tty = out && isatty(fileno(out));
-    p->start_s = now_s();
+    p->start_s = mt_mono_s();
     p->quiet_s = quiet_s;
     snprintf(p->label, sizeof p->label, "%s", label);
 }
 
 void mt_progress_bytes(mt_progress *p, uint64_t done, uint64_t total) {
-    double dt = now_s() - p->start_s, rate = dt > 0 ? (double)done / dt : 0;
+    double dt = mt_mono_s() - p->start_s, rate = dt > 0 ? (double)done / dt : 0;
     mt_progress_update(p, done, total, rate,
                        rate > 0 && done < total ? (double)(total - done) / rate : -1);
 }
@@ -37,7 +32,7 @@ void mt_progress_bytes(mt_progress *p, uint64_t done, uint64_t total) {
 void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s) {
     if (!p->out || p->finished) return;
     bool last = done >= total;
-    double t = now_s();
+    double t = mt_mono_s();
     if (!p->shown && t - p->start_s < p->quiet_s) { /* a quick step: nothing to show */
         if (last) p->finished = true;
         return;
@@ -112,11 +107,11 @@ int mt_progress_warm(const char *path, const char *label, FILE *out) {
     mt_progress p;
     mt_progress_init(&p, out, label);
     uint64_t total = (uint64_t)sb.st_size, done = 0;
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     ssize_t k;
     while ((k = read(fd, buf, chunk)) > 0) {
         done += (uint64_t)k;
-        double dt = now_s() - t0, rate = dt > 0 ? (double)done / dt : 0;
+        double dt = mt_mono_s() - t0, rate = dt > 0 ? (double)done / dt : 0;
         mt_progress_update(&p, done, total, rate, rate > 0 ? (double)(total - done) / rate : -1);
     }
     if (total == 0) mt_progress_update(&p, 0, 0, 0, -1);

@@ -2,6 +2,7 @@
  * model layout, HTTP server, the placement thread that re-places shards
  * when nodes come, go, or pause, and the relay for nodes behind NAT (which
  * asks here whether a node's proof matches its token). */
+#include "moontail/log.h"
 #include "registry_internal.h"
 #include "moontail/clock.h"
 #include "moontail/transport.h"
@@ -14,19 +15,13 @@
 #include <sys/stat.h>
 #include <time.h>
 
-int64_t reg_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The registry's identity: loaded, or made on first start. */
 static int load_key(mt_registry *r, mt_error *err) {
     struct stat sb;
     if (stat(r->cfg.key, &sb) != 0) {
         if (errno != ENOENT) return mt_error_set(err, "%s: %s", r->cfg.key, strerror(errno));
         if (mt_keys_generate(&r->key, err) || mt_keys_save(&r->key, r->cfg.key, err)) return -1;
-        if (!r->cfg.quiet) fprintf(stderr, "registry: created identity %s\n", r->cfg.key);
+        if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "created identity %s", r->cfg.key);
     } else if (mt_keys_load(&r->key, r->cfg.key, err)) {
         return -1;
     }
@@ -66,7 +61,7 @@ static void open_hash_cache(mt_registry *r) {
     mt_error e = {{0}};
     r->io.cache = mt_hash_cache_open(path, &e);
     if (!r->io.cache && !r->cfg.quiet)
-        fprintf(stderr, "registry: %s; hashing the whole model at every start\n", e.msg);
+        mt_log(MT_LOG_WARN, "registry", "%s; hashing the whole model at every start", e.msg);
 }
 
 /* The model: its layout for placement, and its identity, which the database
@@ -106,23 +101,24 @@ static int load_model(mt_registry *r, mt_error *err) {
             r->cfg.n_ctx = n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096;
     }
     open_hash_cache(r);
-    if (!r->cfg.quiet) fprintf(stderr, "registry: hashing %s\n", r->cfg.model);
+    if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "hashing %s", r->cfg.model);
     if (mt_shard_source_id_io(r->model, &r->io, r->source_id, NULL, err)) return -1;
     r->start_hash_read = r->io.bytes_hashed;
     r->start_hash_cached = r->io.bytes_cached;
     r->start_hash_s = r->io.hash_s;
     if (!r->cfg.quiet) {
         if (r->io.cache_err.msg[0])
-            fprintf(stderr, "registry: the hash cache failed (%s); hashing went on without it\n",
-                    r->io.cache_err.msg);
+            mt_log(MT_LOG_WARN, "registry",
+                   "the hash cache failed (%s); hashing went on without it", r->io.cache_err.msg);
         char speed[96] = "";
         if (r->io.bytes_hashed > 0 && r->io.hash_s > 0)
             snprintf(speed, sizeof speed, " (%.1f MB in %.2f s, %.0f MB/s)",
                      r->io.bytes_hashed / 1e6, r->io.hash_s,
                      r->io.bytes_hashed / 1e6 / r->io.hash_s);
-        fprintf(stderr, "registry: model hashes: read %llu bytes%s, %.1f MB from the cache%s%s\n",
-                (unsigned long long)r->io.bytes_hashed, speed, r->io.bytes_cached / 1e6,
-                r->io.cache ? " " : " (none)", r->io.cache ? mt_hash_cache_path(r->io.cache) : "");
+        mt_log(MT_LOG_INFO, "registry",
+               "model hashes: read %llu bytes%s, %.1f MB from the cache%s%s",
+               (unsigned long long)r->io.bytes_hashed, speed, r->io.bytes_cached / 1e6,
+               r->io.cache ? " " : " (none)", r->io.cache ? mt_hash_cache_path(r->io.cache) : "");
     }
     char had[MT_SHARD_HASH_HEX];
     if (reg_meta_get(r, "source_id", had, sizeof had) == 0) {
@@ -152,17 +148,16 @@ void reg_check_stall(mt_registry *r) {
 
 static void *ticker(void *arg) {
     mt_registry *r = arg;
-    pthread_mutex_lock(&r->lock);
-    while (!r->stopping) {
+    while (!mt_bg_thread_stopping(&r->ticker)) {
+        pthread_mutex_lock(&r->lock);
         reg_check_stall(r);
         atomic_store(&r->turned_ms, mt_mono_ms());
         atomic_store(&r->turned_wall_ms, r->started_ms);
-        atomic_store(&r->turned_wall_ms, reg_now_ms());
-        reg_replan(r, reg_now_ms());
-        struct timespec ts = mt_realtime_after_ms(250);
-        pthread_cond_timedwait(&r->wake, &r->lock, &ts);
+        atomic_store(&r->turned_wall_ms, mt_wall_ms());
+        reg_replan(r, mt_wall_ms());
+        pthread_mutex_unlock(&r->lock);
+        mt_bg_thread_sleep(&r->ticker, 250);
     }
-    pthread_mutex_unlock(&r->lock);
     return NULL;
 }
 
@@ -204,7 +199,7 @@ static int relay_auth(void *ctx, int64_t node_id, const uint8_t challenge[MT_REL
 
 /* The HTTP server turned a client away because it is full. */
 static void on_http_overload(void *ctx) {
-    reg_note_overload(ctx, reg_now_ms()); /* began now: the server was not full before */
+    reg_note_overload(ctx, mt_wall_ms()); /* began now: the server was not full before */
 }
 
 /* The nodes alive when the registry last ran (heard from within dead_after_ms
@@ -272,13 +267,13 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     r->cfg.relay_listen = r->cfg.relay_host = NULL; /* used only below, by the relay */
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->grace_mu, NULL);
-    pthread_cond_init(&r->wake, NULL);
+    if (mt_bg_thread_init(&r->ticker, err)) goto fail;
     if (mkdir(r->shard_dir, 0755) != 0 && errno != EEXIST) {
         mt_error_set(err, "shard directory %s: %s", r->shard_dir, strerror(errno));
         goto fail;
     }
     if (reg_db_open(r, r->db_path, err) || load_key(r, err) || load_model(r, err)) goto fail;
-    r->started_ms = reg_now_ms();
+    r->started_ms = mt_wall_ms();
     atomic_store(&r->turned_ms, mt_mono_ms());
     r->cert_serial = (uint64_t)r->started_ms * 1000; /* unique across restarts */
     restart_grace(r);
@@ -312,11 +307,10 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
         r->relay = mt_relay_start(&rc, err);
         if (!r->relay) goto fail;
     }
-    if (pthread_create(&r->ticker, NULL, ticker, r) != 0) {
-        mt_error_set(err, "cannot start the placement thread");
+    if (mt_bg_thread_start(&r->ticker, ticker, r, err)) {
+        mt_error_prefix(err, "the placement thread");
         goto fail;
     }
-    r->ticker_started = true;
     return r;
 fail:
     mt_registry_stop(r);
@@ -327,11 +321,7 @@ void mt_registry_stop(mt_registry *r) {
     if (!r) return;
     if (r->relay) mt_relay_stop(r->relay); /* before the database its checks read */
     if (r->http) mt_http_server_stop(r->http);
-    pthread_mutex_lock(&r->lock);
-    r->stopping = true;
-    pthread_cond_broadcast(&r->wake);
-    pthread_mutex_unlock(&r->lock);
-    if (r->ticker_started) pthread_join(r->ticker, NULL);
+    mt_bg_thread_stop(&r->ticker);
     reg_db_close(r);
     mt_hash_cache_close(r->io.cache);
     if (r->have_plan) mt_place_plan_free(&r->plan);
@@ -344,7 +334,7 @@ void mt_registry_stop(mt_registry *r) {
     mt_keys_wipe(&r->key);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->grace_mu);
-    pthread_cond_destroy(&r->wake);
+    mt_bg_thread_destroy(&r->ticker);
     free(r->db_path);
     free(r->shard_dir);
     free(r->model_path);

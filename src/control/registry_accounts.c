@@ -52,7 +52,7 @@ int64_t reg_account_create(mt_registry *r, const char *name, char token[65], mt_
     if (!st) return -1;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, h, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, reg_now_ms());
+    sqlite3_bind_int64(st, 3, mt_wall_ms());
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc == SQLITE_CONSTRAINT)
@@ -85,7 +85,7 @@ static bool serving_node(mt_registry *r, int64_t account) {
     reg_node *nodes;
     int32_t n;
     if (reg_nodes_load(r, &nodes, &n, NULL)) return false;
-    int64_t now = reg_now_ms();
+    int64_t now = mt_wall_ms();
     bool yes = false;
     for (int32_t i = 0; i < n && !yes; i++)
         yes = nodes[i].account_id == account &&

@@ -5,6 +5,7 @@
  * it is used; a bad request gets a 4xx with a message naming the field. */
 #include "moontail/cert.h"
 #include "moontail/schedule.h"
+#include "moontail/log.h"
 #include "registry_internal.h"
 #include "relay_internal.h"
 
@@ -270,7 +271,7 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
     char token[65], th[65];
     reg_token_new(token);
     reg_token_hash(token, th);
-    int64_t now = reg_now_ms();
+    int64_t now = mt_wall_ms();
     /* a node that joins again with the same key keeps its id, counters and ledger */
     sqlite3_stmt *st = reg_db_prepare(r, NULL, "SELECT id, account_id FROM nodes WHERE pubkey = ?");
     int64_t id = 0, owner = 0;
@@ -314,8 +315,8 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
     char *cert = issue_cert(r, pk, MT_CERT_ROLE_NODE, account);
     if (!cert) return mt_http_error(resp, 500, "could not issue a certificate");
     if (!r->cfg.quiet)
-        fprintf(stderr, "registry: node %lld '%s' joined from %s (%.1f GB, speed %.2f)\n",
-                (long long)id, name, addr, capacity / 1e9, speed);
+        mt_log(MT_LOG_INFO, "registry", "node %lld '%s' joined from %s (%.1f GB, speed %.2f)",
+               (long long)id, name, addr, capacity / 1e9, speed);
     resp->status = 201;
     resp->json =
         json_pack("{s:I, s:s, s:s, s:s, s:i, s:s}", "node_id", (json_int_t)id, "token", token,
@@ -323,7 +324,7 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
                   "mode", r->cfg.mode == MT_REGISTRY_SWARM ? "swarm" : "cell");
     if (r->relay) json_object_set_new(resp->json, "relay", json_string(mt_relay_addr(r->relay)));
     free(cert);
-    pthread_cond_broadcast(&r->wake);
+    mt_bg_thread_wake(&r->ticker);
 }
 
 /* Peers among nodes[0..k) that serve shard `name` (the seed is added apart). */
@@ -414,7 +415,7 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     double tok_per_s = tps ? json_number_value(tps) : 0; /* 0 when not a number */
     if (tps && (!json_is_number(tps) || !(tok_per_s >= 0 && tok_per_s < 1e12)))
         return mt_http_error(resp, 400, "field \"tok_per_s\" must be a number >= 0");
-    int64_t now = reg_now_ms();
+    int64_t now = mt_wall_ms();
     /* counters are cumulative since the node started: a smaller one means it restarted */
     int64_t d_tl = tl >= n.served_token_layers ? tl - n.served_token_layers : tl;
     int64_t d_er = er >= n.served_expert_rows ? er - n.served_expert_rows : er;
@@ -474,16 +475,16 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         return mt_http_error(resp, 500, "%s", err.msg);
     }
     if (moved && !r->cfg.quiet)
-        fprintf(stderr, "registry: node %lld '%s' is now at %s (was %s)\n", (long long)id, n.name,
-                addr, n.addr);
+        mt_log(MT_LOG_INFO, "registry", "node %lld '%s' is now at %s (was %s)", (long long)id,
+               n.name, addr, n.addr);
     if (problem && strcmp(problem, n.problem) != 0 && !r->cfg.quiet)
-        fprintf(stderr, "registry: node %lld '%s' %s\n", (long long)id, n.name, problem);
+        mt_log(MT_LOG_WARN, "registry", "node %lld '%s' %s", (long long)id, n.name, problem);
     if (resized && !r->cfg.quiet)
-        fprintf(stderr, "registry: node %lld '%s' now offers %.1f MB (was %.1f MB)\n",
-                (long long)id, n.name, capacity / 1e6, n.capacity / 1e6);
+        mt_log(MT_LOG_INFO, "registry", "node %lld '%s' now offers %.1f MB (was %.1f MB)",
+               (long long)id, n.name, capacity / 1e6, n.capacity / 1e6);
     reg_node_get(r, id, &n);
     if (!was_alive || resized) /* back, or smaller: placement looks again */
-        pthread_cond_broadcast(&r->wake);
+        mt_bg_thread_wake(&r->ticker);
 
     /* one read of the node rows serves the partners and the shard's sources */
     reg_node *all = NULL;
@@ -536,9 +537,9 @@ static void nodes_pause(mt_registry *r, const mt_http_request *req, const char *
     sqlite3_bind_int64(st, 3, id);
     if (reg_db_step_done(r, st, &err)) return mt_http_error(resp, 500, "%s", err.msg);
     reg_node_get(r, id, &n);
-    pthread_cond_broadcast(&r->wake);
+    mt_bg_thread_wake(&r->ticker);
     resp->json = json_pack("{s:I, s:b, s:s, s:s}", "node_id", (json_int_t)id, "paused", n.paused,
-                           "schedule", n.schedule, "state", reg_node_state(r, &n, reg_now_ms()));
+                           "schedule", n.schedule, "state", reg_node_state(r, &n, mt_wall_ms()));
 }
 
 /* ---- shards ------------------------------------------------------------------------------ */
@@ -613,11 +614,11 @@ static void routes_new(mt_registry *r, const mt_http_request *req, json_t *body,
     if (!tid && resp->json) return;
     /* admission: a request waits in line while max_active others hold routes */
     int32_t position = 0;
-    reg_ticket *t = reg_ticket_take(r, a, tid, reg_now_ms(), &position);
+    reg_ticket *t = reg_ticket_take(r, a, tid, mt_wall_ms(), &position);
     if (!t) return mt_http_error(resp, 503, "out of memory for the request queue");
     if (!t->active) {
         int32_t active, waiting;
-        reg_ticket_counts(r, reg_now_ms(), &active, &waiting);
+        reg_ticket_counts(r, mt_wall_ms(), &active, &waiting);
         resp->status = 202;
         resp->json = json_pack("{s:s, s:i, s:i, s:i, s:i}", "ticket", t->id, "queued", position,
                                "active", active, "max_active", r->cfg.max_active, "retry_ms", 500);
@@ -639,7 +640,7 @@ static void routes_ticket(mt_registry *r, const mt_http_request *req, json_t *bo
     if (a <= 0) return;
     const char *tid = str_field(body, "ticket", 32, true, resp);
     if (!tid) return;
-    bool known = done ? reg_ticket_done(r, tid, a) : reg_ticket_touch(r, tid, a, reg_now_ms());
+    bool known = done ? reg_ticket_done(r, tid, a) : reg_ticket_touch(r, tid, a, mt_wall_ms());
     if (!known)
         return mt_http_error(resp, 404, "ticket '%s' is not known (finished or expired)", tid);
     resp->json = json_pack("{s:s, s:b}", "ticket", tid, "done", done);
@@ -653,7 +654,7 @@ static void usage_add(mt_registry *r, const mt_http_request *req, json_t *body,
     int64_t tokens = int_field(body, "tokens", 0, 1LL << 40, 0, true, &ok, resp);
     if (!ok) return;
     mt_error err = {{0}};
-    if (reg_ledger_add(r, reg_now_ms(), a, 0, "used_tokens", tokens, &err))
+    if (reg_ledger_add(r, mt_wall_ms(), a, 0, "used_tokens", tokens, &err))
         return mt_http_error(resp, 500, "%s", err.msg);
     resp->json = json_pack("{s:o}", "credits", reg_account_credits(r, a));
 }

@@ -4,6 +4,8 @@
 #ifndef MOONTAIL_REGISTRY_INTERNAL_H
 #define MOONTAIL_REGISTRY_INTERNAL_H
 
+#include "moontail/bg_thread.h"
+#include "moontail/clock.h" /* mt_wall_ms: the times the database keeps */
 #include "moontail/gguf.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
@@ -108,9 +110,7 @@ struct mt_registry {
     int64_t moves;      /* shard changes made by placement so far */
     mt_place_plan plan; /* the last plan (its assignments are the nodes' rows) */
     bool have_plan;
-    pthread_t ticker;
-    bool ticker_started, stopping;
-    pthread_cond_t wake;
+    mt_bg_thread ticker; /* placement turns (reg_replan); a wake makes one now */
     int64_t routes_served;
     int64_t started_ms; /* when this process started (counters above restart from 0) */
     /* restart grace (reg_node_alive): nodes heard from at or after grace_from (alive when the
@@ -141,8 +141,6 @@ struct mt_registry {
     uint64_t start_hash_read, start_hash_cached;
     double start_hash_s;
 };
-
-int64_t reg_now_ms(void);
 
 /* registry_db.c */
 int reg_db_open(mt_registry *r, const char *path, mt_error *err);

@@ -150,7 +150,7 @@ bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms) {
 }
 
 void reg_note_overload(mt_registry *r, int64_t began_ms) {
-    int64_t now = reg_now_ms();
+    int64_t now = mt_wall_ms();
     pthread_mutex_lock(&r->grace_mu);
     int64_t until = atomic_load(&r->overload_until), next = now + r->cfg.dead_after_ms,
             from = began_ms - r->cfg.dead_after_ms;

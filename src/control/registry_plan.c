@@ -3,6 +3,7 @@
  * that changed, and answering route requests from the current plan with
  * nodes that are alive and serve their assigned shard. */
 #include "moontail/placement.h"
+#include "moontail/log.h"
 #include "registry_internal.h"
 
 #include <stdio.h>
@@ -107,12 +108,12 @@ void reg_replan(mt_registry *r, int64_t now) {
     int32_t n;
     mt_error err = {{0}};
     if (reg_nodes_load(r, &nodes, &n, &err)) {
-        if (!r->cfg.quiet) fprintf(stderr, "registry: placement: %s\n", err.msg);
+        if (!r->cfg.quiet) mt_log(MT_LOG_ERROR, "registry", "placement: %s", err.msg);
         return;
     }
     mt_place_plan plan;
     if (make_plan(r, nodes, n, now, &plan, &err)) {
-        if (!r->cfg.quiet) fprintf(stderr, "registry: placement failed: %s\n", err.msg);
+        if (!r->cfg.quiet) mt_log(MT_LOG_ERROR, "registry", "placement failed: %s", err.msg);
         free(nodes);
         return;
     }
@@ -129,9 +130,9 @@ void reg_replan(mt_registry *r, int64_t now) {
             if (pa && pa->work_bytes) /* what a stage keeps besides its shard */
                 snprintf(room, sizeof room, " (%.1f MB + %.1f MB working memory)",
                          (double)pa->bytes / 1e6, (double)pa->work_bytes / 1e6);
-            fprintf(stderr, "registry: node %lld '%s': %s %s -> %s %s%s\n", (long long)nodes[i].id,
-                    nodes[i].name, reg_role_name(nodes[i].a.role), was[0] ? was : "-",
-                    reg_role_name(a.role), now_name[0] ? now_name : "-", room);
+            mt_log(MT_LOG_INFO, "registry", "node %lld '%s': %s %s -> %s %s%s",
+                   (long long)nodes[i].id, nodes[i].name, reg_role_name(nodes[i].a.role),
+                   was[0] ? was : "-", reg_role_name(a.role), now_name[0] ? now_name : "-", room);
         }
     }
     bool why_changed = strcmp(r->plan_why, plan.reason) != 0;
@@ -142,10 +143,10 @@ void reg_replan(mt_registry *r, int64_t now) {
         r->last_plan_ms = now;
     }
     if (!r->cfg.quiet && (changed || why_changed))
-        fprintf(stderr, "registry: plan %llu: %d of %d %s, %d spares%s%s\n",
-                (unsigned long long)r->plan_version, plan.n_pipelines, plan.replicas_wanted,
-                r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", plan.n_spares,
-                plan.reason[0] ? "; " : "", plan.reason);
+        mt_log(MT_LOG_INFO, "registry", "plan %llu: %d of %d %s, %d spares%s%s",
+               (unsigned long long)r->plan_version, plan.n_pipelines, plan.replicas_wanted,
+               r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", plan.n_spares,
+               plan.reason[0] ? "; " : "", plan.reason);
     if (r->have_plan) mt_place_plan_free(&r->plan);
     r->plan = plan; /* what routes are chosen from: the assignments just saved */
     r->have_plan = true;
@@ -192,7 +193,7 @@ json_t *reg_route(mt_registry *r, uint64_t session, const int64_t *avoid, int32_
     reg_node *nodes;
     int32_t n;
     if (reg_nodes_load(r, &nodes, &n, err)) return NULL;
-    int64_t now = reg_now_ms();
+    int64_t now = mt_wall_ms();
     json_t *out = NULL;
     if (!r->have_plan) {
         free(nodes);

@@ -137,7 +137,7 @@ int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b,
         }
     }
     /* one prompt-like call, then single tokens */
-    const int64_t t_start = reg_now_ms();
+    const int64_t t_start = mt_wall_ms();
     for (int32_t p = 0; p < T;) {
         const int32_t n = p == 0 ? T - PROBE_SINGLE_CALLS : 1;
         const size_t bytes = (size_t)n * E * sizeof(float);
@@ -149,7 +149,7 @@ int reg_referee_probe(mt_registry *r, const mt_keys *keys, int32_t a, int32_t b,
             goto done;
         for (int t = 0; t < n_targets; t++) {
             if (out[t].result != REG_PROBE_RIGHT) continue;
-            if (reg_now_ms() - t_start > PROBE_TOTAL_MS) {
+            if (mt_wall_ms() - t_start > PROBE_TOTAL_MS) {
                 out[t].result = REG_PROBE_NO_ANSWER;
                 snprintf(out[t].why, sizeof out[t].why,
                          "it answered too slowly: the probe took over %d s", PROBE_TOTAL_MS / 1000);

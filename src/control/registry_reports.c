@@ -21,6 +21,7 @@
  * gets no role, so no route and no work, and earns no credit; its shard goes
  * to a spare as for a dead node. POST /v1/nodes/ID/release, with the admin
  * token, lets it work again. */
+#include "moontail/log.h"
 #include "registry_internal.h"
 
 #include <stdio.h>
@@ -199,7 +200,7 @@ void reg_reports_post(mt_registry *r, const mt_http_request *req, json_t *body,
                                  (long long)ids[i], a, b, reg_role_name(n[i].a.role),
                                  n[i].a.layer_begin, n[i].a.layer_end);
     }
-    const int64_t now = reg_now_ms();
+    const int64_t now = mt_wall_ms();
     int64_t recent = count_since(
         r, "SELECT COUNT(*) FROM reports WHERE account_id = ?1 AND t >= ?2", account, now - 60000);
     if (recent >= r->cfg.reports_per_minute) {
@@ -255,7 +256,7 @@ void reg_reports_post(mt_registry *r, const mt_http_request *req, json_t *body,
     for (int i = 0; i < 2; i++)
         if (probe_of[i] >= 0) results[i] = reg_probe_result_name(outcome[probe_of[i]].result);
 
-    const int64_t done = reg_now_ms();
+    const int64_t done = mt_wall_ms();
     int64_t report_id =
         save_report(r, done, account, ids, a, b, position, tokens, hashes, results, &err);
     if (report_id < 0) return mt_http_error(resp, 500, "%s", err.msg);
@@ -277,16 +278,16 @@ void reg_reports_post(mt_registry *r, const mt_http_request *req, json_t *body,
             return mt_http_error(resp, 500, "%s", err.msg);
         json_array_append_new(quarantined, json_integer(ids[i]));
         if (!r->cfg.quiet)
-            fprintf(stderr, "registry: node %lld '%s' quarantined: %s\n", (long long)ids[i],
-                    n[i].name, reason);
+            mt_log(MT_LOG_WARN, "registry", "node %lld '%s' quarantined: %s", (long long)ids[i],
+                   n[i].name, reason);
     }
-    if (json_array_size(quarantined)) pthread_cond_broadcast(&r->wake); /* re-place its shard */
+    if (json_array_size(quarantined)) mt_bg_thread_wake(&r->ticker); /* re-place its shard */
     if (!r->cfg.quiet)
-        fprintf(stderr,
-                "registry: report %lld by account %lld on layers [%d, %d): node %lld %s, node"
-                " %lld %s (%lld ms)\n",
-                (long long)report_id, (long long)account, a, b, (long long)ids[0], results[0],
-                (long long)ids[1], results[1], (long long)(done - now));
+        mt_log(MT_LOG_INFO, "registry",
+               "report %lld by account %lld on layers [%d, %d): node %lld %s, node"
+               " %lld %s (%lld ms)",
+               (long long)report_id, (long long)account, a, b, (long long)ids[0], results[0],
+               (long long)ids[1], results[1], (long long)(done - now));
     resp->json = json_pack("{s:I, s:s, s:o, s:o, s:I}", "report_id", (json_int_t)report_id,
                            "verdict", confirmed ? "confirmed" : "unconfirmed", "nodes", nodes,
                            "quarantined", quarantined, "check_ms", (json_int_t)(done - now));
@@ -308,14 +309,14 @@ void reg_node_release(mt_registry *r, const mt_http_request *req, const char *id
         return mt_http_error(resp, 404, "no such node '%.*s'", (int)strcspn(id_text, "/"), id_text);
     if (!n.quarantined)
         return mt_http_error(resp, 409, "node %lld is not quarantined (it is %s)", id,
-                             reg_node_state(r, &n, reg_now_ms()));
+                             reg_node_state(r, &n, mt_wall_ms()));
     mt_error err = {{0}};
     if (set_quarantine(r, id, false, 0, "", &err)) return mt_http_error(resp, 500, "%s", err.msg);
     if (!r->cfg.quiet)
-        fprintf(stderr, "registry: node %lld '%s' released from quarantine (was: %s)\n", id, n.name,
-                n.quarantine_reason);
+        mt_log(MT_LOG_INFO, "registry", "node %lld '%s' released from quarantine (was: %s)", id,
+               n.name, n.quarantine_reason);
     reg_node_get(r, id, &n);
-    pthread_cond_broadcast(&r->wake);
+    mt_bg_thread_wake(&r->ticker);
     resp->json = json_pack("{s:I, s:s}", "node_id", (json_int_t)id, "state",
-                           reg_node_state(r, &n, reg_now_ms()));
+                           reg_node_state(r, &n, mt_wall_ms()));
 }

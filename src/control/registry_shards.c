@@ -11,6 +11,7 @@
  *    "piece_bytes": P, "pieces": ["<hex BLAKE2b-256 of piece i>", ...]}
  * which is what fetchers verify every piece against (shard_fetch.h). */
 #include "moontail/shard_fetch.h"
+#include "moontail/log.h"
 #include "registry_internal.h"
 
 #include <errno.h>
@@ -120,7 +121,7 @@ json_t *reg_shard_manifest(mt_registry *r, const char *name, mt_error *err) {
     struct stat sb;
     int rc = 0;
     if (stat(manifest, &sb) != 0 || stat(gguf, &sb) != 0) {
-        if (!r->cfg.quiet) fprintf(stderr, "registry: cutting shard %s\n", name);
+        if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "cutting shard %s", name);
         rc = cut(r, name, gguf, manifest, err);
     }
     pthread_mutex_unlock(&cut_lock);

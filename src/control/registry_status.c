@@ -90,7 +90,7 @@ static json_t *http_json(mt_registry *r, int64_t now) {
 }
 
 json_t *reg_status_json(mt_registry *r) {
-    int64_t now = reg_now_ms();
+    int64_t now = mt_wall_ms();
     reg_node *nodes = NULL;
     int32_t n = 0;
     reg_nodes_load(r, &nodes, &n, NULL);

@@ -8,6 +8,9 @@
  * buffered per connection, and the time each stage may take. What a relayed
  * pair carries is copied, never read (relay_splice.c). */
 #include "moontail/relay.h"
+#include "moontail/bg_thread.h"
+#include "moontail/clock.h"
+#include "moontail/log.h"
 #include "moontail/transport.h"
 #include "relay_internal.h"
 
@@ -78,11 +81,10 @@ struct mt_relay {
     char bind_host[128];   /* the host of --relay-listen: public ports listen there too */
     char public_host[128]; /* what nodes and peers are told */
     char addr[192];        /* public_host:relay port */
-    int lfd, wake[2];
-    pthread_t thread;
-    bool started;
-    pthread_mutex_t lock; /* stopping and stats */
-    bool stopping;
+    int lfd;
+    mt_bg_thread bg;      /* the relay's thread */
+    mt_log_source log;    /* "relay: ..." lines */
+    pthread_mutex_t lock; /* stats */
     mt_relay_stats stats;
 
     hello_conn hellos[MAX_HELLOS];
@@ -103,26 +105,13 @@ struct mt_relay {
     uint64_t notes_skipped;
 };
 
-static void say(mt_relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(mt_relay *r, const char *fmt, ...) {
-    if (r->cfg.quiet) return;
-    va_list ap;
-    va_start(ap, fmt);
-    flockfile(stderr); /* one whole line even when threads log at once */
-    fprintf(stderr, "relay: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    funlockfile(stderr);
-    va_end(ap);
-}
-
 /* A refused connection: counted, and logged at most once a second (hostile
  * clients must not be able to flood the log). */
 static void refuse(mt_relay *r, int fd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void refuse(mt_relay *r, int fd, const char *fmt, ...) {
     if (fd >= 0) close(fd);
     r->refused++;
-    int64_t now = relay_now_ms();
+    int64_t now = mt_mono_ms();
     if (now - r->last_note_ms < 1000) {
         r->notes_skipped++;
         return;
@@ -135,10 +124,10 @@ static void refuse(mt_relay *r, int fd, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (r->notes_skipped)
-        fprintf(stderr, "relay: %s (and %llu more refusals not shown)\n", msg,
-                (unsigned long long)r->notes_skipped);
+        mt_log_as(&r->log, MT_LOG_WARN, "%s (and %llu more refusals not shown)", msg,
+                  (unsigned long long)r->notes_skipped);
     else
-        fprintf(stderr, "relay: %s\n", msg);
+        mt_log_as(&r->log, MT_LOG_WARN, "%s", msg);
     r->notes_skipped = 0;
 }
 
@@ -184,7 +173,8 @@ static void node_drop(mt_relay *r, relay_node *n, const char *why) {
     if (n->ctl >= 0) close(n->ctl);
     if (n->pub >= 0) close(n->pub);
     n->ctl = n->pub = -1;
-    say(r, "node %lld gone (%s); port %d freed", (long long)n->id, why, n->port);
+    mt_log_as(&r->log, MT_LOG_INFO, "node %lld gone (%s); port %d freed", (long long)n->id, why,
+              n->port);
 }
 
 /* Queues a control message; false when the node is not reading (dropped). */
@@ -320,13 +310,14 @@ static void control_hello(mt_relay *r, hello_conn *h) {
     n->ctl = fd;
     n->pub = pub;
     n->port = port;
-    n->last_rx = n->last_ping = relay_now_ms();
+    n->last_rx = n->last_ping = mt_mono_ms();
     r->nodes[r->n_nodes++] = n;
     history_put(r, id, port);
     char pa[192];
     snprintf(pa, sizeof pa, "%s:%d", r->public_host, port);
     node_send(r, n, MT_RELAY_MSG_WELCOME, pa, strlen(pa));
-    say(r, "node %lld connected from %s; public address %s", (long long)id, h->peer, pa);
+    mt_log_as(&r->log, MT_LOG_INFO, "node %lld connected from %s; public address %s", (long long)id,
+              h->peer, pa);
 }
 
 static bool add_pair(mt_relay *r, int peer_fd, int node_fd, uint64_t node) {
@@ -339,7 +330,7 @@ static bool add_pair(mt_relay *r, int peer_fd, int node_fd, uint64_t node) {
     }
     relayed *x = calloc(1, sizeof *x);
     if (!x) return false;
-    if (relay_pipe_init(&x->p, peer_fd, node_fd, r->cfg.buffer_bytes, relay_now_ms())) {
+    if (relay_pipe_init(&x->p, peer_fd, node_fd, r->cfg.buffer_bytes, mt_mono_ms())) {
         free(x);
         return false;
     }
@@ -420,7 +411,7 @@ static void accept_hellos(mt_relay *r) {
         }
         memset(h, 0, sizeof *h);
         h->fd = fd;
-        h->deadline = relay_now_ms() + HELLO_MS;
+        h->deadline = mt_mono_ms() + HELLO_MS;
         peer_name(fd, h->peer, sizeof h->peer);
         uint8_t hello[MT_RELAY_HELLO_BYTES] = {'M', 'T', 'R', '1', MT_RELAY_VERSION, 0, 0, 0};
         randombytes_buf(h->challenge, sizeof h->challenge);
@@ -458,7 +449,7 @@ static void accept_peers(mt_relay *r, relay_node *n) {
     for (int k = 0; k < ACCEPTS_PER_ROUND && !n->dead; k++) {
         int fd = accept_one(n->pub);
         if (fd < 0) return;
-        if (n->conns >= r->cfg.max_conns && !evict_silent(r, n, relay_now_ms())) {
+        if (n->conns >= r->cfg.max_conns && !evict_silent(r, n, mt_mono_ms())) {
             refuse(r, fd,
                    "node %lld has %d relayed connections already (the limit); closed a new"
                    " one",
@@ -478,7 +469,7 @@ static void accept_peers(mt_relay *r, relay_node *n) {
         waiting *w = &r->waits[r->n_waits];
         w->fd = fd;
         w->node = n->serial;
-        w->deadline = relay_now_ms() + OPEN_MS;
+        w->deadline = mt_mono_ms() + OPEN_MS;
         randombytes_buf(w->cookie, sizeof w->cookie);
         if (!node_send(r, n, MT_RELAY_MSG_OPEN, w->cookie, sizeof w->cookie)) {
             close(fd);
@@ -497,7 +488,7 @@ static void node_read(mt_relay *r, relay_node *n) {
     if (got <= 0)
         return node_drop(
             r, n, got == 0 ? "it closed its control connection" : "its control connection failed");
-    n->last_rx = relay_now_ms();
+    n->last_rx = mt_mono_ms();
     for (ssize_t i = 0; i < got; i++) {
         n->in[n->in_len++] = b[i];
         if (n->in_len < 2) continue;
@@ -602,7 +593,7 @@ static void *relay_main(void *arg) {
     size_t pf_cap = 0;
     for (;;) {
         pthread_mutex_lock(&r->lock);
-        bool stop = r->stopping;
+        bool stop = mt_bg_thread_stopping(&r->bg);
         r->stats = (mt_relay_stats){.nodes = r->n_nodes,
                                     .waiting = r->n_waits,
                                     .relayed = r->n_pairs,
@@ -621,7 +612,7 @@ static void *relay_main(void *arg) {
             pf_cap = need;
         }
         size_t k = 0;
-        pf[k++] = (struct pollfd){.fd = r->wake[0], .events = POLLIN};
+        pf[k++] = (struct pollfd){.fd = mt_bg_thread_wake_fd(&r->bg), .events = POLLIN};
         pf[k++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
         int nh = r->n_hellos, nn = r->n_nodes, np = r->n_pairs;
         for (int i = 0; i < nh; i++)
@@ -638,14 +629,11 @@ static void *relay_main(void *arg) {
         }
         int rc = poll(pf, k, 1000);
         if (rc < 0 && errno != EINTR) {
-            say(r, "poll failed: %s", strerror(errno));
+            mt_log_as(&r->log, MT_LOG_ERROR, "poll failed: %s", strerror(errno));
             usleep(100000);
         }
         if (rc > 0) {
-            if (pf[0].revents) {
-                char b[64];
-                (void)!read(r->wake[0], b, sizeof b);
-            }
+            if (pf[0].revents) mt_bg_thread_clear(&r->bg);
             if (pf[1].revents & POLLIN) accept_hellos(r);
             size_t at = 2;
             for (int i = 0; i < nh; i++, at++)
@@ -656,14 +644,14 @@ static void *relay_main(void *arg) {
                 if (pf[at].revents & POLLOUT) node_flush(r, n);
                 if (pf[at + 1].revents & POLLIN) accept_peers(r, n);
             }
-            int64_t now = relay_now_ms();
+            int64_t now = mt_mono_ms();
             for (int i = 0; i < np; i++, at += 2)
                 if ((pf[at].revents || pf[at + 1].revents) && !r->pairs[i]->done &&
                     relay_pipe_step(&r->pairs[i]->p, pf + at, now))
                     r->pairs[i]->done = true;
         }
         for (int i = 0; i < r->n_nodes; i++) node_flush(r, r->nodes[i]); /* OPENs just queued */
-        timers(r, relay_now_ms());
+        timers(r, mt_mono_ms());
         sweep(r);
     }
     free(pf);
@@ -689,7 +677,13 @@ mt_relay *mt_relay_start(const mt_relay_config *cfg, mt_error *err) {
         return NULL;
     }
     r->cfg = *cfg;
-    r->lfd = r->wake[0] = r->wake[1] = -1;
+    r->lfd = -1;
+    mt_log_source_init(&r->log, "relay", NULL, cfg->quiet);
+    if (mt_bg_thread_init(&r->bg, err)) {
+        mt_error_prefix(err, "relay");
+        free(r);
+        return NULL;
+    }
     if (r->cfg.max_conns <= 0) r->cfg.max_conns = 64;
     if (r->cfg.buffer_bytes == 0) r->cfg.buffer_bytes = 64 << 10;
     if (r->cfg.idle_ms <= 0) r->cfg.idle_ms = 600000;
@@ -731,15 +725,10 @@ mt_relay *mt_relay_start(const mt_relay_config *cfg, mt_error *err) {
     }
     relay_set_nonblock(r->lfd);
     snprintf(r->addr, sizeof r->addr, "%s:%d", r->public_host, mt_listen_port(r->lfd));
-    if (pipe2(r->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-        mt_error_set(err, "relay: pipe: %s", strerror(errno));
+    if (mt_bg_thread_start(&r->bg, relay_main, r, err)) {
+        mt_error_prefix(err, "relay");
         goto fail;
     }
-    if (pthread_create(&r->thread, NULL, relay_main, r) != 0) {
-        mt_error_set(err, "relay: cannot start its thread");
-        goto fail;
-    }
-    r->started = true;
     return r;
 fail:
     mt_relay_stop(r);
@@ -748,11 +737,7 @@ fail:
 
 void mt_relay_stop(mt_relay *r) {
     if (!r) return;
-    pthread_mutex_lock(&r->lock);
-    r->stopping = true;
-    pthread_mutex_unlock(&r->lock);
-    if (r->wake[1] >= 0) (void)!write(r->wake[1], "x", 1);
-    if (r->started) pthread_join(r->thread, NULL);
+    mt_bg_thread_stop(&r->bg);
     for (int i = 0; i < r->n_hellos; i++)
         if (r->hellos[i].fd >= 0) close(r->hellos[i].fd);
     for (int i = 0; i < r->n_waits; i++)
@@ -770,8 +755,7 @@ void mt_relay_stop(mt_relay *r) {
     free(r->waits);
     free(r->pairs);
     if (r->lfd >= 0) close(r->lfd);
-    if (r->wake[0] >= 0) close(r->wake[0]);
-    if (r->wake[1] >= 0) close(r->wake[1]);
+    mt_bg_thread_destroy(&r->bg);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }

@@ -8,7 +8,9 @@
  * message from the relay is checked; one that does not fit the protocol ends
  * the control connection, which is then made again. */
 #include "moontail/relay.h"
+#include "moontail/bg_thread.h"
 #include "moontail/clock.h"
+#include "moontail/log.h"
 #include "moontail/transport.h"
 #include "relay_internal.h"
 
@@ -34,17 +36,15 @@ enum {
 
 struct mt_relay_client {
     mt_relay_client_config cfg;
-    char *relay, *local, *log_name;
+    char *relay, *local;
+    mt_log_source log; /* "relay: node NAME: ..." lines */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int64_t node_id;
     char token[160];
     char addr[160];       /* public address, "" while not connected */
     char last_error[400]; /* why the last attempt failed */
-    bool stopping;
-    int wake[2]; /* a byte: stop, or an open finished */
-    pthread_t thread;
-    bool started;
+    mt_bg_thread bg; /* the control connection's thread; woken: the stop, or an open finished */
     int64_t last_note_ms;
     /* opens in progress and finished ones the main thread has not taken yet */
     int inflight, n_ready;
@@ -58,24 +58,8 @@ typedef struct open_job {
     uint64_t session;
 } open_job;
 
-static void say(mt_relay_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(mt_relay_client *c, const char *fmt, ...) {
-    if (c->cfg.quiet) return;
-    va_list ap;
-    va_start(ap, fmt);
-    flockfile(stderr); /* one whole line even when threads log at once */
-    fprintf(stderr, "%s: relay: ", c->log_name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    funlockfile(stderr);
-    va_end(ap);
-}
-
 static bool stopping(mt_relay_client *c) {
-    pthread_mutex_lock(&c->lock);
-    bool s = c->stopping;
-    pthread_mutex_unlock(&c->lock);
-    return s;
+    return mt_bg_thread_stopping(&c->bg);
 }
 
 static void set_addr(mt_relay_client *c, const char *addr, const char *error) {
@@ -88,20 +72,10 @@ static void set_addr(mt_relay_client *c, const char *addr, const char *error) {
     if (changed && c->cfg.on_change) c->cfg.on_change(c->cfg.ctx);
 }
 
-static void drain_wake(mt_relay_client *c) {
-    char b[64];
-    while (read(c->wake[0], b, sizeof b) > 0) {
-    }
-}
-
-/* Sleeps ms unless stopped first. */
+/* Sleeps ms unless stopped first (an open finishing meanwhile does not end it). */
 static void nap(mt_relay_client *c, int ms) {
-    struct pollfd p = {.fd = c->wake[0], .events = POLLIN};
-    int64_t until = relay_now_ms() + ms;
-    while (!stopping(c)) {
-        int64_t left = until - relay_now_ms();
-        if (left <= 0) return;
-        if (poll(&p, 1, (int)left) > 0) drain_wake(c);
+    int64_t until = mt_mono_ms() + ms;
+    while (mt_bg_thread_sleep(&c->bg, until - mt_mono_ms()) == MT_BG_WOKEN) {
     }
 }
 
@@ -227,7 +201,7 @@ static void *open_main(void *arg) {
     int rc = open_data(c, j->cookie, &rfd, &lfd, why, sizeof why);
     pthread_mutex_lock(&c->lock);
     bool take =
-        rc == 0 && !c->stopping && j->session == c->session && c->n_ready < c->cfg.max_conns;
+        rc == 0 && !stopping(c) && j->session == c->session && c->n_ready < c->cfg.max_conns;
     if (take) {
         c->ready[c->n_ready][0] = rfd;
         c->ready[c->n_ready][1] = lfd;
@@ -236,11 +210,11 @@ static void *open_main(void *arg) {
         close(rfd);
         close(lfd);
     }
-    bool note = rc != 0 && relay_now_ms() - c->last_note_ms > 5000;
-    if (note) c->last_note_ms = relay_now_ms();
+    bool note = rc != 0 && mt_mono_ms() - c->last_note_ms > 5000;
+    if (note) c->last_note_ms = mt_mono_ms();
     pthread_mutex_unlock(&c->lock);
-    if (note) say(c, "%s", why);
-    (void)!write(c->wake[1], "o", 1);
+    if (note) mt_log_as(&c->log, MT_LOG_WARN, "%s", why);
+    mt_bg_thread_wake(&c->bg);
     /* last: once inflight is 0, mt_relay_client_stop may free c */
     pthread_mutex_lock(&c->lock);
     c->inflight--;
@@ -254,7 +228,7 @@ static void *open_main(void *arg) {
 static void start_open(mt_relay_client *c, const uint8_t *cookie, int n) {
     pthread_mutex_lock(&c->lock);
     bool full = n + c->inflight + c->n_ready >= c->cfg.max_conns;
-    int64_t now = relay_now_ms();
+    int64_t now = mt_mono_ms();
     bool note = full && now - c->last_note_ms > 5000;
     if (note) c->last_note_ms = now;
     open_job *j = full ? NULL : malloc(sizeof *j);
@@ -266,8 +240,9 @@ static void start_open(mt_relay_client *c, const uint8_t *cookie, int n) {
     }
     pthread_mutex_unlock(&c->lock);
     if (note)
-        say(c, "the relay asks for more than %d connections at once; ignoring the rest",
-            c->cfg.max_conns);
+        mt_log_as(&c->log, MT_LOG_WARN,
+                  "the relay asks for more than %d connections at once; ignoring the rest",
+                  c->cfg.max_conns);
     if (!j) return;
     pthread_t t;
     pthread_attr_t at;
@@ -324,7 +299,7 @@ static void serve(mt_relay_client *c, int ctl, char *why, size_t wsize) {
     uint8_t in[2 + 255];
     size_t in_len = 0;
     int n = 0;
-    int64_t last_rx = relay_now_ms();
+    int64_t last_rx = mt_mono_ms();
     pthread_mutex_lock(&c->lock);
     c->session++; /* opens of an earlier control connection are closed when they finish */
     drop_ready(c);
@@ -335,18 +310,18 @@ static void serve(mt_relay_client *c, int ctl, char *why, size_t wsize) {
             snprintf(why, wsize, "the node is stopping");
             break;
         }
-        pf[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
+        pf[0] = (struct pollfd){.fd = mt_bg_thread_wake_fd(&c->bg), .events = POLLIN};
         pf[1] = (struct pollfd){.fd = ctl, .events = POLLIN};
         for (int i = 0; i < n; i++) relay_pipe_poll(&pairs[i], pf + 2 + 2 * i);
         int np = n;
         int rc = poll(pf, 2 + 2 * (nfds_t)np, 1000);
-        int64_t now = relay_now_ms();
+        int64_t now = mt_mono_ms();
         if (rc < 0 && errno != EINTR) {
             snprintf(why, wsize, "poll: %s", strerror(errno));
             break;
         }
         if (rc > 0 && pf[0].revents) { /* finished opens become relayed pairs */
-            drain_wake(c);
+            mt_bg_thread_clear(&c->bg);
             pthread_mutex_lock(&c->lock);
             for (int i = 0; i < c->n_ready; i++) {
                 int *fds = c->ready[i];
@@ -422,19 +397,21 @@ static void *client_main(void *arg) {
         int fd = connect_control(c, pub, sizeof pub, why, sizeof why);
         if (fd < 0) {
             set_addr(c, "", why);
-            if (failures++ % 10 == 0) say(c, "%s; trying again in %d s", why, backoff / 1000);
+            if (failures++ % 10 == 0)
+                mt_log_as(&c->log, MT_LOG_WARN, "%s; trying again in %d s", why, backoff / 1000);
             nap(c, backoff);
             backoff = backoff * 2 > MAX_BACKOFF_MS ? MAX_BACKOFF_MS : backoff * 2;
             continue;
         }
         failures = 0;
         backoff = 1000;
-        say(c, "connected to %s; peers reach this node at %s", c->relay, pub);
+        mt_log_as(&c->log, MT_LOG_INFO, "connected to %s; peers reach this node at %s", c->relay,
+                  pub);
         set_addr(c, pub, "");
         serve(c, fd, why, sizeof why);
         set_addr(c, "", why);
         if (!stopping(c)) {
-            say(c, "%s; connecting again", why);
+            mt_log_as(&c->log, MT_LOG_WARN, "%s; connecting again", why);
             nap(c, 1000);
         }
     }
@@ -462,48 +439,45 @@ mt_relay_client *mt_relay_client_start(const mt_relay_client_config *cfg, mt_err
     if (c->cfg.max_conns <= 0) c->cfg.max_conns = 256;
     c->relay = strdup(cfg->relay);
     c->local = strdup(cfg->local);
-    c->log_name = strdup(cfg->log_name ? cfg->log_name : "node");
+    mt_log_source_init(&c->log, "relay", cfg->log_name ? cfg->log_name : "node", cfg->quiet);
     c->node_id = cfg->node_id;
     snprintf(c->token, sizeof c->token, "%s", cfg->token);
-    c->wake[0] = c->wake[1] = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     c->ready = calloc((size_t)c->cfg.max_conns, sizeof *c->ready);
-    if (!c->relay || !c->local || !c->log_name || !c->ready ||
-        pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-        mt_error_set(err, "relay client: out of resources");
+    if (mt_bg_thread_init(&c->bg, err)) {
+        mt_error_prefix(err, "relay client");
         mt_relay_client_stop(c);
         return NULL;
     }
-    if (pthread_create(&c->thread, NULL, client_main, c) != 0) {
-        mt_error_set(err, "relay client: cannot start its thread");
+    if (!c->relay || !c->local || !c->ready) {
+        mt_error_set(err, "relay client: out of memory");
         mt_relay_client_stop(c);
         return NULL;
     }
-    c->started = true;
+    if (mt_bg_thread_start(&c->bg, client_main, c, err)) {
+        mt_error_prefix(err, "relay client");
+        mt_relay_client_stop(c);
+        return NULL;
+    }
     return c;
 }
 
 void mt_relay_client_stop(mt_relay_client *c) {
     if (!c) return;
+    mt_bg_thread_stop(&c->bg);
     pthread_mutex_lock(&c->lock);
-    c->stopping = true;
-    pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->lock);
-    if (c->wake[1] >= 0) (void)!write(c->wake[1], "x", 1);
-    if (c->started) pthread_join(c->thread, NULL);
-    pthread_mutex_lock(&c->lock); /* opens in progress end within their timeouts */
+    pthread_cond_broadcast(&c->cond); /* a wait for the address ends */
+    /* opens in progress end within their timeouts */
     while (c->inflight > 0) pthread_cond_wait(&c->cond, &c->lock);
     drop_ready(c);
     pthread_mutex_unlock(&c->lock);
     free(c->ready);
-    if (c->wake[0] >= 0) close(c->wake[0]);
-    if (c->wake[1] >= 0) close(c->wake[1]);
+    mt_bg_thread_destroy(&c->bg);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c->relay);
     free(c->local);
-    free(c->log_name);
     free(c);
 }
 
@@ -525,7 +499,7 @@ int mt_relay_client_wait(mt_relay_client *c, int timeout_ms, char *out, size_t s
     struct timespec ts = mt_realtime_after_ms(timeout_ms);
     pthread_mutex_lock(&c->lock);
     int rc = 0;
-    while (!c->addr[0] && !c->stopping && rc == 0)
+    while (!c->addr[0] && !stopping(c) && rc == 0)
         rc = pthread_cond_timedwait(&c->cond, &c->lock, &ts);
     snprintf(out, size, "%s", c->addr);
     if (!c->addr[0])

@@ -33,7 +33,6 @@ void relay_pipe_poll(const relay_pipe *p, struct pollfd pf[2]);
 int relay_pipe_step(relay_pipe *p, const struct pollfd pf[2], int64_t now_ms);
 void relay_pipe_close(relay_pipe *p);
 
-int64_t relay_now_ms(void); /* monotonic */
 int relay_set_nonblock(int fd);
 /* Reads exactly n bytes from a blocking or non-blocking fd within timeout_ms.
  * 0, or -1 (timeout, error or EOF). */

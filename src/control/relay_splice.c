@@ -4,6 +4,7 @@
  * (a side's EOF becomes a write shutdown of the other once its buffer is
  * written); any socket error ends the pair. */
 #include "relay_internal.h"
+#include "moontail/clock.h"
 #include "moontail/relay.h"
 
 #include <errno.h>
@@ -15,12 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int64_t relay_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int relay_set_nonblock(int fd) {
     int fl = fcntl(fd, F_GETFL);
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
@@ -28,7 +23,7 @@ int relay_set_nonblock(int fd) {
 
 static int wait_fd(int fd, short ev, int64_t deadline) {
     for (;;) {
-        int64_t left = deadline - relay_now_ms();
+        int64_t left = deadline - mt_mono_ms();
         if (left <= 0) return -1;
         struct pollfd p = {.fd = fd, .events = ev};
         int r = poll(&p, 1, (int)left);
@@ -39,7 +34,7 @@ static int wait_fd(int fd, short ev, int64_t deadline) {
 }
 
 int relay_read_full(int fd, void *buf, size_t n, int timeout_ms) {
-    int64_t deadline = relay_now_ms() + timeout_ms;
+    int64_t deadline = mt_mono_ms() + timeout_ms;
     size_t got = 0;
     while (got < n) {
         if (wait_fd(fd, POLLIN, deadline)) return -1;
@@ -55,7 +50,7 @@ int relay_read_full(int fd, void *buf, size_t n, int timeout_ms) {
 }
 
 int relay_write_full(int fd, const void *buf, size_t n, int timeout_ms) {
-    int64_t deadline = relay_now_ms() + timeout_ms;
+    int64_t deadline = mt_mono_ms() + timeout_ms;
     size_t put = 0;
     while (put < n) {
         if (wait_fd(fd, POLLOUT, deadline)) return -1;

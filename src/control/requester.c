@@ -3,8 +3,10 @@
  * a new route when a node is lost or a spot-check finds one computing
  * wrong results (reported to the registry, which checks it itself). */
 #include "moontail/requester.h"
+#include "moontail/clock.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
+#include "moontail/log.h"
 #include "moontail/progress.h"
 #include "moontail/route.h"
 #include "moontail/shard_fetch.h"
@@ -22,6 +24,7 @@ enum { MAX_AVOID = 256 };
 
 struct mt_requester {
     mt_requester_config cfg;
+    mt_log_source log; /* "requester: ..." lines */
     char *registry, *token, *cache_dir;
     mt_keys keys;
     char head_path[600], backbone_path[600];
@@ -42,23 +45,6 @@ struct mt_requester {
     int64_t dropped_said; /* checks.dropped already told */
     mt_requester_stats stats;
 };
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void say(const mt_requester *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(const mt_requester *q, const char *fmt, ...) {
-    if (q->cfg.quiet) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("requester: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
@@ -107,8 +93,8 @@ static int get_shard(mt_requester *q, const char *name, char *path, size_t cap, 
              json_string_value(json_object_get(m, "blake2b")));
     int rc = 0;
     if (!mt_shard_file_matches(path, m)) {
-        say(q, "fetching the %s shard (%lld bytes)", name,
-            (long long)json_integer_value(json_object_get(m, "bytes")));
+        mt_log_as(&q->log, MT_LOG_INFO, "fetching the %s shard (%lld bytes)", name,
+                  (long long)json_integer_value(json_object_get(m, "bytes")));
         const char *src[1] = {q->registry};
         char label[64];
         snprintf(label, sizeof label, "requester: %s shard", name);
@@ -224,9 +210,10 @@ static int open_route(mt_requester *q, mt_error *err) {
         if (st != 202) break;
         int position = (int)json_integer_value(json_object_get(out, "queued"));
         if (position != last_position)
-            say(q, "waiting in line: position %d (%lld requests running, at most %lld at once)",
-                position, json_integer_value(json_object_get(out, "active")),
-                json_integer_value(json_object_get(out, "max_active")));
+            mt_log_as(&q->log, MT_LOG_INFO,
+                      "waiting in line: position %d (%lld requests running, at most %lld at once)",
+                      position, json_integer_value(json_object_get(out, "active")),
+                      json_integer_value(json_object_get(out, "max_active")));
         last_position = position;
         json_int_t wait = json_integer_value(json_object_get(out, "retry_ms"));
         json_decref(out);
@@ -241,8 +228,8 @@ static int open_route(mt_requester *q, mt_error *err) {
         json_decref(out);
         return -1;
     }
-    if (last_position >= 0) say(q, "our turn: the request runs now");
-    q->last_keepalive = now_ms();
+    if (last_position >= 0) mt_log_as(&q->log, MT_LOG_INFO, "our turn: the request runs now");
+    q->last_keepalive = mt_mono_ms_frac();
     const char *mode = json_string_value(json_object_get(out, "mode"));
     q->swarm = mode && strcmp(mode, "swarm") == 0;
     const char *head = q->swarm ? "backbone" : "head";
@@ -301,7 +288,7 @@ static int open_route(mt_requester *q, mt_error *err) {
     q->route_json = out;
     if (rc == 0) {
         describe_route(q);
-        say(q, "route: %s", q->stats.route);
+        mt_log_as(&q->log, MT_LOG_INFO, "route: %s", q->stats.route);
     }
     return rc;
 }
@@ -312,12 +299,12 @@ static int open_route(mt_requester *q, mt_error *err) {
  * to 8 tries or 20 s. Any other failure (the registry's answer, the head) ends
  * it at once. */
 static int open_first_route(mt_requester *q, mt_error *err) {
-    const double t0 = now_ms();
+    const double t0 = mt_mono_ms_frac();
     for (int attempt = 0;; attempt++) {
         const int32_t avoided = q->n_avoid;
         if (open_route(q, err) == 0) return 0;
-        if (q->n_avoid == avoided || attempt >= 7 || now_ms() - t0 > 20000) return -1;
-        say(q, "%s; asking for a route without that node", err->msg);
+        if (q->n_avoid == avoided || attempt >= 7 || mt_mono_ms_frac() - t0 > 20000) return -1;
+        mt_log_as(&q->log, MT_LOG_WARN, "%s; asking for a route without that node", err->msg);
         struct timespec ts = {0, 250 * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -335,6 +322,7 @@ mt_requester *mt_requester_open(const mt_requester_config *cfg, mt_error *err) {
         return NULL;
     }
     q->cfg = *cfg;
+    mt_log_source_init(&q->log, "requester", NULL, cfg->quiet);
     if (!(cfg->spot_check >= 0 && cfg->spot_check <= 1)) {
         free(q);
         mt_error_set(err, "requester: the spot-check rate %g is not a fraction in [0, 1]",
@@ -373,7 +361,7 @@ static void ticket_call(mt_requester *q, const char *what) {
     json_t *body = json_pack("{s:s}", "ticket", q->ticket);
     mt_http_json("POST", url, q->token, body, 5000, NULL, NULL);
     json_decref(body);
-    q->last_keepalive = now_ms();
+    q->last_keepalive = mt_mono_ms_frac();
 }
 
 void mt_requester_close(mt_requester *q) {
@@ -442,13 +430,13 @@ static json_t *report_mismatch(mt_requester *q, const mt_route_mismatch *m, int6
                   (json_int_t)checker, "layers", m->layer_begin, m->layer_end, "position", m->pos,
                   "tokens", m->n, "hashes", m->checked_hash, m->checker_hash);
     json_t *out = NULL;
-    const double t0 = now_ms();
+    const double t0 = mt_mono_ms_frac();
     for (;;) {
         json_decref(out);
         out = NULL;
         int st = mt_http_json("POST", url, q->token, body, 120000, &out, err);
         json_int_t wait = json_integer_value(json_object_get(out, "retry_ms"));
-        if (st == 200 || st != 429 || wait <= 0 || wait > 2000 || now_ms() - t0 > 20000) {
+        if (st == 200 || st != 429 || wait <= 0 || wait > 2000 || mt_mono_ms_frac() - t0 > 20000) {
             if (st != 200) json_decref(out), out = NULL;
             break;
         }
@@ -466,7 +454,8 @@ static json_t *report_mismatch(mt_requester *q, const mt_route_mismatch *m, int6
 static void on_mismatch(mt_requester *q, const mt_route_mismatch *m) {
     int64_t checked = node_id_at(q, m->checked_addr), checker = node_id_at(q, m->checker_addr);
     q->stats.reports++;
-    say(q,
+    mt_log_as(
+        &q->log, MT_LOG_WARN,
         "spot check: node %lld (%s) and checker node %lld (%s) computed layers [%d, %d) of"
         " positions [%d, %d) differently (session %016llx, step %d; detected %lld ms after the"
         " node's reply, at unix ms %lld); reporting both to the registry",
@@ -500,12 +489,15 @@ static void on_mismatch(mt_requester *q, const mt_route_mismatch *m) {
              "layers [%d, %d) at positions [%d, %d): %s (%s)", m->layer_begin, m->layer_end, m->pos,
              m->pos + m->n, v ? word : "not reported", v ? verdict : err.msg);
     if (v)
-        say(q, "spot check: the registry's own check: %s (%s in %lld ms); %s", word, verdict,
-            json_integer_value(json_object_get(v, "check_ms")),
-            avoided ? "continuing without the node found wrong"
-                    : "no node found wrong; continuing without the checked node");
+        mt_log_as(&q->log, MT_LOG_WARN,
+                  "spot check: the registry's own check: %s (%s in %lld ms); %s", word, verdict,
+                  json_integer_value(json_object_get(v, "check_ms")),
+                  avoided ? "continuing without the node found wrong"
+                          : "no node found wrong; continuing without the checked node");
     else
-        say(q, "spot check: could not report (%s); continuing without the checked node", err.msg);
+        mt_log_as(&q->log, MT_LOG_WARN,
+                  "spot check: could not report (%s); continuing without the checked node",
+                  err.msg);
     json_decref(v);
     if (q->cfg.spot_check > 0) q->check_rate = 1;
 }
@@ -513,17 +505,17 @@ static void on_mismatch(mt_requester *q, const mt_route_mismatch *m) {
 int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *logits,
                       mt_error *err) {
     if (!q->s) return mt_error_set(err, "no session: call mt_requester_begin first");
-    if (now_ms() - q->last_keepalive > 10000) ticket_call(q, "keepalive");
-    const double t_call = now_ms();
+    if (mt_mono_ms_frac() - q->last_keepalive > 10000) ticket_call(q, "keepalive");
+    const double t_call = mt_mono_ms_frac();
     int ok = mt_route_eval(q->route, q->s, ids, n, false, logits, err);
     if (q->checks.dropped > q->dropped_said) {
-        say(q, "spot check: %s", q->checks.last_dropped);
+        mt_log_as(&q->log, MT_LOG_INFO, "spot check: %s", q->checks.last_dropped);
         q->dropped_said = q->checks.dropped;
     }
     if (ok == 0) return 0;
     /* the failed call's own time: short for a broken connection, the reply
      * timeout (and one reconnect attempt) for a node that went silent */
-    double t0 = now_ms();
+    double t0 = mt_mono_ms_frac();
     mt_route_mismatch mm;
     if (mt_route_last_mismatch(q->route, &mm)) on_mismatch(q, &mm);
     /* the history to replay: everything before this call, then the new tokens */
@@ -537,14 +529,14 @@ int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *log
     const int max = q->cfg.max_failovers > 0 ? q->cfg.max_failovers : 8;
     int rc = -1;
     /* the registry notices a dead node within its dead-after time; try for longer than that */
-    for (int attempt = 0; attempt < 4 * max && now_ms() - t0 < 20000; attempt++) {
+    for (int attempt = 0; attempt < 4 * max && mt_mono_ms_frac() - t0 < 20000; attempt++) {
         snprintf(q->stats.last_failure, sizeof q->stats.last_failure, "%s", err->msg);
         char failed[8][128];
         int nf = q->route ? mt_route_failed_peers(q->route, failed, 8) : 0;
         for (int i = 0; i < nf; i++) avoid_addr(q, failed[i]);
         if (attempt == 0)
-            say(q, "route failed (%s); asking for another%s", err->msg,
-                nf ? " that avoids the failed node" : "");
+            mt_log_as(&q->log, MT_LOG_WARN, "route failed (%s); asking for another%s", err->msg,
+                      nf ? " that avoids the failed node" : "");
         if (q->s) mt_route_session_end(q->route, q->s);
         q->s = NULL;
         if (attempt > 0) {
@@ -562,15 +554,15 @@ int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *log
     free(all);
     if (rc == 0) {
         q->stats.failovers++;
-        q->stats.last_recovery_ms = now_ms() - t0;
+        q->stats.last_recovery_ms = mt_mono_ms_frac() - t0;
         q->stats.total_recovery_ms += q->stats.last_recovery_ms;
-        say(q,
-            "recovered on a new route in %.0f ms (replayed %d tokens; the failed call took"
-            " %.0f ms)",
-            q->stats.last_recovery_ms, total, t0 - t_call);
+        mt_log_as(&q->log, MT_LOG_INFO,
+                  "recovered on a new route in %.0f ms (replayed %d tokens; the failed call took"
+                  " %.0f ms)",
+                  q->stats.last_recovery_ms, total, t0 - t_call);
         return 0;
     }
-    mt_error_prefix(err, "no working route (tried for %.0f s)", (now_ms() - t0) / 1000);
+    mt_error_prefix(err, "no working route (tried for %.0f s)", (mt_mono_ms_frac() - t0) / 1000);
     return -1;
 }
 

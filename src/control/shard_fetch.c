@@ -6,6 +6,7 @@
  * fetches, and one that had to wait first looks whether the file it wants
  * is there already. */
 #include "moontail/shard_fetch.h"
+#include "moontail/clock.h"
 #include "moontail/http.h"
 
 #include <errno.h>
@@ -157,12 +158,6 @@ typedef struct fetch {
     bool no_space; /* a write failed for lack of room (ENOSPC, EDQUOT, EFBIG, a short write) */
 } fetch;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static size_t piece_len(const fetch *f, int i) {
     uint64_t from = (uint64_t)i * f->piece;
     return (size_t)(f->total - from < f->piece ? f->total - from : f->piece);
@@ -304,7 +299,7 @@ static void *worker(void *arg) {
                 f->p.pieces_from_seed++;
             else
                 f->p.pieces_from_peers++;
-            double dt = now_s() - f->t0;
+            double dt = mt_mono_s() - f->t0;
             f->p.rate = dt > 0 ? (double)f->downloaded / dt : 0;
             f->p.eta_s = f->p.rate > 0 ? (double)(f->total - f->p.bytes_done) / f->p.rate : -1;
             if (f->cfg->progress) f->cfg->progress(f->cfg->progress_ctx, &f->p);
@@ -418,7 +413,7 @@ int mt_shard_fetch(const mt_fetch_config *c, mt_fetch_progress *stats, mt_error 
         goto done;
     }
     reuse_pieces(&f);
-    f.t0 = now_s();
+    f.t0 = mt_mono_s();
     int threads = c->parallel > 0 ? c->parallel : c->n_sources * 2 < 4 ? c->n_sources * 2 : 4;
     pthread_t tid[16];
     if (threads > 16) threads = 16;

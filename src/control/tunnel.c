@@ -3,7 +3,9 @@
  * prints, take the public address from the first matching line, start it
  * again with backoff when it exits, and kill its process group on stop. */
 #include "moontail/tunnel.h"
+#include "moontail/bg_thread.h"
 #include "moontail/clock.h"
+#include "moontail/log.h"
 #include "relay_internal.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -34,42 +36,20 @@ enum { LINE_MAX_BYTES = 4096, KEEP_LINES = 8, KEEP_LINE_BYTES = 200, NO_ADDR_NOT
 
 struct mt_tunnel {
     mt_tunnel_config cfg;
-    char *command, *pattern, *log_name, *local_host;
+    char *command, *pattern, *local_host;
+    mt_log_source log; /* "tunnel: node NAME: ..." lines */
     pcre2_code *re;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool stopping;
     char addr[160];
     int starts;
     char lines[KEEP_LINES][KEEP_LINE_BYTES]; /* the program's last lines, oldest first */
     int n_lines;
-    int wake[2];
-    pthread_t thread;
-    bool started;
+    mt_bg_thread bg; /* the supervising thread */
 };
 
-static void say(mt_tunnel *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(mt_tunnel *t, const char *fmt, ...) {
-    if (t->cfg.quiet) return;
-    va_list ap;
-    va_start(ap, fmt);
-    flockfile(stderr); /* one whole line even when threads log at once */
-    fprintf(stderr, "%s: tunnel: ", t->log_name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    funlockfile(stderr);
-    va_end(ap);
-}
-
-static int64_t now_ms(void) {
-    return relay_now_ms();
-}
-
 static bool stopping(mt_tunnel *t) {
-    pthread_mutex_lock(&t->lock);
-    bool s = t->stopping;
-    pthread_mutex_unlock(&t->lock);
-    return s;
+    return mt_bg_thread_stopping(&t->bg);
 }
 
 static void set_addr(mt_tunnel *t, const char *addr) {
@@ -81,13 +61,10 @@ static void set_addr(mt_tunnel *t, const char *addr) {
     if (changed && t->cfg.on_change) t->cfg.on_change(t->cfg.ctx);
 }
 
+/* Sleeps ms unless stopped first. */
 static void nap(mt_tunnel *t, int ms) {
-    struct pollfd p = {.fd = t->wake[0], .events = POLLIN};
-    int64_t until = now_ms() + ms;
-    while (!stopping(t)) {
-        int64_t left = until - now_ms();
-        if (left <= 0) return;
-        poll(&p, 1, (int)left);
+    int64_t until = mt_mono_ms() + ms;
+    while (mt_bg_thread_sleep(&t->bg, until - mt_mono_ms()) == MT_BG_WOKEN) {
     }
 }
 
@@ -146,7 +123,8 @@ static bool find_addr(mt_tunnel *t, const char *line, char *out, size_t size) {
             bool own = colon && atoi(colon + 1) == t->cfg.local_port &&
                        loopback_host(cand, (size_t)(colon - cand));
             if (!relay_addr_ok(cand))
-                say(t, "the pattern matched '%s', which is not HOST:PORT; ignored", cand);
+                mt_log_as(&t->log, MT_LOG_WARN,
+                          "the pattern matched '%s', which is not HOST:PORT; ignored", cand);
             else if (!own)
                 found = true, snprintf(out, size, "%s", cand);
         }
@@ -167,11 +145,11 @@ static void on_line(mt_tunnel *t, char *line, bool *have_addr) {
     snprintf(t->lines[t->n_lines++], KEEP_LINE_BYTES, "%s", line);
     pthread_mutex_unlock(&t->lock);
     if (*have_addr) return;
-    say(t, "| %.200s", line);
+    mt_log_as(&t->log, MT_LOG_INFO, "| %.200s", line);
     char addr[160];
     if (find_addr(t, line, addr, sizeof addr)) {
         *have_addr = true;
-        say(t, "public address %s", addr);
+        mt_log_as(&t->log, MT_LOG_INFO, "public address %s", addr);
         set_addr(t, addr);
     }
 }
@@ -214,11 +192,11 @@ static pid_t spawn(mt_tunnel *t, int *out_fd) {
 
 /* Waits for pid (already signalled) up to ms; true when reaped. */
 static bool reap(pid_t pid, int ms, int *status) {
-    int64_t until = now_ms() + ms;
+    int64_t until = mt_mono_ms() + ms;
     for (;;) {
         pid_t r = waitpid(pid, status, WNOHANG);
         if (r == pid || (r < 0 && errno == ECHILD)) return true;
-        if (now_ms() >= until) return false;
+        if (mt_mono_ms() >= until) return false;
         usleep(20000);
     }
 }
@@ -239,7 +217,7 @@ static void run_once(mt_tunnel *t, pid_t pid, int fd, int *status) {
     char buf[LINE_MAX_BYTES + 1];
     size_t have = 0;
     bool have_addr = false, exited = false, eof = false, noted = false;
-    int64_t started = now_ms(), exited_at = 0;
+    int64_t started = mt_mono_ms(), exited_at = 0;
     *status = 0;
     for (;;) {
         if (stopping(t)) {
@@ -247,7 +225,7 @@ static void run_once(mt_tunnel *t, pid_t pid, int fd, int *status) {
             break;
         }
         struct pollfd p[2] = {{.fd = eof ? -1 : fd, .events = POLLIN},
-                              {.fd = t->wake[0], .events = POLLIN}};
+                              {.fd = mt_bg_thread_wake_fd(&t->bg), .events = POLLIN}};
         poll(p, 2, 200);
         while (!eof) {
             ssize_t n = read(fd, buf + have, LINE_MAX_BYTES - have);
@@ -272,14 +250,16 @@ static void run_once(mt_tunnel *t, pid_t pid, int fd, int *status) {
         }
         if (!exited && waitpid(pid, status, WNOHANG) == pid) {
             exited = true;
-            exited_at = now_ms();
+            exited_at = mt_mono_ms();
             kill(-pid, SIGTERM); /* what it left behind in its group */
         }
-        if (exited && (eof || now_ms() - exited_at > 1000)) break; /* or something keeps the pipe */
-        if (!have_addr && !noted && now_ms() - started > NO_ADDR_NOTE_MS) {
+        if (exited && (eof || mt_mono_ms() - exited_at > 1000))
+            break; /* or something keeps the pipe */
+        if (!have_addr && !noted && mt_mono_ms() - started > NO_ADDR_NOTE_MS) {
             noted = true;
-            say(t, "it has run %d s without printing an address matching %s",
-                NO_ADDR_NOTE_MS / 1000, t->pattern);
+            mt_log_as(&t->log, MT_LOG_WARN,
+                      "it has run %d s without printing an address matching %s",
+                      NO_ADDR_NOTE_MS / 1000, t->pattern);
         }
     }
     if (have && !stopping(t)) {
@@ -303,22 +283,22 @@ static void *tunnel_main(void *arg) {
     int backoff = t->cfg.min_backoff_ms;
     while (!stopping(t)) {
         int fd = -1;
-        int64_t started = now_ms();
+        int64_t started = mt_mono_ms();
         pid_t pid = spawn(t, &fd);
         if (pid < 0) {
-            say(t, "cannot start /bin/sh: %s; trying again in %.0f s", strerror(errno),
-                backoff / 1000.0);
+            mt_log_as(&t->log, MT_LOG_ERROR, "cannot start /bin/sh: %s; trying again in %.0f s",
+                      strerror(errno), backoff / 1000.0);
         } else {
             pthread_mutex_lock(&t->lock);
             t->starts++;
             pthread_mutex_unlock(&t->lock);
-            say(t, "started (process group %d): %s", (int)pid, t->command);
+            mt_log_as(&t->log, MT_LOG_INFO, "started (process group %d): %s", (int)pid, t->command);
             int status = 0;
             run_once(t, pid, fd, &status);
             kill(-pid, SIGKILL); /* nothing of this run outlives it (TERM was sent already) */
             set_addr(t, "");
             if (stopping(t)) break;
-            int64_t up = now_ms() - started;
+            int64_t up = mt_mono_ms() - started;
             if (up >= t->cfg.stable_ms) backoff = t->cfg.min_backoff_ms;
             char st[96];
             describe_status(status, st, sizeof st);
@@ -326,8 +306,10 @@ static void *tunnel_main(void *arg) {
             char last[KEEP_LINE_BYTES] = "";
             if (t->n_lines) snprintf(last, sizeof last, "%s", t->lines[t->n_lines - 1]);
             pthread_mutex_unlock(&t->lock);
-            say(t, "the tunnel program ended (%s) after %.1f s%s%s%s; starting it again in %.0f s",
-                st, up / 1000.0, last[0] ? " (its last line: '" : "", last, last[0] ? "')" : "",
+            mt_log_as(
+                &t->log, MT_LOG_WARN,
+                "the tunnel program ended (%s) after %.1f s%s%s%s; starting it again in %.0f s", st,
+                up / 1000.0, last[0] ? " (its last line: '" : "", last, last[0] ? "')" : "",
                 backoff / 1000.0);
         }
         nap(t, backoff);
@@ -354,13 +336,16 @@ mt_tunnel *mt_tunnel_start(const mt_tunnel_config *cfg, mt_error *err) {
     if (t->cfg.min_backoff_ms <= 0) t->cfg.min_backoff_ms = 1000;
     if (t->cfg.max_backoff_ms <= 0) t->cfg.max_backoff_ms = 60000;
     if (t->cfg.stable_ms <= 0) t->cfg.stable_ms = 30000;
-    t->wake[0] = t->wake[1] = -1;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
+    mt_log_source_init(&t->log, "tunnel", cfg->log_name ? cfg->log_name : "node", cfg->quiet);
+    if (mt_bg_thread_init(&t->bg, err)) {
+        mt_error_prefix(err, "--tunnel");
+        goto fail;
+    }
     t->local_host = strdup(cfg->local_host ? cfg->local_host : "127.0.0.1");
-    t->log_name = strdup(cfg->log_name ? cfg->log_name : "node");
     t->pattern = strdup(cfg->pattern ? cfg->pattern : default_pattern);
-    if (!t->local_host || !t->log_name || !t->pattern) {
+    if (!t->local_host || !t->pattern) {
         mt_error_set(err, "out of memory");
         goto fail;
     }
@@ -387,12 +372,10 @@ mt_tunnel *mt_tunnel_start(const mt_tunnel_config *cfg, mt_error *err) {
                      t->pattern);
         goto fail;
     }
-    if (pipe2(t->wake, O_CLOEXEC | O_NONBLOCK) != 0 ||
-        pthread_create(&t->thread, NULL, tunnel_main, t) != 0) {
-        mt_error_set(err, "--tunnel: cannot start the supervising thread");
+    if (mt_bg_thread_start(&t->bg, tunnel_main, t, err)) {
+        mt_error_prefix(err, "--tunnel: the supervising thread");
         goto fail;
     }
-    t->started = true;
     return t;
 fail:
     mt_tunnel_stop(t);
@@ -401,20 +384,16 @@ fail:
 
 void mt_tunnel_stop(mt_tunnel *t) {
     if (!t) return;
+    mt_bg_thread_stop(&t->bg);
     pthread_mutex_lock(&t->lock);
-    t->stopping = true;
-    pthread_cond_broadcast(&t->cond);
+    pthread_cond_broadcast(&t->cond); /* a wait for the address ends */
     pthread_mutex_unlock(&t->lock);
-    if (t->wake[1] >= 0) (void)!write(t->wake[1], "x", 1);
-    if (t->started) pthread_join(t->thread, NULL);
-    if (t->wake[0] >= 0) close(t->wake[0]);
-    if (t->wake[1] >= 0) close(t->wake[1]);
+    mt_bg_thread_destroy(&t->bg);
     if (t->re) pcre2_code_free(t->re);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->cond);
     free(t->command);
     free(t->pattern);
-    free(t->log_name);
     free(t->local_host);
     free(t);
 }
@@ -436,7 +415,7 @@ int mt_tunnel_wait(mt_tunnel *t, int timeout_ms, char *out, size_t size, mt_erro
     struct timespec ts = mt_realtime_after_ms(timeout_ms);
     pthread_mutex_lock(&t->lock);
     int rc = 0;
-    while (!t->addr[0] && !t->stopping && rc == 0)
+    while (!t->addr[0] && !stopping(t) && rc == 0)
         rc = pthread_cond_timedwait(&t->cond, &t->lock, &ts);
     snprintf(out, size, "%s", t->addr);
     int ok = t->addr[0] ? 0 : -1;

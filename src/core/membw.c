@@ -8,6 +8,7 @@
  * Each thread first-touches the range it later streams, so on a NUMA
  * machine pages sit near the thread that uses them. */
 #include "moontail/membw.h"
+#include "moontail/clock.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -85,12 +86,6 @@ WIDE static void job_read(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int mt_membw_measure(mt_pool *pool, size_t array_bytes, int reps, mt_membw *out) {
     triad_job j = {0};
     j.n = (int64_t)(array_bytes / sizeof(double));
@@ -105,11 +100,11 @@ int mt_membw_measure(mt_pool *pool, size_t array_bytes, int reps, mt_membw *out)
     mt_pool_run(pool, j.n_ranges, job_init, &j);
     double best_triad = 1e30, best_read = 1e30;
     for (int r = 0; r < (reps > 0 ? reps : 1); r++) {
-        double t0 = now_s();
+        double t0 = mt_mono_s();
         mt_pool_run(pool, j.n_ranges, job_triad, &j);
-        double t1 = now_s();
+        double t1 = mt_mono_s();
         mt_pool_run(pool, j.n_ranges, job_read, &j);
-        double t2 = now_s();
+        double t2 = mt_mono_s();
         if (t1 - t0 < best_triad) best_triad = t1 - t0;
         if (t2 - t1 < best_read) best_read = t2 - t1;
     }

@@ -8,6 +8,7 @@
  * Hashes of the model's bytes go through the hash cache (hash_cache.h) when
  * the caller gives one: looked up first, stored once computed. */
 #include "shard_internal.h"
+#include "moontail/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,12 +21,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Picks the fastest BLAKE2b code; safe to call again and from any thread. */
 static void hash_init(void) {
@@ -323,7 +318,7 @@ int shard_hash_slices(gguf_reader *rd, const shard_slice *s, size_t n, mt_shard_
     }
     qsort_r(todo, j.n_todo, sizeof *todo, by_bytes_desc, bytes);
     j.todo = todo;
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     if (j.n_todo > 0) {
         if (!(pool = shard_io_pool(io, &owned, err))) goto done;
         shard_progress(io, what, 0, j.total);
@@ -332,7 +327,7 @@ int shard_hash_slices(gguf_reader *rd, const shard_slice *s, size_t n, mt_shard_
     }
     if (io && of_model) {
         io->bytes_hashed += j.total, io->bytes_cached += cached;
-        if (j.n_todo > 0) io->hash_s += now_s() - t0;
+        if (j.n_todo > 0) io->hash_s += mt_mono_s() - t0;
     }
     if (of_model && j.n_todo > 0) {
         for (size_t k = 0; k < j.n_todo; k++) {

@@ -6,6 +6,7 @@
  * comes from a trusted authority, and says so in a last frame (with the
  * reason when it refuses); the client may pin the server's identity. The
  * exact bytes are specified in transport.h. */
+#include "moontail/clock.h"
 #include "moontail/cert.h"
 #include "moontail/transport.h"
 #include "net_internal.h"
@@ -254,7 +255,7 @@ static int recv_verdict(struct mt_conn *c, net_wait w, const char *my_hex, mt_er
 
 static net_wait handshake_wait(const struct mt_conn *c) {
     return (net_wait){.idle_ms = 0,
-                      .deadline_ms = c->timeout_ms > 0 ? net_now_ms() + c->timeout_ms : -1};
+                      .deadline_ms = c->timeout_ms > 0 ? mt_mono_ms() + c->timeout_ms : -1};
 }
 
 int net_handshake_client(struct mt_conn *c, const mt_keys *me, const uint8_t *pinned_pk,

@@ -43,7 +43,6 @@ typedef struct net_wait {
 
 enum { NET_OK = 0, NET_EOF = 1, NET_TIMEOUT = -2, NET_ERR = -1 };
 
-int64_t net_now_ms(void);
 /* Reads exactly n bytes. NET_OK; NET_EOF if the peer closed first (*got says
  * how many bytes came); NET_TIMEOUT or NET_ERR with err set. */
 int net_read_full(int fd, void *buf, size_t n, net_wait w, size_t *got, mt_error *err);

@@ -2,6 +2,7 @@
  * socket with an idle limit and an absolute deadline, via poll(). The socket's
  * own blocking flag is not changed: every call uses MSG_DONTWAIT, and
  * MSG_NOSIGNAL so that a peer that went away gives EPIPE instead of SIGPIPE. */
+#include "moontail/clock.h"
 #include "net_internal.h"
 
 #include <errno.h>
@@ -10,12 +11,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-
-int64_t net_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 const char *net_size_str(uint64_t bytes, char *buf, size_t size) {
     if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
@@ -32,7 +27,7 @@ static int wait_ready(int fd, short events, net_wait w, mt_error *err) {
     for (;;) {
         int ms = w.idle_ms > 0 ? w.idle_ms : -1;
         if (w.deadline_ms >= 0) {
-            int64_t left = w.deadline_ms - net_now_ms();
+            int64_t left = w.deadline_ms - mt_mono_ms();
             if (left <= 0) return NET_TIMEOUT;
             if (ms < 0 || left < ms) ms = (int)left;
         }
@@ -40,7 +35,7 @@ static int wait_ready(int fd, short events, net_wait w, mt_error *err) {
         int r = poll(&p, 1, ms);
         if (r > 0) return NET_OK; /* readable, writable, or an error the next call reports */
         if (r == 0) {
-            if (w.deadline_ms >= 0 && net_now_ms() < w.deadline_ms && w.idle_ms <= 0) continue;
+            if (w.deadline_ms >= 0 && mt_mono_ms() < w.deadline_ms && w.idle_ms <= 0) continue;
             return NET_TIMEOUT;
         }
         if (errno != EINTR) {

@@ -27,6 +27,7 @@
 
 #include "expert_remote.h"
 #include "moontail/expert_dispatch.h"
+#include "moontail/log.h"
 #include "moontail/model.h"
 #include "moontail/node.h"
 #include "moontail/remote.h"
@@ -89,7 +90,7 @@ typedef struct node_session {
     int32_t layer_begin, layer_end; /* the range it was started with */
     int32_t n_past;                 /* positions [0, n_past) are in the cache */
     uint64_t last_used;             /* step of its last request (LRU) */
-    int64_t last_used_ms;           /* node_now_ms() of its last request (idle expiry) */
+    int64_t last_used_ms;           /* mt_mono_ms() of its last request (idle expiry) */
 } node_session;
 
 struct mt_node {
@@ -110,6 +111,7 @@ struct mt_node {
     int listen_fd;
     int wake[2]; /* a pipe: writing to wake[1] ends the accept thread's wait */
     char addr[96];
+    mt_log_source log; /* "node: ADDR: ..." lines (none when cfg.quiet) */
 
     pthread_t accept_thread, worker_thread;
     bool accept_started, worker_started;
@@ -151,7 +153,6 @@ void node_recheck_stop(mt_node *n);
 
 /* ---- node_server.c ---------------------------------------------------------------- */
 
-void node_log(mt_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A copy of the node's identity as it is now (for one handshake); wipe it
  * with mt_keys_wipe after use. */
 void node_identity(mt_node *n, mt_keys *out);
@@ -166,9 +167,6 @@ void node_job_done(node_job *j);
 bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd);
 
 /* ---- node_worker.c ---------------------------------------------------------------- */
-
-/* CLOCK_MONOTONIC in milliseconds (the clock of work_cv's timed waits). */
-int64_t node_now_ms(void);
 
 /* The worker thread (arg: the mt_node). */
 void *node_worker_main(void *arg);

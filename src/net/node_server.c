@@ -18,17 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- log and replies ---------------------------------------------------------------- */
-
-void node_log(mt_node *n, const char *fmt, ...) {
-    if (n->cfg.quiet) return;
-    char line[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "moontail node %s: %s\n", n->addr, line);
-}
+/* ---- identity and replies ----------------------------------------------------------- */
 
 void node_identity(mt_node *n, mt_keys *out) {
     pthread_mutex_lock(&n->id_lock);
@@ -45,7 +35,7 @@ static void node_client_send(node_client *c, uint8_t *buf, size_t len) {
     int rc = mt_conn_send(c->conn, buf, len, &err);
     pthread_mutex_unlock(&c->send_lock);
     free(buf);
-    if (rc) node_log(c->node, "reply to %s failed: %s", c->peer, err.msg);
+    if (rc) mt_log_as(&c->node->log, MT_LOG_WARN, "reply to %s failed: %s", c->peer, err.msg);
 }
 
 void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const char *fmt, ...) {
@@ -58,8 +48,8 @@ void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const c
     pthread_mutex_lock(&n->lock);
     n->stats.errors++;
     pthread_mutex_unlock(&n->lock);
-    node_log(n, "request %llu from %s: error %u: %s", (unsigned long long)request_id, c->peer, code,
-             text);
+    mt_log_as(&n->log, MT_LOG_WARN, "request %llu from %s: error %u: %s",
+              (unsigned long long)request_id, c->peer, code, text);
     size_t len = 0;
     uint8_t *buf = mt_proto_error_reply(request_id, code, &len, "%s", text);
     node_client_send(c, buf, len);
@@ -294,7 +284,8 @@ static void *reader_main(void *arg) {
     if (conn) n->stats.connections++;
     pthread_mutex_unlock(&n->lock);
     if (!conn) {
-        if (!stopping(n)) node_log(n, "connection from %s refused: %s", c->peer, err.msg);
+        if (!stopping(n))
+            mt_log_as(&n->log, MT_LOG_WARN, "connection from %s refused: %s", c->peer, err.msg);
     } else {
         char ip[64];
         snprintf(ip, sizeof ip, "%.63s", c->peer);
@@ -305,8 +296,9 @@ static void *reader_main(void *arg) {
             c->has_cert = true;
             c->cert = *pc;
         } else if (mt_conn_peer_cert_note(conn)[0]) {
-            node_log(n, "%s is admitted by its authorized key; its certificate is not: %s", c->peer,
-                     mt_conn_peer_cert_note(conn));
+            mt_log_as(&n->log, MT_LOG_WARN,
+                      "%s is admitted by its authorized key; its certificate is not: %s", c->peer,
+                      mt_conn_peer_cert_note(conn));
         }
         for (;;) {
             void *buf;
@@ -315,7 +307,9 @@ static void *reader_main(void *arg) {
             if (rc == 1) break;
             if (rc < 0) {
                 if (mt_conn_is_open(conn) && !stopping(n)) continue; /* idle */
-                if (!stopping(n)) node_log(n, "closing connection from %s: %s", c->peer, err.msg);
+                if (!stopping(n))
+                    mt_log_as(&n->log, MT_LOG_INFO, "closing connection from %s: %s", c->peer,
+                              err.msg);
                 break;
             }
             handle_frame(c, buf, len);
@@ -337,7 +331,7 @@ static void *accept_main(void *arg) {
                               {.fd = n->wake[0], .events = POLLIN}};
         int pr = poll(p, 2, -1);
         if (pr < 0 && errno != EINTR) {
-            node_log(n, "waiting for connections: poll: %s", strerror(errno));
+            mt_log_as(&n->log, MT_LOG_ERROR, "waiting for connections: poll: %s", strerror(errno));
             usleep(100 * 1000);
         }
         if (pr <= 0 || p[1].revents) continue; /* woken: the loop checks stop */
@@ -346,7 +340,7 @@ static void *accept_main(void *arg) {
         int fd = mt_accept_tcp(n->listen_fd, 50, peer, sizeof peer, &err);
         if (fd == -2) continue; /* the client gave up meanwhile */
         if (fd < 0) {
-            node_log(n, "accept: %s", err.msg);
+            mt_log_as(&n->log, MT_LOG_ERROR, "accept: %s", err.msg);
             usleep(100 * 1000);
             continue;
         }
@@ -355,8 +349,8 @@ static void *accept_main(void *arg) {
         bool full = n->n_readers >= NODE_MAX_CLIENTS || n->stop || !c;
         pthread_mutex_unlock(&n->lock);
         if (full) {
-            node_log(n, "connection from %s refused: %d connections already", peer,
-                     NODE_MAX_CLIENTS);
+            mt_log_as(&n->log, MT_LOG_WARN, "connection from %s refused: %d connections already",
+                      peer, NODE_MAX_CLIENTS);
             free(c);
             close(fd);
             continue;
@@ -380,7 +374,8 @@ static void *accept_main(void *arg) {
             n->n_readers--;
             client_unref_locked(c); /* closes wake_fd; fd is still ours */
             close(fd);
-            node_log(n, "connection from %s dropped: cannot start a thread", peer);
+            mt_log_as(&n->log, MT_LOG_ERROR, "connection from %s dropped: cannot start a thread",
+                      peer);
         }
         pthread_mutex_unlock(&n->lock);
         pthread_attr_destroy(&attr);
@@ -451,12 +446,12 @@ static int size_sessions(mt_node *n, mt_error *err) {
         return -1;
     n->kv_fixed = fixed;
     n->kv_per_position = per_position;
-    node_log(n,
-             "%d sessions of %d positions; %s KV cache %llu bytes a position (+%llu a session),"
-             " %.1f MB for sessions after %.1f MB of weights",
-             n->cfg.max_sessions, n->cfg.n_ctx, mt_kv_type_name(n->cfg.kv_type),
-             (unsigned long long)per_position, (unsigned long long)fixed,
-             (double)n->kv_budget / 1e6, (double)weights / 1e6);
+    mt_log_as(&n->log, MT_LOG_INFO,
+              "%d sessions of %d positions; %s KV cache %llu bytes a position (+%llu a session),"
+              " %.1f MB for sessions after %.1f MB of weights",
+              n->cfg.max_sessions, n->cfg.n_ctx, mt_kv_type_name(n->cfg.kv_type),
+              (unsigned long long)per_position, (unsigned long long)fixed,
+              (double)n->kv_budget / 1e6, (double)weights / 1e6);
     return 0;
 }
 
@@ -492,6 +487,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     pthread_cond_init(&n->done_cv, NULL);
     pthread_cond_init(&n->fwd_cv, NULL);
     snprintf(n->addr, sizeof n->addr, "(starting)");
+    mt_log_source_init(&n->log, "node", n->addr, n->cfg.quiet);
     if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
     if (n->cfg.timeout_ms <= 0) n->cfg.timeout_ms = 30000;
     if (n->cfg.session_idle_ms <= 0) n->cfg.session_idle_ms = 600000;
@@ -537,6 +533,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     int hl = colon ? (int)(colon - listen) : 0;
     snprintf(n->addr, sizeof n->addr, "%.*s:%d", hl ? hl : 9, hl ? listen : "127.0.0.1",
              mt_listen_port(n->listen_fd));
+    mt_log_source_init(&n->log, "node", n->addr, n->cfg.quiet);
     if (pthread_create(&n->worker_thread, NULL, node_worker_main, n) != 0) {
         mt_error_set(err, "cannot start the worker thread");
         goto fail;
@@ -573,14 +570,14 @@ void mt_node_stop(mt_node *n) {
         mt_node_stats st;
         mt_node_get_stats(n, &st);
         const mt_node_stats *s = &st;
-        node_log(n,
-                 "stopping: %llu tokens in %llu stage batches (at most %d requests in one),"
-                 " %llu expert batches (at most %d requests in one); sessions: %d held,"
-                 " %llu expired unused, %llu evicted",
-                 (unsigned long long)s->served_tokens, (unsigned long long)s->stage_batches,
-                 s->max_stage_requests, (unsigned long long)s->expert_batches,
-                 s->max_expert_requests, s->sessions, (unsigned long long)s->expired,
-                 (unsigned long long)s->evictions);
+        mt_log_as(&n->log, MT_LOG_INFO,
+                  "stopping: %llu tokens in %llu stage batches (at most %d requests in one),"
+                  " %llu expert batches (at most %d requests in one); sessions: %d held,"
+                  " %llu expired unused, %llu evicted",
+                  (unsigned long long)s->served_tokens, (unsigned long long)s->stage_batches,
+                  s->max_stage_requests, (unsigned long long)s->expert_batches,
+                  s->max_expert_requests, s->sessions, (unsigned long long)s->expired,
+                  (unsigned long long)s->evictions);
     }
     pthread_mutex_lock(&n->lock);
     for (node_client *c = n->clients; c; c = c->next)
@@ -635,10 +632,10 @@ int mt_node_set_cert(mt_node *n, const uint8_t *cert, size_t len, mt_error *err)
     if (cert && len && mt_cert_decode(cert, len, &c, NULL) == 0) {
         char until[32];
         mt_cert_time_str(c.not_after, until);
-        node_log(n, "certificate replaced: serial %llu, valid until %s",
-                 (unsigned long long)c.serial, until);
+        mt_log_as(&n->log, MT_LOG_INFO, "certificate replaced: serial %llu, valid until %s",
+                  (unsigned long long)c.serial, until);
     } else {
-        node_log(n, "certificate removed");
+        mt_log_as(&n->log, MT_LOG_INFO, "certificate removed");
     }
     return 0;
 }

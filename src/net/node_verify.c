@@ -5,6 +5,7 @@
  * maps it) is noticed. A failed re-check stops the node computing: its
  * numbers would be wrong. The hashing itself is the shards' own
  * (mt_shard_verify_io, mt_shard_verify_tensor). */
+#include "moontail/clock.h"
 #include "moontail/shard.h"
 #include "node_internal.h"
 
@@ -20,17 +21,11 @@
 #define RECHECK_MS_DEFAULT   10000
 #define RECHECK_RATE_DEFAULT (64ull << 20)
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Waits on recheck_cv until mono_s() reaches `until` or the node stops
+/* Waits on recheck_cv until mt_mono_s() reaches `until` or the node stops
  * (caller holds n->lock). */
 static void wait_until(mt_node *n, double until) {
     while (!n->stop) {
-        double now = mono_s();
+        double now = mt_mono_s();
         if (now >= until) return;
         struct timespec ts = {.tv_sec = (time_t)until,
                               .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
@@ -46,10 +41,10 @@ int node_verify_shard(mt_node *n, const char *path, mt_error *err) {
     if (rc == MT_SHARD_NOT_A_SHARD) {
         free(info);
         if (err) err->msg[0] = 0;
-        node_log(n,
-                 "%s is a whole model, not a shard: it stores no tensor hashes, so there is"
-                 " nothing to verify",
-                 path);
+        mt_log_as(&n->log, MT_LOG_INFO,
+                  "%s is a whole model, not a shard: it stores no tensor hashes, so there is"
+                  " nothing to verify",
+                  path);
         return 0;
     }
     if (rc) {
@@ -58,7 +53,8 @@ int node_verify_shard(mt_node *n, const char *path, mt_error *err) {
     }
     n->shard_info = info;
     if (n->cfg.shard_verified) {
-        node_log(n, "%s: its bytes were just checked by the caller; not hashed again", path);
+        mt_log_as(&n->log, MT_LOG_INFO,
+                  "%s: its bytes were just checked by the caller; not hashed again", path);
         return 0;
     }
     uint64_t bytes = 0;
@@ -67,12 +63,12 @@ int node_verify_shard(mt_node *n, const char *path, mt_error *err) {
     mt_shard_io io = {.threads = n->cfg.threads,
                       .progress = n->cfg.verify_progress,
                       .progress_ctx = n->cfg.verify_progress_ctx};
-    double t0 = mono_s();
+    double t0 = mt_mono_s();
     if (mt_shard_verify_io(f, &io, err)) return -1;
-    double s = mono_s() - t0;
-    node_log(n, "%s: all %llu tensors match their stored hashes (%.1f MB in %.2f s, %.2f GB/s)",
-             path, (unsigned long long)info->n_tensors, bytes / 1e6, s,
-             s > 0 ? bytes / 1e9 / s : 0.0);
+    double s = mt_mono_s() - t0;
+    mt_log_as(&n->log, MT_LOG_INFO,
+              "%s: all %llu tensors match their stored hashes (%.1f MB in %.2f s, %.2f GB/s)", path,
+              (unsigned long long)info->n_tensors, bytes / 1e6, s, s > 0 ? bytes / 1e9 / s : 0.0);
     return 0;
 }
 
@@ -102,10 +98,10 @@ static void *recheck_main(void *arg) {
         (uint32_t)(info->n_tensors < UINT32_MAX ? info->n_tensors : UINT32_MAX));
     pthread_mutex_lock(&n->lock);
     while (!n->stop && !n->shard_bad) {
-        wait_until(n, mono_s() + n->cfg.recheck_ms / 1000.0);
+        wait_until(n, mt_mono_s() + n->cfg.recheck_ms / 1000.0);
         if (n->stop) break;
         pthread_mutex_unlock(&n->lock);
-        pace p = {n, mono_s()};
+        pace p = {n, mt_mono_s()};
         mt_shard_io io = {.threads = 1, .progress = pace_progress, .progress_ctx = &p};
         mt_error e = {{0}};
         int rc = mt_shard_verify_tensor(n->model->gguf, info, next, &io, &e);
@@ -117,8 +113,9 @@ static void *recheck_main(void *arg) {
             n->shard_bad = true;
             snprintf(n->shard_error, sizeof n->shard_error, "%s", e.msg);
             pthread_mutex_unlock(&n->lock);
-            node_log(n, "the background shard check failed, so this node computes nothing more: %s",
-                     e.msg);
+            mt_log_as(&n->log, MT_LOG_ERROR,
+                      "the background shard check failed, so this node computes nothing more: %s",
+                      e.msg);
             pthread_mutex_lock(&n->lock);
         }
     }

@@ -6,6 +6,7 @@
  * replies to each (a chained STAGE_FORWARD's rows go back to its reader,
  * which forwards them: node_chain.c). Between steps, and while it waits
  * for work, it drops sessions unused for session_idle_ms (node.h). */
+#include "moontail/clock.h"
 #include "node_internal.h"
 
 #include <sodium.h>
@@ -13,12 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-int64_t node_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- sessions (worker only) --------------------------------------------------------- */
 
@@ -55,8 +50,9 @@ static void sessions_expire(mt_node *n, int64_t now) {
     pthread_mutex_lock(&n->lock);
     n->stats.expired += (uint64_t)dropped;
     pthread_mutex_unlock(&n->lock);
-    node_log(n, "%d session%s unused for %d s expired; %.1f MB of KV cache freed", dropped,
-             dropped == 1 ? "" : "s", n->cfg.session_idle_ms / 1000, (double)bytes / 1e6);
+    mt_log_as(&n->log, MT_LOG_INFO,
+              "%d session%s unused for %d s expired; %.1f MB of KV cache freed", dropped,
+              dropped == 1 ? "" : "s", n->cfg.session_idle_ms / 1000, (double)bytes / 1e6);
 }
 
 /* A free slot, else the least recently used session not used in this step
@@ -120,13 +116,10 @@ static void maybe_corrupt(mt_node *n, const mt_proto_msg *m, float *rows, size_t
         bits ^= 0x80000000u;
         memcpy(&rows[i], &bits, sizeof bits);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    node_log(n,
-             "misbehave (testing only): corrupted the output of session %016llx positions"
-             " [%d, %d) at unix ms %lld",
-             (unsigned long long)m->session, m->pos[0], m->pos[0] + m->n,
-             (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    mt_log_as(&n->log, MT_LOG_WARN,
+              "misbehave (testing only): corrupted the output of session %016llx positions"
+              " [%d, %d) at unix ms %lld",
+              (unsigned long long)m->session, m->pos[0], m->pos[0] + m->n, (long long)mt_wall_ms());
 }
 
 /* ---- the worker --------------------------------------------------------------------- */
@@ -347,7 +340,7 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
         return -1;
     }
     s->last_used = n->step;
-    s->last_used_ms = node_now_ms();
+    s->last_used_ms = mt_mono_ms();
     if (kv_make_room(n, s, (uint64_t)p0 + (uint64_t)m->n)) {
         node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY,
                         "this node's KV memory (%.1f MB) is taken by the sessions of this step;"
@@ -388,7 +381,7 @@ static node_job *worker_step(mt_node *n, node_job *list) {
         if (!defer && m->type == MT_PROTO_STAGE_FORWARD && tokens && tokens + m->n > max_tok) {
             defer = true; /* and keep its session from being evicted or expired meanwhile */
             if ((s = session_find(n, j->client->pk, m->session)))
-                s->last_used = n->step, s->last_used_ms = node_now_ms();
+                s->last_used = n->step, s->last_used_ms = mt_mono_ms();
             s = NULL;
         }
         if (!defer && m->type == MT_PROTO_EXPERT_RUN) defer = rows && rows + m->n > max_rows;
@@ -461,7 +454,7 @@ static node_job *refuse_all(mt_node *n, node_job *list) {
 
 void *node_worker_main(void *arg) {
     mt_node *n = arg;
-    int64_t next_sweep = node_now_ms() + sweep_interval_ms(n);
+    int64_t next_sweep = mt_mono_ms() + sweep_interval_ms(n);
     pthread_mutex_lock(&n->lock);
     while (!n->stop) {
         if (n->q_head && !n->held) {
@@ -488,7 +481,7 @@ void *node_worker_main(void *arg) {
                                      .tv_nsec = (long)(next_sweep % 1000) * 1000000L};
             pthread_cond_timedwait(&n->work_cv, &n->lock, &until); /* woken or timed out */
         }
-        int64_t now = node_now_ms();
+        int64_t now = mt_mono_ms();
         if (now >= next_sweep && !n->stop) {
             pthread_mutex_unlock(&n->lock);
             sessions_expire(n, now);

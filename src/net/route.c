@@ -8,6 +8,7 @@
 #include "moontail/route.h"
 #include "expert_remote.h"
 #include "route_check.h"
+#include "moontail/clock.h"
 #include "route_test_pause.h"
 #include "moontail/expert_dispatch.h"
 #include "moontail/remote.h"
@@ -494,12 +495,6 @@ uint64_t mt_route_session_id(const mt_route_session *s) {
 
 enum { PASS_OK = 0, PASS_FAIL = -1, PASS_REPLAY = 1 };
 
-static int64_t unix_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* After a pass: waits for the spot-checks it sent (sent[i]: stage i's) and
  * compares. The checkers had the pass's whole duration to answer; they get
  * 2 s plus that duration again, then their check is dropped (a slow checker
@@ -508,7 +503,7 @@ static int64_t unix_ms(void) {
 static int finish_checks(mt_route *r, mt_route_session *s, const bool *sent,
                          const int64_t *reply_ms, int32_t p0, int32_t n, double t_start, int rc,
                          mt_error *err) {
-    const double now = route_check_now_ms(), deadline = now + 2000 + (now - t_start);
+    const double now = mt_mono_ms_frac(), deadline = now + 2000 + (now - t_start);
     mt_route_check_stats *st = r->check_stats;
     for (int i = 0; i < r->n_stages; i++) {
         if (!sent[i]) continue;
@@ -546,7 +541,7 @@ static int finish_checks(mt_route *r, mt_route_session *s, const bool *sent,
         memcpy(m->checked_hash, res.main_hash, sizeof m->checked_hash);
         memcpy(m->checker_hash, res.check_hash, sizeof m->checker_hash);
         m->reply_unix_ms = reply_ms[i];
-        m->detected_unix_ms = unix_ms();
+        m->detected_unix_ms = mt_wall_ms();
         r->has_mismatch = true;
         rc = mt_error_set(err,
                           "spot check: stage %s and checker %s computed layers [%d, %d) of"
@@ -597,7 +592,7 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
     const bool checking = s->checks && n_calls == r->n_stages;
     bool sent[checking ? r->n_stages : 1];
     int64_t reply_ms[checking ? r->n_stages : 1];
-    const double t_start = route_check_now_ms();
+    const double t_start = mt_mono_ms_frac();
     int rc = PASS_OK;
     for (int i = 0; i < n_calls && rc == PASS_OK; i++) {
         route_stage *st = &r->stages[i];
@@ -617,18 +612,18 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
         st->failed = false;
         const int wait_ms = route_call_timeout(r, st, n);
         mt_remote_set_call_timeout(st->r, wait_ms);
-        const double t_call = route_check_now_ms();
+        const double t_call = mt_mono_ms_frac();
         if (mt_remote_stage_chain(st->r, s->id, st->layer_begin, st->layer_end, r->hops, n_hops,
                                   pos, n, hidden, r->wire, &code, err) == 0) {
-            route_call_seen(st, n, route_check_now_ms() - t_call);
+            route_call_seen(st, n, mt_mono_ms_frac() - t_call);
             if (checking && sent[i]) {
-                reply_ms[i] = unix_ms();
+                reply_ms[i] = mt_wall_ms();
                 route_check_keep_main(s->checks[i], hidden);
             }
             continue;
         }
         if (code == 0 && wait_ms < r->call_timeout_ms &&
-            route_check_now_ms() - t_call >= wait_ms - 50) {
+            mt_mono_ms_frac() - t_call >= wait_ms - 50) {
             char first[sizeof err->msg];
             snprintf(first, sizeof first, "%s", err->msg);
             mt_error_set(err,

@@ -4,6 +4,7 @@
  * compares outputs. The check object is shared by the two sides and freed by
  * whichever lets go of it last. */
 #include "route_check.h"
+#include "moontail/clock.h"
 #include "moontail/remote.h"
 
 #include <pthread.h>
@@ -33,12 +34,6 @@ struct route_check {
     float *main;    /* (cap, width) the checked stage's output (route side only) */
     int32_t n_main; /* rows kept in main for the job (0: none) */
 };
-
-double route_check_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static void release(route_check *k) {
     pthread_mutex_lock(&k->lock);
@@ -193,7 +188,7 @@ route_check_outcome route_check_wait(route_check *k, double deadline_ms, route_c
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&k->lock);
     while (!k->failed && (k->state == JOB_QUEUED || k->state == JOB_RUNNING)) {
-        double left = deadline_ms - route_check_now_ms();
+        double left = deadline_ms - mt_mono_ms_frac();
         if (left <= 0) break;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);

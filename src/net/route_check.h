@@ -65,7 +65,4 @@ void route_check_end(route_check *k);
 const char *route_check_addr(const route_check *k);
 const uint8_t *route_check_pk(const route_check *k);
 
-/* CLOCK_MONOTONIC in ms. */
-double route_check_now_ms(void);
-
 #endif

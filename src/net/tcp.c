@@ -1,6 +1,7 @@
 /* tcp.c - TCP sockets for the transport: strict "host:port" parsing,
  * listening (loopback unless an address says otherwise), accepting and
  * connecting with timeouts. Encryption and authentication are conn.c's job. */
+#include "moontail/clock.h"
 #include "moontail/transport.h"
 #include "net_internal.h"
 
@@ -191,11 +192,11 @@ int mt_listen_port(int fd) {
 }
 
 int mt_accept_tcp(int listen_fd, int timeout_ms, char *peer, size_t peer_size, mt_error *err) {
-    int64_t deadline = timeout_ms > 0 ? net_now_ms() + timeout_ms : -1;
+    int64_t deadline = timeout_ms > 0 ? mt_mono_ms() + timeout_ms : -1;
     for (;;) {
         int ms = -1;
         if (deadline >= 0) {
-            int64_t left = deadline - net_now_ms();
+            int64_t left = deadline - mt_mono_ms();
             if (left <= 0) {
                 mt_error_set(err, "no connection within %d ms", timeout_ms);
                 return -2;
@@ -241,9 +242,9 @@ static int connect_one(const struct addrinfo *ai, int timeout_ms, const char *ad
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
         e = errno;
         if (e == EINPROGRESS) {
-            int64_t deadline = timeout_ms > 0 ? net_now_ms() + timeout_ms : -1;
+            int64_t deadline = timeout_ms > 0 ? mt_mono_ms() + timeout_ms : -1;
             for (;;) {
-                int ms = deadline >= 0 ? (int)(deadline - net_now_ms()) : -1;
+                int ms = deadline >= 0 ? (int)(deadline - mt_mono_ms()) : -1;
                 if (deadline >= 0 && ms <= 0) {
                     e = ETIMEDOUT;
                     break;

@@ -18,7 +18,7 @@ long_prompt() {
     pids+=("$PPID_")
     wait_stopped "$PPID_" "$limit" ||
         bad "$name: the generation did not stop at position ${PAUSE_AT:-100}: $(tail -3 "$tmp/$name.err")"
-    ROUTE=$(sed -n 's/^requester: route: //p' "$tmp/$name.err" | head -1)
+    ROUTE=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/$name.err" | head -1)
     FIRST=${ROUTE%%\[*}
     LAST=${ROUTE##* }
     LAST=${LAST%%\[*}

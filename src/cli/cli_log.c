@@ -1,0 +1,51 @@
+/* cli_log.c - the log options of the long-running commands (--log-level,
+ * --log-file, --log-format; CLI_LOG_OPTS in cli.h) applied to the process
+ * log (moontail/log.h), and their wait for a stop signal, which reopens the
+ * log file on SIGHUP (logrotate moves the file, then sends SIGHUP). */
+#include "cli.h"
+#include "moontail/log.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+bool cli_log_setup(const char *cmd, const cli_log_opts *o) {
+    mt_error err = {{0}};
+    mt_log_level level = MT_LOG_INFO;
+    mt_log_format format = MT_LOG_TEXT;
+    if (o->level && mt_log_parse_level(o->level, &level, &err)) {
+        fprintf(stderr, "moontail %s: --log-level: %s\n", cmd, err.msg);
+        return false;
+    }
+    if (o->format && mt_log_parse_format(o->format, &format, &err)) {
+        fprintf(stderr, "moontail %s: --log-format: %s\n", cmd, err.msg);
+        return false;
+    }
+    if (o->file && !o->file[0]) {
+        fprintf(stderr, "moontail %s: --log-file needs a path\n", cmd);
+        return false;
+    }
+    if (o->file && mt_log_open_file(o->file, &err)) {
+        fprintf(stderr, "moontail %s: --log-file: %s\n", cmd, err.msg);
+        return false;
+    }
+    mt_log_set_level(level);
+    mt_log_set_format(format);
+    return true;
+}
+
+void cli_log_reopen(const char *component) {
+    mt_error err = {{0}};
+    if (mt_log_reopen(&err))
+        mt_log(MT_LOG_ERROR, component, "SIGHUP: %s; the log goes on in the old file", err.msg);
+    else
+        mt_log(MT_LOG_INFO, component, "SIGHUP: log file opened again");
+}
+
+int cli_wait_stop(const sigset_t *sigs, const char *component) {
+    for (;;) {
+        int sig = 0;
+        if (sigwait(sigs, &sig) != 0) continue;
+        if (sig != SIGHUP) return sig;
+        cli_log_reopen(component);
+    }
+}

@@ -1,0 +1,77 @@
+/* bg_thread.c - a background thread's start, sleep, wake and stop
+ * (bg_thread.h). The wakes are an eventfd's counter: a wake adds to it, a
+ * sleep that sees it readable reads it back to 0; the stop flag is set
+ * before the wake that announces it, so a woken sleeper always sees it. */
+#include "moontail/bg_thread.h"
+#include "moontail/clock.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+int mt_bg_thread_init(mt_bg_thread *t, mt_error *err) {
+    memset(t, 0, sizeof *t);
+    atomic_init(&t->stop, false);
+    t->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (t->wake_fd < 0)
+        return mt_error_set(err, "cannot make an eventfd for a background thread: %s",
+                            strerror(errno));
+    return 0;
+}
+
+int mt_bg_thread_start(mt_bg_thread *t, void *(*fn)(void *), void *arg, mt_error *err) {
+    if (t->wake_fd < 0) return mt_error_set(err, "a background thread without its eventfd");
+    int rc = pthread_create(&t->thread, NULL, fn, arg);
+    if (rc != 0) return mt_error_set(err, "cannot start a background thread: %s", strerror(rc));
+    t->started = true;
+    return 0;
+}
+
+bool mt_bg_thread_stopping(mt_bg_thread *t) {
+    return atomic_load(&t->stop);
+}
+
+void mt_bg_thread_wake(mt_bg_thread *t) {
+    uint64_t one = 1;
+    /* EAGAIN (the counter is full) leaves it readable, which is all a wake needs */
+    if (t->wake_fd >= 0) (void)!write(t->wake_fd, &one, sizeof one);
+}
+
+int mt_bg_thread_wake_fd(const mt_bg_thread *t) {
+    return t->wake_fd;
+}
+
+void mt_bg_thread_clear(mt_bg_thread *t) {
+    uint64_t n;
+    if (t->wake_fd >= 0) (void)!read(t->wake_fd, &n, sizeof n);
+}
+
+mt_bg_wake mt_bg_thread_sleep(mt_bg_thread *t, int64_t ms) {
+    int64_t until = mt_mono_ms() + (ms > 0 ? ms : 0);
+    for (;;) {
+        if (mt_bg_thread_stopping(t)) return MT_BG_STOP;
+        int64_t left = until - mt_mono_ms();
+        struct pollfd p = {.fd = t->wake_fd, .events = POLLIN};
+        int rc = poll(&p, 1, left <= 0 ? 0 : left > 1 << 30 ? 1 << 30 : (int)left);
+        if (rc > 0) {
+            mt_bg_thread_clear(t);
+            return mt_bg_thread_stopping(t) ? MT_BG_STOP : MT_BG_WOKEN;
+        }
+        if (rc < 0 && errno != EINTR) return MT_BG_TIMEOUT; /* not a descriptor: no sleep */
+        if (rc == 0 && left <= 0) return MT_BG_TIMEOUT;
+    }
+}
+
+void mt_bg_thread_stop(mt_bg_thread *t) {
+    atomic_store(&t->stop, true);
+    mt_bg_thread_wake(t);
+    if (t->started) pthread_join(t->thread, NULL);
+    t->started = false;
+}
+
+void mt_bg_thread_destroy(mt_bg_thread *t) {
+    if (t->wake_fd >= 0) close(t->wake_fd);
+    t->wake_fd = -1;
+}

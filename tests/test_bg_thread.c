@@ -1,0 +1,218 @@
+/* test_bg_thread.c - the background-thread life cycle (bg_thread.h) and the
+ * clocks it sleeps on (clock.h): a thread sleeping for an hour returns
+ * because of the stop (not a timeout) and is joined; a wake ends a sleep
+ * early and is not lost when made before the sleep; wakes coalesce; a sleep
+ * without a wake lasts at least its time (measured with clock_gettime); a
+ * thread polling a socket beside the wake descriptor serves the socket and
+ * ends on the stop; stopping a thread never started, or twice, is harmless.
+ * The clocks agree with clock_gettime and time(2). No time limits: a stop
+ * that did not wake its thread would hang the test (CTest's timeout). */
+#include "check.h"
+#include "moontail/bg_thread.h"
+#include "moontail/clock.h"
+
+#include <poll.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+
+enum { HOUR_MS = 3600 * 1000 };
+
+static double realtime_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static double monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- the clocks ----------------------------------------------------------------------------- */
+
+static void test_clocks(void) {
+    double m0 = monotonic_ms();
+    int64_t a = mt_mono_ms();
+    double b = mt_mono_ms_frac(), c = mt_mono_s();
+    double m1 = monotonic_ms();
+    CHECK(a >= (int64_t)m0 && a <= (int64_t)m1, "mt_mono_ms %lld outside [%f, %f]", (long long)a,
+          m0, m1);
+    CHECK(b >= m0 && b <= m1, "mt_mono_ms_frac %f outside [%f, %f]", b, m0, m1);
+    CHECK(c * 1e3 >= m0 - 1e-3 && c * 1e3 <= m1 + 1e-3, "mt_mono_s %f outside [%f, %f] ms", c, m0,
+          m1);
+    time_t t0 = time(NULL);
+    int64_t w = mt_wall_ms();
+    time_t t1 = time(NULL);
+    CHECK(w >= (int64_t)t0 * 1000 && w < ((int64_t)t1 + 1) * 1000,
+          "mt_wall_ms %lld outside the second(s) time(2) gave: %lld..%lld", (long long)w,
+          (long long)t0, (long long)t1);
+    double r0 = realtime_ms();
+    struct timespec at = mt_realtime_after_ms(1500);
+    double r1 = realtime_ms(), at_ms = (double)at.tv_sec * 1e3 + at.tv_nsec / 1e6;
+    CHECK(at.tv_nsec >= 0 && at.tv_nsec < 1000000000L && at_ms >= r0 + 1500 - 1e-3 &&
+              at_ms <= r1 + 1500 + 1e-3,
+          "mt_realtime_after_ms(1500) = %f, not 1500 ms after [%f, %f]", at_ms, r0, r1);
+}
+
+/* ---- sleeping threads ----------------------------------------------------------------------- */
+
+typedef struct sleeper {
+    mt_bg_thread bg;
+    atomic_int phase;              /* 1: about to sleep the first time, 2: the second */
+    mt_bg_wake first, second;      /* why each sleep ended */
+    atomic_int sleeps, after_stop; /* sleeps made; loop turns seen stopping */
+} sleeper;
+
+/* Sleeps an hour (woken: sleeps another hour), then leaves. */
+static void *sleeper_main(void *arg) {
+    sleeper *s = arg;
+    atomic_store(&s->phase, 1);
+    s->first = mt_bg_thread_sleep(&s->bg, HOUR_MS);
+    atomic_fetch_add(&s->sleeps, 1);
+    if (s->first == MT_BG_WOKEN) {
+        atomic_store(&s->phase, 2);
+        s->second = mt_bg_thread_sleep(&s->bg, HOUR_MS);
+        atomic_fetch_add(&s->sleeps, 1);
+    }
+    if (mt_bg_thread_stopping(&s->bg)) atomic_fetch_add(&s->after_stop, 1);
+    return NULL;
+}
+
+static void wait_phase(sleeper *s, int phase) {
+    while (atomic_load(&s->phase) < phase) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
+static void test_stop_wakes(void) {
+    sleeper s = {0};
+    mt_error err = {{0}};
+    CHECK(mt_bg_thread_init(&s.bg, &err) == 0, "init: %s", err.msg);
+    CHECK(!mt_bg_thread_stopping(&s.bg), "a new thread is not stopping");
+    CHECK(mt_bg_thread_start(&s.bg, sleeper_main, &s, &err) == 0, "start: %s", err.msg);
+    wait_phase(&s, 1);
+    mt_bg_thread_stop(&s.bg); /* returns only once the thread is joined */
+    CHECK(s.first == MT_BG_STOP, "an hour's sleep ended by %d, not by the stop (%d)", s.first,
+          MT_BG_STOP);
+    CHECK(atomic_load(&s.sleeps) == 1 && atomic_load(&s.after_stop) == 1,
+          "the thread slept %d times and saw the stop %d times", atomic_load(&s.sleeps),
+          atomic_load(&s.after_stop));
+    CHECK(mt_bg_thread_stopping(&s.bg), "stopping after the stop");
+    mt_bg_thread_stop(&s.bg); /* twice: nothing left to join */
+    mt_bg_thread_destroy(&s.bg);
+    mt_bg_thread_destroy(&s.bg);
+}
+
+static void test_wake_then_stop(void) {
+    sleeper s = {0};
+    mt_error err = {{0}};
+    CHECK(mt_bg_thread_init(&s.bg, &err) == 0, "init: %s", err.msg);
+    CHECK(mt_bg_thread_start(&s.bg, sleeper_main, &s, &err) == 0, "start: %s", err.msg);
+    wait_phase(&s, 1);
+    mt_bg_thread_wake(&s.bg); /* during the first sleep, or before it: either way it ends it */
+    wait_phase(&s, 2);
+    CHECK(s.first == MT_BG_WOKEN, "the first sleep ended by %d, not the wake", s.first);
+    CHECK(!mt_bg_thread_stopping(&s.bg), "a wake is not a stop");
+    mt_bg_thread_stop(&s.bg);
+    CHECK(s.second == MT_BG_STOP, "the second sleep ended by %d, not the stop", s.second);
+    CHECK(atomic_load(&s.sleeps) == 2, "%d sleeps, wanted 2", atomic_load(&s.sleeps));
+    mt_bg_thread_destroy(&s.bg);
+}
+
+/* Sleeps in this thread: no thread needed to see the wakes kept. */
+static void test_wakes_kept(void) {
+    mt_bg_thread t;
+    mt_error err = {{0}};
+    CHECK(mt_bg_thread_init(&t, &err) == 0, "init: %s", err.msg);
+    CHECK(mt_bg_thread_sleep(&t, 0) == MT_BG_TIMEOUT, "a sleep of 0 ms without a wake times out");
+    mt_bg_thread_wake(&t);
+    CHECK(mt_bg_thread_sleep(&t, HOUR_MS) == MT_BG_WOKEN, "a wake made before the sleep is kept");
+    mt_bg_thread_wake(&t);
+    mt_bg_thread_wake(&t);
+    mt_bg_thread_wake(&t);
+    CHECK(mt_bg_thread_sleep(&t, HOUR_MS) == MT_BG_WOKEN, "three wakes end one sleep");
+    CHECK(mt_bg_thread_sleep(&t, 0) == MT_BG_TIMEOUT, "and were all taken by it");
+    double t0 = monotonic_ms();
+    mt_bg_wake w = mt_bg_thread_sleep(&t, 30);
+    double slept = monotonic_ms() - t0;
+    CHECK(w == MT_BG_TIMEOUT && slept >= 30, "a 30 ms sleep returned %d after %.2f ms", w, slept);
+    mt_bg_thread_wake(&t);
+    struct pollfd p = {.fd = mt_bg_thread_wake_fd(&t), .events = POLLIN};
+    CHECK(poll(&p, 1, 0) == 1 && (p.revents & POLLIN), "the wake descriptor is readable");
+    mt_bg_thread_clear(&t);
+    CHECK(poll(&p, 1, 0) == 0, "and not once cleared");
+    /* the stop, asked before the sleep: the sleep returns at once, whatever its length */
+    mt_bg_thread_stop(&t); /* never started: nothing to join */
+    CHECK(mt_bg_thread_sleep(&t, HOUR_MS) == MT_BG_STOP, "a sleep after the stop returns STOP");
+    CHECK(mt_bg_thread_sleep(&t, HOUR_MS) == MT_BG_STOP, "every time");
+    mt_bg_thread_destroy(&t);
+}
+
+/* ---- a thread polling a socket beside the wake descriptor ----------------------------------- */
+
+typedef struct echo {
+    mt_bg_thread bg;
+    int fd;
+    atomic_int served;
+    bool ended_by_stop;
+} echo;
+
+/* Echoes each byte +1 until stopped (the wake descriptor tells it). */
+static void *echo_main(void *arg) {
+    echo *e = arg;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = mt_bg_thread_wake_fd(&e->bg), .events = POLLIN},
+                              {.fd = e->fd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) continue;
+        if (p[0].revents) {
+            mt_bg_thread_clear(&e->bg);
+            if (mt_bg_thread_stopping(&e->bg)) {
+                e->ended_by_stop = true;
+                return NULL;
+            }
+        }
+        if (p[1].revents & POLLIN) {
+            char c;
+            if (read(e->fd, &c, 1) != 1) return NULL;
+            c++;
+            if (write(e->fd, &c, 1) == 1) atomic_fetch_add(&e->served, 1);
+        }
+    }
+}
+
+static void test_poller(void) {
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+    echo e = {.fd = sv[1]};
+    mt_error err = {{0}};
+    CHECK(mt_bg_thread_init(&e.bg, &err) == 0, "init: %s", err.msg);
+    CHECK(mt_bg_thread_start(&e.bg, echo_main, &e, &err) == 0, "start: %s", err.msg);
+    for (char c = 'a'; c < 'e'; c++) {
+        char got = 0;
+        CHECK(write(sv[0], &c, 1) == 1 && read(sv[0], &got, 1) == 1 && got == c + 1,
+              "echo of '%c': '%c'", c, got);
+    }
+    mt_bg_thread_wake(&e.bg); /* a wake alone does not end it */
+    char c = 'x', got = 0;
+    CHECK(write(sv[0], &c, 1) == 1 && read(sv[0], &got, 1) == 1 && got == 'y',
+          "still serving after a wake: '%c'", got);
+    mt_bg_thread_stop(&e.bg);
+    CHECK(e.ended_by_stop && atomic_load(&e.served) == 5,
+          "the poller ended by the stop (%d) after serving %d bytes", e.ended_by_stop,
+          atomic_load(&e.served));
+    mt_bg_thread_destroy(&e.bg);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+int main(void) {
+    test_clocks();
+    test_stop_wakes();
+    test_wake_then_stop();
+    test_wakes_kept();
+    test_poller();
+    return check_report("test_bg_thread");
+}
