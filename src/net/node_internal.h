@@ -151,7 +151,7 @@ int node_recheck_start(mt_node *n, mt_error *err);
 /* Ends it (after n->stop is set) and frees the shard info. */
 void node_recheck_stop(mt_node *n);
 
-/* ---- node_server.c ---------------------------------------------------------------- */
+/* ---- node_jobs.c ------------------------------------------------------------------ */
 
 /* A copy of the node's identity as it is now (for one handshake); wipe it
  * with mt_keys_wipe after use. */
@@ -162,9 +162,15 @@ void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const c
 void node_send_msg(node_client *c, const mt_proto_msg *m);
 /* A queued request is finished (replied to): frees it, drops its reference. */
 void node_job_done(node_job *j);
+/* Checks a decoded request against what this node holds (before queueing):
+ * 0, or -1 with *code and err. Session state is checked by the worker. */
+int node_check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_error *err);
 /* Queues a validated request for the worker (takes m's arrays; fwd: see
  * node_fwd). false when it was answered with an ERROR instead. */
 bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd);
+/* Drops one reference to c (n->lock held); the last one closes its
+ * connection and frees it. */
+void node_client_unref_locked(node_client *c);
 
 /* ---- node_worker.c ---------------------------------------------------------------- */
 
