@@ -344,7 +344,8 @@ static int start_background(const cli_config *c, const char *self) {
     node_args(c, self, capmb, argv);
     cli_home_path(c->home, "node.log", log, sizeof log);
     cli_home_path(c->home, "node.pid", pidf, sizeof pidf);
-    note_made(log, false);
+    struct stat sb;
+    if (stat(log, &sb) != 0) note_made(log, false); /* a log kept from before stays as it is */
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
