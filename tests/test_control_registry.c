@@ -222,7 +222,12 @@ static int fake_join_at(const char *account, const char *pk, int64_t capacity, c
 
 static int fake_join(const char *account, const char *pk, int64_t capacity, fake_node *n,
                      mt_error *err) {
-    return fake_join_at(account, pk, capacity, "127.0.0.1:9", n, err);
+    /* a loopback address of its own where nothing listens: two live nodes cannot share one */
+    static int k = 0;
+    char addr[64];
+    k++;
+    snprintf(addr, sizeof addr, "127.0.%d.%d:9", 9 + k / 250, 1 + k % 250);
+    return fake_join_at(account, pk, capacity, addr, n, err);
 }
 
 static void new_pk(char pk[MT_KEYS_HEX_SIZE]) {
@@ -429,6 +434,24 @@ static void test_node_validation(const char *alice, const char *bob) {
           json_array_size(json_object_get(me, "nodes")));
     json_decref(me);
 
+    /* two live nodes cannot share one data-plane address (a second node on a port another
+     * holds never serves): joining there, or moving there, is refused naming the other */
+    char pk_at[MT_KEYS_HEX_SIZE], pk_near[MT_KEYS_HEX_SIZE], taken[160], near_hb[120];
+    new_pk(pk_at);
+    new_pk(pk_near);
+    fake_node at, dup, near;
+    CHECK(fake_join_at(bob, pk_at, 1000, "127.0.8.1:9", &at, &err) == 201, "join: %s", err.msg);
+    CHECK(fake_join_at(bob, pk_near, 1000, "127.0.8.1:9", &dup, &err) == 409 &&
+              has(err.msg, "address 127.0.8.1:9 is taken by node") &&
+              has(err.msg, "another --listen port"),
+          "a second node at one address: %s", err.msg);
+    snprintf(taken, sizeof taken, "node %lld 'stand-in'", (long long)at.id);
+    CHECK(has(err.msg, taken), "the refusal does not name %s: %s", taken, err.msg);
+    CHECK(fake_join_at(bob, pk_near, 1000, "127.0.8.2:9", &near, &err) == 201, "join: %s", err.msg);
+    snprintf(near_hb, sizeof near_hb, "%s/heartbeat", near.path);
+    EXPECT(409, "is taken by node", "POST", near_hb, near.token, "{\"addr\": \"127.0.8.1:9\"}");
+    EXPECT(200, NULL, "POST", near_hb, near.token, "{\"addr\": \"127.0.8.3:9\"}");
+
     /* heartbeats */
     char hb[100];
     snprintf(hb, sizeof hb, "%s/heartbeat", again.path);
@@ -518,19 +541,25 @@ static void test_other_endpoints(const char *alice) {
     EXPECT(404, "not a shard", "GET", "/v1/shards/L00-2A/manifest", NULL, NULL);
     EXPECT(404, "not a shard", "GET", "/v1/shards/L2-1A/manifest", NULL, NULL);
     EXPECT(404, "not a shard", "GET", "/v1/shards/L0-1A-E0-99/manifest", NULL, NULL);
+    /* names give ranges as `moontail status` does, last layer and expert included: 4
+     * layers and 8 experts are L0-3, E0-7, and a single one has one spelling */
+    EXPECT(404, "not a shard", "GET", "/v1/shards/L0-4A/manifest", NULL, NULL);
+    EXPECT(404, "not a shard", "GET", "/v1/shards/L0-3A-E0-8/manifest", NULL, NULL);
+    EXPECT(404, "not a shard", "GET", "/v1/shards/L1-1A/manifest", NULL, NULL);
+    EXPECT(404, "not a shard", "GET", "/v1/shards/L1A-E2-2/manifest", NULL, NULL);
     EXPECT(404, "no such shard", "GET", "/v1/shards/", NULL, NULL);
     EXPECT(404, "no such shard resource", "GET", "/v1/shards/head/other", NULL, NULL);
-    EXPECT(404, "not cut yet", "GET", "/v1/shards/L0-1A", NULL, NULL);
+    EXPECT(404, "not cut yet", "GET", "/v1/shards/L0A", NULL, NULL);
     json_t *m = NULL;
     mt_error err;
-    int st = call("GET", "/v1/shards/L1-2A-E2-6/manifest", NULL, NULL, &m, &err);
+    int st = call("GET", "/v1/shards/L1A-E2-5/manifest", NULL, NULL, &m, &err);
     CHECK(st == 200 && mt_shard_manifest_check(m, &err) == 0 &&
-              strcmp(jstr(m, "name"), "L1-2A-E2-6") == 0,
+              strcmp(jstr(m, "name"), "L1A-E2-5") == 0,
           "manifest: %d %s", st, err.msg);
     /* the seed bytes match the manifest, piece by piece */
     if (st == 200) {
         char url[300];
-        snprintf(url, sizeof url, "%s/v1/shards/L1-2A-E2-6", base);
+        snprintf(url, sizeof url, "%s/v1/shards/L1A-E2-5", base);
         size_t total = (size_t)jint(m, "bytes"), piece = (size_t)jint(m, "piece_bytes");
         uint8_t *buf = malloc(piece);
         int wrong = 0;
@@ -942,7 +971,7 @@ static void test_swarm(void) {
     char *taker = new_account("taker", NULL), *giver = new_account("giver", NULL),
          *helper = new_account("helper", NULL);
     EXPECT(403, "not volunteered", "POST", "/v1/routes", taker, "{}");
-    EXPECT(403, "moontail node --registry", "POST", "/v1/routes", giver, "{}");
+    EXPECT(403, "moontail setup --accept-terms --registry", "POST", "/v1/routes", giver, "{}");
     EXPECT(400, "swarm", "POST", "/v1/reports", taker, "{}");
     fake_node g, h;
     char pk[MT_KEYS_HEX_SIZE], shard[96];
@@ -1307,7 +1336,7 @@ static void test_reports(void) {
     bool up = real_node_start(&a, tok, 0) && real_node_start(&b, tok, 1) &&
               make_serving(&a.f, a.shard) && make_serving(&b.f, b.shard) &&
               real_node_start(&c, tok, 0);
-    CHECK(up && strcmp(a.shard, "L0-4A-E0-8") == 0 && strcmp(b.shard, "L0-4A-E0-8") == 0,
+    CHECK(up && strcmp(a.shard, "L0-3A-E0-7") == 0 && strcmp(b.shard, "L0-3A-E0-7") == 0,
           "two pipelines of one stage each: %s %s", a.shard, b.shard);
     if (!up) goto out;
     CHECK(beat(&c.f, "", -1, -1, NULL) == 200 && wait_status(c.f.id, "state", "spare", 5000),

@@ -227,7 +227,7 @@ for _ in $(seq 1 150); do
 done
 SP=(prompt --registry "$SURL" --key "$tmp/req2.key" --cache "$tmp/cache2" -p "$PROMPT" -n 24 --temp 0 --json)
 expect 1 "not volunteered" "$BIN" "${SP[@]}" --token-file "$tmp/taker.token"
-grep -q "moontail node --registry" "$tmp/o" && ok || bad "the refusal does not say how to volunteer"
+grep -q "moontail setup --accept-terms --registry" "$tmp/o" && ok || bad "the refusal does not say how to volunteer"
 $T "$BIN" "${SP[@]}" --token-file "$tmp/giver.token" >"$tmp/sw.json" 2>"$tmp/sw.err"
 [ "$(tokens <"$tmp/sw.json")" = "$ref" ] && ok || bad "swarm prompt differs: $(cat "$tmp/sw.err")"
 # an expert server of the route dies mid-generation: the other replica's experts take over

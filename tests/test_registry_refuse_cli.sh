@@ -8,7 +8,9 @@
 #   - a node whose seed shard was damaged after cutting (head_count 0, with a
 #     manifest to match, so that the fetch succeeds and the load fails) reports
 #     the loader's reason in its heartbeats: `moontail status --json` carries it
-#     on the node and on its DOWN layers, the text status prints it, and it is
+#     on the node and on its DOWN layers, the node is "failing", not "loading"
+#     (in the JSON, the text status and the page), the text status prints the
+#     reason in its banner and under the node, and it is
 #     gone once the node serves a good copy; the status page (headless chromium,
 #     skipped with a SKIP line when it cannot run) shows it under the layers, in
 #     the banner and under the node's row.
@@ -70,7 +72,7 @@ expect 1 "nan.gguf: key 'qwen3moe.rope.freq_base' is nan" "$BIN" run -m "$tmp/na
 start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" \
     --shards "$tmp/seed" --replicas 1 --spares 0 --heartbeat-ms 200 --listen 127.0.0.1:0
 URL=$ADDR
-S=L0-2A-E0-8 # one node with room for the whole model: one stage
+S=L0-1A-E0-7 # one node with room for the whole model: one stage
 curl -sf "$URL/v1/shards/$S/manifest" >/dev/null && ok || bad "the registry did not cut $S"
 cp "$tmp/seed/$S.gguf" "$tmp/good.gguf"
 "${PATCH[@]}" "$tmp/seed/$S.gguf" set qwen3moe.attention.head_count 0 &&
@@ -80,20 +82,25 @@ start_bg n1 "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "
     --data "$tmp/d1" --listen 127.0.0.1:0 --name pc1 --capacity-mb 100 --threads 1
 wait_for 'o.nodes[0].problem.includes("cannot serve shard '$S': node: ") &&
           o.nodes[0].problem.includes("'$S'.gguf: bad shape:") &&
-          o.nodes[0].problem.includes("n_head 0") && o.nodes[0].state != "serving" &&
+          o.nodes[0].problem.includes("n_head 0") && o.nodes[0].state == "failing" &&
           o.layers.every(l => l.serving == 0 && l.problem == "node 1 '"'pc1'"': " + o.nodes[0].problem)' 20 &&
     ok || bad "no reason for the node that cannot load: $(status | head -c 1500)"
 expect 0 "L0-1 not served: node 1 'pc1': cannot serve shard $S: .*n_head 0" \
     "$BIN" status --registry "$URL"
 grep -q "problem: cannot serve shard $S: .*n_head 0" "$tmp/o" && ok ||
     bad "the node's line has no problem: $(cat "$tmp/o")"
+# not "loading" (it would load forever): the state says it fails, the line under it why
+grep -Eq "^ +1  pc1 +failing +stage +$S " "$tmp/o" && ok || bad "the node's row is not 'failing': $(cat "$tmp/o")"
+grep -q "^cell $URL: NOT READY: no replica serving layers 0-1; node 1 'pc1': cannot serve shard $S" "$tmp/o" &&
+    ok || bad "the banner does not give the node's reason: $(head -1 "$tmp/o")"
 grep -q "node 1 'pc1' cannot serve shard $S" "$tmp/reg.err" && ok || bad "the registry's log has no reason"
 if shown "$URL/status" >"$tmp/page.json"; then
     json 'const why = "cannot serve shard '$S': node: ";
       if (!o.banner.why.includes(why) || o.layer_problems.length != 1 ||
           !o.layer_problems[0].startsWith("L0-1 not served: node 1 '"'pc1'"': " + why) ||
           !o.layers.every(l => l.class.includes("down") && l.problem.includes("n_head 0")) ||
-          !o.nodes[0].problem.startsWith("problem: " + why) || !o.nodes[0].problem.includes("n_head 0"))
+          !o.nodes[0].problem.startsWith("problem: " + why) || !o.nodes[0].problem.includes("n_head 0") ||
+          o.nodes[0].state != "failing" || o.nodes[0].cells[2] != "failing")
         process.exit(1)' <"$tmp/page.json" && ok || bad "the page shows no reason: $(cat "$tmp/page.json")"
 else
     echo "SKIP: the status page in a browser: chromium is missing or does not run here"

@@ -12,8 +12,14 @@
 #     one coverage cell per layer with the status's numbers, a row per node
 #     with its name shown as text, not markup; a screenshot is kept in
 #     build/test-artifacts/ and its path printed ("screenshot: PATH");
+#   - the page and `moontail status` agree (tests/lib/status_agree.mjs): the
+#     banner's words, and every node's state, role, shard, replica, queue,
+#     rate and capacity (with its unit); a spare shows "-" for its shard,
+#     replica, queue and rate in both;
 #   - a killed node shows as dead on the page (and in the metrics) once the
-#     registry notices;
+#     registry notices, with no rate ("-") on the page and in the CLI;
+#   - a cell with fewer replicas serving than wanted is not a green READY:
+#     an amber SERVING, "no spare for layers 0-7", on the page and in the CLI;
 #   - a page whose registry stops (through tests/lib/registry_stop_proxy.mjs,
 #     which stops it after the page's 2nd answer) says "registry unreachable
 #     since ..." and shows no stale rows or layers.
@@ -238,6 +244,13 @@ console.log(`page: ${d.banner.word} (${d.banner.why}); ${d.layers.length} layer 
   d.nodes.map((n) => `${n.id}=${n.state}`).join(" "));
 ' "$tmp/ready.json" "$tmp/s.json" "$names_json" 2>"$tmp/pcheck.err" && ok ||
         bad "the page does not show the status: $(cat "$tmp/pcheck.err")"
+    # the CLI shows what the page shows, "-" where the page has none (the spare)
+    "$BIN" status --registry "$URL" >"$tmp/ready.txt" 2>&1 || bad "status: $(cat "$tmp/ready.txt")"
+    node "$LIB/status_agree.mjs" "$tmp/ready.txt" "$tmp/ready.json" 2>"$tmp/agree.err" && ok ||
+        bad "the CLI and the page disagree: $(cat "$tmp/agree.err")"
+    json 'const sp = o.nodes.filter((n) => n.state === "spare");
+          if (sp.length !== 1 || sp[0].cells.slice(4, 8).join(" ") !== "- - - -") process.exit(1)' \
+        <"$tmp/ready.json" && ok || bad "the spare's shard, replica, queue and rate are not '-'"
     [ "$(head -c 8 "$ART/status_page.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
         [ "$(stat -c %s "$ART/status_page.png")" -gt 20000 ] && ok || bad "no screenshot of the page"
     echo "screenshot: $ART/status_page.png"
@@ -268,6 +281,13 @@ if [ $have_chrome = 1 ]; then
           console.log('page after the kill: ' + o.nodes.map((n) => n.id + '=' + n.state).join(' '))" \
         <"$tmp/dead.json" && ok || bad "the page does not show node $victim_id dead: $(head -c 600 "$tmp/dead.json")"
     [ -s "$ART/status_page_node_dead.png" ] && ok || bad "no screenshot after the kill"
+    # a dead node has no rate, on the page and in the CLI
+    json "const row = o.nodes.find((n) => n.id === $victim_id);
+          if (!row || row.cells[6] !== '-' || row.cells[7] !== '-') process.exit(1)" <"$tmp/dead.json" &&
+        ok || bad "the dead node shows a queue or a rate on the page"
+    "$BIN" status --registry "$URL" >"$tmp/dead.txt" 2>&1
+    node "$LIB/status_agree.mjs" "$tmp/dead.txt" "$tmp/dead.json" 2>"$tmp/agree.err" && ok ||
+        bad "the CLI and the page disagree after the kill: $(cat "$tmp/agree.err")"
     echo "screenshot: $ART/status_page_node_dead.png"
 
     # ---- the registry stops while the page is open: no stale data
@@ -286,6 +306,30 @@ if [ $have_chrome = 1 ]; then
           console.log('page after the registry stopped: ' + o.banner.word + ': ' + o.banner.why)" <"$tmp/down.json" &&
         ok || bad "the page does not say the registry is unreachable, or shows stale data: $(head -c 800 "$tmp/down.json")"
     echo "screenshot: $ART/status_page_unreachable.png"
+fi
+
+# ---- 2 replicas wanted, 1 serving: requests are served, but a failure would not be covered
+start_bg reg2 "$BIN" registry --model "$M" --db "$tmp/reg2.db" --key "$tmp/reg2.key" \
+    --shards "$tmp/seed2" --replicas 2 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 \
+    --listen 127.0.0.1:0
+URL=$ADDR
+"$BIN" account new solo --registry "$URL" -o "$tmp/solo.token" >/dev/null 2>&1 || bad "account new"
+start_bg solo "$BIN" node --registry "$URL" --token-file "$tmp/solo.token" --key "$tmp/solo.key" \
+    --data "$tmp/dsolo" --listen 127.0.0.1:0 --name solo --speed 1 --threads 1
+wait_for 'o.nodes_serving == 1 && o.min_replicas_serving == 1' 30 || bad "the node did not serve: $(status | head -c 600)"
+expect 0 "^cell $URL: SERVING: no spare for layers 0-7 (1 of 2 replicas serving)" "$BIN" status --registry "$URL"
+cp "$tmp/o" "$tmp/degraded.txt"
+if [ $have_chrome = 1 ]; then
+    page "$URL/" --dump-dom --screenshot="$ART/status_page_degraded.png" >"$tmp/degraded.html"
+    dom "$tmp/degraded.html" >"$tmp/degraded.json"
+    json "if (o.banner.state !== 'degraded' || o.banner.word !== 'SERVING' ||
+              !o.banner.why.startsWith('no spare for layers 0-7') || !/^SERVING/.test(o.title) ||
+              o.layers.some((l) => !/\blow\b/.test(l.class))) process.exit(1);
+          console.log('page with 1 of 2 replicas: ' + o.banner.word + ': ' + o.banner.why)" <"$tmp/degraded.json" &&
+        ok || bad "the page with 1 of 2 replicas: $(head -c 600 "$tmp/degraded.json")"
+    node "$LIB/status_agree.mjs" "$tmp/degraded.txt" "$tmp/degraded.json" 2>"$tmp/agree.err" && ok ||
+        bad "the CLI and the page disagree with 1 of 2 replicas: $(cat "$tmp/agree.err")"
+    echo "screenshot: $ART/status_page_degraded.png"
 fi
 
 finish

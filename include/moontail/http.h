@@ -160,10 +160,17 @@ bool mt_http_stream_gone(mt_http_stream *st);
 
 /* method + url with an optional JSON body and bearer token. Returns the
  * HTTP status (and *out = the decoded JSON body, or NULL when the body is
- * not JSON), or -1 when no answer came (err says why: refused, timeout...).
- * For status >= 400 with {"error": ...}, err also receives that message. */
+ * not JSON), or -1 when no answer came (err says why: refused, timeout...,
+ * in words that say what to check). For status >= 400 with {"error": ...},
+ * err also receives that message; an answer that is not a registry's (a
+ * 404 without {"error": ...}, a page instead of JSON) gets one saying so. */
 int mt_http_json(const char *method, const char *url, const char *token, const json_t *body,
                  int timeout_ms, json_t **out, mt_error *err);
+
+/* Whether url is a registry's base URL as a person gives it (what names the
+ * option, e.g. "--registry"): http:// or https://, a host, and no path (a
+ * trailing "/" is fine). 0, or -1 with err saying what to give instead. */
+int mt_http_check_base_url(const char *url, const char *what, mt_error *err);
 
 /* GET url bytes [from, from + len) into buf (exactly len bytes, or an error). */
 int mt_http_get_range(const char *url, uint64_t from, size_t len, void *buf, int timeout_ms,

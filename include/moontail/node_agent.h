@@ -40,6 +40,7 @@
 #include "moontail/error.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The longest reason (bytes) a node gives in its heartbeats for not serving the shard it
@@ -50,7 +51,7 @@ typedef struct mt_agent_config {
     const char *registry;       /* "http://host:port" */
     const char *token;          /* the account's token */
     const char *key_path;       /* this node's secret key file (created if missing) */
-    const char *name;           /* shown in status (NULL: the host name) */
+    const char *name;           /* shown in status (NULL: mt_agent_default_name) */
     const char *listen;         /* data plane "host:port" (port 0: pick one once, and another
                                    if a process takes it while no data plane runs) */
     const char *shard_listen;   /* shard server "host:port" (NULL: same host, port 0) */
@@ -72,6 +73,12 @@ typedef struct mt_agent_config {
 } mt_agent_config;
 
 typedef struct mt_agent mt_agent;
+
+/* The name a node goes by when it is given none: this machine's host name
+ * and 4 hex digits of the node's public key ("pc7-3fa9"), so that two nodes
+ * on one machine, or machines cloned with one host name, differ, and a node
+ * keeps its name across restarts. */
+void mt_agent_default_name(const uint8_t pk[32], char *out, size_t cap);
 
 /* Joins the registry (a refusal is an error naming why) and starts the
  * heartbeat thread. */

@@ -2,7 +2,11 @@
  * models, loading them) as people and logs want it: on a terminal one bar
  * redrawn in place
  *   "fetching L0-2A  [##########..........]  48%  12.3/25.6 MB  5.1 MB/s  3 s left"
- * elsewhere a plain line at most every 2 seconds and one at the end. */
+ * elsewhere a plain line at most every 2 seconds and one at the end.
+ * The environment variable MOONTAIL_PROGRESS=1 shows every step, even one
+ * that ends quickly or whose command shows progress on terminals only (for
+ * tests, and for logs that should show them); MOONTAIL_PROGRESS=0 shows
+ * none. */
 #ifndef MOONTAIL_PROGRESS_H
 #define MOONTAIL_PROGRESS_H
 
@@ -31,6 +35,11 @@ void mt_progress_init_quiet(mt_progress *p, FILE *out, const char *label, double
 void mt_progress_bytes(mt_progress *p, uint64_t done, uint64_t total);
 /* Reports done of total bytes at rate bytes/s (eta_s < 0: unknown). */
 void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s);
+/* Reports done of total things that are not bytes ("layers"). */
+void mt_progress_count(mt_progress *p, uint64_t done, uint64_t total, const char *unit);
+
+/* MOONTAIL_PROGRESS: 1 (show every step), -1 (show none) or 0 (unset: as above). */
+int mt_progress_env(void);
 
 /* Reads a file once, in order, so that the pages a model or shard maps are
  * in memory before its first request (the first token would otherwise wait

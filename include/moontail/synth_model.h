@@ -57,6 +57,10 @@ typedef struct mt_synth_params {
                                  architecture uses; NULL = none */
     const char *arch_name;    /* general.architecture written instead of arch (the keys
                                  stay arch's); NULL = arch */
+    /* progress (NULL: none): layers made so far of n_layer (writing false), then bytes of
+     * tensor data written of the total (writing true) */
+    void (*progress)(void *ctx, bool writing, uint64_t done, uint64_t total);
+    void *progress_ctx;
 } mt_synth_params;
 
 /* Defaults for an architecture: small (n_embd 256, 2-3 layers, 8 experts),

@@ -84,12 +84,15 @@ void cli_block_stop_signals(sigset_t *sigs, bool hup);
  * cli_config_file.c), before the command line's own. 0, or -1 after saying
  * what is wrong with the file. */
 int cli_expand_config(int *argc, char ***argv);
+/* For an argv string that came from a --config file: " (FILE, line N)", to
+ * end a message about it; "" for one from the command line. */
+const char *cli_config_where(const char *arg);
 
 /* Takes --registry-pin PIN and --ca-file FILE (each at most once) out of
  * argv[1..*argc), whatever the command, and sets how this process trusts
  * https:// registries (cli_trust.c): that pin or CA file, else what
- * config.json keeps for the configured registry. 0, or -1 after saying
- * what is wrong. */
+ * config.json keeps for the configured registry; checks that every
+ * --registry is a base URL (http.h). 0, or -1 after saying what is wrong. */
 int cli_registry_trust(int *argc, char **argv);
 /* The --registry-pin / --ca-file the command line gave (NULL: none). */
 const char *cli_registry_pin_arg(void);
@@ -164,5 +167,14 @@ bool cli_spot_check(const char *cmd, float value, double *rate);
 /* The account token from --token-file, MOONTAIL_TOKEN or --token (heap; NULL
  * with a message saying how to get one). */
 char *cli_token(const char *cmd, const char *token, const char *token_file);
+
+/* The first line of a secret file given as `option path` (heap), or NULL after saying
+ * which file, what is wrong with it, and that it should hold `what`. */
+char *cli_secret_file(const char *cmd, const char *option, const char *path, const char *what);
+
+/* What an --admin-token-file holds, for cli_secret_file's messages. */
+#define CLI_ADMIN_TOKEN                                                                            \
+    "the registry's admin token (the file its operator gives 'moontail registry"                   \
+    " --admin-token-file')"
 
 #endif

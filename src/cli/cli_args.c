@@ -14,8 +14,8 @@ bool cli_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *ou
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "moontail: %s expects a whole number in [%lld, %lld], got '%s'\n", opt,
-                (long long)lo, (long long)hi, s);
+        fprintf(stderr, "moontail: %s expects a whole number in [%lld, %lld], got '%s'%s\n", opt,
+                (long long)lo, (long long)hi, s, cli_config_where(s));
         return false;
     }
     *out = v;
@@ -27,7 +27,7 @@ bool cli_float(const char *opt, const char *s, float *out) {
     errno = 0;
     float v = strtof(s, &end);
     if (errno || end == s || *end || !isfinite(v)) {
-        fprintf(stderr, "moontail: %s expects a number, got '%s'\n", opt, s);
+        fprintf(stderr, "moontail: %s expects a number, got '%s'%s\n", opt, s, cli_config_where(s));
         return false;
     }
     *out = v;
@@ -36,7 +36,8 @@ bool cli_float(const char *opt, const char *s, float *out) {
 
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
-        fprintf(stderr, "moontail: option %s needs a value\n", argv[*i]);
+        fprintf(stderr, "moontail: option %s needs a value%s\n", argv[*i],
+                cli_config_where(argv[*i]));
         return NULL;
     }
     return argv[++*i];
@@ -101,8 +102,8 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const
         }
         while (o->name && (o->kind == CLI_POSITIONAL || strcmp(o->name, a) != 0)) o++;
         if (!o->name) {
-            fprintf(stderr, "moontail %s: unknown option '%s'; see 'moontail %s --help'\n", cmd, a,
-                    cmd);
+            fprintf(stderr, "moontail %s: unknown option '%s'%s; see 'moontail %s --help'\n", cmd,
+                    a, cli_config_where(a), cmd);
             return -1;
         }
         if (o->kind == CLI_FLAG) {

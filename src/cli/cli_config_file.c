@@ -13,7 +13,9 @@
  * Each line becomes "--key value" (or "--key" for a flag set to true) placed
  * before the command line's own arguments, so options given on the command
  * line win. Keys are checked by the command like any option (an unknown key
- * is "unknown option '--key'"); this file only checks the form of lines. */
+ * is "unknown option '--key'"); this file only checks the form of lines, and
+ * remembers the line each option came from, so that the command's messages
+ * about it name the file and the line (cli_config_where). */
 #include "cli.h"
 
 #include <ctype.h>
@@ -31,6 +33,21 @@ static char *trim(char *s) {
 /* The expanded argv lives as long as the process, like the real one; kept
  * here so that it stays reachable (leak checkers see it as in use). */
 static char **expanded;
+
+/* Where each option and value made from the file came from: expanded[first_made + i] is
+ * from line made_line[i] of made_path. */
+static const char *made_path;
+static int first_made, n_made, *made_line;
+
+const char *cli_config_where(const char *arg) {
+    static char where[700];
+    for (int i = 0; arg && expanded && i < n_made; i++)
+        if (expanded[first_made + i] == arg) {
+            snprintf(where, sizeof where, " (%s, line %d)", made_path, made_line[i]);
+            return where;
+        }
+    return "";
+}
 
 int cli_expand_config(int *argc, char ***argv) {
     int at = -1;
@@ -57,9 +74,16 @@ int cli_expand_config(int *argc, char ***argv) {
     }
     for (int i = 0; i < at; i++) out[n++] = (*argv)[i];
     const int first_own = n; /* out[first_own..) are strings made here until the command line's */
+    int *lines = calloc((size_t)cap, sizeof *lines); /* lines[k]: the line of out[first_own + k] */
+    if (!lines) {
+        free(out);
+        free(text);
+        return -1;
+    }
     int line_no = 0;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = text, *next; line; line = next) { /* blank lines count as lines too */
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
         line_no++;
         char *hash = strchr(line, '#');
         if (hash && (hash == line || isspace((unsigned char)hash[-1]))) *hash = 0;
@@ -90,10 +114,18 @@ int cli_expand_config(int *argc, char ***argv) {
         sprintf(opt, "--%s", key);
         for (char *k = opt; *k; k++)
             if (*k == '_') *k = '-';
+        lines[n - first_own] = line_no;
         out[n++] = opt;
-        if (strcmp(value, "true") != 0 && !(out[n++] = strdup(value))) goto fail;
+        if (strcmp(value, "true") != 0) {
+            lines[n - first_own] = line_no;
+            if (!(out[n++] = strdup(value))) goto fail;
+        }
     }
     free(text);
+    made_path = path;
+    first_made = first_own;
+    n_made = n - first_own;
+    made_line = lines;
     for (int i = at + 2; i < *argc; i++) out[n++] = (*argv)[i];
     out[n] = NULL;
     *argc = n;
@@ -102,6 +134,7 @@ int cli_expand_config(int *argc, char ***argv) {
 fail:
     for (int i = first_own; i < n; i++) free(out[i]);
     free(out);
+    free(lines);
     free(text);
     return -1;
 }

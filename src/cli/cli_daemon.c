@@ -1,29 +1,42 @@
 /* cli_daemon.c - helpers the long-running commands share: where they find an
  * account token (--token-file FILE, then the MOONTAIL_TOKEN environment
  * variable, then --token TOKEN, last since a token on the command line is
- * visible to other users in `ps`), and how they take stop signals. */
+ * visible to other users in `ps`), how they read a secret from a file, and
+ * how they take stop signals. */
 #include "cli.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-char *cli_token(const char *cmd, const char *token, const char *token_file) {
-    if (token_file) {
-        size_t n;
-        char *t = cli_read_file(token_file, &n);
-        if (!t) return NULL;
-        t[strcspn(t, "\r\n")] = 0;
-        if (!t[0]) {
-            fprintf(stderr, "moontail %s: %s is empty; it should hold the account token\n", cmd,
-                    token_file);
-            free(t);
-            return NULL;
-        }
-        return t;
+char *cli_secret_file(const char *cmd, const char *option, const char *path, const char *what) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "moontail %s: %s %s: cannot open it (%s); it should hold %s\n", cmd, option,
+                path, strerror(errno), what);
+        return NULL;
     }
+    fclose(f);
+    size_t n;
+    char *t = cli_read_file(path, &n);
+    if (!t) return NULL;
+    t[strcspn(t, "\r\n")] = 0;
+    if (!t[0]) {
+        fprintf(stderr, "moontail %s: %s %s is empty; it should hold %s\n", cmd, option, path,
+                what);
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+char *cli_token(const char *cmd, const char *token, const char *token_file) {
+    if (token_file)
+        return cli_secret_file(cmd, "--token-file", token_file,
+                               "the account token ('moontail account new' writes one)");
     const char *env = getenv("MOONTAIL_TOKEN");
     if (env && env[0]) return strdup(env);
     if (token) return strdup(token);

@@ -4,7 +4,8 @@
  * its own, and hands them to the HTTP client (mt_http_client_tls). Without
  * them, the pin (or CA file) that `setup` kept in config.json applies, as
  * long as the command talks to that configured registry (no --registry, or
- * the same URL). http:// URLs are not affected. */
+ * the same URL). http:// URLs are not affected. Every --registry URL is
+ * checked here too: a base URL, not a page of the registry. */
 #include "cli.h"
 #include "cli_config.h"
 #include "moontail/http.h"
@@ -36,6 +37,18 @@ static int take_one(int *argc, char **argv, const char *name, const char **out) 
 }
 
 int cli_registry_trust(int *argc, char **argv) {
+    for (int i = 1; i + 1 < *argc; i++) {
+        mt_error err = {{0}};
+        if (strcmp(argv[i], "--registry") == 0 &&
+            mt_http_check_base_url(argv[i + 1], "--registry", &err)) {
+            fprintf(stderr, "moontail: %s\n", err.msg);
+            return -1;
+        }
+        if (strcmp(argv[i], "--registry") == 0) { /* "http://host:port/": its paths follow */
+            size_t n = strlen(argv[i + 1]);
+            while (n > 0 && argv[i + 1][n - 1] == '/') argv[i + 1][--n] = 0;
+        }
+    }
     if (take_one(argc, argv, "--registry-pin", &pin_arg) ||
         take_one(argc, argv, "--ca-file", &ca_arg))
         return -1;

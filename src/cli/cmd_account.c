@@ -86,7 +86,9 @@ int cmd_account(int argc, char **argv) {
         json_decref(res);
         return 0;
     }
-    char *admin = admin_file ? cli_token("account", NULL, admin_file) : NULL;
+    char *admin = admin_file ? cli_secret_file("account new", "--admin-token-file", admin_file,
+                                               CLI_ADMIN_TOKEN)
+                             : NULL;
     if (admin_file && !admin) return 2;
     snprintf(url, sizeof url, "%s/v1/accounts", registry);
     json_t *body = json_pack("{s:s}", "name", name);
@@ -94,6 +96,22 @@ int cmd_account(int argc, char **argv) {
     json_decref(body);
     free(admin);
     const char *tok = json_string_value(json_object_get(res, "token"));
+    if (st == 403 && admin_file) { /* which token was wrong, and where it came from */
+        fprintf(stderr,
+                "moontail account new: the admin token in %s (--admin-token-file) is not this"
+                " registry's: %s\n",
+                admin_file, err.msg);
+        json_decref(res);
+        return 1;
+    }
+    if (st == 401 && !admin_file) {
+        fprintf(stderr,
+                "moontail account new: %s\n  this registry opens accounts for its operator only:"
+                " give its admin token with --admin-token-file FILE\n",
+                err.msg);
+        json_decref(res);
+        return 1;
+    }
     if (st != 201 || !tok) {
         fprintf(stderr, "moontail account: %s\n", err.msg[0] ? err.msg : "no token in the answer");
         json_decref(res);

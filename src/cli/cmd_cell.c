@@ -42,7 +42,8 @@ static int cell_release(int argc, char **argv) {
                         " are required\n");
         return 2;
     }
-    char *admin = cli_token("cell", NULL, admin_file);
+    char *admin =
+        cli_secret_file("cell release", "--admin-token-file", admin_file, CLI_ADMIN_TOKEN);
     if (!admin) return 2;
     char url[600];
     snprintf(url, sizeof url, "%s/v1/nodes/%lld/release", registry, (long long)node);
@@ -83,7 +84,9 @@ int cmd_cell(int argc, char **argv) {
                         " S in [0, 1] are required\n");
         return 2;
     }
-    char *admin = admin_file ? cli_token("cell", NULL, admin_file) : NULL;
+    char *admin = admin_file ? cli_secret_file("cell earnings", "--admin-token-file", admin_file,
+                                               CLI_ADMIN_TOKEN)
+                             : NULL;
     if (admin_file && !admin) return 2;
     char url[600];
     snprintf(url, sizeof url, "%s/v1/ledger/nodes", registry);

@@ -1,6 +1,10 @@
 /* cmd_mkmodel.c - `moontail mkmodel`: writes a deterministic synthetic GGUF
- * model (see synth_model.h) with the chosen architecture, type and sizes. */
+ * model (see synth_model.h) with the chosen architecture, type and sizes,
+ * with progress on stderr (progress.h), then says what it wrote, as read
+ * back from the file: path, architecture, sizes, bytes and tensor types. */
 #include "cli.h"
+#include "moontail/gguf.h"
+#include "moontail/progress.h"
 #include "moontail/synth_model.h"
 
 #include <stdio.h>
@@ -54,6 +58,68 @@ static const char usage[] =
     "for tests of the loader's checks (the file is then refused):\n"
     "  --extra-tensor NAME  also a tensor NAME (F32, embd) that no architecture uses\n"
     "  --arch-name NAME     general.architecture = NAME, other keys as --arch writes them\n";
+
+/* Progress of making the layers, then of writing the file (a step of its own each). */
+typedef struct mk_progress {
+    const char *path;
+    int step; /* 0: none yet, 1: making layers, 2: writing */
+    mt_progress bar;
+} mk_progress;
+
+static void on_progress(void *ctx, bool writing, uint64_t done, uint64_t total) {
+    mk_progress *m = ctx;
+    if (m->step != 1 + writing) {
+        m->step = 1 + writing;
+        char label[300];
+        snprintf(label, sizeof label, "mkmodel: %s %.200s", writing ? "writing" : "making",
+                 m->path);
+        mt_progress_init_quiet(&m->bar, stderr, label, 1.0);
+    }
+    if (writing)
+        mt_progress_bytes(&m->bar, done, total);
+    else
+        mt_progress_count(&m->bar, done, total, "layers");
+}
+
+/* What the file at path holds, read back from it: one line on stdout. */
+static int print_written(const char *path) {
+    mt_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    if (!f) {
+        fprintf(stderr, "moontail mkmodel: wrote %s, but cannot read it back: %s\n", path, err.msg);
+        return 1;
+    }
+    char *arch = gguf_get_string(f, "general.architecture", &err), key[128];
+    uint32_t layers = 0, experts = 0, used = 0, embd = 0;
+    mt_error e = {{0}};
+    snprintf(key, sizeof key, "%s.block_count", arch ? arch : "");
+    gguf_get_u32(f, key, &layers, &e);
+    snprintf(key, sizeof key, "%s.embedding_length", arch ? arch : "");
+    gguf_get_u32(f, key, &embd, &e);
+    snprintf(key, sizeof key, "%s.expert_count", arch ? arch : "");
+    gguf_get_u32(f, key, &experts, &e);
+    snprintf(key, sizeof key, "%s.expert_used_count", arch ? arch : "");
+    gguf_get_u32(f, key, &used, &e);
+    printf("wrote %s: %s, %u layers, %u wide", path, arch ? arch : "?", layers, embd);
+    if (experts) printf(", %u experts (%u used)", experts, used);
+    printf(", %.2f MB, %llu tensors:", (double)f->size / 1e6, (unsigned long long)f->n_tensors);
+    /* the tensors of each type, in the order the types first appear */
+    const char *sep = " ";
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        bool seen = false;
+        for (uint64_t j = 0; j < i && !seen; j++) seen = f->tensors[j].type == f->tensors[i].type;
+        if (seen) continue;
+        uint64_t n = 0;
+        for (uint64_t j = i; j < f->n_tensors; j++) n += f->tensors[j].type == f->tensors[i].type;
+        printf("%s%llu %s", sep, (unsigned long long)n,
+               mt_type_traits_get(f->tensors[i].type)->name);
+        sep = ", ";
+    }
+    printf("\n");
+    free(arch);
+    gguf_close(f);
+    return 0;
+}
 
 int cmd_mkmodel(int argc, char **argv) {
     const char *arch = "qwen3moe", *out = NULL;
@@ -201,11 +267,16 @@ int cmd_mkmodel(int argc, char **argv) {
     }
     p.added_tokens = added;
     p.added_control = control;
+    mk_progress prog = {.path = out};
+    p.progress = on_progress;
+    p.progress_ctx = &prog;
     mt_error err = {{0}};
     int rc = 0;
     if (mt_synth_write(&p, out, &err)) {
         fprintf(stderr, "moontail mkmodel: %s\n", err.msg);
         rc = 1;
+    } else {
+        rc = print_written(out);
     }
     free(tmpl);
     return rc;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: moontail registry --model MODEL.gguf [options]\n"
@@ -202,7 +203,9 @@ int cmd_registry(int argc, char **argv) {
         snprintf(cert_what, sizeof cert_what, "self-signed, %s %s.tls.pem",
                  id.generated ? "made now:" : "kept in", key);
     char *admin = NULL;
-    if (admin_file && !(admin = cli_token("registry", NULL, admin_file))) {
+    if (admin_file &&
+        !(admin = cli_secret_file("registry", "--admin-token-file", admin_file,
+                                  "the admin token that creating accounts will need"))) {
         mt_tls_identity_free(&id);
         return 2;
     }
@@ -244,9 +247,17 @@ int cmd_registry(int argc, char **argv) {
     mt_error err = {{0}};
     mt_registry *r = mt_registry_start(&c, &err);
     free(admin);
+    bool tls_made = id.generated;
     mt_tls_identity_free(&id);
     if (!r) {
         fprintf(stderr, "moontail registry: %s\n", err.msg);
+        if (tls_made) { /* made for this start, which failed: like the key, not kept */
+            char path[4200];
+            snprintf(path, sizeof path, "%s.tls.pem", key);
+            unlink(path);
+            snprintf(path, sizeof path, "%s.tls.key", key);
+            unlink(path);
+        }
         return 1;
     }
     if (!quiet)

@@ -4,12 +4,16 @@
  * 0700 directory), gets an account token from the registry (or takes the
  * one the operator handed out), and starts volunteering: a systemd user
  * service where systemd runs the user's session, otherwise a background
- * process with a pid file and a log. `--stop` stops the background node. */
+ * process with a pid file and a log. `--stop` stops the background node.
+ * A setup that fails (the registry cannot be reached, the port is taken, the
+ * node stops at once) removes what it made in that run, and only that. */
 #include "cli.h"
 #include "cli_config.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
+#include "moontail/node_agent.h"
 #include "moontail/tls_cert.h"
+#include "moontail/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -72,7 +76,56 @@ static const char terms[] =
     "\n"
     "To accept and start: moontail setup --accept-terms --registry URL\n";
 
+/* ---- what this run made, so that a failed setup can take it back ---- */
+
+enum { MAX_MADE = 16 };
+static struct {
+    int n;
+    char path[MAX_MADE][700];
+    bool dir[MAX_MADE];
+    char *old[MAX_MADE]; /* a file that was there: its content to put back (heap) */
+} made;
+
+/* Before path is created or overwritten: records how to undo it. */
+static void note_made(const char *path, bool dir) {
+    if (made.n == MAX_MADE) return;
+    struct stat sb;
+    size_t len = 0;
+    char *old = NULL;
+    if (stat(path, &sb) == 0) { /* there before: a directory stays, a file gets its text back */
+        if (dir || !(old = cli_read_file(path, &len))) return;
+    }
+    snprintf(made.path[made.n], sizeof made.path[0], "%s", path);
+    made.dir[made.n] = dir;
+    made.old[made.n++] = old;
+}
+
+/* A failed setup: removes what it made, newest first, and puts back what it overwrote. */
+static void undo_made(void) {
+    for (int i = made.n - 1; i >= 0; i--) {
+        if (made.old[i]) {
+            FILE *f = fopen(made.path[i], "w");
+            if (f) {
+                fputs(made.old[i], f);
+                fclose(f);
+            }
+            free(made.old[i]);
+        } else if (made.dir[i]) {
+            rmdir(made.path[i]);
+        } else {
+            unlink(made.path[i]);
+        }
+    }
+    made.n = 0;
+}
+
+static void keep_made(void) {
+    for (int i = 0; i < made.n; i++) free(made.old[i]);
+    made.n = 0;
+}
+
 static int make_dir(const char *path, mode_t mode) {
+    note_made(path, true);
     if (mkdir(path, mode) != 0 && errno != EEXIST) {
         fprintf(stderr, "moontail setup: cannot create %s: %s\n", path, strerror(errno));
         return -1;
@@ -83,6 +136,7 @@ static int make_dir(const char *path, mode_t mode) {
 static int ensure_key(const char *path) {
     struct stat sb;
     if (stat(path, &sb) == 0) return 0;
+    note_made(path, false);
     mt_keys k;
     mt_error err = {{0}};
     int rc = mt_keys_generate(&k, &err) || mt_keys_save(&k, path, &err) ? -1 : 0;
@@ -92,6 +146,7 @@ static int ensure_key(const char *path) {
 }
 
 static int write_secret(const char *path, const char *text) {
+    note_made(path, false);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || dprintf(fd, "%s\n", text) < 0) {
         fprintf(stderr, "moontail setup: %s: %s\n", path, strerror(errno));
@@ -253,8 +308,11 @@ static int start_service(const cli_config *c, const char *self) {
     snprintf(mk, sizeof mk, "%s/.config/systemd", home ? home : ".");
     char parent[600];
     snprintf(parent, sizeof parent, "%s/.config", home ? home : ".");
-    mkdir(parent, 0755), mkdir(mk, 0755), mkdir(dir, 0755);
+    note_made(parent, true), mkdir(parent, 0755);
+    note_made(mk, true), mkdir(mk, 0755);
+    note_made(dir, true), mkdir(dir, 0755);
     snprintf(unit, sizeof unit, "%s/moontail-node.service", dir);
+    note_made(unit, false);
     FILE *f = fopen(unit, "w");
     if (!f) {
         fprintf(stderr, "moontail setup: %s: %s\n", unit, strerror(errno));
@@ -286,6 +344,8 @@ static int start_background(const cli_config *c, const char *self) {
     node_args(c, self, capmb, argv);
     cli_home_path(c->home, "node.log", log, sizeof log);
     cli_home_path(c->home, "node.pid", pidf, sizeof pidf);
+    struct stat sb;
+    if (stat(log, &sb) != 0) note_made(log, false); /* a log kept from before stays as it is */
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -309,7 +369,16 @@ static int start_background(const cli_config *c, const char *self) {
     for (int i = 0; i < 200; i++) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
-            fprintf(stderr, "moontail setup: the node stopped at once; see %s\n", log);
+            /* why, from its log (which goes too if this run made it) */
+            char why[600] = "", line[600];
+            FILE *f = fopen(log, "r");
+            while (f && fgets(line, sizeof line, f))
+                if (strncmp(line, "moontail node: ", 15) == 0)
+                    snprintf(why, sizeof why, "%s", line);
+            if (f) fclose(f);
+            why[strcspn(why, "\n")] = 0;
+            fprintf(stderr, "moontail setup: the node stopped at once: %s\n",
+                    why[0] ? why + 15 : "it said nothing");
             unlink(pidf);
             return -1;
         }
@@ -363,6 +432,93 @@ static int stop_background(void) {
     return 0;
 }
 
+/* A background node that an earlier setup started and that still runs (said so). */
+static bool node_running(const cli_config *c) {
+    char pidf[700];
+    cli_home_path(c->home, "node.pid", pidf, sizeof pidf);
+    struct stat sb;
+    if (stat(pidf, &sb) != 0) return false;
+    char *t = cli_read_file(pidf, NULL);
+    long pid = t ? strtol(t, NULL, 10) : 0;
+    free(t);
+    if (pid <= 1 || kill((pid_t)pid, 0) != 0) return false;
+    fprintf(stderr,
+            "moontail setup: a node that setup started still runs here (pid %ld); stop it"
+            " first with 'moontail setup --stop', then run setup again\n",
+            pid);
+    return true;
+}
+
+/* Whether another process holds the port the node is to listen on (said so): found now,
+ * not by a node that would say "running" and then never serve. */
+static bool port_taken(const char *listen) {
+    const char *colon = strrchr(listen, ':');
+    if (!colon || atoi(colon + 1) == 0) return false;
+    mt_error err = {{0}};
+    int fd = mt_listen_tcp(listen, &err);
+    if (fd >= 0) {
+        close(fd);
+        return false;
+    }
+    if (errno == EADDRINUSE)
+        fprintf(stderr,
+                "moontail setup: --listen %s: another process holds this port; give another"
+                " port (e.g. --listen %.*s:%d), or stop that process\n",
+                listen, (int)(colon - listen), listen, atoi(colon + 1) + 1);
+    else
+        fprintf(stderr, "moontail setup: --listen %s: %s\n", listen, err.msg);
+    return true;
+}
+
+/* The home, its identities and the account token (made or kept); 0, 1 or 2 (said why). */
+static int setup_files(cli_config *c, const char *prev_registry, const char *token_file) {
+    char sub[700];
+    if (make_dir(c->home, 0700)) return 1;
+    cli_home_path(c->home, "data", sub, sizeof sub);
+    if (make_dir(sub, 0755)) return 1;
+    cli_home_path(c->home, "cache", sub, sizeof sub);
+    if (make_dir(sub, 0755)) return 1;
+    int trc = registry_trust(c, prev_registry);
+    if (trc) return trc == -2 ? 2 : 1;
+    if (ensure_key(c->node_key) || ensure_key(c->requester_key) || get_token(c, token_file))
+        return 1;
+    if (!c->name[0]) { /* "pc7-3fa9": the host name and a part of the node's key */
+        mt_keys k;
+        mt_error err = {{0}};
+        if (mt_keys_load(&k, c->node_key, &err)) {
+            fprintf(stderr, "moontail setup: %s\n", err.msg);
+            return 1;
+        }
+        mt_agent_default_name(k.pk, c->name, sizeof c->name);
+        mt_keys_wipe(&k);
+    }
+    return 0;
+}
+
+/* Starts the node: in this terminal (exec), as a systemd user service, or in the
+ * background. 0, or 1 (said why). */
+static int start_node(const cli_config *c, bool foreground) {
+    printf("set up %s: registry %s, node '%s' listening on %s\n", c->home, c->registry, c->name,
+           c->listen);
+    char self[512];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) {
+        fprintf(stderr, "moontail setup: cannot find this program's path\n");
+        return 1;
+    }
+    self[k] = 0;
+    if (foreground) {
+        keep_made();
+        fflush(stdout);
+        char *args[24], capmb[32];
+        node_args(c, self, capmb, args);
+        execv(self, args);
+        fprintf(stderr, "moontail setup: cannot run the node: %s\n", strerror(errno));
+        return 1;
+    }
+    return (systemd_user() ? start_service(c, self) : start_background(c, self)) ? 1 : 0;
+}
+
 int cmd_setup(int argc, char **argv) {
     const char *registry = NULL, *token_file = NULL, *name = NULL, *listen = NULL;
     int64_t capacity_mb = 0;
@@ -404,41 +560,26 @@ int cmd_setup(int argc, char **argv) {
         return 2;
     }
     if (!c.listen[0]) snprintf(c.listen, sizeof c.listen, "127.0.0.1:7411");
-    if (!c.name[0] && gethostname(c.name, sizeof c.name - 1) != 0)
-        snprintf(c.name, sizeof c.name, "node");
-    char sub[700];
-    if (make_dir(c.home, 0700)) return 1;
-    cli_home_path(c.home, "data", sub, sizeof sub);
-    if (make_dir(sub, 0755)) return 1;
-    cli_home_path(c.home, "cache", sub, sizeof sub);
-    if (make_dir(sub, 0755)) return 1;
-    int trc = registry_trust(&c, prev_registry);
-    if (trc) return trc == -2 ? 2 : 1;
-    if (ensure_key(c.node_key) || ensure_key(c.requester_key) || get_token(&c, token_file))
-        return 1;
-    if (cli_config_save(&c)) {
-        fprintf(stderr, "moontail setup: cannot write %s/config.json\n", c.home);
-        return 1;
+    if (!no_start && !foreground && node_running(&c)) return 1;
+    if (!no_start && port_taken(c.listen)) return 1;
+    int rc = setup_files(&c, prev_registry, token_file);
+    char conf[700];
+    cli_home_path(c.home, "config.json", conf, sizeof conf);
+    if (rc == 0) note_made(conf, false); /* a failed start puts the old one back */
+    if (rc == 0 && cli_config_save(&c)) {
+        fprintf(stderr, "moontail setup: cannot write %s\n", conf);
+        rc = 1;
     }
-    printf("set up %s: registry %s, node '%s' listening on %s\n", c.home, c.registry, c.name,
-           c.listen);
-    if (no_start) return 0;
-    char self[512];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (k <= 0) {
-        fprintf(stderr, "moontail setup: cannot find this program's path\n");
-        return 1;
+    if (rc == 0 && !no_start) rc = start_node(&c, foreground);
+    if (rc) {
+        undo_made();
+        return rc;
     }
-    self[k] = 0;
-    if (foreground) {
-        char *args[24], capmb[32];
-        node_args(&c, self, capmb, args);
-        execv(self, args);
-        fprintf(stderr, "moontail setup: cannot run the node: %s\n", strerror(errno));
-        return 1;
-    }
-    int rc = systemd_user() ? start_service(&c, self) : start_background(&c, self);
-    if (rc == 0)
+    keep_made();
+    if (no_start)
+        printf("set up %s: registry %s, node '%s' to listen on %s; not started (--no-start)\n",
+               c.home, c.registry, c.name, c.listen);
+    else
         printf("next: 'moontail status' to see the cell, 'moontail prompt \"Hello\"' to ask it\n");
-    return rc ? 1 : 0;
+    return 0;
 }

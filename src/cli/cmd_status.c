@@ -26,6 +26,35 @@ static long long num(json_t *o, const char *k) {
     return json_integer_value(json_object_get(o, k));
 }
 
+/* "1 node" / "2 nodes" */
+static const char *plural(long long n, const char *one, const char *many) {
+    return n == 1 ? one : many;
+}
+
+/* Bytes as the status page writes them (base 1000: "1.50 MB", "17.3 GB", "512 B"). */
+static void fmt_bytes(double n, char *out, size_t cap) {
+    static const char *const units[] = {"B", "kB", "MB", "GB", "TB"};
+    int i = 0;
+    while (n >= 1000 && i < 4) n /= 1000, i++;
+    if (i == 0)
+        snprintf(out, cap, "%.0f B", n);
+    else
+        snprintf(out, cap, n < 10 ? "%.2f %s" : "%.1f %s", n, units[i]);
+}
+
+/* A duration as the status page writes it: "42s", "3m05s", "1h02m05s", "2d03h". */
+static void fmt_duration(long long ms, char *out, size_t cap) {
+    long long s = ms > 0 ? ms / 1000 : 0;
+    if (s < 60)
+        snprintf(out, cap, "%llds", s);
+    else if (s < 3600)
+        snprintf(out, cap, "%lldm%02llds", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(out, cap, "%lldh%02lldm%02llds", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(out, cap, "%lldd%02lldh", s / 86400, s / 3600 % 24);
+}
+
 /* Runs of layers with the same (serving, assigned) counts: "0-5 2/2". */
 static void print_coverage(json_t *layers, int replicas) {
     size_t n = json_array_size(layers);
@@ -103,14 +132,22 @@ int cmd_status(int argc, char **argv) {
         return 0;
     }
     int replicas = (int)num(s, "replicas");
-    printf("%s %s: %s; %lld nodes alive, %lld serving, %lld spare; %lld layers, fewest "
-           "replicas serving %lld of %d; queue %lld; %.1f tok/s; plan %lld\n",
-           str(s, "mode"), registry,
-           json_is_true(json_object_get(s, "ready")) ? "READY" : "NOT READY", num(s, "nodes_alive"),
-           num(s, "nodes_serving"), num(s, "spares"), num(s, "n_layer"),
+    /* the banner (the registry words it, so that the page says the same), then the figures */
+    json_t *rd = json_object_get(s, "readiness");
+    printf("%s %s: %s%s%s\n", str(s, "mode"), registry,
+           str(rd, "word")[0]                          ? str(rd, "word")
+           : json_is_true(json_object_get(s, "ready")) ? "READY"
+                                                       : "NOT READY",
+           str(rd, "why")[0] ? ": " : "", str(rd, "why"));
+    long long alive = num(s, "nodes_alive"), spares = num(s, "spares"), L = num(s, "n_layer");
+    printf("%lld %s alive, %lld serving, %lld %s; %lld %s, fewest replicas serving %lld of %d;"
+           " queue %lld; %.1f tok/s; plan %lld\n",
+           alive, plural(alive, "node", "nodes"), num(s, "nodes_serving"), spares,
+           plural(spares, "spare", "spares"), L, plural(L, "layer", "layers"),
            num(s, "min_replicas_serving"), replicas, num(s, "queue"),
            json_number_value(json_object_get(s, "tok_per_s")), num(s, "plan_version"));
-    if (str(s, "plan_note")[0]) printf("note: %s\n", str(s, "plan_note"));
+    if (str(s, "plan_note")[0] && !strstr(str(rd, "why"), str(s, "plan_note")))
+        printf("note: %s\n", str(s, "plan_note"));
     json_t *pipes = json_object_get(s, "pipelines");
     if (json_array_size(pipes) > 0) { /* a route's context is its stages' smallest */
         printf("context:");
@@ -143,21 +180,32 @@ int cmd_status(int argc, char **argv) {
                num(c, "served_token_layers"), num(c, "used_tokens"),
                json_number_value(json_object_get(c, "balance")),
                json_is_true(json_object_get(c, "volunteered")) ? "volunteering"
-                                                               : "not volunteering yet");
+               : strcmp(str(s, "mode"), "swarm") == 0
+                   ? "not volunteering yet: in a swarm you lend before you prompt; run"
+                     " 'moontail setup --accept-terms' on a machine with spare RAM"
+                   : "not volunteering yet");
     }
     print_coverage(json_object_get(s, "layers"), replicas);
-    printf("%5s  %-16s %-11s %-8s %-16s %4s %7s %8s %6s %9s\n", "id", "name", "state", "role",
-           "shard", "rep", "queue", "tok/s", "GB", "uptime");
+    /* the page's columns, with the same rules: a rate, a queue and a replica only for a
+     * node alive in a role that serves; "-" where there is none (spares, dead nodes) */
+    printf("%5s  %-16s %-11s %-8s %-16s %7s %5s %8s %9s %9s\n", "id", "name", "state", "role",
+           "shard", "replica", "queue", "tok/s", "capacity", "uptime");
     json_t *nodes = json_object_get(s, "nodes");
     for (size_t i = 0; i < json_array_size(nodes); i++) {
         json_t *n = json_array_get(nodes, i);
-        long long up = num(n, "uptime_ms") / 1000;
-        char upt[32];
-        snprintf(upt, sizeof upt, "%lldh%02lldm%02llds", up / 3600, up / 60 % 60, up % 60);
-        printf("%5lld  %-16.16s %-11s %-8s %-16.16s %4lld %7lld %8.1f %6.1f %9s\n",
-               num(n, "node_id"), str(n, "name"), str(n, "state"), str(n, "role"),
-               str(n, "shard")[0] ? str(n, "shard") : "-", num(n, "replica"), num(n, "queue"),
-               json_number_value(json_object_get(n, "tok_per_s")), num(n, "capacity") / 1e9, upt);
+        char upt[32], cap[32], rep[16] = "-", queue[16] = "-", rate[32] = "-";
+        fmt_duration(num(n, "uptime_ms"), upt, sizeof upt);
+        fmt_bytes((double)num(n, "capacity"), cap, sizeof cap);
+        const char *role = str(n, "role");
+        bool works = strcmp(role, "none") != 0 && strcmp(role, "spare") != 0 && role[0];
+        if (works) snprintf(rep, sizeof rep, "%lld", num(n, "replica"));
+        if (works && json_is_true(json_object_get(n, "alive"))) {
+            snprintf(queue, sizeof queue, "%lld", num(n, "queue"));
+            snprintf(rate, sizeof rate, "%.1f", json_number_value(json_object_get(n, "tok_per_s")));
+        }
+        printf("%5lld  %-16.16s %-11s %-8s %-16.16s %7s %5s %8s %9s %9s\n", num(n, "node_id"),
+               str(n, "name"), str(n, "state"), role, str(n, "shard")[0] ? str(n, "shard") : "-",
+               rep, queue, rate, cap, upt);
         if (str(n, "problem")[0]) printf("       problem: %s\n", str(n, "problem"));
         json_t *q = json_object_get(n, "quarantine");
         if (q)

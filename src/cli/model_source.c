@@ -32,7 +32,7 @@ mt_model *cli_open_model(const char *path, mt_error *err) {
     if (path) {
         /* a large model read in with a progress bar on a terminal, so that the wait is
          * shown here and not hidden in the first token */
-        mt_progress_preload(path, isatty(2) ? stderr : NULL);
+        mt_progress_preload(path, isatty(2) || mt_progress_env() > 0 ? stderr : NULL);
         return mt_model_load(path, err);
     }
     const char *dir = getenv("TMPDIR");

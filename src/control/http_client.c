@@ -109,14 +109,36 @@ int mt_http_client_tls(const char *pin, const char *ca_file, mt_error *err) {
     return 0;
 }
 
-/* What went wrong in a transfer to url, and what to do about it. */
-static const char *explain(char *out, size_t cap, const char *url, CURLcode rc, const char *why) {
+/* The scheme and host of url ("http://10.0.0.5:8470"): what a person typed as --registry. */
+static int base_len(const char *url) {
+    const char *host = strstr(url, "://");
+    host = host ? host + 3 : url;
+    return (int)(host - url) + (int)strcspn(host, "/?#");
+}
+
+/* What went wrong in a transfer to url, and what to do about it. who names the server in
+ * the messages that are about reaching it ("the registry"; NULL: its host). */
+static const char *explain(char *out, size_t cap, const char *url, CURLcode rc, const char *why,
+                           const char *who) {
     bool https = strncasecmp(url, "https://", 8) == 0;
     const char *host = strstr(url, "://");
     host = host ? host + 3 : url;
-    int hl = (int)strcspn(host, "/?#");
+    int hl = (int)strcspn(host, "/?#"), bl = base_len(url);
     const char *detail = why && *why ? why : curl_easy_strerror(rc);
-    if (rc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
+    char whom[700];
+    if (who)
+        snprintf(whom, sizeof whom, "%s at %.*s", who, bl, url);
+    else
+        snprintf(whom, sizeof whom, "%.*s", bl, url);
+    if (rc == CURLE_COULDNT_CONNECT)
+        snprintf(out, cap, "cannot reach %s (%s): is it running, and is the address right?", whom,
+                 strstr(detail, "refused") || strstr(detail, "Couldn't connect")
+                     ? "connection refused"
+                     : detail);
+    else if (rc == CURLE_COULDNT_RESOLVE_HOST)
+        snprintf(out, cap, "cannot reach %s (no such host: %.*s): is the address right?", whom,
+                 (int)(host[0] == '[' ? strcspn(host, "]") + 1 : strcspn(host, ":/?#")), host);
+    else if (rc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
         snprintf(out, cap,
                  "the TLS certificate of the registry at %.*s does not match the pinned"
                  " fingerprint %s: if its operator gave it a new certificate, get the fingerprint"
@@ -134,16 +156,38 @@ static const char *explain(char *out, size_t cap, const char *url, CURLcode rc, 
              (rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_RECV_ERROR || rc == CURLE_GOT_NOTHING))
         snprintf(out, cap,
                  "TLS handshake with %.*s failed (%s): if it speaks plain HTTP (a registry on"
-                 " loopback does unless started with --tls), use an http:// URL",
-                 hl, host, detail);
+                 " loopback does unless started with --tls), use an http:// URL: http://%.*s",
+                 hl, host, detail, hl, host);
     else if (!https && (rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR))
         snprintf(out, cap,
                  "%.*s closed the connection without an answer (%s): if it serves HTTPS (a"
-                 " registry off loopback does by default), use an https:// URL",
-                 hl, host, detail);
+                 " registry off loopback does by default), use an https:// URL: https://%.*s",
+                 hl, host, detail, hl, host);
     else
         snprintf(out, cap, "%s", detail);
     return out;
+}
+
+int mt_http_check_base_url(const char *url, const char *what, mt_error *err) {
+    bool http = strncasecmp(url, "http://", 7) == 0, https = strncasecmp(url, "https://", 8) == 0;
+    if (!http && !https)
+        return mt_error_set(err,
+                            "%s '%.300s' is not a URL: give http://HOST:PORT (or https://HOST:PORT"
+                            " for a registry that serves TLS), as the registry printed it at"
+                            " start ('listening on ...')",
+                            what, url);
+    const char *host = url + (https ? 8 : 7);
+    int hl = (int)strcspn(host, "/?#");
+    if (hl == 0)
+        return mt_error_set(err, "%s '%.300s' names no host: give %sHOST:PORT", what, url,
+                            https ? "https://" : "http://");
+    const char *rest = host + hl;
+    if (*rest && strcmp(rest, "/") != 0)
+        return mt_error_set(err,
+                            "%s '%.300s' has a path ('%.200s'); give the registry's base URL,"
+                            " %.*s, without it",
+                            what, url, rest, (int)(rest - url), url);
+    return 0;
 }
 
 int mt_http_json(const char *method, const char *url, const char *token, const json_t *body,
@@ -166,10 +210,12 @@ int mt_http_json(const char *method, const char *url, const char *token, const j
     long status = -1;
     if (rc == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST)
+        mt_error_set(err, "%s", explain((char[1600]){0}, 1600, url, rc, s.why, "the registry"));
     else
         mt_error_set(err, "%s %s: %s", method, url,
                      s.overflow ? "the answer is larger than 64 MiB"
-                                : explain((char[800]){0}, 800, url, rc, s.why));
+                                : explain((char[1600]){0}, 1600, url, rc, s.why, "the registry"));
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     free(payload);
@@ -178,12 +224,25 @@ int mt_http_json(const char *method, const char *url, const char *token, const j
         return -1;
     }
     json_t *j = s.data ? json_loadb(s.data, s.len, 0, NULL) : NULL;
-    if (status >= 400) {
-        json_t *e = json_object_get(j, "error");
-        mt_error_set(err, "%s %s: HTTP %ld: %s", method, url, status,
-                     json_is_string(e) ? json_string_value(e)
-                     : s.data          ? s.data
-                                       : "(no body)");
+    json_t *e = json_object_get(j, "error");
+    /* a registry answers every request with JSON, its errors with {"error": ...}: anything
+     * else is another server, or the registry's URL with a path after it */
+    int bl = base_len(url);
+    bool foreign = status == 404 || status == 405 || status == 501 || status < 400;
+    if (foreign && !json_is_string(e) && !json_is_object(j) && !(status < 400 && s.len == 0))
+        mt_error_set(err,
+                     "%s %s: HTTP %ld, %s: %.*s is not a MoonTail registry, or not its base"
+                     " URL; give the URL the registry printed at start ('listening on ...')",
+                     method, url, status, s.len ? "not a registry's JSON answer" : "no answer", bl,
+                     url);
+    else if (status >= 400 && json_is_string(e))
+        mt_error_set(err, "%s %s: HTTP %ld: %s", method, url, status, json_string_value(e));
+    else if (status >= 400) { /* another server's page: its start, on one line */
+        char text[200] = "(no body)";
+        if (s.data) snprintf(text, sizeof text, "%s", s.data);
+        for (char *p = text; *p; p++)
+            if ((unsigned char)*p < 0x20) *p = ' ';
+        mt_error_set(err, "%s %s: HTTP %ld: %s", method, url, status, text);
     }
     free(s.data);
     if (out)
@@ -218,7 +277,7 @@ int mt_http_get_range(const char *url, uint64_t from, size_t len, void *buf, int
     } else if (rc != CURLE_OK) {
         ret = mt_error_set(err, "GET %s bytes %s: %s", url, range,
                            s.overflow ? "the peer sent more than asked for"
-                                      : explain((char[800]){0}, 800, url, rc, s.why));
+                                      : explain((char[1600]){0}, 1600, url, rc, s.why, NULL));
     } else if (s.len != len) {
         ret = mt_error_set(err, "GET %s bytes %s: got %zu bytes, expected %zu", url, range, s.len,
                            len);
@@ -250,7 +309,8 @@ int mt_http_peer_cert(const char *url, int timeout_ms, char **pem, mt_error *err
                 mt_error_set(err, "out of memory");
     int ret = 0;
     if (rc != CURLE_OK)
-        ret = mt_error_set(err, "GET %s: %s", url, explain((char[800]){0}, 800, url, rc, s.why));
+        ret = mt_error_set(err, "GET %s: %s", url,
+                           explain((char[1600]){0}, 1600, url, rc, s.why, "the registry"));
     else if (!*pem)
         ret = mt_error_set(
             err, "GET %s: the server presented no certificate that libcurl could show", url);

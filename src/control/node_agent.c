@@ -721,6 +721,14 @@ static int fix_listen(mt_agent *a, const char *listen, mt_error *err) {
                             "192.168.1.20:7411), since the registry hands it out",
                             listen);
     if (atoi(colon + 1) != 0) {
+        /* a port another process holds is found now, before joining, rather than at every
+         * start of the data plane while the registry and its status say "loading" */
+        int fd = mt_listen_tcp(listen, err);
+        if (fd < 0) {
+            mt_error_prefix(err, "--listen %s", listen);
+            return -1;
+        }
+        close(fd);
         snprintf(a->listen, sizeof a->listen, "%s", listen);
         return 0;
     }
@@ -815,6 +823,14 @@ static int load_or_make_key(mt_agent *a, mt_error *err) {
     return 0;
 }
 
+void mt_agent_default_name(const uint8_t pk[32], char *out, size_t cap) {
+    char host[64] = "node";
+    if (gethostname(host, sizeof host) != 0 || !host[0]) snprintf(host, sizeof host, "node");
+    host[sizeof host - 1] = 0;
+    host[strcspn(host, ".")] = 0; /* "pc7.lab.example" -> "pc7" */
+    snprintf(out, cap, "%.50s-%02x%02x", host, pk[0], pk[1]);
+}
+
 mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
     if (!cfg->registry || !cfg->token || !cfg->key_path || !cfg->data_dir || !cfg->listen) {
         mt_error_set(err, "node agent: registry URL, account token, key file, data directory and"
@@ -839,22 +855,24 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
     pthread_mutex_init(&a->lock, NULL);
     if (cfg->name)
         snprintf(a->name, sizeof a->name, "%s", cfg->name);
-    else if (gethostname(a->name, sizeof a->name) != 0)
+    else if (gethostname(a->name, sizeof a->name) != 0) /* until the key gives the suffix */
         snprintf(a->name, sizeof a->name, "node");
     a->name[sizeof a->name - 1] = 0;
-    mt_log_source_init(&a->log, "node", a->name, cfg->quiet);
     if (mt_bg_thread_init(&a->hb, err)) goto fail;
-    if (mkdir(a->data_dir, 0755) != 0 && errno != EEXIST) {
-        mt_error_set(err, "data directory %s: %s", a->data_dir, strerror(errno));
-        goto fail;
-    }
     if (cfg->tunnel && cfg->relay) {
         mt_error_set(err, "--tunnel and --relay: choose one way for peers to reach this node");
         goto fail;
     }
-    if ((a->nat && check_loopback(cfg->listen, err)) || load_or_make_key(a, err) ||
-        fix_listen(a, cfg->listen, err))
+    /* the address first: a port another process holds stops the node before it makes
+     * anything */
+    if ((a->nat && check_loopback(cfg->listen, err)) || fix_listen(a, cfg->listen, err)) goto fail;
+    if (mkdir(a->data_dir, 0755) != 0 && errno != EEXIST) {
+        mt_error_set(err, "data directory %s: %s", a->data_dir, strerror(errno));
         goto fail;
+    }
+    if (load_or_make_key(a, err)) goto fail;
+    if (!cfg->name) mt_agent_default_name(a->keys.pk, a->name, sizeof a->name);
+    mt_log_source_init(&a->log, "node", a->name, cfg->quiet);
     snprintf(a->log_name, sizeof a->log_name, "node %s", a->name);
     a->auth = mt_keys_authorized_new();
     if (!a->auth) {

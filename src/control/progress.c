@@ -14,8 +14,17 @@ void mt_progress_init(mt_progress *p, FILE *out, const char *label) {
     mt_progress_init_quiet(p, out, label, 0);
 }
 
+int mt_progress_env(void) {
+    const char *v = getenv("MOONTAIL_PROGRESS");
+    if (!v || !*v) return 0;
+    return strcmp(v, "0") == 0 ? -1 : 1;
+}
+
 void mt_progress_init_quiet(mt_progress *p, FILE *out, const char *label, double quiet_s) {
     memset(p, 0, sizeof *p);
+    int env = mt_progress_env();
+    if (env < 0) out = NULL;
+    if (env > 0) quiet_s = 0;
     p->out = out;
     p->tty = out && isatty(fileno(out));
     p->start_s = mt_mono_s();
@@ -29,25 +38,54 @@ void mt_progress_bytes(mt_progress *p, uint64_t done, uint64_t total) {
                        rate > 0 && done < total ? (double)(total - done) / rate : -1);
 }
 
-void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s) {
-    if (!p->out || p->finished) return;
-    bool last = done >= total;
+/* Whether a report of done of total is due now (a quick step shows none; a terminal is
+ * redrawn 10 times a second, a log gets a line every 2 s, and the last one always). */
+static bool due(mt_progress *p, bool last) {
+    if (!p->out || p->finished) return false;
     double t = mt_mono_s();
     if (!p->shown && t - p->start_s < p->quiet_s) { /* a quick step: nothing to show */
         if (last) p->finished = true;
-        return;
+        return false;
     }
-    /* a terminal is redrawn 10 times a second, a log gets a line every 2 s */
-    if (!last && t - p->last_s < (p->tty ? 0.1 : 2.0)) return;
+    if (!last && t - p->last_s < (p->tty ? 0.1 : 2.0)) return false;
     p->last_s = t;
+    return true;
+}
+
+static void bar_of(double frac, char bar[21]) {
+    int fill = (int)(frac * 20 + 0.5);
+    for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
+    bar[20] = 0;
+}
+
+void mt_progress_count(mt_progress *p, uint64_t done, uint64_t total, const char *unit) {
+    bool last = done >= total;
+    if (!due(p, last)) return;
+    double frac = total ? (double)done / (double)total : 1.0;
+    if (p->tty) {
+        char bar[21];
+        bar_of(frac, bar);
+        fprintf(p->out, "\r%s  [%s] %3.0f%%  %llu/%llu %s\033[K", p->label, bar, frac * 100,
+                (unsigned long long)done, (unsigned long long)total, unit);
+        if (last) fputc('\n', p->out);
+    } else {
+        fprintf(p->out, "%s: %llu of %llu %s (%.0f%%)\n", p->label, (unsigned long long)done,
+                (unsigned long long)total, unit, frac * 100);
+    }
+    fflush(p->out);
+    p->shown = true;
+    if (last) p->finished = true;
+}
+
+void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s) {
+    bool last = done >= total;
+    if (!due(p, last)) return;
     double frac = total ? (double)done / (double)total : 1.0;
     char eta[32] = "";
     if (!last && eta_s >= 0) snprintf(eta, sizeof eta, "  %.0f s left", eta_s);
     if (p->tty) {
         char bar[21];
-        int fill = (int)(frac * 20 + 0.5);
-        for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
-        bar[20] = 0;
+        bar_of(frac, bar);
         fprintf(p->out, "\r%s  [%s] %3.0f%%  %.1f/%.1f MB  %.1f MB/s%s\033[K", p->label, bar,
                 frac * 100, done / 1e6, total / 1e6, rate / 1e6, eta);
         if (last) fputc('\n', p->out);
@@ -80,7 +118,8 @@ void mt_progress_preload(const char *path, FILE *out) {
     gguf_file *f = gguf_open(path, &err);
     if (!f) return;
     uint64_t total = gguf_total_size(f);
-    if (total > (256u << 20) && (double)total <= available_bytes() / 2)
+    uint64_t small = mt_progress_env() > 0 ? 0 : 256u << 20; /* shown: read in any size */
+    if (total > small && (double)total <= available_bytes() / 2)
         for (uint32_t i = 0; i < f->n_parts; i++) {
             const char *p = f->parts[i].path, *base = strrchr(p, '/');
             char label[160];

@@ -7,6 +7,7 @@
 #include "moontail/clock.h"
 #include "moontail/transport.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The registry's identity: loaded, or made on first start. */
 static int load_key(mt_registry *r, mt_error *err) {
@@ -21,6 +23,7 @@ static int load_key(mt_registry *r, mt_error *err) {
     if (stat(r->cfg.key, &sb) != 0) {
         if (errno != ENOENT) return mt_error_set(err, "%s: %s", r->cfg.key, strerror(errno));
         if (mt_keys_generate(&r->key, err) || mt_keys_save(&r->key, r->cfg.key, err)) return -1;
+        r->made_key = true;
         if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "created identity %s", r->cfg.key);
     } else if (mt_keys_load(&r->key, r->cfg.key, err)) {
         return -1;
@@ -59,7 +62,10 @@ static void open_hash_cache(mt_registry *r) {
         path = buf;
     }
     mt_error e = {{0}};
+    struct stat sb;
+    bool existed = stat(path, &sb) == 0;
     r->io.cache = mt_hash_cache_open(path, &e);
+    r->made_hash_cache = r->io.cache && !existed;
     if (!r->io.cache && !r->cfg.quiet)
         mt_log(MT_LOG_WARN, "registry", "%s; hashing the whole model at every start", e.msg);
 }
@@ -214,6 +220,65 @@ static void restart_grace(mt_registry *r) {
     r->grace_until = r->started_ms + r->cfg.dead_after_ms;
 }
 
+/* A port another process holds, found before anything is created or hashed (which takes
+ * minutes for a large model): 0, or -1 with err. Other errors are left to the real bind. */
+static int port_free(const char *what, const char *addr, mt_error *err) {
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    if (!colon || atoi(colon + 1) == 0) return 0; /* port 0: any free one */
+    mt_error e = {{0}};
+    int fd = mt_listen_tcp(addr, &e);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    if (errno != EADDRINUSE) return 0;
+    return mt_error_set(err,
+                        "%s %s: another process holds this port (a registry started"
+                        " earlier?); stop it, or give another port",
+                        what, addr);
+}
+
+/* Removes path and its SQLite companions (-wal, -shm, -journal). */
+static void remove_db(const char *path) {
+    static const char *const ext[] = {"", "-wal", "-shm", "-journal"};
+    char p[4200];
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        snprintf(p, sizeof p, "%s%s", path, ext[i]);
+        unlink(p);
+    }
+}
+
+/* A failed start: removes what it created (made_*), so that a second try starts from what
+ * the operator had; then stops and frees r. */
+static void start_failed(mt_registry *r) {
+    char *db = r->made_db ? strdup(r->db_path) : NULL;
+    char *key = r->made_key ? strdup(r->cfg.key) : NULL;
+    char *cache = r->made_hash_cache ? strdup(mt_hash_cache_path(r->io.cache)) : NULL;
+    char *dir = r->made_shard_dir ? strdup(r->shard_dir) : NULL;
+    if (!r->cfg.quiet && (db || key || cache || dir))
+        mt_log(MT_LOG_WARN, "registry",
+               "not started; removing what this start made:%s%s%s%s%s%s%s%s", db ? " " : "",
+               db ? db : "", key ? " " : "", key ? key : "", cache ? " " : "", cache ? cache : "",
+               dir ? " " : "", dir ? dir : "");
+    mt_registry_stop(r); /* closes the database and the cache first */
+    if (db) remove_db(db);
+    if (cache) remove_db(cache);
+    if (key) unlink(key);
+    DIR *d = dir ? opendir(dir) : NULL;
+    for (struct dirent *e; d && (e = readdir(d));) { /* seed shards cut in this run */
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    if (dir) rmdir(dir);
+    free(db);
+    free(key);
+    free(cache);
+    free(dir);
+}
+
 mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     if (!cfg->model || !cfg->db || !cfg->key || !cfg->shard_dir) {
         mt_error_set(err, "registry: the model, database, key file and shard directory are all"
@@ -254,6 +319,10 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
         free(r);
         return NULL;
     }
+    if (port_free("--listen", listen, err) || port_free("--relay-listen", cfg->relay_listen, err)) {
+        free(r);
+        return NULL;
+    }
     if (cfg->tls_pin) snprintf(r->tls_pin, sizeof r->tls_pin, "%s", cfg->tls_pin);
     r->cfg.tls_cert_pem = r->cfg.tls_key_pem = r->cfg.tls_pin = NULL; /* used only below */
     r->db_path = strdup(cfg->db);
@@ -268,10 +337,14 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->grace_mu, NULL);
     if (mt_bg_thread_init(&r->ticker, err)) goto fail;
-    if (mkdir(r->shard_dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(r->shard_dir, 0755) == 0) {
+        r->made_shard_dir = true;
+    } else if (errno != EEXIST) {
         mt_error_set(err, "shard directory %s: %s", r->shard_dir, strerror(errno));
         goto fail;
     }
+    struct stat sb;
+    r->made_db = stat(r->db_path, &sb) != 0;
     if (reg_db_open(r, r->db_path, err) || load_key(r, err) || load_model(r, err)) goto fail;
     r->started_ms = mt_wall_ms();
     atomic_store(&r->turned_ms, mt_mono_ms());
@@ -313,7 +386,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     }
     return r;
 fail:
-    mt_registry_stop(r);
+    start_failed(r);
     return NULL;
 }
 

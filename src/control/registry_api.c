@@ -65,6 +65,35 @@ static bool valid_addr(const char *a) {
     return relay_addr_ok(a);
 }
 
+/* Another node than `self` that is alive now at data-plane address addr, into *other: two
+ * nodes cannot share one address (a second node started on a port that another already
+ * holds would never serve, and requesters would reach the first). true when there is one. */
+static bool addr_taken(mt_registry *r, const char *addr, int64_t self, int64_t now,
+                       reg_node *other) {
+    sqlite3_stmt *st = reg_db_prepare(r, NULL, "SELECT id FROM nodes WHERE addr = ? AND id != ?");
+    if (!st) return false;
+    sqlite3_bind_text(st, 1, addr, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, self);
+    int64_t ids[16];
+    int n = 0;
+    while (n < 16 && sqlite3_step(st) == SQLITE_ROW) ids[n++] = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    for (int i = 0; i < n; i++)
+        if (reg_node_get(r, ids[i], other) == 0 && reg_node_alive(r, other, now)) return true;
+    return false;
+}
+
+static void addr_taken_error(mt_http_response *resp, const char *addr, const reg_node *other,
+                             int64_t now) {
+    mt_http_error(resp, 409,
+                  "address %s is taken by node %lld '%s', alive (heard from %.1f s ago): two"
+                  " nodes cannot share one address. Give this node another --listen port, or"
+                  " stop node %lld first",
+                  addr, (long long)other->id, other->name,
+                  other->last_seen > 0 ? (double)(now - other->last_seen) / 1000 : 0.0,
+                  (long long)other->id);
+}
+
 /* The node whose token hashes to h, or 0. */
 static int64_t node_by_token(mt_registry *r, const char *h) {
     sqlite3_stmt *st = reg_db_prepare(r, NULL, "SELECT id FROM nodes WHERE token_hash = ?");
@@ -283,6 +312,8 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
     }
     if (id && owner != account)
         return mt_http_error(resp, 409, "this node key belongs to another account");
+    reg_node other;
+    if (addr_taken(r, addr, id, now, &other)) return addr_taken_error(resp, addr, &other, now);
     mt_error err = {{0}};
     st = reg_db_prepare(
         r, &err,
@@ -416,6 +447,9 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     if (tps && (!json_is_number(tps) || !(tok_per_s >= 0 && tok_per_s < 1e12)))
         return mt_http_error(resp, 400, "field \"tok_per_s\" must be a number >= 0");
     int64_t now = mt_wall_ms();
+    reg_node other;
+    if (addr && strcmp(addr, n.addr) != 0 && addr_taken(r, addr, id, now, &other))
+        return addr_taken_error(resp, addr, &other, now);
     /* counters are cumulative since the node started: a smaller one means it restarted */
     int64_t d_tl = tl >= n.served_token_layers ? tl - n.served_token_layers : tl;
     int64_t d_er = er >= n.served_expert_rows ? er - n.served_expert_rows : er;
@@ -556,7 +590,7 @@ static void shards_get(mt_registry *r, const char *rest, mt_http_response *resp)
     if (reg_shard_parse(r, name, &a, &head))
         return mt_http_error(resp, 404,
                              "'%s' is not a shard of this model (names: head, backbone,"
-                             " L<a>-<b>[A][-E<first>-<end>])",
+                             " L<first>[-<last>][A][-E<first>[-<last>]], ranges inclusive)",
                              name);
     if (slash && strcmp(slash, "/manifest") == 0) {
         /* cutting takes a while for a big shard; the lock is not held meanwhile */
@@ -594,8 +628,9 @@ static void routes_new(mt_registry *r, const mt_http_request *req, json_t *body,
         !reg_account_volunteered(r, a))
         return mt_http_error(resp, 403,
                              "this account has not volunteered yet: in a swarm you lend before"
-                             " you prompt. Run 'moontail node --registry %s' with this account's"
-                             " token on a machine with spare RAM, let it serve, then try again",
+                             " you prompt. On a machine with spare RAM run 'moontail setup"
+                             " --accept-terms --registry %s --token-file FILE' (FILE: this"
+                             " account's token), let its node serve, then try again",
                              r->url);
     json_t *avoid = json_object_get(body, "avoid");
     if (avoid && (!json_is_array(avoid) || json_array_size(avoid) > 4096))

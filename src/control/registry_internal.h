@@ -140,6 +140,9 @@ struct mt_registry {
     /* the hashing at start, for the status: model bytes read, taken from the cache, seconds */
     uint64_t start_hash_read, start_hash_cached;
     double start_hash_s;
+    /* made by this start (a failed start removes them again): the shard directory, the
+     * database, the identity, the hash cache */
+    bool made_shard_dir, made_db, made_key, made_hash_cache;
 };
 
 /* registry_db.c */
@@ -172,6 +175,8 @@ void reg_note_overload(mt_registry *r, int64_t began_ms);
 void reg_check_stall(mt_registry *r);
 bool reg_node_heard(const mt_registry *r, const reg_node *n, int64_t now_ms);
 bool reg_node_available(const mt_registry *r, const reg_node *n, int64_t now_ms);
+/* "joining", "loading", "failing" (it reports why it cannot serve), "serving", "spare",
+ * "idle", "paused", "draining", "dead" or "quarantined" */
 const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_ms);
 const char *reg_role_name(reg_role role);
 

@@ -138,8 +138,9 @@ static void node_families(FILE *f, json_t *nodes) {
 /* ---- the registry ------------------------------------------------------------------------- */
 
 /* reg_node_state's answers: every state gets a sample, 0 when no node is in it */
-static const char *const node_states[] = {"joining", "loading",  "serving", "spare",      "idle",
-                                          "paused",  "draining", "dead",    "quarantined"};
+static const char *const node_states[] = {"joining", "loading",    "failing", "serving",
+                                          "spare",   "idle",       "paused",  "draining",
+                                          "dead",    "quarantined"};
 
 char *reg_metrics_text(mt_registry *r) {
     json_t *s = reg_status_json(r);

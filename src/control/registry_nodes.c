@@ -190,7 +190,9 @@ const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_
     if (n->a.role == REG_ROLE_SPARE) return "spare";
     char want[96];
     reg_shard_name(&n->a, want);
-    return strcmp(want, n->ready_shard) == 0 ? "serving" : "loading";
+    if (strcmp(want, n->ready_shard) == 0) return "serving";
+    /* it reports why it cannot serve (its fetch or its load failed): not merely loading */
+    return n->problem[0] ? "failing" : "loading";
 }
 
 const char *reg_role_name(reg_role role) {

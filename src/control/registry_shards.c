@@ -2,8 +2,10 @@
  * specs, and the seed copies it cuts from the model.
  *
  * A shard is named after what it holds, so the same assignment always means
- * the same file: "L<a>-<b>[A][-E<eb>-<ee>]" (layers [a, b), A = attention
- * part, experts [eb, ee); no E part for a dense model), "head" (cell: the
+ * the same file: "L<a>-<b>[A][-E<c>-<d>]" (layers a to b, A = attention part,
+ * experts c to d, both ranges inclusive and written as `moontail status`
+ * writes layers: "L3" for a single one, "E5" for one expert; no E part for a
+ * dense model), "head" (cell: the
  * requester's token embeddings, final norm and output) and "backbone"
  * (swarm: head + every attention part). The seed copy lives in shard_dir as
  * <name>.gguf with a manifest <name>.json:
@@ -27,9 +29,22 @@ void reg_shard_name(const reg_assign *a, char out[96]) {
         out[0] = 0;
         return;
     }
-    int k = snprintf(out, 96, "L%d-%d%s", a->layer_begin, a->layer_end, a->attention ? "A" : "");
-    if (a->expert_end > a->expert_begin)
-        snprintf(out + k, (size_t)(96 - k), "-E%d-%d", a->expert_begin, a->expert_end);
+    int k = snprintf(out, 96, "L%d", a->layer_begin);
+    if (a->layer_end - a->layer_begin > 1)
+        k += snprintf(out + k, (size_t)(96 - k), "-%d", a->layer_end - 1);
+    if (a->attention) k += snprintf(out + k, (size_t)(96 - k), "A");
+    if (a->expert_end > a->expert_begin) {
+        k += snprintf(out + k, (size_t)(96 - k), "-E%d", a->expert_begin);
+        if (a->expert_end - a->expert_begin > 1)
+            snprintf(out + k, (size_t)(96 - k), "-%d", a->expert_end - 1);
+    }
+}
+
+/* A number at *p (digits only, at most 9), advancing *p; -1 when there is none. */
+static int number(const char **p) {
+    int v = 0, n = 0;
+    while (**p >= '0' && **p <= '9' && n < 9) v = v * 10 + (*(*p)++ - '0'), n++;
+    return n ? v : -1;
 }
 
 int reg_shard_parse(const mt_registry *r, const char *name, reg_assign *a, bool *head) {
@@ -41,20 +56,30 @@ int reg_shard_parse(const mt_registry *r, const char *name, reg_assign *a, bool 
         a->layer_end = a->attention ? r->layout.n_layer : 0;
         return 0;
     }
-    int lb, le, eb = 0, ee = 0, n = 0, m = 0;
-    if (sscanf(name, "L%d-%d%n", &lb, &le, &n) != 2) return -1;
-    const char *p = name + n;
-    if (*p == 'A') a->attention = true, p++;
-    if (*p == '-') {
-        if (sscanf(p, "-E%d-%d%n", &eb, &ee, &m) != 2 || p[m]) return -1;
-    } else if (*p) {
-        return -1;
+    /* L<a>[-<b>][A][-E<c>[-<d>]], ranges inclusive */
+    const char *p = name;
+    if (*p++ != 'L') return -1;
+    int lb = number(&p), le = lb, eb = 0, ee = -1;
+    if (lb < 0) return -1;
+    if (p[0] == '-' && p[1] >= '0' && p[1] <= '9') {
+        p++;
+        le = number(&p);
     }
-    if (lb < 0 || le <= lb || le > r->layout.n_layer || eb < 0 || ee < eb ||
-        ee > r->layout.n_expert)
+    if (*p == 'A') a->attention = true, p++;
+    if (p[0] == '-' && p[1] == 'E') {
+        p += 2;
+        eb = ee = number(&p);
+        if (eb < 0) return -1;
+        if (*p == '-') {
+            p++;
+            if ((ee = number(&p)) < 0) return -1;
+        }
+    }
+    if (*p || lb < 0 || le < lb || le >= r->layout.n_layer || (ee >= 0 && ee < eb) ||
+        ee >= r->layout.n_expert)
         return -1;
     a->role = a->attention ? REG_ROLE_STAGE : REG_ROLE_EXPERTS;
-    a->layer_begin = lb, a->layer_end = le, a->expert_begin = eb, a->expert_end = ee;
+    a->layer_begin = lb, a->layer_end = le + 1, a->expert_begin = eb, a->expert_end = ee + 1;
     char again[96];
     reg_shard_name(a, again);
     return strcmp(again, name) == 0 ? 0 : -1; /* one spelling per shard */
@@ -110,6 +135,32 @@ static int cut(mt_registry *r, const char *name, const char *gguf, const char *m
     return rc;
 }
 
+/* Whether the seed copy at gguf holds what `name` means for this model: a shard directory
+ * may hold files of another model, or of a version that named shards differently (layers
+ * [a, b) where names now say a to b inclusive); those are cut again. */
+static bool seed_matches(const mt_registry *r, const char *name, const char *gguf) {
+    reg_assign a;
+    bool head;
+    if (reg_shard_parse(r, name, &a, &head)) return false;
+    int32_t *ids = malloc(((size_t)r->layout.n_expert + 1) * sizeof *ids);
+    gguf_file *f = ids ? gguf_open(gguf, NULL) : NULL;
+    mt_shard_info info;
+    bool ok = f && mt_shard_info_read(f, &info, NULL) == 0;
+    if (ok) {
+        mt_shard_spec spec;
+        reg_assign_spec(r, &a, &spec, ids);
+        ok = strcmp(info.source_id, r->source_id) == 0 && info.head == head &&
+             info.attention == a.attention && info.layer_begin == a.layer_begin &&
+             info.layer_end == a.layer_end && info.n_experts == spec.n_experts;
+        for (int32_t i = 0; ok && spec.n_experts > 0 && i < spec.n_experts; i++)
+            ok = info.experts[i] == spec.experts[i];
+        mt_shard_info_free(&info);
+    }
+    if (f) gguf_close(f);
+    free(ids);
+    return ok;
+}
+
 json_t *reg_shard_manifest(mt_registry *r, const char *name, mt_error *err) {
     char *gguf = path_of(r, name, ".gguf"), *manifest = path_of(r, name, ".json");
     json_t *m = NULL;
@@ -120,7 +171,14 @@ json_t *reg_shard_manifest(mt_registry *r, const char *name, mt_error *err) {
     pthread_mutex_lock(&cut_lock);
     struct stat sb;
     int rc = 0;
-    if (stat(manifest, &sb) != 0 || stat(gguf, &sb) != 0) {
+    bool have = stat(manifest, &sb) == 0 && stat(gguf, &sb) == 0;
+    if (have && !seed_matches(r, name, gguf)) {
+        if (!r->cfg.quiet)
+            mt_log(MT_LOG_WARN, "registry", "%s holds another shard than '%s' means for this model",
+                   gguf, name);
+        have = false;
+    }
+    if (!have) {
         if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "cutting shard %s", name);
         rc = cut(r, name, gguf, manifest, err);
     }

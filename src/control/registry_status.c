@@ -74,6 +74,110 @@ static int32_t *layer_problems(mt_registry *r, const reg_node *nodes, int32_t n,
     return why;
 }
 
+/* The layers il in [0, L) where serving[il] is in [lo, hi], as `moontail status` writes
+ * layer runs ("3-5, 7"); their count. */
+static int32_t layer_runs(const int32_t *serving, int32_t L, int32_t lo, int32_t hi, char *out,
+                          size_t cap) {
+    int32_t count = 0;
+    size_t k = 0;
+    out[0] = 0;
+    for (int32_t il = 0; il < L;) {
+        if (serving[il] < lo || serving[il] > hi) {
+            il++;
+            continue;
+        }
+        int32_t j = il;
+        while (j + 1 < L && serving[j + 1] >= lo && serving[j + 1] <= hi) j++;
+        count += j - il + 1;
+        if (k < cap)
+            k += (size_t)snprintf(out + k, cap - k, j > il ? "%s%d-%d" : "%s%d", k ? ", " : "", il,
+                                  j);
+        il = j + 1;
+    }
+    return count;
+}
+
+/* Nodes by what keeps them from serving, for the banner's advice. */
+typedef struct node_counts {
+    int32_t known, alive, spares, loading, failing, paused, quarantined;
+    int32_t first_problem; /* index of the first alive node that reports one, or -1 */
+} node_counts;
+
+/* The banner `moontail status` and the status page show, one text for both: READY (every
+ * layer has every replica wanted serving), SERVING (requests can be routed, but some
+ * layers have fewer replicas: a failure there is not covered), or NOT READY; why, and
+ * what to do about it when that is known. */
+static json_t *readiness_json(mt_registry *r, const int32_t *serving, const node_counts *c,
+                              const reg_node *nodes) {
+    const int32_t L = r->layout.n_layer, R = r->cfg.replicas;
+    int32_t least = L ? 1 << 30 : 0;
+    for (int32_t il = 0; il < L; il++)
+        if (serving[il] < least) least = serving[il];
+    char why[1400], runs[400];
+    const char *state, *word;
+    size_t k = 0;
+    if (L && least >= R) {
+        state = "ready", word = "READY";
+        k = (size_t)snprintf(
+            why, sizeof why,
+            R == 1 ? "every layer is served" : "every layer has its %d replicas serving", R);
+        int32_t spares = c->spares;
+        if (r->cfg.mode == MT_REGISTRY_CELL && spares < r->cfg.spares)
+            snprintf(why + k, sizeof why - k,
+                     "; %s hot spare left (%d wanted): a failed node is replaced only when"
+                     " another joins",
+                     spares ? "too few" : "no", r->cfg.spares);
+        return json_pack("{s:s, s:s, s:s}", "state", state, "word", word, "why", why);
+    }
+    if (L && least >= 1) {
+        state = "degraded", word = "SERVING";
+        int32_t one = R > 1 ? layer_runs(serving, L, 1, 1, runs, sizeof runs) : 0;
+        if (one)
+            k = (size_t)snprintf(why, sizeof why,
+                                 "no spare for layer%s %s (1 of %d replicas serving)",
+                                 one == 1 ? "" : "s", runs, R);
+        int32_t some = layer_runs(serving, L, 2, R - 1, runs, sizeof runs);
+        if (some && k < sizeof why)
+            k += (size_t)snprintf(why + k, sizeof why - k,
+                                  "%sfewer than %d replicas serving for"
+                                  " layer%s %s",
+                                  k ? "; " : "", R, some == 1 ? "" : "s", runs);
+    } else {
+        state = "not-ready", word = "NOT READY";
+        int32_t down = layer_runs(serving, L, 0, 0, runs, sizeof runs);
+        k = (size_t)snprintf(why, sizeof why, L ? "no replica serving layer%s %s" : "no layers",
+                             down == 1 ? "" : "s", runs);
+    }
+    /* the cause, with what to do, most telling first */
+    const char *sep = k ? "; " : "";
+    if (k >= sizeof why) {
+    } else if (c->known == 0) {
+        snprintf(why + k, sizeof why - k,
+                 "%sno node has joined yet: on each PC run 'moontail setup --accept-terms"
+                 " --registry %s' (or 'moontail node --registry %s --token-file FILE')",
+                 sep, r->url, r->url);
+    } else if (c->alive == 0) {
+        snprintf(why + k, sizeof why - k,
+                 "%snone of the %d known node%s is alive: start %s again (or new ones)", sep,
+                 c->known, c->known == 1 ? "" : "s", c->known == 1 ? "it" : "them");
+    } else if (c->first_problem >= 0) {
+        const reg_node *x = &nodes[c->first_problem];
+        snprintf(why + k, sizeof why - k, "%snode %lld '%s': %s", sep, (long long)x->id, x->name,
+                 x->problem);
+    } else if (r->plan_why[0]) {
+        snprintf(why + k, sizeof why - k, "%s%s", sep, r->plan_why);
+    } else if (c->loading > 0) {
+        snprintf(why + k, sizeof why - k,
+                 "%s%d node%s still loading %s shard%s (fetching or reading it); wait", sep,
+                 c->loading, c->loading == 1 ? " is" : "s are", c->loading == 1 ? "its" : "their",
+                 c->loading == 1 ? "" : "s");
+    } else if (c->paused + c->quarantined > 0) {
+        snprintf(why + k, sizeof why - k, "%s%d node%s paused or quarantined", sep,
+                 c->paused + c->quarantined, c->paused + c->quarantined == 1 ? "" : "s");
+    }
+    return json_pack("{s:s, s:s, s:s}", "state", state, "word", word, "why", why);
+}
+
 /* What the HTTP server's limits did, and the registry's own overload (http.h, registry.c). */
 static json_t *http_json(mt_registry *r, int64_t now) {
     mt_http_stats h = {0};
@@ -100,6 +204,7 @@ json_t *reg_status_json(mt_registry *r) {
     int32_t *serving = calloc((size_t)L * (size_t)(X ? X : 1) + 1, sizeof *serving);
     int32_t *assigned = calloc((size_t)L * (size_t)(X ? X : 1) + 1, sizeof *assigned);
     json_t *jn = json_array();
+    node_counts nc = {.known = n, .first_problem = -1};
     int32_t n_alive = 0, n_serving = 0, n_spares = 0, n_quarantined = 0, queue = 0;
     double tok_per_s = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -113,6 +218,12 @@ json_t *reg_status_json(mt_registry *r) {
         n_spares += strcmp(state, "spare") == 0;
         n_quarantined += x->quarantined;
         if (alive) queue += x->load_queue, tok_per_s += x->tok_per_s;
+        nc.loading += strcmp(state, "loading") == 0;
+        nc.failing += strcmp(state, "failing") == 0;
+        nc.paused += strcmp(state, "paused") == 0 || strcmp(state, "draining") == 0;
+        nc.quarantined += x->quarantined;
+        if (alive && x->problem[0] && x->a.role != REG_ROLE_NONE && nc.first_problem < 0)
+            nc.first_problem = i;
         /* a slice (layer, expert) is covered by a stage's attention + its experts, or by
          * a partner / expert server; in cell mode a layer counts once per pipeline */
         for (int32_t il = x->a.layer_begin; serving && assigned && il < x->a.layer_end; il++) {
@@ -160,8 +271,11 @@ json_t *reg_status_json(mt_registry *r) {
                                           "reason", x->quarantine_reason));
         json_array_append_new(jn, o);
     }
+    nc.alive = n_alive;
+    nc.spares = n_spares;
     json_t *layers = json_array();
     int32_t *why = layer_problems(r, nodes, n, now);
+    int32_t *layer_serving = calloc((size_t)L + 1, sizeof *layer_serving);
     int32_t min_serving = L ? 1 << 30 : 0;
     for (int32_t il = 0; il < L; il++) {
         int32_t s = 1 << 30, a = 1 << 30;
@@ -177,6 +291,7 @@ json_t *reg_status_json(mt_registry *r) {
         }
         if (s == 1 << 30) s = a = 0;
         if (s < min_serving) min_serving = s;
+        if (layer_serving) layer_serving[il] = s;
         json_t *lo =
             json_pack("{s:i, s:i, s:i, s:b}", "layer", il, "serving", s, "assigned", a, "moe", moe);
         if (why && why[il] >= 0 && s < r->cfg.replicas) {
@@ -190,6 +305,8 @@ json_t *reg_status_json(mt_registry *r) {
     free(why);
     free(serving);
     free(assigned);
+    json_t *readiness = layer_serving ? readiness_json(r, layer_serving, &nc, nodes) : NULL;
+    free(layer_serving);
     int32_t best_ctx = 0;
     json_t *pipes = swarm ? NULL : pipelines_json(r, nodes, n, now, &best_ctx);
     free(nodes);
@@ -209,6 +326,8 @@ json_t *reg_status_json(mt_registry *r) {
         json_object_set_new(st, "pipelines", pipes);
         json_object_set_new(st, "context", json_integer(best_ctx));
     }
+    if (readiness) json_object_set_new(st, "readiness", readiness);
+    json_object_set_new(st, "spares_wanted", json_integer(swarm ? 0 : r->cfg.spares));
     json_object_set_new(st, "kv_type", json_string(mt_kv_type_name(r->cfg.kv_type)));
     json_object_set_new(st, "requests_active", json_integer(active));
     json_object_set_new(st, "requests_waiting", json_integer(waiting));

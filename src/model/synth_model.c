@@ -12,6 +12,7 @@
  * -exp(A_log), the MLA key/value lengths describe the compressed cache. */
 #include "moontail/synth_model.h"
 #include "moontail/gguf.h"
+#include "moontail/gguf_stream.h"
 #include "moontail/quant.h"
 #include "moontail/tokenizer.h"
 
@@ -619,6 +620,12 @@ static int check_params(const mt_synth_params *p, mt_error *err) {
     return check_kimi_params(p, err);
 }
 
+/* The writer's progress, passed on as the writing step's. */
+static void written(void *ctx, uint64_t done, uint64_t total) {
+    const mt_synth_params *p = ctx;
+    p->progress(p->progress_ctx, true, done, total);
+}
+
 int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     if (check_params(p, err)) return -1;
     synth s = {.p = p, .err = err};
@@ -674,9 +681,14 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
     }
     if (p->rope_freqs && llama) add_f32(&s, "rope_freqs.weight", p->head_dim / 2, 3.5f, 4.5f);
     if (s.k3 && p->res_block > 0) add_res_score(&s, "output_res_score.weight");
-    for (int il = 0; il < p->n_layer && !s.failed; il++) add_layer(&s, il);
+    for (int il = 0; il < p->n_layer && !s.failed; il++) {
+        add_layer(&s, il);
+        if (p->progress)
+            p->progress(p->progress_ctx, false, (uint64_t)il + 1, (uint64_t)p->n_layer);
+    }
     if (p->extra_tensor) add_f32(&s, p->extra_tensor, p->n_embd, -1.0f, 1.0f);
-    int rc = s.failed ? -1 : gguf_writer_write(s.w, path, err);
+    gguf_write_opts o = {.progress = written, .progress_ctx = (void *)p};
+    int rc = s.failed ? -1 : gguf_writer_write_opts(s.w, path, p->progress ? &o : NULL, err);
     gguf_writer_free(s.w);
     return rc;
 }

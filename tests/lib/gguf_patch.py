@@ -13,6 +13,8 @@ rewrites a seed shard's manifest after such a change.
                                           how many there are up to the next tensor (or
                                           the file's end); TENSOR "*": one "OFFSET BYTES
                                           NAME" line per tensor (nothing is changed)
+  gguf_patch.py FILE types                prints "COUNT TYPE" per ggml tensor type id, in the
+                                          order the types first appear (nothing is changed)
 """
 import hashlib
 import json
@@ -95,6 +97,14 @@ def main(argv):
             print(*extent(args[0]))
         else:
             sys.exit(f"gguf_patch: {path} has no tensor '{args[0]}'")
+        return
+    if op == "types" and not args:
+        counts = {}
+        for at, n_dims, dims in tensors.values():
+            t = struct.unpack_from("<I", data, dims + 8 * n_dims)[0]
+            counts[t] = counts.get(t, 0) + 1
+        for t, n in counts.items():
+            print(n, t)
         return
     if op == "set" and len(args) == 2:
         if args[0] not in keys:

@@ -6,7 +6,9 @@
 //   {"title", "banner": {"state", "word", "why"}, "data_hidden",
 //    "layers": [{"layer", "serving", "wanted", "class", "problem"}],
 //    "layer_problems": [the text of each line under the layers],
-//    "nodes": [{"id", "state", "name", "name_html", "problem"}], "tags": [every tag name]}
+//    "nodes": [{"id", "state", "name", "name_html", "problem", "cells"}], "tags": [every tag name]}
+// A node's "cells" are the texts of its row's cells, in the table's order (id, name, state,
+// role, shard, replica, queue, tok/s, capacity, uptime, last seen).
 // A node's "problem" is the text of the row shown under it (tr.node-problem), "" if none.
 //
 // It relies only on the hooks the page documents (#banner[data-state],
@@ -64,6 +66,7 @@ for (const t of tags) {
     if (t.tag !== 'tr' || !classes(t).includes('node')) continue;
     const row = dom.slice(t.end, dom.indexOf('</tr>', t.end));
     const name = /<td class="name"[^>]*>([\s\S]*?)<\/td>/.exec(row);
-    out.nodes.push({ id: +t.attrs['data-node-id'], state: t.attrs['data-state'], name: name ? text(name[1]) : null, name_html: name ? name[1] : null, problem: problems[+t.attrs['data-node-id']] ?? '' });
+    const cells = [...row.matchAll(/<td[^>]*>([\s\S]*?)<\/td>/g)].map((m) => text(m[1]));
+    out.nodes.push({ id: +t.attrs['data-node-id'], state: t.attrs['data-state'], name: name ? text(name[1]) : null, name_html: name ? name[1] : null, problem: problems[+t.attrs['data-node-id']] ?? '', cells });
 }
 process.stdout.write(JSON.stringify(out) + '\n');
