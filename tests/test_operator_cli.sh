@@ -26,6 +26,7 @@ set -u
 T="timeout 60"
 LIB=$(cd "$(dirname "$0")/lib" && pwd)
 export MOONTAIL_NO_SYSTEMD=1
+extra_cleanup() { MOONTAIL_HOME="$tmp/home" "$BIN" setup --stop >/dev/null 2>&1; } # a failed run's node
 cd "$tmp"
 
 M="$tmp/m.gguf"
