@@ -133,7 +133,7 @@ expect 2 "serve: --log-file: cannot open the log file $tmp/no-such-dir/s.log to 
     "$BIN" serve --model "$M" --no-auth --log-file "$tmp/no-such-dir/s.log"
 expect 2 "prompt: --log-level: log level 'INFO'" "$BIN" prompt --route r.json -p hi --log-level INFO
 expect 2 "node: --log-level: log level ''" "$BIN" node --registry http://127.0.0.1:1 --log-level ""
-for cmd in registry node serve prompt "node --registry x"; do
+for cmd in registry node serve prompt "node --registry http://127.0.0.1:9"; do
     # shellcheck disable=SC2086
     expect 0 "--log-format F " "$BIN" $cmd --help
     grep -q -- "--log-level LEVEL" "$tmp/o" && grep -q -- "--log-file PATH" "$tmp/o" && ok ||
