@@ -4,6 +4,7 @@
  * for too many requests in flight, 413 for a body over the limit). The server
  * (http_server.c) and its streams (http_stream.c) both send through here. */
 #include "http_internal.h"
+#include "moontail/json_line.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -50,18 +51,11 @@ static enum MHD_Result queue(struct MHD_Connection *c, int status, const char *t
 
 static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *j,
                                   json_t *headers) {
-    char *s = json_dumps(j, JSON_COMPACT);
-    if (!s) return MHD_NO;
-    size_t n = strlen(s);
     /* a newline ends the body, so that curl output in a terminal stays readable */
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return MHD_NO;
-    }
-    t[n] = '\n';
-    t[n + 1] = 0;
-    return queue(c, status, "application/json", t, n + 1, headers);
+    size_t n;
+    char *t = mt_json_line(j, 0, &n);
+    if (!t) return MHD_NO;
+    return queue(c, status, "application/json", t, n, headers);
 }
 
 /* An error the server answers by itself, in the configured shape. */

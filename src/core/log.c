@@ -4,6 +4,7 @@
  * process makes it; a mutex keeps the descriptor from being swapped
  * (mt_log_reopen) under a write. */
 #include "moontail/log.h"
+#include "moontail/json_line.h"
 #include "moontail/clock.h"
 
 #include <errno.h>
@@ -160,21 +161,10 @@ static char *json_line(const char *ts, const char *level, const char *component,
     if (m && c && o && json_object_set_new(o, "ts", json_string(ts)) == 0 &&
         json_object_set_new(o, "level", json_string(level)) == 0 &&
         json_object_set(o, "component", c) == 0 && json_object_set(o, "msg", m) == 0)
-        line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        line = mt_json_line(o, JSON_PRESERVE_ORDER, NULL);
     json_decref(m);
     json_decref(c);
     json_decref(o);
-    if (line) {
-        size_t n = strlen(line);
-        char *grown = realloc(line, n + 2);
-        if (!grown) {
-            free(line);
-            return NULL;
-        }
-        grown[n] = '\n';
-        grown[n + 1] = 0;
-        line = grown;
-    }
     return line;
 }
 
