@@ -19,8 +19,9 @@
 #     capacity with its unit, shard names with the coverage's layer ranges,
 #     an amber SERVING while a layer lacks a replica; nodes without --name get
 #     the host name and 4 hex digits of their key; --config errors name the
-#     file and line; --admin-token-file errors name the admin token file; a
-#     swarm account that has not volunteered is told to run `moontail setup`.
+#     file and line (also after --registry-pin was taken out of the options,
+#     and never for a command-line mistake); --admin-token-file errors name
+#     the admin token file; a swarm account that has not volunteered is told to run `moontail setup`.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
@@ -177,6 +178,16 @@ expect 2 "--replicas expects a whole number in \[1, 16\], got 'two' ($tmp/r.conf
     "$BIN" registry --config "$tmp/r.conf"
 printf 'model = %s\n\n  modle = x\n' "$M" >"$tmp/typo.conf"
 expect 2 "unknown option '--modle' ($tmp/typo.conf, line 3)" "$BIN" registry --config "$tmp/typo.conf"
+# --registry-pin is taken out of the arguments before the command reads them, which moves the
+# options after it: the line named is still the value's own, and a mistake on the command line
+# is not blamed on the file (both once said "line 2")
+pin="sha256//$(head -c 32 /dev/zero | base64)"
+printf 'registry-pin = %s\nmodel = %s\nreplicas = abc\n' "$pin" "$M" >"$tmp/pin.conf"
+expect 2 "--replicas expects a whole number in \[1, 16\], got 'abc' ($tmp/pin.conf, line 3)$" \
+    "$BIN" registry --config "$tmp/pin.conf"
+printf 'registry-pin = %s\nmodel = %s\n' "$pin" "$M" >"$tmp/pin2.conf"
+expect 2 "--replicas expects a whole number in \[1, 16\], got 'abc'$" \
+    "$BIN" registry --config "$tmp/pin2.conf" --replicas abc
 expect 2 "--admin-token-file $tmp/none: cannot open it (No such file or directory); it should hold the registry's admin token" \
     "$BIN" account new x --registry "$URL" --admin-token-file "$tmp/none"
 : >"$tmp/empty"

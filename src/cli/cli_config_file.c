@@ -34,15 +34,18 @@ static char *trim(char *s) {
  * here so that it stays reachable (leak checkers see it as in use). */
 static char **expanded;
 
-/* Where each option and value made from the file came from: expanded[first_made + i] is
- * from line made_line[i] of made_path. */
+/* Where each option and value made from the file came from: the string made_arg[i] is
+ * from line made_line[i] of made_path. Known by the string itself, not by its slot in
+ * expanded: commands take options out of argv in place (cli_take_all), which moves the
+ * strings after them to other slots. */
 static const char *made_path;
-static int first_made, n_made, *made_line;
+static const char **made_arg;
+static int n_made, *made_line;
 
 const char *cli_config_where(const char *arg) {
     static char where[700];
-    for (int i = 0; arg && expanded && i < n_made; i++)
-        if (expanded[first_made + i] == arg) {
+    for (int i = 0; arg && i < n_made; i++)
+        if (made_arg[i] == arg) {
             snprintf(where, sizeof where, " (%s, line %d)", made_path, made_line[i]);
             return where;
         }
@@ -121,9 +124,12 @@ int cli_expand_config(int *argc, char ***argv) {
             if (!(out[n++] = strdup(value))) goto fail;
         }
     }
+    /* the strings made here, kept apart from out, whose slots commands reuse */
+    made_arg = malloc(((size_t)(n - first_own) + 1) * sizeof *made_arg);
+    if (!made_arg) goto fail;
+    for (int i = first_own; i < n; i++) made_arg[i - first_own] = out[i];
     free(text);
     made_path = path;
-    first_made = first_own;
     n_made = n - first_own;
     made_line = lines;
     for (int i = at + 2; i < *argc; i++) out[n++] = (*argv)[i];
