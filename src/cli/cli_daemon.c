@@ -19,10 +19,20 @@ char *cli_secret_file(const char *cmd, const char *option, const char *path, con
                 path, strerror(errno), what);
         return NULL;
     }
+    /* the secret is the first line */
+    char *t = NULL;
+    size_t cap = 0;
+    errno = 0;
+    ssize_t n = getline(&t, &cap, f);
+    int why = ferror(f) || !t ? (errno ? errno : EIO) : 0;
     fclose(f);
-    size_t n;
-    char *t = cli_read_file(path, &n);
-    if (!t) return NULL;
+    if (why) {
+        fprintf(stderr, "moontail %s: %s %s: cannot read it (%s); it should hold %s\n", cmd, option,
+                path, strerror(why), what);
+        free(t);
+        return NULL;
+    }
+    if (n < 0) t[0] = 0; /* an empty file */
     t[strcspn(t, "\r\n")] = 0;
     if (!t[0]) {
         fprintf(stderr, "moontail %s: %s %s is empty; it should hold %s\n", cmd, option, path,
