@@ -7,7 +7,9 @@
 # prompt "..."` work with no options (the config's registry and token) and
 # the prompt gives `moontail run`'s tokens, wherever it stands among the
 # options; the chat shell (plain `moontail`)
-# answers too; `setup --stop` stops the node. A registry that needs an admin
+# answers too; `setup --stop` stops the node.
+# --ca-file is kept as an absolute path.
+# A registry that needs an admin
 # token is refused with a message saying to ask the operator; a missing --registry is exit 2. The systemd unit files
 # in packaging/ pass systemd-analyze verify where it is installed.
 set -u
@@ -60,6 +62,18 @@ expect 0 "set up" "$BIN" setup --accept-terms --no-start
 [ "$(md5sum <"$MOONTAIL_HOME/node.key")" = "$key_before" ] && ok || bad "setup replaced the node's key"
 expect 0 "stopped the node" "$BIN" setup --stop
 [ ! -f "$MOONTAIL_HOME/node.pid" ] && ok || bad "pid file left behind"
+
+# --ca-file is kept as an absolute path: the node and later commands start in other
+# directories (no registry is asked anything: the token is given and the node not started)
+export MOONTAIL_HOME="$tmp/home3"
+echo "a CA file (only its name matters here)" >"$tmp/ca.pem"
+echo "an-operator-token" >"$tmp/op.token"
+ca_abs=$(realpath "$tmp/ca.pem")
+(cd "$tmp" && "$BIN" setup --accept-terms --registry https://127.0.0.1:9 --ca-file ca.pem \
+    --token-file op.token --no-start) >"$tmp/o" 2>&1 && ok || bad "setup with a relative --ca-file: $(cat "$tmp/o")"
+kept=$(json 'console.log(o.ca_file)' <"$MOONTAIL_HOME/config.json")
+[ "$kept" = "$ca_abs" ] && ok || bad "config.json keeps --ca-file as '$kept', not '$ca_abs'"
+export MOONTAIL_HOME="$tmp/home"
 
 # a registry that opens no accounts by itself
 echo "s3cret" >"$tmp/admin"

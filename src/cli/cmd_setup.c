@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -179,8 +180,21 @@ static int registry_trust(cli_config *c, const char *prev_registry) {
         return 0;
     }
     if (pin || ca) { /* checked and applied already (cli_trust.c) */
+        /* kept as an absolute path: the node and later commands start in other directories */
+        char abs[PATH_MAX];
+        if (ca && !realpath(ca, abs)) {
+            fprintf(stderr, "moontail setup: --ca-file %s: %s\n", ca, strerror(errno));
+            return -1;
+        }
+        if (ca && strlen(abs) >= sizeof c->ca_file) {
+            fprintf(stderr,
+                    "moontail setup: --ca-file %s: its full path is longer than %zu bytes;"
+                    " move it to a shorter one\n",
+                    abs, sizeof c->ca_file - 1);
+            return -1;
+        }
         snprintf(c->registry_pin, sizeof c->registry_pin, "%s", pin ? pin : "");
-        snprintf(c->ca_file, sizeof c->ca_file, "%s", ca ? ca : "");
+        snprintf(c->ca_file, sizeof c->ca_file, "%s", ca ? abs : "");
         return 0;
     }
     if (strcmp(prev_registry, c->registry) == 0 && (c->registry_pin[0] || c->ca_file[0]))
