@@ -9,6 +9,8 @@
 # options; the chat shell (plain `moontail`)
 # answers too; `setup --stop` stops the node.
 # --ca-file is kept as an absolute path.
+# Once that CA file is gone, commands that talk to no registry still run,
+# the others say its name came from config.json.
 # A registry that needs an admin
 # token is refused with a message saying to ask the operator; a missing --registry is exit 2. The systemd unit files
 # in packaging/ pass systemd-analyze verify where it is installed.
@@ -73,6 +75,15 @@ ca_abs=$(realpath "$tmp/ca.pem")
     --token-file op.token --no-start) >"$tmp/o" 2>&1 && ok || bad "setup with a relative --ca-file: $(cat "$tmp/o")"
 kept=$(json 'console.log(o.ca_file)' <"$MOONTAIL_HOME/config.json")
 [ "$kept" = "$ca_abs" ] && ok || bad "config.json keeps --ca-file as '$kept', not '$ca_abs'"
+# that CA file gone: a command that talks to no registry does not mind; one that talks to the
+# configured registry says where the file's name came from; setup says how to give another
+rm "$tmp/ca.pem"
+"$BIN" mkmodel -o "$tmp/x.gguf" --layers 1 >/dev/null 2>"$tmp/mk.err" && [ ! -s "$tmp/mk.err" ] && ok ||
+    bad "mkmodel with config.json's CA file gone: $(cat "$tmp/mk.err")"
+expect 2 "CA file '$ca_abs' cannot be read; .* (in config.json: run 'moontail setup' again)" "$BIN" status
+expect 0 "no background node" "$BIN" setup --stop
+expect 2 "(kept in config.json for https://127.0.0.1:9); give it again with --ca-file FILE" \
+    "$BIN" setup --accept-terms --no-start
 export MOONTAIL_HOME="$tmp/home"
 
 # a registry that opens no accounts by itself

@@ -3,8 +3,9 @@
  * `--ca-file FILE` out of any command's arguments before the command parses
  * its own, and hands them to the HTTP client (mt_http_client_tls). Without
  * them, the pin (or CA file) that `setup` kept in config.json applies, as
- * long as the command talks to that configured registry (no --registry, or
- * the same URL). http:// URLs are not affected. Every --registry URL is
+ * long as the command talks to that configured registry (its --registry is
+ * the same URL, or it has none and is one of the commands that then use the
+ * configured one). http:// URLs are not affected. Every --registry URL is
  * checked here too: a base URL, not a page of the registry. */
 #include "cli.h"
 #include "cli_config.h"
@@ -36,6 +37,18 @@ static int take_one(int *argc, char **argv, const char *name, const char **out) 
     return n < 0 || n > 1 ? -1 : 0;
 }
 
+/* Whether the command, given no --registry, talks to the registry config.json names (each
+ * of these reads it from there); every other command talks to a registry only when given
+ * one. The kept trust is no business of a command that talks to none: a CA file since
+ * removed must not stop `moontail mkmodel`. */
+static bool uses_configured_registry(int argc, char **argv) {
+    static const char *const cmds[] = {"status", "prompt", "shell", "pause", "setup"};
+    if (argc < 2 || argv[1][0] == '-') return true; /* no command: the chat shell */
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
+        if (strcmp(argv[1], cmds[i]) == 0) return true;
+    return false;
+}
+
 int cli_registry_trust(int *argc, char **argv) {
     for (int i = 1; i + 1 < *argc; i++) {
         mt_error err = {{0}};
@@ -63,15 +76,19 @@ int cli_registry_trust(int *argc, char **argv) {
         const char *reg = NULL; /* the command's own --registry, if any */
         for (int i = 1; i + 1 < *argc; i++)
             if (strcmp(argv[i], "--registry") == 0) reg = argv[i + 1];
-        if (!reg || strcmp(reg, c.registry) == 0) {
+        if (reg ? strcmp(reg, c.registry) == 0 : uses_configured_registry(*argc, argv)) {
             pin = c.registry_pin[0] ? c.registry_pin : NULL;
             ca = pin || !c.ca_file[0] ? NULL : c.ca_file;
         }
     }
+    bool kept = (pin && pin != pin_arg) || (ca && ca != ca_arg); /* from config.json */
     mt_error err = {{0}};
     if (mt_http_client_tls(pin, ca, &err)) {
+        /* setup may be about to replace what it kept, or only to stop its node: it checks
+         * the kept trust itself where it keeps it (cmd_setup.c) */
+        if (kept && *argc >= 2 && strcmp(argv[1], "setup") == 0) return 0;
         fprintf(stderr, "moontail: %s%s\n", err.msg,
-                pin && pin != pin_arg ? " (in config.json: run 'moontail setup' again)" : "");
+                kept ? " (in config.json: run 'moontail setup' again)" : "");
         return -1;
     }
     return 0;

@@ -197,8 +197,21 @@ static int registry_trust(cli_config *c, const char *prev_registry) {
         snprintf(c->ca_file, sizeof c->ca_file, "%s", ca ? abs : "");
         return 0;
     }
-    if (strcmp(prev_registry, c->registry) == 0 && (c->registry_pin[0] || c->ca_file[0]))
-        return 0; /* the same registry as before: its pin stays (cli_trust.c applied it) */
+    if (strcmp(prev_registry, c->registry) == 0 && (c->registry_pin[0] || c->ca_file[0])) {
+        /* the same registry as before: its pin or CA file stays. Applied here, not by
+         * cli_trust.c, when it cannot be used (a CA file since removed): said here, with
+         * how to replace it */
+        mt_error err = {{0}};
+        if (mt_http_client_tls(c->registry_pin[0] ? c->registry_pin : NULL,
+                               c->registry_pin[0] ? NULL : c->ca_file, &err)) {
+            fprintf(stderr,
+                    "moontail setup: %s (kept in config.json for %s); give it again with"
+                    " --ca-file FILE, or --registry-pin PIN\n",
+                    err.msg, c->registry);
+            return -2;
+        }
+        return 0;
+    }
     c->registry_pin[0] = c->ca_file[0] = 0;
     char *pem = NULL;
     mt_error err = {{0}};
