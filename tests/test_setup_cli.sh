@@ -8,6 +8,8 @@
 # the prompt gives `moontail run`'s tokens, wherever it stands among the
 # options; the chat shell (plain `moontail`)
 # answers too; `setup --stop` stops the node.
+# A second setup whose node fails says so (not misled by the first node's
+# lines in the node.log kept from before).
 # --ca-file is kept as an absolute path.
 # Once that CA file is gone, commands that talk to no registry still run,
 # the others say its name came from config.json.
@@ -64,6 +66,17 @@ expect 0 "set up" "$BIN" setup --accept-terms --no-start
 [ "$(md5sum <"$MOONTAIL_HOME/node.key")" = "$key_before" ] && ok || bad "setup replaced the node's key"
 expect 0 "stopped the node" "$BIN" setup --stop
 [ ! -f "$MOONTAIL_HOME/node.pid" ] && ok || bad "pid file left behind"
+
+# a second setup whose node fails at once (a token the registry does not know): the log kept
+# from the first node holds its "listening on", which is not this node's (it once made setup
+# say this one runs)
+grep -q "^listening on " "$MOONTAIL_HOME/node.log" && ok || bad "the first node's log has no 'listening on'"
+tok_before=$(md5sum <"$MOONTAIL_HOME/token")
+echo "not-a-token" >"$tmp/bad.token"
+expect 1 "the node stopped at once: joining .* HTTP 401" "$BIN" setup --accept-terms --token-file "$tmp/bad.token"
+grep -q "volunteering" "$tmp/o" && bad "setup says a node that stopped runs: $(cat "$tmp/o")" || ok
+[ "$(md5sum <"$MOONTAIL_HOME/token")" = "$tok_before" ] && [ ! -f "$MOONTAIL_HOME/node.pid" ] && ok ||
+    bad "the failed setup did not put the token back, or left a pid file"
 
 # --ca-file is kept as an absolute path: the node and later commands start in other
 # directories (no registry is asked anything: the token is given and the node not started)

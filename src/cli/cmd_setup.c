@@ -367,13 +367,37 @@ static int start_service(const cli_config *c, const char *self) {
     return 0;
 }
 
+/* The last line of the log past byte from that starts with prefix, into line (without its
+ * newline); false when there is none. */
+static bool log_line(const char *log, off_t from, const char *prefix, char *line, size_t cap) {
+    FILE *f = fopen(log, "r");
+    if (!f) return false;
+    bool found = false;
+    char buf[600];
+    if (fseeko(f, from, SEEK_SET) == 0)
+        while (fgets(buf, sizeof buf, f))
+            if (strncmp(buf, prefix, strlen(prefix)) == 0) {
+                snprintf(line, cap, "%s", buf);
+                line[strcspn(line, "\n")] = 0;
+                found = true;
+            }
+    fclose(f);
+    return found;
+}
+
 static int start_background(const cli_config *c, const char *self) {
     char *argv[24], capmb[32], log[700], pidf[700];
     node_args(c, self, capmb, argv);
     cli_home_path(c->home, "node.log", log, sizeof log);
     cli_home_path(c->home, "node.pid", pidf, sizeof pidf);
+    /* a log kept from before stays as it is, and the node appends to it: only what is past
+     * its end now is this node's */
     struct stat sb;
-    if (stat(log, &sb) != 0) note_made(log, false); /* a log kept from before stays as it is */
+    off_t from = 0;
+    if (stat(log, &sb) == 0)
+        from = sb.st_size;
+    else
+        note_made(log, false);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -398,25 +422,16 @@ static int start_background(const cli_config *c, const char *self) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             /* why, from its log (which goes too if this run made it) */
-            char why[600] = "", line[600];
-            FILE *f = fopen(log, "r");
-            while (f && fgets(line, sizeof line, f))
-                if (strncmp(line, "moontail node: ", 15) == 0)
-                    snprintf(why, sizeof why, "%s", line);
-            if (f) fclose(f);
-            why[strcspn(why, "\n")] = 0;
+            char why[600];
+            bool said = log_line(log, from, "moontail node: ", why, sizeof why);
             fprintf(stderr, "moontail setup: the node stopped at once: %s\n",
-                    why[0] ? why + 15 : "it said nothing");
+                    said ? why + 15 : "it said nothing");
             unlink(pidf);
             return -1;
         }
-        FILE *f = fopen(log, "r");
-        char line[512];
-        bool up = false;
-        while (f && fgets(line, sizeof line, f))
-            if (strncmp(line, "listening on ", 13) == 0) up = true;
-        if (f) fclose(f);
-        if (up) {
+        char line[600];
+        if (log_line(log, from, "listening on ", line, sizeof line)) {
+
             printf("volunteering: node running in the background (pid %d)\n"
                    "  log: %s   stop: moontail setup --stop\n",
                    (int)pid, log);
