@@ -10,6 +10,8 @@
 # answers too; `setup --stop` stops the node.
 # A second setup whose node fails says so (not misled by the first node's
 # lines in the node.log kept from before).
+# A setup that fails after it made an account keeps that account's token,
+# and the next setup uses it.
 # --ca-file is kept as an absolute path.
 # Once that CA file is gone, commands that talk to no registry still run,
 # the others say its name came from config.json.
@@ -20,7 +22,9 @@ set -u
 . "$(dirname "$0")/lib/harness.bash"
 export MOONTAIL_HOME="$tmp/home" MOONTAIL_NO_SYSTEMD=1
 T="timeout 60"
-extra_cleanup() { MOONTAIL_HOME="$tmp/home" "$BIN" setup --stop >/dev/null 2>&1; }
+extra_cleanup() { # the nodes of a failed run
+    for h in home home4; do MOONTAIL_HOME="$tmp/$h" "$BIN" setup --stop >/dev/null 2>&1; done
+}
 
 M="$tmp/m.gguf"
 "$BIN" mkmodel -o "$M" --arch qwen3moe --type f32 --layers 2 --embd 128 --heads 4 --head-dim 32 \
@@ -77,6 +81,24 @@ expect 1 "the node stopped at once: joining .* HTTP 401" "$BIN" setup --accept-t
 grep -q "volunteering" "$tmp/o" && bad "setup says a node that stopped runs: $(cat "$tmp/o")" || ok
 [ "$(md5sum <"$MOONTAIL_HOME/token")" = "$tok_before" ] && [ ! -f "$MOONTAIL_HOME/node.pid" ] && ok ||
     bad "the failed setup did not put the token back, or left a pid file"
+
+# a setup that fails after the registry made it an account (its node is refused: a name with a
+# tab) keeps that account's token, since the account stays on the registry; the next setup
+# uses it instead of making one more account
+export MOONTAIL_HOME="$tmp/home4"
+expect 1 "kept $MOONTAIL_HOME/token, the token of account '.*' that this run created on $URL" \
+    "$BIN" setup --accept-terms --registry "$URL" --listen 127.0.0.1:0 --name "$(printf 'bad\tname')"
+grep -q "^created account" "$tmp/o" && grep -q "the node stopped at once: .*control characters" "$tmp/o" &&
+    ok || bad "the failed setup: $(cat "$tmp/o")"
+[ "$(stat -c %a "$MOONTAIL_HOME/token" 2>&1)" = 600 ] && [ ! -e "$MOONTAIL_HOME/node.key" ] &&
+    [ ! -e "$MOONTAIL_HOME/config.json" ] && ok ||
+    bad "the failed setup should keep the token (0600) and nothing else: $(ls -l "$MOONTAIL_HOME")"
+tok4=$(md5sum <"$MOONTAIL_HOME/token")
+expect 0 "volunteering: node running in the background" "$BIN" setup --accept-terms --registry "$URL" \
+    --listen 127.0.0.1:0 --name volunteer4
+grep -q "created account" "$tmp/o" && bad "the second setup made another account: $(cat "$tmp/o")" || ok
+[ "$(md5sum <"$MOONTAIL_HOME/token")" = "$tok4" ] && ok || bad "the second setup replaced the kept token"
+expect 0 "stopped the node" "$BIN" setup --stop
 
 # --ca-file is kept as an absolute path: the node and later commands start in other
 # directories (no registry is asked anything: the token is given and the node not started)

@@ -6,7 +6,9 @@
  * service where systemd runs the user's session, otherwise a background
  * process with a pid file and a log. `--stop` stops the background node.
  * A setup that fails (the registry cannot be reached, the port is taken, the
- * node stops at once) removes what it made in that run, and only that. */
+ * node stops at once) removes what it made in that run, and only that; but
+ * for the token of an account the registry made for it, which stays with the
+ * account for the next setup. */
 #include "cli.h"
 #include "cli_config.h"
 #include "moontail/http.h"
@@ -119,6 +121,19 @@ static void undo_made(void) {
         }
     }
     made.n = 0;
+}
+
+/* What a failed setup keeps after all, written whole in this run. */
+static void keep_one_made(const char *path) {
+    for (int i = 0; i < made.n; i++)
+        if (strcmp(made.path[i], path) == 0) {
+            free(made.old[i]);
+            made.n--;
+            memmove(&made.path[i], &made.path[i + 1], (size_t)(made.n - i) * sizeof made.path[0]);
+            memmove(&made.dir[i], &made.dir[i + 1], (size_t)(made.n - i) * sizeof made.dir[0]);
+            memmove(&made.old[i], &made.old[i + 1], (size_t)(made.n - i) * sizeof made.old[0]);
+            return;
+        }
 }
 
 static void keep_made(void) {
@@ -234,6 +249,11 @@ static int registry_trust(cli_config *c, const char *prev_registry) {
     return 0;
 }
 
+/* The account this run created ("" none): its token stays when the run fails, since the
+ * account stays on the registry; the next setup takes it (c->has_token) instead of leaving
+ * one more account behind. */
+static char new_account[128];
+
 /* An account token: the operator's, one kept from an earlier setup, or a new account. */
 static int get_token(cli_config *c, const char *token_file) {
     if (token_file) {
@@ -258,7 +278,11 @@ static int get_token(cli_config *c, const char *token_file) {
     int rc = -1;
     if (st == 201 && tok) {
         rc = write_secret(c->token_file, tok);
-        if (rc == 0) printf("created account '%s' on %s\n", who, c->registry);
+        if (rc == 0) {
+            keep_one_made(c->token_file);
+            snprintf(new_account, sizeof new_account, "%s", who);
+            printf("created account '%s' on %s\n", who, c->registry);
+        }
     } else if (st == 401 || st == 403) { /* the registry opens accounts for its operator only */
         fprintf(stderr,
                 "moontail setup: this registry does not open accounts by itself; ask its operator"
@@ -431,7 +455,6 @@ static int start_background(const cli_config *c, const char *self) {
         }
         char line[600];
         if (log_line(log, from, "listening on ", line, sizeof line)) {
-
             printf("volunteering: node running in the background (pid %d)\n"
                    "  log: %s   stop: moontail setup --stop\n",
                    (int)pid, log);
@@ -616,6 +639,11 @@ int cmd_setup(int argc, char **argv) {
     if (rc == 0 && !no_start) rc = start_node(&c, foreground);
     if (rc) {
         undo_made();
+        if (new_account[0])
+            fprintf(stderr,
+                    "moontail setup: kept %s, the token of account '%s' that this run created"
+                    " on %s: the next 'moontail setup' uses it\n",
+                    c.token_file, new_account, c.registry);
         return rc;
     }
     keep_made();
