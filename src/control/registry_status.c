@@ -97,41 +97,38 @@ static int32_t layer_runs(const int32_t *serving, int32_t L, int32_t lo, int32_t
     return count;
 }
 
-/* Nodes by what keeps them from serving, for the banner's advice. */
+/* The nodes by state, for the status's figures and the banner's advice. */
 typedef struct node_counts {
-    int32_t known, alive, spares, loading, failing, paused, quarantined;
+    int32_t known, alive, serving, spares, loading, paused, quarantined;
     int32_t first_problem; /* index of the first alive node that reports one, or -1 */
 } node_counts;
 
 /* The banner `moontail status` and the status page show, one text for both: READY (every
  * layer has every replica wanted serving), SERVING (requests can be routed, but some
  * layers have fewer replicas: a failure there is not covered), or NOT READY; why, and
- * what to do about it when that is known. */
-static json_t *readiness_json(mt_registry *r, const int32_t *serving, const node_counts *c,
-                              const reg_node *nodes) {
+ * what to do about it when that is known. serving: each layer's serving replicas, the
+ * fewest of which is min_serving. */
+static json_t *readiness_json(mt_registry *r, const int32_t *serving, int32_t min_serving,
+                              const node_counts *c, const reg_node *nodes) {
     const int32_t L = r->layout.n_layer, R = r->cfg.replicas;
-    int32_t least = L ? 1 << 30 : 0;
-    for (int32_t il = 0; il < L; il++)
-        if (serving[il] < least) least = serving[il];
     char why[1400], runs[400];
     const char *state, *word;
     size_t k = 0;
-    if (L && least >= R) {
+    if (L && min_serving >= R) {
         state = "ready", word = "READY";
         k = (size_t)snprintf(
             why, sizeof why,
             R == 1 ? "every layer is served" : "every layer has its %d replicas serving", R);
-        int32_t spares = c->spares;
-        if (r->cfg.mode == MT_REGISTRY_CELL && spares < r->cfg.spares)
+        if (r->cfg.mode == MT_REGISTRY_CELL && c->spares < r->cfg.spares)
             snprintf(why + k, sizeof why - k,
                      "; %s hot spare left (%d wanted): a failed node is replaced only when"
                      " another joins",
-                     spares ? "too few" : "no", r->cfg.spares);
+                     c->spares ? "too few" : "no", r->cfg.spares);
         return json_pack("{s:s, s:s, s:s}", "state", state, "word", word, "why", why);
     }
-    if (L && least >= 1) {
+    if (L && min_serving >= 1) { /* so 1 <= min_serving < R */
         state = "degraded", word = "SERVING";
-        int32_t one = R > 1 ? layer_runs(serving, L, 1, 1, runs, sizeof runs) : 0;
+        int32_t one = layer_runs(serving, L, 1, 1, runs, sizeof runs);
         if (one)
             k = (size_t)snprintf(why, sizeof why,
                                  "no spare for layer%s %s (1 of %d replicas serving)",
@@ -205,7 +202,7 @@ json_t *reg_status_json(mt_registry *r) {
     int32_t *assigned = calloc((size_t)L * (size_t)(X ? X : 1) + 1, sizeof *assigned);
     json_t *jn = json_array();
     node_counts nc = {.known = n, .first_problem = -1};
-    int32_t n_alive = 0, n_serving = 0, n_spares = 0, n_quarantined = 0, queue = 0;
+    int32_t queue = 0;
     double tok_per_s = 0;
     for (int32_t i = 0; i < n; i++) {
         const reg_node *x = &nodes[i];
@@ -213,15 +210,13 @@ json_t *reg_status_json(mt_registry *r) {
         char shard[96];
         reg_shard_name(&x->a, shard);
         bool alive = reg_node_alive(r, x, now), is_serving = strcmp(state, "serving") == 0;
-        n_alive += alive;
-        n_serving += is_serving;
-        n_spares += strcmp(state, "spare") == 0;
-        n_quarantined += x->quarantined;
-        if (alive) queue += x->load_queue, tok_per_s += x->tok_per_s;
-        nc.loading += strcmp(state, "loading") == 0;
-        nc.failing += strcmp(state, "failing") == 0;
-        nc.paused += strcmp(state, "paused") == 0 || strcmp(state, "draining") == 0;
+        nc.alive += alive;
+        nc.serving += is_serving;
+        nc.spares += strcmp(state, "spare") == 0;
         nc.quarantined += x->quarantined;
+        nc.loading += strcmp(state, "loading") == 0;
+        nc.paused += strcmp(state, "paused") == 0 || strcmp(state, "draining") == 0;
+        if (alive) queue += x->load_queue, tok_per_s += x->tok_per_s;
         if (alive && x->problem[0] && x->a.role != REG_ROLE_NONE && nc.first_problem < 0)
             nc.first_problem = i;
         /* a slice (layer, expert) is covered by a stage's attention + its experts, or by
@@ -271,8 +266,6 @@ json_t *reg_status_json(mt_registry *r) {
                                           "reason", x->quarantine_reason));
         json_array_append_new(jn, o);
     }
-    nc.alive = n_alive;
-    nc.spares = n_spares;
     json_t *layers = json_array();
     int32_t *why = layer_problems(r, nodes, n, now);
     int32_t *layer_serving = calloc((size_t)L + 1, sizeof *layer_serving);
@@ -305,7 +298,8 @@ json_t *reg_status_json(mt_registry *r) {
     free(why);
     free(serving);
     free(assigned);
-    json_t *readiness = layer_serving ? readiness_json(r, layer_serving, &nc, nodes) : NULL;
+    json_t *readiness =
+        layer_serving ? readiness_json(r, layer_serving, min_serving, &nc, nodes) : NULL;
     free(layer_serving);
     int32_t best_ctx = 0;
     json_t *pipes = swarm ? NULL : pipelines_json(r, nodes, n, now, &best_ctx);
@@ -318,7 +312,7 @@ json_t *reg_status_json(mt_registry *r) {
         "mode", swarm ? "swarm" : "cell", "source_id", r->source_id, "registry_key", r->key_hex,
         "n_layer", L, "n_expert", X, "plan_version", (json_int_t)r->plan_version, "moves",
         (json_int_t)r->moves, "replicas", r->cfg.replicas, "min_replicas_serving", min_serving,
-        "nodes_alive", n_alive, "nodes_serving", n_serving, "spares", n_spares, "tok_per_s",
+        "nodes_alive", nc.alive, "nodes_serving", nc.serving, "spares", nc.spares, "tok_per_s",
         tok_per_s, "ready", min_serving >= 1, "plan_note", r->plan_why, "queue", (json_int_t)queue,
         "routes_served", (json_int_t)r->routes_served, "nodes_known", (json_int_t)n, "started_ms",
         (json_int_t)r->started_ms, "layers", layers, "nodes", jn);
@@ -333,7 +327,7 @@ json_t *reg_status_json(mt_registry *r) {
     json_object_set_new(st, "requests_waiting", json_integer(waiting));
     json_object_set_new(st, "max_active", json_integer(r->cfg.max_active));
     if (r->tls_pin[0]) json_object_set_new(st, "tls_pin", json_string(r->tls_pin));
-    json_object_set_new(st, "nodes_quarantined", json_integer(n_quarantined));
+    json_object_set_new(st, "nodes_quarantined", json_integer(nc.quarantined));
     json_object_set_new(st, "reports", reports_json(r));
     /* how the model's hashes were had at this start: read (and how fast) or from the cache */
     json_object_set_new(
