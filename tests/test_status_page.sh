@@ -15,11 +15,12 @@
 #   - the page and `moontail status` agree (tests/lib/status_agree.mjs): the
 #     banner's words, and every node's state, role, shard, replica, queue,
 #     rate and capacity (with its unit); a spare shows "-" for its shard,
-#     replica, queue and rate in both;
+#     replica, queue and rate in both, from the nulls of /v1/status's "shown";
 #   - a killed node shows as dead on the page (and in the metrics) once the
 #     registry notices, with no rate ("-") on the page and in the CLI;
 #   - a cell with fewer replicas serving than wanted is not a green READY:
-#     an amber SERVING, "no spare for layers 0-7", on the page and in the CLI;
+#     an amber SERVING, "no spare for layers 0-7", on the page and in the CLI,
+#     whose banner gives the placement's note (not repeated on a line of its own);
 #   - a page whose registry stops (through tests/lib/registry_stop_proxy.mjs,
 #     which stops it after the page's 2nd answer) says "registry unreachable
 #     since ..." and shows no stale rows or layers.
@@ -251,6 +252,12 @@ console.log(`page: ${d.banner.word} (${d.banner.why}); ${d.layers.length} layer 
     json 'const sp = o.nodes.filter((n) => n.state === "spare");
           if (sp.length !== 1 || sp[0].cells.slice(4, 8).join(" ") !== "- - - -") process.exit(1)' \
         <"$tmp/ready.json" && ok || bad "the spare's shard, replica, queue and rate are not '-'"
+    # the registry decides which cells apply, for both: null for the spare, numbers for the stages
+    json 'const cells = (n) => [n.shown.replica, n.shown.queue, n.shown.tok_per_s];
+          const sp = o.nodes.filter((n) => n.state === "spare"), sv = o.nodes.filter((n) => n.state === "serving");
+          if (sp.length !== 1 || cells(sp[0]).some((v) => v !== null) || sv.length !== 2 ||
+              sv.some((n) => cells(n).some((v) => typeof v !== "number"))) process.exit(1)' <"$tmp/s.json" &&
+        ok || bad "/v1/status's shown cells: $(json 'console.log(JSON.stringify(o.nodes.map((n) => [n.state, n.shown])))' <"$tmp/s.json")"
     [ "$(head -c 8 "$ART/status_page.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
         [ "$(stat -c %s "$ART/status_page.png")" -gt 20000 ] && ok || bad "no screenshot of the page"
     echo "screenshot: $ART/status_page.png"
@@ -319,6 +326,9 @@ start_bg solo "$BIN" node --registry "$URL" --token-file "$tmp/solo.token" --key
 wait_for 'o.nodes_serving == 1 && o.min_replicas_serving == 1' 30 || bad "the node did not serve: $(status | head -c 600)"
 expect 0 "^cell $URL: SERVING: no spare for layers 0-7 (1 of 2 replicas serving)" "$BIN" status --registry "$URL"
 cp "$tmp/o" "$tmp/degraded.txt"
+# the placement's note (why it made 1 pipeline of 2) is in the banner's reason, and only there
+grep -q "^cell .*: SERVING: .*; made 1 of 2 pipelines" "$tmp/degraded.txt" && ! grep -q "^note: " "$tmp/degraded.txt" &&
+    ok || bad "the placement's note is not in the banner, or told twice: $(head -3 "$tmp/degraded.txt")"
 if [ $have_chrome = 1 ]; then
     page "$URL/" --dump-dom --screenshot="$ART/status_page_degraded.png" >"$tmp/degraded.html"
     dom "$tmp/degraded.html" >"$tmp/degraded.json"

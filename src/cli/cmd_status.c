@@ -55,6 +55,15 @@ static void fmt_duration(long long ms, char *out, size_t cap) {
         snprintf(out, cap, "%lldd%02lldh", s / 86400, s / 3600 % 24);
 }
 
+/* A cell of the node table from the registry's "shown" values: the number, or "-" for
+ * null (where it does not apply; the registry decides that, for the page too). */
+static void fmt_cell(json_t *v, int decimals, char *out, size_t cap) {
+    if (json_is_number(v))
+        snprintf(out, cap, "%.*f", decimals, json_number_value(v));
+    else
+        snprintf(out, cap, "-");
+}
+
 /* Runs of layers with the same (serving, assigned) counts: "0-5 2/2". */
 static void print_coverage(json_t *layers, int replicas) {
     size_t n = json_array_size(layers);
@@ -146,8 +155,7 @@ int cmd_status(int argc, char **argv) {
            plural(spares, "spare", "spares"), L, plural(L, "layer", "layers"),
            num(s, "min_replicas_serving"), replicas, num(s, "queue"),
            json_number_value(json_object_get(s, "tok_per_s")), num(s, "plan_version"));
-    if (str(s, "plan_note")[0] && !strstr(str(rd, "why"), str(s, "plan_note")))
-        printf("note: %s\n", str(s, "plan_note"));
+    if (str(rd, "note")[0]) printf("note: %s\n", str(rd, "note"));
     json_t *pipes = json_object_get(s, "pipelines");
     if (json_array_size(pipes) > 0) { /* a route's context is its stages' smallest */
         printf("context:");
@@ -186,26 +194,22 @@ int cmd_status(int argc, char **argv) {
                    : "not volunteering yet");
     }
     print_coverage(json_object_get(s, "layers"), replicas);
-    /* the page's columns, with the same rules: a rate, a queue and a replica only for a
-     * node alive in a role that serves; "-" where there is none (spares, dead nodes) */
+    /* the page's columns, with the values the registry gives both ("-" where none) */
     printf("%5s  %-16s %-11s %-8s %-16s %7s %5s %8s %9s %9s\n", "id", "name", "state", "role",
            "shard", "replica", "queue", "tok/s", "capacity", "uptime");
     json_t *nodes = json_object_get(s, "nodes");
     for (size_t i = 0; i < json_array_size(nodes); i++) {
         json_t *n = json_array_get(nodes, i);
-        char upt[32], cap[32], rep[16] = "-", queue[16] = "-", rate[32] = "-";
+        char upt[32], cap[32], rep[32], queue[32], rate[32];
         fmt_duration(num(n, "uptime_ms"), upt, sizeof upt);
         fmt_bytes((double)num(n, "capacity"), cap, sizeof cap);
-        const char *role = str(n, "role");
-        bool works = strcmp(role, "none") != 0 && strcmp(role, "spare") != 0 && role[0];
-        if (works) snprintf(rep, sizeof rep, "%lld", num(n, "replica"));
-        if (works && json_is_true(json_object_get(n, "alive"))) {
-            snprintf(queue, sizeof queue, "%lld", num(n, "queue"));
-            snprintf(rate, sizeof rate, "%.1f", json_number_value(json_object_get(n, "tok_per_s")));
-        }
+        json_t *shown = json_object_get(n, "shown");
+        fmt_cell(json_object_get(shown, "replica"), 0, rep, sizeof rep);
+        fmt_cell(json_object_get(shown, "queue"), 0, queue, sizeof queue);
+        fmt_cell(json_object_get(shown, "tok_per_s"), 1, rate, sizeof rate);
         printf("%5lld  %-16.16s %-11s %-8s %-16.16s %7s %5s %8s %9s %9s\n", num(n, "node_id"),
-               str(n, "name"), str(n, "state"), role, str(n, "shard")[0] ? str(n, "shard") : "-",
-               rep, queue, rate, cap, upt);
+               str(n, "name"), str(n, "state"), str(n, "role"),
+               str(n, "shard")[0] ? str(n, "shard") : "-", rep, queue, rate, cap, upt);
         if (str(n, "problem")[0]) printf("       problem: %s\n", str(n, "problem"));
         json_t *q = json_object_get(n, "quarantine");
         if (q)

@@ -103,6 +103,15 @@ typedef struct node_counts {
     int32_t first_problem; /* index of the first alive node that reports one, or -1 */
 } node_counts;
 
+/* The readiness object: the banner, and the placement's note when the banner's reason
+ * does not already give it (moontail status prints it on a line of its own). */
+static json_t *banner_json(mt_registry *r, const char *state, const char *word, const char *why,
+                           bool told_plan) {
+    json_t *o = json_pack("{s:s, s:s, s:s}", "state", state, "word", word, "why", why);
+    if (r->plan_why[0] && !told_plan) json_object_set_new(o, "note", json_string(r->plan_why));
+    return o;
+}
+
 /* The banner `moontail status` and the status page show, one text for both: READY (every
  * layer has every replica wanted serving), SERVING (requests can be routed, but some
  * layers have fewer replicas: a failure there is not covered), or NOT READY; why, and
@@ -124,8 +133,9 @@ static json_t *readiness_json(mt_registry *r, const int32_t *serving, int32_t mi
                      "; %s hot spare left (%d wanted): a failed node is replaced only when"
                      " another joins",
                      c->spares ? "too few" : "no", r->cfg.spares);
-        return json_pack("{s:s, s:s, s:s}", "state", state, "word", word, "why", why);
+        return banner_json(r, state, word, why, false);
     }
+    bool told_plan = false;
     if (L && min_serving >= 1) { /* so 1 <= min_serving < R */
         state = "degraded", word = "SERVING";
         int32_t one = layer_runs(serving, L, 1, 1, runs, sizeof runs);
@@ -163,6 +173,7 @@ static json_t *readiness_json(mt_registry *r, const int32_t *serving, int32_t mi
                  x->problem);
     } else if (r->plan_why[0]) {
         snprintf(why + k, sizeof why - k, "%s%s", sep, r->plan_why);
+        told_plan = true;
     } else if (c->loading > 0) {
         snprintf(why + k, sizeof why - k,
                  "%s%d node%s still loading %s shard%s (fetching or reading it); wait", sep,
@@ -172,7 +183,7 @@ static json_t *readiness_json(mt_registry *r, const int32_t *serving, int32_t mi
         snprintf(why + k, sizeof why - k, "%s%d node%s paused or quarantined", sep,
                  c->paused + c->quarantined, c->paused + c->quarantined == 1 ? "" : "s");
     }
-    return json_pack("{s:s, s:s, s:s}", "state", state, "word", word, "why", why);
+    return banner_json(r, state, word, why, told_plan);
 }
 
 /* What the HTTP server's limits did, and the registry's own overload (http.h, registry.c). */
@@ -260,6 +271,19 @@ json_t *reg_status_json(mt_registry *r) {
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
         json_object_set_new(o, "problem", json_string(x->problem));
         json_object_set_new(o, "quarantined", json_boolean(x->quarantined));
+        /* the node table's replica, queue and rate as the page and `moontail status` show
+         * them, null ("-") where they do not apply: a replica for a node in a role that
+         * serves, a queue and a rate only while it is also alive (not for spares, not the
+         * last ones a dead node reported) */
+        bool works = x->a.role == REG_ROLE_STAGE || x->a.role == REG_ROLE_PARTNER ||
+                     x->a.role == REG_ROLE_EXPERTS;
+        json_t *shown = json_object();
+        json_object_set_new(shown, "replica", works ? json_integer(x->a.replica) : json_null());
+        json_object_set_new(shown, "queue",
+                            works && alive ? json_integer(x->load_queue) : json_null());
+        json_object_set_new(shown, "tok_per_s",
+                            works && alive ? json_real(x->tok_per_s) : json_null());
+        json_object_set_new(o, "shown", shown);
         if (x->quarantined)
             json_object_set_new(o, "quarantine",
                                 json_pack("{s:I, s:s}", "since_ms", (json_int_t)x->quarantined_at,
