@@ -192,10 +192,10 @@ static void answer_turn(const shell_gen *sh, chat *c, const char *line) {
     sigemptyset(&sa.sa_mask);
     stop_answer = 0;
     sigaction(SIGINT, &sa, &old);
-    const int64_t t0 = mt_mono_ms();
+    const double t0 = mt_mono_s();
     mt_gen_result r;
     mt_generate(sh->b, sh->slot, sh->vocab, &p, &sink, &r);
-    const double dt = (double)(mt_mono_ms() - t0) / 1e3;
+    const double dt = mt_mono_s() - t0;
     sigaction(SIGINT, &old, NULL);
     if (r.finish == MT_GEN_CANCELLED && stop_answer)
         printf("\n(stopped)\n");

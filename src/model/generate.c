@@ -166,21 +166,21 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         goto done;
     }
     const int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : p->n_prompt + max_tokens;
-    const int64_t t0 = mt_mono_ms();
+    const double t0 = mt_mono_ms_frac();
     if (b->begin(slot, n_ctx, &r->err)) {
         failed(r, MT_GEN_FAIL_BEGIN);
         goto done;
     }
     r->begun = true;
-    const int64_t t1 = mt_mono_ms();
-    r->begin_ms = (double)(t1 - t0);
+    const double t1 = mt_mono_ms_frac();
+    r->begin_ms = t1 - t0;
     for (int32_t i = 0; i < p->n_prompt; i++) mt_sampler_accept(smp, p->prompt[i]);
     if (eval_prompt(b, slot, p, logits, r)) {
         failed(r, MT_GEN_FAIL_PROMPT);
         goto done;
     }
-    const int64_t t2 = mt_mono_ms();
-    r->prompt_ms = (double)(t2 - t1);
+    const double t2 = mt_mono_ms_frac();
+    r->prompt_ms = t2 - t1;
     mt_detok_init(&o.dt, vocab, false);
     if (split_on(&o)) mt_reasoning_split_init(&o.split, p->reasoning);
     bool stopped = false; /* by a stop string */
@@ -221,7 +221,7 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         out_ends(&o, rc, r);
     }
 timed:
-    r->gen_ms = (double)(mt_mono_ms() - t2);
+    r->gen_ms = mt_mono_ms_frac() - t2;
 done:
     if (split_on(&o)) mt_reasoning_split_free(&o.split);
     mt_stop_text_free(&o.text);
