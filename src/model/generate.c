@@ -183,7 +183,6 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
     r->prompt_ms = t2 - t1;
     mt_detok_init(&o.dt, vocab, false);
     if (split_on(&o)) mt_reasoning_split_init(&o.split, p->reasoning);
-    bool stopped = false; /* by a stop string */
     while (r->completion_tokens < max_tokens) {
         int32_t id = mt_sampler_sample(smp, logits);
         r->completion_tokens++;
@@ -203,7 +202,6 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         long at = mt_stop_text_find(&o.text, &safe);
         if (at >= 0) {
             r->finish = MT_GEN_STOP_STRING;
-            stopped = true;
             out_ends(&o, send_text(&o, (size_t)at), r);
             goto timed;
         }
@@ -215,11 +213,10 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         }
         r->evaluated++;
     }
-    if (!stopped) {
-        int rc = finish_text(&o, &stopped);
-        if (stopped && r->finish != MT_GEN_FAILED) r->finish = MT_GEN_STOP_STRING;
-        out_ends(&o, rc, r);
-    }
+    bool stopped = false; /* a stop string in what was held back */
+    const int rc = finish_text(&o, &stopped);
+    if (stopped) r->finish = MT_GEN_STOP_STRING;
+    out_ends(&o, rc, r);
 timed:
     r->gen_ms = mt_mono_ms_frac() - t2;
 done:
