@@ -21,7 +21,6 @@
 #include "moontail/transport.h"
 
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

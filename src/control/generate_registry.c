@@ -15,7 +15,6 @@
 #include "moontail/requester.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

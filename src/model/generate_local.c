@@ -13,7 +13,6 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct local_backend {
     mt_gen_backend b;
