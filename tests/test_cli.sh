@@ -86,6 +86,8 @@ echo "not a model" >"$tmp/junk.gguf"
 expect_fail 1 "not a GGUF file" "$BIN" tokenize -m "$tmp/junk.gguf" -p x
 expect_fail 1 "exceed --ctx" "$BIN" run -p "Hello" -n 10 --ctx 8
 expect_fail 2 "unknown type" "$BIN" mkmodel -o "$tmp/x.gguf" --type q9_9
+# a registry that cannot be used is named with what to check, by every command that asks one
+expect_fail 1 "cannot use the cell of the registry http://127.0.0.1:1 (check" "$BIN" prompt --registry http://127.0.0.1:1 --token abc --key "$tmp/r.key" --cache "$tmp/cache" -p x
 
 # Ctrl-C: generation stops after the current token, output is complete and the exit status 0
 "$BIN" run -n 100000 --ignore-eos --ctx 101000 --json >"$tmp/int.json" 2>"$tmp/int.err" &

@@ -418,11 +418,6 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                   .kv_type = c->kv_type,
                                   .quiet = c->quiet};
         s->backend = mt_requester_backend(&rc, "moontail serve", err);
-        if (!s->backend)
-            mt_error_prefix(err,
-                            "cannot use the cell of the registry %s (check --registry, the token,"
-                            " and that the cell has a route)",
-                            c->registry);
     }
     if (!s->backend) goto fail;
     if (!(s->vocab = mt_vocab_load(s->backend->model->gguf, err))) goto fail;
