@@ -139,18 +139,10 @@ static json_t *ids_json(const int32_t *ids, size_t n) {
     return a;
 }
 
-/* The JSON object's word for why generation stopped. */
+/* The JSON object's word for why generation stopped: the loop's, but "eog" for an end token
+ * (the word --json has always printed). */
 static const char *stop_word(const mt_gen_result *r) {
-    switch (r->finish) {
-    case MT_GEN_END_TOKEN:
-        return "eog";
-    case MT_GEN_STOP_STRING:
-        return "stop";
-    case MT_GEN_CANCELLED:
-        return "cancelled";
-    default:
-        return "length";
-    }
+    return r->finish == MT_GEN_END_TOKEN ? "eog" : mt_gen_finish_name(r->finish);
 }
 
 static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_prompt,
