@@ -58,6 +58,9 @@ static void on_sigint(int sig) {
 
 /* ---- one answer ------------------------------------------------------------------------ */
 
+/* Why the output cancelled the loop (mt_gen_result.cancel). */
+enum { CANCEL_CTRL_C = 1, CANCEL_NO_MEMORY = -1 };
+
 /* The answer as it streams: printed, and kept for the conversation. */
 typedef struct answer {
     char *text;
@@ -71,7 +74,7 @@ static int on_text(void *ctx, const char *s, size_t n) {
     if (a->len + n + 1 > a->cap) {
         size_t cap = (a->len + n + 1) * 2;
         char *p = realloc(a->text, cap);
-        if (!p) return -1;
+        if (!p) return CANCEL_NO_MEMORY;
         a->text = p, a->cap = cap;
     }
     memcpy(a->text + a->len, s, n);
@@ -83,7 +86,7 @@ static int on_text(void *ctx, const char *s, size_t n) {
 /* Ctrl-C stops the answer after the token being computed. */
 static int on_token(void *ctx, int32_t id) {
     (void)ctx, (void)id;
-    return stop_answer ? 1 : 0;
+    return stop_answer ? CANCEL_CTRL_C : 0;
 }
 
 /* What failed, for the "(failed: ...)" line. */
@@ -197,7 +200,7 @@ static void answer_turn(const shell_gen *sh, chat *c, const char *line) {
     mt_generate(sh->b, sh->slot, sh->vocab, &p, &sink, &r);
     const double dt = mt_mono_s() - t0;
     sigaction(SIGINT, &old, NULL);
-    if (r.finish == MT_GEN_CANCELLED && stop_answer)
+    if (r.finish == MT_GEN_CANCELLED && r.cancel == CANCEL_CTRL_C)
         printf("\n(stopped)\n");
     else if (r.finish == MT_GEN_CANCELLED)
         printf("\n(failed: out of memory for the answer)\n");

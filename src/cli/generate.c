@@ -92,6 +92,9 @@ static void on_sigint(int sig) {
     interrupted = 1;
 }
 
+/* Why the output cancelled the loop (mt_gen_result.cancel). */
+enum { CANCEL_CTRL_C = 1, CANCEL_NO_MEMORY = -1 };
+
 /* What the loop handed out: streamed to stdout, or kept for the JSON object. */
 typedef struct cli_out {
     bool json;
@@ -111,7 +114,7 @@ static int out_text(void *ctx, const char *s, size_t n) {
     if (o->len + n + 1 > o->cap) {
         size_t cap = 2 * (o->len + n + 1) + 256;
         char *t = realloc(o->text, cap);
-        if (!t) return -1;
+        if (!t) return CANCEL_NO_MEMORY;
         o->text = t, o->cap = cap;
     }
     memcpy(o->text + o->len, s, n);
@@ -126,11 +129,11 @@ static int out_token(void *ctx, int32_t id) {
     if (o->n_tokens == o->cap_tokens) {
         int64_t cap = 2 * o->cap_tokens + 64;
         int32_t *t = realloc(o->tokens, (size_t)cap * sizeof *t);
-        if (!t) return -1;
+        if (!t) return CANCEL_NO_MEMORY;
         o->tokens = t, o->cap_tokens = cap;
     }
     o->tokens[o->n_tokens++] = id;
-    return interrupted ? 1 : 0;
+    return interrupted ? CANCEL_CTRL_C : 0;
 }
 
 static json_t *ids_json(const int32_t *ids, size_t n) {
@@ -224,16 +227,16 @@ int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab
     mt_gen_result r;
     mt_generate(b, slot, vocab, &p, &sink, &r);
     sigaction(SIGINT, &old_sa, NULL);
-    if (r.finish == MT_GEN_FAILED || (r.finish == MT_GEN_CANCELLED && !interrupted)) {
-        if (r.finish == MT_GEN_CANCELLED)
-            mt_error_set(err, "out of memory for the output");
-        else
-            *err = r.err;
+    const bool ctrl_c = r.finish == MT_GEN_CANCELLED && r.cancel == CANCEL_CTRL_C;
+    if (r.finish == MT_GEN_FAILED) {
+        *err = r.err;
+    } else if (r.finish == MT_GEN_CANCELLED && !ctrl_c) {
+        mt_error_set(err, "out of memory for the output");
     } else if (g->json) {
         print_json(&o, prompt_ids, n_prompt, &r, t_gen - t_start + r.begin_ms, add_json, json_ctx);
         rc = 0;
     } else {
-        if (r.finish == MT_GEN_CANCELLED) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
+        if (ctrl_c) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
         fputc('\n', stdout);
         fflush(stdout); /* the text, then the figures, also when both go to one terminal */
         fprintf(stderr,
