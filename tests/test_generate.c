@@ -106,7 +106,8 @@ typedef struct run {
     const char *script_bytes; /* then `extra` ids */
     const int32_t *extra;
     int n_extra;
-    const char *prompt; /* bytes as token ids (default "hey") */
+    const char *prompt;  /* bytes as token ids (default "hey") */
+    int32_t long_prompt; /* instead: this many 'a' tokens */
     int32_t max_tokens, n_ctx, ubatch, end_token;
     const char *stop;
     bool ignore_eog;
@@ -114,12 +115,14 @@ typedef struct run {
 } run;
 
 static void generate(fake *f, const mt_vocab *v, const run *rn, got *g) {
-    static int32_t script[128], prompt[64];
+    static int32_t script[128], prompt[2048];
     int n = 0;
     for (const char *p = rn->script_bytes; *p; p++) script[n++] = (uint8_t)*p;
     for (int i = 0; i < rn->n_extra; i++) script[n++] = rn->extra[i];
     int np = 0;
-    for (const char *p = rn->prompt ? rn->prompt : "hey"; *p; p++) prompt[np++] = (uint8_t)*p;
+    for (const char *p = rn->prompt ? rn->prompt : "hey"; *p && !rn->long_prompt; p++)
+        prompt[np++] = (uint8_t)*p;
+    while (np < rn->long_prompt) prompt[np++] = 'a';
     f->script = script;
     f->n_script = n;
     f->n_prompt = np;
@@ -243,7 +246,14 @@ static void test_evaluations(fake *f, const mt_vocab *v) {
           f->calls[2], (int)g.len, g.text);
     CHECK(f->n_ctx == 8, "context: prompt 5 + max_tokens 3 = %d", f->n_ctx);
 
-    memset(&g, 0, sizeof g); /* the whole prompt at once, in a larger context */
+    memset(&g, 0, sizeof g); /* no ubatch: micro-batches of 512 (MT_GEN_UBATCH_DEFAULT) */
+    generate(f, v, &(run){.script_bytes = "xyz", .long_prompt = 1100, .max_tokens = 2}, &g);
+    CHECK(f->n_calls == 4 && f->calls[0] == 512 && f->calls[1] == 512 && f->calls[2] == 76 &&
+              f->calls[3] == 1 && text_is(&g, "xy") && g.r.evaluated == 1101,
+          "1100-token prompt, no ubatch: %d calls (%d %d %d ...), '%.*s'", f->n_calls, f->calls[0],
+          f->calls[1], f->calls[2], (int)g.len, g.text);
+
+    memset(&g, 0, sizeof g); /* a prompt shorter than that at once, in a larger context */
     generate(f, v, &(run){.script_bytes = "xyz", .prompt = "hello", .max_tokens = 3, .n_ctx = 64},
              &g);
     CHECK(f->n_calls == 3 && f->calls[0] == 5 && f->n_ctx == 64 && text_is(&g, "xyz"),

@@ -30,7 +30,7 @@ typedef struct api_gen_params {
     int32_t *prompt; /* n_prompt ids; taken by api_engine_submit */
     int32_t n_prompt;
     int32_t max_tokens;
-    int32_t ubatch; /* prompt tokens per evaluation (<= 0: the whole prompt at once) */
+    int32_t ubatch; /* prompt tokens per evaluation (<= 0: MT_GEN_UBATCH_DEFAULT) */
     mt_sampler_params sp;
     char *stop[API_MAX_STOP]; /* NUL-terminated, non-empty; taken */
     int n_stop;

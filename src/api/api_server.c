@@ -38,7 +38,7 @@ struct mt_api_server {
     mt_chat_format chat;    /* the family it resembles: reasoning split, fallback */
     int32_t chat_end;       /* the token that ends an assistant turn, or -1 */
     int32_t max_ctx;
-    int32_t ubatch; /* prompt tokens per evaluation */
+    int32_t ubatch; /* prompt tokens per evaluation (<= 0: the loop's default) */
     int chat_max_tokens;
     json_int_t started;
     mt_log_source log; /* "serve: ..." lines */
@@ -399,7 +399,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     mt_log_source_init(&s->log, "serve", NULL, c->quiet);
     s->started = (json_int_t)time(NULL);
     s->chat_max_tokens = c->chat_max_tokens > 0 ? c->chat_max_tokens : 1024;
-    s->ubatch = c->ubatch > 0 ? c->ubatch : 512;
+    s->ubatch = c->ubatch;
     if (api_keys_load(&s->keys, c->api_keys, c->rate_per_min, err)) goto fail;
     if (c->model_path) {
         mt_progress_preload(c->model_path, stderr);

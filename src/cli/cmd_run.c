@@ -21,7 +21,7 @@ static const char usage[] =
     "  --seed N            sampling seed (default: random)\n"
     "  -t N                threads (default: all CPUs)\n"
     "  --ctx N             context size (default: prompt + N)\n"
-    "  --ubatch N          prompt micro-batch size (default: whole prompt)\n"
+    "  --ubatch N          prompt micro-batch size (default 512)\n"
     "  --kv-type T         KV cache type: f16 (default), bf16, q8_0 or f32\n"
     "  --stop TEXT         end the text before TEXT (up to 4 of them), as the API's stop\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"

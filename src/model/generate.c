@@ -134,7 +134,7 @@ static bool out_ends(const gen_out *o, int rc, mt_gen_result *r) {
 /* Evaluates the prompt, ubatch tokens at a time. */
 static int eval_prompt(const mt_gen_backend *b, void *slot, const mt_gen_params *p, float *logits,
                        mt_gen_result *r) {
-    const int32_t ub = p->ubatch > 0 ? p->ubatch : p->n_prompt;
+    const int32_t ub = p->ubatch > 0 ? p->ubatch : MT_GEN_UBATCH_DEFAULT;
     for (int32_t off = 0; off < p->n_prompt; off += ub) {
         const int32_t n = p->n_prompt - off < ub ? p->n_prompt - off : ub;
         if (b->eval(slot, p->prompt + off, n, logits, &r->err)) return -1;
