@@ -83,6 +83,10 @@ int mt_gen_local_threads(const mt_gen_backend *b);
  * set from the same option (512 too when none is given). */
 enum { MT_GEN_UBATCH_DEFAULT = 512 };
 
+/* The most stop strings a request may give (OpenAI's limit; `run --stop` and the API's "stop"
+ * alike). */
+enum { MT_GEN_MAX_STOP = 4 };
+
 typedef struct mt_gen_params {
     const int32_t *prompt; /* n_prompt ids (at least one) */
     int32_t n_prompt;
@@ -90,7 +94,8 @@ typedef struct mt_gen_params {
     int32_t n_ctx;      /* positions the sequence reserves (<= 0: n_prompt + max_tokens) */
     int32_t ubatch;     /* prompt tokens per evaluation (<= 0: MT_GEN_UBATCH_DEFAULT) */
     mt_sampler_params sp;
-    const char *const *stop; /* n_stop stop strings, NUL-terminated, not empty */
+    const char *const *stop; /* n_stop (<= MT_GEN_MAX_STOP) stop strings, NUL-terminated, not
+                                empty */
     int n_stop;
     int32_t end_token; /* another token that ends generation (a chat turn's end), or -1 */
     bool ignore_eog;   /* the vocabulary's end-of-generation tokens do not end it */

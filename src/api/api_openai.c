@@ -247,9 +247,9 @@ static int parse_stop(api_request *rq, api_error *e) {
     size_t n = 1;
     if (json_is_array(v)) {
         n = json_array_size(v);
-        if (n > API_MAX_STOP)
+        if (n > MT_GEN_MAX_STOP)
             return bad_request(e, "stop", "Invalid 'stop': at most %d stop strings, got %zu",
-                               API_MAX_STOP, n);
+                               MT_GEN_MAX_STOP, n);
     } else if (!json_is_string(v)) {
         return bad_request(e, "stop",
                            "Invalid 'stop': expected a string or an array of strings, but got %s",

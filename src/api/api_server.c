@@ -183,18 +183,19 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
     }
     p.prompt = ids;
     ids = NULL;
-    p.n_prompt = (int32_t)n_prompt;
-    p.max_tokens = (int32_t)max_tokens;
-    p.ubatch = s->ubatch;
-    p.sp = rq.sp;
-    p.end_token = kind == API_CHAT ? s->chat_end : -1;
+    p.gen = (mt_gen_params){.n_prompt = (int32_t)n_prompt,
+                            .max_tokens = (int32_t)max_tokens,
+                            .ubatch = s->ubatch,
+                            .sp = rq.sp,
+                            .n_stop = rq.n_stop,
+                            .end_token = kind == API_CHAT ? s->chat_end : -1};
     /* a thinking model's chat reply is split into reasoning and answer */
-    if (kind == API_CHAT) mt_chat_reasoning(s->chat, s->vocab, p.prompt, p.n_prompt, &p.reasoning);
+    if (kind == API_CHAT)
+        mt_chat_reasoning(s->chat, s->vocab, p.prompt, p.gen.n_prompt, &p.reasoning);
     for (int i = 0; i < rq.n_stop; i++) {
         p.stop[i] = rq.stop[i];
         rq.stop[i] = NULL;
     }
-    p.n_stop = rq.n_stop;
     rq.n_stop = 0;
     if (!(note = malloc(sizeof *note)) || !(st = mt_http_stream_new()) ||
         !(reply = api_reply_new(kind, s->model_name, rq.stream, rq.include_usage, st, request_done,

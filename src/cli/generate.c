@@ -23,10 +23,10 @@ static int take_stops(const char *cmd, int *argc, char **argv, cli_gen *g) {
     if (!vals) return -1;
     int n = cli_take_all(argc, argv, "--stop", vals);
     int rc = n < 0 ? -1 : 0;
-    if (n > CLI_GEN_MAX_STOP) {
+    if (n > MT_GEN_MAX_STOP) {
         fprintf(stderr,
                 "moontail %s: at most %d --stop strings (as the API's \"stop\"); %d given\n", cmd,
-                CLI_GEN_MAX_STOP, n);
+                MT_GEN_MAX_STOP, n);
         rc = -1;
     }
     for (int i = 0; rc == 0 && i < n; i++) {

@@ -14,8 +14,6 @@
 
 #include <jansson.h>
 
-enum { CLI_GEN_MAX_STOP = 4 };
-
 typedef struct cli_gen {
     const char *prompt, *prompt_file;
     int64_t n_predict, threads, ctx, ubatch, top_k, repeat_last_n, seed;
@@ -23,7 +21,7 @@ typedef struct cli_gen {
     mt_kv_type kv_type;       /* what it names (f16 when not given) */
     bool json, ignore_eos;
     mt_sampler_params sp;
-    const char *stop[CLI_GEN_MAX_STOP]; /* --stop, as the API's "stop" */
+    const char *stop[MT_GEN_MAX_STOP]; /* --stop, as the API's "stop" */
     int n_stop;
 } cli_gen;
 
