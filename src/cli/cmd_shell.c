@@ -17,6 +17,7 @@
 #include "moontail/gguf.h"
 #include "moontail/http.h"
 #include "moontail/requester.h"
+#include "moontail/text_buf.h"
 
 #include <editline/readline.h>
 #include <signal.h>
@@ -62,25 +63,10 @@ static void on_sigint(int sig) {
 enum { CANCEL_CTRL_C = 1, CANCEL_NO_MEMORY = -1 };
 
 /* The answer as it streams: printed, and kept for the conversation. */
-typedef struct answer {
-    char *text;
-    size_t len, cap;
-} answer;
-
 static int on_text(void *ctx, const char *s, size_t n) {
-    answer *a = ctx;
     fwrite(s, 1, n, stdout);
     fflush(stdout);
-    if (a->len + n + 1 > a->cap) {
-        size_t cap = (a->len + n + 1) * 2;
-        char *p = realloc(a->text, cap);
-        if (!p) return CANCEL_NO_MEMORY;
-        a->text = p, a->cap = cap;
-    }
-    memcpy(a->text + a->len, s, n);
-    a->len += n;
-    a->text[a->len] = 0;
-    return 0;
+    return mt_text_buf_add(ctx, s, n) ? 0 : CANCEL_NO_MEMORY;
 }
 
 /* Ctrl-C stops the answer after the token being computed. */
@@ -187,7 +173,7 @@ static void answer_turn(const shell_gen *sh, chat *c, const char *line) {
                              .max_tokens = sh->max_tokens,
                              .sp = sh->sp,
                              .end_token = mt_chat_template_end_token(sh->tpl)};
-    answer a = {0};
+    mt_text_buf a = {0};
     const mt_gen_sink sink = {.text = on_text, .token = on_token, .ctx = &a};
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
@@ -210,8 +196,8 @@ static void answer_turn(const shell_gen *sh, chat *c, const char *line) {
         printf("\n(%d tokens, %.1f tokens/s)\n", r.completion_tokens,
                dt > 0 ? r.completion_tokens / dt : 0.0);
     if (r.begun) sh->b->end(sh->slot, r.evaluated); /* e.g. the usage to the registry */
-    chat_add(c, MT_CHAT_ROLE_ASSISTANT, a.text ? a.text : "", a.len);
-    free(a.text);
+    chat_add(c, MT_CHAT_ROLE_ASSISTANT, a.p ? a.p : "", a.len);
+    mt_text_buf_free(&a);
     free(ids);
 }
 

@@ -2,6 +2,7 @@
  * the prompt, and streamed or JSON output around the model layer's loop. */
 #include "generate.h"
 #include "moontail/clock.h"
+#include "moontail/text_buf.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -98,41 +99,31 @@ enum { CANCEL_CTRL_C = 1, CANCEL_NO_MEMORY = -1 };
 /* What the loop handed out: streamed to stdout, or kept for the JSON object. */
 typedef struct cli_out {
     bool json;
-    char *text;
-    size_t len, cap;
-    int32_t *tokens;
+    mt_text_buf text; /* with json */
+    int32_t *tokens;  /* with json */
     int64_t n_tokens, cap_tokens;
 } cli_out;
 
 static int out_text(void *ctx, const char *s, size_t n) {
     cli_out *o = ctx;
-    if (!o->json) {
-        fwrite(s, 1, n, stdout);
-        fflush(stdout);
-        return 0;
-    }
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = 2 * (o->len + n + 1) + 256;
-        char *t = realloc(o->text, cap);
-        if (!t) return CANCEL_NO_MEMORY;
-        o->text = t, o->cap = cap;
-    }
-    memcpy(o->text + o->len, s, n);
-    o->len += n;
-    o->text[o->len] = 0;
+    if (o->json) return mt_text_buf_add(&o->text, s, n) ? 0 : CANCEL_NO_MEMORY;
+    fwrite(s, 1, n, stdout);
+    fflush(stdout);
     return 0;
 }
 
-/* Every sampled token (for --json); Ctrl-C stops here, after the token being computed. */
+/* Every sampled token (kept for --json); Ctrl-C stops here, after the token being computed. */
 static int out_token(void *ctx, int32_t id) {
     cli_out *o = ctx;
-    if (o->n_tokens == o->cap_tokens) {
-        int64_t cap = 2 * o->cap_tokens + 64;
-        int32_t *t = realloc(o->tokens, (size_t)cap * sizeof *t);
-        if (!t) return CANCEL_NO_MEMORY;
-        o->tokens = t, o->cap_tokens = cap;
+    if (o->json) {
+        if (o->n_tokens == o->cap_tokens) {
+            int64_t cap = 2 * o->cap_tokens + 64;
+            int32_t *t = realloc(o->tokens, (size_t)cap * sizeof *t);
+            if (!t) return CANCEL_NO_MEMORY;
+            o->tokens = t, o->cap_tokens = cap;
+        }
+        o->tokens[o->n_tokens++] = id;
     }
-    o->tokens[o->n_tokens++] = id;
     return interrupted ? CANCEL_CTRL_C : 0;
 }
 
@@ -155,7 +146,7 @@ static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_pr
     if (add_json) add_json(json_ctx, root);
     json_object_set_new(root, "prompt_tokens", ids_json(prompt_ids, (size_t)n_prompt));
     json_object_set_new(root, "tokens", ids_json(o->tokens, (size_t)o->n_tokens));
-    json_object_set_new(root, "text", json_stringn(o->text ? o->text : "", o->len));
+    json_object_set_new(root, "text", json_stringn(o->text.p ? o->text.p : "", o->text.len));
     json_object_set_new(root, "stop", json_string(stop_word(r)));
     json_t *tm = json_object();
     json_object_set_new(tm, "load_ms", json_real(load_ms));
@@ -249,7 +240,7 @@ int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab
 done:
     free(prompt_buf);
     free(prompt_ids);
-    free(o.text);
+    mt_text_buf_free(&o.text);
     free(o.tokens);
     return rc;
 }

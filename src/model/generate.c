@@ -47,7 +47,7 @@ static int send_text(gen_out *o, size_t upto) {
     const size_t from = o->text.sent;
     o->text.sent = upto;
     if (!o->sink->text) return OUT_OK;
-    int c = o->sink->text(o->sink->ctx, o->text.p + from, upto - from);
+    int c = o->sink->text(o->sink->ctx, o->text.text.p + from, upto - from);
     if (!c) return OUT_OK;
     o->cancel = c;
     return OUT_CANCEL;
@@ -108,7 +108,7 @@ static int finish_text(gen_out *o, bool *stopped) {
     size_t safe;
     long at = mt_stop_text_find(&o->text, &safe);
     *stopped = at >= 0;
-    return send_text(o, at >= 0 ? (size_t)at : o->text.len);
+    return send_text(o, at >= 0 ? (size_t)at : o->text.text.len);
 }
 
 /* ---- the loop --------------------------------------------------------------------------- */

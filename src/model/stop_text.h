@@ -4,13 +4,14 @@
 #ifndef MOONTAIL_STOP_TEXT_H
 #define MOONTAIL_STOP_TEXT_H
 
+#include "moontail/text_buf.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
 typedef struct mt_stop_text {
-    char *p; /* len bytes of text (NUL-terminated; NULL while empty) */
-    size_t len, cap;
-    size_t sent; /* p[0..sent) was handed out */
+    mt_text_buf text;
+    size_t sent; /* text.p[0..sent) was handed out */
     const char *const *stop;
     int n_stop;
 } mt_stop_text;
