@@ -4,7 +4,8 @@
  * step, until an end token, a stop string, max_tokens or a cancel. */
 #include "moontail/generate.h"
 #include "moontail/clock.h"
-#include "stop_text.h"
+#include "moontail/text_buf.h"
+#include "text_match_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -33,21 +34,37 @@ typedef struct gen_out {
     const mt_gen_sink *sink;
     mt_detok dt;
     mt_reasoning_split split;
-    mt_stop_text text; /* the answer (the whole reply when it is not split) */
-    int cancel;        /* a sink callback's nonzero return */
+    mt_text_buf text; /* the answer (the whole reply when it is not split) */
+    size_t sent;      /* text.p[0..sent) was handed out */
+    int cancel;       /* a sink callback's nonzero return */
     bool oom;
 } gen_out;
 
 /* Results of the steps below. */
 enum { OUT_OK = 0, OUT_CANCEL = 1, OUT_OOM = 2 };
 
+/* Looks for a stop string in the text not yet handed out (text handed out never holds the
+ * start of one). Returns where the first one starts, or -1; then *safe receives how far text
+ * may go out: up to the longest tail that begins some stop string, which the next token may
+ * complete. */
+static long find_stop(const gen_out *o, size_t *safe) {
+    const size_t n = o->text.len - o->sent;
+    *safe = o->text.len;
+    if (n == 0) return -1; /* nothing new (text.p may be NULL) */
+    const char *p = o->text.p + o->sent;
+    const long at = mt_text_match_first(p, n, o->p->stop, o->p->n_stop, NULL);
+    if (at >= 0) return (long)o->sent + at;
+    *safe -= mt_text_match_tail(p, n, o->p->stop, o->p->n_stop);
+    return -1;
+}
+
 /* Hands text [sent, upto) to the sink. */
 static int send_text(gen_out *o, size_t upto) {
-    if (upto <= o->text.sent) return OUT_OK;
-    const size_t from = o->text.sent;
-    o->text.sent = upto;
+    if (upto <= o->sent) return OUT_OK;
+    const size_t from = o->sent;
+    o->sent = upto;
     if (!o->sink->text) return OUT_OK;
-    int c = o->sink->text(o->sink->ctx, o->text.text.p + from, upto - from);
+    int c = o->sink->text(o->sink->ctx, o->text.p + from, upto - from);
     if (!c) return OUT_OK;
     o->cancel = c;
     return OUT_CANCEL;
@@ -61,7 +78,7 @@ static int split_out(void *ctx, bool reasoning, const char *s, size_t n) {
         if (c) o->cancel = c;
         return c ? -1 : 0;
     }
-    if (mt_stop_text_add(&o->text, s, n)) return 0;
+    if (mt_text_buf_add(&o->text, s, n)) return 0;
     o->oom = true;
     return -1;
 }
@@ -73,7 +90,7 @@ static bool split_on(const gen_out *o) {
 /* Adds n bytes of generated text (through the splitter when the reply is split). */
 static int add_text(gen_out *o, const char *s, int64_t n) {
     if (n <= 0) return OUT_OK;
-    if (!split_on(o)) return mt_stop_text_add(&o->text, s, (size_t)n) ? OUT_OK : OUT_OOM;
+    if (!split_on(o)) return mt_text_buf_add(&o->text, s, (size_t)n) ? OUT_OK : OUT_OOM;
     int rc = mt_reasoning_split_push(&o->split, s, (size_t)n, split_out, o);
     return rc == 0 ? OUT_OK : rc == -1 && !o->oom ? OUT_CANCEL : OUT_OOM;
 }
@@ -106,9 +123,9 @@ static int finish_text(gen_out *o, bool *stopped) {
     }
     if (rc) return rc;
     size_t safe;
-    long at = mt_stop_text_find(&o->text, &safe);
+    long at = find_stop(o, &safe);
     *stopped = at >= 0;
-    return send_text(o, at >= 0 ? (size_t)at : o->text.text.len);
+    return send_text(o, at >= 0 ? (size_t)at : o->text.len);
 }
 
 /* ---- the loop --------------------------------------------------------------------------- */
@@ -157,7 +174,7 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         return failed(r, MT_GEN_FAIL_BEGIN);
     }
     const int32_t max_tokens = p->max_tokens > 0 ? p->max_tokens : 0;
-    gen_out o = {.p = p, .sink = sink, .text = {.stop = p->stop, .n_stop = p->n_stop}};
+    gen_out o = {.p = p, .sink = sink};
     float *logits = malloc((size_t)b->n_vocab * sizeof *logits);
     mt_sampler *smp = mt_sampler_new(&p->sp, b->n_vocab);
     if (!logits || !smp) {
@@ -199,7 +216,7 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         }
         if (out_ends(&o, add_token(&o, id), r)) goto timed;
         size_t safe;
-        long at = mt_stop_text_find(&o.text, &safe);
+        long at = find_stop(&o, &safe);
         if (at >= 0) {
             r->finish = MT_GEN_STOP_STRING;
             out_ends(&o, send_text(&o, (size_t)at), r);
@@ -221,7 +238,7 @@ timed:
     r->gen_ms = mt_mono_ms_frac() - t2;
 done:
     if (split_on(&o)) mt_reasoning_split_free(&o.split);
-    mt_stop_text_free(&o.text);
+    mt_text_buf_free(&o.text);
     free(logits);
     mt_sampler_free(smp);
     return r->finish == MT_GEN_FAILED ? -1 : 0;
