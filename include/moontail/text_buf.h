@@ -15,6 +15,8 @@ typedef struct mt_text_buf {
 
 /* Appends s[0..n); false when out of memory (the text is unchanged). */
 bool mt_text_buf_add(mt_text_buf *t, const char *s, size_t n);
+/* Drops the first n bytes (n <= len): the rest moves to the front. */
+void mt_text_buf_drop(mt_text_buf *t, size_t n);
 /* Frees the bytes; the text is empty again. */
 void mt_text_buf_free(mt_text_buf *t);
 

@@ -17,6 +17,12 @@ bool mt_text_buf_add(mt_text_buf *t, const char *s, size_t n) {
     return true;
 }
 
+void mt_text_buf_drop(mt_text_buf *t, size_t n) {
+    if (n == 0) return;
+    memmove(t->p, t->p + n, t->len - n + 1); /* the NUL too */
+    t->len -= n;
+}
+
 void mt_text_buf_free(mt_text_buf *t) {
     free(t->p);
     *t = (mt_text_buf){0};

@@ -34,9 +34,10 @@ typedef struct gen_out {
     const mt_gen_sink *sink;
     mt_detok dt;
     mt_reasoning_split split;
-    mt_text_buf text; /* the answer (the whole reply when it is not split) */
-    size_t sent;      /* text.p[0..sent) was handed out */
-    int cancel;       /* a sink callback's nonzero return */
+    /* the answer (the whole reply when it is not split) not yet handed out: what may still
+     * become a stop string, and the new token's text; what goes out is dropped */
+    mt_text_buf text;
+    int cancel; /* a sink callback's nonzero return */
     bool oom;
 } gen_out;
 
@@ -48,23 +49,20 @@ enum { OUT_OK = 0, OUT_CANCEL = 1, OUT_OOM = 2 };
  * may go out: up to the longest tail that begins some stop string, which the next token may
  * complete. */
 static long find_stop(const gen_out *o, size_t *safe) {
-    const size_t n = o->text.len - o->sent;
+    const mt_gen_params *p = o->p;
     *safe = o->text.len;
-    if (n == 0) return -1; /* nothing new (text.p may be NULL) */
-    const char *p = o->text.p + o->sent;
-    const long at = mt_text_match_first(p, n, o->p->stop, o->p->n_stop, NULL);
-    if (at >= 0) return (long)o->sent + at;
-    *safe -= mt_text_match_tail(p, n, o->p->stop, o->p->n_stop);
+    if (o->text.len == 0) return -1; /* text.p may be NULL */
+    const long at = mt_text_match_first(o->text.p, o->text.len, p->stop, p->n_stop, NULL);
+    if (at >= 0) return at;
+    *safe -= mt_text_match_tail(o->text.p, o->text.len, p->stop, p->n_stop);
     return -1;
 }
 
-/* Hands text [sent, upto) to the sink. */
+/* Hands the text's first `upto` bytes to the sink; the text keeps the rest. */
 static int send_text(gen_out *o, size_t upto) {
-    if (upto <= o->sent) return OUT_OK;
-    const size_t from = o->sent;
-    o->sent = upto;
-    if (!o->sink->text) return OUT_OK;
-    int c = o->sink->text(o->sink->ctx, o->text.p + from, upto - from);
+    if (upto == 0) return OUT_OK;
+    int c = o->sink->text ? o->sink->text(o->sink->ctx, o->text.p, upto) : 0;
+    mt_text_buf_drop(&o->text, upto);
     if (!c) return OUT_OK;
     o->cancel = c;
     return OUT_CANCEL;
