@@ -140,10 +140,10 @@ static const char *stop_word(const mt_gen_result *r) {
 }
 
 static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_prompt,
-                       const mt_gen_result *r, double load_ms, cli_gen_json_fn add_json,
-                       void *json_ctx) {
+                       const mt_gen_result *r, double load_ms, const cli_gen_hooks *h,
+                       const mt_gen_backend *b, void *slot) {
     json_t *root = json_object();
-    if (add_json) add_json(json_ctx, root);
+    if (h->add_json) h->add_json(h->ctx, b, slot, root);
     json_object_set_new(root, "prompt_tokens", ids_json(prompt_ids, (size_t)n_prompt));
     json_object_set_new(root, "tokens", ids_json(o->tokens, (size_t)o->n_tokens));
     json_object_set_new(root, "text", json_stringn(o->text.p ? o->text.p : "", o->text.len));
@@ -165,8 +165,9 @@ static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_pr
 
 /* ---- one generation --------------------------------------------------------------------- */
 
-int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
-                 double t_start, cli_gen_json_fn add_json, void *json_ctx, mt_error *err) {
+/* cli_generate on an open slot. */
+static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
+                       double t_start, const cli_gen_hooks *h, mt_error *err) {
     int rc = -1;
     char *prompt_buf = NULL;
     size_t prompt_len = 0;
@@ -224,7 +225,7 @@ int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab
     } else if (r.finish == MT_GEN_CANCELLED && !ctrl_c) {
         mt_error_set(err, "out of memory for the output");
     } else if (g->json) {
-        print_json(&o, prompt_ids, n_prompt, &r, t_gen - t_start + r.begin_ms, add_json, json_ctx);
+        print_json(&o, prompt_ids, n_prompt, &r, t_gen - t_start + r.begin_ms, h, b, slot);
         rc = 0;
     } else {
         if (ctrl_c) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
@@ -237,10 +238,22 @@ int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab
         rc = 0;
     }
     if (r.begun) b->end(slot, r.evaluated); /* e.g. the usage to the registry */
+    if (rc == 0 && h->done) h->done(h->ctx, slot);
 done:
     free(prompt_buf);
     free(prompt_ids);
     mt_text_buf_free(&o.text);
     free(o.tokens);
+    return rc;
+}
+
+int cli_generate(const cli_gen *g, mt_gen_backend *b, double t_start, const cli_gen_hooks *hooks,
+                 mt_error *err) {
+    static const cli_gen_hooks none = {0};
+    mt_vocab *vocab = mt_vocab_load(b->model->gguf, err);
+    void *slot = vocab ? b->slot_open(b, 0, err) : NULL;
+    int rc = slot ? generate_on(g, b, slot, vocab, t_start, hooks ? hooks : &none, err) : -1;
+    if (slot) b->slot_close(b, slot);
+    mt_vocab_free(vocab);
     return rc;
 }
