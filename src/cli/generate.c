@@ -1,5 +1,6 @@
 /* generate.c - the command line's side of generation (generate.h): options,
- * the prompt, and streamed or JSON output around the model layer's loop. */
+ * the backend's slot and tokenizer, the prompt, and streamed or JSON output
+ * around the model layer's loop. */
 #include "generate.h"
 #include "moontail/clock.h"
 #include "moontail/text_buf.h"
