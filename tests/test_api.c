@@ -2,9 +2,9 @@
  * HTTP: chat templates (every family's text, detection, the ChatML fallback,
  * message text never parsed as special tokens), request parsing (every
  * field's checks and the error's param), API keys and token buckets, and the
- * engine's token loop and queue on a scripted backend (stop strings across
- * tokens never leak, end tokens, max_tokens, UTF-8 held whole, cancellation,
- * backend failures, a full queue, stopping with requests waiting), and for
+ * engine in front of the generation loop on a scripted backend (finish
+ * reasons, the statuses of a client gone, a failing backend or slot, a full
+ * queue, stopping with requests running and waiting), and for
  * models that think: the thinking families' renderings against the real
  * templates, the splitting of replies into reasoning and answer (whole,
  * streamed, split markers, unclosed reasoning), and their request fields.
@@ -330,6 +330,7 @@ typedef struct fake {
     pthread_cond_t cv;
     bool hold; /* evals wait while true */
     int evals_started;
+    bool fail_open; /* slot_open fails */
 } fake;
 
 typedef struct fake_slot {
@@ -338,7 +339,11 @@ typedef struct fake_slot {
 } fake_slot;
 
 static void *fake_open(mt_gen_backend *b, int index, mt_error *err) {
-    (void)index, (void)err;
+    (void)index;
+    if (((fake *)b->impl)->fail_open) {
+        mt_error_set(err, "no room for a KV cache");
+        return NULL;
+    }
     fake_slot *s = calloc(1, sizeof *s);
     s->f = b->impl;
     return s;
@@ -427,12 +432,12 @@ static int submit(api_engine *e, got *g, int32_t max_tokens, const char *stop, i
     api_gen_params p = {0};
     p.prompt = malloc(2 * sizeof *p.prompt);
     p.prompt[0] = 'h', p.prompt[1] = 'i';
-    p.n_prompt = 2;
-    p.max_tokens = max_tokens;
-    p.sp = mt_sampler_default_params();
-    p.sp.temp = 0;
-    p.end_token = end;
-    if (stop) p.stop[p.n_stop++] = strdup(stop);
+    p.gen.n_prompt = 2;
+    p.gen.max_tokens = max_tokens;
+    p.gen.sp = mt_sampler_default_params();
+    p.gen.sp.temp = 0;
+    p.gen.end_token = end;
+    if (stop) p.stop[p.gen.n_stop++] = strdup(stop);
     api_gen_sink sink = {.text = got_text, .done = got_done, .ctx = g};
     int rc = api_engine_submit(e, &p, &sink, NULL, NULL);
     if (rc) api_gen_params_free(&p);
@@ -454,16 +459,9 @@ static void run_script(fake *f, const char *bytes, const int32_t *extra, int n_e
     api_engine_stop(e);
 }
 
-static void *release_later(void *arg) {
-    fake *f = arg;
-    usleep(100 * 1000);
-    pthread_mutex_lock(&f->mu);
-    f->hold = false;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-    return NULL;
-}
-
+/* The engine's own part: the loop's finish as an OpenAI finish_reason, its failures and
+ * cancels as HTTP statuses, the queue and stopping. What the loop does with the tokens
+ * (stop strings over tokens, UTF-8, held-back text) is test_generate's. */
 static void test_engine(const mt_model *m, const mt_vocab *v) {
     fake f = {.b = {.kind = "fake",
                     .model = m,
@@ -482,44 +480,52 @@ static void test_engine(const mt_model *m, const mt_vocab *v) {
     pthread_cond_init(&f.cv, NULL);
     got g;
 
-    got_init(&g); /* a stop string that spans tokens: nothing of it leaks */
-    run_script(&f, "hello world", NULL, 0, 20, "o w", &g);
-    CHECK(g.len == 4 && memcmp(g.text, "hell", 4) == 0 && !g.has_o &&
-              strcmp(g.r.finish_reason, "stop") == 0 && g.r.completion_tokens == 7 &&
-              g.r.prompt_tokens == 2 && !g.r.error_status,
-          "stop string: '%.*s' %s %d tokens", (int)g.len, g.text, g.r.finish_reason,
-          g.r.completion_tokens);
-    got_init(&g); /* a held-back prefix of a stop string comes out at the end */
-    run_script(&f, "abcl", NULL, 0, 4, "lx", &g);
-    CHECK(g.len == 4 && memcmp(g.text, "abcl", 4) == 0 && strcmp(g.r.finish_reason, "length") == 0,
-          "held-back prefix released: '%.*s' %s", (int)g.len, g.text, g.r.finish_reason);
-    got_init(&g); /* max_tokens */
-    run_script(&f, "abcdef", NULL, 0, 3, NULL, &g);
-    CHECK(g.len == 3 && strcmp(g.r.finish_reason, "length") == 0 && g.r.completion_tokens == 3,
-          "max_tokens 3: '%.*s'", (int)g.len, g.text);
-    got_init(&g); /* the end-of-generation token ends it, counted, without text */
-    const int32_t eos[] = {256, 'z'};
-    run_script(&f, "ab", eos, 2, 10, NULL, &g);
-    CHECK(g.len == 2 && strcmp(g.r.finish_reason, "stop") == 0 && g.r.completion_tokens == 3,
-          "EOG: '%.*s' %s %d", (int)g.len, g.text, g.r.finish_reason, g.r.completion_tokens);
-    got_init(&g); /* a two-byte character arrives whole, even as the first token */
-    run_script(&f, "\xc3\xa9", NULL, 0, 2, "q", &g);
-    CHECK(g.len == 2 && g.pieces == 1, "UTF-8 first: %d pieces", g.pieces);
+    /* finish_reason: a stop string and an end token are "stop", max_tokens "length"; the
+     * token counts come through */
     got_init(&g);
-    run_script(&f, "x\xc3\xa9y", NULL, 0, 4, NULL, &g);
-    CHECK(g.len == 4 && memcmp(g.text, "x\xc3\xa9y", 4) == 0 && g.pieces == 3, "UTF-8: %d pieces",
-          g.pieces);
-    got_init(&g); /* the client goes away */
+    run_script(&f, "hello world", NULL, 0, 20, "o w", &g);
+    CHECK(strcmp(g.r.finish_reason, "stop") == 0 && g.r.prompt_tokens == 2 &&
+              g.r.completion_tokens == 7 && !g.r.error_status,
+          "stop string: %s, %d + %d tokens, status %d", g.r.finish_reason, g.r.prompt_tokens,
+          g.r.completion_tokens, g.r.error_status);
+    got_init(&g);
+    const int32_t turn_end[] = {258, 'z'};
+    run_script(&f, "ab", turn_end, 2, 10, NULL, &g);
+    CHECK(strcmp(g.r.finish_reason, "stop") == 0 && g.r.completion_tokens == 3 && !g.r.error_status,
+          "end token: %s, %d tokens", g.r.finish_reason, g.r.completion_tokens);
+    got_init(&g);
+    run_script(&f, "abcdef", NULL, 0, 3, NULL, &g);
+    CHECK(strcmp(g.r.finish_reason, "length") == 0 && g.r.completion_tokens == 3 &&
+              !g.r.error_status,
+          "max_tokens: %s, %d tokens", g.r.finish_reason, g.r.completion_tokens);
+
+    got_init(&g); /* the client goes away: 499 */
     g.cancel_after = 2;
     run_script(&f, "abcdefgh", NULL, 0, 8, NULL, &g);
-    CHECK(g.r.error_status == 499 && g.pieces == 2, "cancel: status %d after %d pieces",
-          g.r.error_status, g.pieces);
-    got_init(&g); /* the backend fails */
+    CHECK(g.r.error_status == 499 && strstr(g.r.error, "went away") && g.pieces == 2,
+          "client gone: status %d '%s' after %d pieces", g.r.error_status, g.r.error, g.pieces);
+
+    /* the backend fails: 503 where a retry may pass (nodes lost), else 500 */
+    got_init(&g);
     f.fail_at = 3;
     run_script(&f, "abcdefgh", NULL, 0, 8, NULL, &g);
-    CHECK(g.r.error_status == 503 && strstr(g.r.error, "stopped answering"),
-          "backend failure: %d %s", g.r.error_status, g.r.error);
+    CHECK(g.r.error_status == 503 && strstr(g.r.error, "failed while generating") &&
+              strstr(g.r.error, "stopped answering"),
+          "backend failure, retry may pass: %d '%s'", g.r.error_status, g.r.error);
+    got_init(&g);
+    f.b.retry_may_succeed = false;
+    run_script(&f, "abcdefgh", NULL, 0, 8, NULL, &g);
+    f.b.retry_may_succeed = true;
     f.fail_at = -1;
+    CHECK(g.r.error_status == 500 && strstr(g.r.error, "stopped answering"),
+          "backend failure, no retry: %d '%s'", g.r.error_status, g.r.error);
+    got_init(&g); /* no slot for the worker: 500 */
+    f.fail_open = true;
+    run_script(&f, "abc", NULL, 0, 3, NULL, &g);
+    f.fail_open = false;
+    CHECK(g.r.error_status == 500 && strstr(g.r.error, "cannot set up a worker") &&
+              strstr(g.r.error, "no room for a KV cache") && g.len == 0,
+          "slot fails: %d '%s'", g.r.error_status, g.r.error);
 
     /* queue: 1 slot, 1 waiting place; a third request is refused; stop answers the waiting */
     static const int32_t loop[] = {'a'};
@@ -548,21 +554,20 @@ static void test_engine(const mt_model *m, const mt_vocab *v) {
     got_wait(&g2);
     CHECK(!g1.r.error_status && !g2.r.error_status && g1.len == 5 && g2.len == 5, "both ran: %d %d",
           g1.r.error_status, g2.r.error_status);
-    /* stop with one running (held) and one waiting */
+    /* stop with one running and one waiting: the running one ends at its next token, both
+     * answered 503. The running one would take 2^20 tokens to end by itself. */
     got_init(&g1), got_init(&g2);
-    f.hold = true;
     f.evals_started = 0;
-    CHECK(submit(e, &g1, 5, NULL, -1) == 0, "request before stop");
+    CHECK(submit(e, &g1, 1 << 20, NULL, -1) == 0, "request before stop");
     pthread_mutex_lock(&f.mu);
     while (f.evals_started == 0) pthread_cond_wait(&f.cv, &f.mu);
     pthread_mutex_unlock(&f.mu);
     CHECK(submit(e, &g2, 5, NULL, -1) == 0, "waiting request before stop");
-    pthread_t t; /* lets the held eval return once api_engine_stop has begun */
-    pthread_create(&t, NULL, release_later, &f);
     api_engine_stop(e);
-    pthread_join(t, NULL);
-    CHECK(g1.done && g2.done && g2.r.error_status == 503,
-          "stop answers every request (waiting one: %d)", g2.r.error_status);
+    CHECK(g1.done && g1.r.error_status == 503 && strstr(g1.r.error, "stopping") &&
+              g1.r.completion_tokens < 1 << 20 && g2.done && g2.r.error_status == 503,
+          "stop answers every request (running: %d '%s' after %d tokens; waiting: %d)",
+          g1.r.error_status, g1.r.error, g1.r.completion_tokens, g2.r.error_status);
     pthread_mutex_destroy(&f.mu);
     pthread_cond_destroy(&f.cv);
 }
@@ -1499,13 +1504,13 @@ static void run_think(const mt_model *m, const mt_vocab *v, const int32_t *scrip
     api_gen_params p = {0};
     p.prompt = malloc(sizeof *p.prompt);
     p.prompt[0] = 'q';
-    p.n_prompt = 1;
-    p.max_tokens = max_tokens;
-    p.sp = mt_sampler_default_params();
-    p.sp.temp = 0;
-    p.end_token = end;
+    p.gen.n_prompt = 1;
+    p.gen.max_tokens = max_tokens;
+    p.gen.sp = mt_sampler_default_params();
+    p.gen.sp.temp = 0;
+    p.gen.end_token = end;
     p.reasoning = *r;
-    if (stop) p.stop[p.n_stop++] = strdup(stop);
+    if (stop) p.stop[p.gen.n_stop++] = strdup(stop);
     api_gen_sink sink = {.text = got_text, .done = got_done, .ctx = g, .reasoning = got_reasoning};
     api_engine *e = api_engine_start(&f.b, v, 1, 1, NULL);
     bool ok = e && api_engine_submit(e, &p, &sink, NULL, NULL) == 0;

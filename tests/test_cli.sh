@@ -9,6 +9,13 @@ set -u
 # run --json on the built-in model: the fields the issue asks for
 "$BIN" run --json -n 12 --temp 0 -p "Hello" >"$tmp/a.json" 2>"$tmp/a.err" || bad "run --json failed: $(cat "$tmp/a.err")"
 json 'if(!Array.isArray(o.prompt_tokens)||o.prompt_tokens.length!==5) throw "prompt_tokens"; if(o.tokens.length<1||o.tokens.length>12) throw "tokens"; if(typeof o.text!=="string") throw "text"; if(!(o.timings.generate_ms>=0)) throw "timings"' <"$tmp/a.json" && ok || bad "run --json fields: $(cat "$tmp/a.json")"
+# the timings keep their fractions of a millisecond (the built-in model takes under 1 ms for a
+# short prompt: whole milliseconds made that 0 ms at 2e12 tokens/s); a rate is its count over its time
+"$BIN" run --json -n 4 --temp 0 -p "hi" >"$tmp/short.json" 2>"$tmp/short.err" || bad "run --json -p hi failed: $(cat "$tmp/short.err")"
+json 'const t=o.timings, near=(a,b)=>Math.abs(a-b)<=1e-6*b;
+  for (const k of ["load_ms","prompt_ms","generate_ms"]) if(!(t[k]>0&&isFinite(t[k]))) throw k;
+  if(!near(t.prompt_tokens_per_s, o.prompt_tokens.length/t.prompt_ms*1e3)) throw "prompt rate";
+  if(!near(t.generate_tokens_per_s, o.tokens.length/t.generate_ms*1e3)) throw "generate rate"' <"$tmp/short.json" && ok || bad "run --json timings: $(cat "$tmp/short.json")"
 # greedy is repeatable, and the streamed text equals the JSON text
 "$BIN" run --json -n 12 --temp 0 -p "Hello" >"$tmp/b.json" 2>/dev/null
 ta=$(json 'console.log(JSON.stringify(o.tokens))' <"$tmp/a.json")
@@ -79,6 +86,8 @@ echo "not a model" >"$tmp/junk.gguf"
 expect_fail 1 "not a GGUF file" "$BIN" tokenize -m "$tmp/junk.gguf" -p x
 expect_fail 1 "exceed --ctx" "$BIN" run -p "Hello" -n 10 --ctx 8
 expect_fail 2 "unknown type" "$BIN" mkmodel -o "$tmp/x.gguf" --type q9_9
+# a registry that cannot be used is named with what to check, by every command that asks one
+expect_fail 1 "cannot use the cell of the registry http://127.0.0.1:1 (check" "$BIN" prompt --registry http://127.0.0.1:1 --token abc --key "$tmp/r.key" --cache "$tmp/cache" -p x
 
 # Ctrl-C: generation stops after the current token, output is complete and the exit status 0
 "$BIN" run -n 100000 --ignore-eos --ctx 101000 --json >"$tmp/int.json" 2>"$tmp/int.err" &

@@ -6,9 +6,11 @@
  * string split over tokens never shows, a prefix of one held back comes out
  * at the end, the extra end token and end-of-generation tokens (and
  * ignore_eog), max_tokens, cancelling from either callback, the prompt cut
- * into micro-batches, the context asked of the backend, the backend failing
- * at each stage, UTF-8 characters handed out whole, and a thinking reply
- * split into reasoning and answer with stop strings applying to the answer. */
+ * into micro-batches (512 when not given), the context asked of the backend,
+ * the backend failing at each stage, UTF-8 characters handed out whole, the
+ * earliest of several stop strings, and a thinking reply split into reasoning
+ * and answer with stop strings applying to the answer, also to what the
+ * splitter held back until the end. */
 #include "check.h"
 #include "moontail/generate.h"
 #include "moontail/gguf.h"
@@ -74,6 +76,7 @@ typedef struct got {
     int32_t tokens[64];
     int n_tokens;
     mt_gen_result r;
+    int rc; /* mt_generate's return */
 } got;
 
 static int got_text(void *ctx, const char *s, size_t n) {
@@ -106,25 +109,28 @@ typedef struct run {
     const char *script_bytes; /* then `extra` ids */
     const int32_t *extra;
     int n_extra;
-    const char *prompt; /* bytes as token ids (default "hey") */
+    const char *prompt;  /* bytes as token ids (default "hey") */
+    int32_t long_prompt; /* instead: this many 'a' tokens */
     int32_t max_tokens, n_ctx, ubatch, end_token;
-    const char *stop;
+    const char *stop, *stop2; /* stop2 only with stop */
     bool ignore_eog;
     const mt_reasoning *reasoning;
 } run;
 
 static void generate(fake *f, const mt_vocab *v, const run *rn, got *g) {
-    static int32_t script[128], prompt[64];
+    static int32_t script[128], prompt[2048];
     int n = 0;
     for (const char *p = rn->script_bytes; *p; p++) script[n++] = (uint8_t)*p;
     for (int i = 0; i < rn->n_extra; i++) script[n++] = rn->extra[i];
     int np = 0;
-    for (const char *p = rn->prompt ? rn->prompt : "hey"; *p; p++) prompt[np++] = (uint8_t)*p;
+    for (const char *p = rn->prompt ? rn->prompt : "hey"; *p && !rn->long_prompt; p++)
+        prompt[np++] = (uint8_t)*p;
+    while (np < rn->long_prompt) prompt[np++] = 'a';
     f->script = script;
     f->n_script = n;
     f->n_prompt = np;
     f->ended = -1;
-    const char *stops[1] = {rn->stop};
+    const char *stops[2] = {rn->stop, rn->stop2};
     const mt_gen_params p = {.prompt = prompt,
                              .n_prompt = np,
                              .max_tokens = rn->max_tokens,
@@ -132,15 +138,15 @@ static void generate(fake *f, const mt_vocab *v, const run *rn, got *g) {
                              .ubatch = rn->ubatch,
                              .sp = {.temp = 0, .top_k = 0, .top_p = 1, .seed = 1},
                              .stop = stops,
-                             .n_stop = rn->stop ? 1 : 0,
+                             .n_stop = !rn->stop    ? 0
+                                       : !rn->stop2 ? 1
+                                                    : 2,
                              .end_token = rn->end_token ? rn->end_token : -1,
                              .ignore_eog = rn->ignore_eog,
                              .reasoning = rn->reasoning};
     const mt_gen_sink sink = {got_text, got_reasoning, got_token, g};
     void *slot = f->b.slot_open(&f->b, 0, NULL);
-    int rc = mt_generate(&f->b, slot, v, &p, &sink, &g->r);
-    CHECK((rc == 0) == (g->r.finish != MT_GEN_FAILED), "return value %d for finish %s", rc,
-          mt_gen_finish_name(g->r.finish));
+    g->rc = mt_generate(&f->b, slot, v, &p, &sink, &g->r);
     if (g->r.begun) f->b.end(slot, g->r.evaluated);
     f->b.slot_close(&f->b, slot);
 }
@@ -149,7 +155,7 @@ static void test_stops(fake *f, const mt_vocab *v) {
     got g = {0}; /* "o w" arrives over three tokens: "hell" goes out, no piece holds the 'o' */
     generate(f, v, &(run){.script_bytes = "hello world", .max_tokens = 20, .stop = "o w"}, &g);
     CHECK(text_is(&g, "hell") && !g.piece_had_o && g.r.finish == MT_GEN_STOP_STRING &&
-              g.r.completion_tokens == 7 && g.r.prompt_tokens == 3,
+              g.r.completion_tokens == 7 && g.r.prompt_tokens == 3 && g.rc == 0,
           "stop string over tokens: '%.*s' %s %d tokens", (int)g.len, g.text,
           mt_gen_finish_name(g.r.finish), g.r.completion_tokens);
     /* the prompt (3) and 6 generated tokens went through the model; the 7th ended it */
@@ -162,6 +168,14 @@ static void test_stops(fake *f, const mt_vocab *v) {
               g.r.finish == MT_GEN_LENGTH,
           "held-back prefix: '%.*s' in %d pieces (last '%s') %s", (int)g.len, g.text, g.pieces,
           g.last_piece, mt_gen_finish_name(g.r.finish));
+
+    memset(&g, 0, sizeof g); /* the earliest of two stop strings, not the first listed: at "c",
+                                "xabc" holds "c" at 3 and "abc" at 1 */
+    generate(f, v, &(run){.script_bytes = "xabcd", .max_tokens = 5, .stop = "c", .stop2 = "abc"},
+             &g);
+    CHECK(text_is(&g, "x") && g.r.finish == MT_GEN_STOP_STRING && g.r.completion_tokens == 4,
+          "two stop strings: '%.*s' %s %d tokens", (int)g.len, g.text,
+          mt_gen_finish_name(g.r.finish), g.r.completion_tokens);
 
     memset(&g, 0, sizeof g); /* max_tokens: 3 of 6, the last not evaluated */
     generate(f, v, &(run){.script_bytes = "abcdef", .max_tokens = 3}, &g);
@@ -243,7 +257,14 @@ static void test_evaluations(fake *f, const mt_vocab *v) {
           f->calls[2], (int)g.len, g.text);
     CHECK(f->n_ctx == 8, "context: prompt 5 + max_tokens 3 = %d", f->n_ctx);
 
-    memset(&g, 0, sizeof g); /* the whole prompt at once, in a larger context */
+    memset(&g, 0, sizeof g); /* no ubatch: micro-batches of 512 (MT_GEN_UBATCH_DEFAULT) */
+    generate(f, v, &(run){.script_bytes = "xyz", .long_prompt = 1100, .max_tokens = 2}, &g);
+    CHECK(f->n_calls == 4 && f->calls[0] == 512 && f->calls[1] == 512 && f->calls[2] == 76 &&
+              f->calls[3] == 1 && text_is(&g, "xy") && g.r.evaluated == 1101,
+          "1100-token prompt, no ubatch: %d calls (%d %d %d ...), '%.*s'", f->n_calls, f->calls[0],
+          f->calls[1], f->calls[2], (int)g.len, g.text);
+
+    memset(&g, 0, sizeof g); /* a prompt shorter than that at once, in a larger context */
     generate(f, v, &(run){.script_bytes = "xyz", .prompt = "hello", .max_tokens = 3, .n_ctx = 64},
              &g);
     CHECK(f->n_calls == 3 && f->calls[0] == 5 && f->n_ctx == 64 && text_is(&g, "xyz"),
@@ -260,7 +281,7 @@ static void test_failures(fake *f, const mt_vocab *v) {
     generate(f, v, &(run){.script_bytes = "ab", .max_tokens = 2}, &g);
     f->fail_begin = 0;
     CHECK(g.r.finish == MT_GEN_FAILED && g.r.failure == MT_GEN_FAIL_BEGIN && !g.r.begun &&
-              f->ended == -1 && strstr(g.r.err.msg, "no route"),
+              f->ended == -1 && strstr(g.r.err.msg, "no route") && g.rc == -1,
           "begin fails: %s %d '%s'", mt_gen_finish_name(g.r.finish), g.r.failure, g.r.err.msg);
 
     memset(&g, 0, sizeof g); /* the second chunk of the prompt */
@@ -268,14 +289,14 @@ static void test_failures(fake *f, const mt_vocab *v) {
     generate(f, v, &(run){.script_bytes = "ab", .prompt = "hello", .ubatch = 2, .max_tokens = 2},
              &g);
     CHECK(g.r.failure == MT_GEN_FAIL_PROMPT && g.r.begun && g.r.evaluated == 2 && f->ended == 2 &&
-              strstr(g.r.err.msg, "went away"),
+              strstr(g.r.err.msg, "went away") && g.rc == -1,
           "prompt fails: %d, %lld evaluated", g.r.failure, (long long)g.r.evaluated);
 
     memset(&g, 0, sizeof g); /* the second generated token */
     f->fail_eval_call = 3;
     generate(f, v, &(run){.script_bytes = "abcd", .max_tokens = 4}, &g);
     f->fail_eval_call = 0;
-    CHECK(g.r.failure == MT_GEN_FAIL_STEP && text_is(&g, "ab") && g.r.evaluated == 4,
+    CHECK(g.r.failure == MT_GEN_FAIL_STEP && text_is(&g, "ab") && g.r.evaluated == 4 && g.rc == -1,
           "step fails: %d, '%.*s', %lld evaluated", g.r.failure, (int)g.len, g.text,
           (long long)g.r.evaluated);
 }
@@ -296,6 +317,21 @@ static void test_reasoning(fake *f, const mt_vocab *v) {
     CHECK(g.rlen == 2 && memcmp(g.reasoning, "ab", 2) == 0 && text_is(&g, "x") &&
               g.r.finish == MT_GEN_STOP_STRING,
           "reasoning '%.*s', answer '%.*s' %s", (int)g.rlen, g.reasoning, (int)g.len, g.text,
+          mt_gen_finish_name(g.r.finish));
+
+    /* "<th" may still open the reasoning, so the splitter holds it until the output ends; then
+     * it is the answer, and the stop string in it is found only in that last flush */
+    memset(&g, 0, sizeof g);
+    generate(f, v, &(run){.script_bytes = "<th", .max_tokens = 3, .reasoning = &r}, &g);
+    CHECK(text_is(&g, "<th") && g.pieces == 1 && g.r.finish == MT_GEN_LENGTH,
+          "held to the end, no stop string: '%.*s' in %d pieces %s", (int)g.len, g.text, g.pieces,
+          mt_gen_finish_name(g.r.finish));
+    memset(&g, 0, sizeof g);
+    generate(f, v, &(run){.script_bytes = "<th", .max_tokens = 3, .stop = "th", .reasoning = &r},
+             &g);
+    CHECK(text_is(&g, "<") && g.rlen == 0 && g.r.finish == MT_GEN_STOP_STRING &&
+              g.r.completion_tokens == 3 && g.rc == 0,
+          "stop string in the last flush: '%.*s' %s", (int)g.len, g.text,
           mt_gen_finish_name(g.r.finish));
 }
 

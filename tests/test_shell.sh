@@ -82,5 +82,6 @@ grep -q "4 messages in the conversation" "$tmp/int" && ok ||
 expect 2 "unknown option" "$BIN" --bogus
 expect 2 "not both" "$BIN" shell -m "$M" --registry http://127.0.0.1:1
 printf 'x\n' | $T "$BIN" shell --registry http://127.0.0.1:1 --token abc >"$tmp/o" 2>&1
-[ $? -eq 1 ] && grep -q "127.0.0.1:1" "$tmp/o" && ok || bad "unreachable registry: $(cat "$tmp/o")"
+[ $? -eq 1 ] && grep -q "cannot use the cell of the registry http://127.0.0.1:1 (check" "$tmp/o" && ok ||
+    bad "unreachable registry: $(cat "$tmp/o")"
 finish

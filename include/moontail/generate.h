@@ -75,14 +75,27 @@ int mt_gen_local_threads(const mt_gen_backend *b);
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
+/* Prompt tokens per evaluation when a caller gives none: a long prompt goes in pieces, so a
+ * local slot takes a turn on the model per piece rather than holding up the others for the
+ * whole prompt, and no evaluation needs activations for thousands of tokens at once. The loop
+ * is the one place a prompt is cut; a route (route.h) cuts again only what it evaluates on its
+ * own, the whole history replayed after a node is lost, by its own ubatch, which the front ends
+ * set from the same option (512 too when none is given). */
+enum { MT_GEN_UBATCH_DEFAULT = 512 };
+
+/* The most stop strings a request may give (OpenAI's limit; `run --stop` and the API's "stop"
+ * alike). */
+enum { MT_GEN_MAX_STOP = 4 };
+
 typedef struct mt_gen_params {
     const int32_t *prompt; /* n_prompt ids (at least one) */
     int32_t n_prompt;
     int32_t max_tokens; /* the most tokens to generate */
     int32_t n_ctx;      /* positions the sequence reserves (<= 0: n_prompt + max_tokens) */
-    int32_t ubatch;     /* prompt tokens per evaluation (<= 0: the whole prompt at once) */
+    int32_t ubatch;     /* prompt tokens per evaluation (<= 0: MT_GEN_UBATCH_DEFAULT) */
     mt_sampler_params sp;
-    const char *const *stop; /* n_stop stop strings, NUL-terminated, not empty */
+    const char *const *stop; /* n_stop (<= MT_GEN_MAX_STOP) stop strings, NUL-terminated, not
+                                empty */
     int n_stop;
     int32_t end_token; /* another token that ends generation (a chat turn's end), or -1 */
     bool ignore_eog;   /* the vocabulary's end-of-generation tokens do not end it */

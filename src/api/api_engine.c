@@ -29,7 +29,7 @@ struct api_engine {
 
 void api_gen_params_free(api_gen_params *p) {
     free(p->prompt);
-    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    for (int i = 0; i < MT_GEN_MAX_STOP; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
 }
 
@@ -71,15 +71,10 @@ static void fail(api_gen_result *r, int status, const char *fmt, const char *det
 static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
     const api_gen_params *p = &j->p;
     const int fail_status = e->b->retry_may_succeed ? 503 : 500;
-    const mt_gen_params gp = {.prompt = p->prompt,
-                              .n_prompt = p->n_prompt,
-                              .max_tokens = p->max_tokens,
-                              .ubatch = p->ubatch,
-                              .sp = p->sp,
-                              .stop = (const char *const *)p->stop,
-                              .n_stop = p->n_stop,
-                              .end_token = p->end_token,
-                              .reasoning = &p->reasoning};
+    mt_gen_params gp = p->gen;
+    gp.prompt = p->prompt;
+    gp.stop = (const char *const *)p->stop;
+    gp.reasoning = &p->reasoning;
     job_run jr = {e, j};
     const mt_gen_sink sink = {job_text, job_reasoning, job_token, &jr};
     mt_gen_result g;

@@ -15,7 +15,6 @@
 #include "moontail/error.h"
 #include "moontail/generate.h"
 #include "moontail/reasoning.h"
-#include "moontail/sampler.h"
 #include "moontail/tokenizer.h"
 
 #include <stdbool.h>
@@ -24,17 +23,14 @@
 
 /* ---- generation requests ------------------------------------------------------------------ */
 
-enum { API_MAX_STOP = 4 };
-
+/* A request: the loop's parameters and the buffers they use, which the request owns (taken by
+ * api_engine_submit). gen.prompt, gen.stop and gen.reasoning are left NULL: the engine points
+ * them at the fields below when the request runs (a request is copied into and out of the
+ * queue, so a pointer into itself would not survive). */
 typedef struct api_gen_params {
-    int32_t *prompt; /* n_prompt ids; taken by api_engine_submit */
-    int32_t n_prompt;
-    int32_t max_tokens;
-    int32_t ubatch; /* prompt tokens per evaluation (<= 0: the whole prompt at once) */
-    mt_sampler_params sp;
-    char *stop[API_MAX_STOP]; /* NUL-terminated, non-empty; taken */
-    int n_stop;
-    int32_t end_token; /* another token that ends generation (a chat turn's end), or -1 */
+    mt_gen_params gen;
+    int32_t *prompt;             /* gen.n_prompt ids */
+    char *stop[MT_GEN_MAX_STOP]; /* gen.n_stop strings */
     /* a thinking model's reply: reasoning goes to the sink's reasoning(), the answer to
      * text(); stop strings apply to the answer only. Unused when reasoning.on is false. */
     mt_reasoning reasoning;

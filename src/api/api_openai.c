@@ -7,6 +7,7 @@
  * (user, store, metadata, ...) are accepted. Unknown fields are refused, as
  * OpenAI does ("Unrecognized request argument supplied"). */
 #include "api_openai.h"
+#include "moontail/text_buf.h"
 
 #include <math.h>
 #include <sodium.h>
@@ -247,9 +248,9 @@ static int parse_stop(api_request *rq, api_error *e) {
     size_t n = 1;
     if (json_is_array(v)) {
         n = json_array_size(v);
-        if (n > API_MAX_STOP)
+        if (n > MT_GEN_MAX_STOP)
             return bad_request(e, "stop", "Invalid 'stop': at most %d stop strings, got %zu",
-                               API_MAX_STOP, n);
+                               MT_GEN_MAX_STOP, n);
     } else if (!json_is_string(v)) {
         return bad_request(e, "stop",
                            "Invalid 'stop': expected a string or an array of strings, but got %s",
@@ -742,11 +743,9 @@ struct api_reply {
     bool stream, include_usage;
     bool begun; /* the event stream's head (and the chat role chunk) went out */
     mt_http_stream *st;
-    char *text; /* the whole text, when not streaming */
-    size_t len, cap;
-    bool reasoning; /* a thinking model's chat reply: reasoning_content too */
-    char *rtext;    /* the whole reasoning, when not streaming */
-    size_t rlen, rcap;
+    mt_text_buf text;  /* the whole text, when not streaming */
+    bool reasoning;    /* a thinking model's chat reply: reasoning_content too */
+    mt_text_buf rtext; /* the whole reasoning, when not streaming */
     api_reply_done_fn on_done;
     void *done_ctx;
 };
@@ -781,8 +780,8 @@ void api_reply_free(api_reply *r) {
     if (!r) return;
     mt_http_stream_release(r->st);
     free(r->model);
-    free(r->text);
-    free(r->rtext);
+    mt_text_buf_free(&r->text);
+    mt_text_buf_free(&r->rtext);
     free(r);
 }
 
@@ -843,24 +842,10 @@ static int begin_events(api_reply *r) {
                       chunk(r, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
 }
 
-/* Appends s[0..n) to a growing text (NUL-terminated); false when out of memory. */
-static bool append(char **text, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = 2 * (*len + n + 1) + 256;
-        char *t = realloc(*text, c);
-        if (!t) return false;
-        *text = t, *cap = c;
-    }
-    memcpy(*text + *len, s, n);
-    *len += n;
-    (*text)[*len] = 0;
-    return true;
-}
-
 static int reply_text(void *ctx, const char *s, size_t n) {
     api_reply *r = ctx;
     if (!r->stream) {
-        if (!append(&r->text, &r->len, &r->cap, s, n)) return -1;
+        if (!mt_text_buf_add(&r->text, s, n)) return -1;
         return mt_http_stream_gone(r->st) ? -1 : 0;
     }
     if (begin_events(r)) return -1;
@@ -874,7 +859,7 @@ static int reply_reasoning(void *ctx, const char *s, size_t n) {
     api_reply *r = ctx;
     if (!r->reasoning) return 0;
     if (!r->stream) {
-        if (!append(&r->rtext, &r->rlen, &r->rcap, s, n)) return -1;
+        if (!mt_text_buf_add(&r->rtext, s, n)) return -1;
         return mt_http_stream_gone(r->st) ? -1 : 0;
     }
     if (begin_events(r)) return -1;
@@ -912,7 +897,7 @@ static void reply_done(void *ctx, const api_gen_result *g) {
         mt_http_stream_end(r->st);
     } else {
         json_t *o = envelope(r, r->kind == API_CHAT ? "chat.completion" : "text_completion");
-        json_t *text = text_json(r->text ? r->text : "", r->len);
+        json_t *text = text_json(r->text.p ? r->text.p : "", r->text.len);
         json_t *choice = r->kind == API_CHAT
                              ? json_pack("{s:i, s:{s:s, s:o, s:n}, s:n, s:s}", "index", 0,
                                          "message", "role", "assistant", "content", text, "refusal",
@@ -922,7 +907,7 @@ static void reply_done(void *ctx, const api_gen_result *g) {
         if (r->kind != API_CHAT) json_object_set_new(choice, "text", text);
         if (r->reasoning)
             json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
-                                r->rtext ? text_json(r->rtext, r->rlen) : json_null());
+                                r->rtext.p ? text_json(r->rtext.p, r->rtext.len) : json_null());
         json_object_set_new(o, "choices", json_pack("[o]", choice));
         json_object_set_new(o, "usage", usage_json(g));
         mt_http_response resp = {.status = 200, .json = o};

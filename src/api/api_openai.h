@@ -50,7 +50,7 @@ typedef struct api_request {
     char **owned;       /* per message: a joined copy of its text parts, or NULL */
     int64_t max_tokens; /* -1: not given */
     mt_sampler_params sp;
-    char *stop[API_MAX_STOP]; /* heap copies */
+    char *stop[MT_GEN_MAX_STOP]; /* heap copies */
     int n_stop;
     bool stream, include_usage;
     /* chat: chat_template_kwargs, the template variables asked for (an object whose size,

@@ -21,7 +21,6 @@
 #include "moontail/transport.h"
 
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +38,7 @@ struct mt_api_server {
     mt_chat_format chat;    /* the family it resembles: reasoning split, fallback */
     int32_t chat_end;       /* the token that ends an assistant turn, or -1 */
     int32_t max_ctx;
-    int32_t ubatch; /* prompt tokens per evaluation */
+    int32_t ubatch; /* prompt tokens per evaluation (<= 0: the loop's default) */
     int chat_max_tokens;
     json_int_t started;
     mt_log_source log; /* "serve: ..." lines */
@@ -184,18 +183,19 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
     }
     p.prompt = ids;
     ids = NULL;
-    p.n_prompt = (int32_t)n_prompt;
-    p.max_tokens = (int32_t)max_tokens;
-    p.ubatch = s->ubatch;
-    p.sp = rq.sp;
-    p.end_token = kind == API_CHAT ? s->chat_end : -1;
+    p.gen = (mt_gen_params){.n_prompt = (int32_t)n_prompt,
+                            .max_tokens = (int32_t)max_tokens,
+                            .ubatch = s->ubatch,
+                            .sp = rq.sp,
+                            .n_stop = rq.n_stop,
+                            .end_token = kind == API_CHAT ? s->chat_end : -1};
     /* a thinking model's chat reply is split into reasoning and answer */
-    if (kind == API_CHAT) mt_chat_reasoning(s->chat, s->vocab, p.prompt, p.n_prompt, &p.reasoning);
+    if (kind == API_CHAT)
+        mt_chat_reasoning(s->chat, s->vocab, p.prompt, p.gen.n_prompt, &p.reasoning);
     for (int i = 0; i < rq.n_stop; i++) {
         p.stop[i] = rq.stop[i];
         rq.stop[i] = NULL;
     }
-    p.n_stop = rq.n_stop;
     rq.n_stop = 0;
     if (!(note = malloc(sizeof *note)) || !(st = mt_http_stream_new()) ||
         !(reply = api_reply_new(kind, s->model_name, rq.stream, rq.include_usage, st, request_done,
@@ -400,7 +400,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     mt_log_source_init(&s->log, "serve", NULL, c->quiet);
     s->started = (json_int_t)time(NULL);
     s->chat_max_tokens = c->chat_max_tokens > 0 ? c->chat_max_tokens : 1024;
-    s->ubatch = c->ubatch > 0 ? c->ubatch : 512;
+    s->ubatch = c->ubatch;
     if (api_keys_load(&s->keys, c->api_keys, c->rate_per_min, err)) goto fail;
     if (c->model_path) {
         mt_progress_preload(c->model_path, stderr);
@@ -419,11 +419,6 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
                                   .kv_type = c->kv_type,
                                   .quiet = c->quiet};
         s->backend = mt_requester_backend(&rc, "moontail serve", err);
-        if (!s->backend)
-            mt_error_prefix(err,
-                            "cannot use the cell of the registry %s (check --registry, the token,"
-                            " and that the cell has a route)",
-                            c->registry);
     }
     if (!s->backend) goto fail;
     if (!(s->vocab = mt_vocab_load(s->backend->model->gguf, err))) goto fail;

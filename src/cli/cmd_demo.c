@@ -11,8 +11,6 @@
 #include "model_source.h"
 #include "moontail/http.h"
 #include "moontail/requester.h"
-#include "moontail/sampler.h"
-#include "moontail/tokenizer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -219,6 +217,14 @@ static void print_route(const names *nm, const char *route) {
     printf(" (the head, token ids and text stayed in this process)\n");
 }
 
+/* After the text: where each layer of the request ran. */
+static void print_where(void *ctx, void *slot) {
+    mt_requester_stats st;
+    mt_requester_get_stats(mt_requester_of_slot(slot), &st);
+    printf("\n");
+    print_route(ctx, st.route);
+}
+
 /* Generates n tokens greedily through the cell (as `moontail prompt` does),
  * then says where each layer ran. */
 static int prompt_cell(demo *d, const names *nm, const char *url, const char *token,
@@ -235,10 +241,8 @@ static int prompt_cell(demo *d, const names *nm, const char *url, const char *to
                              .quiet = true};
     mt_error err = {{0}};
     mt_gen_backend *b = mt_requester_backend(&c, "moontail demo", &err);
-    mt_vocab *v = b ? mt_vocab_load(b->model->gguf, &err) : NULL;
-    void *slot = v ? b->slot_open(b, 0, &err) : NULL;
     int rc = -1;
-    if (slot) {
+    if (b) {
         cli_gen g;
         cli_gen_defaults(&g);
         g.prompt = prompt;
@@ -246,18 +250,10 @@ static int prompt_cell(demo *d, const names *nm, const char *url, const char *to
         g.sp.temp = 0; /* greedy: the same text every time */
         printf("\n%s", prompt);
         fflush(stdout);
-        rc = cli_generate(&g, b, slot, v, mt_mono_ms_frac(), NULL, NULL, &err);
+        const cli_gen_hooks hooks = {.done = print_where, .ctx = (void *)nm};
+        rc = cli_generate(&g, b, mt_mono_ms_frac(), &hooks, &err);
     }
-    if (rc == 0) {
-        mt_requester_stats st;
-        mt_requester_get_stats(mt_requester_of_slot(slot), &st);
-        printf("\n");
-        print_route(nm, st.route);
-    } else {
-        fprintf(stderr, "moontail demo: prompting the cell failed: %s\n", err.msg);
-    }
-    if (slot) b->slot_close(b, slot);
-    mt_vocab_free(v);
+    if (rc) fprintf(stderr, "moontail demo: prompting the cell failed: %s\n", err.msg);
     if (b) b->destroy(b);
     return rc;
 }

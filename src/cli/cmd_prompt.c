@@ -64,7 +64,8 @@ typedef struct route_json_ctx {
     const mt_route *route;
 } route_json_ctx;
 
-static void route_json(void *ctx, json_t *root) {
+static void route_json(void *ctx, const mt_gen_backend *b, void *slot, json_t *root) {
+    (void)b, (void)slot;
     const route_json_ctx *p = ctx;
     json_object_set_new(root, "route", json_string(p->route_path));
     json_object_set_new(root, "replays", json_integer(mt_route_replays(p->route)));
@@ -72,9 +73,10 @@ static void route_json(void *ctx, json_t *root) {
 
 /* ---- through a registry --------------------------------------------------------- */
 
-static void registry_json(void *ctx, json_t *root) {
+static void registry_json(void *ctx, const mt_gen_backend *b, void *slot, json_t *root) {
+    (void)ctx, (void)b;
     mt_requester_stats s;
-    mt_requester_get_stats(mt_requester_of_slot(ctx), &s);
+    mt_requester_get_stats(mt_requester_of_slot(slot), &s);
     json_object_set_new(root, "route", json_string(s.route));
     json_object_set_new(root, "failovers", json_integer(s.failovers));
     json_object_set_new(root, "recovery_ms", json_real(s.total_recovery_ms));
@@ -86,19 +88,6 @@ static void registry_json(void *ctx, json_t *root) {
         (json_int_t)s.spot_mismatches, "reports", s.reports, "confirmed", s.reports_confirmed);
     if (s.last_spot_check[0]) json_object_set_new(spot, "last", json_string(s.last_spot_check));
     json_object_set_new(root, "spot_check", spot);
-}
-
-/* Generates on slot 0 of b (a registry's or a route's backend), then closes them. */
-static int prompt_on(const cli_gen *g, mt_gen_backend *b, double t0, cli_gen_json_fn add_json,
-                     void *json_ctx, mt_error *err) {
-    mt_vocab *vocab = NULL;
-    void *slot = NULL;
-    int rc = -1;
-    if ((vocab = mt_vocab_load(b->model->gguf, err)) && (slot = b->slot_open(b, 0, err)))
-        rc = cli_generate(g, b, slot, vocab, t0, add_json, json_ctx ? json_ctx : slot, err);
-    if (slot) b->slot_close(b, slot);
-    mt_vocab_free(vocab);
-    return rc;
 }
 
 static int prompt_registry(const cli_gen *g, const char *registry, const char *token,
@@ -127,7 +116,8 @@ static int prompt_registry(const cli_gen *g, const char *registry, const char *t
                              .chain = chain,
                              .quiet = false};
     mt_gen_backend *b = mt_requester_backend(&c, "moontail prompt", &err);
-    int rc = b ? prompt_on(g, b, t0, registry_json, NULL, &err) : -1;
+    const cli_gen_hooks hooks = {.add_json = registry_json};
+    int rc = b ? cli_generate(g, b, t0, &hooks, &err) : -1;
     if (rc) fprintf(stderr, "moontail prompt: %s\n", err.msg[0] ? err.msg : "failed");
     if (b) b->destroy(b);
     free(tok);
@@ -209,7 +199,7 @@ int cmd_prompt(int argc, char **argv) {
     }
     if (route && (b = mt_route_backend(route, &err))) {
         route_json_ctx jc = {route_path, route};
-        rc = prompt_on(&g, b, t0, route_json, &jc, &err);
+        rc = cli_generate(&g, b, t0, &(cli_gen_hooks){.add_json = route_json, .ctx = &jc}, &err);
     }
     if (rc) fprintf(stderr, "moontail prompt: %s\n", err.msg[0] ? err.msg : "failed");
     if (b) b->destroy(b);

@@ -21,27 +21,21 @@ static const char usage[] =
     "  --seed N            sampling seed (default: random)\n"
     "  -t N                threads (default: all CPUs)\n"
     "  --ctx N             context size (default: prompt + N)\n"
-    "  --ubatch N          prompt micro-batch size (default: whole prompt)\n"
+    "  --ubatch N          prompt micro-batch size (default 512)\n"
     "  --kv-type T         KV cache type: f16 (default), bf16, q8_0 or f32\n"
     "  --stop TEXT         end the text before TEXT (up to 4 of them), as the API's stop\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"
     "  --json              print one JSON object instead of streaming text\n";
 
-typedef struct run_json_ctx {
-    const char *model_path;
-    const mt_gen_backend *b;
-    const void *slot;
-} run_json_ctx;
-
-static void run_json(void *ctx, json_t *root) {
-    const run_json_ctx *r = ctx;
-    json_object_set_new(
-        root, "model",
-        json_string(r->model_path ? r->model_path : "(built-in synthetic qwen3moe)"));
-    json_object_set_new(root, "threads", json_integer(mt_gen_local_threads(r->b)));
+/* ctx: the model's path, NULL for the built-in model */
+static void run_json(void *ctx, const mt_gen_backend *b, void *slot, json_t *root) {
+    const char *model_path = ctx;
+    json_object_set_new(root, "model",
+                        json_string(model_path ? model_path : "(built-in synthetic qwen3moe)"));
+    json_object_set_new(root, "threads", json_integer(mt_gen_local_threads(b)));
     /* what the sequence holds: a fixed recurrent state (KDA layers) and a
      * per-position cache (attention layers), reserved for the whole context */
-    const mt_kv_cache *kv = mt_gen_local_cache(r->slot);
+    const mt_kv_cache *kv = mt_gen_local_cache(slot);
     if (!kv) return;
     const size_t rec = mt_kv_cache_rec_bytes(kv);
     json_object_set_new(root, "session_state",
@@ -64,18 +58,11 @@ int cmd_run(int argc, char **argv) {
                         " Q8_0, random weights), so the text is not meaningful\n");
     mt_error err = {{0}};
     double t0 = mt_mono_ms_frac();
-    mt_vocab *vocab = NULL;
-    void *slot = NULL;
     mt_gen_backend *b = mt_gen_backend_local(cli_open_model(model_path, &err), model_path,
                                              (int)g.threads, g.kv_type, &err);
-    int rc = -1;
-    if (b && (vocab = mt_vocab_load(b->model->gguf, &err)) && (slot = b->slot_open(b, 0, &err))) {
-        run_json_ctx jc = {model_path, b, slot};
-        rc = cli_generate(&g, b, slot, vocab, t0, run_json, &jc, &err);
-    }
+    const cli_gen_hooks hooks = {.add_json = run_json, .ctx = (void *)model_path};
+    int rc = b ? cli_generate(&g, b, t0, &hooks, &err) : -1;
     if (rc) fprintf(stderr, "moontail run: %s\n", err.msg[0] ? err.msg : "failed");
-    if (slot) b->slot_close(b, slot);
-    mt_vocab_free(vocab);
     if (b) b->destroy(b);
     return rc ? 1 : 0;
 }

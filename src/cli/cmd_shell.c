@@ -17,6 +17,7 @@
 #include "moontail/gguf.h"
 #include "moontail/http.h"
 #include "moontail/requester.h"
+#include "moontail/text_buf.h"
 
 #include <editline/readline.h>
 #include <signal.h>
@@ -58,32 +59,20 @@ static void on_sigint(int sig) {
 
 /* ---- one answer ------------------------------------------------------------------------ */
 
-/* The answer as it streams: printed, and kept for the conversation. */
-typedef struct answer {
-    char *text;
-    size_t len, cap;
-} answer;
+/* Why the output cancelled the loop (mt_gen_result.cancel). */
+enum { CANCEL_CTRL_C = 1, CANCEL_NO_MEMORY = -1 };
 
+/* The answer as it streams: printed, and kept for the conversation. */
 static int on_text(void *ctx, const char *s, size_t n) {
-    answer *a = ctx;
     fwrite(s, 1, n, stdout);
     fflush(stdout);
-    if (a->len + n + 1 > a->cap) {
-        size_t cap = (a->len + n + 1) * 2;
-        char *p = realloc(a->text, cap);
-        if (!p) return -1;
-        a->text = p, a->cap = cap;
-    }
-    memcpy(a->text + a->len, s, n);
-    a->len += n;
-    a->text[a->len] = 0;
-    return 0;
+    return mt_text_buf_add(ctx, s, n) ? 0 : CANCEL_NO_MEMORY;
 }
 
 /* Ctrl-C stops the answer after the token being computed. */
 static int on_token(void *ctx, int32_t id) {
     (void)ctx, (void)id;
-    return stop_answer ? 1 : 0;
+    return stop_answer ? CANCEL_CTRL_C : 0;
 }
 
 /* What failed, for the "(failed: ...)" line. */
@@ -184,7 +173,7 @@ static void answer_turn(const shell_gen *sh, chat *c, const char *line) {
                              .max_tokens = sh->max_tokens,
                              .sp = sh->sp,
                              .end_token = mt_chat_template_end_token(sh->tpl)};
-    answer a = {0};
+    mt_text_buf a = {0};
     const mt_gen_sink sink = {.text = on_text, .token = on_token, .ctx = &a};
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
@@ -192,12 +181,12 @@ static void answer_turn(const shell_gen *sh, chat *c, const char *line) {
     sigemptyset(&sa.sa_mask);
     stop_answer = 0;
     sigaction(SIGINT, &sa, &old);
-    const int64_t t0 = mt_mono_ms();
+    const double t0 = mt_mono_s();
     mt_gen_result r;
     mt_generate(sh->b, sh->slot, sh->vocab, &p, &sink, &r);
-    const double dt = (double)(mt_mono_ms() - t0) / 1e3;
+    const double dt = mt_mono_s() - t0;
     sigaction(SIGINT, &old, NULL);
-    if (r.finish == MT_GEN_CANCELLED && stop_answer)
+    if (r.finish == MT_GEN_CANCELLED && r.cancel == CANCEL_CTRL_C)
         printf("\n(stopped)\n");
     else if (r.finish == MT_GEN_CANCELLED)
         printf("\n(failed: out of memory for the answer)\n");
@@ -207,8 +196,8 @@ static void answer_turn(const shell_gen *sh, chat *c, const char *line) {
         printf("\n(%d tokens, %.1f tokens/s)\n", r.completion_tokens,
                dt > 0 ? r.completion_tokens / dt : 0.0);
     if (r.begun) sh->b->end(sh->slot, r.evaluated); /* e.g. the usage to the registry */
-    chat_add(c, MT_CHAT_ROLE_ASSISTANT, a.text ? a.text : "", a.len);
-    free(a.text);
+    chat_add(c, MT_CHAT_ROLE_ASSISTANT, a.p ? a.p : "", a.len);
+    mt_text_buf_free(&a);
     free(ids);
 }
 
@@ -282,11 +271,7 @@ int cmd_shell(int argc, char **argv) {
                                   .kv_type = kv_type,
                                   .spot_check = spot_check,
                                   .quiet = true};
-        if (!(b = mt_requester_backend(&rc, "moontail shell", &err)))
-            mt_error_prefix(&err,
-                            "cannot use the cell of the registry %s (check --registry, the"
-                            " token, and that the cell has a route)",
-                            registry);
+        b = mt_requester_backend(&rc, "moontail shell", &err);
         where = registry;
     } else {
         /* without -m the built-in model (written to a temporary file, gone once mapped) */

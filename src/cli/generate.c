@@ -1,7 +1,9 @@
 /* generate.c - the command line's side of generation (generate.h): options,
- * the prompt, and streamed or JSON output around the model layer's loop. */
+ * the backend's slot and tokenizer, the prompt, and streamed or JSON output
+ * around the model layer's loop. */
 #include "generate.h"
 #include "moontail/clock.h"
+#include "moontail/text_buf.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -23,10 +25,10 @@ static int take_stops(const char *cmd, int *argc, char **argv, cli_gen *g) {
     if (!vals) return -1;
     int n = cli_take_all(argc, argv, "--stop", vals);
     int rc = n < 0 ? -1 : 0;
-    if (n > CLI_GEN_MAX_STOP) {
+    if (n > MT_GEN_MAX_STOP) {
         fprintf(stderr,
                 "moontail %s: at most %d --stop strings (as the API's \"stop\"); %d given\n", cmd,
-                CLI_GEN_MAX_STOP, n);
+                MT_GEN_MAX_STOP, n);
         rc = -1;
     }
     for (int i = 0; rc == 0 && i < n; i++) {
@@ -92,45 +94,38 @@ static void on_sigint(int sig) {
     interrupted = 1;
 }
 
+/* Why the output cancelled the loop (mt_gen_result.cancel). */
+enum { CANCEL_CTRL_C = 1, CANCEL_NO_MEMORY = -1 };
+
 /* What the loop handed out: streamed to stdout, or kept for the JSON object. */
 typedef struct cli_out {
     bool json;
-    char *text;
-    size_t len, cap;
-    int32_t *tokens;
+    mt_text_buf text; /* with json */
+    int32_t *tokens;  /* with json */
     int64_t n_tokens, cap_tokens;
 } cli_out;
 
 static int out_text(void *ctx, const char *s, size_t n) {
     cli_out *o = ctx;
-    if (!o->json) {
-        fwrite(s, 1, n, stdout);
-        fflush(stdout);
-        return 0;
-    }
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = 2 * (o->len + n + 1) + 256;
-        char *t = realloc(o->text, cap);
-        if (!t) return -1;
-        o->text = t, o->cap = cap;
-    }
-    memcpy(o->text + o->len, s, n);
-    o->len += n;
-    o->text[o->len] = 0;
+    if (o->json) return mt_text_buf_add(&o->text, s, n) ? 0 : CANCEL_NO_MEMORY;
+    fwrite(s, 1, n, stdout);
+    fflush(stdout);
     return 0;
 }
 
-/* Every sampled token (for --json); Ctrl-C stops here, after the token being computed. */
+/* Every sampled token (kept for --json); Ctrl-C stops here, after the token being computed. */
 static int out_token(void *ctx, int32_t id) {
     cli_out *o = ctx;
-    if (o->n_tokens == o->cap_tokens) {
-        int64_t cap = 2 * o->cap_tokens + 64;
-        int32_t *t = realloc(o->tokens, (size_t)cap * sizeof *t);
-        if (!t) return -1;
-        o->tokens = t, o->cap_tokens = cap;
+    if (o->json) {
+        if (o->n_tokens == o->cap_tokens) {
+            int64_t cap = 2 * o->cap_tokens + 64;
+            int32_t *t = realloc(o->tokens, (size_t)cap * sizeof *t);
+            if (!t) return CANCEL_NO_MEMORY;
+            o->tokens = t, o->cap_tokens = cap;
+        }
+        o->tokens[o->n_tokens++] = id;
     }
-    o->tokens[o->n_tokens++] = id;
-    return interrupted ? 1 : 0;
+    return interrupted ? CANCEL_CTRL_C : 0;
 }
 
 static json_t *ids_json(const int32_t *ids, size_t n) {
@@ -139,28 +134,20 @@ static json_t *ids_json(const int32_t *ids, size_t n) {
     return a;
 }
 
-/* The JSON object's word for why generation stopped. */
+/* The JSON object's word for why generation stopped: the loop's, but "eog" for an end token
+ * (the word --json has always printed). */
 static const char *stop_word(const mt_gen_result *r) {
-    switch (r->finish) {
-    case MT_GEN_END_TOKEN:
-        return "eog";
-    case MT_GEN_STOP_STRING:
-        return "stop";
-    case MT_GEN_CANCELLED:
-        return "cancelled";
-    default:
-        return "length";
-    }
+    return r->finish == MT_GEN_END_TOKEN ? "eog" : mt_gen_finish_name(r->finish);
 }
 
 static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_prompt,
-                       const mt_gen_result *r, double load_ms, cli_gen_json_fn add_json,
-                       void *json_ctx) {
+                       const mt_gen_result *r, double load_ms, const cli_gen_hooks *h,
+                       const mt_gen_backend *b, void *slot) {
     json_t *root = json_object();
-    if (add_json) add_json(json_ctx, root);
+    if (h->add_json) h->add_json(h->ctx, b, slot, root);
     json_object_set_new(root, "prompt_tokens", ids_json(prompt_ids, (size_t)n_prompt));
     json_object_set_new(root, "tokens", ids_json(o->tokens, (size_t)o->n_tokens));
-    json_object_set_new(root, "text", json_stringn(o->text ? o->text : "", o->len));
+    json_object_set_new(root, "text", json_stringn(o->text.p ? o->text.p : "", o->text.len));
     json_object_set_new(root, "stop", json_string(stop_word(r)));
     json_t *tm = json_object();
     json_object_set_new(tm, "load_ms", json_real(load_ms));
@@ -179,8 +166,9 @@ static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_pr
 
 /* ---- one generation --------------------------------------------------------------------- */
 
-int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
-                 double t_start, cli_gen_json_fn add_json, void *json_ctx, mt_error *err) {
+/* cli_generate on an open slot. */
+static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
+                       double t_start, const cli_gen_hooks *h, mt_error *err) {
     int rc = -1;
     char *prompt_buf = NULL;
     size_t prompt_len = 0;
@@ -232,16 +220,16 @@ int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab
     mt_gen_result r;
     mt_generate(b, slot, vocab, &p, &sink, &r);
     sigaction(SIGINT, &old_sa, NULL);
-    if (r.finish == MT_GEN_FAILED || (r.finish == MT_GEN_CANCELLED && !interrupted)) {
-        if (r.finish == MT_GEN_CANCELLED)
-            mt_error_set(err, "out of memory for the output");
-        else
-            *err = r.err;
+    const bool ctrl_c = r.finish == MT_GEN_CANCELLED && r.cancel == CANCEL_CTRL_C;
+    if (r.finish == MT_GEN_FAILED) {
+        *err = r.err;
+    } else if (r.finish == MT_GEN_CANCELLED && !ctrl_c) {
+        mt_error_set(err, "out of memory for the output");
     } else if (g->json) {
-        print_json(&o, prompt_ids, n_prompt, &r, t_gen - t_start + r.begin_ms, add_json, json_ctx);
+        print_json(&o, prompt_ids, n_prompt, &r, t_gen - t_start + r.begin_ms, h, b, slot);
         rc = 0;
     } else {
-        if (r.finish == MT_GEN_CANCELLED) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
+        if (ctrl_c) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
         fputc('\n', stdout);
         fflush(stdout); /* the text, then the figures, also when both go to one terminal */
         fprintf(stderr,
@@ -251,10 +239,22 @@ int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab
         rc = 0;
     }
     if (r.begun) b->end(slot, r.evaluated); /* e.g. the usage to the registry */
+    if (rc == 0 && h->done) h->done(h->ctx, slot);
 done:
     free(prompt_buf);
     free(prompt_ids);
-    free(o.text);
+    mt_text_buf_free(&o.text);
     free(o.tokens);
+    return rc;
+}
+
+int cli_generate(const cli_gen *g, mt_gen_backend *b, double t_start, const cli_gen_hooks *hooks,
+                 mt_error *err) {
+    static const cli_gen_hooks none = {0};
+    mt_vocab *vocab = mt_vocab_load(b->model->gguf, err);
+    void *slot = vocab ? b->slot_open(b, 0, err) : NULL;
+    int rc = slot ? generate_on(g, b, slot, vocab, t_start, hooks ? hooks : &none, err) : -1;
+    if (slot) b->slot_close(b, slot);
+    mt_vocab_free(vocab);
     return rc;
 }

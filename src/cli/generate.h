@@ -1,8 +1,9 @@
 /* generate.h - the command line's side of generation, shared by `moontail
  * run` (a model here), `moontail prompt` (a registry's cell or a route) and
- * `moontail demo`: their options, reading and tokenizing the prompt, and the
- * output (streamed text, or one JSON object). The loop itself is the model
- * layer's (moontail/generate.h); a command supplies only the backend. */
+ * `moontail demo`: their options, the backend's slot and tokenizer, reading
+ * and tokenizing the prompt, and the output (streamed text, or one JSON
+ * object). The loop itself is the model layer's (moontail/generate.h); a
+ * command supplies only the backend and what it adds to the output. */
 #ifndef MOONTAIL_CLI_GENERATE_H
 #define MOONTAIL_CLI_GENERATE_H
 
@@ -10,11 +11,8 @@
 #include "moontail/error.h"
 #include "moontail/generate.h"
 #include "moontail/sampler.h"
-#include "moontail/tokenizer.h"
 
 #include <jansson.h>
-
-enum { CLI_GEN_MAX_STOP = 4 };
 
 typedef struct cli_gen {
     const char *prompt, *prompt_file;
@@ -23,7 +21,7 @@ typedef struct cli_gen {
     mt_kv_type kv_type;       /* what it names (f16 when not given) */
     bool json, ignore_eos;
     mt_sampler_params sp;
-    const char *stop[CLI_GEN_MAX_STOP]; /* --stop, as the API's "stop" */
+    const char *stop[MT_GEN_MAX_STOP]; /* --stop, as the API's "stop" */
     int n_stop;
 } cli_gen;
 
@@ -35,15 +33,23 @@ void cli_gen_defaults(cli_gen *g);
 int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_opt *extra,
                   const char *usage);
 
-/* Adds a command's own fields to the --json object (its sequence not yet ended). */
-typedef void (*cli_gen_json_fn)(void *ctx, json_t *root);
+/* What a command adds to a generation; each may be NULL. */
+typedef struct cli_gen_hooks {
+    /* its own fields in the --json object; slot is the one generated on, its sequence not
+     * yet ended */
+    void (*add_json)(void *ctx, const mt_gen_backend *b, void *slot, json_t *root);
+    /* after a generation that went well, before the slot closes */
+    void (*done)(void *ctx, void *slot);
+    void *ctx;
+} cli_gen_hooks;
 
-/* Tokenizes the prompt (-p, -f or the default), generates on a slot of b (up to -n tokens,
- * stopping where `serve` would: end tokens, --stop strings) and prints the text as it comes
- * (or one JSON object with prompt_tokens, tokens, text, stop, timings and add_json's
- * fields), then ends the sequence. Ctrl-C stops after the token being computed (a second
- * one ends the process). t_start is when loading began. Returns 0, or -1 with err filled. */
-int cli_generate(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
-                 double t_start, cli_gen_json_fn add_json, void *json_ctx, mt_error *err);
+/* Opens slot 0 of b and the model's tokenizer, tokenizes the prompt (-p, -f or the default),
+ * generates (up to -n tokens, stopping where `serve` would: end tokens, --stop strings) and
+ * prints the text as it comes (or one JSON object with prompt_tokens, tokens, text, stop,
+ * timings and add_json's fields), then ends the sequence and closes the slot; b stays the
+ * caller's. Ctrl-C stops after the token being computed (a second one ends the process).
+ * t_start is when loading began. Returns 0, or -1 with err filled. */
+int cli_generate(const cli_gen *g, mt_gen_backend *b, double t_start, const cli_gen_hooks *hooks,
+                 mt_error *err);
 
 #endif

@@ -15,7 +15,6 @@
 #include "moontail/requester.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,7 +115,13 @@ mt_gen_backend *mt_requester_backend(const mt_requester_config *cfg, const char 
     rb->cfg.cache_dir = rb->cache_dir = cfg->cache_dir ? strdup(cfg->cache_dir) : NULL;
     rb->who = strdup(who ? who : "moontail");
     if (!rb->who || !(rb->first = mt_requester_open(&rb->cfg, err))) {
-        if (!rb->who) mt_error_set(err, "out of memory");
+        if (!rb->who)
+            mt_error_set(err, "out of memory");
+        else
+            mt_error_prefix(err,
+                            "cannot use the cell of the registry %s (check --registry, the token,"
+                            " and that the cell has a route)",
+                            cfg->registry ? cfg->registry : "(none)");
         reg_destroy(&rb->b);
         return NULL;
     }

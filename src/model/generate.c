@@ -4,7 +4,8 @@
  * step, until an end token, a stop string, max_tokens or a cancel. */
 #include "moontail/generate.h"
 #include "moontail/clock.h"
-#include "stop_text.h"
+#include "moontail/text_buf.h"
+#include "text_match_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -33,21 +34,35 @@ typedef struct gen_out {
     const mt_gen_sink *sink;
     mt_detok dt;
     mt_reasoning_split split;
-    mt_stop_text text; /* the answer (the whole reply when it is not split) */
-    int cancel;        /* a sink callback's nonzero return */
+    /* the answer (the whole reply when it is not split) not yet handed out: what may still
+     * become a stop string, and the new token's text; what goes out is dropped */
+    mt_text_buf text;
+    int cancel; /* a sink callback's nonzero return */
     bool oom;
 } gen_out;
 
 /* Results of the steps below. */
 enum { OUT_OK = 0, OUT_CANCEL = 1, OUT_OOM = 2 };
 
-/* Hands text [sent, upto) to the sink. */
+/* Looks for a stop string in the text not yet handed out (text handed out never holds the
+ * start of one). Returns where the first one starts, or -1; then *safe receives how far text
+ * may go out: up to the longest tail that begins some stop string, which the next token may
+ * complete. */
+static long find_stop(const gen_out *o, size_t *safe) {
+    const mt_gen_params *p = o->p;
+    *safe = o->text.len;
+    if (o->text.len == 0) return -1; /* text.p may be NULL */
+    const long at = mt_text_match_first(o->text.p, o->text.len, p->stop, p->n_stop, NULL);
+    if (at >= 0) return at;
+    *safe -= mt_text_match_tail(o->text.p, o->text.len, p->stop, p->n_stop);
+    return -1;
+}
+
+/* Hands the text's first `upto` bytes to the sink; the text keeps the rest. */
 static int send_text(gen_out *o, size_t upto) {
-    if (upto <= o->text.sent) return OUT_OK;
-    const size_t from = o->text.sent;
-    o->text.sent = upto;
-    if (!o->sink->text) return OUT_OK;
-    int c = o->sink->text(o->sink->ctx, o->text.p + from, upto - from);
+    if (upto == 0) return OUT_OK;
+    int c = o->sink->text ? o->sink->text(o->sink->ctx, o->text.p, upto) : 0;
+    mt_text_buf_drop(&o->text, upto);
     if (!c) return OUT_OK;
     o->cancel = c;
     return OUT_CANCEL;
@@ -61,7 +76,7 @@ static int split_out(void *ctx, bool reasoning, const char *s, size_t n) {
         if (c) o->cancel = c;
         return c ? -1 : 0;
     }
-    if (mt_stop_text_add(&o->text, s, n)) return 0;
+    if (mt_text_buf_add(&o->text, s, n)) return 0;
     o->oom = true;
     return -1;
 }
@@ -73,7 +88,7 @@ static bool split_on(const gen_out *o) {
 /* Adds n bytes of generated text (through the splitter when the reply is split). */
 static int add_text(gen_out *o, const char *s, int64_t n) {
     if (n <= 0) return OUT_OK;
-    if (!split_on(o)) return mt_stop_text_add(&o->text, s, (size_t)n) ? OUT_OK : OUT_OOM;
+    if (!split_on(o)) return mt_text_buf_add(&o->text, s, (size_t)n) ? OUT_OK : OUT_OOM;
     int rc = mt_reasoning_split_push(&o->split, s, (size_t)n, split_out, o);
     return rc == 0 ? OUT_OK : rc == -1 && !o->oom ? OUT_CANCEL : OUT_OOM;
 }
@@ -106,7 +121,7 @@ static int finish_text(gen_out *o, bool *stopped) {
     }
     if (rc) return rc;
     size_t safe;
-    long at = mt_stop_text_find(&o->text, &safe);
+    long at = find_stop(o, &safe);
     *stopped = at >= 0;
     return send_text(o, at >= 0 ? (size_t)at : o->text.len);
 }
@@ -134,7 +149,7 @@ static bool out_ends(const gen_out *o, int rc, mt_gen_result *r) {
 /* Evaluates the prompt, ubatch tokens at a time. */
 static int eval_prompt(const mt_gen_backend *b, void *slot, const mt_gen_params *p, float *logits,
                        mt_gen_result *r) {
-    const int32_t ub = p->ubatch > 0 ? p->ubatch : p->n_prompt;
+    const int32_t ub = p->ubatch > 0 ? p->ubatch : MT_GEN_UBATCH_DEFAULT;
     for (int32_t off = 0; off < p->n_prompt; off += ub) {
         const int32_t n = p->n_prompt - off < ub ? p->n_prompt - off : ub;
         if (b->eval(slot, p->prompt + off, n, logits, &r->err)) return -1;
@@ -157,7 +172,7 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         return failed(r, MT_GEN_FAIL_BEGIN);
     }
     const int32_t max_tokens = p->max_tokens > 0 ? p->max_tokens : 0;
-    gen_out o = {.p = p, .sink = sink, .text = {.stop = p->stop, .n_stop = p->n_stop}};
+    gen_out o = {.p = p, .sink = sink};
     float *logits = malloc((size_t)b->n_vocab * sizeof *logits);
     mt_sampler *smp = mt_sampler_new(&p->sp, b->n_vocab);
     if (!logits || !smp) {
@@ -166,24 +181,23 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         goto done;
     }
     const int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : p->n_prompt + max_tokens;
-    const int64_t t0 = mt_mono_ms();
+    const double t0 = mt_mono_ms_frac();
     if (b->begin(slot, n_ctx, &r->err)) {
         failed(r, MT_GEN_FAIL_BEGIN);
         goto done;
     }
     r->begun = true;
-    const int64_t t1 = mt_mono_ms();
-    r->begin_ms = (double)(t1 - t0);
+    const double t1 = mt_mono_ms_frac();
+    r->begin_ms = t1 - t0;
     for (int32_t i = 0; i < p->n_prompt; i++) mt_sampler_accept(smp, p->prompt[i]);
     if (eval_prompt(b, slot, p, logits, r)) {
         failed(r, MT_GEN_FAIL_PROMPT);
         goto done;
     }
-    const int64_t t2 = mt_mono_ms();
-    r->prompt_ms = (double)(t2 - t1);
+    const double t2 = mt_mono_ms_frac();
+    r->prompt_ms = t2 - t1;
     mt_detok_init(&o.dt, vocab, false);
     if (split_on(&o)) mt_reasoning_split_init(&o.split, p->reasoning);
-    bool stopped = false; /* by a stop string */
     while (r->completion_tokens < max_tokens) {
         int32_t id = mt_sampler_sample(smp, logits);
         r->completion_tokens++;
@@ -200,10 +214,9 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         }
         if (out_ends(&o, add_token(&o, id), r)) goto timed;
         size_t safe;
-        long at = mt_stop_text_find(&o.text, &safe);
+        long at = find_stop(&o, &safe);
         if (at >= 0) {
             r->finish = MT_GEN_STOP_STRING;
-            stopped = true;
             out_ends(&o, send_text(&o, (size_t)at), r);
             goto timed;
         }
@@ -215,16 +228,15 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         }
         r->evaluated++;
     }
-    if (!stopped) {
-        int rc = finish_text(&o, &stopped);
-        if (stopped && r->finish != MT_GEN_FAILED) r->finish = MT_GEN_STOP_STRING;
-        out_ends(&o, rc, r);
-    }
+    bool stopped = false; /* a stop string in what was held back */
+    const int rc = finish_text(&o, &stopped);
+    if (stopped) r->finish = MT_GEN_STOP_STRING;
+    out_ends(&o, rc, r);
 timed:
-    r->gen_ms = (double)(mt_mono_ms() - t2);
+    r->gen_ms = mt_mono_ms_frac() - t2;
 done:
     if (split_on(&o)) mt_reasoning_split_free(&o.split);
-    mt_stop_text_free(&o.text);
+    mt_text_buf_free(&o.text);
     free(logits);
     mt_sampler_free(smp);
     return r->finish == MT_GEN_FAILED ? -1 : 0;

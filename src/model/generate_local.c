@@ -13,7 +13,6 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct local_backend {
     mt_gen_backend b;
@@ -131,8 +130,9 @@ mt_gen_backend *mt_gen_backend_local(mt_model *model, const char *name, int thre
     if (!m->has_head || !m->has_attention || m->layer_begin != 0 || m->layer_end != m->hp.n_layer ||
         (m->hp.n_expert > 0 && m->n_local_experts != m->hp.n_expert)) {
         mt_error_set(err,
-                     "%s is a shard, not a whole model; give a whole model here, or reach a"
-                     " cell through its registry (--registry)",
+                     "%s is a shard, not a whole model; give a whole model, or reach the cell"
+                     " that holds it through its registry (moontail prompt, shell or serve with"
+                     " --registry URL)",
                      name ? name : "the model");
         local_destroy(&lb->b);
         return NULL;

@@ -11,6 +11,7 @@
  *   done         everything is dropped
  * In each state it hands out the bytes that can no longer be the start of a marker. */
 #include "moontail/reasoning.h"
+#include "text_match_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -125,30 +126,16 @@ static bool is_prefix(const char *p, size_t n, const char *m) {
     return ml && n < ml && (n == 0 || memcmp(p, m, n) == 0);
 }
 
-/* The first of the markers in p[0..n): its offset (and *which), or -1. */
-static long find_first(const char *p, size_t n, const char (*ms)[MT_REASONING_MARKER], int *which) {
-    long best = -1;
-    for (int i = 0; i < MT_REASONING_ALTS; i++) {
-        const size_t ml = strlen(ms[i]);
-        const char *hit = ml && n ? memmem(p, n, ms[i], ml) : NULL;
-        if (hit && (best < 0 || hit - p < best)) best = hit - p, *which = i;
-    }
-    return best;
-}
+/* The alternative markers that end one part, as the list text_match takes ("" ones never
+ * match). */
+typedef struct marker_list {
+    const char *s[MT_REASONING_ALTS];
+} marker_list;
 
-/* How many bytes at the end of p[0..n) could begin one of the markers. */
-static size_t tail_hold(const char *p, size_t n, const char (*ms)[MT_REASONING_MARKER]) {
-    size_t keep = 0;
-    for (int i = 0; i < MT_REASONING_ALTS; i++) {
-        const size_t ml = strlen(ms[i]);
-        for (size_t k = ml ? ml - 1 : 0; k > keep; k--) {
-            if (k <= n && memcmp(p + n - k, ms[i], k) == 0) {
-                keep = k;
-                break;
-            }
-        }
-    }
-    return keep;
+static marker_list markers(const char (*ms)[MT_REASONING_MARKER]) {
+    marker_list l;
+    for (int i = 0; i < MT_REASONING_ALTS; i++) l.s[i] = ms[i];
+    return l;
 }
 
 /* Hands out p[0..n) without its marker codes (control tokens have no text). */
@@ -199,15 +186,17 @@ static int process(mt_reasoning_split *s, bool final, mt_reasoning_split_out out
             continue;
         }
         case S_THINK: {
+            const marker_list close = markers(r->close);
             int which = 0;
-            const long at = find_first(b, n, r->close, &which);
+            const long at = mt_text_match_first(b, n, close.s, MT_REASONING_ALTS, &which);
             if (at >= 0) {
                 if (emit(true, b, (size_t)at, out, ctx)) return -1;
                 consume(s, (size_t)at + strlen(r->close[which]));
                 s->state = r->close_answers[which] ? S_ANSWER : S_AFTER;
                 continue;
             }
-            const size_t upto = n - (final ? 0 : tail_hold(b, n, r->close));
+            const size_t upto =
+                n - (final ? 0 : mt_text_match_tail(b, n, close.s, MT_REASONING_ALTS));
             if (emit(true, b, upto, out, ctx)) return -1;
             consume(s, upto);
             return 0;
@@ -221,15 +210,16 @@ static int process(mt_reasoning_split *s, bool final, mt_reasoning_split_out out
             s->state = S_ANSWER;
             continue;
         case S_ANSWER: {
-            int which = 0;
-            const long at = find_first(b, n, r->answer_end, &which);
+            const marker_list end = markers(r->answer_end);
+            const long at = mt_text_match_first(b, n, end.s, MT_REASONING_ALTS, NULL);
             if (at >= 0) {
                 if (emit(false, b, (size_t)at, out, ctx)) return -1;
                 consume(s, n);
                 s->state = S_DONE;
                 return 0;
             }
-            const size_t upto = n - (final ? 0 : tail_hold(b, n, r->answer_end));
+            const size_t upto =
+                n - (final ? 0 : mt_text_match_tail(b, n, end.s, MT_REASONING_ALTS));
             if (emit(false, b, upto, out, ctx)) return -1;
             consume(s, upto);
             return 0;
