@@ -158,7 +158,6 @@ static void *ticker(void *arg) {
         pthread_mutex_lock(&r->lock);
         reg_check_stall(r);
         atomic_store(&r->turned_ms, mt_mono_ms());
-        atomic_store(&r->turned_wall_ms, r->started_ms);
         atomic_store(&r->turned_wall_ms, mt_wall_ms());
         reg_replan(r, mt_wall_ms());
         pthread_mutex_unlock(&r->lock);
