@@ -331,7 +331,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     r->cfg.model = r->model_path = strdup(cfg->model);
     r->cfg.key = strdup(cfg->key);
     r->cfg.admin_token = cfg->admin_token ? strdup(cfg->admin_token) : NULL;
-    r->cfg.listen = r->listen = strdup(cfg->listen ? cfg->listen : "127.0.0.1:8470");
+    r->cfg.listen = r->listen = strdup(listen);
     r->cfg.relay_listen = r->cfg.relay_host = NULL; /* used only below, by the relay */
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->grace_mu, NULL);
