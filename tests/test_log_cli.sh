@@ -8,6 +8,8 @@
 #   - SIGHUP after F was moved away (logrotate): the registry keeps running and
 #     writes on in a new F, the old one keeps what came before;
 #   - a restart appends to F;
+#   - SIGHUP to `node --shard` with the lines on stderr says nothing of a log
+#     file (there is none to open);
 #   - `--log-level warn` (text format): a warning (an unusable hash cache) is
 #     written as "TIME warn registry: ...", and none of the info lines are;
 #   - `serve --log-format json --log-file F`: a request's line has component
@@ -97,6 +99,19 @@ stop "$PID"
 lines "$tmp/reg.jsonl" >"$tmp/reg3.lines" && [ "$(head -n "$n_before" "$tmp/reg3.lines")" = "$(cat "$tmp/reg2.lines")" ] &&
     [ "$(grep -c . "$tmp/reg3.lines")" -gt "$n_before" ] && ok ||
     bad "the restart did not append to the file: $(cat "$tmp/reg3.lines")"
+
+# ---- SIGHUP to `node --shard` (which always takes it: it rereads --cert) with the lines on
+# stderr: no file to open again, and nothing said about one
+$T "$BIN" split "$M" --plan cell:1 -o "$tmp/cell" >"$tmp/split.out" 2>&1 && ok || bad "split: $(cat "$tmp/split.out")"
+"$BIN" keygen -o "$tmp/node.key" | sed 's/$/ node/' >"$tmp/auth"
+start_bg shardnode "$BIN" node --shard "$tmp/cell/m-stage-0.gguf" --key "$tmp/node.key" \
+    --authorized "$tmp/auth" --listen 127.0.0.1:0 --threads 1
+kill -HUP "$PID"
+until_in "$tmp/shardnode.err" "SIGHUP: no --cert to reread" && ok || bad "no SIGHUP line: $(cat "$tmp/shardnode.err")"
+stop "$PID"
+rc=$?
+[ $rc -eq 0 ] && ! grep -q "log file" "$tmp/shardnode.err" && ok ||
+    bad "node --shard after SIGHUP with the log on stderr (exit $rc): $(cat "$tmp/shardnode.err")"
 
 # ---- --log-level warn, text: a warning shows, info lines do not
 start_bg reg3 "$BIN" registry --model "$M" --db "$tmp/w.db" --key "$tmp/r.key" --shards "$tmp/seed" \
