@@ -723,12 +723,7 @@ static int fix_listen(mt_agent *a, const char *listen, mt_error *err) {
     if (atoi(colon + 1) != 0) {
         /* a port another process holds is found now, before joining, rather than at every
          * start of the data plane while the registry and its status say "loading" */
-        int fd = mt_listen_tcp(listen, err);
-        if (fd < 0) {
-            mt_error_prefix(err, "--listen %s", listen);
-            return -1;
-        }
-        close(fd);
+        if (mt_listen_probe(listen, err)) return -1; /* its message names the address */
         snprintf(a->listen, sizeof a->listen, "%s", listen);
         return 0;
     }

@@ -222,15 +222,7 @@ static void restart_grace(mt_registry *r) {
 /* A port another process holds, found before anything is created or hashed (which takes
  * minutes for a large model): 0, or -1 with err. Other errors are left to the real bind. */
 static int port_free(const char *what, const char *addr, mt_error *err) {
-    const char *colon = addr ? strrchr(addr, ':') : NULL;
-    if (!colon || atoi(colon + 1) == 0) return 0; /* port 0: any free one */
-    mt_error e = {{0}};
-    int fd = mt_listen_tcp(addr, &e);
-    if (fd >= 0) {
-        close(fd);
-        return 0;
-    }
-    if (errno != EADDRINUSE) return 0;
+    if (!addr || mt_listen_probe(addr, NULL) != 1) return 0;
     return mt_error_set(err,
                         "%s %s: another process holds this port (a registry started"
                         " earlier?); stop it, or give another port",
