@@ -12,6 +12,9 @@
 #     file (there is none to open);
 #   - `--log-level warn` (text format): a warning (an unusable hash cache) is
 #     written as "TIME warn registry: ...", and none of the info lines are;
+#   - a node agent with `--log-format json --log-file F`: every line of F has
+#     component "node" (the identity it made, before its name was known, too),
+#     stderr gets none; with --quiet it writes no "created identity" line;
 #   - `serve --log-format json --log-file F`: a request's line has component
 #     "serve";
 #   - bad values (a level or format that does not exist, a file in a directory
@@ -126,6 +129,34 @@ start_bg reg4 "$BIN" registry --model "$M" --db "$tmp/w.db" --key "$tmp/r.key" -
 stop "$PID"
 grep -q " info registry: hashing " "$tmp/info.log" && grep -q " warn registry: " "$tmp/info.log" && ok ||
     bad "the default level: $(cat "$tmp/info.log")"
+
+# ---- a node agent, JSON lines to a file: its lines (its identity made first of all) under
+# component "node", none on stderr; with --quiet none at all
+start_bg reg6 "$BIN" registry --model "$M" --db "$tmp/n.db" --key "$tmp/r.key" --shards "$tmp/seed" \
+    --listen 127.0.0.1:0 --heartbeat-ms 200 --log-file "$tmp/reg6.log"
+URL=$ADDR
+REG6_PID=$PID
+$T "$BIN" account new lab --registry "$URL" -o "$tmp/lab.token" >"$tmp/acct.out" 2>&1 && ok ||
+    bad "account new: $(cat "$tmp/acct.out")"
+NODE=(node --registry "$URL" --token-file "$tmp/lab.token" --listen 127.0.0.1:0 --capacity-mb 100
+    --speed 1 --threads 1)
+start_bg node1 "$BIN" "${NODE[@]}" --key "$tmp/n1.key" --data "$tmp/d1" --log-format json \
+    --log-file "$tmp/node.jsonl"
+NODE_PID=$PID
+until_in "$tmp/node.jsonl" '"[^"]*: serving shard ' && ok || bad "the node did not serve: $(cat "$tmp/node.jsonl")"
+stop "$NODE_PID"
+lines "$tmp/node.jsonl" >"$tmp/node.lines" && ok || bad "the node's log is not JSON lines: $(head -c 800 "$tmp/node.jsonl")"
+grep -q "^info node: [^ ]*-[0-9a-f]\{4\}: created identity $tmp/n1.key$" "$tmp/node.lines" &&
+    grep -q "^info node: [^ ]*: serving shard " "$tmp/node.lines" && ok ||
+    bad "the node's identity and serving lines with component node: $(cat "$tmp/node.lines")"
+grep -c . "$tmp/node.lines" | grep -qx "$(grep -c '^[a-z]* node: ' "$tmp/node.lines")" && ok ||
+    bad "a node line of another component: $(cat "$tmp/node.lines")"
+grep -q 'node: \|"ts"' "$tmp/node1.err" && bad "node log lines on stderr too: $(head -c 400 "$tmp/node1.err")" || ok
+start_bg node2 "$BIN" "${NODE[@]}" --key "$tmp/n2.key" --data "$tmp/d2" --quiet --log-file "$tmp/quiet.log"
+stop "$PID"
+[ -s "$tmp/n2.key" ] && ! grep -q "created identity" "$tmp/quiet.log" "$tmp/node2.err" && ok ||
+    bad "a --quiet node that made its identity: $(cat "$tmp/quiet.log" "$tmp/node2.err")"
+stop "$REG6_PID"
 
 # ---- serve: a request's line, component "serve"
 start_bg serve "$BIN" serve --model "$M" --no-auth --listen 127.0.0.1:0 -t 1 --log-format json \

@@ -809,12 +809,14 @@ static int start_relay(mt_agent *a, mt_error *err) {
     return 0;
 }
 
-static int load_or_make_key(mt_agent *a, mt_error *err) {
+/* The node's identity from a->key_path, made there when there is none (*made says so). */
+static int load_or_make_key(mt_agent *a, bool *made, mt_error *err) {
     struct stat sb;
+    *made = false;
     if (stat(a->key_path, &sb) == 0) return mt_keys_load(&a->keys, a->key_path, err);
     if (errno != ENOENT) return mt_error_set(err, "%s: %s", a->key_path, strerror(errno));
     if (mt_keys_generate(&a->keys, err) || mt_keys_save(&a->keys, a->key_path, err)) return -1;
-    mt_log_as(&a->log, MT_LOG_INFO, "created identity %s", a->key_path);
+    *made = true;
     return 0;
 }
 
@@ -848,11 +850,8 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
     a->heartbeat_ms = 1000;
     a->disk_limit = -1;
     pthread_mutex_init(&a->lock, NULL);
-    if (cfg->name)
-        snprintf(a->name, sizeof a->name, "%s", cfg->name);
-    else if (gethostname(a->name, sizeof a->name) != 0) /* until the key gives the suffix */
-        snprintf(a->name, sizeof a->name, "node");
-    a->name[sizeof a->name - 1] = 0;
+    /* until the key gives the default name its suffix, the lines carry cfg->name or none */
+    mt_log_source_init(&a->log, "node", cfg->name, cfg->quiet);
     if (mt_bg_thread_init(&a->hb, err)) goto fail;
     if (cfg->tunnel && cfg->relay) {
         mt_error_set(err, "--tunnel and --relay: choose one way for peers to reach this node");
@@ -865,10 +864,15 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
         mt_error_set(err, "data directory %s: %s", a->data_dir, strerror(errno));
         goto fail;
     }
-    if (load_or_make_key(a, err)) goto fail;
-    if (!cfg->name) mt_agent_default_name(a->keys.pk, a->name, sizeof a->name);
+    bool made_key;
+    if (load_or_make_key(a, &made_key, err)) goto fail;
+    if (cfg->name)
+        snprintf(a->name, sizeof a->name, "%s", cfg->name);
+    else
+        mt_agent_default_name(a->keys.pk, a->name, sizeof a->name);
     mt_log_source_init(&a->log, "node", a->name, cfg->quiet);
     snprintf(a->log_name, sizeof a->log_name, "node %s", a->name);
+    if (made_key) mt_log_as(&a->log, MT_LOG_INFO, "created identity %s", a->key_path);
     a->auth = mt_keys_authorized_new();
     if (!a->auth) {
         mt_error_set(err, "out of memory");
