@@ -24,7 +24,7 @@ static int load_key(mt_registry *r, mt_error *err) {
         if (errno != ENOENT) return mt_error_set(err, "%s: %s", r->cfg.key, strerror(errno));
         if (mt_keys_generate(&r->key, err) || mt_keys_save(&r->key, r->cfg.key, err)) return -1;
         r->made_key = true;
-        if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "created identity %s", r->cfg.key);
+        mt_log_as(&r->log, MT_LOG_INFO, "created identity %s", r->cfg.key);
     } else if (mt_keys_load(&r->key, r->cfg.key, err)) {
         return -1;
     }
@@ -66,8 +66,8 @@ static void open_hash_cache(mt_registry *r) {
     bool existed = stat(path, &sb) == 0;
     r->io.cache = mt_hash_cache_open(path, &e);
     r->made_hash_cache = r->io.cache && !existed;
-    if (!r->io.cache && !r->cfg.quiet)
-        mt_log(MT_LOG_WARN, "registry", "%s; hashing the whole model at every start", e.msg);
+    if (!r->io.cache)
+        mt_log_as(&r->log, MT_LOG_WARN, "%s; hashing the whole model at every start", e.msg);
 }
 
 /* The model: its layout for placement, and its identity, which the database
@@ -107,25 +107,21 @@ static int load_model(mt_registry *r, mt_error *err) {
             r->cfg.n_ctx = n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096;
     }
     open_hash_cache(r);
-    if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "hashing %s", r->cfg.model);
+    mt_log_as(&r->log, MT_LOG_INFO, "hashing %s", r->cfg.model);
     if (mt_shard_source_id_io(r->model, &r->io, r->source_id, NULL, err)) return -1;
     r->start_hash_read = r->io.bytes_hashed;
     r->start_hash_cached = r->io.bytes_cached;
     r->start_hash_s = r->io.hash_s;
-    if (!r->cfg.quiet) {
-        if (r->io.cache_err.msg[0])
-            mt_log(MT_LOG_WARN, "registry",
-                   "the hash cache failed (%s); hashing went on without it", r->io.cache_err.msg);
-        char speed[96] = "";
-        if (r->io.bytes_hashed > 0 && r->io.hash_s > 0)
-            snprintf(speed, sizeof speed, " (%.1f MB in %.2f s, %.0f MB/s)",
-                     r->io.bytes_hashed / 1e6, r->io.hash_s,
-                     r->io.bytes_hashed / 1e6 / r->io.hash_s);
-        mt_log(MT_LOG_INFO, "registry",
-               "model hashes: read %llu bytes%s, %.1f MB from the cache%s%s",
-               (unsigned long long)r->io.bytes_hashed, speed, r->io.bytes_cached / 1e6,
-               r->io.cache ? " " : " (none)", r->io.cache ? mt_hash_cache_path(r->io.cache) : "");
-    }
+    if (r->io.cache_err.msg[0])
+        mt_log_as(&r->log, MT_LOG_WARN, "the hash cache failed (%s); hashing went on without it",
+                  r->io.cache_err.msg);
+    char speed[96] = "";
+    if (r->io.bytes_hashed > 0 && r->io.hash_s > 0)
+        snprintf(speed, sizeof speed, " (%.1f MB in %.2f s, %.0f MB/s)", r->io.bytes_hashed / 1e6,
+                 r->io.hash_s, r->io.bytes_hashed / 1e6 / r->io.hash_s);
+    mt_log_as(&r->log, MT_LOG_INFO, "model hashes: read %llu bytes%s, %.1f MB from the cache%s%s",
+              (unsigned long long)r->io.bytes_hashed, speed, r->io.bytes_cached / 1e6,
+              r->io.cache ? " " : " (none)", r->io.cache ? mt_hash_cache_path(r->io.cache) : "");
     char had[MT_SHARD_HASH_HEX];
     if (reg_meta_get(r, "source_id", had, sizeof had) == 0) {
         if (strcmp(had, r->source_id) != 0)
@@ -246,11 +242,11 @@ static void start_failed(mt_registry *r) {
     char *key = r->made_key ? strdup(r->cfg.key) : NULL;
     char *cache = r->made_hash_cache ? strdup(mt_hash_cache_path(r->io.cache)) : NULL;
     char *dir = r->made_shard_dir ? strdup(r->shard_dir) : NULL;
-    if (!r->cfg.quiet && (db || key || cache || dir))
-        mt_log(MT_LOG_WARN, "registry",
-               "not started; removing what this start made:%s%s%s%s%s%s%s%s", db ? " " : "",
-               db ? db : "", key ? " " : "", key ? key : "", cache ? " " : "", cache ? cache : "",
-               dir ? " " : "", dir ? dir : "");
+    if (db || key || cache || dir)
+        mt_log_as(&r->log, MT_LOG_WARN,
+                  "not started; removing what this start made:%s%s%s%s%s%s%s%s", db ? " " : "",
+                  db ? db : "", key ? " " : "", key ? key : "", cache ? " " : "",
+                  cache ? cache : "", dir ? " " : "", dir ? dir : "");
     mt_registry_stop(r); /* closes the database and the cache first */
     if (db) remove_db(db);
     if (cache) remove_db(cache);
@@ -282,6 +278,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
         return NULL;
     }
     r->cfg = *cfg;
+    mt_log_source_init(&r->log, "registry", NULL, cfg->quiet);
     if (r->cfg.replicas <= 0) r->cfg.replicas = 2;
     if (r->cfg.spares < 0) r->cfg.spares = cfg->mode == MT_REGISTRY_CELL ? 1 : 0;
     if (r->cfg.heartbeat_ms <= 0) r->cfg.heartbeat_ms = 1000;

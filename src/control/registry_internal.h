@@ -9,6 +9,7 @@
 #include "moontail/gguf.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
+#include "moontail/log.h"
 #include "moontail/model.h"
 #include "moontail/node_agent.h"
 #include "moontail/placement.h"
@@ -87,6 +88,7 @@ typedef struct reg_ticket {
 
 struct mt_registry {
     mt_registry_config cfg;
+    mt_log_source log; /* "registry: ..." lines; quiet with cfg.quiet */
     char *db_path, *model_path, *shard_dir, *listen;
     mt_relay *relay;      /* NULL unless relay_listen was given */
     pthread_mutex_t lock; /* the database and everything below */

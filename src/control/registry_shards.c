@@ -173,13 +173,12 @@ json_t *reg_shard_manifest(mt_registry *r, const char *name, mt_error *err) {
     int rc = 0;
     bool have = stat(manifest, &sb) == 0 && stat(gguf, &sb) == 0;
     if (have && !seed_matches(r, name, gguf)) {
-        if (!r->cfg.quiet)
-            mt_log(MT_LOG_WARN, "registry", "%s holds another shard than '%s' means for this model",
-                   gguf, name);
+        mt_log_as(&r->log, MT_LOG_WARN, "%s holds another shard than '%s' means for this model",
+                  gguf, name);
         have = false;
     }
     if (!have) {
-        if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "cutting shard %s", name);
+        mt_log_as(&r->log, MT_LOG_INFO, "cutting shard %s", name);
         rc = cut(r, name, gguf, manifest, err);
     }
     pthread_mutex_unlock(&cut_lock);
