@@ -152,7 +152,7 @@ static bool seed_matches(const mt_registry *r, const char *name, const char *ggu
         ok = strcmp(info.source_id, r->source_id) == 0 && info.head == head &&
              info.attention == a.attention && info.layer_begin == a.layer_begin &&
              info.layer_end == a.layer_end && info.n_experts == spec.n_experts;
-        for (int32_t i = 0; ok && spec.n_experts > 0 && i < spec.n_experts; i++)
+        for (int32_t i = 0; ok && i < spec.n_experts; i++)
             ok = info.experts[i] == spec.experts[i];
         mt_shard_info_free(&info);
     }
