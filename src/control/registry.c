@@ -388,6 +388,7 @@ void mt_registry_stop(mt_registry *r) {
     if (r->have_plan) mt_place_plan_free(&r->plan);
     mt_model_free(r->referee_model);
     free(r->tickets);
+    free(r->seeds_checked);
     mt_shard_layout_free(&r->layout);
     free(r->state_bytes);
     free(r->position_bytes);

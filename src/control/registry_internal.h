@@ -139,6 +139,10 @@ struct mt_registry {
     mt_shard_io io;
     mt_progress bar;
     char bar_step[300];
+    /* the seed shards found to hold what their names mean, or cut, in this run: checked once
+     * (registry_shards.c; under its cut lock) */
+    char (*seeds_checked)[96];
+    int32_t n_seeds_checked, cap_seeds_checked;
     /* the hashing at start, for the status: model bytes read, taken from the cache, seconds */
     uint64_t start_hash_read, start_hash_cached;
     double start_hash_s;
