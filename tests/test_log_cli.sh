@@ -4,7 +4,8 @@
 #   - `registry --log-format json --log-file F`: F (created with mode 600) gets
 #     one JSON object per line, each exactly {ts, level, component, msg} with a
 #     UTC ISO-8601 time in milliseconds, the registry's lines with component
-#     "registry" (its start, the model's hashes, its stop), and stderr gets none;
+#     "registry" (its start, the model's hashes and their progress lines, its
+#     stop), and stderr gets none;
 #   - SIGHUP after F was moved away (logrotate): the registry keeps running and
 #     writes on in a new F, the old one keeps what came before;
 #   - a restart appends to F;
@@ -13,8 +14,9 @@
 #   - `--log-level warn` (text format): a warning (an unusable hash cache) is
 #     written as "TIME warn registry: ...", and none of the info lines are;
 #   - a node agent with `--log-format json --log-file F`: every line of F has
-#     component "node" (the identity it made, before its name was known, too),
-#     stderr gets none; with --quiet it writes no "created identity" line;
+#     component "node" (the identity it made, before its name was known, too;
+#     the progress of fetching and loading its shard), stderr gets none; with
+#     --quiet it writes no "created identity" line;
 #   - `serve --log-format json --log-file F`: a request's line has component
 #     "serve";
 #   - bad values (a level or format that does not exist, a file in a directory
@@ -66,12 +68,14 @@ stop() { # stop PID: SIGTERM, and its exit status
 
 # ---- registry, JSON lines to a file
 REG=(registry --model "$M" --db "$tmp/r.db" --key "$tmp/r.key" --shards "$tmp/seed" --listen 127.0.0.1:0)
-start_bg reg1 "$BIN" "${REG[@]}" --log-format json --log-file "$tmp/reg.jsonl"
+# (its hashing with progress lines, which go to the log too)
+start_bg reg1 env MOONTAIL_PROGRESS=1 "$BIN" "${REG[@]}" --log-format json --log-file "$tmp/reg.jsonl"
 REG_PID=$PID
 [ "$(stat -c %a "$tmp/reg.jsonl")" = 600 ] && ok || bad "the log file's mode is $(stat -c %a "$tmp/reg.jsonl"), not 600"
 until_in "$tmp/reg.jsonl" '"cell mode, 2 replicas, key ' && ok || bad "no start line in the log: $(cat "$tmp/reg.jsonl")"
 lines "$tmp/reg.jsonl" >"$tmp/reg.lines" && ok || bad "the log file is not JSON lines: $(head -c 800 "$tmp/reg.jsonl")"
 grep -q "^info registry: hashing $M$" "$tmp/reg.lines" && grep -q "^info registry: model hashes: read " "$tmp/reg.lines" &&
+    grep -q "^info registry: hashing m.gguf: .* MB (100%)" "$tmp/reg.lines" &&
     grep -q "^info registry: cell mode, 2 replicas, key [0-9a-f]\{64\}$" "$tmp/reg.lines" && ok ||
     bad "the registry's start lines with component registry: $(cat "$tmp/reg.lines")"
 grep -c . "$tmp/reg.lines" | grep -qx "$(grep -c ' registry: ' "$tmp/reg.lines")" && ok ||
@@ -140,8 +144,8 @@ $T "$BIN" account new lab --registry "$URL" -o "$tmp/lab.token" >"$tmp/acct.out"
     bad "account new: $(cat "$tmp/acct.out")"
 NODE=(node --registry "$URL" --token-file "$tmp/lab.token" --listen 127.0.0.1:0 --capacity-mb 100
     --speed 1 --threads 1)
-start_bg node1 "$BIN" "${NODE[@]}" --key "$tmp/n1.key" --data "$tmp/d1" --log-format json \
-    --log-file "$tmp/node.jsonl"
+start_bg node1 env MOONTAIL_PROGRESS=1 "$BIN" "${NODE[@]}" --key "$tmp/n1.key" --data "$tmp/d1" \
+    --log-format json --log-file "$tmp/node.jsonl"
 NODE_PID=$PID
 until_in "$tmp/node.jsonl" '"[^"]*: serving shard ' && ok || bad "the node did not serve: $(cat "$tmp/node.jsonl")"
 stop "$NODE_PID"
@@ -149,9 +153,12 @@ lines "$tmp/node.jsonl" >"$tmp/node.lines" && ok || bad "the node's log is not J
 grep -q "^info node: [^ ]*-[0-9a-f]\{4\}: created identity $tmp/n1.key$" "$tmp/node.lines" &&
     grep -q "^info node: [^ ]*: serving shard " "$tmp/node.lines" && ok ||
     bad "the node's identity and serving lines with component node: $(cat "$tmp/node.lines")"
+grep -q "^info node: [^ ]*: fetching L[-0-9AE]*: .* MB (100%)" "$tmp/node.lines" &&
+    grep -q "^info node: [^ ]*: loading L[-0-9AE]*: .* MB (100%)" "$tmp/node.lines" && ok ||
+    bad "the node's fetching and loading progress (MOONTAIL_PROGRESS=1) in its log: $(cat "$tmp/node.lines")"
 grep -c . "$tmp/node.lines" | grep -qx "$(grep -c '^[a-z]* node: ' "$tmp/node.lines")" && ok ||
     bad "a node line of another component: $(cat "$tmp/node.lines")"
-grep -q 'node: \|"ts"' "$tmp/node1.err" && bad "node log lines on stderr too: $(head -c 400 "$tmp/node1.err")" || ok
+[ -s "$tmp/node1.err" ] && bad "the node wrote on stderr too: $(head -c 400 "$tmp/node1.err")" || ok
 start_bg node2 "$BIN" "${NODE[@]}" --key "$tmp/n2.key" --data "$tmp/d2" --quiet --log-file "$tmp/quiet.log"
 stop "$PID"
 [ -s "$tmp/n2.key" ] && ! grep -q "created identity" "$tmp/quiet.log" "$tmp/node2.err" && ok ||

@@ -83,7 +83,7 @@ struct mt_agent {
     partner_set serving_partners;
     char fetching[96];
     mt_fetch_progress progress;
-    mt_progress bar;       /* the fetch in progress, on stderr */
+    mt_progress bar;       /* the fetch in progress, in the log (a bar on a terminal) */
     char fetch_failed[96]; /* the shard whose last fetch failed */
     int fetch_failures;    /* its failed fetches in a row */
     double fetch_retry_at; /* mt_mono_s() before which it is not fetched again (backoff) */
@@ -286,9 +286,11 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .shard_verified = strcmp(a->verified, name) == 0,
                         .recheck_ms = a->cfg.recheck_ms};
     pthread_mutex_unlock(&a->lock);
-    char label[96];
-    snprintf(label, sizeof label, "node %.30s: loading %.40s", a->name, name);
-    mt_progress_warm(path, label, a->cfg.quiet ? NULL : stderr);
+    char label[120];
+    snprintf(label, sizeof label, "loading %s", name);
+    mt_progress bar;
+    mt_progress_init_log(&bar, &a->log, label, 0);
+    mt_progress_warm(path, &bar);
     mt_node *n = mt_node_start(&c, err);
     pthread_mutex_lock(&a->lock);
     free(path);
@@ -312,8 +314,7 @@ static void on_progress(void *ctx, const mt_fetch_progress *p) {
     pthread_mutex_lock(&a->lock);
     a->progress = *p;
     pthread_mutex_unlock(&a->lock);
-    if (!a->cfg.quiet)
-        mt_progress_update(&a->bar, p->bytes_done, p->bytes_total, p->rate, p->eta_s);
+    mt_progress_update(&a->bar, p->bytes_done, p->bytes_total, p->rate, p->eta_s);
 }
 
 /* A fetch ran out of room in the data directory: from now on the node offers
@@ -377,9 +378,9 @@ static void *fetch_main(void *arg) {
                               .out = path,
                               .progress = on_progress,
                               .progress_ctx = a};
-        char label[96];
-        snprintf(label, sizeof label, "node %.30s: fetching %.40s", a->name, name);
-        mt_progress_init(&a->bar, stderr, label);
+        char label[120];
+        snprintf(label, sizeof label, "fetching %s", name);
+        mt_progress_init_log(&a->bar, &a->log, label, 0);
         rc = mt_shard_fetch(&fc, &fin, &err);
         if (rc == 0)
             mt_log_as(&a->log, MT_LOG_INFO,

@@ -37,9 +37,7 @@ static void on_progress(void *ctx, const char *what, uint64_t done, uint64_t tot
     mt_registry *r = ctx;
     if (strncmp(r->bar_step, what, sizeof r->bar_step - 1) != 0) {
         snprintf(r->bar_step, sizeof r->bar_step, "%s", what);
-        char label[120];
-        snprintf(label, sizeof label, "registry: %s", what);
-        mt_progress_init_quiet(&r->bar, stderr, label, 1.0);
+        mt_progress_init_log(&r->bar, &r->log, what, 1.0);
     }
     mt_progress_bytes(&r->bar, done, total);
 }
@@ -48,7 +46,7 @@ static void on_progress(void *ctx, const char *what, uint64_t done, uint64_t tot
  * the database. Without one (it cannot be opened) the model is hashed. */
 static void open_hash_cache(mt_registry *r) {
     r->io.rehash = r->cfg.rehash;
-    if (!r->cfg.quiet) {
+    if (!r->log.quiet) {
         r->io.progress = on_progress;
         r->io.progress_ctx = r;
     }
