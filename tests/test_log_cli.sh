@@ -4,12 +4,19 @@
 #   - `registry --log-format json --log-file F`: F (created with mode 600) gets
 #     one JSON object per line, each exactly {ts, level, component, msg} with a
 #     UTC ISO-8601 time in milliseconds, the registry's lines with component
-#     "registry" (its start, the model's hashes, its stop), and stderr gets none;
+#     "registry" (its start, the model's hashes and their progress lines, its
+#     stop), and stderr gets none;
 #   - SIGHUP after F was moved away (logrotate): the registry keeps running and
 #     writes on in a new F, the old one keeps what came before;
 #   - a restart appends to F;
+#   - SIGHUP to `node --shard` with the lines on stderr says nothing of a log
+#     file (there is none to open);
 #   - `--log-level warn` (text format): a warning (an unusable hash cache) is
 #     written as "TIME warn registry: ...", and none of the info lines are;
+#   - a node agent with `--log-format json --log-file F`: every line of F has
+#     component "node" (the identity it made, before its name was known, too;
+#     the progress of fetching and loading its shard), stderr gets none; with
+#     --quiet it writes no "created identity" line;
 #   - `serve --log-format json --log-file F`: a request's line has component
 #     "serve";
 #   - bad values (a level or format that does not exist, a file in a directory
@@ -61,12 +68,14 @@ stop() { # stop PID: SIGTERM, and its exit status
 
 # ---- registry, JSON lines to a file
 REG=(registry --model "$M" --db "$tmp/r.db" --key "$tmp/r.key" --shards "$tmp/seed" --listen 127.0.0.1:0)
-start_bg reg1 "$BIN" "${REG[@]}" --log-format json --log-file "$tmp/reg.jsonl"
+# (its hashing with progress lines, which go to the log too)
+start_bg reg1 env MOONTAIL_PROGRESS=1 "$BIN" "${REG[@]}" --log-format json --log-file "$tmp/reg.jsonl"
 REG_PID=$PID
 [ "$(stat -c %a "$tmp/reg.jsonl")" = 600 ] && ok || bad "the log file's mode is $(stat -c %a "$tmp/reg.jsonl"), not 600"
 until_in "$tmp/reg.jsonl" '"cell mode, 2 replicas, key ' && ok || bad "no start line in the log: $(cat "$tmp/reg.jsonl")"
 lines "$tmp/reg.jsonl" >"$tmp/reg.lines" && ok || bad "the log file is not JSON lines: $(head -c 800 "$tmp/reg.jsonl")"
 grep -q "^info registry: hashing $M$" "$tmp/reg.lines" && grep -q "^info registry: model hashes: read " "$tmp/reg.lines" &&
+    grep -q "^info registry: hashing m.gguf: .* MB (100%)" "$tmp/reg.lines" &&
     grep -q "^info registry: cell mode, 2 replicas, key [0-9a-f]\{64\}$" "$tmp/reg.lines" && ok ||
     bad "the registry's start lines with component registry: $(cat "$tmp/reg.lines")"
 grep -c . "$tmp/reg.lines" | grep -qx "$(grep -c ' registry: ' "$tmp/reg.lines")" && ok ||
@@ -98,6 +107,19 @@ lines "$tmp/reg.jsonl" >"$tmp/reg3.lines" && [ "$(head -n "$n_before" "$tmp/reg3
     [ "$(grep -c . "$tmp/reg3.lines")" -gt "$n_before" ] && ok ||
     bad "the restart did not append to the file: $(cat "$tmp/reg3.lines")"
 
+# ---- SIGHUP to `node --shard` (which always takes it: it rereads --cert) with the lines on
+# stderr: no file to open again, and nothing said about one
+$T "$BIN" split "$M" --plan cell:1 -o "$tmp/cell" >"$tmp/split.out" 2>&1 && ok || bad "split: $(cat "$tmp/split.out")"
+"$BIN" keygen -o "$tmp/node.key" | sed 's/$/ node/' >"$tmp/auth"
+start_bg shardnode "$BIN" node --shard "$tmp/cell/m-stage-0.gguf" --key "$tmp/node.key" \
+    --authorized "$tmp/auth" --listen 127.0.0.1:0 --threads 1
+kill -HUP "$PID"
+until_in "$tmp/shardnode.err" "SIGHUP: no --cert to reread" && ok || bad "no SIGHUP line: $(cat "$tmp/shardnode.err")"
+stop "$PID"
+rc=$?
+[ $rc -eq 0 ] && ! grep -q "log file" "$tmp/shardnode.err" && ok ||
+    bad "node --shard after SIGHUP with the log on stderr (exit $rc): $(cat "$tmp/shardnode.err")"
+
 # ---- --log-level warn, text: a warning shows, info lines do not
 start_bg reg3 "$BIN" registry --model "$M" --db "$tmp/w.db" --key "$tmp/r.key" --shards "$tmp/seed" \
     --listen 127.0.0.1:0 --hash-cache "$tmp/no-such-dir/h.sqlite" --log-level warn --log-file "$tmp/warn.log"
@@ -111,6 +133,37 @@ start_bg reg4 "$BIN" registry --model "$M" --db "$tmp/w.db" --key "$tmp/r.key" -
 stop "$PID"
 grep -q " info registry: hashing " "$tmp/info.log" && grep -q " warn registry: " "$tmp/info.log" && ok ||
     bad "the default level: $(cat "$tmp/info.log")"
+
+# ---- a node agent, JSON lines to a file: its lines (its identity made first of all) under
+# component "node", none on stderr; with --quiet none at all
+start_bg reg6 "$BIN" registry --model "$M" --db "$tmp/n.db" --key "$tmp/r.key" --shards "$tmp/seed" \
+    --listen 127.0.0.1:0 --heartbeat-ms 200 --log-file "$tmp/reg6.log"
+URL=$ADDR
+REG6_PID=$PID
+$T "$BIN" account new lab --registry "$URL" -o "$tmp/lab.token" >"$tmp/acct.out" 2>&1 && ok ||
+    bad "account new: $(cat "$tmp/acct.out")"
+NODE=(node --registry "$URL" --token-file "$tmp/lab.token" --listen 127.0.0.1:0 --capacity-mb 100
+    --speed 1 --threads 1)
+start_bg node1 env MOONTAIL_PROGRESS=1 "$BIN" "${NODE[@]}" --key "$tmp/n1.key" --data "$tmp/d1" \
+    --log-format json --log-file "$tmp/node.jsonl"
+NODE_PID=$PID
+until_in "$tmp/node.jsonl" '"[^"]*: serving shard ' && ok || bad "the node did not serve: $(cat "$tmp/node.jsonl")"
+stop "$NODE_PID"
+lines "$tmp/node.jsonl" >"$tmp/node.lines" && ok || bad "the node's log is not JSON lines: $(head -c 800 "$tmp/node.jsonl")"
+grep -q "^info node: [^ ]*-[0-9a-f]\{4\}: created identity $tmp/n1.key$" "$tmp/node.lines" &&
+    grep -q "^info node: [^ ]*: serving shard " "$tmp/node.lines" && ok ||
+    bad "the node's identity and serving lines with component node: $(cat "$tmp/node.lines")"
+grep -q "^info node: [^ ]*: fetching L[-0-9AE]*: .* MB (100%)" "$tmp/node.lines" &&
+    grep -q "^info node: [^ ]*: loading L[-0-9AE]*: .* MB (100%)" "$tmp/node.lines" && ok ||
+    bad "the node's fetching and loading progress (MOONTAIL_PROGRESS=1) in its log: $(cat "$tmp/node.lines")"
+grep -c . "$tmp/node.lines" | grep -qx "$(grep -c '^[a-z]* node: ' "$tmp/node.lines")" && ok ||
+    bad "a node line of another component: $(cat "$tmp/node.lines")"
+[ -s "$tmp/node1.err" ] && bad "the node wrote on stderr too: $(head -c 400 "$tmp/node1.err")" || ok
+start_bg node2 "$BIN" "${NODE[@]}" --key "$tmp/n2.key" --data "$tmp/d2" --quiet --log-file "$tmp/quiet.log"
+stop "$PID"
+[ -s "$tmp/n2.key" ] && ! grep -q "created identity" "$tmp/quiet.log" "$tmp/node2.err" && ok ||
+    bad "a --quiet node that made its identity: $(cat "$tmp/quiet.log" "$tmp/node2.err")"
+stop "$REG6_PID"
 
 # ---- serve: a request's line, component "serve"
 start_bg serve "$BIN" serve --model "$M" --no-auth --listen 127.0.0.1:0 -t 1 --log-format json \

@@ -91,12 +91,12 @@ start_bg reg env MOONTAIL_PROGRESS=1 "$BIN" registry --model "$M" --db "$tmp/r.d
     --shards "$tmp/seed" --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 \
     --listen 127.0.0.1:0
 URL=$ADDR
-grep -q "^registry: hashing m.gguf: .* MB (100%)" "$tmp/reg.err" && ok ||
+grep -q " info registry: hashing m.gguf: .* MB (100%)" "$tmp/reg.err" && ok ||
     bad "the registry's hashing showed no progress: $(head -5 "$tmp/reg.err")"
 status() { curl -s --max-time 10 "$URL/v1/status"; }
 # shard names give layer ranges as the coverage does: layers 0 to 1, experts 0 to 7
 curl -sf "$URL/v1/shards/L0-1A-E0-7/manifest" >/dev/null && ok || bad "no shard L0-1A-E0-7"
-grep -q "^registry: writing L0-1A-E0-7.gguf: .* MB (100%)" "$tmp/reg.err" && ok ||
+grep -q " info registry: writing L0-1A-E0-7.gguf: .* MB (100%)" "$tmp/reg.err" && ok ||
     bad "cutting a shard showed no progress: $(grep -i "cut\|writ" "$tmp/reg.err")"
 expect 0 "token in" "$BIN" account new lab --registry "$URL" -o "$tmp/lab.token"
 

@@ -46,6 +46,10 @@ bool mt_bg_thread_stopping(mt_bg_thread *t);
  * (also when it was before the call), MT_BG_WOKEN at a wake (also one made
  * since the last sleep), else MT_BG_TIMEOUT. */
 mt_bg_wake mt_bg_thread_sleep(mt_bg_thread *t, int64_t ms);
+/* Sleeps the whole ms unless the stop is asked for (MT_BG_STOP, else
+ * MT_BG_TIMEOUT): a wake meanwhile is used up and does not end it (a
+ * back-off between tries, which news should not cut short). */
+mt_bg_wake mt_bg_thread_sleep_full(mt_bg_thread *t, int64_t ms);
 /* Ends the thread's current or next sleep early. Any thread; cheap. */
 void mt_bg_thread_wake(mt_bg_thread *t);
 /* The descriptor a thread polling sockets adds to its poll set (POLLIN):

@@ -35,6 +35,8 @@ int mt_log_open_file(const char *path, mt_error *err);
  * SIGHUP); nothing to do when the lines go to stderr. -1 with a message (the
  * lines keep going to the old file). */
 int mt_log_reopen(mt_error *err);
+/* Whether the lines go to a file (mt_log_open_file), not to stderr. */
+bool mt_log_to_file(void);
 /* Whether a line of this level would be written. */
 bool mt_log_enabled(mt_log_level level);
 

@@ -2,7 +2,10 @@
  * models, loading them) as people and logs want it: on a terminal one bar
  * redrawn in place
  *   "fetching L0-2A  [##########..........]  48%  12.3/25.6 MB  5.1 MB/s  3 s left"
- * elsewhere a plain line at most every 2 seconds and one at the end.
+ * elsewhere a plain line at most every 2 seconds and one at the end: for the
+ * parts that log (node, registry, requester; mt_progress_init_log) a line of
+ * the process log, so that it follows --log-file, --log-format and
+ * --log-level.
  * The environment variable MOONTAIL_PROGRESS=1 shows every step, even one
  * that ends quickly or whose command shows progress on terminals only (for
  * tests, and for logs that should show them); MOONTAIL_PROGRESS=0 shows
@@ -10,19 +13,22 @@
 #ifndef MOONTAIL_PROGRESS_H
 #define MOONTAIL_PROGRESS_H
 
+#include "moontail/log.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 typedef struct mt_progress {
-    FILE *out;
-    bool tty;       /* redraw in place */
-    double last_s;  /* when the last line was written */
-    double start_s; /* when reporting started */
-    double quiet_s; /* nothing is shown before the step has run this long */
-    bool shown;     /* a line was written */
+    FILE *out;                /* NULL: nothing is shown */
+    const mt_log_source *log; /* not NULL: the lines that are not redrawn are its log lines */
+    bool tty;                 /* redraw in place */
+    double last_s;            /* when the last line was written */
+    double start_s;           /* when reporting started */
+    double quiet_s;           /* nothing is shown before the step has run this long */
+    bool shown;               /* a line was written */
     bool finished;
-    char label[96];
+    char label[160];
 } mt_progress;
 
 /* Starts reporting on out (a terminal or not) under label. */
@@ -30,6 +36,12 @@ void mt_progress_init(mt_progress *p, FILE *out, const char *label);
 /* The same for a step that is often quick: nothing is shown until it has
  * run quiet_s seconds, and a step that ended sooner shows nothing at all. */
 void mt_progress_init_quiet(mt_progress *p, FILE *out, const char *label, double quiet_s);
+/* The same for a part that logs as log (which outlives p): on a terminal
+ * (stderr) the bar, its label after the source's component and name; else
+ * each line is an info line of the log as log ("node: pc3: fetching L0-2A:
+ * 12.3 of 25.6 MB (48%), ..."). A quiet source shows nothing. */
+void mt_progress_init_log(mt_progress *p, const mt_log_source *log, const char *label,
+                          double quiet_s);
 /* Reports done of total bytes at the mean rate since the init, with the
  * time left that rate gives. */
 void mt_progress_bytes(mt_progress *p, uint64_t done, uint64_t total);
@@ -43,9 +55,9 @@ int mt_progress_env(void);
 
 /* Reads a file once, in order, so that the pages a model or shard maps are
  * in memory before its first request (the first token would otherwise wait
- * for the disk), reporting "label" progress on out (NULL: silently). Returns
- * 0, or -1 when the file cannot be read (nothing else depends on it). */
-int mt_progress_warm(const char *path, const char *label, FILE *out);
+ * for the disk), reporting on p (set up by an mt_progress_init*). Returns 0,
+ * or -1 when the file cannot be read (nothing else depends on it). */
+int mt_progress_warm(const char *path, mt_progress *p);
 
 /* Before a model or shard is loaded: a model (all the files of a split one)
  * of more than 256 MB that fits in half the available memory is read in

@@ -168,6 +168,12 @@ void mt_conn_close(mt_conn *c);
 /* A listening socket, or -1 with err (and errno set, e.g. EADDRINUSE when another
  * socket holds the port). */
 int mt_listen_tcp(const char *addr, mt_error *err);
+/* Whether addr can be listened on now, found by listening on it and closing the
+ * socket again (before a long start, so that a port another process holds is
+ * reported at once): 0 free (a port 0, any free one, is not tried); 1 another
+ * socket holds the port (EADDRINUSE); -1 another failure (a malformed address,
+ * one that no interface has). err says why for 1 and -1 and names addr. */
+int mt_listen_probe(const char *addr, mt_error *err);
 /* Whether a listen address stays on this machine: 127.x.x.x, [::1],
  * localhost or an empty host. (0.0.0.0 and [::] are every interface.) */
 bool mt_addr_loopback(const char *addr);

@@ -33,7 +33,9 @@ bool cli_log_setup(const char *cmd, const cli_log_opts *o) {
     return true;
 }
 
+/* Nothing to open, and nothing said, when the lines go to stderr. */
 void cli_log_reopen(const char *component) {
+    if (!mt_log_to_file()) return;
     mt_error err = {{0}};
     if (mt_log_reopen(&err))
         mt_log(MT_LOG_ERROR, component, "SIGHUP: %s; the log goes on in the old file", err.msg);

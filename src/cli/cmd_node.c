@@ -276,7 +276,7 @@ int cmd_node(int argc, char **argv) {
         if (sig < 0 && mt_node_shard_error(node, bad, sizeof bad)) break;
         if (sig < 0) continue;
         if (sig != SIGHUP) break;
-        if (log_opts.file) cli_log_reopen("node");
+        cli_log_reopen("node");
         if (!cert_path) {
             if (!quiet && !log_opts.file)
                 mt_log(MT_LOG_INFO, "node", "SIGHUP: no --cert to reread");

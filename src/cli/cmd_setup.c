@@ -518,22 +518,17 @@ static bool node_running(const cli_config *c) {
 /* Whether another process holds the port the node is to listen on (said so): found now,
  * not by a node that would say "running" and then never serve. */
 static bool port_taken(const char *listen) {
-    const char *colon = strrchr(listen, ':');
-    if (!colon || atoi(colon + 1) == 0) return false;
     mt_error err = {{0}};
-    int fd = mt_listen_tcp(listen, &err);
-    if (fd >= 0) {
-        close(fd);
-        return false;
-    }
-    if (errno == EADDRINUSE)
+    int rc = mt_listen_probe(listen, &err);
+    const char *colon = strrchr(listen, ':'); /* the probe found HOST:PORT when it says 1 */
+    if (rc == 1)
         fprintf(stderr,
                 "moontail setup: --listen %s: another process holds this port; give another"
                 " port (e.g. --listen %.*s:%d), or stop that process\n",
                 listen, (int)(colon - listen), listen, atoi(colon + 1) + 1);
-    else
-        fprintf(stderr, "moontail setup: --listen %s: %s\n", listen, err.msg);
-    return true;
+    else if (rc < 0)
+        fprintf(stderr, "moontail setup: --listen: %s\n", err.msg); /* it names the address */
+    return rc != 0;
 }
 
 /* The home, its identities and the account token (made or kept); 0, 1 or 2 (said why). */

@@ -109,11 +109,21 @@ int mt_http_client_tls(const char *pin, const char *ca_file, mt_error *err) {
     return 0;
 }
 
-/* The scheme and host of url ("http://10.0.0.5:8470"): what a person typed as --registry. */
+/* The host of url with its port: *host points past "://" (at url when there is none), *len
+ * bytes up to the path, query or fragment. */
+static void url_host(const char *url, const char **host, int *len) {
+    const char *h = strstr(url, "://");
+    *host = h ? h + 3 : url;
+    *len = (int)strcspn(*host, "/?#");
+}
+
+/* The length of url's scheme and host ("http://10.0.0.5:8470"): what a person typed as
+ * --registry. */
 static int base_len(const char *url) {
-    const char *host = strstr(url, "://");
-    host = host ? host + 3 : url;
-    return (int)(host - url) + (int)strcspn(host, "/?#");
+    const char *host;
+    int hl;
+    url_host(url, &host, &hl);
+    return (int)(host - url) + hl;
 }
 
 /* What went wrong in a transfer to url, and what to do about it. who names the server in
@@ -121,9 +131,10 @@ static int base_len(const char *url) {
 static const char *explain(char *out, size_t cap, const char *url, CURLcode rc, const char *why,
                            const char *who) {
     bool https = strncasecmp(url, "https://", 8) == 0;
-    const char *host = strstr(url, "://");
-    host = host ? host + 3 : url;
-    int hl = (int)strcspn(host, "/?#"), bl = base_len(url);
+    const char *host;
+    int hl;
+    url_host(url, &host, &hl);
+    int bl = (int)(host - url) + hl;
     const char *detail = why && *why ? why : curl_easy_strerror(rc);
     char whom[700];
     if (who)
@@ -176,8 +187,9 @@ int mt_http_check_base_url(const char *url, const char *what, mt_error *err) {
                             " for a registry that serves TLS), as the registry printed it at"
                             " start ('listening on ...')",
                             what, url);
-    const char *host = url + (https ? 8 : 7);
-    int hl = (int)strcspn(host, "/?#");
+    const char *host;
+    int hl;
+    url_host(url, &host, &hl);
     if (hl == 0)
         return mt_error_set(err, "%s '%.300s' names no host: give %sHOST:PORT", what, url,
                             https ? "https://" : "http://");

@@ -83,7 +83,7 @@ struct mt_agent {
     partner_set serving_partners;
     char fetching[96];
     mt_fetch_progress progress;
-    mt_progress bar;       /* the fetch in progress, on stderr */
+    mt_progress bar;       /* the fetch in progress, in the log (a bar on a terminal) */
     char fetch_failed[96]; /* the shard whose last fetch failed */
     int fetch_failures;    /* its failed fetches in a row */
     double fetch_retry_at; /* mt_mono_s() before which it is not fetched again (backoff) */
@@ -286,9 +286,11 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .shard_verified = strcmp(a->verified, name) == 0,
                         .recheck_ms = a->cfg.recheck_ms};
     pthread_mutex_unlock(&a->lock);
-    char label[96];
-    snprintf(label, sizeof label, "node %.30s: loading %.40s", a->name, name);
-    mt_progress_warm(path, label, a->cfg.quiet ? NULL : stderr);
+    char label[120];
+    snprintf(label, sizeof label, "loading %s", name);
+    mt_progress bar;
+    mt_progress_init_log(&bar, &a->log, label, 0);
+    mt_progress_warm(path, &bar);
     mt_node *n = mt_node_start(&c, err);
     pthread_mutex_lock(&a->lock);
     free(path);
@@ -312,8 +314,7 @@ static void on_progress(void *ctx, const mt_fetch_progress *p) {
     pthread_mutex_lock(&a->lock);
     a->progress = *p;
     pthread_mutex_unlock(&a->lock);
-    if (!a->cfg.quiet)
-        mt_progress_update(&a->bar, p->bytes_done, p->bytes_total, p->rate, p->eta_s);
+    mt_progress_update(&a->bar, p->bytes_done, p->bytes_total, p->rate, p->eta_s);
 }
 
 /* A fetch ran out of room in the data directory: from now on the node offers
@@ -377,9 +378,9 @@ static void *fetch_main(void *arg) {
                               .out = path,
                               .progress = on_progress,
                               .progress_ctx = a};
-        char label[96];
-        snprintf(label, sizeof label, "node %.30s: fetching %.40s", a->name, name);
-        mt_progress_init(&a->bar, stderr, label);
+        char label[120];
+        snprintf(label, sizeof label, "fetching %s", name);
+        mt_progress_init_log(&a->bar, &a->log, label, 0);
         rc = mt_shard_fetch(&fc, &fin, &err);
         if (rc == 0)
             mt_log_as(&a->log, MT_LOG_INFO,
@@ -723,12 +724,7 @@ static int fix_listen(mt_agent *a, const char *listen, mt_error *err) {
     if (atoi(colon + 1) != 0) {
         /* a port another process holds is found now, before joining, rather than at every
          * start of the data plane while the registry and its status say "loading" */
-        int fd = mt_listen_tcp(listen, err);
-        if (fd < 0) {
-            mt_error_prefix(err, "--listen %s", listen);
-            return -1;
-        }
-        close(fd);
+        if (mt_listen_probe(listen, err)) return -1; /* its message names the address */
         snprintf(a->listen, sizeof a->listen, "%s", listen);
         return 0;
     }
@@ -814,12 +810,14 @@ static int start_relay(mt_agent *a, mt_error *err) {
     return 0;
 }
 
-static int load_or_make_key(mt_agent *a, mt_error *err) {
+/* The node's identity from a->key_path, made there when there is none (*made says so). */
+static int load_or_make_key(mt_agent *a, bool *made, mt_error *err) {
     struct stat sb;
+    *made = false;
     if (stat(a->key_path, &sb) == 0) return mt_keys_load(&a->keys, a->key_path, err);
     if (errno != ENOENT) return mt_error_set(err, "%s: %s", a->key_path, strerror(errno));
     if (mt_keys_generate(&a->keys, err) || mt_keys_save(&a->keys, a->key_path, err)) return -1;
-    mt_log_as(&a->log, MT_LOG_INFO, "created identity %s", a->key_path);
+    *made = true;
     return 0;
 }
 
@@ -853,11 +851,8 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
     a->heartbeat_ms = 1000;
     a->disk_limit = -1;
     pthread_mutex_init(&a->lock, NULL);
-    if (cfg->name)
-        snprintf(a->name, sizeof a->name, "%s", cfg->name);
-    else if (gethostname(a->name, sizeof a->name) != 0) /* until the key gives the suffix */
-        snprintf(a->name, sizeof a->name, "node");
-    a->name[sizeof a->name - 1] = 0;
+    /* until the key gives the default name its suffix, the lines carry cfg->name or none */
+    mt_log_source_init(&a->log, "node", cfg->name, cfg->quiet);
     if (mt_bg_thread_init(&a->hb, err)) goto fail;
     if (cfg->tunnel && cfg->relay) {
         mt_error_set(err, "--tunnel and --relay: choose one way for peers to reach this node");
@@ -870,10 +865,15 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
         mt_error_set(err, "data directory %s: %s", a->data_dir, strerror(errno));
         goto fail;
     }
-    if (load_or_make_key(a, err)) goto fail;
-    if (!cfg->name) mt_agent_default_name(a->keys.pk, a->name, sizeof a->name);
+    bool made_key;
+    if (load_or_make_key(a, &made_key, err)) goto fail;
+    if (cfg->name)
+        snprintf(a->name, sizeof a->name, "%s", cfg->name);
+    else
+        mt_agent_default_name(a->keys.pk, a->name, sizeof a->name);
     mt_log_source_init(&a->log, "node", a->name, cfg->quiet);
     snprintf(a->log_name, sizeof a->log_name, "node %s", a->name);
+    if (made_key) mt_log_as(&a->log, MT_LOG_INFO, "created identity %s", a->key_path);
     a->auth = mt_keys_authorized_new();
     if (!a->auth) {
         mt_error_set(err, "out of memory");

@@ -32,6 +32,12 @@ void mt_progress_init_quiet(mt_progress *p, FILE *out, const char *label, double
     snprintf(p->label, sizeof p->label, "%s", label);
 }
 
+void mt_progress_init_log(mt_progress *p, const mt_log_source *log, const char *label,
+                          double quiet_s) {
+    mt_progress_init_quiet(p, log->quiet ? NULL : stderr, label, quiet_s);
+    p->log = log;
+}
+
 void mt_progress_bytes(mt_progress *p, uint64_t done, uint64_t total) {
     double dt = mt_mono_s() - p->start_s, rate = dt > 0 ? (double)done / dt : 0;
     mt_progress_update(p, done, total, rate,
@@ -58,44 +64,51 @@ static void bar_of(double frac, char bar[21]) {
     bar[20] = 0;
 }
 
+/* Writes a report of frac done: on a terminal the bar redrawn with bar_text after it, else a
+ * line "label: text", in the log for a part that logs. */
+static void emit(mt_progress *p, bool last, double frac, const char *bar_text, const char *text) {
+    if (p->tty) {
+        char bar[21], who[140] = "";
+        bar_of(frac, bar);
+        if (p->log)
+            snprintf(who, sizeof who, "%s: %s%s", p->log->component, p->log->name,
+                     p->log->name[0] ? ": " : "");
+        fprintf(p->out, "\r%s%s  [%s] %3.0f%%  %s\033[K%s", who, p->label, bar, frac * 100,
+                bar_text, last ? "\n" : "");
+        fflush(p->out);
+    } else if (p->log) {
+        mt_log_as(p->log, MT_LOG_INFO, "%s: %s", p->label, text);
+    } else {
+        fprintf(p->out, "%s: %s\n", p->label, text);
+        fflush(p->out);
+    }
+    p->shown = true;
+    if (last) p->finished = true;
+}
+
 void mt_progress_count(mt_progress *p, uint64_t done, uint64_t total, const char *unit) {
     bool last = done >= total;
     if (!due(p, last)) return;
     double frac = total ? (double)done / (double)total : 1.0;
-    if (p->tty) {
-        char bar[21];
-        bar_of(frac, bar);
-        fprintf(p->out, "\r%s  [%s] %3.0f%%  %llu/%llu %s\033[K", p->label, bar, frac * 100,
-                (unsigned long long)done, (unsigned long long)total, unit);
-        if (last) fputc('\n', p->out);
-    } else {
-        fprintf(p->out, "%s: %llu of %llu %s (%.0f%%)\n", p->label, (unsigned long long)done,
-                (unsigned long long)total, unit, frac * 100);
-    }
-    fflush(p->out);
-    p->shown = true;
-    if (last) p->finished = true;
+    char bar_text[96], text[128];
+    snprintf(bar_text, sizeof bar_text, "%llu/%llu %s", (unsigned long long)done,
+             (unsigned long long)total, unit);
+    snprintf(text, sizeof text, "%llu of %llu %s (%.0f%%)", (unsigned long long)done,
+             (unsigned long long)total, unit, frac * 100);
+    emit(p, last, frac, bar_text, text);
 }
 
 void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double rate, double eta_s) {
     bool last = done >= total;
     if (!due(p, last)) return;
     double frac = total ? (double)done / (double)total : 1.0;
-    char eta[32] = "";
+    char eta[32] = "", bar_text[128], text[128];
     if (!last && eta_s >= 0) snprintf(eta, sizeof eta, "  %.0f s left", eta_s);
-    if (p->tty) {
-        char bar[21];
-        bar_of(frac, bar);
-        fprintf(p->out, "\r%s  [%s] %3.0f%%  %.1f/%.1f MB  %.1f MB/s%s\033[K", p->label, bar,
-                frac * 100, done / 1e6, total / 1e6, rate / 1e6, eta);
-        if (last) fputc('\n', p->out);
-    } else {
-        fprintf(p->out, "%s: %.1f of %.1f MB (%.0f%%), %.1f MB/s%s\n", p->label, done / 1e6,
-                total / 1e6, frac * 100, rate / 1e6, eta);
-    }
-    fflush(p->out);
-    p->shown = true;
-    if (last) p->finished = true;
+    snprintf(bar_text, sizeof bar_text, "%.1f/%.1f MB  %.1f MB/s%s", done / 1e6, total / 1e6,
+             rate / 1e6, eta);
+    snprintf(text, sizeof text, "%.1f of %.1f MB (%.0f%%), %.1f MB/s%s", done / 1e6, total / 1e6,
+             frac * 100, rate / 1e6, eta);
+    emit(p, last, frac, bar_text, text);
 }
 
 /* Memory the kernel could hand out now, page cache included (MemAvailable). */
@@ -124,12 +137,14 @@ void mt_progress_preload(const char *path, FILE *out) {
             const char *p = f->parts[i].path, *base = strrchr(p, '/');
             char label[160];
             snprintf(label, sizeof label, "loading %.140s", base ? base + 1 : p);
-            mt_progress_warm(p, label, out);
+            mt_progress bar;
+            mt_progress_init(&bar, out, label);
+            mt_progress_warm(p, &bar);
         }
     gguf_close(f);
 }
 
-int mt_progress_warm(const char *path, const char *label, FILE *out) {
+int mt_progress_warm(const char *path, mt_progress *p) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
@@ -143,17 +158,15 @@ int mt_progress_warm(const char *path, const char *label, FILE *out) {
         close(fd);
         return -1;
     }
-    mt_progress p;
-    mt_progress_init(&p, out, label);
     uint64_t total = (uint64_t)sb.st_size, done = 0;
     double t0 = mt_mono_s();
     ssize_t k;
     while ((k = read(fd, buf, chunk)) > 0) {
         done += (uint64_t)k;
         double dt = mt_mono_s() - t0, rate = dt > 0 ? (double)done / dt : 0;
-        mt_progress_update(&p, done, total, rate, rate > 0 ? (double)(total - done) / rate : -1);
+        mt_progress_update(p, done, total, rate, rate > 0 ? (double)(total - done) / rate : -1);
     }
-    if (total == 0) mt_progress_update(&p, 0, 0, 0, -1);
+    if (total == 0) mt_progress_update(p, 0, 0, 0, -1);
     free(buf);
     close(fd);
     return k < 0 ? -1 : 0;

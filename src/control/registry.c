@@ -24,7 +24,7 @@ static int load_key(mt_registry *r, mt_error *err) {
         if (errno != ENOENT) return mt_error_set(err, "%s: %s", r->cfg.key, strerror(errno));
         if (mt_keys_generate(&r->key, err) || mt_keys_save(&r->key, r->cfg.key, err)) return -1;
         r->made_key = true;
-        if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "created identity %s", r->cfg.key);
+        mt_log_as(&r->log, MT_LOG_INFO, "created identity %s", r->cfg.key);
     } else if (mt_keys_load(&r->key, r->cfg.key, err)) {
         return -1;
     }
@@ -37,9 +37,7 @@ static void on_progress(void *ctx, const char *what, uint64_t done, uint64_t tot
     mt_registry *r = ctx;
     if (strncmp(r->bar_step, what, sizeof r->bar_step - 1) != 0) {
         snprintf(r->bar_step, sizeof r->bar_step, "%s", what);
-        char label[120];
-        snprintf(label, sizeof label, "registry: %s", what);
-        mt_progress_init_quiet(&r->bar, stderr, label, 1.0);
+        mt_progress_init_log(&r->bar, &r->log, what, 1.0);
     }
     mt_progress_bytes(&r->bar, done, total);
 }
@@ -48,7 +46,7 @@ static void on_progress(void *ctx, const char *what, uint64_t done, uint64_t tot
  * the database. Without one (it cannot be opened) the model is hashed. */
 static void open_hash_cache(mt_registry *r) {
     r->io.rehash = r->cfg.rehash;
-    if (!r->cfg.quiet) {
+    if (!r->log.quiet) {
         r->io.progress = on_progress;
         r->io.progress_ctx = r;
     }
@@ -66,8 +64,8 @@ static void open_hash_cache(mt_registry *r) {
     bool existed = stat(path, &sb) == 0;
     r->io.cache = mt_hash_cache_open(path, &e);
     r->made_hash_cache = r->io.cache && !existed;
-    if (!r->io.cache && !r->cfg.quiet)
-        mt_log(MT_LOG_WARN, "registry", "%s; hashing the whole model at every start", e.msg);
+    if (!r->io.cache)
+        mt_log_as(&r->log, MT_LOG_WARN, "%s; hashing the whole model at every start", e.msg);
 }
 
 /* The model: its layout for placement, and its identity, which the database
@@ -107,25 +105,21 @@ static int load_model(mt_registry *r, mt_error *err) {
             r->cfg.n_ctx = n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096;
     }
     open_hash_cache(r);
-    if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "hashing %s", r->cfg.model);
+    mt_log_as(&r->log, MT_LOG_INFO, "hashing %s", r->cfg.model);
     if (mt_shard_source_id_io(r->model, &r->io, r->source_id, NULL, err)) return -1;
     r->start_hash_read = r->io.bytes_hashed;
     r->start_hash_cached = r->io.bytes_cached;
     r->start_hash_s = r->io.hash_s;
-    if (!r->cfg.quiet) {
-        if (r->io.cache_err.msg[0])
-            mt_log(MT_LOG_WARN, "registry",
-                   "the hash cache failed (%s); hashing went on without it", r->io.cache_err.msg);
-        char speed[96] = "";
-        if (r->io.bytes_hashed > 0 && r->io.hash_s > 0)
-            snprintf(speed, sizeof speed, " (%.1f MB in %.2f s, %.0f MB/s)",
-                     r->io.bytes_hashed / 1e6, r->io.hash_s,
-                     r->io.bytes_hashed / 1e6 / r->io.hash_s);
-        mt_log(MT_LOG_INFO, "registry",
-               "model hashes: read %llu bytes%s, %.1f MB from the cache%s%s",
-               (unsigned long long)r->io.bytes_hashed, speed, r->io.bytes_cached / 1e6,
-               r->io.cache ? " " : " (none)", r->io.cache ? mt_hash_cache_path(r->io.cache) : "");
-    }
+    if (r->io.cache_err.msg[0])
+        mt_log_as(&r->log, MT_LOG_WARN, "the hash cache failed (%s); hashing went on without it",
+                  r->io.cache_err.msg);
+    char speed[96] = "";
+    if (r->io.bytes_hashed > 0 && r->io.hash_s > 0)
+        snprintf(speed, sizeof speed, " (%.1f MB in %.2f s, %.0f MB/s)", r->io.bytes_hashed / 1e6,
+                 r->io.hash_s, r->io.bytes_hashed / 1e6 / r->io.hash_s);
+    mt_log_as(&r->log, MT_LOG_INFO, "model hashes: read %llu bytes%s, %.1f MB from the cache%s%s",
+              (unsigned long long)r->io.bytes_hashed, speed, r->io.bytes_cached / 1e6,
+              r->io.cache ? " " : " (none)", r->io.cache ? mt_hash_cache_path(r->io.cache) : "");
     char had[MT_SHARD_HASH_HEX];
     if (reg_meta_get(r, "source_id", had, sizeof had) == 0) {
         if (strcmp(had, r->source_id) != 0)
@@ -158,7 +152,6 @@ static void *ticker(void *arg) {
         pthread_mutex_lock(&r->lock);
         reg_check_stall(r);
         atomic_store(&r->turned_ms, mt_mono_ms());
-        atomic_store(&r->turned_wall_ms, r->started_ms);
         atomic_store(&r->turned_wall_ms, mt_wall_ms());
         reg_replan(r, mt_wall_ms());
         pthread_mutex_unlock(&r->lock);
@@ -223,15 +216,7 @@ static void restart_grace(mt_registry *r) {
 /* A port another process holds, found before anything is created or hashed (which takes
  * minutes for a large model): 0, or -1 with err. Other errors are left to the real bind. */
 static int port_free(const char *what, const char *addr, mt_error *err) {
-    const char *colon = addr ? strrchr(addr, ':') : NULL;
-    if (!colon || atoi(colon + 1) == 0) return 0; /* port 0: any free one */
-    mt_error e = {{0}};
-    int fd = mt_listen_tcp(addr, &e);
-    if (fd >= 0) {
-        close(fd);
-        return 0;
-    }
-    if (errno != EADDRINUSE) return 0;
+    if (!addr || mt_listen_probe(addr, NULL) != 1) return 0;
     return mt_error_set(err,
                         "%s %s: another process holds this port (a registry started"
                         " earlier?); stop it, or give another port",
@@ -255,11 +240,11 @@ static void start_failed(mt_registry *r) {
     char *key = r->made_key ? strdup(r->cfg.key) : NULL;
     char *cache = r->made_hash_cache ? strdup(mt_hash_cache_path(r->io.cache)) : NULL;
     char *dir = r->made_shard_dir ? strdup(r->shard_dir) : NULL;
-    if (!r->cfg.quiet && (db || key || cache || dir))
-        mt_log(MT_LOG_WARN, "registry",
-               "not started; removing what this start made:%s%s%s%s%s%s%s%s", db ? " " : "",
-               db ? db : "", key ? " " : "", key ? key : "", cache ? " " : "", cache ? cache : "",
-               dir ? " " : "", dir ? dir : "");
+    if (db || key || cache || dir)
+        mt_log_as(&r->log, MT_LOG_WARN,
+                  "not started; removing what this start made:%s%s%s%s%s%s%s%s", db ? " " : "",
+                  db ? db : "", key ? " " : "", key ? key : "", cache ? " " : "",
+                  cache ? cache : "", dir ? " " : "", dir ? dir : "");
     mt_registry_stop(r); /* closes the database and the cache first */
     if (db) remove_db(db);
     if (cache) remove_db(cache);
@@ -291,6 +276,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
         return NULL;
     }
     r->cfg = *cfg;
+    mt_log_source_init(&r->log, "registry", NULL, cfg->quiet);
     if (r->cfg.replicas <= 0) r->cfg.replicas = 2;
     if (r->cfg.spares < 0) r->cfg.spares = cfg->mode == MT_REGISTRY_CELL ? 1 : 0;
     if (r->cfg.heartbeat_ms <= 0) r->cfg.heartbeat_ms = 1000;
@@ -332,7 +318,7 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
     r->cfg.model = r->model_path = strdup(cfg->model);
     r->cfg.key = strdup(cfg->key);
     r->cfg.admin_token = cfg->admin_token ? strdup(cfg->admin_token) : NULL;
-    r->cfg.listen = r->listen = strdup(cfg->listen ? cfg->listen : "127.0.0.1:8470");
+    r->cfg.listen = r->listen = strdup(listen);
     r->cfg.relay_listen = r->cfg.relay_host = NULL; /* used only below, by the relay */
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->grace_mu, NULL);
@@ -400,6 +386,7 @@ void mt_registry_stop(mt_registry *r) {
     if (r->have_plan) mt_place_plan_free(&r->plan);
     mt_model_free(r->referee_model);
     free(r->tickets);
+    free(r->seeds_checked);
     mt_shard_layout_free(&r->layout);
     free(r->state_bytes);
     free(r->position_bytes);

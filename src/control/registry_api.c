@@ -345,9 +345,8 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
     if (!id) id = sqlite3_last_insert_rowid(r->db);
     char *cert = issue_cert(r, pk, MT_CERT_ROLE_NODE, account);
     if (!cert) return mt_http_error(resp, 500, "could not issue a certificate");
-    if (!r->cfg.quiet)
-        mt_log(MT_LOG_INFO, "registry", "node %lld '%s' joined from %s (%.1f GB, speed %.2f)",
-               (long long)id, name, addr, capacity / 1e9, speed);
+    mt_log_as(&r->log, MT_LOG_INFO, "node %lld '%s' joined from %s (%.1f GB, speed %.2f)",
+              (long long)id, name, addr, capacity / 1e9, speed);
     resp->status = 201;
     resp->json =
         json_pack("{s:I, s:s, s:s, s:s, s:i, s:s}", "node_id", (json_int_t)id, "token", token,
@@ -508,14 +507,14 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         reg_db_exec(r, NULL, "ROLLBACK");
         return mt_http_error(resp, 500, "%s", err.msg);
     }
-    if (moved && !r->cfg.quiet)
-        mt_log(MT_LOG_INFO, "registry", "node %lld '%s' is now at %s (was %s)", (long long)id,
-               n.name, addr, n.addr);
-    if (problem && strcmp(problem, n.problem) != 0 && !r->cfg.quiet)
-        mt_log(MT_LOG_WARN, "registry", "node %lld '%s' %s", (long long)id, n.name, problem);
-    if (resized && !r->cfg.quiet)
-        mt_log(MT_LOG_INFO, "registry", "node %lld '%s' now offers %.1f MB (was %.1f MB)",
-               (long long)id, n.name, capacity / 1e6, n.capacity / 1e6);
+    if (moved)
+        mt_log_as(&r->log, MT_LOG_INFO, "node %lld '%s' is now at %s (was %s)", (long long)id,
+                  n.name, addr, n.addr);
+    if (problem && strcmp(problem, n.problem) != 0)
+        mt_log_as(&r->log, MT_LOG_WARN, "node %lld '%s' %s", (long long)id, n.name, problem);
+    if (resized)
+        mt_log_as(&r->log, MT_LOG_INFO, "node %lld '%s' now offers %.1f MB (was %.1f MB)",
+                  (long long)id, n.name, capacity / 1e6, n.capacity / 1e6);
     reg_node_get(r, id, &n);
     if (!was_alive || resized) /* back, or smaller: placement looks again */
         mt_bg_thread_wake(&r->ticker);

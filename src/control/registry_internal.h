@@ -9,6 +9,7 @@
 #include "moontail/gguf.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
+#include "moontail/log.h"
 #include "moontail/model.h"
 #include "moontail/node_agent.h"
 #include "moontail/placement.h"
@@ -87,6 +88,7 @@ typedef struct reg_ticket {
 
 struct mt_registry {
     mt_registry_config cfg;
+    mt_log_source log; /* "registry: ..." lines; quiet with cfg.quiet */
     char *db_path, *model_path, *shard_dir, *listen;
     mt_relay *relay;      /* NULL unless relay_listen was given */
     pthread_mutex_t lock; /* the database and everything below */
@@ -119,9 +121,9 @@ struct mt_registry {
     /* overload grace (reg_note_overload): while the registry itself is overloaded (its HTTP
      * server turns clients away, its placement thread runs late), the nodes alive when that
      * began (heard from at or after overload_from) count as alive until dead_after_ms after
-     * it ended (overload_until), but never longer than REG_OVERLOAD_GRACE_MAX_MS of silence:
-     * an attacker may delay the detection of a dead node, not stop it. Written under
-     * grace_mu, read without it. */
+     * it ended (overload_until), but never after a silence longer than 12 x dead_after_ms or
+     * REG_OVERLOAD_GRACE_MIN_MS, whichever is longer: an attacker may delay the detection of
+     * a dead node, not stop it. Written under grace_mu, read without it. */
     _Atomic int64_t overload_from, overload_until;
     pthread_mutex_t grace_mu;
     _Atomic int64_t overloads, overload_ms; /* times noted, and the total time they covered */
@@ -137,6 +139,10 @@ struct mt_registry {
     mt_shard_io io;
     mt_progress bar;
     char bar_step[300];
+    /* the seed shards found to hold what their names mean, or cut, in this run: checked once
+     * (registry_shards.c; under its cut lock) */
+    char (*seeds_checked)[96];
+    int32_t n_seeds_checked, cap_seeds_checked;
     /* the hashing at start, for the status: model bytes read, taken from the cache, seconds */
     uint64_t start_hash_read, start_hash_cached;
     double start_hash_s;
@@ -169,7 +175,8 @@ bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms);
  * heard from within dead_after_ms before that stay alive until dead_after_ms from now.
  * Thread-safe. */
 void reg_note_overload(mt_registry *r, int64_t began_ms);
-#define REG_OVERLOAD_GRACE_MAX_MS 60000
+/* the shortest silence the overload grace covers (reg_node_alive), whatever dead_after_ms */
+#define REG_OVERLOAD_GRACE_MIN_MS 60000
 /* Notes an overload when the placement thread has not turned for a second (registry.c);
  * called (holding r->lock) before anything that judges liveness. */
 void reg_check_stall(mt_registry *r);

@@ -142,9 +142,9 @@ bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms) {
      * node dead, unassigned them all and placed the shards anew as they checked in */
     if (n->last_seen >= r->grace_from && now_ms <= r->grace_until) return true;
     /* nor is the time it was too busy to answer heartbeats */
-    int64_t grace = r->cfg.dead_after_ms * 12 > REG_OVERLOAD_GRACE_MAX_MS
+    int64_t grace = r->cfg.dead_after_ms * 12 > REG_OVERLOAD_GRACE_MIN_MS
                         ? r->cfg.dead_after_ms * 12
-                        : REG_OVERLOAD_GRACE_MAX_MS;
+                        : REG_OVERLOAD_GRACE_MIN_MS;
     return n->last_seen >= atomic_load(&r->overload_from) &&
            now_ms <= atomic_load(&r->overload_until) && now_ms - n->last_seen <= grace;
 }

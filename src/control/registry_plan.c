@@ -108,12 +108,12 @@ void reg_replan(mt_registry *r, int64_t now) {
     int32_t n;
     mt_error err = {{0}};
     if (reg_nodes_load(r, &nodes, &n, &err)) {
-        if (!r->cfg.quiet) mt_log(MT_LOG_ERROR, "registry", "placement: %s", err.msg);
+        mt_log_as(&r->log, MT_LOG_ERROR, "placement: %s", err.msg);
         return;
     }
     mt_place_plan plan;
     if (make_plan(r, nodes, n, now, &plan, &err)) {
-        if (!r->cfg.quiet) mt_log(MT_LOG_ERROR, "registry", "placement failed: %s", err.msg);
+        mt_log_as(&r->log, MT_LOG_ERROR, "placement failed: %s", err.msg);
         free(nodes);
         return;
     }
@@ -122,18 +122,16 @@ void reg_replan(mt_registry *r, int64_t now) {
         reg_assign a = assign_of(mt_place_plan_find(&plan, nodes[i].id));
         if (same_assign(&a, &nodes[i].a)) continue;
         if (reg_node_save_assign(r, nodes[i].id, &a, &err) == 0) changed++;
-        if (!r->cfg.quiet) {
-            char was[96], now_name[96], room[96] = "";
-            reg_shard_name(&nodes[i].a, was);
-            reg_shard_name(&a, now_name);
-            const mt_place_assign *pa = mt_place_plan_find(&plan, nodes[i].id);
-            if (pa && pa->work_bytes) /* what a stage keeps besides its shard */
-                snprintf(room, sizeof room, " (%.1f MB + %.1f MB working memory)",
-                         (double)pa->bytes / 1e6, (double)pa->work_bytes / 1e6);
-            mt_log(MT_LOG_INFO, "registry", "node %lld '%s': %s %s -> %s %s%s",
-                   (long long)nodes[i].id, nodes[i].name, reg_role_name(nodes[i].a.role),
-                   was[0] ? was : "-", reg_role_name(a.role), now_name[0] ? now_name : "-", room);
-        }
+        char was[96], now_name[96], room[96] = "";
+        reg_shard_name(&nodes[i].a, was);
+        reg_shard_name(&a, now_name);
+        const mt_place_assign *pa = mt_place_plan_find(&plan, nodes[i].id);
+        if (pa && pa->work_bytes) /* what a stage keeps besides its shard */
+            snprintf(room, sizeof room, " (%.1f MB + %.1f MB working memory)",
+                     (double)pa->bytes / 1e6, (double)pa->work_bytes / 1e6);
+        mt_log_as(&r->log, MT_LOG_INFO, "node %lld '%s': %s %s -> %s %s%s", (long long)nodes[i].id,
+                  nodes[i].name, reg_role_name(nodes[i].a.role), was[0] ? was : "-",
+                  reg_role_name(a.role), now_name[0] ? now_name : "-", room);
     }
     bool why_changed = strcmp(r->plan_why, plan.reason) != 0;
     snprintf(r->plan_why, sizeof r->plan_why, "%s", plan.reason);
@@ -142,11 +140,11 @@ void reg_replan(mt_registry *r, int64_t now) {
         r->moves += plan.moves;
         r->last_plan_ms = now;
     }
-    if (!r->cfg.quiet && (changed || why_changed))
-        mt_log(MT_LOG_INFO, "registry", "plan %llu: %d of %d %s, %d spares%s%s",
-               (unsigned long long)r->plan_version, plan.n_pipelines, plan.replicas_wanted,
-               r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", plan.n_spares,
-               plan.reason[0] ? "; " : "", plan.reason);
+    if (changed || why_changed)
+        mt_log_as(&r->log, MT_LOG_INFO, "plan %llu: %d of %d %s, %d spares%s%s",
+                  (unsigned long long)r->plan_version, plan.n_pipelines, plan.replicas_wanted,
+                  r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", plan.n_spares,
+                  plan.reason[0] ? "; " : "", plan.reason);
     if (r->have_plan) mt_place_plan_free(&r->plan);
     r->plan = plan; /* what routes are chosen from: the assignments just saved */
     r->have_plan = true;

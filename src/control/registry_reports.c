@@ -277,17 +277,15 @@ void reg_reports_post(mt_registry *r, const mt_http_request *req, json_t *body,
         if (set_quarantine(r, ids[i], true, done, reason, &err))
             return mt_http_error(resp, 500, "%s", err.msg);
         json_array_append_new(quarantined, json_integer(ids[i]));
-        if (!r->cfg.quiet)
-            mt_log(MT_LOG_WARN, "registry", "node %lld '%s' quarantined: %s", (long long)ids[i],
-                   n[i].name, reason);
+        mt_log_as(&r->log, MT_LOG_WARN, "node %lld '%s' quarantined: %s", (long long)ids[i],
+                  n[i].name, reason);
     }
     if (json_array_size(quarantined)) mt_bg_thread_wake(&r->ticker); /* re-place its shard */
-    if (!r->cfg.quiet)
-        mt_log(MT_LOG_INFO, "registry",
-               "report %lld by account %lld on layers [%d, %d): node %lld %s, node"
-               " %lld %s (%lld ms)",
-               (long long)report_id, (long long)account, a, b, (long long)ids[0], results[0],
-               (long long)ids[1], results[1], (long long)(done - now));
+    mt_log_as(&r->log, MT_LOG_INFO,
+              "report %lld by account %lld on layers [%d, %d): node %lld %s, node %lld %s (%lld"
+              " ms)",
+              (long long)report_id, (long long)account, a, b, (long long)ids[0], results[0],
+              (long long)ids[1], results[1], (long long)(done - now));
     resp->json = json_pack("{s:I, s:s, s:o, s:o, s:I}", "report_id", (json_int_t)report_id,
                            "verdict", confirmed ? "confirmed" : "unconfirmed", "nodes", nodes,
                            "quarantined", quarantined, "check_ms", (json_int_t)(done - now));
@@ -312,9 +310,8 @@ void reg_node_release(mt_registry *r, const mt_http_request *req, const char *id
                              reg_node_state(r, &n, mt_wall_ms()));
     mt_error err = {{0}};
     if (set_quarantine(r, id, false, 0, "", &err)) return mt_http_error(resp, 500, "%s", err.msg);
-    if (!r->cfg.quiet)
-        mt_log(MT_LOG_INFO, "registry", "node %lld '%s' released from quarantine (was: %s)", id,
-               n.name, n.quarantine_reason);
+    mt_log_as(&r->log, MT_LOG_INFO, "node %lld '%s' released from quarantine (was: %s)", id, n.name,
+              n.quarantine_reason);
     reg_node_get(r, id, &n);
     mt_bg_thread_wake(&r->ticker);
     resp->json = json_pack("{s:I, s:s}", "node_id", (json_int_t)id, "state",

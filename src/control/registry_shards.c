@@ -152,13 +152,36 @@ static bool seed_matches(const mt_registry *r, const char *name, const char *ggu
         ok = strcmp(info.source_id, r->source_id) == 0 && info.head == head &&
              info.attention == a.attention && info.layer_begin == a.layer_begin &&
              info.layer_end == a.layer_end && info.n_experts == spec.n_experts;
-        for (int32_t i = 0; ok && spec.n_experts > 0 && i < spec.n_experts; i++)
-            ok = info.experts[i] == spec.experts[i];
+        for (int32_t i = 0; ok && i < spec.n_experts; i++) ok = info.experts[i] == spec.experts[i];
         mt_shard_info_free(&info);
     }
     if (f) gguf_close(f);
     free(ids);
     return ok;
+}
+
+/* Whether the seed copy of name was found to match, or was cut, since the start (caller holds
+ * cut_lock). seed_matches opens the file under the lock every manifest request takes, and
+ * what it looks for (another model's file, an older version's name) can only be left from
+ * before this run: once per name is enough. A linear search: the list holds one name per
+ * seed file this run handed out. */
+static bool seed_checked(const mt_registry *r, const char *name) {
+    for (int32_t i = 0; i < r->n_seeds_checked; i++)
+        if (strcmp(r->seeds_checked[i], name) == 0) return true;
+    return false;
+}
+
+/* Adds name to the seeds checked (caller holds cut_lock); without memory it is checked again
+ * at its next request. */
+static void note_seed_checked(mt_registry *r, const char *name) {
+    if (r->n_seeds_checked == r->cap_seeds_checked) {
+        int32_t cap = r->cap_seeds_checked ? r->cap_seeds_checked * 2 : 16;
+        char(*more)[96] = realloc(r->seeds_checked, (size_t)cap * sizeof *more);
+        if (!more) return;
+        r->seeds_checked = more;
+        r->cap_seeds_checked = cap;
+    }
+    snprintf(r->seeds_checked[r->n_seeds_checked++], sizeof *r->seeds_checked, "%s", name);
 }
 
 json_t *reg_shard_manifest(mt_registry *r, const char *name, mt_error *err) {
@@ -171,17 +194,17 @@ json_t *reg_shard_manifest(mt_registry *r, const char *name, mt_error *err) {
     pthread_mutex_lock(&cut_lock);
     struct stat sb;
     int rc = 0;
-    bool have = stat(manifest, &sb) == 0 && stat(gguf, &sb) == 0;
-    if (have && !seed_matches(r, name, gguf)) {
-        if (!r->cfg.quiet)
-            mt_log(MT_LOG_WARN, "registry", "%s holds another shard than '%s' means for this model",
-                   gguf, name);
+    bool have = stat(manifest, &sb) == 0 && stat(gguf, &sb) == 0, checked = seed_checked(r, name);
+    if (have && !checked && !seed_matches(r, name, gguf)) {
+        mt_log_as(&r->log, MT_LOG_WARN, "%s holds another shard than '%s' means for this model",
+                  gguf, name);
         have = false;
     }
     if (!have) {
-        if (!r->cfg.quiet) mt_log(MT_LOG_INFO, "registry", "cutting shard %s", name);
+        mt_log_as(&r->log, MT_LOG_INFO, "cutting shard %s", name);
         rc = cut(r, name, gguf, manifest, err);
     }
+    if (rc == 0 && !checked) note_seed_checked(r, name);
     pthread_mutex_unlock(&cut_lock);
     if (rc == 0) {
         json_error_t je;

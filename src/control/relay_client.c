@@ -72,13 +72,6 @@ static void set_addr(mt_relay_client *c, const char *addr, const char *error) {
     if (changed && c->cfg.on_change) c->cfg.on_change(c->cfg.ctx);
 }
 
-/* Sleeps ms unless stopped first (an open finishing meanwhile does not end it). */
-static void nap(mt_relay_client *c, int ms) {
-    int64_t until = mt_mono_ms() + ms;
-    while (mt_bg_thread_sleep(&c->bg, until - mt_mono_ms()) == MT_BG_WOKEN) {
-    }
-}
-
 /* Closes the finished opens nobody will take (caller holds c->lock). */
 static void drop_ready(mt_relay_client *c) {
     for (int i = 0; i < c->n_ready; i++) close(c->ready[i][0]), close(c->ready[i][1]);
@@ -399,7 +392,7 @@ static void *client_main(void *arg) {
             set_addr(c, "", why);
             if (failures++ % 10 == 0)
                 mt_log_as(&c->log, MT_LOG_WARN, "%s; trying again in %d s", why, backoff / 1000);
-            nap(c, backoff);
+            mt_bg_thread_sleep_full(&c->bg, backoff); /* an open finishing does not end it */
             backoff = backoff * 2 > MAX_BACKOFF_MS ? MAX_BACKOFF_MS : backoff * 2;
             continue;
         }
@@ -412,7 +405,7 @@ static void *client_main(void *arg) {
         set_addr(c, "", why);
         if (!stopping(c)) {
             mt_log_as(&c->log, MT_LOG_WARN, "%s; connecting again", why);
-            nap(c, 1000);
+            mt_bg_thread_sleep_full(&c->bg, 1000);
         }
     }
     return NULL;

@@ -61,13 +61,6 @@ static void set_addr(mt_tunnel *t, const char *addr) {
     if (changed && t->cfg.on_change) t->cfg.on_change(t->cfg.ctx);
 }
 
-/* Sleeps ms unless stopped first. */
-static void nap(mt_tunnel *t, int ms) {
-    int64_t until = mt_mono_ms() + ms;
-    while (mt_bg_thread_sleep(&t->bg, until - mt_mono_ms()) == MT_BG_WOKEN) {
-    }
-}
-
 char *mt_tunnel_expand(const char *command, const char *host, int port, mt_error *err) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
@@ -312,7 +305,7 @@ static void *tunnel_main(void *arg) {
                 up / 1000.0, last[0] ? " (its last line: '" : "", last, last[0] ? "')" : "",
                 backoff / 1000.0);
         }
-        nap(t, backoff);
+        mt_bg_thread_sleep_full(&t->bg, backoff);
         backoff = backoff * 2 > t->cfg.max_backoff_ms ? t->cfg.max_backoff_ms : backoff * 2;
     }
     set_addr(t, "");

@@ -64,6 +64,14 @@ mt_bg_wake mt_bg_thread_sleep(mt_bg_thread *t, int64_t ms) {
     }
 }
 
+mt_bg_wake mt_bg_thread_sleep_full(mt_bg_thread *t, int64_t ms) {
+    int64_t until = mt_mono_ms() + ms;
+    mt_bg_wake w;
+    while ((w = mt_bg_thread_sleep(t, until - mt_mono_ms())) == MT_BG_WOKEN) {
+    }
+    return w;
+}
+
 void mt_bg_thread_stop(mt_bg_thread *t) {
     atomic_store(&t->stop, true);
     mt_bg_thread_wake(t);

@@ -120,6 +120,13 @@ int mt_log_reopen(mt_error *err) {
     return 0;
 }
 
+bool mt_log_to_file(void) {
+    pthread_mutex_lock(&log_lock);
+    bool to_file = log_path != NULL;
+    pthread_mutex_unlock(&log_lock);
+    return to_file;
+}
+
 /* ---- lines ------------------------------------------------------------------------------ */
 
 /* "2025-06-01T12:00:00.123Z" (UTC) into out[32]. */

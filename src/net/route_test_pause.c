@@ -1,12 +1,14 @@
 /* route_test_pause.c - a hook for the fault tests: with
  * MOONTAIL_TEST_PAUSE_AT_POSITION=N in the environment, the process stops
- * itself (SIGSTOP) the first time one of its routes has evaluated position N,
- * before it asks for position N + 1. A test waits for the stop, does its
+ * itself (SIGSTOP) the first time a session of one of its routes has
+ * evaluated N positions (its n_past reaches N: position N - 1 counting from
+ * 0), before it asks for the next one. A test waits for the stop, does its
  * damage (kills a node of the route, cuts a link), then continues the process
  * with SIGCONT, so "killed mid-generation" happens at a token the test chose
  * instead of after a sleep that a fast run may outlast. Once per process: the
  * replay after a failover passes position N again without stopping. */
 #include "route_test_pause.h"
+#include "moontail/log.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -23,9 +25,8 @@ static long read_pause_position(void) {
     char *end;
     long v = strtol(s, &end, 10);
     if (*end || v <= 0 || v > INT_MAX) {
-        fprintf(stderr,
-                "route: ignoring MOONTAIL_TEST_PAUSE_AT_POSITION='%s' (wanted a position >= 1)\n",
-                s);
+        mt_log(MT_LOG_WARN, "route",
+               "ignoring MOONTAIL_TEST_PAUSE_AT_POSITION='%s' (wanted a position >= 1)", s);
         return 0;
     }
     return v;
@@ -41,8 +42,8 @@ void route_test_pause(int32_t p_before, int32_t p_after) {
     if (at <= 0 || p_before >= at || p_after < at) return;
     long expected = at;
     if (!atomic_compare_exchange_strong(&pause_at, &expected, 0)) return; /* another thread won */
-    fprintf(stderr, "route: stopped at position %ld for a test (MOONTAIL_TEST_PAUSE_AT_POSITION)\n",
-            at);
-    fflush(NULL);
+    mt_log(MT_LOG_INFO, "route",
+           "stopped at position %ld for a test (MOONTAIL_TEST_PAUSE_AT_POSITION)", at);
+    fflush(NULL); /* what the process printed so far, for the test to read while it is stopped */
     raise(SIGSTOP);
 }

@@ -182,6 +182,18 @@ int mt_listen_tcp(const char *addr, mt_error *err) {
     return fd;
 }
 
+int mt_listen_probe(const char *addr, mt_error *err) {
+    net_addr a;
+    if (addr_parse(addr, true, &a, err)) return -1;
+    if (strcmp(a.port, "0") == 0) return 0;
+    int fd = mt_listen_tcp(addr, err);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    return errno == EADDRINUSE ? 1 : -1;
+}
+
 int mt_listen_port(int fd) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
