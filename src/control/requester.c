@@ -97,9 +97,9 @@ static int get_shard(mt_requester *q, const char *name, char *path, size_t cap, 
                   (long long)json_integer_value(json_object_get(m, "bytes")));
         const char *src[1] = {q->registry};
         char label[64];
-        snprintf(label, sizeof label, "requester: %s shard", name);
+        snprintf(label, sizeof label, "%s shard", name);
         mt_progress bar;
-        mt_progress_init(&bar, q->cfg.quiet ? NULL : stderr, label);
+        mt_progress_init_log(&bar, &q->log, label, 0);
         mt_fetch_config fc = {.manifest = m,
                               .sources = src,
                               .n_sources = 1,
