@@ -8,11 +8,11 @@
 # alive and heard from (no heartbeat gap reaches the dead-after time: their addresses have
 # connections of their own), the plan never changes, every prompt gives the text it gave
 # before the attack, and the registry held its public cap (1,024) of connections. Then each
-# limit alone: slow clients are cut at the header / body deadlines (3 s / 5 s here), floods
-# get 429 past the in-flight cap (16 per token here), 64 MB bodies 413, and one address
-# cannot hold more than 64 connections. Last, the registry stalls (SIGSTOP for longer than
-# the dead-after time): no node is counted dead for the silence that caused, and the plan
-# stays. Prints the figures.
+# limit alone: slow clients are cut at the header / body deadlines (3 s / 5 s here; none
+# sooner, and the registry counts them closed), floods get 429 past the in-flight cap (16 per
+# token here), 64 MB bodies 413, and one address cannot hold more than 64 connections. Then the
+# registry stalls (SIGSTOP for longer than the dead-after time): no node is counted dead for
+# the silence that caused, and the plan stays. Prints the figures.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
@@ -76,21 +76,29 @@ H=$(status | json 'console.log(JSON.stringify(o.http))')
 echo "$prompts prompts during a ${ATTACK_S}s attack, the same text in $same; longest a node went unheard: $worst_gap ms (dead after 3000); the registry held up to $held public connections"
 echo "registry after the crowd: $H"
 
-# ---- each limit alone
+# ---- each limit alone. How long slow clients lived is judged from below only (none is cut
+# before its deadline); that they were cut is the server's own count of connections closed by
+# each deadline. How much later than the deadline they went depends on the machine's load:
+# printed, not judged.
+H0=$(status | json 'console.log(JSON.stringify(o.http))')
 node "$ABUSE" "127.0.0.1:$PORT" 10 --slowloris 20 --slow-body 20 --flood 20 --big 10 \
     --token "$(cat "$tmp/mallory.token")" --path /v1/usage --out "$tmp/limits.json" 2>"$tmp/limits.err"
 A=$(cat "$tmp/limits.json")
-echo "$A" | json '
-const lived = (a) => a.length ? [Math.min(...a), Math.max(...a)] : [0, 0];
-const [s0, s1] = lived(o.slow_lived_ms), [b0, b1] = lived(o.slow_body_lived_ms);
-const fails = [];
-if (!o.slow_lived_ms.length || s0 < 2500 || s1 > 4500) fails.push(`slowloris clients lived ${s0}-${s1} ms (header deadline 3 s)`);
-if (!o.slow_body_lived_ms.length || b0 < 4500 || b1 > 7000) fails.push(`slow bodies lived ${b0}-${b1} ms (body deadline 5 s)`);
-if (!o.flood_status[429] || !Object.keys(o.flood_status).some(k => k != 429 && k != 0)) fails.push(`floods got ${JSON.stringify(o.flood_status)}: want answers and 429s`);
-if (!o.big_status[413]) fails.push(`64 MB bodies got ${JSON.stringify(o.big_status)}: want 413`);
-if (fails.length) { console.error(fails.join("; ")); process.exit(1); }' && ok || bad "the limits did not act as set: $A"
-echo "each limit alone: $(echo "$A" | json 'const r = (a) => a.length ? Math.min(...a) + "-" + Math.max(...a) : "none";
-    console.log(`slowloris cut after ${r(o.slow_lived_ms)} ms, slow bodies after ${r(o.slow_body_lived_ms)} ms, floods ${JSON.stringify(o.flood_status)}, 64 MB bodies ${JSON.stringify(o.big_status)}`)')"
+H1=$(status | json 'console.log(JSON.stringify(o.http))')
+echo "{\"seen\": $A, \"before\": $H0, \"after\": $H1}" | json '
+const { seen: s, before: h0, after: h1 } = o;
+const fails = [], least = (a) => a.length ? Math.min(...a) : 0;
+if (least(s.slow_lived_ms) < 2500) fails.push(`slowloris clients lived ${least(s.slow_lived_ms)} ms at least (header deadline 3 s; none cut: 0)`);
+if (least(s.slow_body_lived_ms) < 4500) fails.push(`slow bodies lived ${least(s.slow_body_lived_ms)} ms at least (body deadline 5 s; none cut: 0)`);
+if (!(h1.closed_headers > h0.closed_headers)) fails.push(`the registry closed no connection at the header deadline (closed_headers ${h0.closed_headers} -> ${h1.closed_headers})`);
+if (!(h1.closed_body > h0.closed_body)) fails.push(`the registry closed no connection at the body deadline (closed_body ${h0.closed_body} -> ${h1.closed_body})`);
+if (!s.flood_status[429] || !Object.keys(s.flood_status).some(k => k != 429 && k != 0)) fails.push(`floods got ${JSON.stringify(s.flood_status)}: want answers and 429s`);
+if (!s.big_status[413]) fails.push(`64 MB bodies got ${JSON.stringify(s.big_status)}: want 413`);
+if (fails.length) { console.error(fails.join("; ")); process.exit(1); }' && ok || bad "the limits did not act as set: $A; http before $H0, after $H1"
+echo "each limit alone: $(echo "{\"seen\": $A, \"before\": $H0, \"after\": $H1}" | json '
+    const { seen: s, before: h0, after: h1 } = o;
+    const r = (a) => a.length ? Math.min(...a) + "-" + Math.max(...a) : "none";
+    console.log(`slowloris cut after ${r(s.slow_lived_ms)} ms (closed_headers +${h1.closed_headers - h0.closed_headers}), slow bodies after ${r(s.slow_body_lived_ms)} ms (closed_body +${h1.closed_body - h0.closed_body}), floods ${JSON.stringify(s.flood_status)}, 64 MB bodies ${JSON.stringify(s.big_status)}`)')"
 
 # ---- one address alone: held to the per-address limit (64)
 node "$ABUSE" "127.0.0.1:$PORT" 5 --half-open 300 --addrs 1 --out "$tmp/one.json" 2>"$tmp/one.err" &
