@@ -10,9 +10,10 @@
 # before the attack, and the registry held its public cap (1,024) of connections. Then each
 # limit alone: slow clients are cut at the header / body deadlines (3 s / 5 s here; none
 # sooner, and the registry counts them closed), floods get 429 past the in-flight cap (16 per
-# token here), 64 MB bodies 413, and one address cannot hold more than 64 connections. Then the
-# registry stalls (SIGSTOP for longer than the dead-after time): no node is counted dead for
-# the silence that caused, and the plan stays. Prints the figures.
+# token here), and so does one address sending a new random token with every request, 64 MB
+# bodies 413, and one address cannot hold more than 64 connections. Then the registry stalls
+# (SIGSTOP for longer than the dead-after time): no node is counted dead for the silence that
+# caused, and the plan stays. Prints the figures.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
@@ -99,6 +100,18 @@ echo "each limit alone: $(echo "{\"seen\": $A, \"before\": $H0, \"after\": $H1}"
     const { seen: s, before: h0, after: h1 } = o;
     const r = (a) => a.length ? Math.min(...a) + "-" + Math.max(...a) : "none";
     console.log(`slowloris cut after ${r(s.slow_lived_ms)} ms (closed_headers +${h1.closed_headers - h0.closed_headers}), slow bodies after ${r(s.slow_body_lived_ms)} ms (closed_body +${h1.closed_body - h0.closed_body}), floods ${JSON.stringify(s.flood_status)}, 64 MB bodies ${JSON.stringify(s.big_status)}`)')"
+
+# ---- one address, a new random token on every request: its address is counted too, so 40 at
+# once get 429 past the in-flight cap (16 here) like one token's would
+R0=$(status | json 'console.log(o.http.refused_inflight)')
+node "$ABUSE" "127.0.0.1:$PORT" 4 --flood 1 --flood-depth 40 --random-token 1 --path /v1/usage \
+    --out "$tmp/random.json" 2>"$tmp/random.err"
+RT=$(cat "$tmp/random.json")
+R1=$(status | json 'console.log(o.http.refused_inflight)')
+echo "$RT" | json 'process.exit(o.flood_status[429] > 0 && Object.keys(o.flood_status).some(k => k != 429 && k != 0) ? 0 : 1)' &&
+    [ "${R1:-0}" -gt "${R0:-0}" ] && ok ||
+    bad "40 requests at once from one address with random tokens were not held to 16: $RT (refused_inflight $R0 -> $R1)"
+echo "one address, random tokens, 40 at once: $(echo "$RT" | json 'console.log(JSON.stringify(o.flood_status))')"
 
 # ---- one address alone: held to the per-address limit (64)
 node "$ABUSE" "127.0.0.1:$PORT" 5 --half-open 300 --addrs 1 --out "$tmp/one.json" 2>"$tmp/one.err" &

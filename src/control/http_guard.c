@@ -7,7 +7,8 @@
  * request headers are not in within header_timeout_s, or whose body is not
  * in within body_timeout_s after them: a client that trickles a byte at a
  * time cannot hold a connection longer than that. Requests in flight are
- * counted per bearer token (by its hash), or per address without one. */
+ * counted per address, and also per bearer token (by its hash) when they
+ * carry one: either count at its limit refuses the request. */
 #include "http_guard.h"
 #include "moontail/clock.h"
 
@@ -34,6 +35,11 @@ typedef struct guard_key {
     int conns, inflight;
     int64_t reserved_until; /* monotonic ms */
 } guard_key;
+
+/* A request's places in flight: on its address's count, and on its token's when it has one. */
+typedef struct guard_slot {
+    guard_key *addr, *token;
+} guard_slot;
 
 typedef enum conn_phase {
     PHASE_HEADERS, /* waiting for a request's headers (the first, or the next one) */
@@ -363,19 +369,26 @@ bool http_guard_headers_in(http_guard *g, struct MHD_Connection *c, const char *
         crypto_generichash(key + 1, 16, (const unsigned char *)bearer, strlen(bearer), NULL, 0);
         kl = 17;
     }
+    guard_slot *s = malloc(sizeof *s);
     pthread_mutex_lock(&g->mu);
-    guard_key *e = kl ? find(g, key, kl, true) : gc ? gc->addr : NULL;
     if (gc) set_phase(gc, PHASE_BODY);
-    bool ok = true;
-    if (e && e->inflight >= g->lim.max_inflight_per_key) {
-        ok = false;
-        g->refused_inflight++;
-        release_key(g, e, mt_mono_ms());
-    } else if (e) {
-        e->inflight++;
-        *slot = e;
+    /* the address counts whatever the token: tokens are not checked here, so a client
+     * sending a new one with every request would otherwise never be counted at all */
+    guard_key *addr = gc ? gc->addr : NULL, *token = kl ? find(g, key, kl, true) : NULL;
+    int limit = g->lim.max_inflight_per_key;
+    bool ok = !(addr && addr->inflight >= limit) && !(token && token->inflight >= limit);
+    if (!ok) g->refused_inflight++;
+    if (ok && s && (addr || token)) {
+        if (addr) addr->inflight++;
+        if (token) token->inflight++;
+        *s = (guard_slot){addr, token};
+        *slot = s;
+        s = NULL;
+    } else if (token) { /* refused (or no memory for the slot: then not counted) */
+        release_key(g, token, mt_mono_ms());
     }
     pthread_mutex_unlock(&g->mu);
+    free(s);
     return ok;
 }
 
@@ -389,14 +402,20 @@ void http_guard_body_in(struct MHD_Connection *c) {
 
 void http_guard_request_done(http_guard *g, struct MHD_Connection *c, void *slot) {
     guard_conn *gc = c ? conn_of(c) : NULL;
+    guard_slot *s = slot;
     pthread_mutex_lock(&g->mu);
-    if (slot) {
-        guard_key *e = slot;
-        e->inflight--;
-        release_key(g, e, mt_mono_ms());
+    if (s) {
+        int64_t now = mt_mono_ms();
+        guard_key *held[2] = {s->addr, s->token};
+        for (int i = 0; i < 2; i++)
+            if (held[i]) {
+                held[i]->inflight--;
+                release_key(g, held[i], now);
+            }
     }
     if (gc) set_phase(gc, PHASE_HEADERS);
     pthread_mutex_unlock(&g->mu);
+    free(s);
 }
 
 void http_guard_reserve(struct MHD_Connection *c, int seconds) {

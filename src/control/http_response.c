@@ -71,7 +71,8 @@ enum MHD_Result http_queue_busy(struct MHD_Connection *c, int limit,
                                 json_t *(*error_body)(int, const char *)) {
     char msg[200];
     snprintf(msg, sizeof msg,
-             "too many requests in flight for this token (or address): the limit is %d at once;"
+             "too many requests in flight from this address or for this token: the limit is %d"
+             " at once;"
              " wait for answers before sending more",
              limit);
     json_t *j = error_body ? error_body(429, msg) : json_pack("{s:s}", "error", msg);
