@@ -13,7 +13,8 @@
 # token here), and so does one address sending a new random token with every request, 64 MB
 # bodies 413, and one address cannot hold more than 64 connections. Then the registry stalls
 # (SIGSTOP for longer than the dead-after time): no node is counted dead for the silence that
-# caused, and the plan stays. Prints the figures.
+# caused, and the plan stays. Last, the nodes' own (reserved) address is held to 64 connections
+# too. Prints the figures.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
@@ -135,4 +136,17 @@ status | json 'process.exit(o.nodes.every(n => n.alive) && o.http.overload.episo
 [ "$(status | json 'console.log(o.plan_version)')" = "$plan1" ] && ok ||
     bad "the registry re-planned after its own stall: $(grep "plan\|->" "$tmp/reg.err" | tail -4)"
 ask >"$tmp/after.txt" && cmp -s "$tmp/ref.txt" "$tmp/after.txt" && ok || bad "the text changed after the attack"
+
+# ---- a reserved address (the nodes' 127.0.0.1) is held to the per-address limit too, so that
+# one node's address cannot take every reserved connection. Last: while it runs the nodes'
+# own new connections are refused as well. Watched from another address.
+P0=$(status | json 'console.log(o.http.refused_per_addr)')
+node "$ABUSE" "127.0.0.1:$PORT" 5 --half-open 300 --from 127.0.0.1 --out "$tmp/res.json" 2>"$tmp/res.err" &
+pids+=($!)
+sleep 3
+RH=$(curl -s --interface 127.0.9.1 "$URL/v1/status" | json 'console.log(JSON.stringify(o.http))')
+wait "${pids[-1]}"
+echo "$RH" | json "process.exit(o.reserved_conns <= 64 && o.reserved_conns >= 32 && o.refused_per_addr > ${P0:-0} ? 0 : 1)" &&
+    ok || bad "the reserved address asking for 300 connections was not held to 64: $RH"
+echo "the nodes' reserved address asking for 300 connections: the registry held $(echo "$RH" | json 'console.log(o.reserved_conns)')"
 finish

@@ -1,7 +1,7 @@
 /* http_guard.c - the HTTP server's defence against slow and abusive clients
  * (http_guard.h). libmicrohttpd asks it whether to take each connection:
- * an address that is not reserved may hold max_conns_per_addr of them and
- * all such addresses together max_conns; reserved addresses (a registry's
+ * an address may hold max_conns_per_addr of them, and all addresses that
+ * are not reserved together max_conns; reserved addresses (a registry's
  * nodes) have reserved_conns of their own, so their heartbeats get in while
  * the public side is full. A thread closes (shutdown) every connection whose
  * request headers are not in within header_timeout_s, or whose body is not
@@ -266,12 +266,13 @@ enum MHD_Result http_guard_accept(void *cls, const struct sockaddr *sa, socklen_
     pthread_mutex_lock(&g->mu);
     guard_key *e = find(g, key, kl, false);
     bool full = false, ok;
-    if (e && e->reserved_until > mt_mono_ms()) {
-        ok = g->reserved_conns < g->lim.reserved_conns;
-        full = !ok;
-    } else if (e && e->conns >= g->lim.max_conns_per_addr) {
+    /* reserved addresses too: one of them must not take every reserved connection */
+    if (e && e->conns >= g->lim.max_conns_per_addr) {
         ok = false;
         g->refused_per_addr++;
+    } else if (e && e->reserved_until > mt_mono_ms()) {
+        ok = g->reserved_conns < g->lim.reserved_conns;
+        full = !ok;
     } else {
         ok = g->public_conns < g->lim.max_conns || evict_for(g, e ? e->conns : 0);
         full = g->public_conns >= g->lim.max_conns;
