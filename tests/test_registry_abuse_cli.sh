@@ -11,10 +11,12 @@
 # limit alone: slow clients are cut at the header / body deadlines (3 s / 5 s here; none
 # sooner, and the registry counts them closed), floods get 429 past the in-flight cap (16 per
 # token here), and so does one address sending a new random token with every request, 64 MB
-# bodies 413, and one address cannot hold more than 64 connections. Then the registry stalls
-# (SIGSTOP for longer than the dead-after time): no node is counted dead for the silence that
-# caused, and the plan stays. Last, the nodes' own (reserved) address is held to 64 connections
-# too. Prints the figures.
+# bodies 413, and one address cannot hold more than 64 connections. A registry whose open
+# files (ulimit -n 600) allow fewer connections than its defaults shrinks its limits, but
+# never past what was set (--max-conns 16 holds 16). Then the registry stalls (SIGSTOP for
+# longer than the dead-after time): no node is counted dead for the silence that caused, and
+# the plan stays. Last, the nodes' own (reserved) address is held to 64 connections too.
+# Prints the figures.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
@@ -113,6 +115,22 @@ echo "$RT" | json 'process.exit(o.flood_status[429] > 0 && Object.keys(o.flood_s
     [ "${R1:-0}" -gt "${R0:-0}" ] && ok ||
     bad "40 requests at once from one address with random tokens were not held to 16: $RT (refused_inflight $R0 -> $R1)"
 echo "one address, random tokens, 40 at once: $(echo "$RT" | json 'console.log(JSON.stringify(o.flood_status))')"
+
+# ---- a hard limit on open files below what the limits need: the limits shrink to fit, and
+# never grow past what was set (--max-conns 16 stays 16 when the files would allow more)
+start_bg lim bash -c 'ulimit -n 600 && exec "$@"' lim "$BIN" registry --model "$M" --db "$tmp/lim.db" \
+    --key "$tmp/lim.key" --shards "$tmp/seed-lim" --replicas 1 --spares 0 --listen 127.0.0.1:0 --max-conns 16
+LIM=$ADDR lim_pid=$PID
+node "$ABUSE" "127.0.0.1:${LIM##*:}" 5 --half-open 40 --addrs 1 --out "$tmp/lim.json" 2>"$tmp/lim.err" &
+pids+=($!)
+sleep 3
+# (this request's own connection may shut one of theirs to get in: 17 open for a moment)
+LH=$(curl -s "$LIM/v1/status" | json 'console.log(JSON.stringify(o.http))')
+wait "${pids[-1]}"
+echo "$LH" | json 'process.exit(o.conns <= 17 && o.refused_full > 0 ? 0 : 1)' && ok ||
+    bad "with 600 open files and --max-conns 16, 40 connections from one address: $LH"
+echo "600 open files, --max-conns 16, 40 connections asked for: $(echo "$LH" | json 'console.log(o.conns, "held,", o.refused_full, "refused")')"
+kill "$lim_pid" && wait "$lim_pid"
 
 # ---- one address alone: held to the per-address limit (64)
 node "$ABUSE" "127.0.0.1:$PORT" 5 --half-open 300 --addrs 1 --out "$tmp/one.json" 2>"$tmp/one.err" &

@@ -161,7 +161,8 @@ static void *deadline_thread(void *arg) {
 }
 
 /* Room for every connection the limits allow: the soft limit on open files
- * is raised towards the hard one, and the limits shrink to what fits. */
+ * is raised towards the hard one, and the limits shrink to what fits (a
+ * third of it reserved); they never grow past what was set. */
 static void fit_open_files(mt_http_limits *l) {
     const rlim_t spare = 256; /* the process's other files: database, model, sockets */
     rlim_t want = (rlim_t)l->max_conns + (rlim_t)l->reserved_conns + EVICT_SLACK + spare;
@@ -174,9 +175,11 @@ static void fit_open_files(mt_http_limits *l) {
     }
     if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) return;
     rlim_t room = rl.rlim_cur > spare + 32 ? rl.rlim_cur - spare : 32;
-    l->reserved_conns = (int)(room / 3 > 16 ? room / 3 : 16);
-    l->max_conns =
-        (int)(room - (rlim_t)l->reserved_conns > 16 ? room - (rlim_t)l->reserved_conns : 16);
+    rlim_t reserved = room / 3 > 16 ? room / 3 : 16;
+    if (reserved < (rlim_t)l->reserved_conns) l->reserved_conns = (int)reserved;
+    /* the public side may use what the reserved one leaves, when that was set lower */
+    rlim_t left = room - (rlim_t)l->reserved_conns, max = left > 16 ? left : 16;
+    if (max < (rlim_t)l->max_conns) l->max_conns = (int)max;
 }
 
 http_guard *http_guard_new(const mt_http_limits *limits, void (*on_overload)(void *), void *ctx,
