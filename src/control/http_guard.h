@@ -30,8 +30,9 @@ void http_guard_notify(void *cls, struct MHD_Connection *c, void **socket_contex
 
 /* A request's headers are in: its body has body_timeout_s from now. Takes a
  * place in flight on its address's count and, with a bearer token, on the
- * token's too; false when either has max_inflight_per_key already (answer
- * 429; do not call http_guard_request_done then). */
+ * token's too, in *slot; false when either has max_inflight_per_key
+ * already (answer 429). *slot is NULL when nothing was taken (refused
+ * included), and http_guard_request_done gives nothing back for it. */
 bool http_guard_headers_in(http_guard *g, struct MHD_Connection *c, const char *bearer,
                            void **slot);
 /* Its body is in: no deadline while the handler (or a stream) answers. */
