@@ -14,7 +14,8 @@
 #       http://;
 #   (c) a plain listen off loopback (0.0.0.0) is refused without
 #       --insecure-http, with the message naming the fixes; with nothing
-#       said, 0.0.0.0 gets TLS; conflicting flags are exit 2;
+#       said, 0.0.0.0 gets TLS; conflicting flags are exit 2; a start that
+#       fails on its --admin-token-file leaves no certificate or key file;
 #   (d) a restart keeps the certificate and the pin;
 #   (e) an operator's certificate and key (made here with openssl) are served
 #       and trusted by pin or by --ca-file; a key that is not the
@@ -58,6 +59,11 @@ expect 2 "--no-tls asks for plain HTTP and cannot go with --tls" "$BIN" "${REG[@
 expect 2 "--insecure-http asks for plain HTTP and cannot go with --tls-cert" "$BIN" "${REG[@]}" \
     --insecure-http --tls-cert "$tmp/x.pem" --tls-key "$tmp/x.key"
 expect 2 "--tls-cert and --tls-key go together" "$BIN" "${REG[@]}" --tls-cert "$tmp/x.pem"
+# a start that fails leaves no certificate: the admin token file is read before one is made
+expect 2 "--admin-token-file $tmp/no-such-token: cannot open it" "$BIN" "${REG[@]}" --db "$tmp/adm.db" \
+    --key "$tmp/adm.key" --listen 127.0.0.1:0 --tls --admin-token-file "$tmp/no-such-token"
+[ -z "$(find "$tmp" -maxdepth 1 -name 'adm.key*')" ] && ok ||
+    bad "a start refused for its admin token file left $(find "$tmp" -maxdepth 1 -name 'adm.key*')"
 # nothing said: TLS with a self-signed certificate kept beside --key
 start_bg any "$BIN" registry --model "$M" --db "$tmp/any.db" --key "$tmp/any.key" --shards "$tmp/seed-any" \
     --listen 0.0.0.0:0
