@@ -14,11 +14,14 @@
 #       http://;
 #   (c) a plain listen off loopback (0.0.0.0) is refused without
 #       --insecure-http, with the message naming the fixes; with nothing
-#       said, 0.0.0.0 gets TLS; conflicting flags are exit 2;
-#   (d) a restart keeps the certificate and the pin;
+#       said, 0.0.0.0 gets TLS; conflicting flags are exit 2; a start that
+#       fails on its --admin-token-file, or on writing the new certificate,
+#       leaves no certificate or key file behind;
+#   (d) a restart keeps the certificate and the pin; a kept key others may
+#       read is refused, saying to chmod 600 it;
 #   (e) an operator's certificate and key (made here with openssl) are served
 #       and trusted by pin or by --ca-file; a key that is not the
-#       certificate's is refused;
+#       certificate's is refused, and so is a key others may read;
 #   (f) `setup` pins on first use (prints the pin, keeps it in config.json)
 #       and later commands use it without options; setup with a wrong
 #       --registry-pin fails.
@@ -58,6 +61,17 @@ expect 2 "--no-tls asks for plain HTTP and cannot go with --tls" "$BIN" "${REG[@
 expect 2 "--insecure-http asks for plain HTTP and cannot go with --tls-cert" "$BIN" "${REG[@]}" \
     --insecure-http --tls-cert "$tmp/x.pem" --tls-key "$tmp/x.key"
 expect 2 "--tls-cert and --tls-key go together" "$BIN" "${REG[@]}" --tls-cert "$tmp/x.pem"
+# a start that fails leaves no certificate: the admin token file is read before one is made...
+expect 2 "--admin-token-file $tmp/no-such-token: cannot open it" "$BIN" "${REG[@]}" --db "$tmp/adm.db" \
+    --key "$tmp/adm.key" --listen 127.0.0.1:0 --tls --admin-token-file "$tmp/no-such-token"
+[ -z "$(find "$tmp" -maxdepth 1 -name 'adm.key*')" ] && ok ||
+    bad "a start refused for its admin token file left $(find "$tmp" -maxdepth 1 -name 'adm.key*')"
+# ...and a certificate that cannot be written takes its new key with it (a directory in the way)
+mkdir "$tmp/w.key.tls.pem.part"
+expect 1 "cannot create $tmp/w.key.tls.pem.part" "$BIN" "${REG[@]}" --db "$tmp/w.db" --key "$tmp/w.key" \
+    --listen 127.0.0.1:0 --tls
+[ -z "$(find "$tmp" -maxdepth 1 -name 'w.key*' ! -name w.key.tls.pem.part)" ] && ok ||
+    bad "a certificate that could not be written left $(find "$tmp" -maxdepth 1 -name 'w.key*')"
 # nothing said: TLS with a self-signed certificate kept beside --key
 start_bg any "$BIN" registry --model "$M" --db "$tmp/any.db" --key "$tmp/any.key" --shards "$tmp/seed-any" \
     --listen 0.0.0.0:0
@@ -133,6 +147,10 @@ URL=$ADDR
 [ "$(md5sum <"$tmp/reg.key.tls.pem")" = "$sum" ] && ok || bad "the certificate file changed across a restart"
 grep -q "self-signed, kept in" "$tmp/reg2.out" && ok || bad "the restart did not say it kept the certificate"
 expect 0 "" "$BIN" status --registry "$URL" --registry-pin "$PIN"
+chmod 644 "$tmp/reg.key.tls.key"
+expect 1 "TLS key $tmp/reg.key.tls.key: other users may access it (mode 0644).*chmod 600 $tmp/reg.key.tls.key" \
+    "$BIN" "${REG[@]}" --db "$tmp/reg3.db" --listen 127.0.0.1:0 --tls
+chmod 600 "$tmp/reg.key.tls.key"
 
 # ==== (f) setup pins on first use ==============================================================
 expect 0 "presents TLS certificate $PIN" "$BIN" setup --accept-terms --registry "$URL" --no-start \
@@ -152,6 +170,10 @@ openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/op.key" -out "$tmp/op.pe
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$tmp/other.key" 2>/dev/null || bad "openssl genpkey"
 expect 1 "TLS key .*other.key is not the key of certificate" "$BIN" "${REG[@]}" --db "$tmp/op.db" \
     --listen 127.0.0.1:0 --tls-cert "$tmp/op.pem" --tls-key "$tmp/other.key"
+chmod 640 "$tmp/op.key"
+expect 1 "TLS key $tmp/op.key: other users may access it (mode 0640).*chmod 600 $tmp/op.key" "$BIN" "${REG[@]}" \
+    --db "$tmp/op.db" --listen 127.0.0.1:0 --tls-cert "$tmp/op.pem" --tls-key "$tmp/op.key"
+chmod 600 "$tmp/op.key"
 start_bg op "$BIN" "${REG[@]}" --db "$tmp/op.db" --listen 127.0.0.1:0 --tls-cert "$tmp/op.pem" \
     --tls-key "$tmp/op.key"
 OP=$ADDR OPPIN=$(printed_pin op)

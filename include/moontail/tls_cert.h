@@ -30,8 +30,9 @@ typedef struct mt_tls_identity {
 } mt_tls_identity;
 
 /* Loads a certificate (PEM; a chain starts with the server's own) and its
- * private key (PEM, unencrypted), checks that they belong together, and
- * computes the pin. 0, or -1 with err naming the file and what is wrong. */
+ * private key (PEM, unencrypted; a key file other users may access, mode &
+ * 077, is refused), checks that they belong together, and computes the pin.
+ * 0, or -1 with err naming the file and what is wrong. */
 int mt_tls_identity_load(mt_tls_identity *id, const char *cert_path, const char *key_path,
                          mt_error *err);
 
@@ -39,7 +40,8 @@ int mt_tls_identity_load(mt_tls_identity *id, const char *cert_path, const char 
  * files exist; made when neither does (ECDSA P-256, valid 10 years, its
  * SubjectAltNames `host` - an IP address or a name; for a wildcard address,
  * this machine's host name - and localhost, 127.0.0.1, ::1) and written,
- * the key with mode 0600. One file without the other is an error. */
+ * the key with mode 0600 (when either cannot be written, neither is left).
+ * One file without the other is an error. */
 int mt_tls_identity_self_signed(mt_tls_identity *id, const char *cert_path, const char *key_path,
                                 const char *host, mt_error *err);
 

@@ -71,31 +71,37 @@ static const char usage[] =
     "  --rehash              read and hash the whole model again, ignoring the "
     "cache\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines\n" CLI_LOG_USAGE;
 
+/* The self-signed pair's files, kept beside the registry's key:
+ * KEY.tls.pem and KEY.tls.key. False when the key's path is too long. */
+typedef struct tls_paths {
+    char cert[4200], key[4200];
+} tls_paths;
+
+static bool tls_paths_of(tls_paths *p, const char *key) {
+    return snprintf(p->cert, sizeof p->cert, "%s.tls.pem", key) < (int)sizeof p->cert &&
+           snprintf(p->key, sizeof p->key, "%s.tls.key", key) < (int)sizeof p->key;
+}
+
 /* The certificate to serve: the operator's (cert and key given), else the
- * self-signed pair kept beside the registry's key (made at the first start).
- * 0, or 1 after saying what is wrong. */
-static int registry_tls(mt_tls_identity *id, const char *listen, const char *key, const char *cert,
-                        const char *cert_key) {
+ * self-signed pair at `pair` (made at the first start). 0, or 1 after
+ * saying what is wrong. */
+static int registry_tls(mt_tls_identity *id, const char *listen, const tls_paths *pair,
+                        const char *cert, const char *cert_key) {
     mt_error err = {{0}};
     if (cert) {
         if (mt_tls_identity_load(id, cert, cert_key, &err) == 0) return 0;
         fprintf(stderr, "moontail registry: %s\n", err.msg);
         return 1;
     }
-    char cpath[4096], kpath[4096], host[300];
-    if (snprintf(cpath, sizeof cpath, "%s.tls.pem", key) >= (int)sizeof cpath ||
-        snprintf(kpath, sizeof kpath, "%s.tls.key", key) >= (int)sizeof kpath) {
-        fprintf(stderr, "moontail registry: --key path too long\n");
-        return 1;
-    }
     /* the listen host for the certificate's names: "[::1]:80" -> ::1, ":80" -> 127.0.0.1 */
+    char host[300];
     const char *colon = strrchr(listen, ':');
     size_t hl = colon ? (size_t)(colon - listen) : strlen(listen);
     const char *h = listen;
     if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') h++, hl -= 2;
     snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : sizeof host - 1), h);
     if (!host[0]) snprintf(host, sizeof host, "127.0.0.1");
-    if (mt_tls_identity_self_signed(id, cpath, kpath, host, &err) == 0) return 0;
+    if (mt_tls_identity_self_signed(id, pair->cert, pair->key, host, &err) == 0) return 0;
     fprintf(stderr, "moontail registry: %s\n", err.msg);
     return 1;
 }
@@ -192,22 +198,32 @@ int cmd_registry(int argc, char **argv) {
         return 2;
     }
     /* TLS when asked for, and by default off loopback (plain there only with --insecure-http) */
-    mt_tls_identity id = {0};
     bool use_tls = tls || tls_cert || (!mt_addr_loopback(listen) && !insecure_http && !no_tls);
-    if (use_tls && registry_tls(&id, listen, key, tls_cert, tls_key)) return 1;
-    char pin[MT_TLS_PIN_SIZE], cert_what[4200];
-    snprintf(pin, sizeof pin, "%s", id.pin);
-    if (tls_cert)
-        snprintf(cert_what, sizeof cert_what, "from %s", tls_cert);
-    else
-        snprintf(cert_what, sizeof cert_what, "self-signed, %s %s.tls.pem",
-                 id.generated ? "made now:" : "kept in", key);
+    tls_paths pair = {"", ""};
+    if (use_tls && !tls_cert && !tls_paths_of(&pair, key)) {
+        fprintf(stderr, "moontail registry: --key path too long\n");
+        return 1;
+    }
+    /* every check that can fail before a self-signed certificate is made, so that a start
+     * refused for them leaves no new files */
     char *admin = NULL;
     if (admin_file &&
         !(admin = cli_secret_file("registry", "--admin-token-file", admin_file,
-                                  "the admin token that creating accounts will need"))) {
-        mt_tls_identity_free(&id);
+                                  "the admin token that creating accounts will need")))
         return 2;
+    mt_tls_identity id = {0};
+    if (use_tls && registry_tls(&id, listen, &pair, tls_cert, tls_key)) {
+        free(admin);
+        return 1;
+    }
+    char pin[MT_TLS_PIN_SIZE] = "", cert_what[4300] = "";
+    if (use_tls) {
+        snprintf(pin, sizeof pin, "%s", id.pin);
+        if (tls_cert)
+            snprintf(cert_what, sizeof cert_what, "from %s", tls_cert);
+        else
+            snprintf(cert_what, sizeof cert_what, "self-signed, %s %s",
+                     id.generated ? "made now:" : "kept in", pair.cert);
     }
     sigset_t sigs;
     cli_block_stop_signals(&sigs, log_opts.file != NULL);
@@ -252,11 +268,8 @@ int cmd_registry(int argc, char **argv) {
     if (!r) {
         fprintf(stderr, "moontail registry: %s\n", err.msg);
         if (tls_made) { /* made for this start, which failed: like the key, not kept */
-            char path[4200];
-            snprintf(path, sizeof path, "%s.tls.pem", key);
-            unlink(path);
-            snprintf(path, sizeof path, "%s.tls.key", key);
-            unlink(path);
+            unlink(pair.cert);
+            unlink(pair.key);
         }
         return 1;
     }

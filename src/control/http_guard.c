@@ -1,13 +1,14 @@
 /* http_guard.c - the HTTP server's defence against slow and abusive clients
  * (http_guard.h). libmicrohttpd asks it whether to take each connection:
- * an address that is not reserved may hold max_conns_per_addr of them and
- * all such addresses together max_conns; reserved addresses (a registry's
+ * an address may hold max_conns_per_addr of them, and all addresses that
+ * are not reserved together max_conns; reserved addresses (a registry's
  * nodes) have reserved_conns of their own, so their heartbeats get in while
  * the public side is full. A thread closes (shutdown) every connection whose
  * request headers are not in within header_timeout_s, or whose body is not
  * in within body_timeout_s after them: a client that trickles a byte at a
  * time cannot hold a connection longer than that. Requests in flight are
- * counted per bearer token (by its hash), or per address without one. */
+ * counted per address, and also per bearer token (by its hash) when they
+ * carry one: either count at its limit refuses the request. */
 #include "http_guard.h"
 #include "moontail/clock.h"
 
@@ -34,6 +35,11 @@ typedef struct guard_key {
     int conns, inflight;
     int64_t reserved_until; /* monotonic ms */
 } guard_key;
+
+/* A request's places in flight: on its address's count, and on its token's when it has one. */
+typedef struct guard_slot {
+    guard_key *addr, *token;
+} guard_slot;
 
 typedef enum conn_phase {
     PHASE_HEADERS, /* waiting for a request's headers (the first, or the next one) */
@@ -155,7 +161,8 @@ static void *deadline_thread(void *arg) {
 }
 
 /* Room for every connection the limits allow: the soft limit on open files
- * is raised towards the hard one, and the limits shrink to what fits. */
+ * is raised towards the hard one, and the limits shrink to what fits (a
+ * third of it reserved); they never grow past what was set. */
 static void fit_open_files(mt_http_limits *l) {
     const rlim_t spare = 256; /* the process's other files: database, model, sockets */
     rlim_t want = (rlim_t)l->max_conns + (rlim_t)l->reserved_conns + EVICT_SLACK + spare;
@@ -168,9 +175,11 @@ static void fit_open_files(mt_http_limits *l) {
     }
     if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) return;
     rlim_t room = rl.rlim_cur > spare + 32 ? rl.rlim_cur - spare : 32;
-    l->reserved_conns = (int)(room / 3 > 16 ? room / 3 : 16);
-    l->max_conns =
-        (int)(room - (rlim_t)l->reserved_conns > 16 ? room - (rlim_t)l->reserved_conns : 16);
+    rlim_t reserved = room / 3 > 16 ? room / 3 : 16;
+    if (reserved < (rlim_t)l->reserved_conns) l->reserved_conns = (int)reserved;
+    /* the public side may use what the reserved one leaves, when that was set lower */
+    rlim_t left = room - (rlim_t)l->reserved_conns, max = left > 16 ? left : 16;
+    if (max < (rlim_t)l->max_conns) l->max_conns = (int)max;
 }
 
 http_guard *http_guard_new(const mt_http_limits *limits, void (*on_overload)(void *), void *ctx,
@@ -260,12 +269,13 @@ enum MHD_Result http_guard_accept(void *cls, const struct sockaddr *sa, socklen_
     pthread_mutex_lock(&g->mu);
     guard_key *e = find(g, key, kl, false);
     bool full = false, ok;
-    if (e && e->reserved_until > mt_mono_ms()) {
-        ok = g->reserved_conns < g->lim.reserved_conns;
-        full = !ok;
-    } else if (e && e->conns >= g->lim.max_conns_per_addr) {
+    /* reserved addresses too: one of them must not take every reserved connection */
+    if (e && e->conns >= g->lim.max_conns_per_addr) {
         ok = false;
         g->refused_per_addr++;
+    } else if (e && e->reserved_until > mt_mono_ms()) {
+        ok = g->reserved_conns < g->lim.reserved_conns;
+        full = !ok;
     } else {
         ok = g->public_conns < g->lim.max_conns || evict_for(g, e ? e->conns : 0);
         full = g->public_conns >= g->lim.max_conns;
@@ -363,19 +373,26 @@ bool http_guard_headers_in(http_guard *g, struct MHD_Connection *c, const char *
         crypto_generichash(key + 1, 16, (const unsigned char *)bearer, strlen(bearer), NULL, 0);
         kl = 17;
     }
+    guard_slot *s = malloc(sizeof *s);
     pthread_mutex_lock(&g->mu);
-    guard_key *e = kl ? find(g, key, kl, true) : gc ? gc->addr : NULL;
     if (gc) set_phase(gc, PHASE_BODY);
-    bool ok = true;
-    if (e && e->inflight >= g->lim.max_inflight_per_key) {
-        ok = false;
-        g->refused_inflight++;
-        release_key(g, e, mt_mono_ms());
-    } else if (e) {
-        e->inflight++;
-        *slot = e;
+    /* the address counts whatever the token: tokens are not checked here, so a client
+     * sending a new one with every request would otherwise never be counted at all */
+    guard_key *addr = gc ? gc->addr : NULL, *token = kl ? find(g, key, kl, true) : NULL;
+    int limit = g->lim.max_inflight_per_key;
+    bool ok = !(addr && addr->inflight >= limit) && !(token && token->inflight >= limit);
+    if (!ok) g->refused_inflight++;
+    if (ok && s && (addr || token)) {
+        if (addr) addr->inflight++;
+        if (token) token->inflight++;
+        *s = (guard_slot){addr, token};
+        *slot = s;
+        s = NULL;
+    } else if (token) { /* refused (or no memory for the slot: then not counted) */
+        release_key(g, token, mt_mono_ms());
     }
     pthread_mutex_unlock(&g->mu);
+    free(s);
     return ok;
 }
 
@@ -389,14 +406,20 @@ void http_guard_body_in(struct MHD_Connection *c) {
 
 void http_guard_request_done(http_guard *g, struct MHD_Connection *c, void *slot) {
     guard_conn *gc = c ? conn_of(c) : NULL;
+    guard_slot *s = slot;
     pthread_mutex_lock(&g->mu);
-    if (slot) {
-        guard_key *e = slot;
-        e->inflight--;
-        release_key(g, e, mt_mono_ms());
+    if (s) {
+        int64_t now = mt_mono_ms();
+        guard_key *held[2] = {s->addr, s->token};
+        for (int i = 0; i < 2; i++)
+            if (held[i]) {
+                held[i]->inflight--;
+                release_key(g, held[i], now);
+            }
     }
     if (gc) set_phase(gc, PHASE_HEADERS);
     pthread_mutex_unlock(&g->mu);
+    free(s);
 }
 
 void http_guard_reserve(struct MHD_Connection *c, int seconds) {

@@ -2,7 +2,7 @@
  * and abusive clients (http_guard.c): it decides which connections to take
  * (per address, in all, with room kept for reserved addresses), closes the
  * ones whose headers or body do not arrive in time, and counts requests in
- * flight per token. */
+ * flight per address and per token. */
 #ifndef MOONTAIL_HTTP_GUARD_H
 #define MOONTAIL_HTTP_GUARD_H
 
@@ -29,9 +29,10 @@ void http_guard_notify(void *cls, struct MHD_Connection *c, void **socket_contex
                        enum MHD_ConnectionNotificationCode toe);
 
 /* A request's headers are in: its body has body_timeout_s from now. Takes a
- * place in flight for its key (its bearer token, or its address); false
- * when the key has max_inflight_per_key already (answer 429; do not call
- * http_guard_request_done then). */
+ * place in flight on its address's count and, with a bearer token, on the
+ * token's too, in *slot; false when either has max_inflight_per_key
+ * already (answer 429). *slot is NULL when nothing was taken (refused
+ * included), and http_guard_request_done gives nothing back for it. */
 bool http_guard_headers_in(http_guard *g, struct MHD_Connection *c, const char *bearer,
                            void **slot);
 /* Its body is in: no deadline while the handler (or a stream) answers. */

@@ -43,7 +43,7 @@ struct mt_http_stream {
 enum MHD_Result http_send_response(struct MHD_Connection *c, mt_http_response *resp,
                                    json_t *(*error_body)(int, const char *));
 
-/* 429 with Retry-After: the client's token (or address) has `limit` requests in flight. */
+/* 429 with Retry-After: the client's address or token has `limit` requests in flight. */
 enum MHD_Result http_queue_busy(struct MHD_Connection *c, int limit,
                                 json_t *(*error_body)(int, const char *));
 /* 413: a body over max_body bytes (announced, or sent). */

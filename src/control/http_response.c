@@ -58,11 +58,11 @@ static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *
     return queue(c, status, "application/json", t, n, headers);
 }
 
-/* An error the server answers by itself, in the configured shape. */
+/* An error the server answers by itself, in the configured shape (headers: extra ones, or NULL). */
 static enum MHD_Result queue_error(struct MHD_Connection *c, int status, const char *msg,
-                                   json_t *(*error_body)(int, const char *)) {
+                                   json_t *headers, json_t *(*error_body)(int, const char *)) {
     json_t *j = error_body ? error_body(status, msg) : json_pack("{s:s}", "error", msg);
-    enum MHD_Result ok = queue_json(c, status, j, NULL);
+    enum MHD_Result ok = queue_json(c, status, j, headers);
     json_decref(j);
     return ok;
 }
@@ -71,14 +71,12 @@ enum MHD_Result http_queue_busy(struct MHD_Connection *c, int limit,
                                 json_t *(*error_body)(int, const char *)) {
     char msg[200];
     snprintf(msg, sizeof msg,
-             "too many requests in flight for this token (or address): the limit is %d at once;"
-             " wait for answers before sending more",
+             "too many requests in flight from this address or for this token: the limit is %d"
+             " at once; wait for answers before sending more",
              limit);
-    json_t *j = error_body ? error_body(429, msg) : json_pack("{s:s}", "error", msg);
     json_t *h = json_pack("{s:s}", "Retry-After", "1");
-    enum MHD_Result ok = queue_json(c, 429, j, h);
+    enum MHD_Result ok = queue_error(c, 429, msg, h, error_body);
     json_decref(h);
-    json_decref(j);
     return ok;
 }
 
@@ -86,7 +84,7 @@ enum MHD_Result http_queue_too_big(struct MHD_Connection *c, size_t max_body,
                                    json_t *(*error_body)(int, const char *)) {
     char msg[128];
     snprintf(msg, sizeof msg, "request body too large (the limit is %zu bytes)", max_body);
-    return queue_error(c, 413, msg, error_body);
+    return queue_error(c, 413, msg, NULL, error_body);
 }
 
 bool http_digits(const char **p, uint64_t *v) {
@@ -131,7 +129,7 @@ static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, in
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         if (fd >= 0) close(fd);
-        return queue_error(c, 404, "file not found", error_body);
+        return queue_error(c, 404, "file not found", NULL, error_body);
     }
     uint64_t n = (uint64_t)sb.st_size, from = 0, to = n ? n - 1 : 0;
     int pr = parse_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), n, &from, &to);

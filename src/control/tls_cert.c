@@ -22,11 +22,27 @@
 #define PEM_MAX    (1 << 20) /* a certificate chain or a key is a few KB */
 #define VALID_DAYS 3650
 
-/* The whole file at path, NUL-terminated (heap), or NULL with err. */
-static char *read_pem(const char *path, const char *what, size_t *len, mt_error *err) {
+/* The whole file at path, NUL-terminated (heap), or NULL with err. A secret
+ * one (a private key) is refused when other users may access it. */
+static char *read_pem(const char *path, const char *what, bool secret, size_t *len, mt_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         mt_error_set(err, "TLS %s %s: %s", what, path, strerror(errno));
+        return NULL;
+    }
+    struct stat st = {0};
+    if (secret && fstat(fileno(f), &st) != 0) {
+        int e = errno;
+        fclose(f);
+        mt_error_set(err, "TLS %s %s: %s", what, path, strerror(e));
+        return NULL;
+    }
+    if (secret && (st.st_mode & 077)) {
+        fclose(f);
+        mt_error_set(err,
+                     "TLS %s %s: other users may access it (mode %04o); refusing to use it."
+                     " Run 'chmod 600 %s' (and consider the key exposed if others could read it)",
+                     what, path, (unsigned)(st.st_mode & 07777), path);
         return NULL;
     }
     char *buf = malloc(PEM_MAX + 1);
@@ -196,8 +212,8 @@ int mt_tls_identity_load(mt_tls_identity *id, const char *cert_path, const char 
     if (!cert_path || !key_path || !*cert_path || !*key_path)
         return mt_error_set(err, "TLS needs both a certificate and a key file");
     size_t n;
-    if (!(id->cert_pem = read_pem(cert_path, "certificate", &n, err)) ||
-        !(id->key_pem = read_pem(key_path, "key", &n, err)) ||
+    if (!(id->cert_pem = read_pem(cert_path, "certificate", false, &n, err)) ||
+        !(id->key_pem = read_pem(key_path, "key", true, &n, err)) ||
         check_pair(id, cert_path, key_path, err)) {
         mt_tls_identity_free(id);
         return -1;
@@ -292,9 +308,15 @@ int mt_tls_identity_self_signed(mt_tls_identity *id, const char *cert_path, cons
                             " (with a new pin, which every client must then be given)",
                             have_cert ? cert_path : key_path, have_cert ? key_path : cert_path,
                             have_cert ? cert_path : key_path);
-    if (generate(id, host, err) || write_file(key_path, id->key_pem, 0600, err) ||
-        write_file(cert_path, id->cert_pem, 0644, err) ||
-        check_pair(id, cert_path, key_path, err)) {
+    if (generate(id, host, err) || write_file(key_path, id->key_pem, 0600, err)) {
+        mt_tls_identity_free(id);
+        return -1;
+    }
+    /* a key without its certificate would make every later start refuse the half pair */
+    bool cert_written = write_file(cert_path, id->cert_pem, 0644, err) == 0;
+    if (!cert_written || check_pair(id, cert_path, key_path, err)) {
+        unlink(key_path);
+        if (cert_written) unlink(cert_path);
         mt_tls_identity_free(id);
         return -1;
     }

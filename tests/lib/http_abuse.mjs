@@ -1,32 +1,36 @@
 // http_abuse.mjs - a hostile crowd against an HTTP server, for the tests of its limits:
 //   node http_abuse.mjs HOST:PORT SECONDS [--half-open N] [--addrs K] [--slowloris N]
-//        [--slow-body N] [--flood N --token T --path P] [--garbage N] [--big N] [--out FILE]
-// From K source addresses 127.0.1.1.. (loopback only) it keeps N half-open connections
-// (a request line cut short, then silence) open, reopening every one the server closes;
-// slowloris clients send one header byte a second and never finish; slow-body clients
-// send whole headers, then one body byte a second; flood clients keep 8 requests each in
-// flight with a token (POSTs to --path whose body comes 300 ms late); garbage clients send random bytes; big clients announce a 64 MB
-// body. Each of those abusive clients has its own address (127.0.2.x for slowloris, .3
-// slow bodies, .4 floods, .5 garbage, .6 big bodies). After SECONDS it writes what it saw
-// as JSON: how long the server let slow clients live and the answers it got. (Its count
-// of open connections includes those still in the kernel's backlog: the server's own
-// figures say what it held.)
+//        [--from ADDR] [--slow-body N] [--flood N --token T --path P] [--flood-depth D]
+//        [--random-token 1] [--garbage N] [--big N] [--out FILE]
+// From K source addresses 127.0.1.1.. (or all from --from ADDR; loopback only) it keeps N
+// half-open connections (a request line cut short, then silence) open, reopening every one the
+// server closes; slowloris clients send one header byte a second and never finish; slow-body
+// clients send whole headers, then one body byte a second; flood clients keep D requests each
+// (8) in flight with a token (POSTs to --path whose body comes 300 ms late; with
+// --random-token 1 a new random token on every request); garbage clients send random bytes;
+// big clients announce a 64 MB body. Each of those abusive clients has its own address
+// (127.0.2.x for slowloris, .3 slow bodies, .4 floods, .5 garbage, .6 big bodies). After
+// SECONDS it writes what it saw as JSON: how long the server let slow clients live and the
+// answers it got. (Its count of open connections includes those still in the kernel's backlog:
+// the server's own figures say what it held.)
 import net from 'node:net';
 import fs from 'node:fs';
+import crypto from 'node:crypto';
 
 const [target, secondsArg, ...rest] = process.argv.slice(2);
 const [host, portText] = target.split(':');
 const port = Number(portText);
-const opt = { 'half-open': 0, addrs: 1, slowloris: 0, 'slow-body': 0, flood: 0, garbage: 0, big: 0,
-    token: '', path: '/v1/status', out: '' };
+const opt = { 'half-open': 0, addrs: 1, from: '', slowloris: 0, 'slow-body': 0, flood: 0,
+    'flood-depth': 8, 'random-token': 0, garbage: 0, big: 0, token: '', path: '/v1/status', out: '' };
 for (let i = 0; i < rest.length; i += 2) {
     const k = rest[i].replace(/^--/, '');
     if (!(k in opt)) throw new Error(`unknown option ${rest[i]}`);
     opt[k] = typeof opt[k] === 'number' ? Number(rest[i + 1]) : rest[i + 1];
 }
-if (!/^127\./.test(host)) throw new Error('loopback targets only');
+if (!/^127\./.test(host) || (opt.from && !/^127\./.test(opt.from)))
+    throw new Error('loopback addresses only');
 const endAt = Date.now() + Number(secondsArg) * 1000;
-const src = (i) => `127.0.1.${1 + (i % Math.max(1, opt.addrs))}`;
+const src = (i) => opt.from || `127.0.1.${1 + (i % Math.max(1, opt.addrs))}`;
 const own = (kind, i) => `127.0.${kind}.${1 + (i % 250)}`;
 const stats = { half_open_now: 0, half_open_max: 0, half_open_opened: 0, half_open_closed: 0,
     slow_lived_ms: [], slow_body_lived_ms: [], flood_status: {}, garbage_closed: 0,
@@ -99,8 +103,10 @@ function request(i, path, extra) {
 async function flood(i) {
     while (!stopping) {
         const batch = [];
-        for (let k = 0; k < 8; k++)
-            batch.push(request(i, opt.path, opt.token ? `Authorization: Bearer ${opt.token}\r\n` : ''));
+        for (let k = 0; k < opt['flood-depth']; k++) {
+            const token = opt['random-token'] ? crypto.randomBytes(24).toString('hex') : opt.token;
+            batch.push(request(i, opt.path, token ? `Authorization: Bearer ${token}\r\n` : ''));
+        }
         for (const st of await Promise.all(batch)) count(stats.flood_status, st);
     }
 }
