@@ -61,11 +61,11 @@ typedef struct mt_http_server mt_http_server;
 typedef struct mt_http_limits {
     int max_conns;            /* connections from addresses not reserved (1024) */
     int reserved_conns;       /* further ones, only for reserved addresses (512) */
-    int max_conns_per_addr;   /* open at once from one address that is not reserved (64) */
+    int max_conns_per_addr;   /* open at once from one address, reserved or not (64) */
     int header_timeout_s;     /* a request's headers must be in within this (10) */
     int body_timeout_s;       /* and its body within this after them (30) */
-    int max_inflight_per_key; /* requests at once per bearer token, or per address without
-                                 one; more get 429 (64) */
+    int max_inflight_per_key; /* requests at once from one address, and per bearer token;
+                                 more get 429 (64) */
 } mt_http_limits;
 
 typedef struct mt_http_server_config {
@@ -111,7 +111,7 @@ void mt_http_server_stop(mt_http_server *s);
 const char *mt_http_server_addr(const mt_http_server *s);
 void mt_http_server_stats(mt_http_server *s, mt_http_stats *out);
 /* The address this request came from is trusted for the next `seconds`:
- * its connections come out of reserved_conns, with no per-address limit.
+ * its connections come out of reserved_conns (max_conns_per_addr still holds).
  * Call it once the request proved who it is (a node's token). */
 void mt_http_reserve_client(const mt_http_request *req, int seconds);
 

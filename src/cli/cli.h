@@ -118,9 +118,9 @@ bool cli_kv_type(const char *cmd, const char *name, mt_kv_type *t);
 #define CLI_HTTP_LIMIT_USAGE                                                                       \
     "  --max-conns N         HTTP connections open at once from addresses not reserved\n"          \
     "                        (default 1024; known nodes get 512 more of their own)\n"              \
-    "  --max-conns-per-addr N  open at once from one such address (default 64)\n"                  \
-    "  --max-inflight-per-token N  requests at once per token, or per address without\n"           \
-    "                        one; more get 429 (default 64)\n"                                     \
+    "  --max-conns-per-addr N  open at once from one address (default 64)\n"                       \
+    "  --max-inflight-per-token N  requests at once from one address, and per token;\n"            \
+    "                        more get 429 (default 64)\n"                                          \
     "  --header-timeout-s N  a request's headers must be in within N s (default 10)\n"             \
     "  --body-timeout-s N    and its body within N s more (default 30)\n"
 mt_http_limits cli_http_limits(const int64_t v[5]);
