@@ -378,16 +378,16 @@ static json_t *assignment_json(mt_registry *r, const reg_node *n, const reg_node
     char name[96];
     reg_shard_name(&n->a, name);
     json_t *j =
-        json_pack("{s:s, s:i, s:[i,i], s:b, s:[i,i]}", "role", reg_role_name(n->a.role), "replica",
-                  n->a.replica, "layers", n->a.layer_begin, n->a.layer_end, "attention",
+        json_pack("{s:s, s:i, s:[i,i], s:b, s:[i,i]}", "role", mt_place_role_name(n->a.role),
+                  "replica", n->a.replica, "layers", n->a.layer_begin, n->a.layer_end, "attention",
                   n->a.attention, "experts", n->a.expert_begin, n->a.expert_end);
     if (name[0]) json_object_set_new(j, "shard", json_string(name));
     if (n->a.attention)
         json_object_set_new(j, "kv_type", json_string(mt_kv_type_name(r->cfg.kv_type)));
-    if (n->a.role == REG_ROLE_STAGE) { /* paired layer: the partners this stage calls */
+    if (n->a.role == MT_PLACE_STAGE) { /* paired layer: the partners this stage calls */
         json_t *partners = json_array();
         for (int32_t i = 0; i < k; i++)
-            if (all[i].a.role == REG_ROLE_PARTNER && all[i].a.paired_with == n->id)
+            if (all[i].a.role == MT_PLACE_PARTNER && all[i].a.paired_with == n->id)
                 json_array_append_new(
                     partners, json_pack("{s:I, s:s, s:s, s:b}", "node_id", (json_int_t)all[i].id,
                                         "addr", all[i].addr, "key", all[i].pubkey, "alive",

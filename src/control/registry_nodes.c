@@ -43,7 +43,9 @@ static void node_row(sqlite3_stmt *st, reg_node *n) {
     n->joined = sqlite3_column_int64(st, c++);
     n->last_seen = sqlite3_column_int64(st, c++);
     n->uptime_ms = sqlite3_column_int64(st, c++);
-    n->a.role = (reg_role)sqlite3_column_int(st, c++);
+    int role = sqlite3_column_int(st, c++); /* a number outside the enum: no role */
+    n->a.role =
+        role >= MT_PLACE_NONE && role <= MT_PLACE_SPARE ? (mt_place_role)role : MT_PLACE_NONE;
     n->a.replica = sqlite3_column_int(st, c++);
     n->a.layer_begin = sqlite3_column_int(st, c++);
     n->a.layer_end = sqlite3_column_int(st, c++);
@@ -186,27 +188,11 @@ const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_
     if (n->quarantined) return "quarantined"; /* until an operator releases it, alive or not */
     if (!reg_node_alive(r, n, now_ms)) return n->last_seen ? "dead" : "joining";
     if (n->paused || scheduled_pause(n, now_ms)) return n->a.role ? "draining" : "paused";
-    if (n->a.role == REG_ROLE_NONE) return "idle";
-    if (n->a.role == REG_ROLE_SPARE) return "spare";
+    if (n->a.role == MT_PLACE_NONE) return "idle";
+    if (n->a.role == MT_PLACE_SPARE) return "spare";
     char want[96];
     reg_shard_name(&n->a, want);
     if (strcmp(want, n->ready_shard) == 0) return "serving";
     /* it reports why it cannot serve (its fetch or its load failed): not merely loading */
     return n->problem[0] ? "failing" : "loading";
-}
-
-const char *reg_role_name(reg_role role) {
-    switch (role) {
-    case REG_ROLE_NONE:
-        return "none";
-    case REG_ROLE_STAGE:
-        return "stage";
-    case REG_ROLE_PARTNER:
-        return "partner";
-    case REG_ROLE_EXPERTS:
-        return "experts";
-    case REG_ROLE_SPARE:
-        return "spare";
-    }
-    return "?";
 }
