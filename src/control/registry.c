@@ -144,21 +144,12 @@ static int load_model(mt_registry *r, mt_error *err) {
     return reg_meta_set(r, "mode", mode, err);
 }
 
-void reg_check_stall(mt_registry *r) {
-    /* the placement thread turns every 250 ms; when it has not for a second (the process
-     * stalled, or the lock was held that long), heartbeats may have waited as long, so
-     * their absence is not the nodes' doing */
-    if (mt_mono_ms() - atomic_load(&r->turned_ms) > 1000)
-        reg_note_overload(r, atomic_load(&r->turned_wall_ms));
-}
-
 static void *ticker(void *arg) {
     mt_registry *r = arg;
     while (!mt_bg_thread_stopping(&r->ticker)) {
         pthread_mutex_lock(&r->lock);
         reg_check_stall(r);
         atomic_store(&r->turned_ms, mt_mono_ms());
-        atomic_store(&r->turned_wall_ms, r->started_ms);
         atomic_store(&r->turned_wall_ms, mt_wall_ms());
         reg_replan(r, mt_wall_ms());
         pthread_mutex_unlock(&r->lock);

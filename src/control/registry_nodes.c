@@ -151,6 +151,14 @@ bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms) {
            now_ms <= atomic_load(&r->overload_until) && now_ms - n->last_seen <= grace;
 }
 
+void reg_check_stall(mt_registry *r) {
+    /* the placement thread turns every 250 ms; when it has not for a second (the process
+     * stalled, or the lock was held that long), heartbeats may have waited as long, so
+     * their absence is not the nodes' doing */
+    if (mt_mono_ms() - atomic_load(&r->turned_ms) > 1000)
+        reg_note_overload(r, atomic_load(&r->turned_wall_ms));
+}
+
 void reg_note_overload(mt_registry *r, int64_t began_ms) {
     int64_t now = mt_wall_ms();
     pthread_mutex_lock(&r->grace_mu);
