@@ -112,7 +112,7 @@ timeout 30 "$BIN" mkmodel -o "$M" --arch qwen3moe --type f32 --layers 4 --embd 1
 msize=$(stat -c %s "$M")
 cap_mb=$((msize * 6 / 10 / 1000000 + 1)) # room for about half the model: 2 stages a pipeline
 PROMPT="Every machine of the cell holds a part"
-NLONG=3000 NSHORT=24 NIMP=12 # NLONG: long enough to be cut into at any speed
+NLONG=800 NSHORT=24 NIMP=12 # NLONG: the faults happen at position 100 (long_prompt), so 800 leaves 700 to finish
 timeout 60 "$BIN" run -m "$M" -p "$PROMPT" -n $NSHORT --temp 0 -t 1 --json >"$tmp/ref.json" 2>/dev/null || bad "reference run"
 ref=$(tokens <"$tmp/ref.json")
 timeout 120 "$BIN" run -m "$M" -p "$PROMPT" -n $NLONG --temp 0 -t 1 --ignore-eos >"$tmp/ref_long.txt" 2>/dev/null ||
