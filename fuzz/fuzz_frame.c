@@ -12,6 +12,7 @@
  *      through the data-plane decoder (mt_proto_decode), as a node does;
  *   2: the bytes as the client's side of a handshake against a server.
  * The bytes go through a socketpair, as they would through TCP. */
+#include "fuzz_target.h"
 #include "../src/net/net_internal.h"
 #include "fuzz_util.h"
 #include "moontail/keys.h"

@@ -6,6 +6,7 @@
  * (mt_vocab_load) and the model loader (mt_model_from_gguf), then two
  * tokens through a whole model it accepted. Input: the file's bytes.
  * Seeds: a tiny synthetic model and shards cut from it, and a tiny kimi-k3. */
+#include "fuzz_target.h"
 #include "moontail/gguf.h"
 #include "moontail/model.h"
 #include "moontail/session.h"

@@ -6,6 +6,7 @@
  * sanitizers: a refusal has a kind and a message; an output stays within the
  * output limit, its data ranges are sorted, inside it and not adjacent; the
  * two renders give the same bytes and ranges (no state kept between them). */
+#include "fuzz_target.h"
 #include "moontail/jinja.h"
 
 #include <jansson.h>

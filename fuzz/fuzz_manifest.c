@@ -5,6 +5,7 @@
  * the shard files the manifest names. Input: JSON text. At start the target
  * writes a tiny synthetic model and a 2-stage cell plan of it into a scratch
  * directory; the input is written there as the plan's manifest. */
+#include "fuzz_target.h"
 #include "fuzz_util.h"
 #include "moontail/gguf.h"
 #include "moontail/shard.h"

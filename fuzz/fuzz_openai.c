@@ -4,6 +4,7 @@
  * request body, as the HTTP server hands them over (NUL-terminated). A body
  * that parses is rendered in every chat format with its chat_template_kwargs,
  * as the server would before tokenizing. */
+#include "fuzz_target.h"
 #include "../src/api/api_openai.h"
 
 #include <stdint.h>

@@ -4,6 +4,7 @@
  * A message that decodes must encode again; with f32
  * rows the encoding must give back exactly the same bytes (the format has one
  * encoding per message), and it must decode again. */
+#include "fuzz_target.h"
 #include "moontail/proto.h"
 
 #include <stdint.h>

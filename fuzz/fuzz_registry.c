@@ -8,6 +8,7 @@
  * 'u' the account's, 'n' the node's; "@" in PATH is the node's id), then the
  * body. Every answer must have a status of 200..599 (or 0: 200); the registry
  * keeps its state from one input to the next, as a real one does. */
+#include "fuzz_target.h"
 #include "../src/control/registry_internal.h"
 #include "fuzz_util.h"
 #include "moontail/http.h"

@@ -4,6 +4,7 @@
  * (NUL-terminated copy). A schedule that parses must have 1..16 windows of
  * valid days and minutes, and mt_schedule_active must answer for every hour
  * of a week. */
+#include "fuzz_target.h"
 #include "moontail/schedule.h"
 
 #include <stdint.h>

@@ -6,6 +6,7 @@
  * flags, then the text. Every id must be in range; text that is valid UTF-8
  * tokenized without special tokens must come back byte for byte through the
  * streaming detokenizer. */
+#include "fuzz_target.h"
 #include "fuzz_util.h"
 #include "moontail/gguf.h"
 #include "moontail/tokenizer.h"

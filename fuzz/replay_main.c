@@ -5,14 +5,14 @@
  * target's corpus and fuzz/regressions/<target>/ (the inputs of bugs the
  * fuzzers found), so CI replays every found bug with gcc and, in the ASan
  * build, with the sanitizers, without needing clang. */
+#include "fuzz_target.h"
+
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int n_run;
 

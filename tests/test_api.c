@@ -1162,11 +1162,11 @@ static void test_think_render(void) {
         const think_conv *c = &THINK_CONVS[w->conv];
         json_t *kw = json_loads(w->kwargs, 0, NULL);
         size_t len = 0;
-        char *got = mt_chat_render_kw(w->f, c->m, c->n, kw, &len);
-        CHECK(got && len == strlen(w->want) && strcmp(got, w->want) == 0,
+        char *text = mt_chat_render_kw(w->f, c->m, c->n, kw, &len);
+        CHECK(text && len == strlen(w->want) && strcmp(text, w->want) == 0,
               "%s %s, %s renders\n%s\nnot\n%s", mt_chat_format_name(w->f), w->kwargs, c->name,
-              got ? got : "(null)", w->want);
-        free(got);
+              text ? text : "(null)", w->want);
+        free(text);
         json_decref(kw);
     }
     /* without kwargs, R1 opens the reasoning (as with enable_thinking true) */
@@ -1271,8 +1271,8 @@ static mt_vocab *think_vocab(bool control_think) {
                                        "<|im_end|>",
                                        "<think>",
                                        "</think>",
-                                       "<\xef\xbd\x9c"
-                                       "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
+                                       ("<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>")};
     const bool control[] = {true, true, true, control_think, control_think, true};
     return vocab_of(toks, control, 6);
 }

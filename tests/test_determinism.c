@@ -100,7 +100,6 @@ static void check_variant(const variant *v) {
         const int32_t V = m->hp.n_vocab, E = m->hp.n_hidden;
         enum { NA = 6, NB = 3, NC = 2, NT = NA + NB + NC };
         int32_t idsB[NB] = {7, 3, 9}, idsC[NC] = {11, 2};
-        mt_error err = {{0}};
         float *solo_b = eval(m, v->kv, idsB, NB, 1, 0), *solo_c = eval(m, v->kv, idsC, NC, 2, 1);
         mt_kv_cache *ka = mt_kv_cache_new(m, 0, m->hp.n_layer, NA, v->kv, &err),
                     *kb = mt_kv_cache_new(m, 0, m->hp.n_layer, NB, v->kv, &err),

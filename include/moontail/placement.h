@@ -61,12 +61,13 @@
 
 typedef enum mt_place_mode { MT_PLACE_CELL, MT_PLACE_SWARM } mt_place_mode;
 
+/* The numbers are stored in the registry's database: never renumber. */
 typedef enum mt_place_role {
-    MT_PLACE_NONE,    /* holds nothing and is not part of the plan (unavailable) */
-    MT_PLACE_STAGE,   /* cell: attention + experts [eb, ee) of layers [a, b) */
-    MT_PLACE_PARTNER, /* cell: experts [eb, ee) of its stage's layers [a, b) */
-    MT_PLACE_EXPERTS, /* swarm: experts [eb, ee) of layers [a, b) */
-    MT_PLACE_SPARE,   /* holds nothing yet; takes over a lost node's shard */
+    MT_PLACE_NONE = 0,    /* holds nothing and is not part of the plan (unavailable) */
+    MT_PLACE_STAGE = 1,   /* cell: attention + experts [eb, ee) of layers [a, b) */
+    MT_PLACE_PARTNER = 2, /* cell: experts [eb, ee) of its stage's layers [a, b) */
+    MT_PLACE_EXPERTS = 3, /* swarm: experts [eb, ee) of layers [a, b) */
+    MT_PLACE_SPARE = 4,   /* holds nothing yet; takes over a lost node's shard */
 } mt_place_role;
 
 /* ---------------------------------------------------------------- inputs */

@@ -359,8 +359,10 @@ static void *fetch_main(void *arg) {
         /* sources: peers that serve it now (from the last heartbeat), then the seed */
         const char *srcs[66];
         int n = 0, seeds = 0;
+        /* a copy, not a reference: jansson's json_decref reads the count before its
+         * atomic decrement, a data race when the heartbeat thread drops the same list */
         pthread_mutex_lock(&a->lock);
-        hb = json_incref(a->sources);
+        hb = json_deep_copy(a->sources);
         pthread_mutex_unlock(&a->lock);
         for (size_t i = 0; i < json_array_size(hb) && n < 64; i++)
             if (json_is_string(json_array_get(hb, i)))

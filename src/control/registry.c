@@ -138,14 +138,6 @@ static int load_model(mt_registry *r, mt_error *err) {
     return reg_meta_set(r, "mode", mode, err);
 }
 
-void reg_check_stall(mt_registry *r) {
-    /* the placement thread turns every 250 ms; when it has not for a second (the process
-     * stalled, or the lock was held that long), heartbeats may have waited as long, so
-     * their absence is not the nodes' doing */
-    if (mt_mono_ms() - atomic_load(&r->turned_ms) > 1000)
-        reg_note_overload(r, atomic_load(&r->turned_wall_ms));
-}
-
 static void *ticker(void *arg) {
     mt_registry *r = arg;
     while (!mt_bg_thread_stopping(&r->ticker)) {
@@ -350,10 +342,15 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
                                 .on_overload = on_http_overload,
                                 .tls_cert_pem = cfg->tls_cert_pem,
                                 .tls_key_pem = cfg->tls_key_pem};
+    /* every request takes the lock: the first ones wait until the URL they may hand out
+     * (a join's seed) is written, instead of reading it while it is written */
+    pthread_mutex_lock(&r->lock);
     r->http = mt_http_server_start_cfg(&hc, err);
+    if (r->http)
+        snprintf(r->url, sizeof r->url, "%s://%s", cfg->tls_cert_pem ? "https" : "http",
+                 mt_http_server_addr(r->http));
+    pthread_mutex_unlock(&r->lock);
     if (!r->http) goto fail;
-    snprintf(r->url, sizeof r->url, "%s://%s", cfg->tls_cert_pem ? "https" : "http",
-             mt_http_server_addr(r->http));
     if (cfg->relay_listen) {
         mt_relay_config rc = {.listen = cfg->relay_listen,
                               .public_host = cfg->relay_host,

@@ -17,48 +17,6 @@
 
 /* ---- request helpers ------------------------------------------------------------------ */
 
-/* A string field of at most max bytes (printable ASCII), or NULL with resp set. */
-static const char *str_field(json_t *body, const char *name, size_t max, bool required,
-                             mt_http_response *resp) {
-    json_t *v = json_object_get(body, name);
-    if (!v) {
-        if (required) mt_http_error(resp, 400, "field \"%s\" is required", name);
-        return NULL;
-    }
-    const char *s = json_string_value(v);
-    if (!s || strlen(s) > max) {
-        mt_http_error(resp, 400, "field \"%s\" must be a string of at most %zu bytes", name, max);
-        return NULL;
-    }
-    for (const char *p = s; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-            mt_http_error(resp, 400, "field \"%s\" holds control characters", name);
-            return NULL;
-        }
-    return s;
-}
-
-/* An integer field in [lo, hi]; *ok false (resp set) when present and bad or
- * required and absent. */
-static int64_t int_field(json_t *body, const char *name, int64_t lo, int64_t hi, int64_t dflt,
-                         bool required, bool *ok, mt_http_response *resp) {
-    json_t *v = json_object_get(body, name);
-    if (!v) {
-        if (required) {
-            mt_http_error(resp, 400, "field \"%s\" is required", name);
-            *ok = false;
-        }
-        return dflt;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        mt_http_error(resp, 400, "field \"%s\" must be a whole number in [%lld, %lld]", name,
-                      (long long)lo, (long long)hi);
-        *ok = false;
-        return dflt;
-    }
-    return json_integer_value(v);
-}
-
 /* HOST:PORT that peers can be handed: a host name or address (IPv6 in
  * brackets) and a port in 1..65535. */
 static bool valid_addr(const char *a) {
@@ -102,20 +60,6 @@ static int64_t node_by_token(mt_registry *r, const char *h) {
     int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
     sqlite3_finalize(st);
     return id;
-}
-
-/* Whether the request carries the operator's admin token; else resp is set
- * (401 without a token, 403 with another one). */
-static bool admin_ok(mt_registry *r, const mt_http_request *req, const char *what,
-                     mt_http_response *resp) {
-    const char *tok = mt_http_bearer(req), *admin = r->cfg.admin_token;
-    if (!admin) return true;
-    size_t n = strlen(admin);
-    if (tok && strlen(tok) == n && sodium_memcmp(tok, admin, n) == 0) return true;
-    mt_http_error(resp, tok ? 403 : 401,
-                  "%s needs the operator's admin token (Authorization: Bearer <admin token>)%s",
-                  what, tok ? "; this is not it" : "");
-    return false;
 }
 
 /* The node named by a /v1/nodes/<id>/... path whose token the request
@@ -170,15 +114,6 @@ static int64_t authed_node(mt_registry *r, const mt_http_request *req, const cha
     return id;
 }
 
-static int64_t authed_account(mt_registry *r, const mt_http_request *req, mt_http_response *resp) {
-    int64_t a = reg_account_by_token(r, mt_http_bearer(req));
-    if (a <= 0)
-        mt_http_error(resp, 401,
-                      "missing or unknown account token (Authorization: Bearer <token>); create"
-                      " an account with POST /v1/accounts or 'moontail account new'");
-    return a;
-}
-
 /* A certificate for pk (hex) as hex, or NULL. */
 static char *issue_cert(mt_registry *r, const char *pk_hex, mt_cert_role role, int64_t account) {
     mt_cert c = {.role = role, .account = (uint64_t)account};
@@ -194,28 +129,13 @@ static char *issue_cert(mt_registry *r, const char *pk_hex, mt_cert_role role, i
     return hex;
 }
 
-const char *reg_api_str_field(json_t *body, const char *name, size_t max, bool required,
-                              mt_http_response *resp) {
-    return str_field(body, name, max, required, resp);
-}
-int64_t reg_api_int_field(json_t *body, const char *name, int64_t lo, int64_t hi, int64_t dflt,
-                          bool required, bool *ok, mt_http_response *resp) {
-    return int_field(body, name, lo, hi, dflt, required, ok, resp);
-}
-int64_t reg_api_account(mt_registry *r, const mt_http_request *req, mt_http_response *resp) {
-    return authed_account(r, req, resp);
-}
-bool reg_api_admin_ok(mt_registry *r, const mt_http_request *req, const char *what,
-                      mt_http_response *resp) {
-    return admin_ok(r, req, what, resp);
-}
-
 /* ---- accounts ------------------------------------------------------------------------- */
 
 static void accounts_create(mt_registry *r, const mt_http_request *req, json_t *body,
                             mt_http_response *resp) {
-    if (!admin_ok(r, req, "creating accounts (ask the operator of this registry)", resp)) return;
-    const char *name = str_field(body, "name", 63, true, resp);
+    if (!reg_api_admin_ok(r, req, "creating accounts (ask the operator of this registry)", resp))
+        return;
+    const char *name = reg_api_str_field(body, "name", 63, true, resp);
     if (!name) return;
     if (!name[0]) return mt_http_error(resp, 400, "field \"name\" is empty");
     char token[65];
@@ -228,7 +148,7 @@ static void accounts_create(mt_registry *r, const mt_http_request *req, json_t *
 }
 
 static void account_me(mt_registry *r, const mt_http_request *req, mt_http_response *resp) {
-    int64_t a = authed_account(r, req, resp);
+    int64_t a = reg_api_account(r, req, resp);
     if (a <= 0) return;
     json_t *c = reg_account_credits(r, a);
     json_t *nodes = json_array();
@@ -248,9 +168,9 @@ static void account_me(mt_registry *r, const mt_http_request *req, mt_http_respo
 /* A certificate for the requester's data-plane key. */
 static void account_cert(mt_registry *r, const mt_http_request *req, json_t *body,
                          mt_http_response *resp) {
-    int64_t a = authed_account(r, req, resp);
+    int64_t a = reg_api_account(r, req, resp);
     if (a <= 0) return;
-    const char *pk = str_field(body, "pubkey", 64, true, resp);
+    const char *pk = reg_api_str_field(body, "pubkey", 64, true, resp);
     if (!pk) return;
     if (mt_keys_pk_from_hex((uint8_t[MT_KEYS_PUBLIC_BYTES]){0}, pk, NULL))
         return mt_http_error(resp, 400, "field \"pubkey\" must be 64 hex digits");
@@ -264,13 +184,13 @@ static void account_cert(mt_registry *r, const mt_http_request *req, json_t *bod
 
 static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
                        mt_http_response *resp) {
-    int64_t account = authed_account(r, req, resp);
+    int64_t account = reg_api_account(r, req, resp);
     if (account <= 0) return;
-    const char *name = str_field(body, "name", 63, true, resp);
-    const char *pk = name ? str_field(body, "pubkey", 64, true, resp) : NULL;
-    const char *addr = pk ? str_field(body, "addr", 127, true, resp) : NULL;
+    const char *name = reg_api_str_field(body, "name", 63, true, resp);
+    const char *pk = name ? reg_api_str_field(body, "pubkey", 64, true, resp) : NULL;
+    const char *addr = pk ? reg_api_str_field(body, "addr", 127, true, resp) : NULL;
     if (!addr) return;
-    const char *shard_addr = str_field(body, "shard_addr", 127, false, resp);
+    const char *shard_addr = reg_api_str_field(body, "shard_addr", 127, false, resp);
     if (!shard_addr && resp->json) return;
     uint8_t raw[MT_KEYS_PUBLIC_BYTES];
     if (mt_keys_pk_from_hex(raw, pk, NULL))
@@ -280,15 +200,16 @@ static void nodes_join(mt_registry *r, const mt_http_request *req, json_t *body,
     json_t *hw = json_object_get(body, "hw");
     if (hw && !json_is_object(hw)) return mt_http_error(resp, 400, "\"hw\" must be an object");
     bool ok = true;
-    int64_t ram = int_field(hw, "ram", 0, INT64_MAX / 2, 0, false, &ok, resp);
-    int64_t disk = ok ? int_field(hw, "disk", 0, INT64_MAX / 2, 0, false, &ok, resp) : 0;
-    int64_t cores = ok ? int_field(hw, "cores", 0, 1 << 16, 0, false, &ok, resp) : 0;
-    int64_t vram = ok ? int_field(hw, "vram", 0, INT64_MAX / 2, 0, false, &ok, resp) : 0;
-    int64_t capacity = ok ? int_field(body, "capacity", 1, INT64_MAX / 2, 0, true, &ok, resp) : 0;
+    int64_t ram = reg_api_int_field(hw, "ram", 0, INT64_MAX / 2, 0, false, &ok, resp);
+    int64_t disk = ok ? reg_api_int_field(hw, "disk", 0, INT64_MAX / 2, 0, false, &ok, resp) : 0;
+    int64_t cores = ok ? reg_api_int_field(hw, "cores", 0, 1 << 16, 0, false, &ok, resp) : 0;
+    int64_t vram = ok ? reg_api_int_field(hw, "vram", 0, INT64_MAX / 2, 0, false, &ok, resp) : 0;
+    int64_t capacity =
+        ok ? reg_api_int_field(body, "capacity", 1, INT64_MAX / 2, 0, true, &ok, resp) : 0;
     if (!ok) return;
-    const char *simd = str_field(hw, "simd", 15, false, resp);
+    const char *simd = reg_api_str_field(hw, "simd", 15, false, resp);
     if (!simd && resp->json) return;
-    const char *gpu = str_field(hw, "gpu", 63, false, resp);
+    const char *gpu = reg_api_str_field(hw, "gpu", 63, false, resp);
     if (!gpu && resp->json) return;
     json_t *sp = json_object_get(body, "speed");
     double speed = sp ? json_number_value(sp) : 1.0; /* 0 when not a number */
@@ -377,16 +298,16 @@ static json_t *assignment_json(mt_registry *r, const reg_node *n, const reg_node
     char name[96];
     reg_shard_name(&n->a, name);
     json_t *j =
-        json_pack("{s:s, s:i, s:[i,i], s:b, s:[i,i]}", "role", reg_role_name(n->a.role), "replica",
-                  n->a.replica, "layers", n->a.layer_begin, n->a.layer_end, "attention",
+        json_pack("{s:s, s:i, s:[i,i], s:b, s:[i,i]}", "role", mt_place_role_name(n->a.role),
+                  "replica", n->a.replica, "layers", n->a.layer_begin, n->a.layer_end, "attention",
                   n->a.attention, "experts", n->a.expert_begin, n->a.expert_end);
     if (name[0]) json_object_set_new(j, "shard", json_string(name));
     if (n->a.attention)
         json_object_set_new(j, "kv_type", json_string(mt_kv_type_name(r->cfg.kv_type)));
-    if (n->a.role == REG_ROLE_STAGE) { /* paired layer: the partners this stage calls */
+    if (n->a.role == MT_PLACE_STAGE) { /* paired layer: the partners this stage calls */
         json_t *partners = json_array();
         for (int32_t i = 0; i < k; i++)
-            if (all[i].a.role == REG_ROLE_PARTNER && all[i].a.paired_with == n->id)
+            if (all[i].a.role == MT_PLACE_PARTNER && all[i].a.paired_with == n->id)
                 json_array_append_new(
                     partners, json_pack("{s:I, s:s, s:s, s:b}", "node_id", (json_int_t)all[i].id,
                                         "addr", all[i].addr, "key", all[i].pubkey, "alive",
@@ -403,13 +324,13 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     if (id < 0) return;
     /* a node's address gets in while the public side of the server is full */
     mt_http_reserve_client(req, 600);
-    const char *ready = str_field(body, "ready_shard", 95, false, resp);
+    const char *ready = reg_api_str_field(body, "ready_shard", 95, false, resp);
     if (!ready && resp->json) return;
     /* a node behind a tunnel or the relay reports its public address, which may change */
-    const char *addr = str_field(body, "addr", 127, false, resp);
+    const char *addr = reg_api_str_field(body, "addr", 127, false, resp);
     if (!addr && resp->json) return;
     /* why it cannot serve its shard (absent: it can, or it is waiting for it) */
-    const char *problem = str_field(body, "problem", MT_NODE_PROBLEM_MAX, false, resp);
+    const char *problem = reg_api_str_field(body, "problem", MT_NODE_PROBLEM_MAX, false, resp);
     if (!problem && resp->json) return;
     if (addr && !valid_addr(addr))
         return mt_http_error(resp, 400,
@@ -421,23 +342,26 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
     if (load && !json_is_object(load))
         return mt_http_error(resp, 400, "field \"load\" must be an object");
     bool ok = true;
-    int64_t tl = int_field(served, "token_layers", 0, INT64_MAX / 4, n.served_token_layers, false,
-                           &ok, resp);
-    int64_t er = ok ? int_field(served, "expert_rows", 0, INT64_MAX / 4, n.served_expert_rows,
-                                false, &ok, resp)
+    int64_t tl = reg_api_int_field(served, "token_layers", 0, INT64_MAX / 4, n.served_token_layers,
+                                   false, &ok, resp);
+    int64_t er = ok ? reg_api_int_field(served, "expert_rows", 0, INT64_MAX / 4,
+                                        n.served_expert_rows, false, &ok, resp)
                     : 0;
-    int64_t tk =
-        ok ? int_field(served, "tokens", 0, INT64_MAX / 4, n.served_tokens, false, &ok, resp) : 0;
-    int64_t q = ok ? int_field(load, "queue", 0, 1 << 30, 0, false, &ok, resp) : 0;
-    int64_t ss = ok ? int_field(load, "sessions", 0, 1 << 30, 0, false, &ok, resp) : 0;
-    int64_t kvb = ok ? int_field(load, "kv_bytes", 0, INT64_MAX / 4, 0, false, &ok, resp) : 0;
-    int64_t lctx = ok ? int_field(load, "ctx", 0, 1 << 24, 0, false, &ok, resp) : 0;
-    int64_t lms = ok ? int_field(load, "max_sessions", 0, 1 << 24, 0, false, &ok, resp) : 0;
+    int64_t tk = ok ? reg_api_int_field(served, "tokens", 0, INT64_MAX / 4, n.served_tokens, false,
+                                        &ok, resp)
+                    : 0;
+    int64_t q = ok ? reg_api_int_field(load, "queue", 0, 1 << 30, 0, false, &ok, resp) : 0;
+    int64_t ss = ok ? reg_api_int_field(load, "sessions", 0, 1 << 30, 0, false, &ok, resp) : 0;
+    int64_t kvb =
+        ok ? reg_api_int_field(load, "kv_bytes", 0, INT64_MAX / 4, 0, false, &ok, resp) : 0;
+    int64_t lctx = ok ? reg_api_int_field(load, "ctx", 0, 1 << 24, 0, false, &ok, resp) : 0;
+    int64_t lms = ok ? reg_api_int_field(load, "max_sessions", 0, 1 << 24, 0, false, &ok, resp) : 0;
     int64_t expires =
-        ok ? int_field(body, "cert_expires", 0, INT64_MAX / 1000, 0, false, &ok, resp) : 0;
+        ok ? reg_api_int_field(body, "cert_expires", 0, INT64_MAX / 1000, 0, false, &ok, resp) : 0;
     /* a node offers less when its disk turns out too small for a shard (node_agent.c) */
     int64_t capacity =
-        ok ? int_field(body, "capacity", 1, INT64_MAX / 2, n.capacity, false, &ok, resp) : 0;
+        ok ? reg_api_int_field(body, "capacity", 1, INT64_MAX / 2, n.capacity, false, &ok, resp)
+           : 0;
     if (!ok) return;
     if (r->cfg.capacity_limit > 0 && capacity > r->cfg.capacity_limit)
         capacity = r->cfg.capacity_limit;
@@ -549,7 +473,7 @@ static void nodes_pause(mt_registry *r, const mt_http_request *req, const char *
     int64_t id = authed_node(r, req, id_text, &n, true, resp);
     if (id < 0) return;
     json_t *now = json_object_get(body, "now"), *resume = json_object_get(body, "resume");
-    const char *sched = str_field(body, "schedule", 127, false, resp);
+    const char *sched = reg_api_str_field(body, "schedule", 127, false, resp);
     if (!sched && resp->json) return;
     if ((now && !json_is_boolean(now)) || (resume && !json_is_boolean(resume)))
         return mt_http_error(resp, 400, "\"now\" and \"resume\" must be true or false");
@@ -621,7 +545,7 @@ static void shards_get(mt_registry *r, const char *rest, mt_http_response *resp)
 
 static void routes_new(mt_registry *r, const mt_http_request *req, json_t *body,
                        mt_http_response *resp) {
-    int64_t a = authed_account(r, req, resp);
+    int64_t a = reg_api_account(r, req, resp);
     if (a <= 0) return;
     if (r->cfg.mode == MT_REGISTRY_SWARM && r->cfg.require_volunteer &&
         !reg_account_volunteered(r, a))
@@ -642,9 +566,9 @@ static void routes_new(mt_registry *r, const mt_http_request *req, json_t *body,
         ids[n++] = json_integer_value(v);
     }
     bool ok = true;
-    int64_t session = int_field(body, "session", 0, INT64_MAX, 0, false, &ok, resp);
+    int64_t session = reg_api_int_field(body, "session", 0, INT64_MAX, 0, false, &ok, resp);
     if (!ok) return;
-    const char *tid = str_field(body, "ticket", 32, false, resp);
+    const char *tid = reg_api_str_field(body, "ticket", 32, false, resp);
     if (!tid && resp->json) return;
     /* admission: a request waits in line while max_active others hold routes */
     int32_t position = 0;
@@ -670,9 +594,9 @@ static void routes_new(mt_registry *r, const mt_http_request *req, json_t *body,
  * running, or finished (its slot goes to the next in line). */
 static void routes_ticket(mt_registry *r, const mt_http_request *req, json_t *body, bool done,
                           mt_http_response *resp) {
-    int64_t a = authed_account(r, req, resp);
+    int64_t a = reg_api_account(r, req, resp);
     if (a <= 0) return;
-    const char *tid = str_field(body, "ticket", 32, true, resp);
+    const char *tid = reg_api_str_field(body, "ticket", 32, true, resp);
     if (!tid) return;
     bool known = done ? reg_ticket_done(r, tid, a) : reg_ticket_touch(r, tid, a, mt_wall_ms());
     if (!known)
@@ -682,10 +606,10 @@ static void routes_ticket(mt_registry *r, const mt_http_request *req, json_t *bo
 
 static void usage_add(mt_registry *r, const mt_http_request *req, json_t *body,
                       mt_http_response *resp) {
-    int64_t a = authed_account(r, req, resp);
+    int64_t a = reg_api_account(r, req, resp);
     if (a <= 0) return;
     bool ok = true;
-    int64_t tokens = int_field(body, "tokens", 0, 1LL << 40, 0, true, &ok, resp);
+    int64_t tokens = reg_api_int_field(body, "tokens", 0, 1LL << 40, 0, true, &ok, resp);
     if (!ok) return;
     mt_error err = {{0}};
     if (reg_ledger_add(r, mt_wall_ms(), a, 0, "used_tokens", tokens, &err))
@@ -695,7 +619,7 @@ static void usage_add(mt_registry *r, const mt_http_request *req, json_t *body,
 
 /* Work served per node, summed from the ledger (for `moontail cell earnings`). */
 static void ledger_nodes(mt_registry *r, const mt_http_request *req, mt_http_response *resp) {
-    if (!admin_ok(r, req, "the ledger", resp)) return;
+    if (!reg_api_admin_ok(r, req, "the ledger", resp)) return;
     reg_node *nodes;
     int32_t n;
     mt_error err = {{0}};

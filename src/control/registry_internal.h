@@ -28,17 +28,9 @@
 
 /* ---- assignments --------------------------------------------------------------------- */
 
-typedef enum reg_role {
-    REG_ROLE_NONE = 0,
-    REG_ROLE_STAGE = 1,   /* cell: attention + experts [eb, ee) of layers [a, b) */
-    REG_ROLE_PARTNER = 2, /* cell: experts [eb, ee) of layers [a, b) for stage paired_with */
-    REG_ROLE_EXPERTS = 3, /* swarm: experts [eb, ee) of layers [a, b) */
-    REG_ROLE_SPARE = 4,   /* holds nothing; takes over a lost node's shard */
-} reg_role;
-
 typedef struct reg_assign {
-    reg_role role;
-    int32_t replica; /* pipeline (cell) or replica index; -1 none */
+    mt_place_role role; /* stored in the database as its number */
+    int32_t replica;    /* pipeline (cell) or replica index; -1 none */
     int32_t layer_begin, layer_end;
     bool attention;
     int32_t expert_begin, expert_end; /* [0, 0) = no routed experts */
@@ -185,7 +177,6 @@ bool reg_node_available(const mt_registry *r, const reg_node *n, int64_t now_ms)
 /* "joining", "loading", "failing" (it reports why it cannot serve), "serving", "spare",
  * "idle", "paused", "draining", "dead" or "quarantined" */
 const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_ms);
-const char *reg_role_name(reg_role role);
 
 /* registry_shards.c: shard names, cutting, manifests */
 void reg_shard_name(const reg_assign *a, char out[96]);

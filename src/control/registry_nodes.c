@@ -43,7 +43,9 @@ static void node_row(sqlite3_stmt *st, reg_node *n) {
     n->joined = sqlite3_column_int64(st, c++);
     n->last_seen = sqlite3_column_int64(st, c++);
     n->uptime_ms = sqlite3_column_int64(st, c++);
-    n->a.role = (reg_role)sqlite3_column_int(st, c++);
+    int role = sqlite3_column_int(st, c++); /* a number outside the enum: no role */
+    n->a.role =
+        role >= MT_PLACE_NONE && role <= MT_PLACE_SPARE ? (mt_place_role)role : MT_PLACE_NONE;
     n->a.replica = sqlite3_column_int(st, c++);
     n->a.layer_begin = sqlite3_column_int(st, c++);
     n->a.layer_end = sqlite3_column_int(st, c++);
@@ -149,6 +151,14 @@ bool reg_node_alive(const mt_registry *r, const reg_node *n, int64_t now_ms) {
            now_ms <= atomic_load(&r->overload_until) && now_ms - n->last_seen <= grace;
 }
 
+void reg_check_stall(mt_registry *r) {
+    /* the placement thread turns every 250 ms; when it has not for a second (the process
+     * stalled, or the lock was held that long), heartbeats may have waited as long, so
+     * their absence is not the nodes' doing */
+    if (mt_mono_ms() - atomic_load(&r->turned_ms) > 1000)
+        reg_note_overload(r, atomic_load(&r->turned_wall_ms));
+}
+
 void reg_note_overload(mt_registry *r, int64_t began_ms) {
     int64_t now = mt_wall_ms();
     pthread_mutex_lock(&r->grace_mu);
@@ -186,27 +196,11 @@ const char *reg_node_state(const mt_registry *r, const reg_node *n, int64_t now_
     if (n->quarantined) return "quarantined"; /* until an operator releases it, alive or not */
     if (!reg_node_alive(r, n, now_ms)) return n->last_seen ? "dead" : "joining";
     if (n->paused || scheduled_pause(n, now_ms)) return n->a.role ? "draining" : "paused";
-    if (n->a.role == REG_ROLE_NONE) return "idle";
-    if (n->a.role == REG_ROLE_SPARE) return "spare";
+    if (n->a.role == MT_PLACE_NONE) return "idle";
+    if (n->a.role == MT_PLACE_SPARE) return "spare";
     char want[96];
     reg_shard_name(&n->a, want);
     if (strcmp(want, n->ready_shard) == 0) return "serving";
     /* it reports why it cannot serve (its fetch or its load failed): not merely loading */
     return n->problem[0] ? "failing" : "loading";
-}
-
-const char *reg_role_name(reg_role role) {
-    switch (role) {
-    case REG_ROLE_NONE:
-        return "none";
-    case REG_ROLE_STAGE:
-        return "stage";
-    case REG_ROLE_PARTNER:
-        return "partner";
-    case REG_ROLE_EXPERTS:
-        return "experts";
-    case REG_ROLE_SPARE:
-        return "spare";
-    }
-    return "?";
 }

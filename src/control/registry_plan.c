@@ -10,42 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static mt_place_role to_place(reg_role r) {
-    switch (r) {
-    case REG_ROLE_STAGE:
-        return MT_PLACE_STAGE;
-    case REG_ROLE_PARTNER:
-        return MT_PLACE_PARTNER;
-    case REG_ROLE_EXPERTS:
-        return MT_PLACE_EXPERTS;
-    case REG_ROLE_SPARE:
-        return MT_PLACE_SPARE;
-    case REG_ROLE_NONE:
-        break;
-    }
-    return MT_PLACE_NONE;
-}
-
-static reg_role from_place(mt_place_role r) {
-    switch (r) {
-    case MT_PLACE_STAGE:
-        return REG_ROLE_STAGE;
-    case MT_PLACE_PARTNER:
-        return REG_ROLE_PARTNER;
-    case MT_PLACE_EXPERTS:
-        return REG_ROLE_EXPERTS;
-    case MT_PLACE_SPARE:
-        return REG_ROLE_SPARE;
-    case MT_PLACE_NONE:
-        break;
-    }
-    return REG_ROLE_NONE;
-}
-
 static reg_assign assign_of(const mt_place_assign *p) {
-    reg_assign a = {.role = REG_ROLE_NONE, .replica = -1};
+    reg_assign a = {.role = MT_PLACE_NONE, .replica = -1};
     if (!p) return a;
-    a.role = from_place(p->role);
+    a.role = p->role;
     a.replica = p->pipeline;
     a.layer_begin = p->layer_begin;
     a.layer_end = p->layer_end;
@@ -88,7 +56,7 @@ static int make_plan(mt_registry *r, const reg_node *nodes, int32_t n, int64_t n
         pn[i].capacity = (uint64_t)x->capacity;
         pn[i].speed = x->speed > 0 ? x->speed : 1.0;
         pn[i].available = reg_node_available(r, x, now);
-        pn[i].current.role = to_place(x->a.role);
+        pn[i].current.role = x->a.role;
         pn[i].current.pipeline = x->a.replica;
         pn[i].current.layer_begin = x->a.layer_begin;
         pn[i].current.layer_end = x->a.layer_end;
@@ -130,8 +98,8 @@ void reg_replan(mt_registry *r, int64_t now) {
             snprintf(room, sizeof room, " (%.1f MB + %.1f MB working memory)",
                      (double)pa->bytes / 1e6, (double)pa->work_bytes / 1e6);
         mt_log_as(&r->log, MT_LOG_INFO, "node %lld '%s': %s %s -> %s %s%s", (long long)nodes[i].id,
-                  nodes[i].name, reg_role_name(nodes[i].a.role), was[0] ? was : "-",
-                  reg_role_name(a.role), now_name[0] ? now_name : "-", room);
+                  nodes[i].name, mt_place_role_name(nodes[i].a.role), was[0] ? was : "-",
+                  mt_place_role_name(a.role), now_name[0] ? now_name : "-", room);
     }
     bool why_changed = strcmp(r->plan_why, plan.reason) != 0;
     snprintf(r->plan_why, sizeof r->plan_why, "%s", plan.reason);
@@ -174,7 +142,7 @@ static json_t *checkers_json(const reg_node *nodes, int32_t n, const mt_place_ro
     json_t *out = json_array();
     for (int32_t i = 0; i < n && json_array_size(out) < MAX_CHECKERS; i++) {
         const reg_node *x = &nodes[i];
-        if (x->a.role != REG_ROLE_STAGE || x->a.layer_begin != a || x->a.layer_end != b ||
+        if (x->a.role != MT_PLACE_STAGE || x->a.layer_begin != a || x->a.layer_end != b ||
             listed(skip, n_skip, x->id))
             continue;
         bool on_route = false;

@@ -193,11 +193,11 @@ void reg_reports_post(mt_registry *r, const mt_http_request *req, json_t *body,
             return mt_http_error(resp, 404, "node %lld is not known to this registry",
                                  (long long)ids[i]);
         if (!n[i].quarantined &&
-            (n[i].a.role != REG_ROLE_STAGE || n[i].a.layer_begin != a || n[i].a.layer_end != b))
+            (n[i].a.role != MT_PLACE_STAGE || n[i].a.layer_begin != a || n[i].a.layer_end != b))
             return mt_http_error(resp, 409,
                                  "node %lld is not a stage holding layers [%d, %d) now (it is %s"
                                  " [%d, %d)); report what the route and its checkers held",
-                                 (long long)ids[i], a, b, reg_role_name(n[i].a.role),
+                                 (long long)ids[i], a, b, mt_place_role_name(n[i].a.role),
                                  n[i].a.layer_begin, n[i].a.layer_end);
     }
     const int64_t now = mt_wall_ms();

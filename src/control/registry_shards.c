@@ -25,7 +25,7 @@
 static pthread_mutex_t cut_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void reg_shard_name(const reg_assign *a, char out[96]) {
-    if (a->role == REG_ROLE_NONE || a->role == REG_ROLE_SPARE) {
+    if (a->role == MT_PLACE_NONE || a->role == MT_PLACE_SPARE) {
         out[0] = 0;
         return;
     }
@@ -78,7 +78,7 @@ int reg_shard_parse(const mt_registry *r, const char *name, reg_assign *a, bool 
     if (*p || lb < 0 || le < lb || le >= r->layout.n_layer || (ee >= 0 && ee < eb) ||
         ee >= r->layout.n_expert)
         return -1;
-    a->role = a->attention ? REG_ROLE_STAGE : REG_ROLE_EXPERTS;
+    a->role = a->attention ? MT_PLACE_STAGE : MT_PLACE_EXPERTS;
     a->layer_begin = lb, a->layer_end = le + 1, a->expert_begin = eb, a->expert_end = ee + 1;
     char again[96];
     reg_shard_name(a, again);

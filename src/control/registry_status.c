@@ -41,7 +41,7 @@ static json_t *pipelines_json(mt_registry *r, const reg_node *nodes, int32_t n, 
         bool unknown = false;
         for (int32_t i = 0; i < n; i++) {
             const reg_node *x = &nodes[i];
-            if (x->a.role != REG_ROLE_STAGE || x->a.replica != rep ||
+            if (x->a.role != MT_PLACE_STAGE || x->a.replica != rep ||
                 strcmp(reg_node_state(r, x, now), "serving") != 0)
                 continue;
             stages++;
@@ -228,7 +228,7 @@ json_t *reg_status_json(mt_registry *r) {
         nc.loading += strcmp(state, "loading") == 0;
         nc.paused += strcmp(state, "paused") == 0 || strcmp(state, "draining") == 0;
         if (alive) queue += x->load_queue, tok_per_s += x->tok_per_s;
-        if (alive && x->problem[0] && x->a.role != REG_ROLE_NONE && nc.first_problem < 0)
+        if (alive && x->problem[0] && x->a.role != MT_PLACE_NONE && nc.first_problem < 0)
             nc.first_problem = i;
         /* a slice (layer, expert) is covered by a stage's attention + its experts, or by
          * a partner / expert server; in cell mode a layer counts once per pipeline */
@@ -252,7 +252,7 @@ json_t *reg_status_json(mt_registry *r) {
             "{s:I, s:s, s:s, s:s, s:s, s:s, s:i, s:[i,i], s:b, s:[i,i], s:I, s:f, s:I, s:I, s:I,"
             " s:I, s:i, s:i, s:f, s:I, s:s}",
             "node_id", (json_int_t)x->id, "name", x->name, "addr", x->addr, "state", state, "role",
-            reg_role_name(x->a.role), "shard", shard, "replica", x->a.replica, "layers",
+            mt_place_role_name(x->a.role), "shard", shard, "replica", x->a.replica, "layers",
             x->a.layer_begin, x->a.layer_end, "attention", x->a.attention, "experts",
             x->a.expert_begin, x->a.expert_end, "capacity", (json_int_t)x->capacity, "speed",
             x->speed, "ram", (json_int_t)x->ram, "served_token_layers",
@@ -267,7 +267,7 @@ json_t *reg_status_json(mt_registry *r) {
         json_object_set_new(o, "kv_bytes", json_integer(x->load_kv_bytes));
         json_object_set_new(o, "ctx", json_integer(x->load_ctx));
         json_object_set_new(o, "max_sessions", json_integer(x->load_max_sessions));
-        if (x->a.role == REG_ROLE_PARTNER)
+        if (x->a.role == MT_PLACE_PARTNER)
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
         json_object_set_new(o, "problem", json_string(x->problem));
         json_object_set_new(o, "quarantined", json_boolean(x->quarantined));
@@ -275,8 +275,8 @@ json_t *reg_status_json(mt_registry *r) {
          * them, null ("-") where they do not apply: a replica for a node in a role that
          * serves, a queue and a rate only while it is also alive (not for spares, not the
          * last ones a dead node reported) */
-        bool works = x->a.role == REG_ROLE_STAGE || x->a.role == REG_ROLE_PARTNER ||
-                     x->a.role == REG_ROLE_EXPERTS;
+        bool works = x->a.role == MT_PLACE_STAGE || x->a.role == MT_PLACE_PARTNER ||
+                     x->a.role == MT_PLACE_EXPERTS;
         json_t *shown = json_object();
         json_object_set_new(shown, "replica", works ? json_integer(x->a.replica) : json_null());
         json_object_set_new(shown, "queue",

@@ -401,10 +401,31 @@ void jpy_float_repr(double d, char *buf, size_t cap);
 const char *jv_type_name(jv v); /* Python's type name: 'str', 'dict', ... */
 bool jv_is_tainted(jv v, int depth);
 
+/* Numbers as Python mixes them: bool and int are whole numbers, float the others. */
+static inline bool jv_is_num(jv v) {
+    return v.kind == JV_INT || v.kind == JV_BOOL || v.kind == JV_FLOAT;
+}
+static inline bool jv_is_intlike(jv v) {
+    return v.kind == JV_INT || v.kind == JV_BOOL;
+}
+static inline int64_t jv_ival(jv v) {
+    return v.kind == JV_INT ? v.u.i : v.u.b;
+}
+static inline double jv_fval(jv v) {
+    return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
+}
+
+/* ---- equality and iteration (jinja_equal.c) ---------------------------------------------- */
+
+bool jv_equal(jrender *r, jv a, jv b);
+/* == for values `depth` levels inside others (raises past 500 levels). */
+bool jv_equal_depth(jrender *r, jv a, jv b, int depth);
+/* The items of an iterable (dict keys, string characters); raises for others. */
+jlist *jv_iterate(jrender *r, jv v);
+
 /* ---- operators (jinja_ops.c) ---------------------------------------------------------------- */
 
 bool jv_truthy(jv v);
-bool jv_equal(jrender *r, jv a, jv b);
 int jv_compare(jrender *r, jv a, jv b, jop op); /* < <= > >=: 1/0, raises on unorderable types */
 jv jv_binop(jrender *r, jop op, jv a, jv b);
 jv jv_neg(jrender *r, jv a, bool neg);
@@ -414,8 +435,6 @@ jv jv_getattr(jrender *r, jv obj, const char *name);
 jv jv_getitem(jrender *r, jv obj, jv key);
 jv jv_slice(jrender *r, jv obj, jv start, jv stop, jv step);
 size_t jv_len(jrender *r, jv v); /* raises for values without a length */
-/* The items of an iterable (dict keys, string characters); raises for others. */
-jlist *jv_iterate(jrender *r, jv v);
 _Noreturn void jr_raise(jrender *r, jinja_err_kind kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void *jr_alloc(jrender *r, size_t n);

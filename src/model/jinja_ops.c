@@ -10,19 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-_Noreturn void jr_raise(jrender *r, jinja_err_kind kind, const char *fmt, ...) {
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    jfail_raise(&r->fail, kind, r->line, r->col, "%s", msg);
-}
-
-void *jr_alloc(jrender *r, size_t n) {
-    return jalloc(&r->fail, n);
-}
-
 void jr_step(jrender *r) {
     if (++r->steps > r->opt->max_steps)
         jr_raise(r, JINJA_ERR_LIMIT,
@@ -60,63 +47,6 @@ bool jv_truthy(jv v) {
     }
 }
 
-static bool is_num(jv v) {
-    return v.kind == JV_INT || v.kind == JV_BOOL || v.kind == JV_FLOAT;
-}
-static bool is_intlike(jv v) {
-    return v.kind == JV_INT || v.kind == JV_BOOL;
-}
-static int64_t ival(jv v) {
-    return v.kind == JV_INT ? v.u.i : v.u.b;
-}
-static double fval(jv v) {
-    return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
-}
-
-static bool equal_depth(jrender *r, jv a, jv b, int depth) {
-    if (depth > 500) jr_raise(r, JINJA_ERR_LIMIT, "values nested more than 500 deep");
-    if (is_num(a) && is_num(b)) {
-        if (is_intlike(a) && is_intlike(b)) return ival(a) == ival(b);
-        return fval(a) == fval(b);
-    }
-    if (a.kind != b.kind) return false;
-    switch ((jv_kind)a.kind) {
-    case JV_UNDEF:
-    case JV_NONE:
-        return true;
-    case JV_STR:
-        return a.u.s->len == b.u.s->len && memcmp(a.u.s->p, b.u.s->p, a.u.s->len) == 0;
-    case JV_LIST:
-        if ((a.flags | b.flags) & JVF_ITER) return a.u.l == b.u.l;
-        if ((a.flags & JVF_TUPLE) != (b.flags & JVF_TUPLE) || a.u.l->n != b.u.l->n) return false;
-        for (size_t i = 0; i < a.u.l->n; i++)
-            if (!equal_depth(r, a.u.l->v[i], b.u.l->v[i], depth + 1)) return false;
-        return true;
-    case JV_DICT:
-        if (a.u.d->n != b.u.d->n) return false;
-        for (size_t i = 0; i < a.u.d->n; i++) {
-            jv other;
-            if (!jd_get(b.u.d, a.u.d->k[i], &other)) return false;
-            if (!equal_depth(r, a.u.d->v[i], other, depth + 1)) return false;
-        }
-        return true;
-    case JV_NS:
-        return a.u.d == b.u.d;
-    case JV_MACRO:
-        return a.u.m == b.u.m;
-    case JV_FUNC:
-        return a.u.fn == b.u.fn;
-    case JV_LOOP:
-        return a.u.loop == b.u.loop;
-    default:
-        return false;
-    }
-}
-
-bool jv_equal(jrender *r, jv a, jv b) {
-    return equal_depth(r, a, b, 0);
-}
-
 static int cmp_depth(jrender *r, jv a, jv b, int depth, const char *opname);
 
 /* -1, 0, 1 for orderable values; raises a TypeError otherwise. */
@@ -124,9 +54,10 @@ static int cmp_depth(jrender *r, jv a, jv b, int depth, const char *opname) {
     if (depth > 500) jr_raise(r, JINJA_ERR_LIMIT, "values nested more than 500 deep");
     if (a.kind == JV_UNDEF) undefined_error(r, a);
     if (b.kind == JV_UNDEF) undefined_error(r, b);
-    if (is_num(a) && is_num(b)) {
-        if (is_intlike(a) && is_intlike(b)) return (ival(a) > ival(b)) - (ival(a) < ival(b));
-        double x = fval(a), y = fval(b);
+    if (jv_is_num(a) && jv_is_num(b)) {
+        if (jv_is_intlike(a) && jv_is_intlike(b))
+            return (jv_ival(a) > jv_ival(b)) - (jv_ival(a) < jv_ival(b));
+        double x = jv_fval(a), y = jv_fval(b);
         if (isnan(x) || isnan(y)) return 2; /* every comparison with NaN is false */
         return (x > y) - (x < y);
     }
@@ -139,7 +70,7 @@ static int cmp_depth(jrender *r, jv a, jv b, int depth, const char *opname) {
     if (a.kind == JV_LIST && b.kind == JV_LIST && (a.flags & JVF_TUPLE) == (b.flags & JVF_TUPLE)) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (equal_depth(r, a.u.l->v[i], b.u.l->v[i], depth + 1)) continue;
+            if (jv_equal_depth(r, a.u.l->v[i], b.u.l->v[i], depth + 1)) continue;
             return cmp_depth(r, a.u.l->v[i], b.u.l->v[i], depth + 1, opname);
         }
         return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
@@ -221,10 +152,10 @@ jv jv_binop(jrender *r, jop op, jv a, jv b) {
         return jv_str(js_cat(&r->fail, x, y));
     }
     const char *name = names[op];
-    if (is_num(a) && is_num(b)) {
-        bool ints = is_intlike(a) && is_intlike(b);
-        int64_t x = ints ? ival(a) : 0, y = ints ? ival(b) : 0, z;
-        double fx = fval(a), fy = fval(b);
+    if (jv_is_num(a) && jv_is_num(b)) {
+        bool ints = jv_is_intlike(a) && jv_is_intlike(b);
+        int64_t x = ints ? jv_ival(a) : 0, y = ints ? jv_ival(b) : 0, z;
+        double fx = jv_fval(a), fy = jv_fval(b);
         switch (op) {
         case OP_ADD:
             if (ints) {
@@ -300,17 +231,17 @@ jv jv_binop(jrender *r, jop op, jv a, jv b) {
         if (b.u.l->n) memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof *l->v);
         return jv_list(l, a.flags & JVF_TUPLE);
     }
-    if (op == OP_MUL && (a.kind == JV_STR || a.kind == JV_LIST) && is_intlike(b))
-        return repeat(r, a, ival(b));
-    if (op == OP_MUL && (b.kind == JV_STR || b.kind == JV_LIST) && is_intlike(a))
-        return repeat(r, b, ival(a));
+    if (op == OP_MUL && (a.kind == JV_STR || a.kind == JV_LIST) && jv_is_intlike(b))
+        return repeat(r, a, jv_ival(b));
+    if (op == OP_MUL && (b.kind == JV_STR || b.kind == JV_LIST) && jv_is_intlike(a))
+        return repeat(r, b, jv_ival(a));
     if (op == OP_MOD && a.kind == JV_STR) return jpy_percent(r, a.u.s, b);
     bad_operands(r, name, a, b);
 }
 
 jv jv_neg(jrender *r, jv a, bool neg) {
     if (a.kind == JV_INT || a.kind == JV_BOOL) {
-        int64_t x = ival(a);
+        int64_t x = jv_ival(a);
         if (neg && x == INT64_MIN) overflow(r);
         return jv_int(neg ? -x : x);
     }
@@ -371,33 +302,6 @@ size_t jv_len(jrender *r, jv v) {
         return 0;
     default:
         jr_raise(r, JINJA_ERR_RUNTIME, "object of type '%s' has no len()", jv_type_name(v));
-    }
-}
-
-jlist *jv_iterate(jrender *r, jv v) {
-    switch ((jv_kind)v.kind) {
-    case JV_LIST:
-        return v.u.l;
-    case JV_DICT: {
-        jlist *l = jl_new(&r->fail, v.u.d->n);
-        for (size_t i = 0; i < v.u.d->n; i++) l->v[i] = v.u.d->k[i];
-        return l;
-    }
-    case JV_STR: {
-        const jstr *s = v.u.s;
-        jlist *l = jl_new(&r->fail, js_ncp(s));
-        size_t k = 0;
-        for (size_t i = 0; i < s->len;) {
-            size_t start = i;
-            jutf8_next(s->p, s->len, &i);
-            l->v[k++] = jv_str(js_sub(&r->fail, s, start, i - start));
-        }
-        return l;
-    }
-    case JV_UNDEF:
-        return jl_new(&r->fail, 0);
-    default:
-        jr_raise(r, JINJA_ERR_RUNTIME, "'%s' object is not iterable", jv_type_name(v));
     }
 }
 
@@ -484,9 +388,9 @@ jv jv_getitem(jrender *r, jv obj, jv key) {
     if (obj.kind == JV_DICT) {
         jv v;
         if (jd_get(obj.u.d, key, &v)) return v;
-    } else if ((obj.kind == JV_LIST || obj.kind == JV_STR) && is_intlike(key) &&
+    } else if ((obj.kind == JV_LIST || obj.kind == JV_STR) && jv_is_intlike(key) &&
                !(obj.flags & (JVF_ITER | JVF_VIEW))) {
-        int64_t i = ival(key);
+        int64_t i = jv_ival(key);
         size_t n = obj.kind == JV_LIST ? obj.u.l->n : js_ncp(obj.u.s);
         if (i < 0) i += (int64_t)n;
         if (i >= 0 && (size_t)i < n) {
@@ -496,7 +400,7 @@ jv jv_getitem(jrender *r, jv obj, jv key) {
             return jv_str(js_sub(&r->fail, obj.u.s, a, b - a));
         }
         char *h = jr_alloc(r, 120);
-        snprintf(h, 120, "'%s' has no element %lld", type_repr(obj), (long long)ival(key));
+        snprintf(h, 120, "'%s' has no element %lld", type_repr(obj), (long long)jv_ival(key));
         return jv_undef(h);
     }
     if (key.kind == JV_STR) {
@@ -517,10 +421,10 @@ static void slice_indices(jrender *r, jv start, jv stop, jv step, int64_t n, int
                           int64_t *s) {
     jv parts[3] = {start, stop, step};
     for (int i = 0; i < 3; i++)
-        if (parts[i].kind != JV_NONE && parts[i].kind != JV_UNDEF && !is_intlike(parts[i]))
+        if (parts[i].kind != JV_NONE && parts[i].kind != JV_UNDEF && !jv_is_intlike(parts[i]))
             jr_raise(r, JINJA_ERR_RUNTIME, "slice indices must be integers or None, not '%s'",
                      jv_type_name(parts[i]));
-    *s = step.kind == JV_NONE || step.kind == JV_UNDEF ? 1 : ival(step);
+    *s = step.kind == JV_NONE || step.kind == JV_UNDEF ? 1 : jv_ival(step);
     if (*s == 0) jr_raise(r, JINJA_ERR_RUNTIME, "slice step cannot be zero");
     if (*s == INT64_MIN) *s = -INT64_MAX;
     bool neg = *s < 0;
@@ -528,7 +432,7 @@ static void slice_indices(jrender *r, jv start, jv stop, jv step, int64_t n, int
     if (start.kind == JV_NONE || start.kind == JV_UNDEF) {
         *a = neg ? hi : lo;
     } else {
-        int64_t x = ival(start);
+        int64_t x = jv_ival(start);
         if (x < 0) {
             x = x < -n ? lo : x + n;
             if (x < lo) x = lo;
@@ -540,7 +444,7 @@ static void slice_indices(jrender *r, jv start, jv stop, jv step, int64_t n, int
     if (stop.kind == JV_NONE || stop.kind == JV_UNDEF) {
         *b = neg ? lo : hi;
     } else {
-        int64_t x = ival(stop);
+        int64_t x = jv_ival(stop);
         if (x < 0) {
             x = x < -n ? lo : x + n;
             if (x < lo) x = lo;

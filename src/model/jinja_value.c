@@ -647,3 +647,18 @@ jstr *jv_to_str(jrender *r, jv v) {
     if (v.kind == JV_UNDEF) return js_new(&r->fail, "", 0, false);
     return jv_repr(r, v);
 }
+
+/* ---- errors and memory of a rendering ---------------------------------------------------- */
+
+_Noreturn void jr_raise(jrender *r, jinja_err_kind kind, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    jfail_raise(&r->fail, kind, r->line, r->col, "%s", msg);
+}
+
+void *jr_alloc(jrender *r, size_t n) {
+    return jalloc(&r->fail, n);
+}

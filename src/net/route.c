@@ -590,8 +590,14 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
     }
     const int n_calls = r->chain && r->n_stages > 1 ? 1 : r->n_stages;
     const bool checking = s->checks && n_calls == r->n_stages;
-    bool sent[checking ? r->n_stages : 1];
-    int64_t reply_ms[checking ? r->n_stages : 1];
+    bool *sent = NULL; /* per stage, only when checking */
+    int64_t *reply_ms = NULL;
+    if (checking && (!(sent = calloc((size_t)r->n_stages, sizeof *sent)) ||
+                     !(reply_ms = calloc((size_t)r->n_stages, sizeof *reply_ms)))) {
+        free(sent);
+        mt_error_set(err, "out of memory for the spot-checks of %d stages", r->n_stages);
+        return PASS_FAIL;
+    }
     const double t_start = mt_mono_ms_frac();
     int rc = PASS_OK;
     for (int i = 0; i < n_calls && rc == PASS_OK; i++) {
@@ -653,6 +659,8 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
         for (int k = i + 1; checking && k < r->n_stages; k++) sent[k] = false;
     }
     if (checking) rc = finish_checks(r, s, sent, reply_ms, p0, n, t_start, rc, err);
+    free(sent);
+    free(reply_ms);
     return rc;
 }
 

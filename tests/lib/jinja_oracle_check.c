@@ -123,13 +123,13 @@ int main(int argc, char **argv) {
         bool ok;
         if (want_err) {
             /* the same kind of error; raise_exception's message word for word */
-            jinja_err_kind k = !strcmp(want_kind, "raised")   ? JINJA_ERR_RAISED
-                               : !strcmp(want_kind, "syntax") ? JINJA_ERR_SYNTAX
-                               : !strcmp(want_kind, "limit")  ? JINJA_ERR_LIMIT
-                                                              : JINJA_ERR_RUNTIME;
+            jinja_err_kind want_k = !strcmp(want_kind, "raised")   ? JINJA_ERR_RAISED
+                                    : !strcmp(want_kind, "syntax") ? JINJA_ERR_SYNTAX
+                                    : !strcmp(want_kind, "limit")  ? JINJA_ERR_LIMIT
+                                                                   : JINJA_ERR_RUNTIME;
             jinja_err_kind got = e->t ? err.kind : e->err.kind;
-            ok = rc != 0 && got == k;
-            if (ok && k == JINJA_ERR_RAISED) {
+            ok = rc != 0 && got == want_k;
+            if (ok && want_k == JINJA_ERR_RAISED) {
                 const char *msg = strchr(want_err, ':') + 2;
                 ok = strstr(err.err.msg, msg) != NULL;
             }
