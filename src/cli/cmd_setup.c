@@ -201,7 +201,8 @@ static int registry_trust(cli_config *c, const char *prev_registry) {
             fprintf(stderr, "moontail setup: --ca-file %s: %s\n", ca, strerror(errno));
             return -1;
         }
-        if (ca && strlen(abs) >= sizeof c->ca_file) {
+        int n = snprintf(c->ca_file, sizeof c->ca_file, "%s", ca ? abs : "");
+        if (n < 0 || (size_t)n >= sizeof c->ca_file) {
             fprintf(stderr,
                     "moontail setup: --ca-file %s: its full path is longer than %zu bytes;"
                     " move it to a shorter one\n",
@@ -209,7 +210,6 @@ static int registry_trust(cli_config *c, const char *prev_registry) {
             return -1;
         }
         snprintf(c->registry_pin, sizeof c->registry_pin, "%s", pin ? pin : "");
-        snprintf(c->ca_file, sizeof c->ca_file, "%s", ca ? abs : "");
         return 0;
     }
     if (strcmp(prev_registry, c->registry) == 0 && (c->registry_pin[0] || c->ca_file[0])) {
