@@ -34,6 +34,9 @@ json_t *api_error_json(const api_error *e);
 void api_error_respond(const api_error *e, int retry_after, mt_http_response *resp);
 /* The error body for errors the HTTP server answers by itself (413, ...). */
 json_t *api_error_body(int status, const char *message);
+/* A JSON string of n bytes; bytes that are not UTF-8 become '?' (jansson refuses invalid
+ * UTF-8, and both error messages and model text may hold some). */
+json_t *api_text_json(const char *p, size_t n);
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
