@@ -16,6 +16,7 @@
 #include "moontail/shard_fetch.h"
 #include "moontail/transport.h"
 #include "moontail/tunnel.h"
+#include "node_agent_internal.h"
 #include "relay_internal.h"
 
 #include <errno.h>
@@ -29,103 +30,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-enum { MAX_PARTNERS = 16 };
-
-typedef struct partner_set {
-    int n;
-    mt_node_partner p[MAX_PARTNERS];
-    char addr[MAX_PARTNERS][128];
-} partner_set;
-
-struct mt_agent {
-    mt_agent_config cfg;
-    char *registry, *token, *key_path, *data_dir;
-    char name[64];
-    char log_name[80];    /* "node NAME", prefix of the tunnel's and relay's log lines */
-    mt_log_source log;    /* "node: NAME: ..." lines */
-    char listen[160];     /* data plane: its port stays, unless picked here and then taken */
-    bool listen_auto;     /* its port was picked here (--listen HOST:0), so it may change */
-    bool listen_moved;    /* it changed since joining: heartbeats carry it (field addr) */
-    char shard_addr[160]; /* shard server as bound */
-    mt_keys keys;
-    mt_keys_authorized *auth;
-    mt_http_server *shards; /* NULL in tunnel / relay mode */
-    mt_tunnel *tunnel;
-    mt_relay_client *relay;
-    bool nat;              /* tunnel or relay mode */
-    char public_addr[160]; /* tunnel / relay: the address registered last */
-    bool public_up;        /* tunnel / relay: the address works now */
-    char relay_addr[160];  /* the registry's relay, from its join answer */
-    mt_hwinfo hw;
-    double speed;
-    int64_t capacity;
-
-    pthread_mutex_t lock;
-    mt_bg_thread hb; /* the heartbeat thread; a wake makes it beat now */
-    pthread_t fetch_thread;
-    bool fetch_running, fetch_joinable;
-
-    int64_t node_id;
-    char node_token[65];
-    int heartbeat_ms;
-    uint64_t cert_expires; /* unix seconds */
-
-    /* what the registry wants and what runs */
-    char want[96];
-    partner_set want_partners;
-    mt_kv_type want_kv, serving_kv; /* the cell's KV cache type (the registry's --kv-type) */
-    bool drain;
-    bool beat_now;    /* the data plane stopped or started: tell the registry without waiting */
-    bool quarantined; /* the registry says so (docs/spot-checking.md) */
-    mt_node *node;
-    char serving[96];
-    partner_set serving_partners;
-    char fetching[96];
-    mt_fetch_progress progress;
-    mt_progress bar;       /* the fetch in progress, in the log (a bar on a terminal) */
-    char fetch_failed[96]; /* the shard whose last fetch failed */
-    int fetch_failures;    /* its failed fetches in a row */
-    double fetch_retry_at; /* mt_mono_s() before which it is not fetched again (backoff) */
-    int64_t disk_limit;    /* what the data directory can hold, once a fetch ran out of
-                              room there (-1: never); caps the capacity offered */
-    char verified[96];     /* the shard last checked against the registry's manifest */
-    /* the served shard changed on disk (the node's background re-check): it is not served
-     * again until the agent restarts (which fetches it again), and every heartbeat says so */
-    char bad_shard[96];
-    mt_node_stats base;     /* counters of node instances already stopped */
-    mt_node_stats credited; /* the counters in the last heartbeat the registry took */
-    mt_node_stats joined;   /* what `credited` was when the registry last took this node in */
-    uint64_t last_requests;
-    int idle_beats;
-    double last_tok_time;
-    uint64_t last_tokens;
-    double tok_per_s;
-
-    json_t *sources; /* peers holding the wanted shard, from the last heartbeat */
-    int heartbeats, failures;
-    char last_error[512];
-    /* why the node cannot serve problem_shard (its fetch or its load failed); heartbeats
-     * carry it while that shard is still wanted and not served */
-    char problem[MT_NODE_PROBLEM_MAX + 1];
-    char problem_shard[96];
-};
-
-/* Records why shard `name` cannot be served (caller holds a->lock): one line (the registry
- * refuses control characters), cut at a character boundary if it is too long. */
-static void set_problem(mt_agent *a, const char *name, const char *what, const char *why) {
-    int n = snprintf(a->problem, sizeof a->problem, "%s shard %s: %s", what, name, why);
-    if (n >= (int)sizeof a->problem) { /* drop a last character cut in the middle */
-        size_t len = strlen(a->problem), start = len;
-        while (start > 0 && ((unsigned char)a->problem[start - 1] & 0xC0) == 0x80) start--;
-        unsigned char lead = start > 0 ? (unsigned char)a->problem[start - 1] : 0;
-        size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-        if (lead >= 0xC0 && len - (start - 1) < want) a->problem[start - 1] = 0;
-    }
-    for (char *p = a->problem; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
-    snprintf(a->problem_shard, sizeof a->problem_shard, "%s", name);
-}
 
 /* The reason heartbeats report: the last failure of the shard wanted now, unless it serves. */
 static const char *current_problem(const mt_agent *a) {
@@ -143,20 +47,6 @@ static bool safe_name(const char *s) {
     return true;
 }
 
-/* The bytes of shard the node offers: what it was given, or less once its
- * data directory turned out to be too small (caller holds a->lock, or the
- * heartbeat thread has not started). */
-static int64_t offered_capacity(const mt_agent *a) {
-    return a->disk_limit >= 0 && a->disk_limit < a->capacity ? a->disk_limit : a->capacity;
-}
-
-static char *shard_path(const mt_agent *a, const char *name) {
-    size_t n = strlen(a->data_dir) + strlen(name) + 8;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s.gguf", a->data_dir, name);
-    return p;
-}
-
 /* ---- serving held shards to peers ------------------------------------------------------- */
 
 static void shard_handler(void *ctx, const mt_http_request *req, mt_http_response *resp) {
@@ -165,7 +55,7 @@ static void shard_handler(void *ctx, const mt_http_request *req, mt_http_respons
     if (strcmp(req->method, "GET") != 0 || strncmp(p, "/v1/shards/", 11) != 0 || !safe_name(p + 11))
         return mt_http_error(resp, 404, "this node serves GET /v1/shards/<name> only");
     /* only whole, verified shards are ever at <name>.gguf (fetches write .part) */
-    char *path = shard_path(a, p + 11);
+    char *path = agent_shard_path(a, p + 11);
     struct stat sb;
     if (!path || stat(path, &sb) != 0) {
         free(path);
@@ -258,7 +148,7 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
     /* first: a port in use fails here, before the shard is loaded and partners are called */
     int fd = data_plane_socket(a, err);
     if (fd < 0) return -1;
-    char *path = shard_path(a, name);
+    char *path = agent_shard_path(a, name);
     if (!path) {
         close(fd);
         return mt_error_set(err, "out of memory");
@@ -306,122 +196,6 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
     return 0;
 }
 
-/* ---- fetching ------------------------------------------------------------------------------ */
-
-/* Keeps the figures for heartbeats and shows progress (a bar on a terminal). */
-static void on_progress(void *ctx, const mt_fetch_progress *p) {
-    mt_agent *a = ctx;
-    pthread_mutex_lock(&a->lock);
-    a->progress = *p;
-    pthread_mutex_unlock(&a->lock);
-    mt_progress_update(&a->bar, p->bytes_done, p->bytes_total, p->rate, p->eta_s);
-}
-
-/* A fetch ran out of room in the data directory: from now on the node offers
- * only what fits there (with the shard it serves, already on disk), so that
- * the registry places the shard on another node instead of waiting for this
- * one (caller holds a->lock). */
-static void disk_full(mt_agent *a, const char *name, const mt_fetch_progress *fin,
-                      const char *why) {
-    int64_t held = 0;
-    char *path = a->serving[0] ? shard_path(a, a->serving) : NULL;
-    struct stat sb;
-    if (path && stat(path, &sb) == 0) held = (int64_t)sb.st_size;
-    free(path);
-    int64_t was = offered_capacity(a), fits = (int64_t)fin->disk_free + held;
-    if (fits < 1) fits = 1; /* the registry's smallest capacity: nothing fits */
-    if (a->disk_limit < 0 || fits < a->disk_limit) a->disk_limit = fits;
-    mt_log_as(
-        &a->log, MT_LOG_WARN,
-        "%s; shard %s does not fit in %s: offering %.1f MB from now on (was %.1f MB), so that"
-        " the registry places it elsewhere. To offer more, free space in %s or give the node a"
-        " --data directory on a larger disk, then restart it",
-        why, name, a->data_dir, offered_capacity(a) / 1e6, was / 1e6, a->data_dir);
-}
-
-static void *fetch_main(void *arg) {
-    mt_agent *a = arg;
-    pthread_mutex_lock(&a->lock);
-    char name[96];
-    snprintf(name, sizeof name, "%s", a->fetching);
-    pthread_mutex_unlock(&a->lock);
-
-    mt_error err = {{0}};
-    char url[600];
-    snprintf(url, sizeof url, "%s/v1/shards/%s/manifest", a->registry, name);
-    json_t *m = NULL, *hb = NULL; /* the manifest; the sources */
-    mt_fetch_progress fin = {0};
-    int st = mt_http_json("GET", url, NULL, NULL, 600000, &m, &err);
-    int rc = st == 200 && m ? mt_shard_manifest_check(m, &err) : -1;
-    if (st != 200 && rc) mt_error_prefix(&err, "manifest of %s", name);
-    char *path = shard_path(a, name);
-    if (rc == 0 && path && !mt_shard_file_matches(path, m)) {
-        /* sources: peers that serve it now (from the last heartbeat), then the seed */
-        const char *srcs[66];
-        int n = 0, seeds = 0;
-        /* a copy, not a reference: jansson's json_decref reads the count before its
-         * atomic decrement, a data race when the heartbeat thread drops the same list */
-        pthread_mutex_lock(&a->lock);
-        hb = json_deep_copy(a->sources);
-        pthread_mutex_unlock(&a->lock);
-        for (size_t i = 0; i < json_array_size(hb) && n < 64; i++)
-            if (json_is_string(json_array_get(hb, i)))
-                srcs[n++] = json_string_value(json_array_get(hb, i));
-        srcs[n++] = a->registry;
-        seeds = 1;
-        mt_log_as(&a->log, MT_LOG_INFO,
-                  "fetching shard %s (%lld bytes) from %d peer%s and the seed", name,
-                  (long long)json_integer_value(json_object_get(m, "bytes")), n - 1,
-                  n == 2 ? "" : "s");
-        mt_fetch_config fc = {.manifest = m,
-                              .sources = srcs,
-                              .n_sources = n,
-                              .n_seeds = seeds,
-                              .out = path,
-                              .progress = on_progress,
-                              .progress_ctx = a};
-        char label[120];
-        snprintf(label, sizeof label, "fetching %s", name);
-        mt_progress_init_log(&a->bar, &a->log, label, 0);
-        rc = mt_shard_fetch(&fc, &fin, &err);
-        if (rc == 0)
-            mt_log_as(&a->log, MT_LOG_INFO,
-                      "shard %s: %d pieces from peers, %d from the seed, %d reused, %.1f MB/s",
-                      name, fin.pieces_from_peers, fin.pieces_from_seed,
-                      (int)(fin.bytes_reused /
-                            (uint64_t)json_integer_value(json_object_get(m, "piece_bytes"))),
-                      fin.rate / 1e6);
-    }
-    free(path);
-    json_decref(m);
-    json_decref(hb);
-    pthread_mutex_lock(&a->lock);
-    if (rc) {
-        snprintf(a->last_error, sizeof a->last_error, "%s", err.msg);
-        set_problem(a, name, "cannot fetch", err.msg);
-        a->fetch_failures = strcmp(a->fetch_failed, name) == 0 ? a->fetch_failures + 1 : 1;
-        snprintf(a->fetch_failed, sizeof a->fetch_failed, "%s", name);
-        /* the same shard again after 1 s, doubling to 10 s: not on every heartbeat, and a
-         * node whose sources were busy a while is not left idle for a minute */
-        int wait_s = a->fetch_failures > 4 ? 10 : 1 << (a->fetch_failures - 1);
-        a->fetch_retry_at = mt_mono_s() + wait_s;
-        if (fin.no_space)
-            disk_full(a, name, &fin, err.msg);
-        else
-            mt_log_as(&a->log, MT_LOG_WARN, "%s; trying again in %d s", err.msg, wait_s);
-    } else {
-        if (strcmp(a->problem_shard, name) == 0) a->problem[0] = a->problem_shard[0] = 0;
-        a->fetch_failed[0] = 0;
-        a->fetch_failures = 0;
-        snprintf(a->verified, sizeof a->verified, "%s", name);
-    }
-    a->fetching[0] = 0;
-    a->fetch_running = false;
-    mt_bg_thread_wake(&a->hb);
-    pthread_mutex_unlock(&a->lock);
-    return NULL;
-}
-
 /* ---- heartbeats ----------------------------------------------------------------------------- */
 
 static int join(mt_agent *a, mt_error *err) {
@@ -434,7 +208,7 @@ static int join(mt_agent *a, mt_error *err) {
     pthread_mutex_lock(&a->lock);
     char addr[160];
     snprintf(addr, sizeof addr, "%s", a->public_addr[0] ? a->public_addr : a->listen);
-    int64_t capacity = offered_capacity(a);
+    int64_t capacity = agent_offered_capacity(a);
     pthread_mutex_unlock(&a->lock);
     json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:f}", "name", a->name, "pubkey", pk,
                              "addr", addr, "shard_addr", a->shard_addr, "hw", hw, "capacity",
@@ -511,7 +285,7 @@ static void heartbeat(mt_agent *a) {
     char bad[512];
     if (a->node && mt_node_shard_error(a->node, bad, sizeof bad)) {
         /* reported like any other reason it cannot serve that shard (problem) */
-        set_problem(a, a->serving, "changed on disk, not serving", bad);
+        agent_set_problem(a, a->serving, "changed on disk, not serving", bad);
         snprintf(a->bad_shard, sizeof a->bad_shard, "%s", a->serving);
         mt_log_as(&a->log, MT_LOG_ERROR,
                   "shard %s changed on disk while served; stopping its data plane, and not serving"
@@ -560,7 +334,8 @@ static void heartbeat(mt_agent *a) {
         (json_int_t)(total.served_expert_rows - a->joined.served_expert_rows), "tokens",
         (json_int_t)(total.served_tokens - a->joined.served_tokens), "load", "queue", s.queued,
         "sessions", s.sessions, "kv_bytes", (json_int_t)s.kv_bytes, "tok_per_s", a->tok_per_s,
-        "cert_expires", (json_int_t)a->cert_expires, "capacity", (json_int_t)offered_capacity(a));
+        "cert_expires", (json_int_t)a->cert_expires, "capacity",
+        (json_int_t)agent_offered_capacity(a));
     if (ctx) { /* what sessions it offers: a route's context is its stages' smallest */
         json_t *load = json_object_get(body, "load");
         json_object_set_new(load, "ctx", json_integer(ctx));
@@ -658,7 +433,7 @@ static void heartbeat(mt_agent *a) {
         /* a file of that name may be left from another model (the names say
          * which layers, not which model): it is served only once checked
          * against the registry's manifest, which the fetch thread does first */
-        char *path = shard_path(a, a->want);
+        char *path = agent_shard_path(a, a->want);
         struct stat sb;
         bool have = path && stat(path, &sb) == 0 && strcmp(a->verified, a->want) == 0;
         free(path);
@@ -668,24 +443,14 @@ static void heartbeat(mt_agent *a) {
                 snprintf(a->last_error, sizeof a->last_error, "%s", e2.msg);
                 char was[sizeof a->problem];
                 snprintf(was, sizeof was, "%s", a->problem);
-                set_problem(a, a->want, "cannot serve", e2.msg);
+                agent_set_problem(a, a->want, "cannot serve", e2.msg);
                 if (strcmp(was, a->problem) != 0) /* once per reason, not at every heartbeat */
                     mt_log_as(&a->log, MT_LOG_WARN, "cannot serve %s yet: %s", a->want, e2.msg);
             } else {
                 a->beat_now = true;
             }
-        } else if (!a->fetch_running &&
-                   (strcmp(a->fetch_failed, a->want) != 0 || mt_mono_s() >= a->fetch_retry_at)) {
-            if (a->fetch_joinable) pthread_join(a->fetch_thread, NULL), a->fetch_joinable = false;
-            snprintf(a->fetching, sizeof a->fetching, "%s", a->want);
-            memset(&a->progress, 0, sizeof a->progress);
-            a->fetch_running = true;
-            if (pthread_create(&a->fetch_thread, NULL, fetch_main, a) != 0) {
-                a->fetch_running = false;
-                a->fetching[0] = 0;
-            } else {
-                a->fetch_joinable = true;
-            }
+        } else {
+            agent_fetch_start(a);
         }
     }
     a->last_requests = s.requests;
@@ -921,17 +686,7 @@ fail:
 void mt_agent_stop(mt_agent *a) {
     if (!a) return;
     mt_bg_thread_stop(&a->hb);
-    /* a shard fetch may be waiting on a slow peer: give it 5 s, then leave it running (and
-     * the agent allocated for it) rather than keep a stopping node waiting for minutes */
-    bool fetch_left = false;
-    if (a->fetch_joinable) {
-        struct timespec ts = mt_realtime_after_ms(5000);
-        if (pthread_timedjoin_np(a->fetch_thread, NULL, &ts) != 0) {
-            mt_log_as(&a->log, MT_LOG_WARN,
-                      "a shard fetch is still waiting on the network; not waiting for it");
-            fetch_left = true;
-        }
-    }
+    bool fetch_left = !agent_fetch_join(a);
     pthread_mutex_lock(&a->lock);
     stop_node(a);
     pthread_mutex_unlock(&a->lock);
