@@ -5,13 +5,16 @@
  * without a wake lasts at least its time (measured with clock_gettime); a
  * thread polling a socket beside the wake descriptor serves the socket and
  * ends on the stop; stopping a thread never started, or twice, is harmless.
- * The clocks agree with clock_gettime and time(2). No time limits: a stop
+ * The clocks agree with clock_gettime and time(2); a condition variable from
+ * mt_cond_init_mono times out on the monotonic clock. No time limits: a stop
  * that did not wake its thread would hang the test (CTest's timeout). */
 #include "check.h"
 #include "moontail/bg_thread.h"
 #include "moontail/clock.h"
 
+#include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -54,6 +57,33 @@ static void test_clocks(void) {
     CHECK(at.tv_nsec >= 0 && at.tv_nsec < 1000000000L && at_ms >= r0 + 1500 - 1e-3 &&
               at_ms <= r1 + 1500 + 1e-3,
           "mt_realtime_after_ms(1500) = %f, not 1500 ms after [%f, %f]", at_ms, r0, r1);
+    m0 = monotonic_ms();
+    at = mt_mono_after_ms(1500);
+    m1 = monotonic_ms();
+    at_ms = (double)at.tv_sec * 1e3 + at.tv_nsec / 1e6;
+    CHECK(at.tv_nsec >= 0 && at.tv_nsec < 1000000000L && at_ms >= m0 + 1500 - 1e-3 &&
+              at_ms <= m1 + 1500 + 1e-3,
+          "mt_mono_after_ms(1500) = %f, not 1500 ms after [%f, %f]", at_ms, m0, m1);
+}
+
+/* A timed wait on a monotonic condition variable: with a deadline from
+ * mt_mono_after_ms it times out after (not before) its 40 ms. Were the
+ * variable measuring CLOCK_REALTIME, the monotonic deadline (seconds since
+ * boot) would lie decades in the past and the wait would return at once. */
+static void test_mono_cond(void) {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv;
+    CHECK(mt_cond_init_mono(&cv) == 0, "mt_cond_init_mono");
+    pthread_mutex_lock(&mu);
+    double t0 = monotonic_ms();
+    struct timespec at = mt_mono_after_ms(40);
+    int rc = 0;
+    while (rc == 0) rc = pthread_cond_timedwait(&cv, &mu, &at); /* spurious wakes: wait again */
+    double waited = monotonic_ms() - t0;
+    pthread_mutex_unlock(&mu);
+    CHECK(rc == ETIMEDOUT && waited >= 40 - 1e-3, "a 40 ms monotonic wait: rc %d after %.2f ms", rc,
+          waited);
+    pthread_cond_destroy(&cv);
 }
 
 /* ---- sleeping threads ----------------------------------------------------------------------- */
@@ -210,6 +240,7 @@ static void test_poller(void) {
 
 int main(void) {
     test_clocks();
+    test_mono_cond();
     test_stop_wakes();
     test_wake_then_stop();
     test_wakes_kept();

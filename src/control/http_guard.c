@@ -153,7 +153,7 @@ static void *deadline_thread(void *arg) {
                     release_key(g, e, now);
                 }
         }
-        struct timespec ts = mt_realtime_after_ms(250);
+        struct timespec ts = mt_mono_after_ms(250);
         pthread_cond_timedwait(&g->wake, &g->mu, &ts);
     }
     pthread_mutex_unlock(&g->mu);
@@ -201,7 +201,7 @@ http_guard *http_guard_new(const mt_http_limits *limits, void (*on_overload)(voi
     g->on_overload = on_overload;
     g->ctx = ctx;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->wake, NULL);
+    mt_cond_init_mono(&g->wake);
     if (pthread_create(&g->thread, NULL, deadline_thread, g) != 0) {
         http_guard_free(g);
         mt_error_set(err, "HTTP server: cannot start the thread that enforces request deadlines");

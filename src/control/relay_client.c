@@ -436,7 +436,7 @@ mt_relay_client *mt_relay_client_start(const mt_relay_client_config *cfg, mt_err
     c->node_id = cfg->node_id;
     snprintf(c->token, sizeof c->token, "%s", cfg->token);
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cond, NULL);
+    mt_cond_init_mono(&c->cond);
     c->ready = calloc((size_t)c->cfg.max_conns, sizeof *c->ready);
     if (mt_bg_thread_init(&c->bg, err)) {
         mt_error_prefix(err, "relay client");
@@ -489,7 +489,7 @@ void mt_relay_client_addr(mt_relay_client *c, char *out, size_t size) {
 
 int mt_relay_client_wait(mt_relay_client *c, int timeout_ms, char *out, size_t size,
                          mt_error *err) {
-    struct timespec ts = mt_realtime_after_ms(timeout_ms);
+    struct timespec ts = mt_mono_after_ms(timeout_ms);
     pthread_mutex_lock(&c->lock);
     int rc = 0;
     while (!c->addr[0] && !stopping(c) && rc == 0)

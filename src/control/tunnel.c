@@ -330,7 +330,7 @@ mt_tunnel *mt_tunnel_start(const mt_tunnel_config *cfg, mt_error *err) {
     if (t->cfg.max_backoff_ms <= 0) t->cfg.max_backoff_ms = 60000;
     if (t->cfg.stable_ms <= 0) t->cfg.stable_ms = 30000;
     pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->cond, NULL);
+    mt_cond_init_mono(&t->cond);
     mt_log_source_init(&t->log, "tunnel", cfg->log_name ? cfg->log_name : "node", cfg->quiet);
     if (mt_bg_thread_init(&t->bg, err)) {
         mt_error_prefix(err, "--tunnel");
@@ -405,7 +405,7 @@ int mt_tunnel_starts(mt_tunnel *t) {
 }
 
 int mt_tunnel_wait(mt_tunnel *t, int timeout_ms, char *out, size_t size, mt_error *err) {
-    struct timespec ts = mt_realtime_after_ms(timeout_ms);
+    struct timespec ts = mt_mono_after_ms(timeout_ms);
     pthread_mutex_lock(&t->lock);
     int rc = 0;
     while (!t->addr[0] && !stopping(t) && rc == 0)

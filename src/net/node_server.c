@@ -3,6 +3,7 @@
  * (answering INFO itself and handing the rest to node_jobs.c, which checks
  * and queues them for the worker, node_worker.c), and starts and stops it
  * all. Threads and ownership: node_internal.h. */
+#include "moontail/clock.h"
 #include "moontail/shard.h"
 #include "moontail/transport.h"
 #include "node_internal.h"
@@ -280,12 +281,9 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     n->listen_fd = cfg->listen_fd > 0 ? cfg->listen_fd : -1; /* closed by mt_node_stop */
     n->wake[0] = n->wake[1] = -1;
     pthread_mutex_init(&n->lock, NULL);
-    pthread_condattr_t mono; /* the worker's timed waits (session expiry) use the monotonic clock */
-    pthread_condattr_init(&mono);
-    pthread_condattr_setclock(&mono, CLOCK_MONOTONIC);
-    pthread_cond_init(&n->work_cv, &mono);
-    pthread_cond_init(&n->recheck_cv, &mono);
-    pthread_condattr_destroy(&mono);
+    /* the worker's timed waits (session expiry, re-checks) measure the monotonic clock */
+    mt_cond_init_mono(&n->work_cv);
+    mt_cond_init_mono(&n->recheck_cv);
     pthread_cond_init(&n->client_cv, NULL);
     pthread_cond_init(&n->done_cv, NULL);
     pthread_cond_init(&n->fwd_cv, NULL);

@@ -113,11 +113,7 @@ route_check *route_check_start(const route_check_config *cfg, mt_error *err) {
     k->refs = 2;
     randombytes_buf(&k->shadow, sizeof k->shadow);
     pthread_mutex_init(&k->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&k->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    mt_cond_init_mono(&k->cv);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -190,11 +186,7 @@ route_check_outcome route_check_wait(route_check *k, double deadline_ms, route_c
     while (!k->failed && (k->state == JOB_QUEUED || k->state == JOB_RUNNING)) {
         double left = deadline_ms - mt_mono_ms_frac();
         if (left <= 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        long long ns = ts.tv_nsec + (long long)(left * 1e6);
-        ts.tv_sec += (time_t)(ns / 1000000000LL);
-        ts.tv_nsec = (long)(ns % 1000000000LL);
+        struct timespec ts = mt_mono_after_ms((int64_t)left + 1);
         pthread_cond_timedwait(&k->cv, &k->lock, &ts);
     }
     route_check_outcome o = ROUTE_CHECK_LOST;
