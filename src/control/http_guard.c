@@ -10,6 +10,7 @@
  * counted per address, and also per bearer token (by its hash) when they
  * carry one: either count at its limit refuses the request. */
 #include "http_guard.h"
+#include "moontail/bg_thread.h"
 #include "moontail/clock.h"
 
 #include <netinet/in.h>
@@ -63,9 +64,7 @@ struct http_guard {
     void (*on_overload)(void *);
     void *ctx;
     pthread_mutex_t mu;
-    pthread_cond_t wake;
-    bool stopping, thread_started;
-    pthread_t thread;
+    mt_bg_thread deadlines; /* closes connections past their deadline, 4 times a second */
     guard_key *buckets[GUARD_BUCKETS];
     guard_conn *conns;
     int public_conns, reserved_conns, peak;
@@ -125,9 +124,9 @@ static void release_key(http_guard *g, guard_key *e, int64_t now) {
 
 static void *deadline_thread(void *arg) {
     http_guard *g = arg;
-    pthread_mutex_lock(&g->mu);
     int64_t purged = mt_mono_ms();
-    while (!g->stopping) {
+    while (!mt_bg_thread_stopping(&g->deadlines)) {
+        pthread_mutex_lock(&g->mu);
         int64_t now = mt_mono_ms();
         int64_t hdr = (int64_t)g->lim.header_timeout_s * 1000,
                 body = (int64_t)g->lim.body_timeout_s * 1000;
@@ -153,10 +152,9 @@ static void *deadline_thread(void *arg) {
                     release_key(g, e, now);
                 }
         }
-        struct timespec ts = mt_mono_after_ms(250);
-        pthread_cond_timedwait(&g->wake, &g->mu, &ts);
+        pthread_mutex_unlock(&g->mu);
+        mt_bg_thread_sleep(&g->deadlines, 250);
     }
-    pthread_mutex_unlock(&g->mu);
     return NULL;
 }
 
@@ -201,25 +199,21 @@ http_guard *http_guard_new(const mt_http_limits *limits, void (*on_overload)(voi
     g->on_overload = on_overload;
     g->ctx = ctx;
     pthread_mutex_init(&g->mu, NULL);
-    mt_cond_init_mono(&g->wake);
-    if (pthread_create(&g->thread, NULL, deadline_thread, g) != 0) {
+    g->deadlines.wake_fd = -1; /* http_guard_free may run before the init */
+    if (mt_bg_thread_init(&g->deadlines, err) != 0 ||
+        mt_bg_thread_start(&g->deadlines, deadline_thread, g, err) != 0) {
+        mt_error_prefix(err,
+                        "HTTP server: cannot start the thread that enforces request deadlines");
         http_guard_free(g);
-        mt_error_set(err, "HTTP server: cannot start the thread that enforces request deadlines");
         return NULL;
     }
-    g->thread_started = true;
     return g;
 }
 
 void http_guard_free(http_guard *g) {
     if (!g) return;
-    if (g->thread_started) {
-        pthread_mutex_lock(&g->mu);
-        g->stopping = true;
-        pthread_cond_broadcast(&g->wake);
-        pthread_mutex_unlock(&g->mu);
-        pthread_join(g->thread, NULL);
-    }
+    mt_bg_thread_stop(&g->deadlines);
+    mt_bg_thread_destroy(&g->deadlines);
     for (int b = 0; b < GUARD_BUCKETS; b++)
         for (guard_key *e = g->buckets[b], *next; e; e = next) {
             next = e->next;
@@ -230,7 +224,6 @@ void http_guard_free(http_guard *g) {
         free(c);
     }
     pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->wake);
     free(g);
 }
 
