@@ -80,6 +80,13 @@ expect_fail 2 "unknown option" "$BIN" run --frob
 expect_fail 2 "unknown option" "$BIN" eval --frob
 expect_fail 2 "unknown option" "$BIN" tokenize --frob
 expect_fail 2 "needs a value" "$BIN" run -p
+# --stop is an option like any other: the value of -p may be "--stop" (the prompt, not a
+# stop string), a fifth --stop is refused by name, an empty one too
+"$BIN" run -p "--stop" -n 2 --json >"$tmp/o" 2>"$tmp/e" &&
+    json 'if (!(o.prompt_tokens.length > 1 && o.tokens.length === 2)) throw 1' <"$tmp/o" && ok ||
+    bad "run -p --stop: $(cat "$tmp/e" "$tmp/o")"
+expect_fail 2 "at most 4 --stop options; 'e' is one more" "$BIN" run -n 2 --stop a --stop b --stop c --stop d --stop e
+expect_fail 2 "needs some text" "$BIN" run -n 2 --stop ""
 head -c 1000 "$tmp/m.gguf" >"$tmp/cut.gguf"
 expect_fail 1 "truncated" "$BIN" run -m "$tmp/cut.gguf" -p x
 echo "not a model" >"$tmp/junk.gguf"

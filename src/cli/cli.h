@@ -46,16 +46,31 @@ int bench_layer_times(const struct mt_model *m, const char *model_path, int thre
                       const char *batches, const char *prefills, int32_t ctx, int runs, bool json);
 
 /* One command-line option: a flag (bool), a string, a whole number in
- * [lo, hi] (int64_t) or a finite number (float). CLI_POSITIONAL: the one
- * argument that is not an option nor an option's value, anywhere among them
- * (a const char *; its name says what it is, e.g. "the prompt"). */
-typedef enum cli_opt_kind { CLI_FLAG, CLI_STRING, CLI_INT, CLI_FLOAT, CLI_POSITIONAL } cli_opt_kind;
+ * [lo, hi] (int64_t) or a finite number (float). CLI_LIST: a repeatable
+ * string option (a cli_list: each use adds its value, more than cap uses is
+ * an error). CLI_POSITIONAL: the one argument that is not an option nor an
+ * option's value, anywhere among them (a const char *; its name says what
+ * it is, e.g. "the prompt"). */
+typedef enum cli_opt_kind {
+    CLI_FLAG,
+    CLI_STRING,
+    CLI_INT,
+    CLI_FLOAT,
+    CLI_LIST,
+    CLI_POSITIONAL
+} cli_opt_kind;
 typedef struct cli_opt {
     const char *name;
     cli_opt_kind kind;
-    void *dst; /* bool *, const char **, int64_t *, float * */
+    void *dst; /* bool *, const char **, int64_t *, float *, cli_list * */
     int64_t lo, hi;
 } cli_opt;
+
+/* The values of a CLI_LIST option, in the order given (they point into argv). */
+typedef struct cli_list {
+    const char **v; /* room for cap */
+    int n, cap;
+} cli_list;
 
 /* Parses argv[1..argc) against opts (terminated by a NULL name). --help/-h
  * prints usage and returns 1; an unknown option, a missing or bad value

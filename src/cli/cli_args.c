@@ -78,9 +78,17 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const
         }
         const char *v = cli_value(argc, argv, &i);
         if (!v) return -1;
-        if (o->kind == CLI_STRING)
+        if (o->kind == CLI_STRING) {
             *(const char **)o->dst = v;
-        else if (o->kind == CLI_INT && !cli_int(a, v, o->lo, o->hi, (int64_t *)o->dst))
+        } else if (o->kind == CLI_LIST) {
+            cli_list *l = o->dst;
+            if (l->n >= l->cap) {
+                fprintf(stderr, "moontail %s: at most %d %s options; '%s' is one more\n", cmd,
+                        l->cap, a, v);
+                return -1;
+            }
+            l->v[l->n++] = v;
+        } else if (o->kind == CLI_INT && !cli_int(a, v, o->lo, o->hi, (int64_t *)o->dst))
             return -1;
         else if (o->kind == CLI_FLOAT && !cli_float(a, v, (float *)o->dst))
             return -1;

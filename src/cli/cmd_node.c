@@ -62,20 +62,12 @@ static const char usage[] =
     "                        seconds (default 10; 0: never); a mismatch stops the node\n"
     "  --quiet               no log lines\n" CLI_LOG_USAGE;
 
-/* Takes every "--partner ADDR=KEY" out of argv (compacting it). Returns the
- * number of partners, or -1 after printing what is wrong. */
-static int take_partners(int *argc, char **argv, mt_node_partner **out, char ***addrs) {
-    int n = 0, k = 1;
-    *out = calloc((size_t)*argc, sizeof **out);
-    *addrs = calloc((size_t)*argc, sizeof **addrs);
-    if (!*out || !*addrs) return -1;
-    for (int i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--partner") != 0) {
-            argv[k++] = argv[i];
-            continue;
-        }
-        const char *v = cli_value(*argc, argv, &i);
-        if (!v) return -1;
+/* The partners of the --partner ADDR=KEY options (out and addrs have room
+ * for l->n, addrs ends with a NULL). Returns 0, or -1 after printing what is
+ * wrong. */
+static int parse_partners(const cli_list *l, mt_node_partner *out, char **addrs) {
+    for (int n = 0; n < l->n; n++) {
+        const char *v = l->v[n];
         const char *eq = strrchr(v, '=');
         mt_error err = {{0}};
         if (!eq || eq == v) {
@@ -85,17 +77,15 @@ static int take_partners(int *argc, char **argv, mt_node_partner **out, char ***
                     v);
             return -1;
         }
-        if (mt_keys_pk_from_hex((*out)[n].pk, eq + 1, &err)) {
+        if (mt_keys_pk_from_hex(out[n].pk, eq + 1, &err)) {
             fprintf(stderr, "moontail node: --partner %s: %s\n", v, err.msg);
             return -1;
         }
-        (*addrs)[n] = strndup(v, (size_t)(eq - v));
-        if (!(*addrs)[n]) return -1;
-        (*out)[n].addr = (*addrs)[n];
-        n++;
+        addrs[n] = strndup(v, (size_t)(eq - v));
+        if (!addrs[n]) return -1;
+        out[n].addr = addrs[n];
     }
-    *argc = k;
-    return n;
+    return 0;
 }
 
 /* An authority's public key from "--authority HEX_OR_FILE": 64 hex digits,
@@ -155,10 +145,12 @@ int cmd_node(int argc, char **argv) {
     mt_node_partner *partners = NULL;
     char **addrs = NULL;
     int rc = 2;
-    int n_partners = take_partners(&argc, argv, &partners, &addrs);
+    /* each option's value takes two arguments, so argc bounds their number */
+    const char **partner_args = calloc((size_t)argc, sizeof *partner_args);
     const char **authorities = calloc((size_t)argc, sizeof *authorities);
-    int n_authorities =
-        n_partners < 0 || !authorities ? -1 : cli_take_all(&argc, argv, "--authority", authorities);
+    partners = calloc((size_t)argc, sizeof *partners);
+    addrs = calloc((size_t)argc, sizeof *addrs);
+    cli_list partner_list = {partner_args, 0, argc}, authority_list = {authorities, 0, argc};
     const cli_opt opts[] = {
         {"--shard", CLI_STRING, &shard, 0, 0},
         {"--key", CLI_STRING, &key, 0, 0},
@@ -175,14 +167,22 @@ int cmd_node(int argc, char **argv) {
         {"--recheck-s", CLI_INT, &recheck_s, 0, 86400},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         {"--misbehave", CLI_STRING, &misbehave, 0, 0},
+        {"--partner", CLI_LIST, &partner_list, 0, 0},
+        {"--authority", CLI_LIST, &authority_list, 0, 0},
         CLI_LOG_OPTS(log_opts),
         {NULL, CLI_FLAG, NULL, 0, 0},
     };
-    int prc = n_authorities < 0 ? -1 : cli_parse("node", argc, argv, opts, usage);
+    if (!partner_args || !authorities || !partners || !addrs) {
+        fprintf(stderr, "moontail node: out of memory\n");
+        goto out;
+    }
+    int prc = cli_parse("node", argc, argv, opts, usage);
     if (prc) {
         rc = prc > 0 ? 0 : 2;
         goto out;
     }
+    int n_partners = partner_list.n, n_authorities = authority_list.n;
+    if (parse_partners(&partner_list, partners, addrs)) goto out;
     if (!cli_log_setup("node", &log_opts)) goto out;
     if (misbehave && !cli_misbehave("node", misbehave, &corrupt_rate)) goto out;
     mt_kv_type kv_type;
@@ -299,6 +299,7 @@ int cmd_node(int argc, char **argv) {
 out_pk:
     free(auth_pk);
 out:
+    free(partner_args);
     free(authorities);
     for (int i = 0; addrs && addrs[i]; i++) free(addrs[i]);
     free(addrs);

@@ -19,31 +19,9 @@ void cli_gen_defaults(cli_gen *g) {
     g->seed = (int64_t)g->sp.seed;
 }
 
-/* Takes the --stop options out of argv (cli_parse knows no repeated options). */
-static int take_stops(const char *cmd, int *argc, char **argv, cli_gen *g) {
-    const char **vals = malloc((size_t)*argc * sizeof *vals);
-    if (!vals) return -1;
-    int n = cli_take_all(argc, argv, "--stop", vals);
-    int rc = n < 0 ? -1 : 0;
-    if (n > MT_GEN_MAX_STOP) {
-        fprintf(stderr,
-                "moontail %s: at most %d --stop strings (as the API's \"stop\"); %d given\n", cmd,
-                MT_GEN_MAX_STOP, n);
-        rc = -1;
-    }
-    for (int i = 0; rc == 0 && i < n; i++) {
-        if (!vals[i][0]) {
-            fprintf(stderr, "moontail %s: --stop needs some text (it was empty)\n", cmd);
-            rc = -1;
-        }
-        g->stop[g->n_stop++] = vals[i];
-    }
-    free(vals);
-    return rc;
-}
-
 int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_opt *extra,
                   const char *usage) {
+    cli_list stops = {g->stop, 0, MT_GEN_MAX_STOP}; /* as many as the API's "stop" takes */
     const cli_opt shared[] = {
         {"-p", CLI_STRING, &g->prompt, 0, 0},
         {"-f", CLI_STRING, &g->prompt_file, 0, 0},
@@ -63,18 +41,28 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
         {"--seed", CLI_INT, &g->seed, 0, UINT32_MAX},
         {"--json", CLI_FLAG, &g->json, 0, 0},
         {"--ignore-eos", CLI_FLAG, &g->ignore_eos, 0, 0},
+        {"--stop", CLI_LIST, &stops, 0, 0},
     };
     enum { N_SHARED = sizeof shared / sizeof shared[0] };
     size_t n_extra = 0;
     while (extra && extra[n_extra].name) n_extra++;
-    cli_opt opts[N_SHARED + 16 + 1];
-    if (n_extra > 16) return -1;
+    cli_opt *opts = malloc((N_SHARED + n_extra + 1) * sizeof *opts);
+    if (!opts) {
+        fprintf(stderr, "moontail %s: out of memory\n", cmd);
+        return -1;
+    }
     memcpy(opts, shared, sizeof shared);
     if (n_extra) memcpy(opts + N_SHARED, extra, n_extra * sizeof *extra);
     opts[N_SHARED + n_extra] = (cli_opt){NULL, CLI_FLAG, NULL, 0, 0};
-    if (take_stops(cmd, &argc, argv, g)) return -1;
     int rc = cli_parse(cmd, argc, argv, opts, usage);
+    free(opts);
     if (rc) return rc;
+    g->n_stop = stops.n;
+    for (int i = 0; i < g->n_stop; i++)
+        if (!g->stop[i][0]) {
+            fprintf(stderr, "moontail %s: --stop needs some text (it was empty)\n", cmd);
+            return -1;
+        }
     if (!cli_kv_type(cmd, g->kv_type_name, &g->kv_type)) return -1;
     g->sp.top_k = (int32_t)g->top_k;
     g->sp.repeat_last_n = (int32_t)g->repeat_last_n;
