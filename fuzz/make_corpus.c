@@ -7,10 +7,12 @@
  * (fuzz_manifest), every data-plane message type from mt_proto_encode
  * (fuzz_proto, and sealed into frames for fuzz_frame), a client hello
  * (fuzz_frame), request bodies (fuzz_openai), texts (fuzz_tokenize) and
- * registry API requests (fuzz_registry), pause schedules (fuzz_schedule) and
- * chat templates (fuzz_jinja).
+ * registry API requests (fuzz_registry), pause schedules (fuzz_schedule),
+ * chat templates (fuzz_jinja) and the relay's hellos, whole, cut short and
+ * malformed (fuzz_relay_hello).
  * Built with the fuzz build; run by `./dev fuzz-corpus`. The output is
  * deterministic; the seeds are committed. */
+#include "../src/control/relay_hello.h"
 #include "../src/net/net_internal.h"
 #include "fuzz_util.h"
 #include "moontail/gguf.h"
@@ -409,6 +411,45 @@ static void jinja_templates(void) {
         seed("fuzz_jinja", t[i].name, t[i].text, strlen(t[i].text));
 }
 
+/* ---- the relay's hellos ----------------------------------------------------------------------
+ */
+
+static void relay_hellos(void) {
+    uint8_t proof[32], cookie[MT_RELAY_COOKIE_BYTES], challenge[MT_RELAY_CHALLENGE_BYTES];
+    for (int i = 0; i < 32; i++) proof[i] = (uint8_t)(i * 11 + 3), challenge[i] = (uint8_t)(i * 5);
+    for (int i = 0; i < MT_RELAY_COOKIE_BYTES; i++) cookie[i] = (uint8_t)(0xc0 + i);
+    const char *t = "fuzz_relay_hello";
+    uint8_t ctl[MT_RELAY_CONTROL_BYTES], data[MT_RELAY_DATA_BYTES + MT_CONN_HELLO_BYTES];
+    relay_hello_control_write(ctl, 7, proof);
+    seed(t, "control", ctl, sizeof ctl);
+    seed(t, "control-cut", ctl, 20);
+    seed(t, "head-only", ctl, 6);
+    relay_hello_control_write(ctl, 0, proof);
+    seed(t, "control-node-0", ctl, sizeof ctl);
+    relay_hello_control_write(ctl, -1, proof); /* 2^64-1 on the wire */
+    seed(t, "control-node-huge", ctl, sizeof ctl);
+    relay_hello_data_write(data, cookie);
+    seed(t, "data", data, MT_RELAY_DATA_BYTES);
+    seed(t, "data-cut", data, 10);
+    /* what follows a data hello belongs to the data plane: a transport hello's start */
+    memset(data + MT_RELAY_DATA_BYTES, 0, MT_CONN_HELLO_BYTES);
+    memcpy(data + MT_RELAY_DATA_BYTES, "MTN1", 4);
+    data[MT_RELAY_DATA_BYTES + 4] = MT_CONN_VERSION;
+    seed(t, "data-then-stream", data, sizeof data);
+    const char *http = "GET / HTTP/1.1\r\nHost: relay\r\n\r\n";
+    seed(t, "wrong-magic", http, strlen(http));
+    /* whole hellos with one header byte wrong, so that a reader which let more bytes change
+     * its answer fails the target's checks from the seeds on */
+    data[4] = 7;
+    seed(t, "unknown-kind", data, MT_RELAY_DATA_BYTES);
+    relay_hello_control_write(ctl, 7, proof);
+    ctl[5] = 9;
+    seed(t, "reserved-set", ctl, sizeof ctl);
+    uint8_t server[MT_RELAY_HELLO_BYTES];
+    relay_hello_server_write(server, challenge);
+    seed(t, "server", server, sizeof server);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_corpus OUT_DIR (fuzz/corpus)\n");
@@ -424,5 +465,6 @@ int main(int argc, char **argv) {
     registry_requests();
     schedules();
     jinja_templates();
+    relay_hellos();
     return 0;
 }

@@ -3,7 +3,8 @@
  * peers waiting for their node, and relayed pairs of sockets.
  *
  * Every byte a client sends before it is relayed is checked against the
- * protocol in relay.h; whatever does not fit closes that one connection.
+ * protocol in relay.h (the hellos by relay_hello.c); whatever does not fit
+ * closes that one connection.
  * Everything is bounded: hellos in progress, connections per node, bytes
  * buffered per connection, and the time each stage may take. What a relayed
  * pair carries is copied, never read (relay_splice.c). */
@@ -12,6 +13,7 @@
 #include "moontail/clock.h"
 #include "moontail/log.h"
 #include "moontail/transport.h"
+#include "relay_hello.h"
 #include "relay_internal.h"
 
 #include <arpa/inet.h>
@@ -269,17 +271,13 @@ static void refuse_node(mt_relay *r, int fd, int64_t id, const char *why) {
     refuse(r, fd, "refused node %lld: %s", (long long)id, why);
 }
 
-static void control_hello(mt_relay *r, hello_conn *h) {
-    uint64_t raw = 0;
-    for (int i = 0; i < 8; i++) raw |= (uint64_t)h->buf[6 + i] << (8 * i);
+static void control_hello(mt_relay *r, hello_conn *h, const relay_hello *hello) {
     int fd = h->fd;
     h->fd = -1;
-    if (raw == 0 || raw > (uint64_t)INT64_MAX)
-        return refuse_node(r, fd, 0, "the node id in the control hello is 0 or above 2^63-1");
-    int64_t id = (int64_t)raw;
+    int64_t id = hello->node_id;
     char why[256] = "the registry does not accept this node";
     if (!r->cfg.auth ||
-        r->cfg.auth(r->cfg.auth_ctx, id, h->challenge, h->buf + 14, why, sizeof why))
+        r->cfg.auth(r->cfg.auth_ctx, id, h->challenge, hello->proof, why, sizeof why))
         return refuse_node(r, fd, id, why);
     for (int i = 0; i < r->n_nodes; i++) /* a node that reconnects replaces its old connection */
         if (r->nodes[i]->id == id && !r->nodes[i]->dead)
@@ -339,12 +337,13 @@ static bool add_pair(mt_relay *r, int peer_fd, int node_fd, uint64_t node) {
     return true;
 }
 
-static void data_hello(mt_relay *r, hello_conn *h) {
+static void data_hello(mt_relay *r, hello_conn *h, const relay_hello *hello) {
     int fd = h->fd;
     h->fd = -1;
     for (int i = 0; i < r->n_waits; i++) {
         waiting *w = &r->waits[i];
-        if (w->fd < 0 || sodium_memcmp(w->cookie, h->buf + 6, MT_RELAY_COOKIE_BYTES) != 0) continue;
+        if (w->fd < 0 || sodium_memcmp(w->cookie, hello->cookie, MT_RELAY_COOKIE_BYTES) != 0)
+            continue;
         int peer = w->fd;
         w->fd = -1; /* swept */
         if (!add_pair(r, peer, fd, w->node)) {
@@ -359,12 +358,14 @@ static void data_hello(mt_relay *r, hello_conn *h) {
            h->peer);
 }
 
-/* New bytes of a hello: checked as they arrive. */
+/* New bytes of a hello: checked as they arrive (relay_hello.c). Exactly the
+ * hello is read, never a byte of what follows it. */
 static void hello_read(mt_relay *r, hello_conn *h) {
-    size_t need = h->have < 6                          ? 6
-                  : h->buf[4] == MT_RELAY_KIND_CONTROL ? MT_RELAY_CONTROL_BYTES
-                                                       : MT_RELAY_DATA_BYTES;
-    ssize_t n = recv(h->fd, h->buf + h->have, need - h->have, 0);
+    relay_hello hello;
+    if (relay_hello_parse(h->buf, h->have, &hello) != RELAY_HELLO_MORE ||
+        hello.need > sizeof h->buf)
+        abort(); /* a bug: a hello that was answered is no longer read, and none is longer */
+    ssize_t n = recv(h->fd, h->buf + h->have, hello.need - h->have, 0);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     if (n <= 0) {
         refuse(r, h->fd, "%s closed after %zu bytes of its hello", h->peer, h->have);
@@ -372,23 +373,21 @@ static void hello_read(mt_relay *r, hello_conn *h) {
         return;
     }
     h->have += (size_t)n;
-    if (h->have >= 4 && memcmp(h->buf, MT_RELAY_MAGIC, 4) != 0) {
-        refuse(r, h->fd, "%s sent bytes that are not a relay hello (magic is not \"MTR1\")",
-               h->peer);
+    switch (relay_hello_parse(h->buf, h->have, &hello)) {
+    case RELAY_HELLO_MORE:
+        return;
+    case RELAY_HELLO_CONTROL:
+        return control_hello(r, h, &hello);
+    case RELAY_HELLO_DATA:
+        return data_hello(r, h, &hello);
+    case RELAY_HELLO_REFUSED:
+        if (hello.reply)
+            refuse_node(r, h->fd, 0, hello.why);
+        else
+            refuse(r, h->fd, "%s sent %s", h->peer, hello.why);
         h->fd = -1;
         return;
     }
-    if (h->have < 6) return;
-    if ((h->buf[4] != MT_RELAY_KIND_CONTROL && h->buf[4] != MT_RELAY_KIND_DATA) || h->buf[5]) {
-        refuse(r, h->fd, "%s sent a hello of unknown kind %u (reserved byte %u)", h->peer,
-               h->buf[4], h->buf[5]);
-        h->fd = -1;
-        return;
-    }
-    if (h->buf[4] == MT_RELAY_KIND_CONTROL && h->have == MT_RELAY_CONTROL_BYTES)
-        control_hello(r, h);
-    else if (h->buf[4] == MT_RELAY_KIND_DATA && h->have == MT_RELAY_DATA_BYTES)
-        data_hello(r, h);
 }
 
 static void accept_hellos(mt_relay *r) {
@@ -413,9 +412,9 @@ static void accept_hellos(mt_relay *r) {
         h->fd = fd;
         h->deadline = mt_mono_ms() + HELLO_MS;
         peer_name(fd, h->peer, sizeof h->peer);
-        uint8_t hello[MT_RELAY_HELLO_BYTES] = {'M', 'T', 'R', '1', MT_RELAY_VERSION, 0, 0, 0};
+        uint8_t hello[MT_RELAY_HELLO_BYTES];
         randombytes_buf(h->challenge, sizeof h->challenge);
-        memcpy(hello + 8, h->challenge, sizeof h->challenge);
+        relay_hello_server_write(hello, h->challenge);
         if (send(fd, hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof hello) {
             refuse(r, fd, "could not send the relay hello to %s", h->peer);
             h->fd = -1;

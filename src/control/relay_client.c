@@ -12,6 +12,7 @@
 #include "moontail/clock.h"
 #include "moontail/log.h"
 #include "moontail/transport.h"
+#include "relay_hello.h"
 #include "relay_internal.h"
 
 #include <errno.h>
@@ -97,15 +98,13 @@ static int read_relay_hello(mt_relay_client *c, int fd, uint8_t challenge[32], c
                  c->relay, CONNECT_MS / 1000);
         return -1;
     }
-    if (memcmp(h, MT_RELAY_MAGIC, 4) != 0 || h[4] != MT_RELAY_VERSION || h[5] != 0 || h[6] ||
-        h[7]) {
+    if (!relay_hello_server_read(h, challenge)) {
         snprintf(why, wsize,
                  "%s answered with bytes that are not a relay hello of version %d; check the"
                  " registry's relay address and that both run the same MoonTail",
                  c->relay, MT_RELAY_VERSION);
         return -1;
     }
-    memcpy(challenge, h + 8, 32);
     return 0;
 }
 
@@ -117,8 +116,7 @@ static int connect_control(mt_relay_client *c, char *pub, size_t psize, char *wh
         snprintf(why, wsize, "cannot reach the relay: %.300s", err.msg);
         return -1;
     }
-    uint8_t challenge[32],
-        hello[MT_RELAY_CONTROL_BYTES] = {'M', 'T', 'R', '1', MT_RELAY_KIND_CONTROL, 0};
+    uint8_t challenge[32], hello[MT_RELAY_CONTROL_BYTES], proof[32];
     if (read_relay_hello(c, fd, challenge, why, wsize)) {
         close(fd);
         return -1;
@@ -128,8 +126,8 @@ static int connect_control(mt_relay_client *c, char *pub, size_t psize, char *wh
     uint8_t key[32];
     mt_relay_token_key(c->token, key);
     pthread_mutex_unlock(&c->lock);
-    for (int i = 0; i < 8; i++) hello[6 + i] = (uint8_t)((uint64_t)id >> (8 * i));
-    mt_relay_proof(key, challenge, id, hello + 14);
+    mt_relay_proof(key, challenge, id, proof);
+    relay_hello_control_write(hello, id, proof);
     uint8_t m[2 + 255];
     if (relay_write_full(fd, hello, sizeof hello, CONNECT_MS) ||
         relay_read_full(fd, m, 2, CONNECT_MS) || relay_read_full(fd, m + 2, m[1], CONNECT_MS)) {
@@ -167,8 +165,8 @@ static int open_data(mt_relay_client *c, const uint8_t *cookie, int *rfd, int *l
         snprintf(why, wsize, "data connection to the relay: %.300s", err.msg);
         return -1;
     }
-    uint8_t challenge[32], hello[MT_RELAY_DATA_BYTES] = {'M', 'T', 'R', '1', MT_RELAY_KIND_DATA, 0};
-    memcpy(hello + 6, cookie, MT_RELAY_COOKIE_BYTES);
+    uint8_t challenge[32], hello[MT_RELAY_DATA_BYTES];
+    relay_hello_data_write(hello, cookie);
     if (read_relay_hello(c, fd, challenge, why, wsize) ||
         relay_write_full(fd, hello, sizeof hello, OPEN_MS)) {
         if (!why[0]) snprintf(why, wsize, "data connection: the relay closed during the hello");
