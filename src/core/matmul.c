@@ -42,7 +42,7 @@ enum { ROW_TILE = 32, TOK_TILE = 64 };
 
 /* Up to this many tokens (decoding, or a node's small batch) a whole run of
  * rows goes to the kernels at once, which read it as four streams
- * (QX_SPREAD4 in quant_x86.inc). */
+ * (qx_spread_plan in quant_x86.inc). */
 enum { SPREAD_TOKENS = 3 };
 
 /* Below this many activation elements a conversion runs on the calling

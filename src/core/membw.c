@@ -60,7 +60,7 @@ WIDE static void job_triad(void *ctx, int64_t begin, int64_t end) {
 }
 
 /* Each range is read as 4 streams, a quarter of it apart, 256 bytes of
- * each in turn: the way the decode kernels read weights (QX_SPREAD4 in
+ * each in turn: the way the decode kernels read weights (qx_spread_plan in
  * quant_x86.inc). A core brings in more from several streams than from
  * one, so a single stream would understate what reading can get. */
 enum { READ_STREAMS = 4, READ_STEP = 32 /* uint64 = 256 bytes */ };
