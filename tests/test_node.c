@@ -1309,6 +1309,194 @@ static void check_idle_expiry(const char *arch) {
     free_set(&s);
 }
 
+/* ---- decodes before prompts (chunked prefill) ------------------------------------------ */
+
+enum { CP_LONG = 40, CP_JOBS = 4 };
+
+/* A node serving layer 1 with the given step budget and prompt chunk. */
+static mt_node *start_stepping(const model_set *s, int step_tokens, int prefill_chunk) {
+    mt_node_config c = {.shard_path = s->stage[1],
+                        .keys = &k_node,
+                        .authorized = auth,
+                        .listen = "127.0.0.1:0",
+                        .n_ctx = 64,
+                        .threads = 1,
+                        .timeout_ms = 5000,
+                        .step_tokens = step_tokens,
+                        .prefill_chunk = prefill_chunk,
+                        .quiet = true};
+    mt_error err = {{0}};
+    mt_node *n = mt_node_start(&c, &err);
+    CHECK(n != NULL, "node with step_tokens %d prefill_chunk %d: %s", step_tokens, prefill_chunk,
+          err.msg);
+    return n;
+}
+
+static void stage_send(raw *w, uint64_t id, uint64_t session, int32_t p0, int32_t n,
+                       const float *rows) {
+    int32_t pos[CP_LONG];
+    for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
+    mt_proto_msg m = stage_msg(id, session, 1, 2, pos, n, (float *)rows);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    mt_error err = {{0}};
+    CHECK(mt_proto_encode(&m, &buf, &len, &err) == 0 && mt_conn_send(w->c, buf, len, &err) == 0,
+          "send request %llu: %s", (unsigned long long)id, err.msg);
+    free(buf);
+}
+
+static mt_proto_msg stage_recv(raw *w) {
+    mt_proto_msg r = {0};
+    mt_error err = {{0}};
+    void *in = NULL;
+    size_t n = 0;
+    if (mt_conn_recv(w->c, &in, &n, &err) != 0 || mt_proto_decode(in, n, &r, &err) != 0)
+        CHECK(false, "receive a reply: %s", err.msg);
+    free(in);
+    return r;
+}
+
+/* The test's requests, in the order they are sent: A's long prompt, a
+ * decode of B and of C (each started with a short prompt before), and A's
+ * first decode, which must wait for A's prompt. */
+typedef struct cp_job {
+    uint64_t id, session;
+    int32_t p0, n;
+} cp_job;
+static const cp_job cp_jobs[CP_JOBS] = {
+    {10, 0xA, 0, CP_LONG}, {11, 0xB, 3, 1}, {12, 0xC, 3, 1}, {13, 0xA, CP_LONG, 1}};
+
+/* Steps A's prompt takes, worked out from the step order of node.h: the
+ * first step holds B's and C's decodes, then A gets what is left of
+ * step_tokens (at least 1), in chunks of at most prefill_chunk. */
+static int cp_chunks(int step_tokens, int prefill_chunk) {
+    int chunks = 0;
+    for (int done = 0, decodes = 2; done < CP_LONG; chunks++, decodes = 0) {
+        int t = step_tokens - decodes < 1 ? 1 : step_tokens - decodes;
+        t = t < prefill_chunk ? t : prefill_chunk;
+        done += t < CP_LONG - done ? t : CP_LONG - done;
+    }
+    return chunks;
+}
+
+/* One run: B and C start (3 tokens each), then the four jobs. held: the
+ * node is held while they are sent so that one step sees them all; else
+ * each is sent after the previous reply (the reference: nothing batched,
+ * nothing chunked). out[k] gets job k's reply; order[] the request ids in
+ * the order the replies came. */
+static bool cp_run(const model_set *s, int step_tokens, int prefill_chunk, bool held,
+                   const float *rows, mt_proto_msg *out, uint64_t *order, mt_node_stats *d) {
+    mt_node *node = start_stepping(s, step_tokens, prefill_chunk);
+    raw w = {0};
+    if (!node || !raw_open(&w, node, &k_req)) {
+        CHECK(false, "raw connection for the step order check");
+        mt_node_stop(node);
+        return false;
+    }
+    const int32_t cols = msg_cols = mt_proto_cols_in(mt_node_info(node), 1);
+    for (uint64_t sess = 0xB; sess <= 0xC; sess++) {
+        stage_send(&w, sess, sess, 0, 3, rows + sess * (size_t)cols);
+        mt_proto_msg r = stage_recv(&w);
+        CHECK(r.type == MT_PROTO_STAGE_REPLY, "session %llx starts: %s", (unsigned long long)sess,
+              r.text);
+        mt_proto_msg_free(&r);
+    }
+    mt_node_stats before, after;
+    if (held) mt_node_hold(node, true);
+    mt_node_get_stats(node, &before);
+    for (int k = 0; k < CP_JOBS; k++) {
+        const cp_job *j = &cp_jobs[k];
+        stage_send(&w, j->id, j->session, j->p0, j->n, rows + (size_t)k * cols);
+        if (!held) {
+            out[k] = stage_recv(&w);
+            order[k] = out[k].request_id;
+        }
+    }
+    if (held) {
+        mt_node_stats st = {0};
+        for (int waited = 0; waited < 10000 && st.queued < CP_JOBS; waited += 5) {
+            mt_node_get_stats(node, &st);
+            if (st.queued < CP_JOBS) sleep_ms(5);
+        }
+        CHECK(st.queued == CP_JOBS, "%d requests queued at the held node, wanted %d", st.queued,
+              CP_JOBS);
+        mt_node_hold(node, false);
+        for (int k = 0; k < CP_JOBS; k++) {
+            mt_proto_msg r = stage_recv(&w);
+            order[k] = r.request_id;
+            int at = 0;
+            while (at < CP_JOBS && cp_jobs[at].id != r.request_id) at++;
+            if (at == CP_JOBS || out[at].type) {
+                CHECK(false, "unexpected reply to request %llu", (unsigned long long)r.request_id);
+                mt_proto_msg_free(&r);
+            } else {
+                out[at] = r;
+            }
+        }
+    }
+    mt_node_get_stats(node, &after);
+    d->steps = after.steps - before.steps;
+    d->prefill_chunks = after.prefill_chunks - before.prefill_chunks;
+    mt_conn_close(w.c);
+    mt_node_stop(node);
+    return true;
+}
+
+/* Node steps never starve decoding (node.h, "Step order"): with A's 40-token
+ * prompt queued ahead of decodes of B and C, B and C are answered first and
+ * A's prompt runs in the chunks worked out by hand, whatever the step budget
+ * and chunk; every reply has the bits of the reference run (each request
+ * alone, nothing batched or chunked), and A's decode waits for its prompt. */
+static void check_step_order(const char *arch) {
+    model_set s;
+    if (!make_set(&s, arch)) return;
+    mt_node *probe = start_stepping(&s, 0, 0);
+    const int32_t cols = probe ? mt_proto_cols_in(mt_node_info(probe), 1) : 1;
+    mt_node_stop(probe);
+    const size_t n_rows = (size_t)CP_LONG + 0xC + 3;
+    float *rows = malloc(n_rows * (size_t)cols * sizeof(float));
+    for (size_t i = 0; i < n_rows * (size_t)cols; i++)
+        rows[i] = 0.03f * (float)((i * 7) % 29) - 0.4f;
+    mt_proto_msg ref[CP_JOBS] = {{0}};
+    uint64_t order[CP_JOBS];
+    mt_node_stats d;
+    if (!cp_run(&s, 4096, 4096, false, rows, ref, order, &d)) goto out;
+    static const int settings[][2] = {{1, 1}, {3, 3}, {7, 7}, {7, 3}, {2, 8}, {0, 0}, {4096, 4096}};
+    for (size_t c = 0; c < sizeof settings / sizeof settings[0]; c++) {
+        const int st = settings[c][0], ch = settings[c][1];
+        const int st_eff = st > 0 ? st : 32, ch_eff = ch > 0 ? ch : 8; /* node.h defaults */
+        mt_proto_msg got[CP_JOBS] = {{0}};
+        if (!cp_run(&s, st, ch, true, rows, got, order, &d)) break;
+        for (int k = 0; k < CP_JOBS; k++) {
+            const mt_proto_msg *r = &got[k], *e = &ref[k];
+            CHECK(r->type == MT_PROTO_STAGE_REPLY && e->type == MT_PROTO_STAGE_REPLY &&
+                      r->n == e->n && r->cols == e->cols &&
+                      memcmp(r->rows, e->rows, (size_t)r->n * (size_t)r->cols * sizeof(float)) == 0,
+                  "%s, step_tokens %d prefill_chunk %d: the reply to request %llu (%s %s) differs"
+                  " from the request run alone",
+                  arch, st, ch, (unsigned long long)cp_jobs[k].id, mt_proto_type_name(r->type),
+                  r->text ? r->text : "");
+        }
+        /* decodes first; A's decode after A's prompt */
+        CHECK(order[0] == 11 && order[1] == 12 && order[2] == 10 && order[3] == 13,
+              "%s, step_tokens %d prefill_chunk %d: replies came in the order %llu %llu %llu %llu"
+              " (wanted 11 12 10 13: B's and C's decodes before A's prompt, A's decode last)",
+              arch, st, ch, (unsigned long long)order[0], (unsigned long long)order[1],
+              (unsigned long long)order[2], (unsigned long long)order[3]);
+        const int chunks = cp_chunks(st_eff, ch_eff);
+        CHECK(d.steps == (uint64_t)chunks + 1 && d.prefill_chunks == (uint64_t)chunks - 1,
+              "%s, step_tokens %d prefill_chunk %d: %llu steps and %llu unfinished prompt chunks"
+              " (wanted %d and %d: A's prompt in %d chunks, then A's decode)",
+              arch, st, ch, (unsigned long long)d.steps, (unsigned long long)d.prefill_chunks,
+              chunks + 1, chunks - 1, chunks);
+        for (int k = 0; k < CP_JOBS; k++) mt_proto_msg_free(&got[k]);
+    }
+out:
+    for (int k = 0; k < CP_JOBS; k++) mt_proto_msg_free(&ref[k]);
+    free(rows);
+    free_set(&s);
+}
+
 /* Sizing from memory (mt_node_size_sessions), figures worked out by hand. */
 static void check_sizing_rules(void) {
     mt_error err = {{0}};
@@ -1461,6 +1649,8 @@ int main(void) {
     check_memory_budget();
     check_idle_expiry("qwen3moe");
     check_idle_expiry("kimi-k3");
+    check_step_order("qwen3moe");
+    check_step_order("kimi-k3");
     check_hostile();
     mt_keys_authorized_free(auth);
     return check_report("test_node");

@@ -13,16 +13,30 @@
  * made after the call present the new one; open connections keep theirs.
  *
  * Continuous batching: the worker never waits for a batch to fill. Each step
- * it takes every request that is waiting and
+ * looks at every request that is waiting and
  *   - runs all STAGE_FORWARD requests for the same layer range as ONE
  *     mt_model_forward_batch call, each token with its own session's KV cache,
  *   - runs all EXPERT_RUN requests for the same layer as ONE
  *     mt_model_run_experts call,
- * then replies to each request. Since every token and every expert row is
- * computed exactly as it would be alone, batching never changes a result.
- * A step takes at most one request per session (later ones wait for the next
- * step, so a session's requests run in order) and at most max_batch_tokens
- * tokens (always at least one request).
+ * then replies to each request it finished. Since every token and every
+ * expert row is computed exactly as it would be alone, batching never
+ * changes a result.
+ *
+ * Step order, so that a long prompt never starves decoding sessions:
+ *   1. EXPERT_RUN and SESSION_END requests (an expert request sits on another
+ *      stage's critical path);
+ *   2. every decode: a STAGE_FORWARD continuing a session (first position
+ *      > 0) of at most MT_NODE_DECODE_MAX_TOKENS tokens, whole;
+ *   3. prompts (the other STAGE_FORWARDs) in arrival order, each cut to a
+ *      chunk of at most prefill_chunk tokens, until the step holds
+ *      step_tokens tokens (at least one prompt token per step). A prompt's
+ *      later chunks run in later steps, and it is answered once its last
+ *      chunk is done. Chunking a session's tokens is micro-batching, so
+ *      results stay bit-identical.
+ * A decoding session so waits at most one step of about step_tokens tokens
+ * behind any prompt. A step takes at most one request per session (later
+ * ones wait until it is answered, so a session's requests run in order) and
+ * at most max_batch_tokens tokens of decodes.
  *
  * Sessions: a session is named by the client's public key and its u64 id
  * (two requesters cannot touch each other's sessions). It is created by a
@@ -62,6 +76,10 @@
 
 typedef struct mt_node mt_node;
 
+/* A STAGE_FORWARD of at most this many tokens continuing a session is a
+ * decode (it covers speculative passes): it runs whole, before prompts. */
+#define MT_NODE_DECODE_MAX_TOKENS 16
+
 typedef struct mt_node_partner {
     const char *addr;                 /* "host:port" */
     uint8_t pk[MT_KEYS_PUBLIC_BYTES]; /* its identity */
@@ -85,10 +103,16 @@ typedef struct mt_node_config {
     mt_kv_type kv_type;    /* the sessions' caches (0: f16); every replica of a layer and
                               the registry's spot-checks must use the same */
     int threads;           /* compute threads; <= 0: all CPUs */
-    int max_batch_tokens;  /* tokens per step; <= 0: 4096 */
-    int timeout_ms;        /* handshake and each send/recv wait; <= 0: 30000 */
-    int session_idle_ms;   /* a session unused this long expires; <= 0: 600000 (10 min) */
-    bool quiet;            /* no log lines on stderr */
+    int max_batch_tokens;  /* tokens per step at most (decodes alone may fill it); <= 0: 4096 */
+    /* The step's token budget and a prompt's chunk (see "Step order" above); <= 0: 32 and 8.
+     * Starting values until measured with cellsim: 32 tokens make a step of about 0.37 s
+     * on a one-layer kimi-k3 stage, 8-token chunks let a prompt's chunks overlap across
+     * the stages of a pipeline. */
+    int step_tokens;
+    int prefill_chunk;
+    int timeout_ms;      /* handshake and each send/recv wait; <= 0: 30000 */
+    int session_idle_ms; /* a session unused this long expires; <= 0: 600000 (10 min) */
+    bool quiet;          /* no log lines on stderr */
     /* FOR TESTS ONLY (`moontail node --misbehave corrupt-output[:RATE]`): the fraction of
      * STAGE_FORWARD replies whose output rows get bits flipped, to test spot-checking
      * (docs/spot-checking.md). 0: an honest node. */
@@ -127,6 +151,7 @@ typedef struct mt_node_stats {
     uint64_t served_tokens;       /* tokens computed by stage requests (not failed) */
     uint64_t served_token_layers; /* ... times the layers each ran through */
     uint64_t served_expert_rows;  /* expert rows computed for EXPERT_RUN requests */
+    uint64_t prefill_chunks;      /* prompt chunks computed that did not end their request */
 } mt_node_stats;
 
 /* How many sessions of how many positions a node offers, from the memory it

@@ -55,7 +55,10 @@ static const char usage[] =
     "  --ctx N               positions per session (default: the longest one session can\n"
     "                        fill in the memory left after the weights, at most the\n"
     "                        model's context; caches grow as they are used)\n"
-    "  --max-batch N         tokens computed per step (default 4096)\n"
+    "  --max-batch N         tokens computed per step at most (default 4096)\n"
+    "  --step-tokens N       a step's tokens: every waiting decode first, then chunks\n"
+    "                        of prompts up to N tokens (default 32)\n"
+    "  --prefill-chunk N     tokens of a prompt computed per step at most (default 8)\n"
     "  --threads N           compute threads (default: all CPUs); a shard is hashed on as\n"
     "                        many before it is served (its stored hashes must match)\n"
     "  --recheck-s N         while serving, hash one tensor of the shard again every N\n"
@@ -138,8 +141,8 @@ int cmd_node(int argc, char **argv) {
     const char *misbehave = NULL; /* testing only, not in the usage (docs/testing.md) */
     const char *kv_name = NULL;
     double corrupt_rate = 0;
-    int64_t max_sessions = 0, ctx = 0, max_batch = 0, threads = 0, session_idle_s = 0,
-            memory_mb = 0, recheck_s = 10;
+    int64_t max_sessions = 0, ctx = 0, max_batch = 0, step_tokens = 0, prefill_chunk = 0,
+            threads = 0, session_idle_s = 0, memory_mb = 0, recheck_s = 10;
     bool quiet = false;
     cli_log_opts log_opts = {0};
     mt_node_partner *partners = NULL;
@@ -163,6 +166,8 @@ int cmd_node(int argc, char **argv) {
         {"--memory-mb", CLI_INT, &memory_mb, 1, 1LL << 40},
         {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--max-batch", CLI_INT, &max_batch, 1, 1 << 20},
+        {"--step-tokens", CLI_INT, &step_tokens, 1, 1 << 20},
+        {"--prefill-chunk", CLI_INT, &prefill_chunk, 1, 1 << 20},
         {"--threads", CLI_INT, &threads, 1, 1024},
         {"--recheck-s", CLI_INT, &recheck_s, 0, 86400},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
@@ -243,6 +248,8 @@ int cmd_node(int argc, char **argv) {
                           .kv_type = kv_type,
                           .threads = (int)threads,
                           .max_batch_tokens = (int)max_batch,
+                          .step_tokens = (int)step_tokens,
+                          .prefill_chunk = (int)prefill_chunk,
                           .session_idle_ms = (int)session_idle_s * 1000,
                           .quiet = quiet,
                           .corrupt_rate = corrupt_rate,

@@ -65,11 +65,17 @@ typedef struct node_fwd {
     float *rows; /* (n, n_embd) its output, or NULL when it was answered with an ERROR */
 } node_fwd;
 
+/* A queued request. A STAGE_FORWARD may be computed in chunks over several
+ * steps (chunked prefill, node_worker.c): `done` tokens are computed so far,
+ * their results in `out`, and it is answered when done == msg.n. */
 typedef struct node_job {
     struct node_job *next;
     node_client *client;
     mt_proto_msg msg;
     node_fwd *fwd; /* NULL: reply as usual */
+    int32_t done;  /* tokens computed so far */
+    float *out;    /* (msg.n, cols_out) the reply's rows, or (msg.n, W) whole hidden states
+                      for a chained job; NULL before its first chunk */
 } node_job;
 
 /* A connection to a next hop, kept for later requests. */
@@ -91,6 +97,8 @@ typedef struct node_session {
     int32_t n_past;                 /* positions [0, n_past) are in the cache */
     uint64_t last_used;             /* step of its last request (LRU) */
     int64_t last_used_ms;           /* mt_mono_ms() of its last request (idle expiry) */
+    node_job *busy; /* a job computed in chunks, not finished yet: the session's later jobs
+                       wait, and it is neither evicted nor expired meanwhile */
 } node_session;
 
 struct mt_node {

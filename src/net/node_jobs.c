@@ -90,6 +90,7 @@ void node_job_done(node_job *j) {
     mt_node *n = c->node;
     node_fwd *fwd = j->fwd;
     mt_proto_msg_free(&j->msg);
+    free(j->out);
     free(j);
     pthread_mutex_lock(&n->lock);
     if (fwd) {
@@ -192,6 +193,8 @@ bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd) {
     }
     j->next = NULL;
     j->fwd = fwd;
+    j->done = 0;
+    j->out = NULL;
     j->client = c;
     j->msg = *m;
     pthread_mutex_lock(&n->lock);

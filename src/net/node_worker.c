@@ -1,10 +1,12 @@
 /* node_worker.c - the node's worker thread: continuous batching (see
- * include/moontail/node.h). Each step takes every request waiting, admits
- * at most one per session (creating, checking and evicting sessions), runs
- * all STAGE_FORWARD requests of a layer range as one mt_model_forward_batch
- * and all EXPERT_RUN requests of a layer as one mt_model_run_experts, and
- * replies to each (a chained STAGE_FORWARD's rows go back to its reader,
- * which forwards them: node_chain.c). Between steps, and while it waits
+ * include/moontail/node.h). Each step looks at every request waiting, takes
+ * at most one per session (creating, checking and evicting sessions) in the
+ * step order of node.h (experts, decodes, then chunks of prompts), runs all
+ * STAGE_FORWARD tokens of a layer range as one mt_model_forward_batch and
+ * all EXPERT_RUN requests of a layer as one mt_model_run_experts, and replies
+ * to each request finished (a chained STAGE_FORWARD's rows go back to its
+ * reader, which forwards them: node_chain.c). A prompt not finished stays
+ * queued, in its place, for the next step. Between steps, and while it waits
  * for work, it drops sessions unused for session_idle_ms (node.h). */
 #include "moontail/clock.h"
 #include "node_internal.h"
@@ -41,7 +43,7 @@ static void sessions_expire(mt_node *n, int64_t now) {
     size_t bytes = 0;
     for (int i = 0; i < n->cfg.max_sessions; i++) {
         node_session *s = &n->sessions[i];
-        if (!s->used || now - s->last_used_ms < n->cfg.session_idle_ms) continue;
+        if (!s->used || s->busy || now - s->last_used_ms < n->cfg.session_idle_ms) continue;
         bytes += mt_kv_cache_bytes(s->kv);
         session_drop(n, s);
         dropped++;
@@ -56,13 +58,13 @@ static void sessions_expire(mt_node *n, int64_t now) {
 }
 
 /* A free slot, else the least recently used session not used in this step
- * (evicted); NULL when every session is busy in this step. */
+ * nor in the middle of a job (evicted); NULL when there is none. */
 static node_session *session_slot(mt_node *n) {
     node_session *lru = NULL;
     for (int i = 0; i < n->cfg.max_sessions; i++) {
         node_session *s = &n->sessions[i];
         if (!s->used) return s;
-        if (s->last_used != n->step && (!lru || s->last_used < lru->last_used)) lru = s;
+        if (s->last_used != n->step && !s->busy && (!lru || s->last_used < lru->last_used)) lru = s;
     }
     if (lru) {
         session_drop(n, lru);
@@ -73,10 +75,14 @@ static node_session *session_slot(mt_node *n) {
     return lru;
 }
 
-/* Bytes a session's cache has written: caches are mapped lazily (kv_cache.c),
- * so this is what it costs, not its full context. */
+/* Bytes a session's cache has written, or will have once its job in
+ * progress ends: caches are mapped lazily (kv_cache.c), so this is what it
+ * costs, not its full context. */
 static uint64_t session_kv_used(const mt_node *n, const node_session *s) {
-    return n->kv_fixed + (uint64_t)s->n_past * n->kv_per_position;
+    int32_t end = s->n_past;
+    if (s->busy && s->busy->msg.pos[0] + s->busy->msg.n > end)
+        end = s->busy->msg.pos[0] + s->busy->msg.n;
+    return n->kv_fixed + (uint64_t)end * n->kv_per_position;
 }
 
 /* Evicts least recently used sessions other than those of this step until s
@@ -90,7 +96,8 @@ static int kv_make_room(mt_node *n, node_session *s, uint64_t positions) {
             node_session *o = &n->sessions[i];
             if (!o->used || o == s) continue;
             used += session_kv_used(n, o);
-            if (o->last_used != n->step && (!lru || o->last_used < lru->last_used)) lru = o;
+            if (o->last_used != n->step && !o->busy && (!lru || o->last_used < lru->last_used))
+                lru = o;
         }
         if (used <= n->kv_budget) return 0;
         if (!lru) return -1;
@@ -124,10 +131,12 @@ static void maybe_corrupt(mt_node *n, const mt_proto_msg *m, float *rows, size_t
 
 /* ---- the worker --------------------------------------------------------------------- */
 
-/* What a step does with one job. */
+/* What a step does with one job: all of it, or a chunk of a STAGE_FORWARD. */
 typedef struct step_item {
-    node_job *job;
+    node_job *job;         /* NULL once computed in this step */
+    node_job **slot;       /* the step's reference to the job: NULL once it is answered */
     node_session *session; /* STAGE_FORWARD */
+    int32_t first, count;  /* STAGE_FORWARD: its tokens [first, first + count) */
 } step_item;
 
 /* After the model's last layer (kimi-k3): each token's stream becomes the
@@ -144,36 +153,61 @@ static int head_input(mt_node *n, float *hidden, int32_t T, mt_error *err) {
     return rc;
 }
 
-/* Runs the scheduled STAGE_FORWARD jobs with layer range [a, b) as one batch.
- * Each token's whole hidden state (W floats) is rebuilt from what it brought
- * (the stream and the checkpoints banked before a; later slots zero); the
- * reply carries the stream and the checkpoints banked in [a, b) (after the
- * last layer, the head's input alone), a chained job gets the whole state to
- * pass on (node_chain.c). */
+/* A job's last chunk is done: replies with its rows (a chained job hands
+ * its whole states to its reader instead). */
+static void stage_finish(mt_node *n, node_job *j) {
+    mt_proto_msg *m = &j->msg;
+    const mt_proto_info *in = &n->info;
+    const int32_t C = mt_proto_cols_out(in, m->layer_begin, m->layer_end);
+    if (j->fwd) {
+        j->fwd->rows = j->out; /* the reader's now */
+        j->out = NULL;
+        return;
+    }
+    maybe_corrupt(n, m, j->out, (size_t)m->n * (size_t)C);
+    mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
+                      .request_id = m->request_id,
+                      .dtype = m->dtype,
+                      .n = m->n,
+                      .cols = C,
+                      .rows = j->out};
+    node_send_msg(j->client, &r);
+}
+
+/* Runs the scheduled STAGE_FORWARD tokens with layer range [a, b) as one
+ * batch. Each token's whole hidden state (W floats) is rebuilt from what it
+ * brought (the stream and the checkpoints banked before a; later slots
+ * zero); the reply carries the stream and the checkpoints banked in [a, b)
+ * (after the last layer, the head's input alone), a chained job gets the
+ * whole state to pass on (node_chain.c). A job is answered with its last
+ * chunk; a failed chunk answers it with an ERROR. */
 static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a, int32_t b) {
     const mt_proto_info *in = &n->info;
     const size_t W = (size_t)mt_proto_hidden_width(in), C = (size_t)mt_proto_cols_out(in, a, b);
-    int32_t T = 0, n_jobs = 0;
+    const size_t cols_in = (size_t)mt_proto_cols_in(in, a);
+    int32_t T = 0, n_jobs = 0, n_partial = 0;
     for (int i = 0; i < n_items; i++) {
         if (!items[i].job) continue;
         const mt_proto_msg *m = &items[i].job->msg;
-        if (m->type == MT_PROTO_STAGE_FORWARD && m->layer_begin == a && m->layer_end == b)
-            T += m->n, n_jobs++;
+        if (m->type != MT_PROTO_STAGE_FORWARD || m->layer_begin != a || m->layer_end != b) continue;
+        T += items[i].count, n_jobs++;
+        n_partial += items[i].job->done + items[i].count < m->n;
     }
     float *hidden = calloc((size_t)T * W, sizeof(float));
-    float *out = malloc((size_t)T * C * sizeof(float));
     int32_t *pos = malloc((size_t)T * sizeof(int32_t));
     mt_kv_cache **kv = malloc((size_t)T * sizeof *kv);
     mt_error err = {{0}};
     int rc = 0;
-    if (!hidden || !out || !pos || !kv) rc = mt_error_set(&err, "out of memory for %d tokens", T);
+    if (!hidden || !pos || !kv) rc = mt_error_set(&err, "out of memory for %d tokens", T);
     for (int i = 0, t = 0; i < n_items && rc == 0; i++) {
         if (!items[i].job) continue;
         const mt_proto_msg *m = &items[i].job->msg;
         if (m->type != MT_PROTO_STAGE_FORWARD || m->layer_begin != a || m->layer_end != b) continue;
-        mt_proto_unpack_in(in, a, m->n, m->rows, hidden + (size_t)t * W);
-        for (int32_t k = 0; k < m->n; k++) pos[t + k] = m->pos[k], kv[t + k] = items[i].session->kv;
-        t += m->n;
+        const int32_t f = items[i].first, k_n = items[i].count;
+        mt_proto_unpack_in(in, a, k_n, m->rows + (size_t)f * cols_in, hidden + (size_t)t * W);
+        for (int32_t k = 0; k < k_n; k++)
+            pos[t + k] = m->pos[f + k], kv[t + k] = items[i].session->kv;
+        t += k_n;
     }
     mt_expert_backend be = mt_expert_dispatch_backend(&n->dispatch);
     if (rc == 0)
@@ -187,6 +221,7 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
     if (rc == 0) { /* what the registry meters: tokens x layers computed */
         n->stats.served_tokens += (uint64_t)T;
         n->stats.served_token_layers += (uint64_t)T * (uint64_t)(b - a);
+        n->stats.prefill_chunks += (uint64_t)n_partial;
     }
     pthread_mutex_unlock(&n->lock);
     for (int i = 0, t = 0; i < n_items; i++) {
@@ -195,35 +230,33 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
         mt_proto_msg *m = &j->msg;
         if (m->type != MT_PROTO_STAGE_FORWARD || m->layer_begin != a || m->layer_end != b) continue;
         node_session *s = items[i].session;
+        const int32_t f = items[i].first, k_n = items[i].count;
+        items[i].job = NULL;
         if (rc) {
-            if (s->n_past > m->pos[0]) s->n_past = m->pos[0]; /* later positions are unsure */
+            /* positions from this chunk on are unsure */
+            if (s->n_past > m->pos[f]) s->n_past = m->pos[f];
             node_send_error(j->client, m->request_id, MT_PROTO_ERR_COMPUTE, "layers [%d, %d): %s",
                             a, b, err.msg);
         } else {
-            s->n_past = m->pos[0] + m->n;
-            float *h = hidden + (size_t)t * W, *o = out + (size_t)t * C;
-            mt_proto_pack_out(in, a, b, m->n, h, o);
-            maybe_corrupt(n, m, o, (size_t)m->n * C);
-            mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
-                              .request_id = m->request_id,
-                              .dtype = m->dtype,
-                              .n = m->n,
-                              .cols = (int32_t)C,
-                              .rows = o};
-            if (!j->fwd) {
-                node_send_msg(j->client, &r);
-            } else if ((j->fwd->rows = malloc((size_t)m->n * W * sizeof(float)))) {
-                memcpy(j->fwd->rows, h, (size_t)m->n * W * sizeof(float));
-            } else {
-                node_send_error(j->client, m->request_id, MT_PROTO_ERR_BUSY,
-                                "out of memory for the rows to forward");
+            s->n_past = m->pos[f] + k_n;
+            const float *h = hidden + (size_t)t * W;
+            if (j->fwd)
+                memcpy(j->out + (size_t)f * W, h, (size_t)k_n * W * sizeof(float));
+            else
+                mt_proto_pack_out(in, a, b, k_n, h, j->out + (size_t)f * C);
+            j->done += k_n;
+            t += k_n;
+            if (j->done < m->n) { /* more chunks in later steps */
+                s->busy = j;
+                continue;
             }
+            stage_finish(n, j);
         }
-        t += m->n;
+        s->busy = NULL;
+        *items[i].slot = NULL;
         node_job_done(j);
-        items[i].job = NULL;
     }
-    free(hidden), free(out), free(pos), free(kv);
+    free(hidden), free(pos), free(kv);
 }
 
 /* Runs the scheduled EXPERT_RUN jobs of layer il as one call. */
@@ -274,15 +307,10 @@ static void run_expert_group(mt_node *n, step_item *items, int n_items, int32_t 
         r += m->n;
         node_job_done(j);
         items[i].job = NULL;
+        *items[i].slot = NULL;
     }
     free(u), free(y), free(ids);
 }
-
-/* A session named in this step (the jobs themselves may be gone by then). */
-typedef struct session_key {
-    uint8_t owner[MT_KEYS_PUBLIC_BYTES];
-    uint64_t id;
-} session_key;
 
 /* Session bookkeeping for one STAGE_FORWARD: 0 = scheduled (*out set),
  * 1 = defer to the next step, -1 = answered with an ERROR. */
@@ -352,65 +380,128 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
     return 0;
 }
 
-/* One step over the jobs taken from the queue. Returns the jobs deferred to
- * the next step, in their order. */
+/* Whether a STAGE_FORWARD is a decode (node.h, "Step order"). */
+static bool is_decode(const mt_proto_msg *m) {
+    return m->pos[0] > 0 && m->n <= MT_NODE_DECODE_MAX_TOKENS;
+}
+
+/* Whether all[k] may run in this step: an EXPERT_RUN always; a session's
+ * request when it is the first of that session's waiting and the session
+ * is not in the middle of another. A session named is kept from being
+ * evicted or expired in this step. */
+static bool job_ready(mt_node *n, node_job *const *all, int k) {
+    const node_job *j = all[k];
+    const mt_proto_msg *m = &j->msg;
+    if (m->type == MT_PROTO_EXPERT_RUN) return true;
+    node_session *s = session_find(n, j->client->pk, m->session);
+    if (s) s->last_used = n->step, s->last_used_ms = mt_mono_ms();
+    for (int i = 0; i < k; i++)
+        if (all[i]->msg.type != MT_PROTO_EXPERT_RUN && all[i]->msg.session == m->session &&
+            memcmp(all[i]->client->pk, j->client->pk, MT_KEYS_PUBLIC_BYTES) == 0)
+            return false;
+    return !s || !s->busy || s->busy == j;
+}
+
+/* Schedules `count` more tokens of the STAGE_FORWARD *slot, admitting it
+ * (stage_admit) and making its rows' buffer at its first chunk. 0 =
+ * scheduled in *item, 1 = wait for a later step, -1 = answered with an
+ * ERROR (*slot cleared). */
+static int stage_take(mt_node *n, node_job **slot, int32_t count, step_item *item) {
+    node_job *j = *slot;
+    const mt_proto_msg *m = &j->msg;
+    node_session *s = NULL;
+    int rc = 0;
+    if (j->done == 0) {
+        rc = stage_admit(n, j, &s);
+        const size_t width =
+            j->fwd ? (size_t)mt_proto_hidden_width(&n->info)
+                   : (size_t)mt_proto_cols_out(&n->info, m->layer_begin, m->layer_end);
+        if (rc == 0 && !(j->out = malloc((size_t)m->n * width * sizeof(float)))) {
+            node_send_error(j->client, m->request_id, MT_PROTO_ERR_BUSY,
+                            "out of memory for the rows of %d tokens; retry later", m->n);
+            rc = -1;
+        }
+    } else if (!(s = session_find(n, j->client->pk, m->session)) || s->busy != j) {
+        /* cannot happen: a session with a job in progress is kept (session_slot) */
+        node_send_error(j->client, m->request_id, MT_PROTO_ERR_COMPUTE,
+                        "session %016llx was lost in the middle of this request; replay it",
+                        (unsigned long long)m->session);
+        if (s) s->busy = NULL;
+        rc = -1;
+    }
+    if (rc < 0) {
+        node_job_done(j);
+        *slot = NULL;
+    }
+    if (rc) return rc;
+    *item = (step_item){j, slot, s, j->done, count};
+    return 0;
+}
+
+/* One step over the jobs taken from the queue (node.h, "Step order").
+ * Returns the jobs not answered yet, in their order, for the next step. */
 static node_job *worker_step(mt_node *n, node_job *list) {
     n->step++;
     int count = 0;
     for (node_job *j = list; j; j = j->next) count++;
+    node_job **all = malloc((size_t)count * sizeof *all); /* NULL once answered */
     step_item *items = calloc((size_t)count, sizeof *items);
-    session_key *seen = malloc((size_t)count * sizeof *seen); /* sessions looked at */
-    node_job *deferred = NULL, **dtail = &deferred;
-    int n_items = 0, n_seen = 0;
+    bool *ready = malloc((size_t)count * sizeof *ready);
+    if (!all || !items || !ready) { /* retried at the next step */
+        free(all), free(items), free(ready);
+        return list;
+    }
+    int k = 0;
+    for (node_job *j = list, *next; j; j = next) next = j->next, j->next = NULL, all[k++] = j;
+    for (k = 0; k < count; k++) ready[k] = job_ready(n, all, k);
+    int n_items = 0;
     int64_t tokens = 0, rows = 0;
     const int64_t max_tok = n->cfg.max_batch_tokens;
     const int64_t max_rows = max_tok * (n->info.n_expert_used > 0 ? n->info.n_expert_used : 1);
-    for (node_job *j = list, *next; j; j = next) {
-        next = j->next;
-        j->next = NULL;
+    /* 1. experts and session ends */
+    for (k = 0; k < count; k++) {
+        node_job *j = all[k];
         mt_proto_msg *m = &j->msg;
-        bool defer = !items || !seen;
-        if (!defer && (m->type == MT_PROTO_STAGE_FORWARD || m->type == MT_PROTO_SESSION_END)) {
-            for (int i = 0; i < n_seen && !defer; i++)
-                defer = seen[i].id == m->session &&
-                        memcmp(seen[i].owner, j->client->pk, MT_KEYS_PUBLIC_BYTES) == 0;
-            memcpy(seen[n_seen].owner, j->client->pk, MT_KEYS_PUBLIC_BYTES);
-            seen[n_seen++].id = m->session;
-        }
-        node_session *s = NULL;
-        if (!defer && m->type == MT_PROTO_STAGE_FORWARD && tokens && tokens + m->n > max_tok) {
-            defer = true; /* and keep its session from being evicted or expired meanwhile */
-            if ((s = session_find(n, j->client->pk, m->session)))
-                s->last_used = n->step, s->last_used_ms = mt_mono_ms();
-            s = NULL;
-        }
-        if (!defer && m->type == MT_PROTO_EXPERT_RUN) defer = rows && rows + m->n > max_rows;
-        if (!defer && m->type == MT_PROTO_SESSION_END) {
-            s = session_find(n, j->client->pk, m->session);
+        if (!ready[k]) continue;
+        if (m->type == MT_PROTO_SESSION_END) {
+            node_session *s = session_find(n, j->client->pk, m->session);
             if (s) session_drop(n, s);
             mt_proto_msg r = {.type = MT_PROTO_SESSION_END_REPLY,
                               .request_id = m->request_id,
                               .existed = s != NULL};
             node_send_msg(j->client, &r);
             node_job_done(j);
+            all[k] = NULL;
+        } else if (m->type == MT_PROTO_EXPERT_RUN && !(rows && rows + m->n > max_rows)) {
+            rows += m->n;
+            items[n_items++] = (step_item){j, &all[k], NULL, 0, m->n};
+        }
+    }
+    /* 2. every decode, whole */
+    for (k = 0; k < count; k++) {
+        if (!all[k] || !ready[k] || all[k]->msg.type != MT_PROTO_STAGE_FORWARD ||
+            !is_decode(&all[k]->msg))
             continue;
-        }
-        if (!defer && m->type == MT_PROTO_STAGE_FORWARD) {
-            int rc = stage_admit(n, j, &s);
-            if (rc < 0) {
-                node_job_done(j);
-                continue;
-            }
-            defer = rc > 0;
-        }
-        if (defer) {
-            *dtail = j;
-            dtail = &j->next;
+        const int32_t t = all[k]->msg.n;
+        if (tokens && tokens + t > max_tok) continue;
+        if (stage_take(n, &all[k], t, &items[n_items]) == 0) n_items++, tokens += t;
+    }
+    /* 3. chunks of prompts in arrival order, up to the step's budget */
+    const int64_t step_max = n->cfg.step_tokens < max_tok ? n->cfg.step_tokens : max_tok;
+    int64_t budget = step_max - tokens < 1 ? 1 : step_max - tokens;
+    for (k = 0; k < count && budget > 0; k++) {
+        if (!all[k] || !ready[k] || all[k]->msg.type != MT_PROTO_STAGE_FORWARD ||
+            is_decode(&all[k]->msg))
             continue;
-        }
-        if (m->type == MT_PROTO_STAGE_FORWARD) tokens += m->n;
-        if (m->type == MT_PROTO_EXPERT_RUN) rows += m->n;
-        items[n_items++] = (step_item){j, s};
+        int64_t t = all[k]->msg.n - all[k]->done;
+        if (t > n->cfg.prefill_chunk) t = n->cfg.prefill_chunk;
+        if (t > budget) t = budget;
+        if (stage_take(n, &all[k], (int32_t)t, &items[n_items]) == 0) n_items++, budget -= t;
+    }
+    if (n_items) { /* counted before any reply, so that a client seeing one sees the step */
+        pthread_mutex_lock(&n->lock);
+        n->stats.steps++;
+        pthread_mutex_unlock(&n->lock);
     }
     /* one compute call per layer range (stages) and per layer (experts) */
     for (int i = 0; i < n_items; i++) {
@@ -421,14 +512,11 @@ static node_job *worker_step(mt_node *n, node_job *list) {
         else
             run_expert_group(n, items + i, n_items - i, m->layer_begin);
     }
-    if (n_items) {
-        pthread_mutex_lock(&n->lock);
-        n->stats.steps++;
-        pthread_mutex_unlock(&n->lock);
-    }
-    free(items);
-    free(seen);
-    return deferred;
+    node_job *left = NULL, **tail = &left;
+    for (k = 0; k < count; k++)
+        if (all[k]) *tail = all[k], tail = &all[k]->next;
+    free(all), free(items), free(ready);
+    return left;
 }
 
 /* How often idle sessions are looked for: expiry happens between
@@ -443,6 +531,7 @@ static int64_t sweep_interval_ms(const mt_node *n) {
 static node_job *refuse_all(mt_node *n, node_job *list) {
     char why[512];
     mt_node_shard_error(n, why, sizeof why);
+    for (int i = 0; i < n->cfg.max_sessions; i++) n->sessions[i].busy = NULL; /* jobs all gone */
     for (node_job *j = list, *next; j; j = next) {
         next = j->next;
         node_send_error(j->client, j->msg.request_id, MT_PROTO_ERR_BUSY,
