@@ -2,7 +2,8 @@
 # test_node_cli.sh - `moontail node` and `moontail prompt` end to end over
 # 127.0.0.1: keys from `moontail keygen`, shards from `moontail split`, node
 # processes on ports the system picks (read from their "listening on" line),
-# and greedy generation through a cell route (head + 2 stages; also chained,
+# and greedy generation through a cell route (head + 2 stages, stage 1 with a
+# step of 3 tokens and prompt chunks of 2; also chained,
 # stage 0 forwarding to stage 1), a swarm route
 # (local backbone + 2 expert servers) and a paired stage with its partner,
 # each giving the same tokens as `moontail run` on the whole model. Then
@@ -22,7 +23,7 @@ want=$($T "$BIN" run -m "$M" --json --temp 0 -n 12 -p "Hello there" 2>/dev/null 
 # ---- cell: head here, two pipeline stages on nodes
 $T "$BIN" split "$M" --plan cell:2 -o "$tmp/cell" >/dev/null && ok || bad "split cell"
 start_route_node s0 --shard "$tmp/cell/m-stage-0.gguf" && s0=$ADDR
-start_route_node s1 --shard "$tmp/cell/m-stage-1.gguf" && s1=$ADDR
+start_route_node s1 --shard "$tmp/cell/m-stage-1.gguf" --step-tokens 3 --prefill-chunk 2 && s1=$ADDR
 cat >"$tmp/cell.json" <<EOF
 {"head": "cell/m-head-0.gguf", "key": "req.key",
  "stages": [{"addr": "$s0", "key": "$nodekey"}, {"addr": "$s1", "key": "$nodekey"}]}
@@ -78,6 +79,7 @@ expect 2 "64 hex digits" "$BIN" node --shard "$tmp/paired.gguf" --key "$tmp/node
 expect 1 "give --partner" "$BIN" node --shard "$tmp/paired.gguf" --key "$tmp/node.key" --authorized "$tmp/auth" --listen 127.0.0.1:0
 expect 1 "holds no layers" "$BIN" node --shard "$tmp/cell/m-head-0.gguf" --key "$tmp/node.key" --authorized "$tmp/auth" --listen 127.0.0.1:0
 expect 2 "unknown option" "$BIN" node --frob
+expect 2 "step-tokens" "$BIN" node --shard "$tmp/paired.gguf" --key "$tmp/node.key" --authorized "$tmp/auth" --step-tokens 0
 expect 2 "give either --registry URL or --route FILE" "$BIN" prompt -p x
 expect 1 "not a valid route file" "$BIN" prompt --route "$M" -p x
 echo '{"head": "cell/m-head-0.gguf", "key": "req.key", "stagez": []}' >"$tmp/typo.json"

@@ -63,6 +63,8 @@ typedef struct mt_agent_config {
     int n_ctx;                  /* <= 0: the node default */
     uint64_t memory_bytes;      /* memory the node offers for weights and caches (node.h) */
     int session_idle_ms;        /* unused sessions expire after (<= 0: the node default) */
+    int step_tokens;            /* a step's tokens (<= 0: the node default, node.h) */
+    int prefill_chunk;          /* a prompt's chunk (<= 0: the node default) */
     const char *tunnel;         /* tunnel command ({port}, {host}); NULL: none */
     const char *tunnel_pattern; /* NULL: the default (tunnel.h) */
     int tunnel_wait_ms;         /* first address within (<= 0: 60000) */

@@ -45,6 +45,7 @@ static const char usage[] =
     "  --memory-mb N --max-sessions N --ctx N --threads N   as for a node without a\n"
     "                        registry\n"
     "  --session-idle-s N    a session unused for N seconds expires (default 600)\n"
+    "  --step-tokens N --prefill-chunk N   as for a node without a registry\n"
     "  --recheck-s N         while serving, hash one tensor of the shard again every N\n"
     "                        seconds (default 10; 0: never); a mismatch stops serving it\n"
     "                        and is reported to the registry (moontail status)\n"
@@ -55,7 +56,7 @@ int cmd_node_agent(int argc, char **argv) {
                *data = "moontail-data", *listen = "127.0.0.1:7411", *shard_listen = NULL,
                *name = NULL;
     int64_t memory_mb = 0, capacity_mb = 0, max_sessions = 0, ctx = 0, threads = 0,
-            session_idle_s = 0, recheck_s = 10;
+            session_idle_s = 0, recheck_s = 10, step_tokens = 0, prefill_chunk = 0;
     float speed = 0;
     const char *tunnel = NULL, *tunnel_pattern = NULL;
     int64_t tunnel_wait_s = 60;
@@ -78,6 +79,8 @@ int cmd_node_agent(int argc, char **argv) {
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
         {"--memory-mb", CLI_INT, &memory_mb, 1, 1LL << 40},
         {"--threads", CLI_INT, &threads, 1, 1024},
+        {"--step-tokens", CLI_INT, &step_tokens, 1, 1 << 20},
+        {"--prefill-chunk", CLI_INT, &prefill_chunk, 1, 1 << 20},
         {"--recheck-s", CLI_INT, &recheck_s, 0, 86400},
         {"--tunnel", CLI_STRING, &tunnel, 0, 0},
         {"--tunnel-pattern", CLI_STRING, &tunnel_pattern, 0, 0},
@@ -127,6 +130,8 @@ int cmd_node_agent(int argc, char **argv) {
                          .n_ctx = (int)ctx,
                          .memory_bytes = cli_memory_offered(memory_mb),
                          .session_idle_ms = (int)session_idle_s * 1000,
+                         .step_tokens = (int)step_tokens,
+                         .prefill_chunk = (int)prefill_chunk,
                          .tunnel = tunnel,
                          .tunnel_pattern = tunnel_pattern,
                          .tunnel_wait_ms = (int)tunnel_wait_s * 1000,

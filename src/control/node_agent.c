@@ -168,6 +168,8 @@ static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_e
                         .kv_type = a->want_kv,
                         .threads = a->cfg.threads,
                         .session_idle_ms = a->cfg.session_idle_ms,
+                        .step_tokens = a->cfg.step_tokens,
+                        .prefill_chunk = a->cfg.prefill_chunk,
                         .quiet = a->cfg.quiet,
                         .corrupt_rate = a->cfg.corrupt_rate,
                         /* fetch_main hashed the whole file against the registry's manifest
