@@ -29,6 +29,11 @@
  * caches (kimi-k3: the fixed KDA state, counted exactly) are freed (the
  * stats' sessions and kv_bytes go back to 0) while a session in use stays,
  * and a late request is told to replay.
+ * Step order (node.h): decodes queued behind a long prompt are answered
+ * first, the prompt runs in the number of chunks worked out from the step
+ * budget and chunk, a session's next request waits for its prompt, and every
+ * reply has the bits of the same request run alone, for budgets and chunks
+ * from 1 token to unchunked (qwen3moe and kimi-k3's KDA state).
  * Then hostile input (hop lists included):
  * malformed and wrong requests get ERROR replies naming the problem, and the
  * same server keeps serving. */
