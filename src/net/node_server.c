@@ -250,9 +250,10 @@ static int size_sessions(mt_node *n, mt_error *err) {
         return -1;
     n->kv_fixed = fixed;
     n->kv_per_position = per_position;
+    n->stats.kv_budget = n->kv_budget;
     mt_log_as(&n->log, MT_LOG_INFO,
-              "%d sessions of %d positions; %s KV cache %llu bytes a position (+%llu a session),"
-              " %.1f MB for sessions after %.1f MB of weights",
+              "%d sessions of %d positions (more when shorter); %s KV cache %llu bytes a"
+              " position (+%llu a session), %.1f MB for sessions after %.1f MB of weights",
               n->cfg.max_sessions, n->cfg.n_ctx, mt_kv_type_name(n->cfg.kv_type),
               (unsigned long long)per_position, (unsigned long long)fixed,
               (double)n->kv_budget / 1e6, (double)weights / 1e6);
@@ -292,10 +293,12 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
     if (n->cfg.timeout_ms <= 0) n->cfg.timeout_ms = 30000;
     if (n->cfg.session_idle_ms <= 0) n->cfg.session_idle_ms = 600000;
-    if (n->cfg.max_sessions > (1 << 20)) {
-        mt_error_set(err, "node: at most 2^20 sessions");
+    if (n->cfg.max_sessions > NODE_MAX_SESSIONS) {
+        mt_error_set(err, "node: at most 2^20 sessions (--max-sessions)");
         goto fail;
     }
+    /* given: a cap on the count; else memory alone decides (kv_make_room) */
+    n->session_cap = n->cfg.max_sessions > 0 ? n->cfg.max_sessions : NODE_MAX_SESSIONS;
     if (!(n->cfg.corrupt_rate >= 0 && n->cfg.corrupt_rate <= 1)) {
         mt_error_set(err, "node: the corrupt-output rate must be in [0, 1]");
         goto fail;
@@ -319,7 +322,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
         mt_error_set(err, "cannot start %d compute threads", cfg->threads);
         goto fail;
     }
-    if (!(n->sessions = calloc((size_t)n->cfg.max_sessions, sizeof *n->sessions))) {
+    if (node_sessions_init(&n->sessions)) {
         mt_error_set(err, "out of memory");
         goto fail;
     }
@@ -388,9 +391,7 @@ void mt_node_stop(mt_node *n) {
     if (n->listen_fd >= 0) close(n->listen_fd);
     for (int i = 0; i < 2; i++)
         if (n->wake[i] >= 0) close(n->wake[i]);
-    for (int i = 0; n->sessions && i < n->cfg.max_sessions; i++)
-        mt_kv_cache_free(n->sessions[i].kv);
-    free(n->sessions);
+    node_sessions_free(&n->sessions);
     if (n->use_dispatch) mt_expert_dispatch_free(&n->dispatch); /* its threads, then partners */
     node_partners_free(n);
     node_hops_free(n);
