@@ -245,16 +245,24 @@ static int size_sessions(mt_node *n, mt_error *err) {
     for (uint32_t i = 0; i < m->gguf->n_parts; i++) weights += m->gguf->parts[i].size;
     /* 0: no limit given (the commands pass 70% of the RAM available) */
     uint64_t memory = n->cfg.memory_bytes ? n->cfg.memory_bytes : UINT64_MAX / 2;
+    bool capped = n->cfg.max_sessions > 0;
     if (mt_node_size_sessions(memory, weights, fixed, per_position, m->hp.n_ctx_train,
                               &n->cfg.n_ctx, &n->cfg.max_sessions, &n->kv_budget, err))
         return -1;
     n->kv_fixed = fixed;
     n->kv_per_position = per_position;
     n->stats.kv_budget = n->kv_budget;
+    int typical = n->cfg.n_ctx < 4096 ? n->cfg.n_ctx : 4096;
+    char count[96];
+    if (capped)
+        snprintf(count, sizeof count, "at most %d sessions (--max-sessions)", n->cfg.max_sessions);
+    else
+        snprintf(count, sizeof count, "room for %d sessions of %d positions (more when shorter)",
+                 n->cfg.max_sessions, typical);
     mt_log_as(&n->log, MT_LOG_INFO,
-              "%d sessions of %d positions (more when shorter); %s KV cache %llu bytes a"
-              " position (+%llu a session), %.1f MB for sessions after %.1f MB of weights",
-              n->cfg.max_sessions, n->cfg.n_ctx, mt_kv_type_name(n->cfg.kv_type),
+              "context of %d positions, %s; %s KV cache %llu bytes a position (+%llu a session),"
+              " %.1f MB for sessions after %.1f MB of weights",
+              n->cfg.n_ctx, count, mt_kv_type_name(n->cfg.kv_type),
               (unsigned long long)per_position, (unsigned long long)fixed,
               (double)n->kv_budget / 1e6, (double)weights / 1e6);
     return 0;
