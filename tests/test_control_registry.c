@@ -482,6 +482,8 @@ static void test_node_validation(const char *alice, const char *bob) {
     EXPECT(400, "\"tok_per_s\"", "POST", hb, tok, "{\"load\": {\"tok_per_s\": -1}}");
     EXPECT(400, "\"kv_bytes\"", "POST", hb, tok, "{\"load\": {\"kv_bytes\": -1}}");
     EXPECT(400, "\"kv_bytes\"", "POST", hb, tok, "{\"load\": {\"kv_bytes\": \"1 MB\"}}");
+    EXPECT(400, "\"kv_budget\"", "POST", hb, tok, "{\"load\": {\"kv_budget\": -1}}");
+    EXPECT(400, "\"kv_used\"", "POST", hb, tok, "{\"load\": {\"kv_used\": 1.5}}");
     EXPECT(400, "\"ready_shard\"", "POST", hb, tok, "{\"ready_shard\": 5}");
     EXPECT(400, "\"ready_shard\"", "POST", hb, tok, "{\"ready_shard\": \"L0\\t1\"}");
     EXPECT(400, "\"cert_expires\"", "POST", hb, tok, "{\"cert_expires\": \"soon\"}");
@@ -494,6 +496,12 @@ static void test_node_validation(const char *alice, const char *bob) {
     CHECK(jint(load, "sessions") == 3 && jint(load, "kv_bytes") == 12345678,
           "status after a heartbeat with 3 sessions and 12345678 KV bytes: %lld, %lld",
           (long long)jint(load, "sessions"), (long long)jint(load, "kv_bytes"));
+    json_decref(load);
+    EXPECT(200, NULL, "POST", hb, tok, "{\"load\": {\"kv_budget\": 8000000, \"kv_used\": 2500}}");
+    load = node_status(again.id);
+    CHECK(jint(load, "kv_budget") == 8000000 && jint(load, "kv_used") == 2500,
+          "status after a heartbeat with 8000000 bytes of session memory, 2500 used: %lld, %lld",
+          (long long)jint(load, "kv_budget"), (long long)jint(load, "kv_used"));
     json_decref(load);
     /* why it cannot serve: one line of at most MT_NODE_PROBLEM_MAX bytes, kept until a
      * heartbeat without it */

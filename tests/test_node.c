@@ -1508,10 +1508,11 @@ static void check_sizing_rules(void) {
     uint64_t budget = 0;
     int ctx = 0, ss = 0;
     /* 1000 MB offered, 200 MB of weights: 800 MB for sessions; 1000 B a position fits
-     * 800000 positions, so the model's 131072; 800e6 / (4096 x 1000) = 195 sessions -> 64 */
+     * 800000 positions, so the model's 131072; 800e6 / (4096 x 1000) = 195 sessions (no cap
+     * of 64: memory decides) */
     CHECK(mt_node_size_sessions(1000000000, 200000000, 0, 1000, 131072, &ctx, &ss, &budget, &err) ==
                   0 &&
-              budget == 800000000 && ctx == 131072 && ss == 64,
+              budget == 800000000 && ctx == 131072 && ss == 195,
           "sizing 1: ctx %d sessions %d budget %llu (%s)", ctx, ss, (unsigned long long)budget,
           err.msg);
     /* 100000 B a position: 8000 fit -> 7936 (a multiple of 256); 800e6 / 4096e5 = 1.95 -> 1 */
@@ -1527,11 +1528,17 @@ static void check_sizing_rules(void) {
               ctx == 4096 && ss == 14,
           "sizing 3: ctx %d sessions %d (wanted 4096 and 800e6 / 54.096e6 = 14; %s)", ctx, ss,
           err.msg);
-    /* nothing per position (an expert server): the model's context, 64 sessions */
+    /* nothing per position (an expert server): the model's context, the bound of 2^20 */
     ctx = ss = 0;
     CHECK(mt_node_size_sessions(1000000000, 200000000, 0, 0, 8192, &ctx, &ss, &budget, &err) == 0 &&
-              ctx == 8192 && ss == 64,
+              ctx == 8192 && ss == 1 << 20,
           "sizing 4: ctx %d sessions %d (%s)", ctx, ss, err.msg);
+    /* 1 TB left at 10 B a position: 1e12 / 40960 = 24414062 sessions of 4096, over 2^20 */
+    ctx = ss = 0;
+    CHECK(mt_node_size_sessions(1200000000000, 200000000000, 0, 10, 4096, &ctx, &ss, &budget,
+                                &err) == 0 &&
+              ctx == 4096 && ss == 1 << 20,
+          "sizing 4b: ctx %d sessions %d (%s)", ctx, ss, err.msg);
     /* given values are kept */
     ctx = 1000, ss = 3;
     CHECK(mt_node_size_sessions(1000000000, 200000000, 0, 1000, 131072, &ctx, &ss, &budget, &err) ==
@@ -1628,6 +1635,155 @@ static void check_memory_budget(void) {
     free_set(&s);
 }
 
+/* One STAGE_FORWARD of layer 1 on w: the reply's type, with its rows copied to out
+ * (n x msg_cols floats) when it is a STAGE_REPLY. */
+static uint16_t stage_rows(raw *w, uint64_t id, uint64_t session, int32_t p0, int32_t n,
+                           const float *rows, float *out, uint32_t *code) {
+    int32_t pos[8];
+    for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
+    mt_proto_msg m = stage_msg(id, session, 1, 2, pos, n, (float *)rows);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    mt_proto_encode(&m, &buf, &len, NULL);
+    mt_proto_msg r = raw_call(w, buf, len);
+    free(buf);
+    uint16_t type = r.type;
+    *code = r.code;
+    if (type == MT_PROTO_STAGE_REPLY)
+        memcpy(out, r.rows, (size_t)r.n * (size_t)r.cols * sizeof(float));
+    mt_proto_msg_free(&r);
+    return type;
+}
+
+/* Sessions limited by memory, not by a count: a node offering memory for exactly
+ * SESSIONS x 4 positions (no --max-sessions) keeps SESSIONS sessions of 4 positions without
+ * evicting any; one more evicts exactly the least recently used; every reply equals the same
+ * request's reply from a node with no memory limit (nothing evicted there). */
+static void check_sessions_by_memory(void) {
+    enum { SESSIONS = 1000, P = 4 };
+    model_set s;
+    if (!make_set(&s, "qwen3moe")) return;
+    const mt_hparams *hp = &s.whole->hp;
+    const uint64_t per_pos =
+        (uint64_t)hp->n_head_kv * ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) * 2;
+    const uint64_t budget = (uint64_t)SESSIONS * P * per_pos;
+    struct stat sb;
+    CHECK(stat(s.stage[1], &sb) == 0, "stat %s", s.stage[1]);
+    mt_node_config c = {.shard_path = s.stage[1],
+                        .keys = &k_node,
+                        .authorized = auth,
+                        .listen = "127.0.0.1:0",
+                        .n_ctx = 64,
+                        .memory_bytes = (uint64_t)sb.st_size + budget,
+                        .threads = 1,
+                        .timeout_ms = 5000,
+                        .quiet = true};
+    mt_error err = {{0}};
+    mt_node *node = mt_node_start(&c, &err);
+    CHECK(node != NULL, "node with memory for %d sessions of %d positions: %s", SESSIONS, P,
+          err.msg);
+    mt_node_config rc = c;
+    rc.memory_bytes = 0; /* no limit: the reference */
+    mt_node *ref = mt_node_start(&rc, &err);
+    CHECK(ref != NULL, "reference node: %s", err.msg);
+    raw w = {0}, wr = {0};
+    if (!node || !ref || !raw_open(&w, node, &k_req) || !raw_open(&wr, ref, &k_req)) {
+        CHECK(false, "raw connections for the session memory check");
+        if (w.c) mt_conn_close(w.c);
+        if (wr.c) mt_conn_close(wr.c);
+        mt_node_stop(node);
+        mt_node_stop(ref);
+        free_set(&s);
+        return;
+    }
+    /* the figure reported: sessions of the whole context (64 positions) the budget holds */
+    CHECK(mt_node_info(node)->max_sessions == SESSIONS * P / 64,
+          "max_sessions reported %d, wanted %d x %d / 64", mt_node_info(node)->max_sessions,
+          SESSIONS, P);
+    msg_cols = mt_proto_cols_in(mt_node_info(node), 1);
+    const size_t C = (size_t)mt_proto_cols_out(mt_node_info(node), 1, 2);
+    float *rows = calloc((size_t)P * msg_cols, sizeof(float));
+    float *got = calloc((size_t)P * C, sizeof(float)), *want = calloc((size_t)P * C, sizeof(float));
+    uint32_t code = 0;
+    uint64_t id = 1;
+    int differ = 0, failed = 0;
+    /* the same request to both nodes: both must answer, with the same bytes */
+#define BOTH(session, p0, n)                                                                       \
+    do {                                                                                           \
+        uint16_t t1 = stage_rows(&w, id, (session), (p0), (n), rows, got, &code);                  \
+        uint16_t t2 = stage_rows(&wr, id++, (session), (p0), (n), rows, want, &code);              \
+        if (t1 != MT_PROTO_STAGE_REPLY || t2 != MT_PROTO_STAGE_REPLY)                              \
+            failed++;                                                                              \
+        else if (memcmp(got, want, (size_t)(n)*C * sizeof(float)) != 0)                            \
+            differ++;                                                                              \
+    } while (0)
+    for (int k = 0; k < SESSIONS; k++) {
+        for (int i = 0; i < P * msg_cols; i++) rows[i] = 0.01f * (float)((i + 7 * k) % 31);
+        BOTH(5000 + (uint64_t)k, 0, P);
+    }
+    mt_node_stats st;
+    mt_node_get_stats(node, &st);
+    CHECK(failed == 0 && differ == 0, "%d sessions: %d failed, %d replies differ", SESSIONS, failed,
+          differ);
+    CHECK(st.sessions == SESSIONS && st.evictions == 0 && st.kv_budget == budget &&
+              st.kv_used == budget,
+          "%d sessions of %d positions in a budget for them: %d held, %llu evicted, %llu of"
+          " %llu bytes used (wanted %d, 0, %llu of %llu)",
+          SESSIONS, P, st.sessions, (unsigned long long)st.evictions,
+          (unsigned long long)st.kv_used, (unsigned long long)st.kv_budget, SESSIONS,
+          (unsigned long long)budget, (unsigned long long)budget);
+    /* session 5000 again (a retry from 0: the same bytes) makes 5001 the least recently used */
+    for (int i = 0; i < P * msg_cols; i++) rows[i] = 0.01f * (float)(i % 31);
+    BOTH(5000, 0, P);
+    for (int i = 0; i < P * msg_cols; i++) rows[i] = 0.03f * (float)(i % 17);
+    BOTH(9999, 0, P); /* one session more */
+    mt_node_get_stats(node, &st);
+    CHECK(failed == 0 && differ == 0 && st.sessions == SESSIONS && st.evictions == 1,
+          "one session more: %d failed, %d differ, %d held, %llu evicted (wanted %d, 1)", failed,
+          differ, st.sessions, (unsigned long long)st.evictions, SESSIONS);
+    CHECK(stage_rows(&w, id++, 5001, P, 1, rows, got, &code) == MT_PROTO_ERROR &&
+              code == MT_PROTO_ERR_UNKNOWN_SESSION,
+          "the least recently used session (5001): code %u, wanted UNKNOWN_SESSION", code);
+    /* 5000 and 5003 are still held and go on, with the same results as without any
+     * pressure. The budget is full: 5000's 1 position more evicts the least recently used
+     * other session (5002, P positions), which leaves P - 1 free; 5003's P more need one
+     * more, so 5004 goes too: P - 1 free again */
+    BOTH(5000, P, 1);
+    mt_node_get_stats(node, &st);
+    CHECK(failed == 0 && differ == 0 && st.evictions == 2 &&
+              st.kv_used == budget - (P - 1) * per_pos,
+          "session 5000 goes on: %d failed, %d differ, %llu evicted (wanted 2), %llu bytes used"
+          " (wanted %llu)",
+          failed, differ, (unsigned long long)st.evictions, (unsigned long long)st.kv_used,
+          (unsigned long long)(budget - (P - 1) * per_pos));
+    BOTH(5003, P, P);
+    mt_node_get_stats(node, &st);
+    CHECK(failed == 0 && differ == 0 && st.evictions == 3 &&
+              st.kv_used == budget - (P - 1) * per_pos,
+          "session 5003 goes on: %d failed, %d differ, %llu evicted (wanted 3), %llu bytes used"
+          " (wanted %llu)",
+          failed, differ, (unsigned long long)st.evictions, (unsigned long long)st.kv_used,
+          (unsigned long long)(budget - (P - 1) * per_pos));
+    for (uint64_t e = 5002; e <= 5004; e += 2)
+        CHECK(stage_rows(&w, id++, e, P, 1, rows, got, &code) == MT_PROTO_ERROR &&
+                  code == MT_PROTO_ERR_UNKNOWN_SESSION,
+              "session %llu, the least recently used when room was needed: code %u, wanted"
+              " UNKNOWN_SESSION",
+              (unsigned long long)e, code);
+    BOTH(5005, P, 1); /* the next oldest, still held */
+#undef BOTH
+    mt_node_get_stats(ref, &st);
+    CHECK(failed == 0 && differ == 0 && st.evictions == 0 && st.sessions == SESSIONS + 1,
+          "the reference node: %llu evicted, %d held", (unsigned long long)st.evictions,
+          st.sessions);
+    mt_conn_close(w.c);
+    mt_conn_close(wr.c);
+    free(rows), free(got), free(want);
+    mt_node_stop(node);
+    mt_node_stop(ref);
+    free_set(&s);
+}
+
 int main(void) {
     mt_error err = {{0}};
     if (mt_keys_generate(&k_node, &err) || mt_keys_generate(&k_req, &err) ||
@@ -1652,6 +1808,7 @@ int main(void) {
     check_spot_checks("kimi-k3");
     check_sizing_rules();
     check_memory_budget();
+    check_sessions_by_memory();
     check_idle_expiry("qwen3moe");
     check_idle_expiry("kimi-k3");
     check_step_order("qwen3moe");

@@ -55,10 +55,13 @@ wait_for 'o.min_replicas_serving >= 2 && o.spares >= 1 && o.nodes_alive == 5' 60
     ok || bad "5 nodes did not reach 2 serving replicas and a spare: $(status | head -c 1500)"
 expect 0 "READY" "$BIN" status --registry "$URL"
 # sessions offered: the model's 4096 positions (memory is ample), pc3 was given 2048; a
-# pipeline's context is the smallest of its stages'
+# pipeline's context is the smallest of its stages'; each node reports the session memory
+# it offers and uses (sessions are limited by it, node.h)
 status | json '
-  for (const n of o.nodes.filter(n => n.state == "serving"))
+  for (const n of o.nodes.filter(n => n.state == "serving")) {
     if (n.ctx != (n.name == "pc3" ? 2048 : 4096)) { console.error("ctx of", n.name, n.ctx); process.exit(1); }
+    if (!(n.kv_budget > 0 && n.kv_used >= 0 && n.kv_used <= n.kv_budget)) { console.error("kv of", n.name, n.kv_budget, n.kv_used); process.exit(1); }
+  }
   for (const p of o.pipelines) {
     const st = o.nodes.filter(n => n.state == "serving" && n.role == "stage" && n.replica == p.replica);
     const want = st.some(n => n.name == "pc3") ? 2048 : 4096;

@@ -44,8 +44,13 @@
  * that request. A request must start at a position in [0, n_past]: n_past
  * continues the session, an earlier one restarts it from there (a retry or a
  * replay); a gap is refused, as is a different layer range unless the
- * request starts at 0. At most max_sessions sessions are kept; a new one
- * evicts the least recently used. A request for an unknown (evicted) session
+ * request starts at 0. Sessions are limited by memory, not by a count: a
+ * request is admitted while the bytes every session's cache holds (state
+ * plus positions written, plus what this step's requests will write) fit the
+ * KV budget; only when they do not are the least recently used sessions
+ * evicted, one at a time until they do (never a session of the same step).
+ * An explicit max_sessions also caps the count (a new session then evicts
+ * the least recently used one). A request for an unknown (evicted) session
  * that does not start at 0 gets ERROR MT_PROTO_ERR_UNKNOWN_SESSION: the
  * requester replays the session's tokens from position 0. A session that
  * gets no request for session_idle_ms expires: its KV cache is freed, as
@@ -96,7 +101,9 @@ typedef struct mt_node_config {
                       closed when the node stops or fails to start) */
     const mt_node_partner *partners; /* paired layers: holders of the other experts */
     int n_partners;
-    int max_sessions;      /* <= 0: derived from memory_bytes (mt_node_size_sessions) */
+    int max_sessions;      /* > 0: at most this many sessions at once (besides memory);
+                              <= 0: memory alone limits them (the figure reported is
+                              mt_node_size_sessions') */
     int n_ctx;             /* positions per session; <= 0: derived from memory_bytes */
     uint64_t memory_bytes; /* memory offered for the weights and the sessions' caches; 0: no
                               limit (the commands pass 70% of the RAM available) */
@@ -146,6 +153,9 @@ typedef struct mt_node_stats {
     uint64_t expired;             /* sessions dropped after session_idle_ms unused */
     int32_t sessions;             /* sessions held now */
     uint64_t kv_bytes;            /* bytes their KV caches reserve now (mt_kv_cache_bytes) */
+    uint64_t kv_budget;           /* bytes the sessions' caches may fill (mt_node_size_sessions) */
+    uint64_t kv_used;             /* bytes they hold now (written, and asked for by this step's
+                                     requests): kept within kv_budget by evictions */
     int32_t queued;               /* requests waiting for the worker now */
     int32_t connections;          /* open connections now */
     uint64_t served_tokens;       /* tokens computed by stage requests (not failed) */
@@ -163,7 +173,9 @@ typedef struct mt_node_stats {
  *   n_ctx (when *n_ctx <= 0): the longest context ONE session can fill in the
  *     budget, at most n_ctx_train, rounded down to a multiple of 256;
  *   max_sessions (when *max_sessions <= 0): as many sessions as the budget
- *     holds at min(n_ctx, 4096) positions each, between 1 and 64.
+ *     holds at min(n_ctx, 4096) positions each, between 1 and 2^20. This is
+ *     the figure the node reports; it keeps more sessions when they are
+ *     shorter, since only the bytes they hold are limited (node_worker.c).
  * Given values are kept. A budget with room for fewer than
  * min(n_ctx_train, 256) positions, or a given n_ctx larger than the budget
  * holds, is an error naming the figures and the fix. *budget gets the KV

@@ -47,9 +47,10 @@ static const char usage[] =
     "                        (under a registry, the registry's --kv-type decides)\n"
     "  --memory-mb N         memory offered for the weights and the sessions' caches\n"
     "                        (default 70% of the RAM available at start); sets the\n"
-    "                        defaults of --ctx and --max-sessions\n"
-    "  --max-sessions N      sessions kept at once, least recently used evicted (default:\n"
-    "                        as many as the memory holds at 4096 positions each, 1-64)\n"
+    "                        default of --ctx; sessions are kept while their caches fit\n"
+    "                        in what the weights leave, the least recently used evicted\n"
+    "  --max-sessions N      also keep at most N sessions at once (default: no count,\n"
+    "                        only memory; at most 2^20)\n"
     "  --session-idle-s N    a session unused for N seconds expires, its KV cache freed\n"
     "                        (a requester that died never ends it; default 600)\n"
     "  --ctx N               positions per session (default: the longest one session can\n"
@@ -269,9 +270,9 @@ int cmd_node(int argc, char **argv) {
     const mt_proto_info *in = mt_node_info(node);
     if (!quiet)
         mt_log(MT_LOG_INFO, "node",
-               "%s, layers [%d, %d)%s, %d of %d routed experts, %d sessions of %d positions", shard,
+               "%s, layers [%d, %d)%s, %d of %d routed experts, a context of %d positions", shard,
                in->layer_begin, in->layer_end, in->attention ? " with attention" : "", in->n_held,
-               in->n_expert, in->max_sessions, in->n_ctx);
+               in->n_expert, in->n_ctx);
     printf("listening on %s\n", mt_node_addr(node));
     fflush(stdout);
     int sig = 0;

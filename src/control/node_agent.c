@@ -342,6 +342,11 @@ static void heartbeat(mt_agent *a) {
         json_t *load = json_object_get(body, "load");
         json_object_set_new(load, "ctx", json_integer(ctx));
         json_object_set_new(load, "max_sessions", json_integer(max_sessions));
+        /* sessions are limited by these bytes, not by max_sessions (node.h); a node
+         * offered no memory limit has an unbounded budget, sent as INT64_MAX / 2 */
+        uint64_t budget = s.kv_budget < (uint64_t)INT64_MAX / 2 ? s.kv_budget : INT64_MAX / 2;
+        json_object_set_new(load, "kv_budget", json_integer((json_int_t)budget));
+        json_object_set_new(load, "kv_used", json_integer((json_int_t)s.kv_used));
     }
     if (current_problem(a)[0])
         json_object_set_new(body, "problem", json_string(current_problem(a)));

@@ -356,6 +356,10 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         ok ? reg_api_int_field(load, "kv_bytes", 0, INT64_MAX / 4, 0, false, &ok, resp) : 0;
     int64_t lctx = ok ? reg_api_int_field(load, "ctx", 0, 1 << 24, 0, false, &ok, resp) : 0;
     int64_t lms = ok ? reg_api_int_field(load, "max_sessions", 0, 1 << 24, 0, false, &ok, resp) : 0;
+    int64_t kvbud =
+        ok ? reg_api_int_field(load, "kv_budget", 0, INT64_MAX / 2, 0, false, &ok, resp) : 0;
+    int64_t kvused =
+        ok ? reg_api_int_field(load, "kv_used", 0, INT64_MAX / 2, 0, false, &ok, resp) : 0;
     int64_t expires =
         ok ? reg_api_int_field(body, "cert_expires", 0, INT64_MAX / 1000, 0, false, &ok, resp) : 0;
     /* a node offers less when its disk turns out too small for a shard (node_agent.c) */
@@ -391,7 +395,7 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         "UPDATE nodes SET last_seen = ?, uptime_ms = uptime_ms + ?, ready_shard = ?,"
         " served_token_layers = ?, served_expert_rows = ?, served_tokens = ?, load_queue = ?,"
         " load_sessions = ?, tok_per_s = ?, load_kv_bytes = ?, load_ctx = ?, load_max_sessions = ?,"
-        " problem = ? WHERE id = ?");
+        " problem = ?, load_kv_budget = ?, load_kv_used = ? WHERE id = ?");
     bool was_alive = reg_node_alive(r, &n, now);
     if (st) {
         sqlite3_bind_int64(st, 1, now);
@@ -407,7 +411,9 @@ static void nodes_heartbeat(mt_registry *r, const mt_http_request *req, const ch
         sqlite3_bind_int64(st, 11, lctx);
         sqlite3_bind_int64(st, 12, lms);
         sqlite3_bind_text(st, 13, problem ? problem : "", -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 14, id);
+        sqlite3_bind_int64(st, 14, kvbud);
+        sqlite3_bind_int64(st, 15, kvused);
+        sqlite3_bind_int64(st, 16, id);
     }
     bool moved = addr && strcmp(addr, n.addr) != 0, resized = capacity != n.capacity;
     bool failed = !st || reg_db_step_done(r, st, &err);

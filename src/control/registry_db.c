@@ -55,6 +55,7 @@ static const char schema[] =
     "  load_queue INTEGER NOT NULL DEFAULT 0, load_sessions INTEGER NOT NULL DEFAULT 0,"
     "  tok_per_s REAL NOT NULL DEFAULT 0, load_kv_bytes INTEGER NOT NULL DEFAULT 0,"
     "  load_ctx INTEGER NOT NULL DEFAULT 0, load_max_sessions INTEGER NOT NULL DEFAULT 0,"
+    "  load_kv_budget INTEGER NOT NULL DEFAULT 0, load_kv_used INTEGER NOT NULL DEFAULT 0,"
     "  quarantined INTEGER NOT NULL DEFAULT 0, quarantined_at INTEGER NOT NULL DEFAULT 0,"
     "  quarantine_reason TEXT NOT NULL DEFAULT '', problem TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS ledger("
@@ -82,6 +83,8 @@ static const struct {
     {"load_ctx", "INTEGER NOT NULL DEFAULT 0"},
     {"load_max_sessions", "INTEGER NOT NULL DEFAULT 0"},
     {"problem", "TEXT NOT NULL DEFAULT ''"}, /* why it cannot serve its shard, "" = none */
+    {"load_kv_budget", "INTEGER NOT NULL DEFAULT 0"},
+    {"load_kv_used", "INTEGER NOT NULL DEFAULT 0"},
 };
 
 static bool node_has_column(mt_registry *r, const char *name) {

@@ -59,7 +59,10 @@ typedef struct reg_node {
     int32_t load_queue, load_sessions;
     int64_t load_kv_bytes;     /* KV cache bytes its sessions reserve, as last reported */
     int32_t load_ctx;          /* positions per session it offers (0: not reported) */
-    int32_t load_max_sessions; /* sessions it keeps at once (0: not reported) */
+    int32_t load_max_sessions; /* sessions of min(ctx, 4096) positions it holds (0: not
+                                  reported); it keeps more when shorter */
+    int64_t load_kv_budget;    /* bytes its sessions may hold (0: not reported) */
+    int64_t load_kv_used;      /* bytes they hold, as last reported */
     double tok_per_s;
     bool quarantined; /* a spot-check found it computing wrong results (registry_reports.c) */
     int64_t quarantined_at;

@@ -13,8 +13,8 @@
     " capacity, speed, paused, schedule, joined, last_seen, uptime_ms, role, replica,"             \
     " layer_begin, layer_end, attention, expert_begin, expert_end, paired_with, ready_shard,"      \
     " served_token_layers, served_expert_rows, served_tokens, load_queue, load_sessions,"          \
-    " tok_per_s, load_kv_bytes, load_ctx, load_max_sessions, quarantined, quarantined_at, "        \
-    "quarantine_reason, problem"
+    " tok_per_s, load_kv_bytes, load_ctx, load_max_sessions, load_kv_budget, load_kv_used,"        \
+    " quarantined, quarantined_at, quarantine_reason, problem"
 
 static void text(sqlite3_stmt *st, int col, char *out, size_t cap) {
     const unsigned char *s = sqlite3_column_text(st, col);
@@ -63,6 +63,8 @@ static void node_row(sqlite3_stmt *st, reg_node *n) {
     n->load_kv_bytes = sqlite3_column_int64(st, c++);
     n->load_ctx = sqlite3_column_int(st, c++);
     n->load_max_sessions = sqlite3_column_int(st, c++);
+    n->load_kv_budget = sqlite3_column_int64(st, c++);
+    n->load_kv_used = sqlite3_column_int64(st, c++);
     n->quarantined = sqlite3_column_int(st, c++) != 0;
     n->quarantined_at = sqlite3_column_int64(st, c++);
     text(st, c++, n->quarantine_reason, sizeof n->quarantine_reason);

@@ -267,6 +267,8 @@ json_t *reg_status_json(mt_registry *r) {
         json_object_set_new(o, "kv_bytes", json_integer(x->load_kv_bytes));
         json_object_set_new(o, "ctx", json_integer(x->load_ctx));
         json_object_set_new(o, "max_sessions", json_integer(x->load_max_sessions));
+        json_object_set_new(o, "kv_budget", json_integer(x->load_kv_budget));
+        json_object_set_new(o, "kv_used", json_integer(x->load_kv_used));
         if (x->a.role == MT_PLACE_PARTNER)
             json_object_set_new(o, "paired_with", json_integer(x->a.paired_with));
         json_object_set_new(o, "problem", json_string(x->problem));

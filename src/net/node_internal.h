@@ -38,8 +38,9 @@
 #include <stdint.h>
 
 enum {
-    NODE_MAX_INFLIGHT = 8,  /* queued requests per connection before its reader waits */
-    NODE_MAX_CLIENTS = 256, /* connections at once */
+    NODE_MAX_INFLIGHT = 8,       /* queued requests per connection before its reader waits */
+    NODE_MAX_CLIENTS = 256,      /* connections at once */
+    NODE_MAX_SESSIONS = 1 << 20, /* sessions at once, however much memory is offered */
 };
 
 /* ---- structures ------------------------------------------------------------------- */
@@ -89,17 +90,32 @@ typedef struct node_hop {
 enum { NODE_MAX_HOPS = 64 }; /* next-hop connections kept */
 
 typedef struct node_session {
-    bool used;
     uint8_t owner[MT_KEYS_PUBLIC_BYTES]; /* the client's key */
     uint64_t id;
-    mt_kv_cache *kv;                /* layers [layer_begin, layer_end) */
-    int32_t layer_begin, layer_end; /* the range it was started with */
-    int32_t n_past;                 /* positions [0, n_past) are in the cache */
-    uint64_t last_used;             /* step of its last request (LRU) */
-    int64_t last_used_ms;           /* mt_mono_ms() of its last request (idle expiry) */
-    node_job *busy; /* a job computed in chunks, not finished yet: the session's later jobs
-                       wait, and it is neither evicted nor expired meanwhile */
+    mt_kv_cache *kv;                    /* layers [layer_begin, layer_end) */
+    int32_t layer_begin, layer_end;     /* the range it was started with */
+    int32_t n_past;                     /* positions [0, n_past) are in the cache */
+    uint64_t held;                      /* bytes counted for it in node_sessions.kv_used */
+    uint64_t last_used;                 /* step of its last request */
+    int64_t last_used_ms;               /* mt_mono_ms() of its last request (idle expiry) */
+    struct node_session *hnext;         /* next in its hash bucket */
+    struct node_session *newer, *older; /* the recency list */
+    node_job *busy; /* a prompt computed in chunks, not finished yet: the session's later jobs
+                       wait, it holds the memory of the whole request, and it is neither evicted
+                       nor expired meanwhile */
 } node_session;
+
+/* The sessions (node_sessions.c), worker only: found by (owner, id) in O(1),
+ * listed from the most to the least recently used (node_session_touch), and
+ * the sum of their `held` bytes, which admission keeps within kv_budget. */
+typedef struct node_sessions {
+    node_session **buckets; /* (n_buckets, a power of 2) chains */
+    size_t n_buckets;
+    int32_t count;
+    node_session *newest, *oldest;
+    uint64_t kv_used;
+    uint8_t hash_key[16]; /* crypto_shorthash's key, random per node */
+} node_sessions;
 
 struct mt_node {
     mt_node_config cfg;      /* strings and arrays are not kept */
@@ -136,7 +152,8 @@ struct mt_node {
     bool stop, held;
     mt_node_stats stats;
 
-    node_session *sessions; /* (max_sessions), worker only */
+    node_sessions sessions; /* worker only */
+    int session_cap;        /* sessions kept at most: cfg.max_sessions when given, else 2^20 */
     uint64_t step;          /* worker only */
 
     /* shard checks (node_verify.c) */
@@ -179,6 +196,22 @@ bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd);
 /* Drops one reference to c (n->lock held); the last one closes its
  * connection and frees it. */
 void node_client_unref_locked(node_client *c);
+
+/* ---- node_sessions.c -------------------------------------------------------------- */
+
+/* An empty table (-1: out of memory). */
+int node_sessions_init(node_sessions *t);
+/* Frees every session (and its cache) and the table. */
+void node_sessions_free(node_sessions *t);
+node_session *node_session_find(const node_sessions *t, const uint8_t *owner, uint64_t id);
+/* A new session (zeroed, no cache yet), the most recently used; NULL: out of memory. */
+node_session *node_session_add(node_sessions *t, const uint8_t *owner, uint64_t id);
+/* Takes s out of the table and frees it and its cache. */
+void node_session_remove(node_sessions *t, node_session *s);
+/* s was used in `step` at now_ms: it becomes the most recently used. */
+void node_session_touch(node_sessions *t, node_session *s, uint64_t step, int64_t now_ms);
+/* s now holds `bytes` (kv_used follows). */
+void node_session_hold(node_sessions *t, node_session *s, uint64_t bytes);
 
 /* ---- node_worker.c ---------------------------------------------------------------- */
 

@@ -245,15 +245,24 @@ static int size_sessions(mt_node *n, mt_error *err) {
     for (uint32_t i = 0; i < m->gguf->n_parts; i++) weights += m->gguf->parts[i].size;
     /* 0: no limit given (the commands pass 70% of the RAM available) */
     uint64_t memory = n->cfg.memory_bytes ? n->cfg.memory_bytes : UINT64_MAX / 2;
+    bool capped = n->cfg.max_sessions > 0;
     if (mt_node_size_sessions(memory, weights, fixed, per_position, m->hp.n_ctx_train,
                               &n->cfg.n_ctx, &n->cfg.max_sessions, &n->kv_budget, err))
         return -1;
     n->kv_fixed = fixed;
     n->kv_per_position = per_position;
+    n->stats.kv_budget = n->kv_budget;
+    int typical = n->cfg.n_ctx < 4096 ? n->cfg.n_ctx : 4096;
+    char count[96];
+    if (capped)
+        snprintf(count, sizeof count, "at most %d sessions (--max-sessions)", n->cfg.max_sessions);
+    else
+        snprintf(count, sizeof count, "room for %d sessions of %d positions (more when shorter)",
+                 n->cfg.max_sessions, typical);
     mt_log_as(&n->log, MT_LOG_INFO,
-              "%d sessions of %d positions; %s KV cache %llu bytes a position (+%llu a session),"
+              "context of %d positions, %s; %s KV cache %llu bytes a position (+%llu a session),"
               " %.1f MB for sessions after %.1f MB of weights",
-              n->cfg.max_sessions, n->cfg.n_ctx, mt_kv_type_name(n->cfg.kv_type),
+              n->cfg.n_ctx, count, mt_kv_type_name(n->cfg.kv_type),
               (unsigned long long)per_position, (unsigned long long)fixed,
               (double)n->kv_budget / 1e6, (double)weights / 1e6);
     return 0;
@@ -294,10 +303,12 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     if (n->cfg.prefill_chunk <= 0) n->cfg.prefill_chunk = 8;
     if (n->cfg.timeout_ms <= 0) n->cfg.timeout_ms = 30000;
     if (n->cfg.session_idle_ms <= 0) n->cfg.session_idle_ms = 600000;
-    if (n->cfg.max_sessions > (1 << 20)) {
-        mt_error_set(err, "node: at most 2^20 sessions");
+    if (n->cfg.max_sessions > NODE_MAX_SESSIONS) {
+        mt_error_set(err, "node: at most 2^20 sessions (--max-sessions)");
         goto fail;
     }
+    /* given: a cap on the count; else memory alone decides (kv_make_room) */
+    n->session_cap = n->cfg.max_sessions > 0 ? n->cfg.max_sessions : NODE_MAX_SESSIONS;
     if (!(n->cfg.corrupt_rate >= 0 && n->cfg.corrupt_rate <= 1)) {
         mt_error_set(err, "node: the corrupt-output rate must be in [0, 1]");
         goto fail;
@@ -321,7 +332,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
         mt_error_set(err, "cannot start %d compute threads", cfg->threads);
         goto fail;
     }
-    if (!(n->sessions = calloc((size_t)n->cfg.max_sessions, sizeof *n->sessions))) {
+    if (node_sessions_init(&n->sessions)) {
         mt_error_set(err, "out of memory");
         goto fail;
     }
@@ -390,9 +401,7 @@ void mt_node_stop(mt_node *n) {
     if (n->listen_fd >= 0) close(n->listen_fd);
     for (int i = 0; i < 2; i++)
         if (n->wake[i] >= 0) close(n->wake[i]);
-    for (int i = 0; n->sessions && i < n->cfg.max_sessions; i++)
-        mt_kv_cache_free(n->sessions[i].kv);
-    free(n->sessions);
+    node_sessions_free(&n->sessions);
     if (n->use_dispatch) mt_expert_dispatch_free(&n->dispatch); /* its threads, then partners */
     node_partners_free(n);
     node_hops_free(n);

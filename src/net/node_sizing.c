@@ -4,7 +4,7 @@
 
 #define SIZING_STEP         256  /* contexts are offered in multiples of this */
 #define SIZING_TYPICAL      4096 /* positions a session is assumed to fill when counting them */
-#define SIZING_MAX_SESSIONS 64
+#define SIZING_MAX_SESSIONS (1 << 20) /* NODE_MAX_SESSIONS: a bound, not a budget */
 
 static double mb(uint64_t b) {
     return (double)b / 1e6;

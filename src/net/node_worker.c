@@ -17,33 +17,51 @@
 #include <string.h>
 #include <time.h>
 
-/* ---- sessions (worker only) --------------------------------------------------------- */
+/* ---- sessions (worker only; the table: node_sessions.c) ------------------------------------ */
 
 static node_session *session_find(mt_node *n, const uint8_t *owner, uint64_t id) {
-    for (int i = 0; i < n->cfg.max_sessions; i++) {
-        node_session *s = &n->sessions[i];
-        if (s->used && s->id == id && memcmp(s->owner, owner, MT_KEYS_PUBLIC_BYTES) == 0) return s;
-    }
-    return NULL;
+    return node_session_find(&n->sessions, owner, id);
 }
 
 static void session_drop(mt_node *n, node_session *s) {
     size_t bytes = mt_kv_cache_bytes(s->kv);
-    mt_kv_cache_free(s->kv);
-    memset(s, 0, sizeof *s);
+    node_session_remove(&n->sessions, s);
     pthread_mutex_lock(&n->lock);
     n->stats.sessions--;
     n->stats.kv_bytes -= bytes;
+    n->stats.kv_used = n->sessions.kv_used;
     pthread_mutex_unlock(&n->lock);
 }
 
-/* Drops the sessions unused since now - session_idle_ms. */
+/* Bytes a session's cache has written, or will have once its prompt in
+ * progress ends: caches are mapped lazily (kv_cache.c), so this is what it
+ * costs, not its full context. */
+static uint64_t session_bytes(const mt_node *n, const node_session *s) {
+    int32_t end = s->n_past;
+    if (s->busy && s->busy->msg.pos[0] + s->busy->msg.n > end)
+        end = s->busy->msg.pos[0] + s->busy->msg.n;
+    return n->kv_fixed + (uint64_t)end * n->kv_per_position;
+}
+
+/* The session's cache holds [0, n_past) (its bytes follow, with those its
+ * prompt in progress will write). */
+static void session_set_past(mt_node *n, node_session *s, int32_t n_past) {
+    s->n_past = n_past;
+    node_session_hold(&n->sessions, s, session_bytes(n, s));
+    pthread_mutex_lock(&n->lock);
+    n->stats.kv_used = n->sessions.kv_used;
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* Drops the sessions unused since now - session_idle_ms: the oldest first,
+ * so only those are looked at. */
 static void sessions_expire(mt_node *n, int64_t now) {
     int dropped = 0;
     size_t bytes = 0;
-    for (int i = 0; i < n->cfg.max_sessions; i++) {
-        node_session *s = &n->sessions[i];
-        if (!s->used || s->busy || now - s->last_used_ms < n->cfg.session_idle_ms) continue;
+    for (node_session *s = n->sessions.oldest, *newer;
+         s && now - s->last_used_ms >= n->cfg.session_idle_ms; s = newer) {
+        newer = s->newer;
+        if (s->busy) continue; /* a prompt in progress: its next chunk is coming */
         bytes += mt_kv_cache_bytes(s->kv);
         session_drop(n, s);
         dropped++;
@@ -57,55 +75,35 @@ static void sessions_expire(mt_node *n, int64_t now) {
               dropped == 1 ? "" : "s", n->cfg.session_idle_ms / 1000, (double)bytes / 1e6);
 }
 
-/* A free slot, else the least recently used session not used in this step
- * nor in the middle of a job (evicted); NULL when there is none. */
-static node_session *session_slot(mt_node *n) {
-    node_session *lru = NULL;
-    for (int i = 0; i < n->cfg.max_sessions; i++) {
-        node_session *s = &n->sessions[i];
-        if (!s->used) return s;
-        if (s->last_used != n->step && !s->busy && (!lru || s->last_used < lru->last_used)) lru = s;
-    }
-    if (lru) {
-        session_drop(n, lru);
+/* Evicts the least recently used session that was not used in this step
+ * and has no prompt in progress: false when there is none (the recency list
+ * puts the sessions of this step last). */
+static bool evict_oldest(mt_node *n) {
+    for (node_session *s = n->sessions.oldest; s; s = s->newer) {
+        if (s->last_used == n->step) return false;
+        if (s->busy) continue;
+        session_drop(n, s);
         pthread_mutex_lock(&n->lock);
         n->stats.evictions++;
         pthread_mutex_unlock(&n->lock);
+        return true;
     }
-    return lru;
+    return false;
 }
 
-/* Bytes a session's cache has written, or will have once its job in
- * progress ends: caches are mapped lazily (kv_cache.c), so this is what it
- * costs, not its full context. */
-static uint64_t session_kv_used(const mt_node *n, const node_session *s) {
-    int32_t end = s->n_past;
-    if (s->busy && s->busy->msg.pos[0] + s->busy->msg.n > end)
-        end = s->busy->msg.pos[0] + s->busy->msg.n;
-    return n->kv_fixed + (uint64_t)end * n->kv_per_position;
-}
-
-/* Evicts least recently used sessions other than those of this step until s
- * can hold `positions` within the node's KV budget (mt_node_size_sessions).
- * -1 when the sessions of this step alone would not fit. */
+/* Makes s (used in this step) hold `positions` within the node's KV budget
+ * (mt_node_size_sessions), evicting least recently used sessions other than
+ * those of this step only while the bytes do not fit. -1 when the sessions
+ * of this step alone would not fit. */
 static int kv_make_room(mt_node *n, node_session *s, uint64_t positions) {
-    for (;;) {
-        uint64_t used = n->kv_fixed + positions * n->kv_per_position;
-        node_session *lru = NULL;
-        for (int i = 0; i < n->cfg.max_sessions; i++) {
-            node_session *o = &n->sessions[i];
-            if (!o->used || o == s) continue;
-            used += session_kv_used(n, o);
-            if (o->last_used != n->step && !o->busy && (!lru || o->last_used < lru->last_used))
-                lru = o;
-        }
-        if (used <= n->kv_budget) return 0;
-        if (!lru) return -1;
-        session_drop(n, lru);
-        pthread_mutex_lock(&n->lock);
-        n->stats.evictions++;
-        pthread_mutex_unlock(&n->lock);
-    }
+    uint64_t need = n->kv_fixed + positions * n->kv_per_position;
+    while (n->sessions.kv_used - s->held + need > n->kv_budget)
+        if (!evict_oldest(n)) return -1;
+    node_session_hold(&n->sessions, s, need);
+    pthread_mutex_lock(&n->lock);
+    n->stats.kv_used = n->sessions.kv_used;
+    pthread_mutex_unlock(&n->lock);
+    return 0;
 }
 
 /* ---- misbehaving on purpose (tests only) ---------------------------------------------- */
@@ -234,11 +232,11 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
         items[i].job = NULL;
         if (rc) {
             /* positions from this chunk on are unsure */
-            if (s->n_past > m->pos[f]) s->n_past = m->pos[f];
+            s->busy = NULL;
+            session_set_past(n, s, s->n_past < m->pos[f] ? s->n_past : m->pos[f]);
             node_send_error(j->client, m->request_id, MT_PROTO_ERR_COMPUTE, "layers [%d, %d): %s",
                             a, b, err.msg);
         } else {
-            s->n_past = m->pos[f] + k_n;
             const float *h = hidden + (size_t)t * W;
             if (j->fwd)
                 memcpy(j->out + (size_t)f * W, h, (size_t)k_n * W * sizeof(float));
@@ -246,10 +244,10 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
                 mt_proto_pack_out(in, a, b, k_n, h, j->out + (size_t)f * C);
             j->done += k_n;
             t += k_n;
-            if (j->done < m->n) { /* more chunks in later steps */
-                s->busy = j;
-                continue;
-            }
+            /* a prompt in progress keeps the memory of its whole request */
+            s->busy = j->done < m->n ? j : NULL;
+            session_set_past(n, s, m->pos[f] + k_n);
+            if (s->busy) continue; /* more chunks in later steps */
             stage_finish(n, j);
         }
         s->busy = NULL;
@@ -341,21 +339,21 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
                 (unsigned long long)m->session);
             return -1;
         }
-        if (!(s = session_slot(n))) return 1; /* all sessions busy in this step */
+        /* an explicit --max-sessions caps the count; memory is checked below */
+        if (n->sessions.count >= n->session_cap && !evict_oldest(n))
+            return 1; /* all sessions busy in this step */
         mt_error err = {{0}};
-        s->kv = mt_kv_cache_new(n->model, m->layer_begin, m->layer_end, n->info.n_ctx,
-                                n->cfg.kv_type, &err);
-        if (!s->kv) {
+        mt_kv_cache *kv = mt_kv_cache_new(n->model, m->layer_begin, m->layer_end, n->info.n_ctx,
+                                          n->cfg.kv_type, &err);
+        if (!kv || !(s = node_session_add(&n->sessions, c->pk, m->session))) {
+            mt_kv_cache_free(kv);
             node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "cannot start a session: %s",
-                            err.msg);
+                            kv ? "out of memory" : err.msg);
             return -1;
         }
-        s->used = true;
-        memcpy(s->owner, c->pk, MT_KEYS_PUBLIC_BYTES);
-        s->id = m->session;
+        s->kv = kv;
         s->layer_begin = m->layer_begin;
         s->layer_end = m->layer_end;
-        s->n_past = 0;
         pthread_mutex_lock(&n->lock);
         n->stats.sessions++;
         n->stats.kv_bytes += mt_kv_cache_bytes(s->kv);
@@ -367,8 +365,7 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
                         (unsigned long long)m->session, s->n_past, p0, s->n_past);
         return -1;
     }
-    s->last_used = n->step;
-    s->last_used_ms = mt_mono_ms();
+    node_session_touch(&n->sessions, s, n->step, mt_mono_ms());
     if (kv_make_room(n, s, (uint64_t)p0 + (uint64_t)m->n)) {
         node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY,
                         "this node's KV memory (%.1f MB) is taken by the sessions of this step;"
@@ -394,7 +391,7 @@ static bool job_ready(mt_node *n, node_job *const *all, int k) {
     const mt_proto_msg *m = &j->msg;
     if (m->type == MT_PROTO_EXPERT_RUN) return true;
     node_session *s = session_find(n, j->client->pk, m->session);
-    if (s) s->last_used = n->step, s->last_used_ms = mt_mono_ms();
+    if (s) node_session_touch(&n->sessions, s, n->step, mt_mono_ms());
     for (int i = 0; i < k; i++)
         if (all[i]->msg.type != MT_PROTO_EXPERT_RUN && all[i]->msg.session == m->session &&
             memcmp(all[i]->client->pk, j->client->pk, MT_KEYS_PUBLIC_BYTES) == 0)
@@ -422,7 +419,7 @@ static int stage_take(mt_node *n, node_job **slot, int32_t count, step_item *ite
             rc = -1;
         }
     } else if (!(s = session_find(n, j->client->pk, m->session)) || s->busy != j) {
-        /* cannot happen: a session with a job in progress is kept (session_slot) */
+        /* cannot happen: a session with a job in progress is kept (evict_oldest) */
         node_send_error(j->client, m->request_id, MT_PROTO_ERR_COMPUTE,
                         "session %016llx was lost in the middle of this request; replay it",
                         (unsigned long long)m->session);
@@ -531,7 +528,7 @@ static int64_t sweep_interval_ms(const mt_node *n) {
 static node_job *refuse_all(mt_node *n, node_job *list) {
     char why[512];
     mt_node_shard_error(n, why, sizeof why);
-    for (int i = 0; i < n->cfg.max_sessions; i++) n->sessions[i].busy = NULL; /* jobs all gone */
+    for (node_session *s = n->sessions.newest; s; s = s->older) s->busy = NULL; /* jobs all gone */
     for (node_job *j = list, *next; j; j = next) {
         next = j->next;
         node_send_error(j->client, j->msg.request_id, MT_PROTO_ERR_BUSY,
