@@ -1198,10 +1198,10 @@ done:
 
 /* ---- idle sessions expire ------------------------------------------------------------------ */
 
-/* Sends one STAGE_FORWARD of n tokens at p0 and returns the reply's type
- * (ERROR's code in *code). */
-static uint16_t stage_call(raw *w, uint64_t id, uint64_t session, int32_t p0, int32_t n,
-                           const float *rows, uint32_t *code) {
+/* One STAGE_FORWARD of layer 1 on w, n tokens at p0: the reply's type (ERROR's code in
+ * *code), with its rows copied to out (when not NULL) if it is a STAGE_REPLY. */
+static uint16_t stage_rows(raw *w, uint64_t id, uint64_t session, int32_t p0, int32_t n,
+                           const float *rows, float *out, uint32_t *code) {
     int32_t pos[8];
     for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
     mt_proto_msg m = stage_msg(id, session, 1, 2, pos, n, (float *)rows);
@@ -1212,8 +1212,15 @@ static uint16_t stage_call(raw *w, uint64_t id, uint64_t session, int32_t p0, in
     free(buf);
     uint16_t type = r.type;
     *code = r.code;
+    if (out && type == MT_PROTO_STAGE_REPLY)
+        memcpy(out, r.rows, (size_t)r.n * (size_t)r.cols * sizeof(float));
     mt_proto_msg_free(&r);
     return type;
+}
+
+static uint16_t stage_call(raw *w, uint64_t id, uint64_t session, int32_t p0, int32_t n,
+                           const float *rows, uint32_t *code) {
+    return stage_rows(w, id, session, p0, n, rows, NULL, code);
 }
 
 /* Waits (at most 10 s: a bound against hanging, not a timing check) until
@@ -1633,26 +1640,6 @@ static void check_memory_budget(void) {
     free(rows);
     mt_node_stop(node);
     free_set(&s);
-}
-
-/* One STAGE_FORWARD of layer 1 on w: the reply's type, with its rows copied to out
- * (n x msg_cols floats) when it is a STAGE_REPLY. */
-static uint16_t stage_rows(raw *w, uint64_t id, uint64_t session, int32_t p0, int32_t n,
-                           const float *rows, float *out, uint32_t *code) {
-    int32_t pos[8];
-    for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
-    mt_proto_msg m = stage_msg(id, session, 1, 2, pos, n, (float *)rows);
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    mt_proto_encode(&m, &buf, &len, NULL);
-    mt_proto_msg r = raw_call(w, buf, len);
-    free(buf);
-    uint16_t type = r.type;
-    *code = r.code;
-    if (type == MT_PROTO_STAGE_REPLY)
-        memcpy(out, r.rows, (size_t)r.n * (size_t)r.cols * sizeof(float));
-    mt_proto_msg_free(&r);
-    return type;
 }
 
 /* Sessions limited by memory, not by a count: a node offering memory for exactly
