@@ -169,7 +169,10 @@ int mt_listen_tcp(const char *addr, mt_error *err) {
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (a.family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 128) < 0) {
+    /* the kernel's largest accept queue (net.core.somaxconn): a burst of connections
+     * (a cell's nodes at once, a flood the relay must shed) waits there instead of having
+     * its handshakes dropped and retried seconds later */
+    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, SOMAXCONN) < 0) {
         int e = errno;
         close(fd);
         mt_error_set(err, "listen on %s: %s%s", addr, strerror(e),
