@@ -1196,6 +1196,19 @@ done:
     free_set(&s);
 }
 
+/* A node serving layer 1 only (its shard s->stage[1]) on a loopback port: 64 positions,
+ * 1 thread, 5 s calls, quiet; callers set what their check is about. */
+static mt_node_config layer1_config(const model_set *s) {
+    return (mt_node_config){.shard_path = s->stage[1],
+                            .keys = &k_node,
+                            .authorized = auth,
+                            .listen = "127.0.0.1:0",
+                            .n_ctx = 64,
+                            .threads = 1,
+                            .timeout_ms = 5000,
+                            .quiet = true};
+}
+
 /* ---- idle sessions expire ------------------------------------------------------------------ */
 
 /* One STAGE_FORWARD of layer 1 on w, n tokens at p0: the reply's type (ERROR's code in
@@ -1237,15 +1250,8 @@ static void check_idle_expiry(const char *arch) {
     model_set s;
     if (!make_set(&s, arch)) return;
     const int idle_ms = 1000;
-    mt_node_config c = {.shard_path = s.stage[1], /* layer 1 only */
-                        .keys = &k_node,
-                        .authorized = auth,
-                        .listen = "127.0.0.1:0",
-                        .n_ctx = 64,
-                        .threads = 1,
-                        .timeout_ms = 5000,
-                        .session_idle_ms = idle_ms,
-                        .quiet = true};
+    mt_node_config c = layer1_config(&s);
+    c.session_idle_ms = idle_ms;
     mt_error err = {{0}};
     mt_node *node = mt_node_start(&c, &err);
     CHECK(node != NULL, "node with session_idle_ms: %s", err.msg);
@@ -1327,16 +1333,9 @@ enum { CP_LONG = 40, CP_JOBS = 4 };
 
 /* A node serving layer 1 with the given step budget and prompt chunk. */
 static mt_node *start_stepping(const model_set *s, int step_tokens, int prefill_chunk) {
-    mt_node_config c = {.shard_path = s->stage[1],
-                        .keys = &k_node,
-                        .authorized = auth,
-                        .listen = "127.0.0.1:0",
-                        .n_ctx = 64,
-                        .threads = 1,
-                        .timeout_ms = 5000,
-                        .step_tokens = step_tokens,
-                        .prefill_chunk = prefill_chunk,
-                        .quiet = true};
+    mt_node_config c = layer1_config(s);
+    c.step_tokens = step_tokens;
+    c.prefill_chunk = prefill_chunk;
     mt_error err = {{0}};
     mt_node *n = mt_node_start(&c, &err);
     CHECK(n != NULL, "node with step_tokens %d prefill_chunk %d: %s", step_tokens, prefill_chunk,
@@ -1582,16 +1581,9 @@ static void check_memory_budget(void) {
         (uint64_t)hp->n_head_kv * ((uint64_t)hp->head_dim_k + (uint64_t)hp->head_dim_v) * 2;
     struct stat sb;
     CHECK(stat(s.stage[1], &sb) == 0, "stat %s", s.stage[1]);
-    mt_node_config c = {.shard_path = s.stage[1],
-                        .keys = &k_node,
-                        .authorized = auth,
-                        .listen = "127.0.0.1:0",
-                        .n_ctx = 64,
-                        .max_sessions = 4,
-                        .memory_bytes = (uint64_t)sb.st_size + 100 * per_pos,
-                        .threads = 1,
-                        .timeout_ms = 5000,
-                        .quiet = true};
+    mt_node_config c = layer1_config(&s);
+    c.max_sessions = 4;
+    c.memory_bytes = (uint64_t)sb.st_size + 100 * per_pos;
     mt_error err = {{0}};
     mt_node *node = mt_node_start(&c, &err);
     CHECK(node != NULL, "node with 100 positions of memory: %s", err.msg);
@@ -1656,15 +1648,8 @@ static void check_sessions_by_memory(void) {
     const uint64_t budget = (uint64_t)SESSIONS * P * per_pos;
     struct stat sb;
     CHECK(stat(s.stage[1], &sb) == 0, "stat %s", s.stage[1]);
-    mt_node_config c = {.shard_path = s.stage[1],
-                        .keys = &k_node,
-                        .authorized = auth,
-                        .listen = "127.0.0.1:0",
-                        .n_ctx = 64,
-                        .memory_bytes = (uint64_t)sb.st_size + budget,
-                        .threads = 1,
-                        .timeout_ms = 5000,
-                        .quiet = true};
+    mt_node_config c = layer1_config(&s);
+    c.memory_bytes = (uint64_t)sb.st_size + budget;
     mt_error err = {{0}};
     mt_node *node = mt_node_start(&c, &err);
     CHECK(node != NULL, "node with memory for %d sessions of %d positions: %s", SESSIONS, P,
