@@ -250,7 +250,6 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
             if (s->busy) continue; /* more chunks in later steps */
             stage_finish(n, j);
         }
-        s->busy = NULL;
         *items[i].slot = NULL;
         node_job_done(j);
     }
@@ -410,9 +409,10 @@ static int stage_take(mt_node *n, node_job **slot, int32_t count, step_item *ite
     int rc = 0;
     if (j->done == 0) {
         rc = stage_admit(n, j, &s);
+        /* a chained job keeps whole states for the next hop, else the reply's columns */
         const size_t width =
-            j->fwd ? (size_t)mt_proto_hidden_width(&n->info)
-                   : (size_t)mt_proto_cols_out(&n->info, m->layer_begin, m->layer_end);
+            (size_t)(j->fwd ? mt_proto_hidden_width(&n->info)
+                            : mt_proto_cols_out(&n->info, m->layer_begin, m->layer_end));
         if (rc == 0 && !(j->out = malloc((size_t)m->n * width * sizeof(float)))) {
             node_send_error(j->client, m->request_id, MT_PROTO_ERR_BUSY,
                             "out of memory for the rows of %d tokens; retry later", m->n);
