@@ -362,9 +362,13 @@ static void data_hello(mt_relay *r, hello_conn *h, const relay_hello *hello) {
  * hello is read, never a byte of what follows it. */
 static void hello_read(mt_relay *r, hello_conn *h) {
     relay_hello hello;
+    /* a bug, as an answered hello is not read again: the connection goes, the relay stays */
     if (relay_hello_parse(h->buf, h->have, &hello) != RELAY_HELLO_MORE ||
-        hello.need > sizeof h->buf)
-        abort(); /* a bug: a hello that was answered is no longer read, and none is longer */
+        hello.need > sizeof h->buf) {
+        refuse(r, h->fd, "%s: internal error reading its hello after %zu bytes", h->peer, h->have);
+        h->fd = -1;
+        return;
+    }
     ssize_t n = recv(h->fd, h->buf + h->have, hello.need - h->have, 0);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     if (n <= 0) {
