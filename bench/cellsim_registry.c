@@ -30,7 +30,7 @@ bool cs_reg_choose_route(sim *S, int u) {
     for (int i = 0; i < U->n_avoid; i++) S->skip[k++] = U->avoid[i];
     mt_place_route r;
     mt_error e = {{0}};
-    if (mt_place_route_choose(&S->plan, S->skip, k, U->hint, &r, &e)) return false;
+    if (mt_place_route_choose(&S->plan, S->skip, k, U->hint, NULL, &r, &e)) return false;
     U->n_route = 0;
     for (int h = 0; h < r.n_hops; h++)
         if (r.hops[h].role == MT_PLACE_STAGE) U->route[U->n_route++] = (int)(r.hops[h].node - 1);

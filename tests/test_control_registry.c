@@ -950,6 +950,59 @@ static void test_capacity_shrink(void) {
     reg = NULL;
 }
 
+/* Routes spread sessions by the nodes' free session memory: two one-stage pipelines; once
+ * one reports its session memory full and the other free, every new session goes to the
+ * free one (placement_route.c draws in proportion to the room; a full pipeline weighs 0). */
+static void test_route_by_room(void) {
+    reg_opts o = {.name = "room", .replicas = 2};
+    mt_error err;
+    reg = reg_open(&o, &err);
+    CHECK(reg != NULL, "room registry: %s", err.msg);
+    if (!reg) return;
+    char *acct = new_account("gina", NULL), pk[MT_KEYS_HEX_SIZE], shard_a[96], shard_b[96];
+    fake_node a, b;
+    new_pk(pk);
+    CHECK(fake_join(acct, pk, 100000000, &a, &err) == 201, "join: %s", err.msg);
+    new_pk(pk);
+    CHECK(fake_join(acct, pk, 100000000, &b, &err) == 201, "join: %s", err.msg);
+    CHECK(make_serving(&a, shard_a) && make_serving(&b, shard_b), "the nodes do not serve");
+    int on_a = 0, on_b = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        on_a = on_b = 0;
+        for (int s = 0; s < 20; s++) {
+            char body[64];
+            json_t *out = NULL;
+            snprintf(body, sizeof body, "{\"session\": %d}", s);
+            int st = call("POST", "/v1/routes", acct, body, &out, &err);
+            int64_t id =
+                st == 200 ? jint(json_array_get(json_object_get(out, "stages"), 0), "node_id") : -1;
+            on_a += id == a.id, on_b += id == b.id;
+            json_decref(out);
+        }
+        if (pass == 1) break;
+        CHECK(on_a == 10 && on_b == 10, "before any memory figure: %d on a, %d on b (want 10, 10)",
+              on_a, on_b);
+        char hb[100], body[300];
+        snprintf(hb, sizeof hb, "%s/heartbeat", a.path);
+        snprintf(body, sizeof body,
+                 "{\"ready_shard\": \"%s\", \"load\": {\"kv_budget\": 800000000, "
+                 "\"kv_used\": 800000000}}",
+                 shard_a);
+        EXPECT(200, NULL, "POST", hb, a.token, body);
+        snprintf(hb, sizeof hb, "%s/heartbeat", b.path);
+        snprintf(body, sizeof body,
+                 "{\"ready_shard\": \"%s\", \"load\": {\"kv_budget\": 800000000, "
+                 "\"kv_used\": 1000}}",
+                 shard_b);
+        EXPECT(200, NULL, "POST", hb, b.token, body);
+    }
+    CHECK(on_a == 0 && on_b == 20, "a full, b free: %d sessions on a, %d on b (want 0, 20)", on_a,
+          on_b);
+    free(acct);
+    mt_registry_stop(reg);
+    reg = NULL;
+}
+
 /* ---- an admin token; swarm mode with --require-volunteer --------------------------------------
  */
 
@@ -1567,6 +1620,7 @@ int main(void) {
     }
     test_restart_grace();
     test_capacity_shrink();
+    test_route_by_room();
     test_admin();
     test_swarm();
     test_agent();

@@ -425,7 +425,7 @@ static void test_short(void) {
     CHECK(plan.n_spares == 2, "short: every node is a spare (%d)", plan.n_spares);
     mt_place_route route;
     mt_error err = {{0}};
-    CHECK(mt_place_route_choose(&plan, NULL, 0, 0, &route, &err) < 0 &&
+    CHECK(mt_place_route_choose(&plan, NULL, 0, 0, NULL, &route, &err) < 0 &&
               strstr(err.msg, "no complete pipeline"),
           "short: route: %s", err.msg);
     mt_place_plan_free(&plan);
@@ -587,13 +587,69 @@ static void test_routes_hand(void) {
     mt_place_route r0, r1;
     mt_error err = {{0}};
     /* all live: session parity picks the pipeline */
-    CHECK(mt_place_route_choose(&plan, NULL, 0, 0, &r0, &err) == 0 && r0.pipeline == 0,
+    CHECK(mt_place_route_choose(&plan, NULL, 0, 0, NULL, &r0, &err) == 0 && r0.pipeline == 0,
           "session 0: %s (pipeline %d)", err.msg, r0.pipeline);
-    CHECK(mt_place_route_choose(&plan, NULL, 0, 1, &r1, &err) == 0 && r1.pipeline == 1,
+    CHECK(mt_place_route_choose(&plan, NULL, 0, 1, NULL, &r1, &err) == 0 && r1.pipeline == 1,
           "session 1: %s (pipeline %d)", err.msg, r1.pipeline);
     check_route("session 0", &t, &plan, NULL, 0, &r0);
     mt_place_route_free(&r0);
     mt_place_route_free(&r1);
+    /* free session memory: each pipeline weighs by its fullest stage's room.
+     * Pipeline 0's stages have 3 GiB free, pipeline 1's 3 GiB but one stage
+     * 1 GiB: sessions should go 3:1, so about 3000 of 4000 to pipeline 0. */
+    int64_t ids[8], room[8];
+    int32_t one_stage = -1;
+    for (int32_t k = 0; k < plan.n_assign && k < 8; k++) {
+        ids[k] = plan.assign[k].node;
+        room[k] = 3072 * MB;
+        if (plan.assign[k].pipeline == plan.pipelines[1].index && one_stage < 0)
+            one_stage = k, room[k] = 1024 * MB;
+    }
+    mt_place_room hint = {ids, room, plan.n_assign < 8 ? plan.n_assign : 8};
+    int32_t to0 = 0, other = 0;
+    for (uint64_t s = 0; s < 4000; s++) {
+        mt_place_route r;
+        if (mt_place_route_choose(&plan, NULL, 0, s, &hint, &r, &err) != 0) {
+            other++;
+            continue;
+        }
+        to0 += r.pipeline == plan.pipelines[0].index;
+        other += r.pipeline != plan.pipelines[0].index && r.pipeline != plan.pipelines[1].index;
+        mt_place_route_free(&r);
+    }
+    CHECK(one_stage >= 0 && other == 0 && to0 > 2800 && to0 < 3200,
+          "room 3:1: %d of 4000 sessions on pipeline 0 (want about 3000), %d odd", to0, other);
+    /* a full pipeline (one stage with no room) gets no session first */
+    room[one_stage] = 0;
+    to0 = 0;
+    for (uint64_t s = 0; s < 200; s++) {
+        mt_place_route r;
+        if (mt_place_route_choose(&plan, NULL, 0, s, &hint, &r, &err) == 0) {
+            to0 += r.pipeline == plan.pipelines[0].index;
+            mt_place_route_free(&r);
+        }
+    }
+    CHECK(to0 == 200, "a full pipeline still got %d of 200 sessions", 200 - to0);
+    /* ...unless the other pipeline is down: then it still serves */
+    int64_t down = -1;
+    for (int32_t k = 0; k < plan.n_assign; k++)
+        if (plan.assign[k].pipeline == plan.pipelines[0].index) down = plan.assign[k].node;
+    CHECK(mt_place_route_choose(&plan, &down, 1, 0, &hint, &r0, &err) == 0 &&
+              r0.pipeline == plan.pipelines[1].index,
+          "pipeline 0 down, full pipeline 1 refused: %s (pipeline %d)", err.msg, r0.pipeline);
+    mt_place_route_free(&r0);
+    /* equal rooms, or a stage that has not reported: session parity as without a hint */
+    for (int32_t k = 0; k < hint.n; k++) room[k] = 2048 * MB;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) room[one_stage] = -1;
+        for (uint64_t s = 0; s < 4; s++) {
+            CHECK(mt_place_route_choose(&plan, NULL, 0, s, &hint, &r0, &err) == 0 &&
+                      r0.pipeline == plan.pipelines[s % 2].index,
+                  "%s: session %d on pipeline %d", pass ? "unreported stage" : "equal rooms",
+                  (int)s, r0.pipeline);
+            mt_place_route_free(&r0);
+        }
+    }
     /* the stage of layer 0 of pipeline 0 and of layer 3 of pipeline 1 fail:
      * a route mixes them, switching at a shared boundary */
     int64_t avoid[2] = {-1, -1};
@@ -602,7 +658,7 @@ static void test_routes_hand(void) {
         if (a->pipeline == 0 && a->layer_begin == 0) avoid[0] = a->node;
         if (a->pipeline == 1 && a->layer_begin == 3) avoid[1] = a->node;
     }
-    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, &r0, &err) == 0 && r0.pipeline == -1,
+    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, NULL, &r0, &err) == 0 && r0.pipeline == -1,
           "composed: %s", err.msg);
     check_route("composed", &t, &plan, avoid, 2, &r0);
     /* one switch only: layers 0..k from pipeline 1, the rest from pipeline 0 */
@@ -610,14 +666,14 @@ static void test_routes_hand(void) {
     for (int32_t h = 1; h < r0.n_hops; h++)
         switches += r0.hops[h].pipeline != r0.hops[h - 1].pipeline;
     CHECK(switches == 1, "composed: %d switches", switches);
-    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, &r1, &err) == 0 && same_route(&r0, &r1),
+    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, NULL, &r1, &err) == 0 && same_route(&r0, &r1),
           "composed route is not deterministic");
     mt_place_route_free(&r0);
     mt_place_route_free(&r1);
     /* both holders of layer 2 fail: no route, and the message says which */
     for (int32_t k = 0; k < plan.n_assign; k++)
         if (plan.assign[k].layer_begin == 2) avoid[plan.assign[k].pipeline] = plan.assign[k].node;
-    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, &r0, &err) < 0 &&
+    CHECK(mt_place_route_choose(&plan, avoid, 2, 0, NULL, &r0, &err) < 0 &&
               strstr(err.msg, "no live stage group holds layers 2-2") &&
               strstr(err.msg, "failed holders: nodes"),
           "layer 2 dead: %s", err.msg);
@@ -636,7 +692,7 @@ static void test_routes_hand(void) {
         if (plan.assign[k].pipeline == plan.pipelines[0].index) victim = &plan.assign[k];
     if (victim) {
         int64_t dead[4] = {victim->node};
-        CHECK(mt_place_route_choose(&plan, dead, 1, 0, &r0, &err) == 0 && r0.pipeline == -1,
+        CHECK(mt_place_route_choose(&plan, dead, 1, 0, NULL, &r0, &err) == 0 && r0.pipeline == -1,
               "swarm route: %s", err.msg);
         check_route("swarm route", &t, &plan, dead, 1, &r0);
         mt_place_route_free(&r0);
@@ -648,7 +704,7 @@ static void test_routes_hand(void) {
                 victim->expert_begin < a->expert_end)
                 dead[n_dead++] = a->node;
         }
-        CHECK(mt_place_route_choose(&plan, dead, n_dead, 0, &r0, &err) < 0 &&
+        CHECK(mt_place_route_choose(&plan, dead, n_dead, 0, NULL, &r0, &err) < 0 &&
                   strstr(err.msg, "no live expert server holds experts") &&
                   strstr(err.msg, "failed holders"),
               "swarm dead slice: %s", err.msg);
@@ -837,7 +893,7 @@ static void check_routes(const char *what, const test_model *t, const mt_place_p
         uint64_t session = rng_next(&s);
         mt_place_route r, r2;
         mt_error err = {{0}};
-        int rc = mt_place_route_choose(plan, avoid, n_avoid, session, &r, &err);
+        int rc = mt_place_route_choose(plan, avoid, n_avoid, session, NULL, &r, &err);
         /* is some pipeline / every slice fully live? then a route must exist */
         bool must = false;
         if (plan->mode == MT_PLACE_CELL) {
@@ -873,7 +929,7 @@ static void check_routes(const char *what, const test_model *t, const mt_place_p
         CHECK(rc == 0 || strstr(err.msg, "no route"), "%s: route error '%s'", what, err.msg);
         if (rc == 0) {
             check_route(what, t, plan, avoid, n_avoid, &r);
-            CHECK(mt_place_route_choose(plan, avoid, n_avoid, session, &r2, &err) == 0 &&
+            CHECK(mt_place_route_choose(plan, avoid, n_avoid, session, NULL, &r2, &err) == 0 &&
                       same_route(&r, &r2),
                   "%s: route not deterministic", what);
             mt_place_route_free(&r2);

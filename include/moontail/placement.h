@@ -233,17 +233,36 @@ typedef struct mt_place_route {
     int32_t pipeline;   /* the one pipeline / replica used, or -1 when several were mixed */
 } mt_place_route;
 
+/* Free session memory of nodes, as their last heartbeats reported it: the
+ * route choice's hint for spreading sessions (item "sessions limited by
+ * memory"). room[i] is node[i]'s free bytes; a node not listed, or with a
+ * negative figure, has not reported. */
+typedef struct mt_place_room {
+    const int64_t *node;
+    const int64_t *room;
+    int32_t n;
+} mt_place_room;
+
 /* Chooses a route through live nodes (those not in avoid[0..n_avoid)).
  * Sessions are spread over pipelines / replicas: session s prefers
- * pipelines[s % n_pipelines], then the next ones in order. Cell: the first
- * pipeline in that order whose every node is live; else a composition of
- * live groups of several pipelines, switching only at layer boundaries they
- * share, with the fewest switches. Swarm: every MoE slice from the preferred
- * replica when its holder is live, else from the next replica that has it
- * live. Fails with a message naming the layers (and experts) that no live
- * node holds. Free with mt_place_route_free. */
+ * pipelines[s % n_pipelines], then the next ones in order. Cell with a room
+ * hint (may be NULL) in which every pipeline's stages reported and the
+ * pipelines' free session memory (each pipeline's fullest stage) differs:
+ * session s instead prefers a pipeline drawn with probability proportional
+ * to that free memory (a hash of s is the draw, so the choice stays a pure
+ * function of its inputs and many sessions opened between two heartbeats
+ * still spread, rather than all landing on the freest pipeline), then the
+ * next ones in order. Cell: the first pipeline in that order whose every
+ * node is live; else a composition of live groups of several pipelines,
+ * switching only at layer boundaries they share, with the fewest switches.
+ * Swarm (the room hint is not used: its sessions live at the requester):
+ * every MoE slice from the preferred replica when its holder is live, else
+ * from the next replica that has it live. Fails with a message naming the
+ * layers (and experts) that no live node holds. Free with
+ * mt_place_route_free. */
 int mt_place_route_choose(const mt_place_plan *plan, const int64_t *avoid, int32_t n_avoid,
-                          uint64_t session, mt_place_route *out, mt_error *err);
+                          uint64_t session, const mt_place_room *room, mt_place_route *out,
+                          mt_error *err);
 void mt_place_route_free(mt_place_route *r);
 
 #endif

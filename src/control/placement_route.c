@@ -3,7 +3,8 @@
  * replicas (see mt_place_route_choose in moontail/placement.h).
  *
  * Cell: a whole live pipeline when there is one (session s tries pipeline
- * s % n first); else a shortest-switch path over live stage groups of any
+ * s % n first, or one drawn by the pipelines' free session memory when the
+ * nodes reported it); else a shortest-switch path over live stage groups of any
  * pipeline from layer 0 to the last layer, moving between pipelines only
  * where one group ends and the other's begins. Swarm: the preferred
  * replica's live rectangles, then the gaps from the next replicas. */
@@ -95,8 +96,53 @@ static int emit_groups(const mt_place_plan *p, const route_group *g, const int32
     return 0;
 }
 
+/* splitmix64's finaliser: spreads consecutive session ids over the draw */
+static uint64_t mix64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The pipeline session s tries first: s % P, or with a complete room hint
+ * whose figures differ, a draw weighted by each pipeline's free session
+ * memory (its fullest stage's room, counted in MiB and capped at 2^40 MiB so
+ * nodes without a limit weigh alike and the sum cannot overflow). */
+static int32_t first_pipeline(const mt_place_plan *p, const mt_place_room *room, uint64_t session) {
+    int32_t P = p->n_pipelines, start = (int32_t)(session % (uint64_t)P);
+    if (!room || room->n <= 0 || P < 2) return start;
+    uint64_t *w = malloc((size_t)P * sizeof *w), total = 0;
+    if (!w) return start;
+    bool known = true, differ = false;
+    for (int32_t k = 0; k < P && known; k++) {
+        int64_t least = -1;
+        for (int32_t i = 0; i < p->n_assign; i++) {
+            const mt_place_assign *x = &p->assign[i];
+            if (x->role != MT_PLACE_STAGE || x->pipeline != p->pipelines[k].index) continue;
+            int64_t r = -1;
+            for (int32_t j = 0; j < room->n; j++)
+                if (room->node[j] == x->node) r = room->room[j];
+            if (r < 0) {
+                known = false;
+                break;
+            }
+            if (least < 0 || r < least) least = r;
+        }
+        if (least < 0) known = false;
+        uint64_t mib = (uint64_t)(least < 0 ? 0 : least) >> 20;
+        w[k] = mib > ((uint64_t)1 << 40) ? (uint64_t)1 << 40 : mib;
+        differ |= k > 0 && w[k] != w[0];
+        total += w[k];
+    }
+    if (known && differ && total > 0) {
+        uint64_t u = mix64(session) % total;
+        for (start = 0; start < P - 1 && u >= w[start]; start++) u -= w[start];
+    }
+    free(w);
+    return start;
+}
+
 static int route_cell(const mt_place_plan *p, const live_set *s, uint64_t session,
-                      mt_place_route *out, mt_error *err) {
+                      const mt_place_room *room, mt_place_route *out, mt_error *err) {
     int32_t P = p->n_pipelines, L = p->n_layer, n_groups = 0;
     route_group *g = malloc((size_t)(p->n_assign + 1) * sizeof *g);
     int32_t *order = malloc((size_t)(p->n_assign + 1) * sizeof *order);
@@ -118,7 +164,7 @@ static int route_cell(const mt_place_plan *p, const live_set *s, uint64_t sessio
         if (k < P) g[n_groups++] = (route_group){i, j - i, x->layer_begin, x->layer_end, k, live};
         i = j;
     }
-    int32_t start = (int32_t)(session % (uint64_t)P);
+    int32_t start = first_pipeline(p, room, session);
     for (int32_t t = 0; t < P; t++) { /* a whole live pipeline */
         int32_t k = (start + t) % P, n = 0;
         bool live = true;
@@ -320,7 +366,8 @@ static int route_swarm(const mt_place_plan *p, const live_set *s, uint64_t sessi
 /* ----------------------------------------------------------------- entry */
 
 int mt_place_route_choose(const mt_place_plan *plan, const int64_t *avoid, int32_t n_avoid,
-                          uint64_t session, mt_place_route *out, mt_error *err) {
+                          uint64_t session, const mt_place_room *room, mt_place_route *out,
+                          mt_error *err) {
     memset(out, 0, sizeof *out);
     out->mode = plan->mode;
     out->pipeline = -1;
@@ -335,7 +382,7 @@ int mt_place_route_choose(const mt_place_plan *plan, const int64_t *avoid, int32
         memcpy(s.ids, avoid, (size_t)s.n * sizeof *s.ids);
         qsort(s.ids, (size_t)s.n, sizeof *s.ids, cmp_i64);
     }
-    int rc = plan->mode == MT_PLACE_CELL ? route_cell(plan, &s, session, out, err)
+    int rc = plan->mode == MT_PLACE_CELL ? route_cell(plan, &s, session, room, out, err)
                                          : route_swarm(plan, &s, session, out, err);
     free(s.ids);
     if (rc) mt_place_route_free(out);

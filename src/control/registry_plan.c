@@ -172,10 +172,19 @@ json_t *reg_route(mt_registry *r, uint64_t session, const int64_t *avoid, int32_
     for (int32_t i = 0; skip && i < n_avoid; i++) skip[k++] = avoid[i];
     for (int32_t i = 0; skip && i < n; i++)
         if (strcmp(reg_node_state(r, &nodes[i], now), "serving") != 0) skip[k++] = nodes[i].id;
+    /* free session memory per node, as last reported: spreads new sessions */
+    int64_t *room_ids = malloc((size_t)(n + 1) * sizeof *room_ids);
+    int64_t *room_bytes = malloc((size_t)(n + 1) * sizeof *room_bytes);
+    mt_place_room room = {room_ids, room_bytes, 0};
+    for (int32_t i = 0; room_ids && room_bytes && i < n; i++) {
+        room_ids[room.n] = nodes[i].id;
+        int64_t left = nodes[i].load_kv_budget - nodes[i].load_kv_used;
+        room_bytes[room.n++] = nodes[i].load_kv_budget <= 0 ? -1 : left > 0 ? left : 0;
+    }
     mt_place_route route;
-    if (!skip) {
+    if (!skip || !room_ids || !room_bytes) {
         mt_error_set(err, "out of memory");
-    } else if (mt_place_route_choose(&r->plan, skip, k, session, &route, err) == 0) {
+    } else if (mt_place_route_choose(&r->plan, skip, k, session, &room, &route, err) == 0) {
         bool swarm = r->cfg.mode == MT_REGISTRY_SWARM;
         json_t *hops = json_array();
         for (int32_t h = 0; h < route.n_hops; h++) {
@@ -198,6 +207,8 @@ json_t *reg_route(mt_registry *r, uint64_t session, const int64_t *avoid, int32_
     } else {
         mt_error_prefix(err, "no route: %s", r->plan_why[0] ? r->plan_why : "the plan is complete");
     }
+    free(room_ids);
+    free(room_bytes);
     free(skip);
     free(nodes);
     return out;
