@@ -9,7 +9,8 @@
 #   - killing a node that serves the route while it generates leaves the
 #     output unchanged (the requester fails over and replays; recovery time
 #     printed), and the spare restores 2 replicas; the same in a chain whose
-#     last stage is killed, after which a sixth node joins;
+#     last stage is killed, after which a sixth node joins; through `serve`,
+#     whose answer's usage then reports the failover and its recovery time;
 #   - a paused node gets no new work and is not routed to;
 #   - with --max-active 1 a second request waits in line and is told its place;
 #   - a registry restart loses no node, ledger row or credit;
@@ -149,6 +150,48 @@ node_addr[6]=$ADDR
 wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
     bad "2 replicas were not restored after a second node died and pc6 joined: $(status | head -c 1500)"
 
+# ---- serve through the cell: a node of its route killed mid-answer; the same text, and the
+# answer's usage says how long the recovery took (x_moontail)
+$T "$BIN" run -m "$M" -p "$PROMPT" -n 300 --temp 0 --json >"$tmp/sref.json" 2>/dev/null || bad "serve reference"
+spause=$(json 'console.log(o.prompt_tokens.length + Math.max(1, Math.floor(o.tokens.length / 2)))' <"$tmp/sref.json")
+start_bg srv env MOONTAIL_TEST_PAUSE_AT_POSITION="$spause" "$BIN" serve --registry "$URL" \
+    --token-file "$tmp/cafe.token" --key "$tmp/srv.key" --cache "$tmp/scache" --no-auth \
+    --listen 127.0.0.1:0 --model-name tiny -t 1
+SRV_PID=$PID
+sbody=$(P=$PROMPT node -e 'process.stdout.write(JSON.stringify({model: "tiny", prompt: process.env.P,
+    max_tokens: 300, temperature: 0}))')
+curl -s -X POST -H 'Content-Type: application/json' -d "$sbody" "$ADDR/v1/completions" >"$tmp/srv.json" &
+scurl=$!
+if wait_stopped "$SRV_PID"; then
+    sroute=$(sed -n 's/^.*requester: route: //p' "$tmp/srv.err" | tail -1)
+    sfirst=${sroute%%\[*}
+    skill=""
+    for k in 1 2 3 4 5 6; do [ "${node_addr[$k]:-}" = "$sfirst" ] && kill -0 "${node_pid[$k]}" 2>/dev/null && skill=$k; done
+    if [ -n "$skill" ]; then
+        { kill -9 "${node_pid[$skill]}" && wait "${node_pid[$skill]}"; } 2>/dev/null
+    else
+        bad "could not find serve's route's first node ($sroute)"
+    fi
+    resume
+else
+    bad "serve did not stop at position $spause: $(tail -3 "$tmp/srv.err")"
+fi
+wait $scurl
+STEXT=$(json 'console.log(JSON.stringify(o.text))' <"$tmp/sref.json") json '
+  const u = o.usage || {}, x = u.x_moontail || {};
+  if (JSON.stringify(o.choices[0].text) !== process.env.STEXT) { console.error("text differs"); process.exit(1); }
+  if (!(x.failovers >= 1 && x.recovery_ms > 0)) { console.error("usage", JSON.stringify(u)); process.exit(1); }
+  console.log("serve failover: " + x.failovers + " new route(s), recovery " + x.recovery_ms + " ms")' \
+    <"$tmp/srv.json" && ok || bad "serve's answer after a node died: $(head -c 600 "$tmp/srv.json")"
+grep -q "recovered on a new route" "$tmp/srv.err" && ok || bad "serve logged no recovery: $(tail -5 "$tmp/srv.err")"
+kill -TERM "$SRV_PID" 2>/dev/null
+start_bg n7 "$BIN" node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n7.key" \
+    --data "$tmp/d7" --listen 127.0.0.1:0 --name pc7 --capacity-mb "$cap_mb" --speed 1 --threads 1
+node_pid[7]=$PID
+node_addr[7]=$ADDR
+wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
+    bad "2 replicas were not restored after serve's node died and pc7 joined: $(status | head -c 1500)"
+
 # ---- pause a serving node: no new work, not routed to
 pid_of_paused=""
 nid=$(status | json 'const n=o.nodes.find(n=>n.state=="serving"); console.log(n.node_id + " " + n.addr)')
@@ -207,7 +250,7 @@ $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p3.json" 2>"$tmp/p
 
 # ---- earnings from the ledger
 "$BIN" cell earnings --registry "$URL" --price-per-mtok 2 --share 0.5 --json >"$tmp/earn.json" && ok || bad "cell earnings"
-json 'if (!(o.tokens > 0 && o.earnings > 0 && o.nodes.length == 6)) process.exit(1)' <"$tmp/earn.json" && ok || bad "earnings: $(cat "$tmp/earn.json")"
+json 'if (!(o.tokens > 0 && o.earnings > 0 && o.nodes.length == 7)) process.exit(1)' <"$tmp/earn.json" && ok || bad "earnings: $(cat "$tmp/earn.json")"
 "$BIN" cell earnings --registry "$URL" --price-per-mtok 2 --share 0.5
 
 # ---- swarm mode: lend before you prompt

@@ -58,6 +58,9 @@ struct mt_gen_backend {
     void (*end)(void *slot, int64_t evaluated);
     void (*destroy)(mt_gen_backend *b);
     void *impl;
+    /* may be NULL: the slot's failovers so far (new routes after a failure) and the time
+     * they took in total, failure to logits on the new route (a registry's slots) */
+    int (*failovers)(void *slot, double *recovery_ms);
 };
 
 /* A model computed in this process (generate_local.c). The backend takes the model (and

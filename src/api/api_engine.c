@@ -78,10 +78,15 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
     job_run jr = {e, j};
     const mt_gen_sink sink = {job_text, job_reasoning, job_token, &jr};
     mt_gen_result g;
+    double ms0 = 0, ms1 = 0;
+    int f0 = e->b->failovers ? e->b->failovers(slot, &ms0) : 0;
     mt_generate(e->b, slot, e->vocab, &gp, &sink, &g);
+    int f1 = e->b->failovers ? e->b->failovers(slot, &ms1) : 0;
     api_gen_result r = {.finish_reason = g.finish == MT_GEN_LENGTH ? "length" : "stop",
                         .prompt_tokens = g.prompt_tokens,
-                        .completion_tokens = g.completion_tokens};
+                        .completion_tokens = g.completion_tokens,
+                        .failovers = f1 - f0,
+                        .recovery_ms = ms1 - ms0};
     if (g.finish == MT_GEN_CANCELLED && g.cancel == CANCEL_STOPPING)
         fail(&r, 503, "%s", "the server is stopping");
     else if (g.finish == MT_GEN_CANCELLED)

@@ -41,6 +41,8 @@ typedef struct api_gen_result {
     int32_t prompt_tokens, completion_tokens;
     int error_status; /* 0, or the HTTP status of a failure (then error says why) */
     char error[640];
+    int failovers;      /* new routes this request took after node failures (a cell's) */
+    double recovery_ms; /* their time, failure to logits on the new route, in total */
 } api_gen_result;
 
 /* Where a request's output goes. text() gets the generated text as it

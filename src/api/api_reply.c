@@ -64,10 +64,17 @@ void api_reply_set_reasoning(api_reply *r, bool on) {
     r->reasoning = on && r->kind == API_CHAT;
 }
 
+/* OpenAI's three counts; after a node failure also "x_moontail": the new routes taken and
+ * how long recovering took, so a client can see why the answer was slow. */
 static json_t *usage_json(const api_gen_result *g) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (int)g->prompt_tokens, "completion_tokens",
-                     (int)g->completion_tokens, "total_tokens",
-                     (int)(g->prompt_tokens + g->completion_tokens));
+    json_t *u = json_pack("{s:i, s:i, s:i}", "prompt_tokens", (int)g->prompt_tokens,
+                          "completion_tokens", (int)g->completion_tokens, "total_tokens",
+                          (int)(g->prompt_tokens + g->completion_tokens));
+    if (g->failovers > 0)
+        json_object_set_new(u, "x_moontail",
+                            json_pack("{s:i, s:f}", "failovers", g->failovers, "recovery_ms",
+                                      (double)(int64_t)(g->recovery_ms + 0.5)));
+    return u;
 }
 
 /* The fields every answer and chunk starts with. */

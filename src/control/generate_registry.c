@@ -78,6 +78,16 @@ static void reg_end(void *slot, int64_t evaluated) {
                (long long)evaluated, rs->rb->registry, e.msg);
 }
 
+static int reg_failovers(void *slot, double *recovery_ms) {
+    reg_slot *rs = slot;
+    *recovery_ms = 0;
+    if (!rs->q) return 0;
+    mt_requester_stats s;
+    mt_requester_get_stats(rs->q, &s);
+    *recovery_ms = s.total_recovery_ms;
+    return s.failovers;
+}
+
 static void reg_destroy(mt_gen_backend *b) {
     if (!b) return;
     reg_backend *rb = b->impl;
@@ -107,7 +117,8 @@ mt_gen_backend *mt_requester_backend(const mt_requester_config *cfg, const char 
                              .eval = reg_eval,
                              .end = reg_end,
                              .destroy = reg_destroy,
-                             .impl = rb};
+                             .impl = rb,
+                             .failovers = reg_failovers};
     rb->cfg = *cfg;
     rb->cfg.registry = rb->registry = cfg->registry ? strdup(cfg->registry) : NULL;
     rb->cfg.token = rb->token = cfg->token ? strdup(cfg->token) : NULL;
