@@ -94,6 +94,7 @@ typedef struct reg_opts {
     int reports_per_minute; /* 0: the default */
     int spares;             /* (0) */
     int dead_after_ms;      /* (0: 60000, as the stand-ins beat only when told to) */
+    int objective;          /* mt_place_objective (0: throughput) */
 } reg_opts;
 
 static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
@@ -110,6 +111,7 @@ static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
                             .replicas = o->replicas ? o->replicas : 1,
                             .reports_per_minute = o->reports_per_minute,
                             .spares = o->spares,
+                            .objective = o->objective,
                             .heartbeat_ms = 200,
                             .dead_after_ms = o->dead_after_ms > 0 ? o->dead_after_ms : 60000,
                             .admin_token = o->admin,
@@ -998,6 +1000,17 @@ static void test_route_by_room(void) {
     }
     CHECK(on_a == 0 && on_b == 20, "a full, b free: %d sessions on a, %d on b (want 0, 20)", on_a,
           on_b);
+    /* the status shows the objective and each pipeline's estimates */
+    json_t *st = NULL;
+    call("GET", "/v1/status", NULL, NULL, &st, &err);
+    json_t *p0 = json_array_get(json_object_get(st, "pipelines"), 0);
+    CHECK(strcmp(jstr(st, "objective"), "throughput") == 0 && jint(p0, "groups") == 1 &&
+              jint(p0, "nodes") == 1 && json_real_value(json_object_get(p0, "latency_ms")) > 0 &&
+              json_real_value(json_object_get(p0, "slowest_ms")) ==
+                  json_real_value(json_object_get(p0, "latency_ms")),
+          "status of a 2 x 1-node cell: objective '%s', pipeline 0 %s", jstr(st, "objective"),
+          p0 ? json_dumps(p0, 0) : "(none)");
+    json_decref(st);
     free(acct);
     mt_registry_stop(reg);
     reg = NULL;

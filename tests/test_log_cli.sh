@@ -72,11 +72,11 @@ REG=(registry --model "$M" --db "$tmp/r.db" --key "$tmp/r.key" --shards "$tmp/se
 start_bg reg1 env MOONTAIL_PROGRESS=1 "$BIN" "${REG[@]}" --log-format json --log-file "$tmp/reg.jsonl"
 REG_PID=$PID
 [ "$(stat -c %a "$tmp/reg.jsonl")" = 600 ] && ok || bad "the log file's mode is $(stat -c %a "$tmp/reg.jsonl"), not 600"
-until_in "$tmp/reg.jsonl" '"cell mode, 2 replicas, key ' && ok || bad "no start line in the log: $(cat "$tmp/reg.jsonl")"
+until_in "$tmp/reg.jsonl" '"cell mode, 2 replicas, throughput objective, key ' && ok || bad "no start line in the log: $(cat "$tmp/reg.jsonl")"
 lines "$tmp/reg.jsonl" >"$tmp/reg.lines" && ok || bad "the log file is not JSON lines: $(head -c 800 "$tmp/reg.jsonl")"
 grep -q "^info registry: hashing $M$" "$tmp/reg.lines" && grep -q "^info registry: model hashes: read " "$tmp/reg.lines" &&
     grep -q "^info registry: hashing m.gguf: .* MB (100%)" "$tmp/reg.lines" &&
-    grep -q "^info registry: cell mode, 2 replicas, key [0-9a-f]\{64\}$" "$tmp/reg.lines" && ok ||
+    grep -q "^info registry: cell mode, 2 replicas, throughput objective, key [0-9a-f]\{64\}$" "$tmp/reg.lines" && ok ||
     bad "the registry's start lines with component registry: $(cat "$tmp/reg.lines")"
 grep -c . "$tmp/reg.lines" | grep -qx "$(grep -c ' registry: ' "$tmp/reg.lines")" && ok ||
     bad "a line of another component: $(cat "$tmp/reg.lines")"

@@ -1043,6 +1043,128 @@ static void test_fleets(void) {
           st.short_plans, st.plans);
 }
 
+/* ------------------------------------------------------------ objectives */
+
+/* A pipeline's trip as the latency layouts count it: group times + a hop each. */
+static double trip_ms(const mt_place_plan *plan, int32_t i, double hop_ms) {
+    return plan->pipelines[i].latency_ms + plan->pipelines[i].n_groups * hop_ms;
+}
+
+static void test_objectives_hand(void) {
+    /* 4 MoE layers of 100 MB attention + 8 experts of 100 MB (2 used); 8 equal
+     * nodes of 2000 MB at 10 MB/ms; partner call 0.25 ms, hop 0.5 ms. A group of
+     * k members over l layers (stage = member 0, experts water-filled: the
+     * slowest member holds ceil(8/k)) takes 10 l (attention) + 0.25 l (calls,
+     * k > 1) + ceil(8/k) x l x 2 x 100 MB / 8 / 10 MB/ms = 2.5 ceil(8/k) l ms;
+     * one node alone over one layer: (100 + 2 x 100) / 10 = 30 ms.
+     *   THROUGHPUT (slowest group): 4 groups of 2 over 1 layer each, 10 + 0.25
+     *     + 10 = 20.25 ms each (a wider group over 2 layers is 20 + 0.5 + 2.5 x 2
+     *     x ceil(8/k) >= 30.5); trip 4 x (20.25 + 0.5) = 83 ms.
+     *   LATENCY (group times + hops): one group of all 8 over the 4 layers:
+     *     40 + 1 + 2.5 x 1 x 4 = 51 ms, trip 51.5 (2 groups of 4 over 2 layers:
+     *     2 x (20 + 0.5 + 10 + 0.5) = 62; 4 groups of 2: 83). Capacity: the
+     *     stage holds 400 MB attention + 4 experts of 400 MB, the others 5.
+     *   BALANCED: groups within 1.25 x 20.25 = 25.31 ms: one layer each (two
+     *     layers take at least 20 + 0.5 + 5 = 25.5), each group >= 2 members
+     *     (one alone is 30): THROUGHPUT's layout, trip 83. */
+    test_model t;
+    model_uniform(&t, "objectives", 4, 0, 8, 2, 100 * MB, 100 * MB);
+    mt_place_node nodes[8];
+    for (int i = 0; i < 8; i++) nodes[i] = (mt_place_node){i + 1, 2000 * MB, 1, true, {0}};
+    const mt_place_objective obj[3] = {MT_PLACE_THROUGHPUT, MT_PLACE_LATENCY, MT_PLACE_BALANCED};
+    const int32_t want_groups[3] = {4, 1, 4};
+    const double want_slowest[3] = {20.25, 51, 20.25}, want_trip[3] = {83, 51.5, 83};
+    for (int o = 0; o < 3; o++) {
+        mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+        p.replicas = 1;
+        p.spares = 0;
+        p.objective = obj[o];
+        mt_place_plan plan;
+        int rc = plan_make(&t, nodes, 8, &p, &plan);
+        char what[64];
+        snprintf(what, sizeof what, "objective %s", mt_place_objective_name(obj[o]));
+        if (!check_plan(what, &t, nodes, 8, &p, &plan, rc)) continue;
+        CHECK(rc == 0 && plan.n_pipelines == 1 && plan.pipelines[0].n_groups == want_groups[o] &&
+                  plan.pipelines[0].n_nodes == 8 &&
+                  fabs(plan.pipelines[0].slowest_ms - want_slowest[o]) < 1e-9 &&
+                  fabs(trip_ms(&plan, 0, p.hop_ms) - want_trip[o]) < 1e-9,
+              "%s: %d groups of %d nodes, slowest %g ms, trip %g ms; want %d groups, %g, %g", what,
+              plan.pipelines[0].n_groups, plan.pipelines[0].n_nodes, plan.pipelines[0].slowest_ms,
+              trip_ms(&plan, 0, p.hop_ms), want_groups[o], want_slowest[o], want_trip[o]);
+        mt_place_plan_free(&plan);
+    }
+    mt_place_objective back;
+    CHECK(mt_place_objective_parse("latency", &back) == 0 && back == MT_PLACE_LATENCY &&
+              mt_place_objective_parse("fast", &back) < 0 &&
+              strcmp(mt_place_objective_name(MT_PLACE_BALANCED), "balanced") == 0,
+          "objective names");
+    mt_place_params bad = mt_place_default_params(MT_PLACE_CELL);
+    bad.hop_ms = -1;
+    mt_place_plan plan;
+    mt_error err = {{0}};
+    CHECK(mt_place_plan_make(&t.m, nodes, 8, &bad, &plan, &err) < 0 && strstr(err.msg, "hop_ms"),
+          "a negative hop_ms: '%s'", err.msg);
+    bad = mt_place_default_params(MT_PLACE_CELL);
+    bad.objective = (mt_place_objective)7;
+    CHECK(mt_place_plan_make(&t.m, nodes, 8, &bad, &plan, &err) < 0 && strstr(err.msg, "objective"),
+          "objective 7: '%s'", err.msg);
+}
+
+/* Over seeded fleets: every objective gives a valid plan over the same nodes per
+ * pipeline; LATENCY's trip is never longer than THROUGHPUT's (its search includes that
+ * layout), BALANCED's trip neither, and its slowest group within 1.25x THROUGHPUT's. */
+static void test_objectives_fleets(void) {
+    static test_model models[2];
+    model_uniform(&models[0], "mid", 24, 1, 64, 4, 300 * MB, 150 * MB);
+    model_uniform(&models[1], "small", 12, 2, 16, 2, 200 * MB, 60 * MB);
+    const int32_t sizes[] = {3, 5, 9, 17, 31, 57, 120};
+    int32_t plans = 0, shorter = 0;
+    uint64_t seed = 500;
+    for (int32_t m = 0; m < 2; m++)
+        for (int32_t si = 0; si < (int32_t)(sizeof sizes / sizeof *sizes); si++, seed++) {
+            int32_t n = sizes[si];
+            mt_place_node *nodes = fleet(seed, n);
+            mt_place_plan plan[3];
+            int rc[3];
+            for (int o = 0; o < 3; o++) {
+                mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+                p.replicas = 1 + (int32_t)(seed % 2);
+                p.objective = (mt_place_objective)o;
+                rc[o] = plan_make(&models[m], nodes, n, &p, &plan[o]);
+                char what[96];
+                snprintf(what, sizeof what, "%s %s seed %llu n %d", models[m].name,
+                         mt_place_objective_name(p.objective), (unsigned long long)seed, n);
+                check_plan(what, &models[m], nodes, n, &p, &plan[o], rc[o]);
+                plans++;
+            }
+            double hop = mt_place_default_params(MT_PLACE_CELL).hop_ms;
+            for (int o = 1; o < 3; o++) {
+                CHECK(plan[o].n_pipelines == plan[0].n_pipelines,
+                      "%s seed %llu: %d pipelines under %s, %d under throughput", models[m].name,
+                      (unsigned long long)seed, plan[o].n_pipelines,
+                      mt_place_objective_name((mt_place_objective)o), plan[0].n_pipelines);
+                for (int32_t i = 0; i < plan[o].n_pipelines && i < plan[0].n_pipelines; i++) {
+                    double t0 = trip_ms(&plan[0], i, hop), t = trip_ms(&plan[o], i, hop);
+                    CHECK(t <= t0 + 1e-6, "%s seed %llu pipeline %d: %s trip %g > throughput %g",
+                          models[m].name, (unsigned long long)seed, i,
+                          mt_place_objective_name((mt_place_objective)o), t, t0);
+                    shorter += o == 1 && t < t0 - 1e-6;
+                    if (o == 2)
+                        CHECK(plan[o].pipelines[i].slowest_ms <=
+                                  1.25 * plan[0].pipelines[i].slowest_ms * 1.0001,
+                              "%s seed %llu pipeline %d: balanced slowest %g vs throughput %g",
+                              models[m].name, (unsigned long long)seed, i,
+                              plan[o].pipelines[i].slowest_ms, plan[0].pipelines[i].slowest_ms);
+                }
+            }
+            for (int o = 0; o < 3; o++) mt_place_plan_free(&plan[o]);
+            free(nodes);
+        }
+    printf("objectives: %d plans, latency shorter than throughput in %d pipelines\n", plans,
+           shorter);
+    CHECK(shorter > 0, "latency never beat throughput over %d plans", plans);
+}
+
 /* ------------------------------------------------------- working memory */
 
 /* Two plans of the same nodes agree node for node (shards and times). */
@@ -1460,6 +1582,8 @@ int main(void) {
     test_work_hand();
     test_work_from_model();
     test_fleets();
+    test_objectives_hand();
+    test_objectives_fleets();
     print_balance();
     return check_report("test_placement");
 }

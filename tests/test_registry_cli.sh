@@ -37,6 +37,8 @@ ref=$(tokens <"$tmp/ref.json")
 $T "$BIN" run -m "$M" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/ref_long.txt" 2>/dev/null || bad "long reference"
 
 # ---- registry, account, nodes
+expect 2 "--objective must be throughput, latency or balanced, not 'fast'" \
+    "$BIN" registry --model "$M" --db "$tmp/bad.db" --objective fast
 REG=(registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed"
     --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 --max-active 1)
 start_bg reg "$BIN" "${REG[@]}" --listen 127.0.0.1:0

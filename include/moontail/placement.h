@@ -115,6 +115,16 @@ typedef struct mt_place_node {
                                 stay stable. current.node is ignored */
 } mt_place_node;
 
+/* What a cell plan lays each pipeline out for (the nodes per pipeline are the
+ * same under all three; see mt_place_params.objective). The numbers are an
+ * option's values: never renumber. */
+typedef enum mt_place_objective {
+    MT_PLACE_THROUGHPUT = 0, /* the slowest group as fast as possible (the default) */
+    MT_PLACE_LATENCY = 1,    /* one token's trip through the pipeline as short as possible */
+    MT_PLACE_BALANCED = 2,   /* the shortest trip whose slowest group stays within 1.25x
+                                of THROUGHPUT's */
+} mt_place_objective;
+
 typedef struct mt_place_params {
     mt_place_mode mode;
     int32_t replicas;       /* complete pipelines (cell) / copies of every slice (swarm), >= 1 */
@@ -122,6 +132,16 @@ typedef struct mt_place_params {
     int32_t max_group;      /* cell: most nodes in one stage group (stage + partners), >= 1 */
     double bytes_per_ms;    /* bytes a speed-1.0 node reads per millisecond, > 0 */
     double partner_call_ms; /* cell: one round trip stage -> partners, per MoE layer, >= 0 */
+    /* Cell: how each pipeline's nodes are grouped. THROUGHPUT minimises the
+     * slowest group (a pipeline serves one step per slowest-group time);
+     * LATENCY minimises the sum over groups of (group time + hop_ms), one
+     * token's trip, so it makes fewer, wider groups whose partners read a
+     * layer's experts at once (expert parallelism); BALANCED does the same
+     * with every group within 1.25x THROUGHPUT's slowest. Applies when a
+     * pipeline is laid out anew; kept pipelines stay as they are. */
+    mt_place_objective objective;
+    double hop_ms; /* cell: one hop from group to group (message latency and the
+                      activations on the wire), >= 0; LATENCY and BALANCED only */
 
     /* Working memory of the nodes holding attention parts (see top). The
      * per-layer sizes are the model's (mt_kv_session_bytes); NULL = none, and
@@ -137,7 +157,8 @@ typedef struct mt_place_params {
 /* replicas 2; spares 1 (cell) or 0 (swarm); max_group 8; bytes_per_ms 1e7
  * (10 GB/s at speed 1.0); partner_call_ms 0.25 (a LAN round trip); sessions
  * 64 and n_ctx 4096, a node's defaults (`moontail node --max-sessions,
- * --ctx`: 64 and min(context_length, 4096)); no per-layer sizes. */
+ * --ctx`: 64 and min(context_length, 4096)); no per-layer sizes; objective
+ * THROUGHPUT, hop_ms 0.5 (a LAN message with 7168 f32 activations at 1 Gb/s). */
 mt_place_params mt_place_default_params(mt_place_mode mode);
 
 /* ---------------------------------------------------------------- output */
@@ -212,6 +233,10 @@ int mt_place_shard_spec(const mt_place_model *m, const mt_place_assign *a, int32
 
 const char *mt_place_role_name(mt_place_role r);
 const char *mt_place_mode_name(mt_place_mode m);
+/* "throughput", "latency", "balanced"; mt_place_objective_parse reads one of
+ * them (0, or -1 for any other text). */
+const char *mt_place_objective_name(mt_place_objective o);
+int mt_place_objective_parse(const char *s, mt_place_objective *out);
 
 /* ----------------------------------------------------------------- routes */
 

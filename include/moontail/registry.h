@@ -52,6 +52,8 @@ typedef struct mt_registry_config {
     mt_registry_mode mode;
     int replicas;             /* copies of every layer/expert slice (<= 0: 2) */
     int spares;               /* hot spares (< 0: 1 in cell mode, 0 in swarm mode) */
+    int objective;            /* cell: mt_place_objective, how each pipeline is laid out
+                                 (0: THROUGHPUT, the slowest stage fastest) */
     int heartbeat_ms;         /* what nodes are told (<= 0: 1000) */
     int dead_after_ms;        /* silence that makes a node dead (<= 0: 5000) */
     int cert_minutes;         /* validity of issued certificates (<= 0: 60) */

@@ -5,6 +5,7 @@
  * stdout once it answers; placement changes and joins go to stderr. */
 #include "cli.h"
 #include "moontail/log.h"
+#include "moontail/placement.h"
 #include "moontail/registry.h"
 #include "moontail/tls_cert.h"
 #include "moontail/transport.h"
@@ -43,6 +44,11 @@ static const char usage[] =
     "                        node tokens then cross the network in clear\n"
     "  --replicas N          copies of every layer or expert (default 2)\n"
     "  --spares N            hot spares to keep (default 1 in a cell, 0 in a swarm)\n"
+    "  --objective O         cell: what each pipeline is laid out for: throughput\n"
+    "                        (default: its slowest stage as fast as possible), latency\n"
+    "                        (one token's trip shortest: wider stage groups whose\n"
+    "                        partners read a layer's experts at once) or balanced (the\n"
+    "                        shortest trip whose slowest stage stays within 1.25x)\n"
     "  --sessions N          cell: room a stage keeps for N sessions' KV cache and\n"
     "                        recurrent state besides its shard, as nodes run them\n"
     "                        (`node --max-sessions`, 64; default 0: shard bytes only)\n"
@@ -113,7 +119,7 @@ int cmd_registry(int argc, char **argv) {
             reports_per_minute = 6;
     const char *relay_listen = NULL, *relay_ports = NULL, *relay_host = NULL;
     int64_t relay_max_conns = 64, sessions = 0, ctx = 0;
-    const char *hash_cache = NULL, *kv_name = NULL;
+    const char *hash_cache = NULL, *kv_name = NULL, *objective_name = "throughput";
     bool require_volunteer = false, quiet = false, rehash = false;
     int64_t http_limits[5] = {0};
     const char *tls_cert = NULL, *tls_key = NULL;
@@ -130,6 +136,7 @@ int cmd_registry(int argc, char **argv) {
         {"--listen", CLI_STRING, &listen, 0, 0},
         {"--replicas", CLI_INT, &replicas, 1, 16},
         {"--spares", CLI_INT, &spares, 0, 1000},
+        {"--objective", CLI_STRING, &objective_name, 0, 0},
         {"--sessions", CLI_INT, &sessions, 0, 1 << 20},
         {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
@@ -157,6 +164,14 @@ int cmd_registry(int argc, char **argv) {
     int prc = cli_parse("registry", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
     if (!cli_log_setup("registry", &log_opts)) return 2;
+    mt_place_objective objective;
+    if (mt_place_objective_parse(objective_name, &objective)) {
+        fprintf(stderr,
+                "moontail registry: --objective must be throughput, latency or balanced, not "
+                "'%s'\n",
+                objective_name);
+        return 2;
+    }
     mt_kv_type kv_type;
     if (!cli_kv_type("registry", kv_name, &kv_type)) return 2;
     if (!model) {
@@ -236,6 +251,7 @@ int cmd_registry(int argc, char **argv) {
                                 strcmp(mode, "swarm") == 0 ? MT_REGISTRY_SWARM : MT_REGISTRY_CELL,
                             .replicas = (int)replicas,
                             .spares = (int)spares,
+                            .objective = (int)objective,
                             .heartbeat_ms = (int)hb,
                             .dead_after_ms = (int)dead,
                             .cert_minutes = (int)cert_minutes,
@@ -274,8 +290,8 @@ int cmd_registry(int argc, char **argv) {
         return 1;
     }
     if (!quiet)
-        mt_log(MT_LOG_INFO, "registry", "%s mode, %lld replicas, key %s", mode, (long long)replicas,
-               mt_registry_pubkey_hex(r));
+        mt_log(MT_LOG_INFO, "registry", "%s mode, %lld replicas, %s objective, key %s", mode,
+               (long long)replicas, mt_place_objective_name(objective), mt_registry_pubkey_hex(r));
     if (use_tls)
         printf("TLS certificate %s (%s; clients: --registry-pin %s)\n", pin, cert_what, pin);
     if (mt_registry_relay_addr(r)) printf("relay on %s\n", mt_registry_relay_addr(r));

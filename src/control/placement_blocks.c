@@ -1,5 +1,5 @@
 /* placement_blocks.c - the building blocks both placement modes share
- * (placement_internal.h): role and mode names, the working pieces, nodes
+ * (placement_internal.h): role, mode and objective names, the working pieces, nodes
  * sorted by speed, the expert water-fill, the snake draft and balancing of
  * node lists, building replicas, filling a lost shard from free nodes, and
  * cutting what is missing into rectangles of layers x experts. */
@@ -22,6 +22,21 @@ const char *mt_place_mode_name(mt_place_mode m) {
     return m == MT_PLACE_CELL ? "cell" : "swarm";
 }
 
+static const char *const objective_names[] = {"throughput", "latency", "balanced"};
+
+const char *mt_place_objective_name(mt_place_objective o) {
+    return (unsigned)o < 3 ? objective_names[o] : "?";
+}
+
+int mt_place_objective_parse(const char *s, mt_place_objective *out) {
+    for (int i = 0; s && i < 3; i++)
+        if (strcmp(s, objective_names[i]) == 0) {
+            *out = (mt_place_objective)i;
+            return 0;
+        }
+    return -1;
+}
+
 mt_place_params mt_place_default_params(mt_place_mode mode) {
     mt_place_params p = {
         .mode = mode,
@@ -30,6 +45,8 @@ mt_place_params mt_place_default_params(mt_place_mode mode) {
         .max_group = 8,
         .bytes_per_ms = 1e7,
         .partner_call_ms = 0.25,
+        .objective = MT_PLACE_THROUGHPUT,
+        .hop_ms = 0.5,
         .sessions = 64, /* the node's defaults (node.h: max_sessions, n_ctx) */
         .n_ctx = 4096,
     };
@@ -152,8 +169,40 @@ bool pl_water_fill(int32_t X, int32_t k, const double *speed, const int32_t *lo,
         room += max[i];
     }
     if (sum > X || room < X) return false;
+    /* The greedy below hands out the X - sum smallest values j / speed[i]
+     * (j = n[i] + 1 .. max[i]; ties to lower i). Rounds of a bulk start first:
+     * over the members S still below their maximum and not ahead of the
+     * level t = (left + their n) / (their speed), every value up to t is
+     * among those the greedy picks (at most `left` values are <= t), so each
+     * takes floor(t * speed) - 1 at once (one less for rounding); the greedy
+     * then hands out the few left over, exactly as it would have. */
+    int64_t left = X - sum;
+    for (int round = 0; k <= PL_MAX_GROUP && round < 8 && left > 2 * (int64_t)k; round++) {
+        bool in[PL_MAX_GROUP];
+        double t = 0;
+        for (int32_t i = 0; i < k; i++) in[i] = n[i] < max[i];
+        for (bool again = true; again;) {
+            double num = (double)left, den = 0;
+            for (int32_t i = 0; i < k; i++)
+                if (in[i]) num += n[i], den += speed[i];
+            if (den <= 0) break;
+            t = num / den;
+            again = false;
+            for (int32_t i = 0; i < k; i++)
+                if (in[i] && n[i] > t * speed[i]) in[i] = false, again = true;
+        }
+        int64_t gave = 0;
+        for (int32_t i = 0; i < k; i++) {
+            if (!in[i]) continue;
+            double want = floor(t * speed[i]) - 1;
+            if (want > max[i]) want = max[i];
+            if (want > n[i]) gave += (int64_t)want - n[i], n[i] = (int32_t)want;
+        }
+        left -= gave;
+        if (gave == 0) break;
+    }
     /* one expert at a time to whoever would finish it soonest */
-    for (int64_t r = X - sum; r > 0; r--) {
+    for (int64_t r = left; r > 0; r--) {
         int32_t best = -1;
         double best_t = 0;
         for (int32_t i = 0; i < k; i++) {

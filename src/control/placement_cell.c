@@ -26,12 +26,7 @@
 
 /* ---------------------------------------------------------------- groups */
 
-typedef struct cell_group {
-    int32_t a, b;              /* layers [a, b) */
-    int32_t k;                 /* members */
-    int32_t stage;             /* which member holds the attention parts */
-    int32_t mem[PL_MAX_GROUP]; /* node indices, fastest first */
-} cell_group;
+typedef pl_group cell_group;
 
 /* Whether members mem[0..k) can hold layers [a, b) as one group with a group
  * time <= T (T infinite: capacity only). Each member in turn (fastest
@@ -184,10 +179,10 @@ static int32_t cell_fill(const pl_ctx *c, const int32_t *v, int32_t n, int32_t a
     return groups ? cell_dp(c, v, n, a0, b0, hi, groups) : 1;
 }
 
-/* Appends a group's pieces: the stage with experts [0, n_stage), then the
- * partners in member order, experts split so the slowest member's share
- * per speed is as small as capacity allows. */
-static int emit_group(const pl_ctx *c, const cell_group *g, int32_t pipeline, pl_pieces *out) {
+/* The stage takes experts [0, n_stage), then the partners in member order,
+ * split so the slowest member's share per speed is as small as capacity
+ * allows. */
+int pl_cell_emit_group(const pl_ctx *c, const cell_group *g, int32_t pipeline, pl_pieces *out) {
     int32_t stage = g->mem[g->stage];
     if (g->k == 1)
         return pl_push(out,
@@ -236,22 +231,16 @@ double pl_cell_time(const pl_ctx *c, const int32_t *v, int32_t n) {
 }
 
 /* One pipeline: the groups cell_fill makes of the list, in layer order. */
-static int cell_fill_list(const pl_ctx *c, const int32_t *list, int32_t n, int32_t idx,
-                          pl_pieces *out) {
+int pl_cell_throughput_fill(const pl_ctx *c, const int32_t *list, int32_t n, int32_t idx,
+                            pl_pieces *out) {
     cell_group *groups = malloc((size_t)(n > 0 ? n : 1) * sizeof *groups);
     if (!groups) return -1;
     int32_t g = cell_fill(c, list, n, 0, c->L, groups, NULL);
     int rc = g < 0 ? -1 : g > 0;
     for (int32_t j = 0; j < g && rc == 1; j++)
-        if (emit_group(c, &groups[j], idx, out)) rc = 0;
+        if (pl_cell_emit_group(c, &groups[j], idx, out)) rc = 0;
     free(groups);
     return rc;
-}
-
-int32_t pl_cell_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
-                      const int32_t *idx, pl_pieces *out) {
-    return pl_build(c, pool, n_pool, want, idx, out, c->model_need, pl_cell_feasible, pl_cell_time,
-                    cell_fill_list);
 }
 
 /* ------------------------------------------------------------------ keep */
@@ -351,7 +340,7 @@ static int fill_layers(keep_state *s, int32_t a, int32_t b) {
     int32_t g = cell_fill(c, v, n, a, b, groups, NULL);
     rc = g < 0 ? -1 : g > 0;
     for (int32_t j = 0; j < g && rc == 1; j++) {
-        if (emit_group(c, &groups[j], s->pipeline, s->p)) rc = -1;
+        if (pl_cell_emit_group(c, &groups[j], s->pipeline, s->p)) rc = -1;
         for (int32_t i = 0; i < groups[j].k; i++) mark(s, groups[j].mem[i]);
     }
     free(v);

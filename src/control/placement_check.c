@@ -71,6 +71,12 @@ int pl_check_inputs(const mt_place_model *m, const mt_place_node *nodes, int32_t
         return mt_error_set(err, "placement: bytes_per_ms must be a positive number");
     if (!(p->partner_call_ms >= 0) || !isfinite(p->partner_call_ms))
         return mt_error_set(err, "placement: partner_call_ms must be a number >= 0");
+    if (!(p->hop_ms >= 0) || !isfinite(p->hop_ms))
+        return mt_error_set(err, "placement: hop_ms must be a number >= 0");
+    if (p->objective != MT_PLACE_THROUGHPUT && p->objective != MT_PLACE_LATENCY &&
+        p->objective != MT_PLACE_BALANCED)
+        return mt_error_set(err, "placement: objective %d is not throughput, latency or balanced",
+                            (int)p->objective);
     if (p->state_bytes || p->position_bytes) {
         if (p->sessions < 0 || p->sessions > (1 << 20))
             return mt_error_set(err, "placement: sessions %d is outside 0..2^20", p->sessions);

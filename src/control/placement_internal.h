@@ -187,12 +187,37 @@ void pl_ctx_free(pl_ctx *c);
 int pl_finish(const pl_ctx *c, pl_pieces *w, bool *used, int32_t count, bool replanned,
               mt_place_plan *out, mt_error *err);
 
-/* ---- modes (placement_cell.c, placement_swarm.c) ---- */
+/* ---- modes (placement_cell.c, placement_latency.c, placement_swarm.c) ---- */
 
 int32_t pl_cell_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
                       const int32_t *idx, pl_pieces *out);
 bool pl_cell_feasible(const pl_ctx *c, const int32_t *v, int32_t n);
 double pl_cell_time(const pl_ctx *c, const int32_t *v, int32_t n);
+
+/* A stage group of a cell pipeline while planning: members mem[0..k) (node
+ * indices, fastest first), mem[stage] holding the attention parts. */
+typedef struct pl_group {
+    int32_t a, b; /* layers [a, b) */
+    int32_t k;
+    int32_t stage;
+    int32_t mem[PL_MAX_GROUP];
+} pl_group;
+
+/* Appends a group's pieces: the stage with experts [0, n_stage), then the
+ * partners in member order, experts split by pl_water_fill. 0, or -1. */
+int pl_cell_emit_group(const pl_ctx *c, const pl_group *g, int32_t pipeline, pl_pieces *out);
+
+/* The THROUGHPUT layout of one pipeline over list[0..n) (a pl_fill_fn):
+ * the groups of cell_fill, the slowest as fast as these nodes allow. */
+int pl_cell_throughput_fill(const pl_ctx *c, const int32_t *list, int32_t n, int32_t idx,
+                            pl_pieces *out);
+
+/* The LATENCY / BALANCED layout of one pipeline over list[0..n) (a
+ * pl_fill_fn; placement_latency.c): groups of consecutive nodes minimising
+ * the sum of (group time + hop_ms), BALANCED with every group within 1.25x
+ * the THROUGHPUT layout's slowest (and that layout when no other is). */
+int pl_cell_latency_fill(const pl_ctx *c, const int32_t *list, int32_t n, int32_t idx,
+                         pl_pieces *out);
 
 int32_t pl_swarm_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
                        const int32_t *idx, pl_pieces *out);

@@ -36,6 +36,7 @@ static mt_place_params params_of(const mt_registry *r) {
         mt_place_default_params(r->cfg.mode == MT_REGISTRY_SWARM ? MT_PLACE_SWARM : MT_PLACE_CELL);
     p.replicas = r->cfg.replicas;
     p.spares = r->cfg.spares;
+    p.objective = (mt_place_objective)r->cfg.objective;
     /* working memory of a stage's sessions (registry.c sized it; none when sessions is 0) */
     p.sessions = r->cfg.sessions;
     p.n_ctx = r->cfg.n_ctx;

@@ -52,8 +52,17 @@ static json_t *pipelines_json(mt_registry *r, const reg_node *nodes, int32_t n, 
         }
         if (unknown || !stages) ctx = 0;
         if (ctx > *best) *best = ctx;
-        json_array_append_new(
-            out, json_pack("{s:i, s:i, s:i}", "replica", rep, "stages", stages, "context", ctx));
+        json_t *o = json_pack("{s:i, s:i, s:i}", "replica", rep, "stages", stages, "context", ctx);
+        /* the plan's estimates (moontail/placement.h): a token's trip, the slowest group */
+        for (int32_t k = 0; r->have_plan && k < r->plan.n_pipelines; k++)
+            if (r->plan.pipelines[k].index == rep) {
+                const mt_place_pipeline *pp = &r->plan.pipelines[k];
+                json_object_set_new(o, "groups", json_integer(pp->n_groups));
+                json_object_set_new(o, "nodes", json_integer(pp->n_nodes));
+                json_object_set_new(o, "latency_ms", json_real(pp->latency_ms));
+                json_object_set_new(o, "slowest_ms", json_real(pp->slowest_ms));
+            }
+        json_array_append_new(out, o);
     }
     return out;
 }
@@ -342,6 +351,10 @@ json_t *reg_status_json(mt_registry *r) {
         tok_per_s, "ready", min_serving >= 1, "plan_note", r->plan_why, "queue", (json_int_t)queue,
         "routes_served", (json_int_t)r->routes_served, "nodes_known", (json_int_t)n, "started_ms",
         (json_int_t)r->started_ms, "layers", layers, "nodes", jn);
+    if (!swarm)
+        json_object_set_new(
+            st, "objective",
+            json_string(mt_place_objective_name((mt_place_objective)r->cfg.objective)));
     if (pipes) {
         json_object_set_new(st, "pipelines", pipes);
         json_object_set_new(st, "context", json_integer(best_ctx));
