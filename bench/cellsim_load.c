@@ -12,7 +12,12 @@
  * all, as `moontail prompt -n G` computes them). Per requester: decode
  * tokens/s = (G - 1) / (last token - first token) and the time to the first
  * token; aggregate = all decoded tokens / (last token of anyone - first
- * token of anyone).
+ * token of anyone). With --stagger-ms S requester i starts its prompt i x S
+ * ms after the others' common start, so prompts arrive while requester 0
+ * decodes; the gaps between decode tokens (p50, p95, longest) are reported
+ * for requester 0 and for everyone: requester 0's p95 against a run with
+ * --users 1 is what a prompt arriving costs a decoding user. --chain sends
+ * each pass to the first stage only, which passes it along (route.h).
  *
  * With --ours PID,... (the nodes of the experiment) it also measures the
  * CPU capacity the rest of the machine left the experiment while it ran:
@@ -42,6 +47,8 @@ typedef struct load_user {
     mt_route *r;
     pthread_barrier_t *go;
     int32_t prompt, gen;
+    double delay_ms; /* wait after the common start (--stagger-ms) */
+    double *gaps;    /* (gen - 1) times between decode tokens, ms */
     double open_ms, t_start, t_first, t_last;
     int failed;
     mt_error err;
@@ -161,6 +168,7 @@ static void *user_main(void *arg) {
         goto done;
     }
     for (int32_t i = 0; i < u->prompt; i++) ids[i] = (i * 37 + 5) % V;
+    if (u->delay_ms > 0) usleep((useconds_t)(u->delay_ms * 1e3));
     u->t_start = now_ms();
     if (mt_route_eval(u->r, s, ids, u->prompt, false, logits, &u->err)) {
         u->failed = 1;
@@ -173,13 +181,28 @@ static void *user_main(void *arg) {
             u->failed = 1;
             goto done;
         }
-        u->t_last = now_ms();
+        double t = now_ms();
+        u->gaps[g - 1] = t - u->t_last;
+        u->t_last = t;
     }
 done:
     if (s) mt_route_session_end(u->r, s);
     free(logits);
     free(ids);
     return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of v[0..n) by the nearest rank; sorts v. 0 when n is 0. */
+static double quantile(double *v, int n, double q) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int k = (int)(q * n + 0.999999);
+    return v[k < 1 ? 0 : k > n ? n - 1 : k - 1];
 }
 
 static int int_arg(const char *opt, const char *v, int lo, int hi) {
@@ -194,17 +217,17 @@ static int int_arg(const char *opt, const char *v, int lo, int hi) {
 
 int main(int argc, char **argv) {
     const char *route = NULL, *ours = NULL;
-    int users = 1, prompt = 32, gen = 32;
-    bool json = false;
+    int users = 1, prompt = 32, gen = 32, stagger = 0;
+    bool json = false, chain = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) {
-            json = true;
+        if (!strcmp(a, "--json") || !strcmp(a, "--chain")) {
+            *(a[2] == 'j' ? &json : &chain) = true;
             continue;
         }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            puts("usage: cellsim_load --route FILE --users N [--prompt P] [--gen G] [--ours PIDS]"
-                 " [--json]\n"
+            puts("usage: cellsim_load --route FILE --users N [--prompt P] [--gen G]"
+                 " [--stagger-ms S] [--chain] [--ours PIDS] [--json]\n"
                  "(see the top of bench/cellsim_load.c)");
             return 0;
         }
@@ -217,6 +240,8 @@ int main(int argc, char **argv) {
             prompt = int_arg(a, v, 1, 4096);
         else if (!strcmp(a, "--gen"))
             gen = int_arg(a, v, 2, 4096);
+        else if (!strcmp(a, "--stagger-ms"))
+            stagger = int_arg(a, v, 0, 600000);
         else if (!strcmp(a, "--ours"))
             ours = v;
         else {
@@ -262,9 +287,18 @@ int main(int argc, char **argv) {
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, (unsigned)users);
     for (int i = 0; i < users; i++) {
-        u[i] = (load_user){.cfg = f.cfg, .go = &go, .prompt = prompt, .gen = gen};
+        u[i] = (load_user){.cfg = f.cfg,
+                           .go = &go,
+                           .prompt = prompt,
+                           .gen = gen,
+                           .delay_ms = (double)i * stagger,
+                           .gaps = calloc((size_t)gen, sizeof(double))};
+        if (!u[i].gaps) {
+            fprintf(stderr, "cellsim_load: out of memory\n");
+            return 1;
+        }
         u[i].cfg.threads = 1;
-        u[i].cfg.chain = false;
+        u[i].cfg.chain = chain;
         pthread_create(&th[i], NULL, user_main, &u[i]);
     }
     for (int i = 0; i < users; i++) pthread_join(th[i], NULL);
@@ -292,6 +326,22 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < users; i++) mt_route_close(u[i].r);
     int ok = users - failed;
+    /* gaps between decode tokens: requester 0's (the first to start: with --stagger-ms the
+     * others' prompts arrive while it decodes) and everyone's */
+    double *all = malloc(((size_t)users * (size_t)gen + 1) * sizeof *all);
+    int n_all = 0;
+    for (int i = 0; all && i < users; i++)
+        for (int g = 0; !u[i].failed && g < gen - 1; g++) all[n_all++] = u[i].gaps[g];
+    double gap_p50 = all ? quantile(all, n_all, 0.5) : 0,
+           gap_p95 = all ? quantile(all, n_all, 0.95) : 0;
+    double first_p50 = 0, first_p95 = 0, first_max = 0;
+    if (!u[0].failed) {
+        first_p95 = quantile(u[0].gaps, gen - 1, 0.95);
+        first_p50 = quantile(u[0].gaps, gen - 1, 0.5);
+        first_max = u[0].gaps[gen - 2];
+    }
+    free(all);
+    for (int i = 0; i < users; i++) free(u[i].gaps);
     /* the CPU over the run: from the first prompt to the last token */
     double t_begin = 1e300, used0 = 0, used1 = 0, tu0 = 0, tu1 = 0;
     int n_smp = 0, n_busy = 0;
@@ -314,6 +364,13 @@ int main(int argc, char **argv) {
                       ok ? sum_tps / ok : 0, "user_tps_min", ok ? min_tps : 0, "user_tps_max",
                       max_tps, "ttft_ms", ok ? ttft / ok : 0, "open_ms_per_stage",
                       ok ? open / ok : 0, "failed", failed);
+        json_object_set_new(o, "stagger_ms", json_integer(stagger));
+        json_object_set_new(o, "chain", json_boolean(chain));
+        json_object_set_new(o, "gap_p50_ms", json_real(gap_p50));
+        json_object_set_new(o, "gap_p95_ms", json_real(gap_p95));
+        json_object_set_new(o, "first_gap_p50_ms", json_real(first_p50));
+        json_object_set_new(o, "first_gap_p95_ms", json_real(first_p95));
+        json_object_set_new(o, "first_gap_max_ms", json_real(first_max));
         if (sampling) {
             json_object_set_new(o, "cpu_used", json_real(cpu_used));
             json_object_set_new(o, "busy", json_real(busy));
@@ -329,6 +386,9 @@ int main(int argc, char **argv) {
                " (%.2f-%.2f), first token %.1f ms, route open %.2f ms per stage%s\n",
                users, f.cfg.n_stages, agg, ok ? sum_tps / ok : 0, ok ? min_tps : 0, max_tps,
                ok ? ttft / ok : 0, ok ? open / ok : 0, failed ? " (some failed)" : "");
+        printf("gaps between decode tokens: p50 %.1f ms, p95 %.1f ms; requester 0: p50 %.1f,"
+               " p95 %.1f, longest %.1f ms\n",
+               gap_p50, gap_p95, first_p50, first_p95, first_max);
     }
     mt_route_file_free(&f);
     return failed ? 1 : 0;
