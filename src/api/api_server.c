@@ -9,6 +9,7 @@
  * no HTTP thread waits for the model. */
 #include "moontail/api.h"
 #include "api_engine.h"
+#include "api_internal.h"
 #include "api_keys.h"
 #include "api_openai.h"
 #include "moontail/chat_format.h"
@@ -28,8 +29,10 @@
 
 struct mt_api_server {
     mt_gen_backend *backend;
-    api_engine *engine;
-    mt_vocab *vocab; /* tokenizing on the HTTP threads (thread-safe) */
+    api_engine *engine;       /* interactive requests */
+    api_engine *batch_engine; /* batch requests: slots of their own, behind the interactive */
+    int batch_parallel;       /* its slots */
+    mt_vocab *vocab;          /* tokenizing on the HTTP threads (thread-safe) */
     api_keys keys;
     mt_http_server *http;
     char url[200];
@@ -134,6 +137,54 @@ static int64_t prompt_ids(mt_api_server *s, const api_request *rq, int32_t **ids
     return n;
 }
 
+/* Checks a request body (fields, model, tokens, context) and makes the engine's parameters
+ * of it: p on success (the caller submits or frees it), rq parsed (the caller frees it in
+ * any case). Returns 0, or -1 with e filled. */
+static int prepare(mt_api_server *s, api_kind kind, const char *body, size_t len, api_request *rq,
+                   api_gen_params *p, api_error *e) {
+    memset(p, 0, sizeof *p);
+    int32_t *ids = NULL;
+    if (api_request_parse(kind, body, len, s->model_name, rq, e)) return -1;
+    int64_t n_prompt = prompt_ids(s, rq, &ids, e);
+    if (n_prompt < 0) {
+        free(ids);
+        return -1;
+    }
+    const char *in = kind == API_CHAT ? "messages" : "prompt";
+    int64_t max_tokens = rq->max_tokens;
+    if (max_tokens < 0) { /* not given */
+        max_tokens = kind == API_CHAT ? s->chat_max_tokens : 16;
+        if (kind == API_CHAT && n_prompt < s->max_ctx && max_tokens > s->max_ctx - n_prompt)
+            max_tokens = s->max_ctx - n_prompt;
+    }
+    if (n_prompt + max_tokens > s->max_ctx) {
+        free(ids);
+        return api_fail(e, 400, "invalid_request_error", rq->max_tokens < 0 ? in : "max_tokens",
+                        "context_length_exceeded",
+                        "This model's maximum context length is %d tokens. However, you"
+                        " requested %lld tokens (%lld in the %s, %lld for the completion)."
+                        " Please reduce the length of the %s or the completion",
+                        s->max_ctx, (long long)(n_prompt + max_tokens), (long long)n_prompt, in,
+                        (long long)max_tokens, in);
+    }
+    p->prompt = ids;
+    p->gen = (mt_gen_params){.n_prompt = (int32_t)n_prompt,
+                             .max_tokens = (int32_t)max_tokens,
+                             .ubatch = s->ubatch,
+                             .sp = rq->sp,
+                             .n_stop = rq->n_stop,
+                             .end_token = kind == API_CHAT ? s->chat_end : -1};
+    /* a thinking model's chat reply is split into reasoning and answer */
+    if (kind == API_CHAT)
+        mt_chat_reasoning(s->chat, s->vocab, p->prompt, p->gen.n_prompt, &p->reasoning);
+    for (int i = 0; i < rq->n_stop; i++) {
+        p->stop[i] = rq->stop[i];
+        rq->stop[i] = NULL;
+    }
+    rq->n_stop = 0;
+    return 0;
+}
+
 static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req,
                      mt_http_response *resp) {
     const double t0 = mt_mono_s();
@@ -156,47 +207,11 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
         return;
     }
     api_request rq;
-    int32_t *ids = NULL;
     api_gen_params p = {0};
     api_reply *reply = NULL;
     req_note *note = NULL;
     mt_http_stream *st = NULL;
-    if (api_request_parse(kind, req->body, req->body_len, s->model_name, &rq, &e)) goto fail;
-    int64_t n_prompt = prompt_ids(s, &rq, &ids, &e);
-    if (n_prompt < 0) goto fail;
-    const char *in = kind == API_CHAT ? "messages" : "prompt";
-    int64_t max_tokens = rq.max_tokens;
-    if (max_tokens < 0) { /* not given */
-        max_tokens = kind == API_CHAT ? s->chat_max_tokens : 16;
-        if (kind == API_CHAT && n_prompt < s->max_ctx && max_tokens > s->max_ctx - n_prompt)
-            max_tokens = s->max_ctx - n_prompt;
-    }
-    if (n_prompt + max_tokens > s->max_ctx) {
-        api_fail(&e, 400, "invalid_request_error", rq.max_tokens < 0 ? in : "max_tokens",
-                 "context_length_exceeded",
-                 "This model's maximum context length is %d tokens. However, you requested %lld"
-                 " tokens (%lld in the %s, %lld for the completion). Please reduce the length of"
-                 " the %s or the completion",
-                 s->max_ctx, (long long)(n_prompt + max_tokens), (long long)n_prompt, in,
-                 (long long)max_tokens, in);
-        goto fail;
-    }
-    p.prompt = ids;
-    ids = NULL;
-    p.gen = (mt_gen_params){.n_prompt = (int32_t)n_prompt,
-                            .max_tokens = (int32_t)max_tokens,
-                            .ubatch = s->ubatch,
-                            .sp = rq.sp,
-                            .n_stop = rq.n_stop,
-                            .end_token = kind == API_CHAT ? s->chat_end : -1};
-    /* a thinking model's chat reply is split into reasoning and answer */
-    if (kind == API_CHAT)
-        mt_chat_reasoning(s->chat, s->vocab, p.prompt, p.gen.n_prompt, &p.reasoning);
-    for (int i = 0; i < rq.n_stop; i++) {
-        p.stop[i] = rq.stop[i];
-        rq.stop[i] = NULL;
-    }
-    rq.n_stop = 0;
+    if (prepare(s, kind, req->body, req->body_len, &rq, &p, &e)) goto fail;
     if (!(note = malloc(sizeof *note)) || !(st = mt_http_stream_new()) ||
         !(reply = api_reply_new(kind, s->model_name, rq.stream, rq.include_usage, st, request_done,
                                 note))) {
@@ -231,9 +246,49 @@ cleanup:
     }
     free(note);
     mt_http_stream_release(st);
-    free(ids);
     api_gen_params_free(&p);
     api_request_free(&rq);
+}
+
+/* ---- batch work --------------------------------------------------------------------------- */
+
+int api_server_submit_batch(void *server, api_kind kind, const char *body, size_t len,
+                            api_reply_collect_fn collect, void *ctx) {
+    mt_api_server *s = server;
+    api_request rq;
+    api_gen_params p = {0};
+    api_error e;
+    api_reply *reply = NULL;
+    if (prepare(s, kind, body, len, &rq, &p, &e)) goto fail;
+    if (rq.stream) {
+        api_fail(&e, 400, "invalid_request_error", "stream", "unsupported_parameter",
+                 "'stream': true is not supported in a batch; a batch's answers are whole"
+                 " objects in its output file");
+        goto fail;
+    }
+    if (!(reply = api_reply_new_collect(kind, s->model_name, collect, ctx))) {
+        api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    api_reply_set_reasoning(reply, p.reasoning.on);
+    api_gen_sink sink = api_reply_sink(reply);
+    if (api_engine_submit(s->batch_engine, &p, &sink, NULL, NULL)) {
+        api_reply_free(reply);
+        api_gen_params_free(&p);
+        api_request_free(&rq);
+        return -1;
+    }
+    api_request_free(&rq);
+    return 0;
+fail:
+    api_gen_params_free(&p);
+    api_request_free(&rq);
+    collect(ctx, e.status, api_error_json(&e));
+    return 0;
+}
+
+int api_server_batch_parallel(const mt_api_server *s) {
+    return s->batch_parallel;
 }
 
 /* ---- the other endpoints ------------------------------------------------------------------ */
@@ -438,6 +493,12 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     if (log_chat_template(s, err)) goto fail;
     int parallel = c->parallel > 0 ? c->parallel : 4, queue = c->queue >= 0 ? c->queue : 16;
     if (!(s->engine = api_engine_start(s->backend, s->vocab, parallel, queue, err))) goto fail;
+    const int batch_parallel = s->batch_parallel = c->batch_parallel > 0 ? c->batch_parallel : 16;
+    /* no queue: the batch runner keeps at most batch_parallel requests in flight */
+    if (!(s->batch_engine =
+              api_engine_start_at(s->backend, s->vocab, parallel, batch_parallel, 0, err)))
+        goto fail;
+    if (c->no_http) return s;
     mt_http_server_config hc = {.addr = c->listen ? c->listen : "127.0.0.1:8080",
                                 .threads = 4,
                                 .max_body = c->max_body ? c->max_body : 1 << 20,
@@ -464,8 +525,9 @@ const char *mt_api_server_url(const mt_api_server *s) {
 
 void mt_api_server_stop(mt_api_server *s) {
     if (!s) return;
-    mt_http_server_stop(s->http); /* no new requests; open streams are cut */
-    api_engine_stop(s->engine);   /* running requests end at their next token */
+    mt_http_server_stop(s->http);     /* no new requests; open streams are cut */
+    api_engine_stop(s->batch_engine); /* running requests end at their next token */
+    api_engine_stop(s->engine);
     mt_chat_template_free(s->tmpl);
     mt_vocab_free(s->vocab);
     if (s->backend) s->backend->destroy(s->backend);

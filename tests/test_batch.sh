@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# test_batch.sh - batch work (docs/api.md, "Batches"): `moontail batch` on a synthetic model,
+# killed with kill -9 half-way and run again. Checks:
+#   - 40 requests (30 sampled completions with their own seeds, 9 greedy chats, one body
+#     naming another model): after kill -9 at the 20th result (the process stops itself
+#     there, MOONTAIL_TEST_BATCH_PAUSE_AFTER) and a cut last line appended to the state's
+#     output as a crash mid-write would leave it, plus a repeated line, the same command
+#     again gives each custom_id exactly once, in the input's order; the 20 results from
+#     before the kill are kept as they were (same ids), not computed again;
+#   - each result's text is `moontail run`'s with the same seed and sampling (chat: run on
+#     the ChatML text), usage counts equal run's; the bad body is a 400 result naming
+#     'model';
+#   - refusals naming the line: not JSON, a duplicate custom_id, another url; a state
+#     directory of another input; a state directory others can read.
+set -u
+. "$(dirname "$0")/lib/harness.bash"
+T="timeout 120"
+cd "$tmp"
+
+M="$tmp/tiny.gguf"
+"$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type f32 --layers 2 --embd 64 --heads 4 --head-dim 16 \
+    --ff 64 --ff-exp 32 --experts 4 --experts-used 2 --seed 3 --readable >/dev/null || bad "mkmodel"
+
+# ---- the requests and their references from `moontail run`
+N=12
+# an API completion's sampler: no top-k, top-p or min-p, penalties over the whole text
+SAMPLED=(--temp 0.9 --top-k 0 --top-p 1 --min-p 0 --repeat-last-n -1)
+: >"$tmp/in.jsonl"
+for i in $(seq 1 40); do
+    if [ "$i" -le 30 ]; then
+        P="Story number $i:"
+        I=$i P=$P N=$N node -e 'process.stdout.write(JSON.stringify({custom_id: "req-" + process.env.I,
+            method: "POST", url: "/v1/completions", body: {model: "tiny", prompt: process.env.P,
+            max_tokens: +process.env.N, temperature: 0.9, seed: +process.env.I}}) + "\n")' >>"$tmp/in.jsonl"
+        $T "$BIN" run -m "$M" -p "$P" -n $N "${SAMPLED[@]}" --seed "$i" --json >"$tmp/ref$i.json" 2>/dev/null ||
+            bad "reference run $i"
+    elif [ "$i" -le 39 ]; then
+        U="Name colour $i."
+        I=$i U=$U node -e 'process.stdout.write(JSON.stringify({custom_id: "req-" + process.env.I,
+            method: "POST", url: "/v1/chat/completions", body: {model: "tiny", max_tokens: 8,
+            temperature: 0, messages: [{role: "user", content: process.env.U}]}}) + "\n")' >>"$tmp/in.jsonl"
+        CHATML=$(printf '<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant' "$U")$'\n'
+        $T "$BIN" run -m "$M" -p "$CHATML" -n 8 --temp 0 --json >"$tmp/ref$i.json" 2>/dev/null ||
+            bad "chat reference run $i"
+    else
+        echo '{"custom_id": "req-40", "method": "POST", "url": "/v1/completions", "body": {"model": "gpt-4o", "prompt": "x"}}' >>"$tmp/in.jsonl"
+    fi
+done
+
+# FILE: the results (JSONL) are right: 40 custom_ids once each in the input's order, texts and
+# usage equal to run's, the bad body a 400 naming 'model'
+check_results() {
+    REFDIR=$tmp node -e '
+        const fs = require("fs"), dir = process.env.REFDIR;
+        const lines = fs.readFileSync(process.argv[1], "utf8").split("\n");
+        if (lines.pop() !== "") throw new Error("the last line has no newline");
+        if (lines.length !== 40) throw new Error(lines.length + " lines, wanted 40");
+        lines.forEach((l, k) => {
+            const o = JSON.parse(l), i = k + 1;
+            if (o.custom_id !== "req-" + i) throw new Error("line " + i + " is " + o.custom_id);
+            if (!/^batch_req_/.test(o.id) || o.error !== null || !/^req_/.test(o.response.request_id))
+                throw new Error("line " + i + ": not in OpenAI shape: " + l);
+            const b = o.response.body;
+            if (i === 40) {
+                if (o.response.status_code !== 400 || b.error.param !== "model")
+                    throw new Error("the bad body: " + l);
+                return;
+            }
+            const ref = JSON.parse(fs.readFileSync(dir + "/ref" + i + ".json", "utf8"));
+            const text = i <= 30 ? b.choices[0].text : b.choices[0].message.content;
+            if (o.response.status_code !== 200 || text !== ref.text ||
+                b.usage.prompt_tokens !== ref.prompt_tokens.length || b.usage.completion_tokens !== ref.tokens.length)
+                throw new Error("line " + i + ": " + JSON.stringify(text) + " (" + b.usage.prompt_tokens +
+                    " + " + b.usage.completion_tokens + " tokens), run gave " + JSON.stringify(ref.text) +
+                    " (" + ref.prompt_tokens.length + " + " + ref.tokens.length + ")");
+        });' "$1"
+}
+
+# ---- kill -9 half-way, run again
+B=("$BIN" batch --model "$M" -i "$tmp/in.jsonl" -o "$tmp/out.jsonl" --state "$tmp/st" --parallel 4 -t 1)
+MOONTAIL_TEST_BATCH_PAUSE_AFTER=20 "${B[@]}" >"$tmp/b1.out" 2>"$tmp/b1.err" &
+BPID=$!
+pids+=("$BPID")
+if wait_stopped "$BPID" 60; then
+    kill -9 "$BPID"
+    wait "$BPID" 2>/dev/null
+    [ "$(wc -l <"$tmp/st/output.jsonl")" -eq 20 ] && ok ||
+        bad "wanted 20 results written at the pause: $(wc -l <"$tmp/st/output.jsonl")"
+    [ "$(stat -c %a "$tmp/st")" = 700 ] && ok || bad "the state directory is not 0700"
+    [ ! -e "$tmp/out.jsonl" ] && ok || bad "the output was written before the end"
+    # what the first run wrote: custom_id -> id
+    node -e 'const m = {}; for (const l of require("fs").readFileSync(0, "utf8").trim().split("\n")) {
+        const o = JSON.parse(l); m[o.custom_id] = o.id } console.log(JSON.stringify(m))' \
+        <"$tmp/st/output.jsonl" >"$tmp/first.json"
+    # a repeated line and a line cut mid-write, as a crash could leave them
+    head -n 1 "$tmp/st/output.jsonl" >>"$tmp/st/output.jsonl"
+    head -c 60 "$tmp/st/output.jsonl" >>"$tmp/st/output.jsonl"
+else
+    bad "batch did not stop itself after 20 results: $(cat "$tmp/b1.err")"
+fi
+$T "${B[@]}" >"$tmp/b2.out" 2>"$tmp/b2.err" && ok || bad "the resumed batch failed: $(cat "$tmp/b2.err")"
+check_results "$tmp/out.jsonl" && ok || bad "the resumed batch's results"
+grep -q "40/40 done, 1 failed" "$tmp/b2.err" && ok || bad "no final progress line: $(cat "$tmp/b2.err")"
+node -e 'const fs = require("fs"), first = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+    let kept = 0;
+    for (const l of fs.readFileSync(process.argv[2], "utf8").trim().split("\n")) {
+        const o = JSON.parse(l); if (first[o.custom_id] === o.id) kept++ }
+    process.exit(kept === 20 && Object.keys(first).length === 20 ? 0 : 1)' "$tmp/first.json" "$tmp/out.jsonl" &&
+    ok || bad "the 20 results from before the kill were not kept as they were"
+# the state's own output (the order results finished in): whole lines, each custom_id once
+node -e 'const ls = require("fs").readFileSync(0, "utf8").split("\n"); ls.pop();
+    const ids = new Set(ls.map(l => JSON.parse(l).custom_id));
+    process.exit(ls.length === 40 && ids.size === 40 ? 0 : 1)' <"$tmp/st/output.jsonl" && ok ||
+    bad "the state's output.jsonl after the resume: $(head -c 300 "$tmp/st/output.jsonl")"
+[ -d "$tmp/st" ] && ok || bad "an explicit --state directory was removed"
+
+# without --state: the default state directory goes once all is done
+$T "$BIN" batch --model "$M" -i "$tmp/in.jsonl" -o "$tmp/out2.jsonl" -t 1 --quiet 2>"$tmp/b3.err" &&
+    check_results "$tmp/out2.jsonl" && [ ! -e "$tmp/out2.jsonl.state" ] && ok ||
+    bad "a batch in one go: $(cat "$tmp/b3.err")"
+
+# ---- refusals
+printf '%s\n' "$(head -n 2 "$tmp/in.jsonl")" '{"custom_id": "x", "method": "POST",' >"$tmp/notjson.jsonl"
+expect 1 "notjson.jsonl line 3: not JSON" "$BIN" batch --model "$M" -i "$tmp/notjson.jsonl" -o "$tmp/x.jsonl"
+[ ! -e "$tmp/x.jsonl.state" ] && ok || bad "a refused file left a state directory"
+printf '%s\n' "$(head -n 3 "$tmp/in.jsonl")" "$(sed -n 2p "$tmp/in.jsonl")" >"$tmp/dup.jsonl"
+expect 1 "dup.jsonl lines 2 and 4: the custom_id 'req-2' is used twice" \
+    "$BIN" batch --model "$M" -i "$tmp/dup.jsonl" -o "$tmp/x.jsonl"
+head -n 1 "$tmp/in.jsonl" | sed 's|/v1/completions|/v1/embeddings|' >"$tmp/url.jsonl"
+expect 1 "url.jsonl line 1: 'url' must be" "$BIN" batch --model "$M" -i "$tmp/url.jsonl" -o "$tmp/x.jsonl"
+head -n 5 "$tmp/in.jsonl" >"$tmp/other.jsonl"
+expect 1 "holds the state of another input" \
+    "$BIN" batch --model "$M" -i "$tmp/other.jsonl" -o "$tmp/x.jsonl" --state "$tmp/st"
+mkdir -m 755 "$tmp/open"
+expect 1 "others may read this state directory" \
+    "$BIN" batch --model "$M" -i "$tmp/in.jsonl" -o "$tmp/x.jsonl" --state "$tmp/open"
+expect 2 "give the requests (-i FILE)" "$BIN" batch --model "$M" -o "$tmp/x.jsonl"
+
+finish
