@@ -4,10 +4,12 @@
  *
  * Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions
  * (whole answers or server-sent events), GET /v1/usage (the caller's key),
- * GET /health. Clients authenticate with API keys (Authorization: Bearer);
- * each key has a token bucket of requests (the rate limit) and counts of the
- * requests and tokens it used. Bad requests get OpenAI-shaped 4xx errors
- * and never stop the server. */
+ * GET /health, and with a batch directory the Files and Batches endpoints
+ * (POST /v1/files, GET /v1/files/ID[/content], POST and GET /v1/batches,
+ * GET /v1/batches/ID, POST /v1/batches/ID/cancel). Clients authenticate with API keys
+ * (Authorization: Bearer); each key has a token bucket of requests (the rate limit) and counts of
+ * the requests and tokens it used. Bad requests get OpenAI-shaped 4xx errors and never stop the
+ * server. */
 #ifndef MOONTAIL_API_H
 #define MOONTAIL_API_H
 
@@ -49,6 +51,8 @@ typedef struct mt_api_config {
     bool quiet;             /* no log lines */
     bool no_http;           /* no HTTP server: batch work only (mt_api_batch_run) */
     int batch_parallel;     /* batch requests computed at once, in slots of their own (<= 0: 16) */
+    const char *batch_dir;  /* /v1/files and /v1/batches keep their state here (NULL: off) */
+    size_t max_file;        /* largest upload to /v1/files in bytes (0: 100 MiB) */
 } mt_api_config;
 
 typedef struct mt_api_server mt_api_server;

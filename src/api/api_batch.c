@@ -4,7 +4,6 @@
  * `moontail batch` and serve's /v1/batches; the requests themselves go through a submit
  * function (api_server.c's, the same checks and engine as /v1/chat/completions). */
 #include "api_batch.h"
-#include "api_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +36,7 @@ struct api_batch {
     int out_fd; /* output.jsonl, O_APPEND */
     int inflight;
     bool stopping;         /* a copy of *stop once it turned true */
+    const bool *stop;      /* api_batch_run's (may be NULL) */
     bool write_failed;     /* a result could not be written */
     char write_error[400]; /* why */
     api_batch_stats st;
@@ -112,8 +112,8 @@ static void fsync_dir(const char *dir) {
     }
 }
 
-/* Writes n bytes to dir/name through a temporary file, fsync'd and renamed over it. */
-static int write_atomic(const char *path, const char *p, size_t n, mt_error *err) {
+/* Writes n bytes to path through a temporary file, fsync'd and renamed over it. */
+int api_batch_write_atomic(const char *path, const char *p, size_t n, mt_error *err) {
     size_t tl = strlen(path) + 8;
     char *tmp = malloc(tl);
     if (!tmp) abort(); /* a path: too small to report */
@@ -346,7 +346,7 @@ static int load_results(api_batch *b, const char *path, mt_error *err) {
             memcpy(q, b->req[i].result, n);
             q += n;
         }
-    int rc = write_atomic(path, keep, kept_bytes, err);
+    int rc = api_batch_write_atomic(path, keep, kept_bytes, err);
     free(keep);
     return rc;
 }
@@ -405,7 +405,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
         }
         /* check first: a refused file leaves no state behind */
         if (parse_input(b, input, mine, mine_len, endpoint, err) || state_dir(dir, err)) goto fail;
-        if (write_atomic(in_copy, mine, mine_len, err)) goto fail;
+        if (api_batch_write_atomic(in_copy, mine, mine_len, err)) goto fail;
         unlink(out); /* the results of an earlier, unfinished start */
         char hex[65];
         hash_hex(mine, mine_len, hex);
@@ -417,7 +417,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
             mt_error_set(err, "out of memory");
             goto fail;
         }
-        if (write_atomic(state, state_text, strlen(state_text), err)) goto fail;
+        if (api_batch_write_atomic(state, state_text, strlen(state_text), err)) goto fail;
     }
     b->st.total = b->n;
     if (load_results(b, out, err)) goto fail;
@@ -462,7 +462,7 @@ void api_batch_close(api_batch *b) {
 
 /* ---- running ------------------------------------------------------------------------------ */
 
-static void random_id(char *out, size_t cap, const char *prefix) {
+void api_batch_random_id(char *out, size_t cap, const char *prefix) {
     static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     size_t n = (size_t)snprintf(out, cap, "%s", prefix);
     for (; n < cap - 1 && n < strlen(prefix) + 24; n++)
@@ -493,8 +493,8 @@ static void collect(void *ctx, int status, json_t *body) {
     batch_req *r = &b->req[c->i];
     free(c);
     char id[48], rid[48];
-    random_id(id, sizeof id, "batch_req_");
-    random_id(rid, sizeof rid, "req_");
+    api_batch_random_id(id, sizeof id, "batch_req_");
+    api_batch_random_id(rid, sizeof rid, "req_");
     json_int_t tokens =
         json_integer_value(json_object_get(json_object_get(body, "usage"), "completion_tokens"));
     json_t *line = json_pack("{s:s, s:s, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id",
@@ -512,7 +512,8 @@ static void collect(void *ctx, int status, json_t *body) {
     }
     pthread_mutex_lock(&b->mu);
     /* a request cut short because the work stops runs again next time */
-    bool keep = !(b->stopping && status == 503);
+    bool keep = !(status == 503 &&
+                  (b->stopping || (b->stop && __atomic_load_n(b->stop, __ATOMIC_RELAXED))));
     if (keep && !nl) {
         b->write_failed = true;
         snprintf(b->write_error, sizeof b->write_error, "out of memory for a result");
@@ -568,6 +569,7 @@ int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, in
     b->progress = progress;
     b->progress_ctx = progress_ctx;
     b->stopping = false;
+    b->stop = stop;
     for (int64_t i = 0; i < b->n; i++) {
         if (b->req[i].result) continue;
         for (;;) {
@@ -635,30 +637,7 @@ int64_t api_batch_write(api_batch *b, const char *path, api_batch_pick pick, mt_
         }
     }
     pthread_mutex_unlock(&b->mu);
-    int rc = write_atomic(path, all, bytes, err);
+    int rc = api_batch_write_atomic(path, all, bytes, err);
     free(all);
     return rc ? -1 : lines;
-}
-
-/* ---- `moontail batch` --------------------------------------------------------------------- */
-
-static void run_progress(void *ctx, const api_batch_stats *st) {
-    const mt_api_batch_config *c = ctx;
-    c->progress(c->ctx, (long long)st->done, (long long)st->total, (long long)st->failed,
-                (long long)st->completion_tokens, st->seconds);
-}
-
-int mt_api_batch_run(mt_api_server *s, const mt_api_batch_config *c, mt_error *err) {
-    api_batch *b = api_batch_open(c->state_dir, c->input, NULL, 0, err);
-    if (!b) return -1;
-    if (c->progress) {
-        api_batch_stats st = api_batch_get_stats(b);
-        c->progress(c->ctx, (long long)st.done, (long long)st.total, (long long)st.failed, 0, 0);
-    }
-    int rc = api_batch_run(b, api_server_submit_batch, s,
-                           c->parallel > 0 ? c->parallel : api_server_batch_parallel(s), c->stop,
-                           c->progress ? run_progress : NULL, (void *)c, err);
-    if (rc == 0 && api_batch_write(b, c->output, API_BATCH_ALL, err) < 0) rc = -1;
-    api_batch_close(b);
-    return rc;
 }

@@ -81,4 +81,10 @@ typedef enum api_batch_pick { API_BATCH_ALL, API_BATCH_OK, API_BATCH_FAILED } ap
  * it, fsync'd; mode 0600). Returns the lines written, or -1 with err filled. */
 int64_t api_batch_write(api_batch *b, const char *path, api_batch_pick pick, mt_error *err);
 
+/* Writes n bytes to path through a temporary file, fsync'd and renamed over it (mode 0600).
+ * Returns 0, or -1 with err filled. */
+int api_batch_write_atomic(const char *path, const char *p, size_t n, mt_error *err);
+/* prefix followed by 24 random letters and digits (142 bits), NUL-terminated in cap bytes. */
+void api_batch_random_id(char *out, size_t cap, const char *prefix);
+
 #endif

@@ -9,7 +9,8 @@
  * no HTTP thread waits for the model. */
 #include "moontail/api.h"
 #include "api_engine.h"
-#include "api_internal.h"
+#include "api_batches.h"
+#include "api_batch.h"
 #include "api_keys.h"
 #include "api_openai.h"
 #include "moontail/chat_format.h"
@@ -32,6 +33,8 @@ struct mt_api_server {
     api_engine *engine;       /* interactive requests */
     api_engine *batch_engine; /* batch requests: slots of their own, behind the interactive */
     int batch_parallel;       /* its slots */
+    api_batches *batches;     /* /v1/files and /v1/batches, or NULL (no --batch-dir) */
+    size_t max_body;          /* bodies of requests other than uploads */
     mt_vocab *vocab;          /* tokenizing on the HTTP threads (thread-safe) */
     api_keys keys;
     mt_http_server *http;
@@ -252,8 +255,12 @@ cleanup:
 
 /* ---- batch work --------------------------------------------------------------------------- */
 
-int api_server_submit_batch(void *server, api_kind kind, const char *body, size_t len,
-                            api_reply_collect_fn collect, void *ctx) {
+/* One batch request (an api_batch_submit_fn): the body is checked as a POST of its kind
+ * would be; a refused one is answered at once through collect (its 4xx and error body).
+ * Returns 0 (collect is or will be called once), or -1 when the batch slots have no room or
+ * stop. */
+static int submit_batch(void *server, api_kind kind, const char *body, size_t len,
+                        api_reply_collect_fn collect, void *ctx) {
     mt_api_server *s = server;
     api_request rq;
     api_gen_params p = {0};
@@ -287,8 +294,24 @@ fail:
     return 0;
 }
 
-int api_server_batch_parallel(const mt_api_server *s) {
-    return s->batch_parallel;
+static void run_progress(void *ctx, const api_batch_stats *st) {
+    const mt_api_batch_config *c = ctx;
+    c->progress(c->ctx, (long long)st->done, (long long)st->total, (long long)st->failed,
+                (long long)st->completion_tokens, st->seconds);
+}
+
+int mt_api_batch_run(mt_api_server *s, const mt_api_batch_config *c, mt_error *err) {
+    api_batch *b = api_batch_open(c->state_dir, c->input, NULL, 0, err);
+    if (!b) return -1;
+    if (c->progress) {
+        api_batch_stats st = api_batch_get_stats(b);
+        c->progress(c->ctx, (long long)st.done, (long long)st.total, (long long)st.failed, 0, 0);
+    }
+    int rc = api_batch_run(b, submit_batch, s, c->parallel > 0 ? c->parallel : s->batch_parallel,
+                           c->stop, c->progress ? run_progress : NULL, (void *)c, err);
+    if (rc == 0 && api_batch_write(b, c->output, API_BATCH_ALL, err) < 0) rc = -1;
+    api_batch_close(b);
+    return rc;
 }
 
 /* ---- the other endpoints ------------------------------------------------------------------ */
@@ -329,6 +352,14 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
     const bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
     const bool post = strcmp(m, "POST") == 0;
     const char *allow = NULL;
+    /* the HTTP server takes bodies as large as an upload; the others have their own limit */
+    if (req->body_len > s->max_body && !(post && strcmp(path, "/v1/files") == 0)) {
+        api_error e;
+        api_fail(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                 "The request body has %zu bytes, more than the %zu this server takes",
+                 req->body_len, s->max_body);
+        return api_error_respond(&e, 0, resp);
+    }
     if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0) {
         if (post) {
             generate(s, path[4] == 'c' && path[5] == 'h' ? API_CHAT : API_COMPLETIONS, req, resp);
@@ -350,6 +381,17 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
             return;
         }
         allow = "GET";
+    } else if (api_batches_path(path)) {
+        if (!s->batches) {
+            api_error e;
+            api_fail(&e, 404, "invalid_request_error", NULL, "unknown_url",
+                     "Batches are off on this server: its operator starts it with --batch-dir"
+                     " DIR to take files and batches (see docs/api.md, \"Batches\")");
+            return api_error_respond(&e, 0, resp);
+        }
+        api_key *key = authenticate(s, req, resp);
+        if (key) api_batches_handle(s->batches, key->name, req, resp);
+        return;
     }
     api_error e;
     if (allow) {
@@ -499,9 +541,18 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
               api_engine_start_at(s->backend, s->vocab, parallel, batch_parallel, 0, err)))
         goto fail;
     if (c->no_http) return s;
+    s->max_body = c->max_body ? c->max_body : 1 << 20;
+    size_t max_body = s->max_body;
+    if (c->batch_dir) {
+        const size_t max_file = c->max_file ? c->max_file : (size_t)100 << 20;
+        if (!(s->batches = api_batches_start(c->batch_dir, (int64_t)max_file, submit_batch, s,
+                                             batch_parallel, &s->log, err)))
+            goto fail;
+        if (max_body < max_file + (64 << 10)) max_body = max_file + (64 << 10); /* + the form */
+    }
     mt_http_server_config hc = {.addr = c->listen ? c->listen : "127.0.0.1:8080",
                                 .threads = 4,
-                                .max_body = c->max_body ? c->max_body : 1 << 20,
+                                .max_body = max_body,
                                 .handler = handle,
                                 .ctx = s,
                                 .error_body = api_error_body,
@@ -526,7 +577,9 @@ const char *mt_api_server_url(const mt_api_server *s) {
 void mt_api_server_stop(mt_api_server *s) {
     if (!s) return;
     mt_http_server_stop(s->http);     /* no new requests; open streams are cut */
+    api_batches_stopping(s->batches); /* what the batch slots cut now runs again at restart */
     api_engine_stop(s->batch_engine); /* running requests end at their next token */
+    api_batches_stop(s->batches);
     api_engine_stop(s->engine);
     mt_chat_template_free(s->tmpl);
     mt_vocab_free(s->vocab);
