@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_batch.sh - batch work (docs/api.md, "Batches"): `moontail batch` on a synthetic model,
-# killed with kill -9 half-way and run again. Checks:
+# killed with kill -9 half-way and run again, and the batch endpoints of `moontail serve`
+# driven by the official OpenAI npm client (tests/api/batch_client.mjs). Checks:
 #   - 40 requests (30 sampled completions with their own seeds, 9 greedy chats, one body
 #     naming another model): after kill -9 at the 20th result (the process stops itself
 #     there, MOONTAIL_TEST_BATCH_PAUSE_AFTER) and a cut last line appended to the state's
@@ -11,10 +12,20 @@
 #     the ChatML text), usage counts equal run's; the bad body is a 400 result naming
 #     'model';
 #   - refusals naming the line: not JSON, a duplicate custom_id, another url; a state
-#     directory of another input; a state directory others can read.
+#     directory of another input; a state directory others can read;
+#   - serve (--batch-dir): files.create (the client's multipart upload), files.retrieve,
+#     batches.create of the 30 completions and the bad body; serve stops itself at the 10th
+#     result and is killed with kill -9, started again on the same directory: the batch
+#     resumes, batches.retrieve until completed, files.content of its output and error files
+#     give each custom_id once with run's texts; batches.list holds it; unknown ids, another
+#     key's batch -> 404, a bad purpose or endpoint -> 400, a file whose lines use another url
+#     -> a failed batch naming the line, a cancel (cancelled, or completed first); forms the
+#     strict reader refuses (a preamble, an unknown part header) -> 400, an upload over
+#     --max-file-mb -> 413, no key -> 401.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 120"
+SRC=${MT_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$tmp"
 
 M="$tmp/tiny.gguf"
@@ -47,16 +58,16 @@ for i in $(seq 1 40); do
     fi
 done
 
-# FILE: the results (JSONL) are right: 40 custom_ids once each in the input's order, texts and
-# usage equal to run's, the bad body a 400 naming 'model'
+# FILE [NUMBERS]: the results (JSONL) are right: the custom_ids req-N of NUMBERS (default 1 to
+# 40) once each in that order, texts and usage equal to run's, the bad body a 400 naming 'model'
 check_results() {
-    REFDIR=$tmp node -e '
-        const fs = require("fs"), dir = process.env.REFDIR;
+    REFDIR=$tmp IDS=${2:-$(seq -s ' ' 1 40)} node -e '
+        const fs = require("fs"), dir = process.env.REFDIR, ids = process.env.IDS.split(" ").map(Number);
         const lines = fs.readFileSync(process.argv[1], "utf8").split("\n");
         if (lines.pop() !== "") throw new Error("the last line has no newline");
-        if (lines.length !== 40) throw new Error(lines.length + " lines, wanted 40");
+        if (lines.length !== ids.length) throw new Error(lines.length + " lines, wanted " + ids.length);
         lines.forEach((l, k) => {
-            const o = JSON.parse(l), i = k + 1;
+            const o = JSON.parse(l), i = ids[k];
             if (o.custom_id !== "req-" + i) throw new Error("line " + i + " is " + o.custom_id);
             if (!/^batch_req_/.test(o.id) || o.error !== null || !/^req_/.test(o.response.request_id))
                 throw new Error("line " + i + ": not in OpenAI shape: " + l);
@@ -135,5 +146,65 @@ mkdir -m 755 "$tmp/open"
 expect 1 "others may read this state directory" \
     "$BIN" batch --model "$M" -i "$tmp/in.jsonl" -o "$tmp/x.jsonl" --state "$tmp/open"
 expect 2 "give the requests (-i FILE)" "$BIN" batch --model "$M" -o "$tmp/x.jsonl"
+
+# ---- serve's Files and Batches endpoints, with the official client; serve killed half-way
+if [ ! -f "$SRC/tests/api/node_modules/openai/package.json" ]; then
+    echo "test_batch: the openai client is not installed; './dev test' installs it" \
+        "(npm ci in tests/api)" >&2
+    exit 1
+fi
+KEY=sk-moontail-test-alice-4f1c0a OTHER=sk-moontail-test-bob-77e0d1
+printf '%s alice\n%s bob\n' "$KEY" "$OTHER" >"$tmp/keys"
+# the completions and the bad body: a batch has one endpoint
+SERVE_IDS="$(seq -s ' ' 1 30) 40"
+for i in $SERVE_IDS; do sed -n "${i}p" "$tmp/in.jsonl"; done >"$tmp/in_serve.jsonl"
+S=("$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --model-name tiny -t 1
+    --batch-dir "$tmp/bd" --batch-parallel 4 --max-file-mb 1)
+client() { # STEP [VAR=VALUE...]: batch_client.mjs on $URL; counts its PASS/FAIL lines
+    local step=$1 line
+    shift
+    env MT_STEP="$step" MT_URL="$URL" MT_KEY="$KEY" MT_OTHER_KEY="$OTHER" MT_IN="$tmp/in_serve.jsonl" \
+        MT_ENDPOINT=/v1/completions "$@" $T node "$SRC/tests/api/batch_client.mjs" >"$tmp/client_$step.out" 2>&1
+    local rc=$?
+    while IFS= read -r line; do
+        case "$line" in
+        PASS*) ok ;;
+        FAIL*) bad "client $step: ${line#FAIL }" ;;
+        BATCH*) BATCH=${line#BATCH } ;;
+        esac
+    done <"$tmp/client_$step.out"
+    [ $rc -eq 0 ] || grep -q '^FAIL' "$tmp/client_$step.out" || bad "client $step: $(tail -5 "$tmp/client_$step.out")"
+}
+MOONTAIL_TEST_BATCH_PAUSE_AFTER=10 start_bg s1 "${S[@]}"
+URL=$ADDR S1=$PID
+BATCH=""
+[ -n "$URL" ] && client create
+if [ -n "$BATCH" ] && wait_stopped "$S1" 60; then
+    kill -9 "$S1"
+    wait "$S1" 2>/dev/null
+    [ "$(wc -l <"$tmp/bd/batches/$BATCH/output.jsonl")" -eq 10 ] && ok ||
+        bad "wanted 10 results on disk at the pause: $(wc -l <"$tmp/bd/batches/$BATCH/output.jsonl")"
+    [ "$(stat -c %a "$tmp/bd")" = 700 ] && ok || bad "the batch directory is not 0700"
+    start_bg s2 "${S[@]}"
+    URL=$ADDR
+    client finish MT_BATCH="$BATCH" MT_OUT="$tmp/out_serve.jsonl"
+    check_results "$tmp/out_serve.jsonl" "$SERVE_IDS" && ok || bad "serve's batch results"
+    client misc MT_BATCH="$BATCH"
+    # at the HTTP level: forms the strict reader refuses, an upload over --max-file-mb
+    up() { curl -s -o "$tmp/body" -w '%{http_code}' -H "Authorization: Bearer $KEY" "$@" "$URL/v1/files"; }
+    [ "$(up -H 'Content-Type: multipart/form-data; boundary=XyZ' \
+        --data-binary $'preamble\r\n--XyZ\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--XyZ--\r\n')" = 400 ] &&
+        grep -q "does not begin with the boundary" "$tmp/body" && ok || bad "a preamble: $(cat "$tmp/body")"
+    [ "$(up -H 'Content-Type: multipart/form-data; boundary=XyZ' \
+        --data-binary $'--XyZ\r\nContent-Disposition: form-data; name="purpose"\r\nX-Other: 1\r\n\r\nbatch\r\n--XyZ--\r\n')" = 400 ] &&
+        grep -q "header 'X-Other' is not allowed" "$tmp/body" && ok || bad "an unknown part header: $(cat "$tmp/body")"
+    head -c $((1024 * 1024 + 1)) /dev/zero | tr '\0' 'a' >"$tmp/big.jsonl"
+    [ "$(up -F purpose=batch -F file=@"$tmp/big.jsonl")" = 413 ] && grep -q "max-file-mb" "$tmp/body" &&
+        ok || bad "an upload over --max-file-mb: $(cat "$tmp/body")"
+    [ "$(curl -s -o "$tmp/body" -w '%{http_code}' "$URL/v1/batches")" = 401 ] && ok ||
+        bad "batches without a key: $(cat "$tmp/body")"
+else
+    bad "serve did not stop itself after 10 batch results: $(cat "$tmp/s1.err")"
+fi
 
 finish
