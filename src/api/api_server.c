@@ -536,7 +536,9 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     int parallel = c->parallel > 0 ? c->parallel : 4, queue = c->queue >= 0 ? c->queue : 16;
     if (!(s->engine = api_engine_start(s->backend, s->vocab, parallel, queue, err))) goto fail;
     const int batch_parallel = s->batch_parallel = c->batch_parallel > 0 ? c->batch_parallel : 16;
-    /* no queue: the batch runner keeps at most batch_parallel requests in flight */
+    /* behind the interactive slots (local model: they compute only when no interactive request
+     * waits); no queue: the batch runner keeps at most batch_parallel requests in flight */
+    s->backend->background_slots_from = parallel;
     if (!(s->batch_engine =
               api_engine_start_at(s->backend, s->vocab, parallel, batch_parallel, 0, err)))
         goto fail;
