@@ -11,6 +11,8 @@
 #   - each result's text is `moontail run`'s with the same seed and sampling (chat: run on
 #     the ChatML text), usage counts equal run's; the bad body is a 400 result naming
 #     'model';
+#   - through a cell (a registry and 2 nodes): `moontail batch --registry` of 10 of them,
+#     killed at its 4th result and run again: run's texts, each custom_id once;
 #   - refusals naming the line: not JSON, a duplicate custom_id, another url; a state
 #     directory of another input; a state directory others can read;
 #   - serve (--batch-dir): files.create (the client's multipart upload), files.retrieve,
@@ -146,6 +148,37 @@ mkdir -m 755 "$tmp/open"
 expect 1 "others may read this state directory" \
     "$BIN" batch --model "$M" -i "$tmp/in.jsonl" -o "$tmp/x.jsonl" --state "$tmp/open"
 expect 2 "give the requests (-i FILE)" "$BIN" batch --model "$M" -o "$tmp/x.jsonl"
+
+# ---- through a cell: a registry and two nodes (one replica), killed at the 4th result
+start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
+    --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 --listen 127.0.0.1:0 --quiet
+REG=$ADDR
+"$BIN" account new batch --registry "$REG" -o "$tmp/api.token" >/dev/null 2>&1 || bad "account"
+cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))
+for k in 1 2; do
+    start_bg "n$k" "$BIN" node --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/n$k.key" \
+        --data "$tmp/d$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
+done
+for _ in $(seq 1 150); do
+    "$BIN" status --registry "$REG" --json 2>/dev/null | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
+    sleep 0.2
+done
+CELL_IDS="1 2 3 4 5 6 7 8 31 32"
+for i in $CELL_IDS; do sed -n "${i}p" "$tmp/in.jsonl"; done >"$tmp/in_cell.jsonl"
+C=("$BIN" batch --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/req.key" --cache "$tmp/cache"
+    --model-name tiny -i "$tmp/in_cell.jsonl" -o "$tmp/out_cell.jsonl" --state "$tmp/st_cell" --parallel 3 -t 1)
+MOONTAIL_TEST_BATCH_PAUSE_AFTER=4 "${C[@]}" >"$tmp/c1.out" 2>"$tmp/c1.err" &
+CPID=$!
+pids+=("$CPID")
+if wait_stopped "$CPID" 90; then
+    kill -9 "$CPID"
+    wait "$CPID" 2>/dev/null
+    [ "$(wc -l <"$tmp/st_cell/output.jsonl")" -eq 4 ] && ok || bad "wanted 4 results at the pause through the cell"
+else
+    bad "batch --registry did not stop itself after 4 results: $(cat "$tmp/c1.err")"
+fi
+$T "${C[@]}" >"$tmp/c2.out" 2>"$tmp/c2.err" && check_results "$tmp/out_cell.jsonl" "$CELL_IDS" && ok ||
+    bad "batch --registry, resumed: $(cat "$tmp/c2.err")"
 
 # ---- serve's Files and Batches endpoints, with the official client; serve killed half-way
 if [ ! -f "$SRC/tests/api/node_modules/openai/package.json" ]; then
