@@ -539,13 +539,14 @@ static void finish(api_batches *m, batch_entry *e, const char *final_status) {
     mt_log_as(m->log, MT_LOG_INFO, "batch %s: %s", e->id, final_status);
 }
 
-/* The next batch with work (m->mu held), or NULL. */
+/* The next batch with work (m->mu held), or NULL: one to finish (cancelled or finalizing)
+ * first, so that a cancel of a waiting batch does not wait for the batches before it; then
+ * the oldest in progress. */
 static batch_entry *next_work(api_batches *m) {
-    for (int i = 0; i < m->n; i++) {
-        batch_entry *e = m->b[i];
-        if (is_status(e, "in_progress") || is_status(e, "cancelling") || is_status(e, "finalizing"))
-            return e;
-    }
+    for (int i = 0; i < m->n; i++)
+        if (is_status(m->b[i], "cancelling") || is_status(m->b[i], "finalizing")) return m->b[i];
+    for (int i = 0; i < m->n; i++)
+        if (is_status(m->b[i], "in_progress")) return m->b[i];
     return NULL;
 }
 
