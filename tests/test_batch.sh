@@ -2,6 +2,7 @@
 # test_batch.sh - batch work (docs/api.md, "Batches"): `moontail batch` on a synthetic model,
 # killed with kill -9 half-way and run again, and the batch endpoints of `moontail serve`
 # driven by the official OpenAI npm client (tests/api/batch_client.mjs). Checks:
+#   - SIGTERM: no more requests start, exit 1 saying how to resume; the same command resumes;
 #   - 40 requests (30 sampled completions with their own seeds, 9 greedy chats, one body
 #     naming another model): after kill -9 at the 20th result (the process stops itself
 #     there, MOONTAIL_TEST_BATCH_PAUSE_AFTER) and a cut last line appended to the state's
@@ -126,6 +127,25 @@ node -e 'const ls = require("fs").readFileSync(0, "utf8").split("\n"); ls.pop();
     process.exit(ls.length === 40 && ids.size === 40 ? 0 : 1)' <"$tmp/st/output.jsonl" && ok ||
     bad "the state's output.jsonl after the resume: $(head -c 300 "$tmp/st/output.jsonl")"
 [ -d "$tmp/st" ] && ok || bad "an explicit --state directory was removed"
+
+# SIGTERM: no more requests start, those in flight finish, exit 1; the same command resumes
+head -n 10 "$tmp/in.jsonl" >"$tmp/in10.jsonl"
+G=("$BIN" batch --model "$M" -i "$tmp/in10.jsonl" -o "$tmp/out10.jsonl" --state "$tmp/st10" --parallel 2 -t 1)
+MOONTAIL_TEST_BATCH_PAUSE_AFTER=3 "${G[@]}" >"$tmp/g1.out" 2>"$tmp/g1.err" &
+GPID=$!
+pids+=("$GPID")
+if wait_stopped "$GPID" 60; then
+    kill -TERM "$GPID" # pending while stopped: taken at once after SIGCONT
+    kill -CONT "$GPID"
+    wait "$GPID"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "stopped before the end; the same command again resumes" "$tmp/g1.err" &&
+        [ ! -e "$tmp/out10.jsonl" ] && ok || bad "SIGTERM: exit $rc, $(cat "$tmp/g1.err")"
+    $T "${G[@]}" 2>"$tmp/g2.err" && check_results "$tmp/out10.jsonl" "$(seq -s ' ' 1 10)" && ok ||
+        bad "resumed after SIGTERM: $(cat "$tmp/g2.err")"
+else
+    bad "batch did not stop itself after 3 results: $(cat "$tmp/g1.err")"
+fi
 
 # without --state: the default state directory goes once all is done
 $T "$BIN" batch --model "$M" -i "$tmp/in.jsonl" -o "$tmp/out2.jsonl" -t 1 --quiet 2>"$tmp/b3.err" &&
