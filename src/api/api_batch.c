@@ -24,6 +24,7 @@ typedef struct batch_req {
     char *body;   /* compact JSON */
     char *result; /* the output line (with its '\n'), or NULL; guarded by b->mu */
     bool ok;      /* result's status_code is 200 */
+    int tries;    /* submitted in this run (guarded by b->mu) */
 } batch_req;
 
 struct api_batch {
@@ -511,9 +512,11 @@ static void collect(void *ctx, int status, json_t *body) {
         free(text);
     }
     pthread_mutex_lock(&b->mu);
-    /* a request cut short because the work stops runs again next time */
-    bool keep = !(status == 503 &&
-                  (b->stopping || (b->stop && __atomic_load_n(b->stop, __ATOMIC_RELAXED))));
+    /* a request cut short because the work stops runs again next time; one the backend could
+     * not serve (503: no route for now) runs again in the next pass, up to API_BATCH_TRIES */
+    const bool stopping = b->stopping || (b->stop && __atomic_load_n(b->stop, __ATOMIC_RELAXED));
+    bool keep = !(status == 503 && (stopping || r->tries < API_BATCH_TRIES));
+    if (!keep && !stopping) b->st.retried++;
     if (keep && !nl) {
         b->write_failed = true;
         snprintf(b->write_error, sizeof b->write_error, "out of memory for a result");
@@ -564,31 +567,42 @@ int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, in
     if (parallel < 1) parallel = 1;
     pthread_mutex_lock(&b->mu);
     b->t0 = now_s();
-    b->st.run_done = b->st.completion_tokens = 0;
+    b->st.run_done = b->st.completion_tokens = b->st.retried = 0;
     b->st.seconds = 0;
     b->progress = progress;
     b->progress_ctx = progress_ctx;
     b->stopping = false;
     b->stop = stop;
-    for (int64_t i = 0; i < b->n; i++) {
-        if (b->req[i].result) continue;
-        for (;;) {
-            while (!should_stop(b, stop) && b->inflight >= parallel) wait_a_little(b);
-            if (should_stop(b, stop)) break;
-            batch_call *c = malloc(sizeof *c);
-            if (!c) abort(); /* two words: too small to report */
-            *c = (batch_call){b, i};
-            b->inflight++;
-            pthread_mutex_unlock(&b->mu);
-            int rc = submit(submit_ctx, b->req[i].kind, b->req[i].body, strlen(b->req[i].body),
-                            collect, c);
-            pthread_mutex_lock(&b->mu);
-            if (rc == 0) break;
-            free(c); /* no room after all: try again shortly */
-            b->inflight--;
-            wait_a_little(b);
+    for (int64_t i = 0; i < b->n; i++) b->req[i].tries = 0;
+    /* pass 2 and 3 run again what ended in 503 (a cell without a route for a while) */
+    for (int pass = 0; pass < API_BATCH_TRIES && !should_stop(b, stop); pass++) {
+        if (pass > 0) {
+            while (b->inflight > 0) wait_a_little(b);
+            if (b->st.done == b->n) break;
+            /* a pause before the next pass: 2 s, then 4 s (the stop flag still polled) */
+            for (int k = 0; k < 10 * pass && !should_stop(b, stop); k++) wait_a_little(b);
         }
-        if (should_stop(b, stop)) break;
+        for (int64_t i = 0; i < b->n && !should_stop(b, stop); i++) {
+            if (b->req[i].result) continue;
+            for (;;) {
+                while (!should_stop(b, stop) && b->inflight >= parallel) wait_a_little(b);
+                if (should_stop(b, stop)) break;
+                batch_call *c = malloc(sizeof *c);
+                if (!c) abort(); /* two words: too small to report */
+                *c = (batch_call){b, i};
+                b->inflight++;
+                b->req[i].tries++;
+                pthread_mutex_unlock(&b->mu);
+                int rc = submit(submit_ctx, b->req[i].kind, b->req[i].body, strlen(b->req[i].body),
+                                collect, c);
+                pthread_mutex_lock(&b->mu);
+                if (rc == 0) break;
+                free(c); /* no room after all: try again shortly */
+                b->inflight--;
+                b->req[i].tries--;
+                wait_a_little(b);
+            }
+        }
     }
     while (b->inflight > 0) {
         should_stop(b, stop); /* what arrives after a stop request counts as stopped */

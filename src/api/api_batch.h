@@ -37,6 +37,7 @@
 
 #define API_BATCH_MAX_LINES     50000 /* requests per batch (OpenAI's limit) */
 #define API_BATCH_MAX_CUSTOM_ID 512   /* bytes of a custom_id */
+#define API_BATCH_TRIES         3     /* runs of a request answered 503 before that is its result */
 
 typedef struct api_batch api_batch;
 
@@ -45,6 +46,7 @@ typedef struct api_batch_stats {
     int64_t total, done, failed; /* requests; results present; results with status != 200 */
     int64_t run_done;            /* results of this run (api_batch_run) */
     int64_t completion_tokens;   /* of this run's results */
+    int64_t retried;             /* 503 answers of this run not kept: run again */
     double seconds;              /* since this run began */
 } api_batch_stats;
 
@@ -64,7 +66,9 @@ void api_batch_close(api_batch *b);
 
 /* Runs the requests that have no result yet, up to `parallel` at once, until all have one
  * or *stop turns true (then no more start; those in flight finish, and results of 503 that
- * arrive then are not kept: they run again next time). progress (may be NULL) is called after
+ * arrive then are not kept: they run again next time). A request answered 503 (the backend
+ * could not serve it for now) runs again in a second and third pass, 2 and 4 s after the
+ * passes before ended; the third 503 is its result. progress (may be NULL) is called after
  * each result, from a worker, under the batch's lock. Returns 0 when all requests have a
  * result, 1 when stopped first, -1 with err filled when a result could not be written. */
 int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, int parallel,
