@@ -332,23 +332,28 @@ static void create_batch(api_batches *m, const char *owner, const mt_http_reques
                *window = json_string_value(json_object_get(body, "completion_window"));
     json_t *metadata = json_object_get(body, "metadata");
     const char *bad = NULL, *why = NULL;
-    if (!fid)
-        bad = "input_file_id", why = "Missing required parameter: 'input_file_id' (a string)";
-    else if (!endpoint || (strcmp(endpoint, "/v1/chat/completions") != 0 &&
-                           strcmp(endpoint, "/v1/completions") != 0))
-        bad = "endpoint",
+    if (!fid) {
+        bad = "input_file_id";
+        why = "Missing required parameter: 'input_file_id' (a string)";
+    } else if (!endpoint || (strcmp(endpoint, "/v1/chat/completions") != 0 &&
+                             strcmp(endpoint, "/v1/completions") != 0)) {
+        bad = "endpoint";
         why = "Invalid 'endpoint': this server runs /v1/chat/completions or /v1/completions";
-    else if (!window || strcmp(window, "24h") != 0)
-        bad = "completion_window", why = "Invalid 'completion_window': it must be \"24h\"";
-    else if (metadata && !json_is_null(metadata) &&
-             (!json_is_object(metadata) || json_object_size(metadata) > 16))
-        bad = "metadata", why = "Invalid 'metadata': an object of at most 16 strings";
-    if (!bad && metadata && json_is_object(metadata))
-        json_object_foreach(metadata, k, v) if (!json_is_string(v) || strlen(k) > 64 ||
-                                                json_string_length(v) > 512) {
-            bad = "metadata", why = "Invalid 'metadata': keys of at most 64 bytes, values"
-                                    " strings of at most 512";
-            break;
+    } else if (!window || strcmp(window, "24h") != 0) {
+        bad = "completion_window";
+        why = "Invalid 'completion_window': it must be \"24h\"";
+    } else if (metadata && !json_is_null(metadata) &&
+               (!json_is_object(metadata) || json_object_size(metadata) > 16)) {
+        bad = "metadata";
+        why = "Invalid 'metadata': an object of at most 16 strings";
+    }
+    if (!bad && metadata && json_is_object(metadata)) json_object_foreach(metadata, k, v) {
+            if (!json_is_string(v) || strlen(k) > 64 || json_string_length(v) > 512) {
+                bad = "metadata";
+                why = "Invalid 'metadata': keys of at most 64 bytes, values strings of at most"
+                      " 512";
+                break;
+            }
         }
     if (bad) {
         respond_error(resp, 400, bad, NULL, why);
