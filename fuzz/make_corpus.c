@@ -8,8 +8,9 @@
  * (fuzz_proto, and sealed into frames for fuzz_frame), a client hello
  * (fuzz_frame), request bodies (fuzz_openai), texts (fuzz_tokenize) and
  * registry API requests (fuzz_registry), pause schedules (fuzz_schedule),
- * chat templates (fuzz_jinja) and the relay's hellos, whole, cut short and
- * malformed (fuzz_relay_hello).
+ * chat templates (fuzz_jinja), the relay's hellos, whole, cut short and
+ * malformed (fuzz_relay_hello), and multipart forms as the OpenAI and curl clients send
+ * them, and refused ones (fuzz_multipart).
  * Built with the fuzz build; run by `./dev fuzz-corpus`. The output is
  * deterministic; the seeds are committed. */
 #include "../src/control/relay_hello.h"
@@ -450,6 +451,52 @@ static void relay_hellos(void) {
     seed(t, "server", server, sizeof server);
 }
 
+/* ---- multipart forms (POST /v1/files) --------------------------------------------------------
+ */
+
+/* A seed of fuzz_multipart: the Content-Type value, '\n', the body. */
+static void form(const char *name, const char *ct, const char *body) {
+    size_t cn = strlen(ct), bn = strlen(body);
+    char *b = malloc(cn + 1 + bn);
+    memcpy(b, ct, cn);
+    b[cn] = '\n';
+    memcpy(b + cn + 1, body, bn);
+    seed("fuzz_multipart", name, b, cn + 1 + bn);
+    free(b);
+}
+
+static void forms(void) {
+    /* as the openai npm client (undici's FormData) sends a batch file */
+    form("openai-node", "multipart/form-data; boundary=----formdata-undici-0123456789",
+         "------formdata-undici-0123456789\r\n"
+         "Content-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+         "------formdata-undici-0123456789\r\n"
+         "Content-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
+         "Content-Type: application/octet-stream\r\n\r\n"
+         "{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/completions\","
+         " \"body\": {\"model\": \"tiny\", \"prompt\": \"Hi\"}}\n\r\n"
+         "------formdata-undici-0123456789--\r\n");
+    /* as curl -F sends it, and a quoted boundary with a space */
+    form("curl", "multipart/form-data; boundary=------------------------d74496d66958873e",
+         "--------------------------d74496d66958873e\r\n"
+         "Content-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\n"
+         "Content-Type: application/octet-stream\r\n\r\n{}\n\r\n"
+         "--------------------------d74496d66958873e\r\n"
+         "Content-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+         "--------------------------d74496d66958873e--");
+    form("quoted-boundary", "Multipart/Form-Data;boundary=\"a b'()+_,-./:=?\"",
+         "--a b'()+_,-./:=?\r\ncontent-disposition: form-data ; name=\"x\"\r\n\r\n"
+         "\r\n--a b'()+_,-./:=?--");
+    /* refusals: a preamble, an unknown header, a data part that never ends */
+    form("preamble", "multipart/form-data; boundary=XyZ",
+         "hello\r\n--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--XyZ--");
+    form("unknown-header", "multipart/form-data; boundary=XyZ",
+         "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\nX-More: 1\r\n\r\n1\r\n"
+         "--XyZ--");
+    form("unterminated", "multipart/form-data; boundary=XyZ",
+         "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1234");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_corpus OUT_DIR (fuzz/corpus)\n");
@@ -466,5 +513,6 @@ int main(int argc, char **argv) {
     schedules();
     jinja_templates();
     relay_hellos();
+    forms();
     return 0;
 }

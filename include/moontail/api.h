@@ -4,10 +4,12 @@
  *
  * Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions
  * (whole answers or server-sent events), GET /v1/usage (the caller's key),
- * GET /health. Clients authenticate with API keys (Authorization: Bearer);
- * each key has a token bucket of requests (the rate limit) and counts of the
- * requests and tokens it used. Bad requests get OpenAI-shaped 4xx errors
- * and never stop the server. */
+ * GET /health, and with a batch directory the Files and Batches endpoints
+ * (POST /v1/files, GET /v1/files/ID[/content], POST and GET /v1/batches,
+ * GET /v1/batches/ID, POST /v1/batches/ID/cancel). Clients authenticate with API keys
+ * (Authorization: Bearer); each key has a token bucket of requests (the rate limit) and counts of
+ * the requests and tokens it used. Bad requests get OpenAI-shaped 4xx errors and never stop the
+ * server. */
 #ifndef MOONTAIL_API_H
 #define MOONTAIL_API_H
 
@@ -47,6 +49,10 @@ typedef struct mt_api_config {
     size_t max_body;        /* request body limit in bytes (0: 1 MiB) */
     mt_http_limits limits;  /* connections, deadlines, requests in flight (0: http.h's) */
     bool quiet;             /* no log lines */
+    bool no_http;           /* no HTTP server: batch work only (mt_api_batch_run) */
+    int batch_parallel;     /* batch requests computed at once, in slots of their own (<= 0: 16) */
+    const char *batch_dir;  /* /v1/files and /v1/batches keep their state here (NULL: off) */
+    size_t max_file;        /* largest upload to /v1/files in bytes (0: 100 MiB) */
 } mt_api_config;
 
 typedef struct mt_api_server mt_api_server;
@@ -56,6 +62,27 @@ typedef struct mt_api_server mt_api_server;
 mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err);
 /* "http://host:port" as bound. */
 const char *mt_api_server_url(const mt_api_server *s);
+/* `moontail batch`: a JSONL file of requests in OpenAI's batch format, run on this server's
+ * model through slots of their own (docs/api.md, "Batches"). */
+typedef struct mt_api_batch_config {
+    const char *input;     /* the requests (JSONL) */
+    const char *output;    /* the results, in the input's order, written when all are done */
+    const char *state_dir; /* input copy, results as they finish, state (resumable) */
+    int parallel;          /* requests in flight (<= 0: the server's batch_parallel) */
+    const bool *stop;      /* turns true: start no more (optional) */
+    /* after each result, under a lock (optional): done of total, failed, this run's
+     * completion tokens and seconds */
+    void (*progress)(void *ctx, long long done, long long total, long long failed, long long tokens,
+                     double seconds);
+    void *ctx;
+} mt_api_batch_config;
+
+/* Runs the batch: checks the input (refused whole, naming the line, when a line is not a
+ * request), skips the custom_ids whose results the state directory already holds, runs the
+ * rest and writes the output. Returns 0 when all requests have a result (some may be
+ * errors), 1 when stopped first (run again to resume), -1 with err filled. */
+int mt_api_batch_run(mt_api_server *s, const mt_api_batch_config *c, mt_error *err);
+
 /* Stops listening, ends the requests in flight, frees everything. */
 void mt_api_server_stop(mt_api_server *s);
 

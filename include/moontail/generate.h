@@ -48,6 +48,9 @@ struct mt_gen_backend {
     int32_t n_vocab;        /* logits per token */
     int32_t max_ctx;        /* most positions one sequence may use */
     bool retry_may_succeed; /* a failure may pass on a retry (nodes lost): the API's 503 */
+    /* > 0: slots opened with an index from this one on are background slots (serve's batch
+     * work); the local backend runs their evaluations only when no other slot waits. 0: none */
+    int background_slots_from;
     void *(*slot_open)(mt_gen_backend *b, int index, mt_error *err);
     void (*slot_close)(mt_gen_backend *b, void *slot);
     /* a new sequence of up to n_ctx positions */

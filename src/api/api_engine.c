@@ -18,6 +18,7 @@ struct api_engine {
     mt_gen_backend *b;
     const mt_vocab *vocab; /* the backend model's tokenizer (borrowed) */
     int n_slots, cap;      /* workers; requests that may wait while every worker is busy */
+    int first_index;       /* the backend's index of slot 0 (slot_open) */
     pthread_t *threads;
     void **slots;
     pthread_mutex_t mu;
@@ -130,7 +131,8 @@ static void *worker_main(void *arg) {
         mt_error err = {{0}};
         api_gen_result r = {.finish_reason = "length"};
         int64_t evaluated = -1;
-        if (!e->slots[index] && !(e->slots[index] = e->b->slot_open(e->b, index, &err))) {
+        if (!e->slots[index] &&
+            !(e->slots[index] = e->b->slot_open(e->b, e->first_index + index, &err))) {
             r.error_status = 500;
             snprintf(r.error, sizeof r.error, "cannot set up a worker: %s", err.msg);
         } else {
@@ -151,7 +153,12 @@ static void *worker_main(void *arg) {
 
 api_engine *api_engine_start(mt_gen_backend *b, const mt_vocab *vocab, int slots, int queue,
                              mt_error *err) {
-    if (slots < 1 || queue < 0) {
+    return api_engine_start_at(b, vocab, 0, slots, queue, err);
+}
+
+api_engine *api_engine_start_at(mt_gen_backend *b, const mt_vocab *vocab, int first_index,
+                                int slots, int queue, mt_error *err) {
+    if (slots < 1 || queue < 0 || first_index < 0) {
         mt_error_set(err, "the engine needs at least one slot and a queue length >= 0");
         return NULL;
     }
@@ -164,6 +171,7 @@ api_engine *api_engine_start(mt_gen_backend *b, const mt_vocab *vocab, int slots
     e->vocab = vocab;
     e->n_slots = slots;
     e->cap = queue;
+    e->first_index = first_index;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->queue = calloc((size_t)(slots + queue), sizeof *e->queue);

@@ -65,6 +65,11 @@ typedef struct api_engine api_engine;
  * and must outlive the engine. */
 api_engine *api_engine_start(mt_gen_backend *b, const mt_vocab *vocab, int slots, int queue,
                              mt_error *err);
+/* The same with the slots numbered first_index.. for the backend (slot_open's index): a
+ * second engine on one backend (serve's batch slots) must not reuse the first one's numbers,
+ * since a backend may give index 0 a connection it already holds. */
+api_engine *api_engine_start_at(mt_gen_backend *b, const mt_vocab *vocab, int first_index,
+                                int slots, int queue, mt_error *err);
 /* Queues a request. Returns 0 (p's buffers are taken, done() will be called),
  * or -1 when the queue is full or the engine stops (nothing is taken or
  * called; *running and *queued say how busy it is). */

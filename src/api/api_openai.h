@@ -80,6 +80,13 @@ typedef void (*api_reply_done_fn)(void *ctx, const api_gen_result *r);
  * taken): whole JSON, or server-sent events when stream. */
 api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool include_usage,
                          mt_http_stream *st, api_reply_done_fn on_done, void *done_ctx);
+/* Where a collected answer goes: the HTTP status and the JSON body (taken), called once from
+ * the engine's worker. */
+typedef void (*api_reply_collect_fn)(void *ctx, int status, json_t *body);
+/* A whole (never streamed) answer handed to collect instead of written to a client: batch
+ * work (api_batch.h). */
+api_reply *api_reply_new_collect(api_kind kind, const char *model, api_reply_collect_fn collect,
+                                 void *collect_ctx);
 /* The engine's view of the reply: text() writes chunks or collects the text,
  * done() finishes the answer and frees the reply. */
 api_gen_sink api_reply_sink(api_reply *r);

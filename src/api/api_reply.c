@@ -23,6 +23,8 @@ struct api_reply {
     mt_text_buf rtext; /* the whole reasoning, when not streaming */
     api_reply_done_fn on_done;
     void *done_ctx;
+    api_reply_collect_fn collect; /* instead of st: the answer goes here (batch work) */
+    void *collect_ctx;
 };
 
 static void random_id(char *out, size_t cap, const char *prefix) {
@@ -45,15 +47,25 @@ api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool inc
     r->created = (json_int_t)time(NULL);
     r->stream = stream;
     r->include_usage = include_usage;
-    r->st = mt_http_stream_ref(st);
+    r->st = st ? mt_http_stream_ref(st) : NULL;
     r->on_done = on_done;
     r->done_ctx = done_ctx;
     return r;
 }
 
+api_reply *api_reply_new_collect(api_kind kind, const char *model, api_reply_collect_fn collect,
+                                 void *collect_ctx) {
+    api_reply *r = api_reply_new(kind, model, false, false, NULL, NULL, NULL);
+    if (r) {
+        r->collect = collect;
+        r->collect_ctx = collect_ctx;
+    }
+    return r;
+}
+
 void api_reply_free(api_reply *r) {
     if (!r) return;
-    mt_http_stream_release(r->st);
+    if (r->st) mt_http_stream_release(r->st);
     free(r->model);
     mt_text_buf_free(&r->text);
     mt_text_buf_free(&r->rtext);
@@ -128,7 +140,7 @@ static int reply_text(void *ctx, const char *s, size_t n) {
     api_reply *r = ctx;
     if (!r->stream) {
         if (!mt_text_buf_add(&r->text, s, n)) return -1;
-        return mt_http_stream_gone(r->st) ? -1 : 0;
+        return r->st && mt_http_stream_gone(r->st) ? -1 : 0;
     }
     if (begin_events(r)) return -1;
     json_t *piece = api_text_json(s, n);
@@ -142,11 +154,22 @@ static int reply_reasoning(void *ctx, const char *s, size_t n) {
     if (!r->reasoning) return 0;
     if (!r->stream) {
         if (!mt_text_buf_add(&r->rtext, s, n)) return -1;
-        return mt_http_stream_gone(r->st) ? -1 : 0;
+        return r->st && mt_http_stream_gone(r->st) ? -1 : 0;
     }
     if (begin_events(r)) return -1;
     return send_event(r,
                       chunk(r, json_pack("{s:o}", "reasoning_content", api_text_json(s, n)), NULL));
+}
+
+/* The whole answer: to the client's stream, or to the collector (which takes resp's json). */
+static void deliver(api_reply *r, mt_http_response *resp) {
+    if (r->collect) {
+        r->collect(r->collect_ctx, resp->status, resp->json);
+        json_decref(resp->headers);
+        free(resp->text);
+    } else {
+        mt_http_stream_reply(r->st, resp);
+    }
 }
 
 static void reply_done(void *ctx, const api_gen_result *g) {
@@ -163,7 +186,7 @@ static void reply_done(void *ctx, const api_gen_result *g) {
         } else {
             mt_http_response resp = {0};
             api_error_respond(&e, e.status == 503 ? 1 : 0, &resp);
-            mt_http_stream_reply(r->st, &resp);
+            deliver(r, &resp);
         }
     } else if (r->stream) {
         begin_events(r);
@@ -194,7 +217,7 @@ static void reply_done(void *ctx, const api_gen_result *g) {
         json_object_set_new(o, "choices", json_pack("[o]", choice));
         json_object_set_new(o, "usage", usage_json(g));
         mt_http_response resp = {.status = 200, .json = o};
-        mt_http_stream_reply(r->st, &resp);
+        deliver(r, &resp);
     }
     api_reply_free(r);
 }

@@ -9,6 +9,8 @@
  * no HTTP thread waits for the model. */
 #include "moontail/api.h"
 #include "api_engine.h"
+#include "api_batches.h"
+#include "api_batch.h"
 #include "api_keys.h"
 #include "api_openai.h"
 #include "moontail/chat_format.h"
@@ -28,8 +30,12 @@
 
 struct mt_api_server {
     mt_gen_backend *backend;
-    api_engine *engine;
-    mt_vocab *vocab; /* tokenizing on the HTTP threads (thread-safe) */
+    api_engine *engine;       /* interactive requests */
+    api_engine *batch_engine; /* batch requests: slots of their own, behind the interactive */
+    int batch_parallel;       /* its slots */
+    api_batches *batches;     /* /v1/files and /v1/batches, or NULL (no --batch-dir) */
+    size_t max_body;          /* bodies of requests other than uploads */
+    mt_vocab *vocab;          /* tokenizing on the HTTP threads (thread-safe) */
     api_keys keys;
     mt_http_server *http;
     char url[200];
@@ -134,6 +140,54 @@ static int64_t prompt_ids(mt_api_server *s, const api_request *rq, int32_t **ids
     return n;
 }
 
+/* Checks a request body (fields, model, tokens, context) and makes the engine's parameters
+ * of it: p on success (the caller submits or frees it), rq parsed (the caller frees it in
+ * any case). Returns 0, or -1 with e filled. */
+static int prepare(mt_api_server *s, api_kind kind, const char *body, size_t len, api_request *rq,
+                   api_gen_params *p, api_error *e) {
+    memset(p, 0, sizeof *p);
+    int32_t *ids = NULL;
+    if (api_request_parse(kind, body, len, s->model_name, rq, e)) return -1;
+    int64_t n_prompt = prompt_ids(s, rq, &ids, e);
+    if (n_prompt < 0) {
+        free(ids);
+        return -1;
+    }
+    const char *in = kind == API_CHAT ? "messages" : "prompt";
+    int64_t max_tokens = rq->max_tokens;
+    if (max_tokens < 0) { /* not given */
+        max_tokens = kind == API_CHAT ? s->chat_max_tokens : 16;
+        if (kind == API_CHAT && n_prompt < s->max_ctx && max_tokens > s->max_ctx - n_prompt)
+            max_tokens = s->max_ctx - n_prompt;
+    }
+    if (n_prompt + max_tokens > s->max_ctx) {
+        free(ids);
+        return api_fail(e, 400, "invalid_request_error", rq->max_tokens < 0 ? in : "max_tokens",
+                        "context_length_exceeded",
+                        "This model's maximum context length is %d tokens. However, you"
+                        " requested %lld tokens (%lld in the %s, %lld for the completion)."
+                        " Please reduce the length of the %s or the completion",
+                        s->max_ctx, (long long)(n_prompt + max_tokens), (long long)n_prompt, in,
+                        (long long)max_tokens, in);
+    }
+    p->prompt = ids;
+    p->gen = (mt_gen_params){.n_prompt = (int32_t)n_prompt,
+                             .max_tokens = (int32_t)max_tokens,
+                             .ubatch = s->ubatch,
+                             .sp = rq->sp,
+                             .n_stop = rq->n_stop,
+                             .end_token = kind == API_CHAT ? s->chat_end : -1};
+    /* a thinking model's chat reply is split into reasoning and answer */
+    if (kind == API_CHAT)
+        mt_chat_reasoning(s->chat, s->vocab, p->prompt, p->gen.n_prompt, &p->reasoning);
+    for (int i = 0; i < rq->n_stop; i++) {
+        p->stop[i] = rq->stop[i];
+        rq->stop[i] = NULL;
+    }
+    rq->n_stop = 0;
+    return 0;
+}
+
 static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req,
                      mt_http_response *resp) {
     const double t0 = mt_mono_s();
@@ -156,47 +210,11 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
         return;
     }
     api_request rq;
-    int32_t *ids = NULL;
     api_gen_params p = {0};
     api_reply *reply = NULL;
     req_note *note = NULL;
     mt_http_stream *st = NULL;
-    if (api_request_parse(kind, req->body, req->body_len, s->model_name, &rq, &e)) goto fail;
-    int64_t n_prompt = prompt_ids(s, &rq, &ids, &e);
-    if (n_prompt < 0) goto fail;
-    const char *in = kind == API_CHAT ? "messages" : "prompt";
-    int64_t max_tokens = rq.max_tokens;
-    if (max_tokens < 0) { /* not given */
-        max_tokens = kind == API_CHAT ? s->chat_max_tokens : 16;
-        if (kind == API_CHAT && n_prompt < s->max_ctx && max_tokens > s->max_ctx - n_prompt)
-            max_tokens = s->max_ctx - n_prompt;
-    }
-    if (n_prompt + max_tokens > s->max_ctx) {
-        api_fail(&e, 400, "invalid_request_error", rq.max_tokens < 0 ? in : "max_tokens",
-                 "context_length_exceeded",
-                 "This model's maximum context length is %d tokens. However, you requested %lld"
-                 " tokens (%lld in the %s, %lld for the completion). Please reduce the length of"
-                 " the %s or the completion",
-                 s->max_ctx, (long long)(n_prompt + max_tokens), (long long)n_prompt, in,
-                 (long long)max_tokens, in);
-        goto fail;
-    }
-    p.prompt = ids;
-    ids = NULL;
-    p.gen = (mt_gen_params){.n_prompt = (int32_t)n_prompt,
-                            .max_tokens = (int32_t)max_tokens,
-                            .ubatch = s->ubatch,
-                            .sp = rq.sp,
-                            .n_stop = rq.n_stop,
-                            .end_token = kind == API_CHAT ? s->chat_end : -1};
-    /* a thinking model's chat reply is split into reasoning and answer */
-    if (kind == API_CHAT)
-        mt_chat_reasoning(s->chat, s->vocab, p.prompt, p.gen.n_prompt, &p.reasoning);
-    for (int i = 0; i < rq.n_stop; i++) {
-        p.stop[i] = rq.stop[i];
-        rq.stop[i] = NULL;
-    }
-    rq.n_stop = 0;
+    if (prepare(s, kind, req->body, req->body_len, &rq, &p, &e)) goto fail;
     if (!(note = malloc(sizeof *note)) || !(st = mt_http_stream_new()) ||
         !(reply = api_reply_new(kind, s->model_name, rq.stream, rq.include_usage, st, request_done,
                                 note))) {
@@ -231,9 +249,69 @@ cleanup:
     }
     free(note);
     mt_http_stream_release(st);
-    free(ids);
     api_gen_params_free(&p);
     api_request_free(&rq);
+}
+
+/* ---- batch work --------------------------------------------------------------------------- */
+
+/* One batch request (an api_batch_submit_fn): the body is checked as a POST of its kind
+ * would be; a refused one is answered at once through collect (its 4xx and error body).
+ * Returns 0 (collect is or will be called once), or -1 when the batch slots have no room or
+ * stop. */
+static int submit_batch(void *server, api_kind kind, const char *body, size_t len,
+                        api_reply_collect_fn collect, void *ctx) {
+    mt_api_server *s = server;
+    api_request rq;
+    api_gen_params p = {0};
+    api_error e;
+    api_reply *reply = NULL;
+    if (prepare(s, kind, body, len, &rq, &p, &e)) goto fail;
+    if (rq.stream) {
+        api_fail(&e, 400, "invalid_request_error", "stream", "unsupported_parameter",
+                 "'stream': true is not supported in a batch; a batch's answers are whole"
+                 " objects in its output file");
+        goto fail;
+    }
+    if (!(reply = api_reply_new_collect(kind, s->model_name, collect, ctx))) {
+        api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    api_reply_set_reasoning(reply, p.reasoning.on);
+    api_gen_sink sink = api_reply_sink(reply);
+    if (api_engine_submit(s->batch_engine, &p, &sink, NULL, NULL)) {
+        api_reply_free(reply);
+        api_gen_params_free(&p);
+        api_request_free(&rq);
+        return -1;
+    }
+    api_request_free(&rq);
+    return 0;
+fail:
+    api_gen_params_free(&p);
+    api_request_free(&rq);
+    collect(ctx, e.status, api_error_json(&e));
+    return 0;
+}
+
+static void run_progress(void *ctx, const api_batch_stats *st) {
+    const mt_api_batch_config *c = ctx;
+    c->progress(c->ctx, (long long)st->done, (long long)st->total, (long long)st->failed,
+                (long long)st->completion_tokens, st->seconds);
+}
+
+int mt_api_batch_run(mt_api_server *s, const mt_api_batch_config *c, mt_error *err) {
+    api_batch *b = api_batch_open(c->state_dir, c->input, NULL, 0, err);
+    if (!b) return -1;
+    if (c->progress) {
+        api_batch_stats st = api_batch_get_stats(b);
+        c->progress(c->ctx, (long long)st.done, (long long)st.total, (long long)st.failed, 0, 0);
+    }
+    int rc = api_batch_run(b, submit_batch, s, c->parallel > 0 ? c->parallel : s->batch_parallel,
+                           c->stop, c->progress ? run_progress : NULL, (void *)c, err);
+    if (rc == 0 && api_batch_write(b, c->output, API_BATCH_ALL, err) < 0) rc = -1;
+    api_batch_close(b);
+    return rc;
 }
 
 /* ---- the other endpoints ------------------------------------------------------------------ */
@@ -274,6 +352,14 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
     const bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
     const bool post = strcmp(m, "POST") == 0;
     const char *allow = NULL;
+    /* the HTTP server takes bodies as large as an upload; the others have their own limit */
+    if (req->body_len > s->max_body && !(post && strcmp(path, "/v1/files") == 0)) {
+        api_error e;
+        api_fail(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                 "The request body has %zu bytes, more than the %zu this server takes",
+                 req->body_len, s->max_body);
+        return api_error_respond(&e, 0, resp);
+    }
     if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0) {
         if (post) {
             generate(s, path[4] == 'c' && path[5] == 'h' ? API_CHAT : API_COMPLETIONS, req, resp);
@@ -295,6 +381,17 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
             return;
         }
         allow = "GET";
+    } else if (api_batches_path(path)) {
+        if (!s->batches) {
+            api_error e;
+            api_fail(&e, 404, "invalid_request_error", NULL, "unknown_url",
+                     "Batches are off on this server: its operator starts it with --batch-dir"
+                     " DIR to take files and batches (see docs/api.md, \"Batches\")");
+            return api_error_respond(&e, 0, resp);
+        }
+        api_key *key = authenticate(s, req, resp);
+        if (key) api_batches_handle(s->batches, key->name, req, resp);
+        return;
     }
     api_error e;
     if (allow) {
@@ -438,9 +535,26 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     if (log_chat_template(s, err)) goto fail;
     int parallel = c->parallel > 0 ? c->parallel : 4, queue = c->queue >= 0 ? c->queue : 16;
     if (!(s->engine = api_engine_start(s->backend, s->vocab, parallel, queue, err))) goto fail;
+    const int batch_parallel = s->batch_parallel = c->batch_parallel > 0 ? c->batch_parallel : 16;
+    /* behind the interactive slots (local model: they compute only when no interactive request
+     * waits); no queue: the batch runner keeps at most batch_parallel requests in flight */
+    s->backend->background_slots_from = parallel;
+    if (!(s->batch_engine =
+              api_engine_start_at(s->backend, s->vocab, parallel, batch_parallel, 0, err)))
+        goto fail;
+    if (c->no_http) return s;
+    s->max_body = c->max_body ? c->max_body : 1 << 20;
+    size_t max_body = s->max_body;
+    if (c->batch_dir) {
+        const size_t max_file = c->max_file ? c->max_file : (size_t)100 << 20;
+        if (!(s->batches = api_batches_start(c->batch_dir, (int64_t)max_file, submit_batch, s,
+                                             batch_parallel, &s->log, err)))
+            goto fail;
+        if (max_body < max_file + (64 << 10)) max_body = max_file + (64 << 10); /* + the form */
+    }
     mt_http_server_config hc = {.addr = c->listen ? c->listen : "127.0.0.1:8080",
                                 .threads = 4,
-                                .max_body = c->max_body ? c->max_body : 1 << 20,
+                                .max_body = max_body,
                                 .handler = handle,
                                 .ctx = s,
                                 .error_body = api_error_body,
@@ -464,8 +578,11 @@ const char *mt_api_server_url(const mt_api_server *s) {
 
 void mt_api_server_stop(mt_api_server *s) {
     if (!s) return;
-    mt_http_server_stop(s->http); /* no new requests; open streams are cut */
-    api_engine_stop(s->engine);   /* running requests end at their next token */
+    mt_http_server_stop(s->http);     /* no new requests; open streams are cut */
+    api_batches_stopping(s->batches); /* what the batch slots cut now runs again at restart */
+    api_engine_stop(s->batch_engine); /* running requests end at their next token */
+    api_batches_stop(s->batches);
+    api_engine_stop(s->engine);
     mt_chat_template_free(s->tmpl);
     mt_vocab_free(s->vocab);
     if (s->backend) s->backend->destroy(s->backend);

@@ -31,6 +31,7 @@ int cmd_pause(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_setup(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 

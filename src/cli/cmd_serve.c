@@ -17,7 +17,8 @@ static const char usage[] =
     "       moontail serve --registry URL --token-file FILE --api-keys FILE [options]\n"
     "\n"
     "Serves an OpenAI-compatible API: GET /v1/models, POST /v1/completions,\n"
-    "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/usage.\n"
+    "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/usage;\n"
+    "with --batch-dir, OpenAI's Files and Batches endpoints.\n"
     "See docs/api.md.\n"
     "\n"
     "  --model FILE          compute a GGUF model in this process\n"
@@ -44,7 +45,13 @@ static const char usage[] =
     "  --ubatch N            prompt tokens per evaluation (default 512)\n" CLI_KV_TYPE_HELP
     "  --chat-max-tokens N   max_tokens of a chat request that gives none (default 1024)\n"
     "  --max-body-kb N       largest request body (default 1024 KiB; larger: "
-    "413)\n" CLI_HTTP_LIMIT_USAGE "  --quiet               no log lines\n" CLI_LOG_USAGE;
+    "413)\n"
+    "  --batch-dir DIR       take files and batches (POST /v1/files, /v1/batches) and keep\n"
+    "                        them here (created 0700); unfinished batches resume at start\n"
+    "  --batch-parallel N    batch requests computed at once, in slots of their own behind\n"
+    "                        the interactive ones (default 16)\n"
+    "  --max-file-mb N       largest upload to /v1/files (default 100 MiB)\n" CLI_HTTP_LIMIT_USAGE
+    "  --quiet               no log lines\n" CLI_LOG_USAGE;
 
 /* "N/min" -> N. */
 static bool parse_rate(const char *s, double *out) {
@@ -65,9 +72,9 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
                *key = "requester.key", *cache = "moontail-cache", *wire = "f32",
                *listen = "127.0.0.1:8080", *model_name = NULL, *api_keys = NULL, *rate = NULL,
-               *kv_name = NULL;
+               *kv_name = NULL, *batch_dir = NULL;
     int64_t parallel = 4, queue = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024,
-            max_body_kb = 1024;
+            max_body_kb = 1024, batch_parallel = 16, max_file_mb = 100;
     bool no_auth = false, quiet = false, chain = false;
     int64_t http_limits[5] = {0};
     float spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
@@ -95,6 +102,9 @@ int cmd_serve(int argc, char **argv) {
         {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--chat-max-tokens", CLI_INT, &chat_max, 1, 1 << 24},
         {"--max-body-kb", CLI_INT, &max_body_kb, 1, 1 << 20},
+        {"--batch-dir", CLI_STRING, &batch_dir, 0, 0},
+        {"--batch-parallel", CLI_INT, &batch_parallel, 1, 4096},
+        {"--max-file-mb", CLI_INT, &max_file_mb, 1, 4096},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         CLI_HTTP_LIMIT_OPTS(http_limits),
         CLI_LOG_OPTS(log_opts),
@@ -145,7 +155,10 @@ int cmd_serve(int argc, char **argv) {
                        .chat_max_tokens = (int)chat_max,
                        .max_body = (size_t)max_body_kb * 1024,
                        .limits = cli_http_limits(http_limits),
-                       .quiet = quiet};
+                       .quiet = quiet,
+                       .batch_dir = batch_dir,
+                       .batch_parallel = (int)batch_parallel,
+                       .max_file = (size_t)max_file_mb << 20};
     mt_error err = {{0}};
     mt_api_server *s = mt_api_server_start(&c, &err);
     free(tok);

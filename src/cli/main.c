@@ -33,6 +33,7 @@ static const char usage[] =
     "  demo      a whole cell on this machine: registry + nodes, a prompt, where it ran\n"
     "  setup     first run: this machine's identity, an account, and volunteering\n"
     "  serve     an OpenAI-compatible HTTP API (local model or a registry's cell)\n"
+    "  batch     a JSONL file of API requests run many at once, resumable\n"
     "  shell     a chat with the model in the terminal (what 'moontail' alone runs)\n"
     "\n"
     "'moontail <command> --help' describes each command's options. Any command takes\n"
@@ -67,7 +68,7 @@ int main(int argc, char **argv) {
                 {"registry", cmd_registry}, {"account", cmd_account},   {"status", cmd_status},
                 {"cell", cmd_cell},         {"pause", cmd_pause},       {"demo", cmd_demo},
                 {"setup", cmd_setup},       {"serve", cmd_serve},       {"shell", cmd_shell},
-                {"template", cmd_template}};
+                {"template", cmd_template}, {"batch", cmd_batch}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

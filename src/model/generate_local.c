@@ -5,9 +5,12 @@
  * (allocated per sequence for exactly the positions it may use), and
  * evaluations take turns on the model in arrival order (a ticket lock). The
  * loop evaluates a long prompt in micro-batches, each its own turn, so it
- * does not hold up the tokens of other slots for long. Results do not depend
+ * does not hold up the tokens of other slots for long. Slots numbered from
+ * the backend's background_slots_from on (serve's batch slots) take a turn
+ * only when no other slot waits (gen_turns.h). Results do not depend
  * on the turn order or the micro-batch size (docs/design.md invariant 1), so a
  * request's text is the same alone or in a crowd. */
+#include "gen_turns.h"
 #include "moontail/generate.h"
 #include "moontail/session.h"
 
@@ -19,36 +22,18 @@ typedef struct local_backend {
     mt_model *model;
     mt_pool *pool; /* shared by all slots: only the slot whose turn it is uses it */
     mt_kv_type kv_type;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint64_t next_ticket, serving; /* the turn queue */
+    gen_turns turns; /* whose evaluation runs on the model */
 } local_backend;
 
 typedef struct local_slot {
     local_backend *lb;
-    mt_session s; /* model, this request's KV cache, the shared pool, n_past */
+    mt_session s;    /* model, this request's KV cache, the shared pool, n_past */
+    bool background; /* takes turns behind the other slots */
 } local_slot;
-
-/* ---- turns on the model ------------------------------------------------------------------ */
-
-static void turn_take(local_backend *lb) {
-    pthread_mutex_lock(&lb->mu);
-    uint64_t t = lb->next_ticket++;
-    while (lb->serving != t) pthread_cond_wait(&lb->cv, &lb->mu);
-    pthread_mutex_unlock(&lb->mu);
-}
-
-static void turn_give(local_backend *lb) {
-    pthread_mutex_lock(&lb->mu);
-    lb->serving++;
-    pthread_cond_broadcast(&lb->cv);
-    pthread_mutex_unlock(&lb->mu);
-}
 
 /* ---- slots ---------------------------------------------------------------------------------- */
 
 static void *local_slot_open(mt_gen_backend *b, int index, mt_error *err) {
-    (void)index;
     local_backend *lb = b->impl;
     local_slot *ls = calloc(1, sizeof *ls);
     if (!ls) {
@@ -56,6 +41,7 @@ static void *local_slot_open(mt_gen_backend *b, int index, mt_error *err) {
         return NULL;
     }
     ls->lb = lb;
+    ls->background = b->background_slots_from > 0 && index >= b->background_slots_from;
     ls->s.model = lb->model;
     ls->s.pool = lb->pool;
     return ls;
@@ -81,9 +67,9 @@ static int local_begin(void *slot, int32_t n_ctx, mt_error *err) {
 static int local_eval(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
     local_slot *ls = slot;
     if (!ls->s.kv) return mt_error_set(err, "no sequence begun");
-    turn_take(ls->lb);
+    gen_turns_take(&ls->lb->turns, ls->background);
     int rc = mt_session_eval(&ls->s, ids, n, 0, false, logits, err);
-    turn_give(ls->lb);
+    gen_turns_give(&ls->lb->turns, ls->background);
     return rc ? -1 : 0;
 }
 
@@ -100,8 +86,7 @@ static void local_destroy(mt_gen_backend *b) {
     local_backend *lb = b->impl;
     mt_pool_free(lb->pool);
     mt_model_free(lb->model);
-    pthread_mutex_destroy(&lb->mu);
-    pthread_cond_destroy(&lb->cv);
+    gen_turns_destroy(&lb->turns);
     free(lb);
 }
 
@@ -114,8 +99,7 @@ mt_gen_backend *mt_gen_backend_local(mt_model *model, const char *name, int thre
         mt_error_set(err, "out of memory");
         return NULL;
     }
-    pthread_mutex_init(&lb->mu, NULL);
-    pthread_cond_init(&lb->cv, NULL);
+    gen_turns_init(&lb->turns);
     lb->model = model;
     lb->kv_type = kv_type;
     lb->b = (mt_gen_backend){.kind = "local",
