@@ -71,7 +71,20 @@ static const char usage[] =
     "  --think-ms M          between a user's requests (default 0)\n"
     "  --retry-after-s S     after a request failed, before the user's next (default 10)\n"
     "  --duration-s S --warmup-s S   steady runs (default 3600, 600)\n"
-    "  --ubatch N --max-sessions N --max-batch N --seed N\n"
+    "  --ubatch N --max-batch N --seed N\n"
+    "node (src/net/node_worker.c)\n"
+    "  --step-tokens N       a step: every decode, then prompt chunks up to N tokens (32)\n"
+    "  --prefill-chunk N     a prompt's chunk (8); 0: the old node, each request whole in\n"
+    "                        arrival order\n"
+    "  --max-sessions N      a cap on a node's sessions (default 0: memory alone, the memory\n"
+    "                        it offers minus its shard; the old node: 64)\n"
+    "  --place-sessions N    sessions placement reserves beside each shard (64)\n"
+    "routes\n"
+    "  --route-mode turn|oneway  the requester calls each stage in turn (default), or sends\n"
+    "                        a pass to the first stage and each stage forwards each chunk to\n"
+    "                        the next, the last answering with the last row\n"
+    "  --route-choice hint|memory  a route's pipeline: the session's (default), or the one\n"
+    "                        whose fullest stage has the most free session memory\n"
     "  --session-ctx N       positions placement reserves per session of a stage (KDA states are\n"
     "                        fixed, MLA caches per position; default: prompt + gen)\n"
     "failure\n"
@@ -474,8 +487,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ubatch"))
             cfg.work.ubatch = (int32_t)num(a, v, 1, 1 << 20);
         else if (!strcmp(a, "--max-sessions"))
-            cfg.max_sessions = (int32_t)num(a, v, 1, 1 << 20);
-        else if (!strcmp(a, "--session-ctx"))
+            cfg.max_sessions = (int32_t)num(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--place-sessions"))
+            cfg.place_sessions = (int32_t)num(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--step-tokens"))
+            cfg.step_tokens = (int32_t)num(a, v, 1, 1 << 20);
+        else if (!strcmp(a, "--prefill-chunk"))
+            cfg.prefill_chunk = (int32_t)num(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--route-mode")) {
+            if (strcmp(v, "turn") && strcmp(v, "oneway"))
+                die("--route-mode is turn or oneway, not '%s'", v);
+            cfg.oneway = !strcmp(v, "oneway");
+        } else if (!strcmp(a, "--route-choice")) {
+            if (strcmp(v, "hint") && strcmp(v, "memory"))
+                die("--route-choice is hint or memory, not '%s'", v);
+            cfg.route_by_memory = !strcmp(v, "memory");
+        } else if (!strcmp(a, "--session-ctx"))
             cfg.session_ctx = (int32_t)num(a, v, 1, 1 << 24);
         else if (!strcmp(a, "--max-batch"))
             cfg.max_batch_tokens = (int32_t)num(a, v, 1, 1 << 20);

@@ -301,7 +301,20 @@ typedef struct cs_config {
      * (measured: cellsim_load's cpu_capacity); none: cores */
     double share[16];
     int32_t n_share;
-    int32_t max_sessions, max_batch_tokens; /* node limits (node.h defaults 64, 4096) */
+    int32_t max_sessions;      /* a node's cap on its sessions' count; 0: memory alone (its
+                                  budget: the memory it offers minus its shard, node_sizing.c) */
+    int32_t max_batch_tokens;  /* node.h default 4096 */
+    int32_t step_tokens;       /* a step's tokens: every decode, then prompt chunks (node.h 32) */
+    int32_t prefill_chunk;     /* a prompt's chunk (node.h 8); 0: the old node, each request
+                                  whole in arrival order (FIFO up to max_batch_tokens) */
+    bool oneway;               /* route mode oneway (issue 18 item 4): the requester sends a
+                                  pass to the first stage, each stage forwards each chunk it
+                                  computes to the next, the last answers with the last row;
+                                  else turn (route.c today: each stage in turn) */
+    bool route_by_memory;      /* a new route takes the pipeline whose fullest stage has the
+                                  most free session bytes (ties: hint % pipelines); else the
+                                  hint's pipeline (mt_place_route_choose today) */
+    int32_t place_sessions;    /* sessions placement reserves beside each shard (64) */
     int32_t session_ctx;       /* positions placement reserves per session (working memory); 0: a
                                   request's prompt + gen */
     double timeline_bucket_ms; /* tokens per bucket in the timeline */

@@ -556,6 +556,7 @@ static void test_k3_request(void) {
     c.stage_layers[0] = 8, c.stage_layers[1] = 8;
     c.work.prompt = 64;
     c.work.gen = 2;
+    c.prefill_chunk = 0; /* the old node: each request whole (chunks: test_chunked_steps) */
     CHECK(cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 65536 * 9, 4) == 28 &&
               cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 65536, 4) == 255,
           "tokens per message: %d, %d", cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 65536 * 9, 4),
