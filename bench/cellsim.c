@@ -65,6 +65,7 @@ static const char usage[] =
     "  --max-users N         (default 256)\n"
     "  --prompt N --gen N    tokens per request (default 128, 128)\n"
     "  --burst               all users start one request at 0 (the validation's protocol)\n"
+    "  --stagger-ms M        ... user u at u x M ms instead\n"
     "  --route-per-request   a new route per request (moontail prompt), not per user\n"
     "  --one-requester [CORES]  every user a slot of one requester process (moontail serve):\n"
     "                        one machine's link and CORES CPUs (default the nodes') for all\n"
@@ -191,14 +192,14 @@ static int parse_list(const char *opt, const char *v, int32_t *out, int max, int
 }
 
 static json_t *run_json(int32_t users, const cs_result *r) {
-    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:i,s:i,s:i,s:f,s:i}", "users",
-                     users, "agg_tps", r->agg_tps, "user_tps", r->user_tps, "user_tps_min",
+    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:i,s:i,s:i,s:f,s:i,s:f}",
+                     "users", users, "agg_tps", r->agg_tps, "user_tps", r->user_tps, "user_tps_min",
                      r->user_tps_min, "user_tps_max", r->user_tps_max, "ttft_ms", r->ttft_ms,
                      "batch_mean", r->batch_mean, "step_ms_mean", r->step_ms_mean, "replays",
                      (json_int_t)r->replays, "evictions", (json_int_t)r->evictions, "failovers",
                      (json_int_t)r->failovers, "requests_done", r->requests_done, "requests_failed",
                      r->requests_failed, "requests_short", r->requests_short, "cpu_used",
-                     r->cpu_used, "user_requests", r->user_requests);
+                     r->cpu_used, "user_requests", r->user_requests, "itl_max_ms", r->itl_max_ms);
 }
 
 static void print_row(int32_t users, const cs_result *r) {
@@ -347,7 +348,9 @@ int main(int argc, char **argv) {
             no_mla_gate = true;
             continue;
         }
-        if (!strcmp(a, "--burst")) {
+        if (!strcmp(a, "--stagger-ms"))
+            cfg.work.stagger_ms = num(a, v, 0, 1e9);
+        else if (!strcmp(a, "--burst")) {
             cfg.work.burst = true;
             continue;
         }

@@ -267,6 +267,7 @@ typedef struct cs_workload {
     bool route_per_request; /* a new route per request (`moontail prompt` per request); else
                                one route per user, kept across its requests (shell, serve) */
     double think_ms;        /* between a user's requests */
+    double stagger_ms;      /* burst: user u starts at u x stagger_ms */
     double retry_after_ms;  /* after a request failed (no working route), before the next */
     double duration_ms, warmup_ms; /* steady mode: run length; tokens before warmup not counted */
     int32_t ubatch;                /* tokens per pass (requester's micro-batch) */
@@ -337,6 +338,7 @@ typedef struct cs_result {
     double user_tps, user_tps_min, user_tps_max; /* per request: decode tokens/s (mean, range) */
     int32_t user_requests; /* requests those figures come from (begun after the warm-up) */
     double ttft_ms;        /* mean time to first token */
+    double itl_max_ms;     /* the longest wait between two tokens of a request measured */
     double step_ms_mean;   /* mean stage step */
     double batch_mean;     /* mean tokens per stage step */
     double cpu_used;       /* compute done / time to the last token, in CPUs (all machines) */

@@ -399,16 +399,15 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
      * each opens its route at a random time within the warm-up */
     for (int u = 0; u < S->n_users; u++) {
         cs_user *U = &S->users[u];
-        if (w->burst) {
-            U->hint = sim_rand(&S->rng) >> 1;
-            if (!cs_reg_choose_route(S, u)) {
+        if (w->burst && w->stagger_ms > 0 && u > 0) {
+            U->phase = U_SLEEP;
+            U->then = -1;
+            sim_push(S, u * w->stagger_ms, EV_USER, u, 5);
+        } else if (w->burst) {
+            if (!cs_user_burst_start(S, u)) {
                 mt_error_set(err, "no route for requester %d", u);
                 goto done;
             }
-            U->have_route = true;
-            cs_user_new_session(S, u);
-            U->t_req = 0;
-            cs_user_eval(S, u, 0, w->prompt);
         } else {
             U->phase = U_SLEEP;
             U->then = -1;

@@ -217,6 +217,7 @@ void cs_node_reset_sessions(sim *S, int ni);
 /* ---- cellsim_requester.c ------------------------------------------------------------------- */
 
 void cs_user_new_session(sim *S, int u);
+bool cs_user_burst_start(sim *S, int u); /* false: no route */
 /* mt_route_eval of tokens [from, to) (the session holds [0, from)). */
 void cs_user_eval(sim *S, int u, int32_t from, int32_t to);
 void cs_user_deliver(sim *S, int u, int m);

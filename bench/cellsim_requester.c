@@ -134,6 +134,9 @@ static void user_token(sim *S, int u) {
     }
     if (S->cfg->failure.at_ms >= 0 && S->now >= S->cfg->failure.at_ms && R->first_after_fail_ms < 0)
         R->first_after_fail_ms = S->now - S->cfg->failure.at_ms;
+    if (U->generated > 0 && (w->burst || U->t_req >= w->warmup_ms) &&
+        S->now - U->t_last > R->itl_max_ms)
+        R->itl_max_ms = S->now - U->t_last;
     U->generated++;
     if (U->generated == 1) U->t_first = S->now;
     U->t_last = S->now;
@@ -326,10 +329,14 @@ static void user_open(sim *S, int u, int then) {
 }
 
 /* EV_USER: a wait of user u is over (b: 0 think/sleep, 1 retry sleep, 2 no route,
- * 3 a connect failed, 4 connected). */
+ * 3 a connect failed, 4 connected, 5 a staggered burst user starts). */
 void cs_user_on_event(sim *S, int u, int64_t b) {
     cs_user *U = &S->users[u];
     const cs_workload *w = &S->cfg->work;
+    if (b == 5) { /* a staggered burst user starts */
+        cs_user_burst_start(S, u);
+        return;
+    }
     if (U->phase == U_SLEEP && U->then == -1) {
         if (w->burst || S->now >= w->duration_ms) {
             U->phase = U_DONE;
@@ -365,6 +372,18 @@ void cs_user_on_event(sim *S, int u, int64_t b) {
         cs_user_eval(S, u, 0, U->ev_end); /* the whole history, from position 0 */
     else
         cs_user_eval(S, u, 0, w->prompt);
+}
+
+/* A burst user's one request, its route open (the validation's protocol). */
+bool cs_user_burst_start(sim *S, int u) {
+    cs_user *U = &S->users[u];
+    U->hint = sim_rand(&S->rng) >> 1;
+    if (!cs_reg_choose_route(S, u)) return false;
+    U->have_route = true;
+    cs_user_new_session(S, u);
+    U->t_req = S->now;
+    cs_user_eval(S, u, 0, S->cfg->work.prompt);
+    return true;
 }
 
 static void user_begin_request(sim *S, int u) {
