@@ -75,7 +75,7 @@ static const char usage[] =
     "  --ubatch N --max-batch N --seed N\n"
     "node (src/net/node_worker.c)\n"
     "  --step-tokens N       a step: every decode, then prompt chunks up to N tokens (32)\n"
-    "  --prefill-chunk N     a prompt's chunk (8); 0: the old node, each request whole in\n"
+    "  --prefill-chunk N     a prompt's chunk (4); 0: the old node, each request whole in\n"
     "                        arrival order\n"
     "  --max-sessions N      a cap on a node's sessions (default 0: memory alone, the memory\n"
     "                        it offers minus its shard; the old node: 64)\n"

@@ -306,7 +306,7 @@ typedef struct cs_config {
                                   budget: the memory it offers minus its shard, node_sizing.c) */
     int32_t max_batch_tokens;  /* node.h default 4096 */
     int32_t step_tokens;       /* a step's tokens: every decode, then prompt chunks (node.h 32) */
-    int32_t prefill_chunk;     /* a prompt's chunk (node.h 8); 0: the old node, each request
+    int32_t prefill_chunk;     /* a prompt's chunk (node.h 4); 0: the old node, each request
                                   whole in arrival order (FIFO up to max_batch_tokens) */
     bool oneway;               /* route mode oneway (issue 18 item 4): the requester sends a
                                   pass to the first stage, each stage forwards each chunk it

@@ -509,7 +509,7 @@ void cs_config_defaults(cs_config *c) {
     c->max_sessions = 0; /* memory alone */
     c->max_batch_tokens = 4096;
     c->step_tokens = 32;
-    c->prefill_chunk = 8;
+    c->prefill_chunk = 4;
     c->place_sessions = 64;
     c->timeline_bucket_ms = 1000;
 }

@@ -773,10 +773,11 @@ static void test_failover(void) {
           "the placement: %s", r.topology);
     /* a token every 2 ms; at 11.5 ms the second stage dies mid-step: the reset is seen at once.
      * Then: the session ended on the first stage (no wait), the registry (5 ms), two connects
-     * (2 x 2 ms), the 6 tokens of the history through both stages (2 x 1 ms) */
+     * (2 x 2 ms), the 6 tokens of the history through both stages, each in chunks of 4 and 2
+     * (the node's prefill_chunk 4): 2 steps of 1 ms on each, 4 ms */
     CHECK(r.affected == 1, "%d requesters affected, want 1", r.affected);
     CHECK(fabs(r.detect_ms_max) < 1e-6, "detected after %.6f ms, want 0", r.detect_ms_max);
-    CHECK(fabs(r.recovery_ms_max - (5 + 2 * 2 + 2 * 1)) < 1e-6, "recovery %.6f ms, want 11",
+    CHECK(fabs(r.recovery_ms_max - (5 + 2 * 2 + 2 * 2)) < 1e-6, "recovery %.6f ms, want 13",
           r.recovery_ms_max);
     CHECK(r.requests_done == 1 && r.requests_short == 0 && r.requests_failed == 0,
           "no token lost: %d done, %d short, %d failed", r.requests_done, r.requests_short,
@@ -792,18 +793,18 @@ static void test_failover(void) {
     if (!run(&c, &r, "silent")) return;
     CHECK(fabs(r.detect_ms_max - 2999.5) < 1e-6, "detected after %.6f ms, want 2999.5",
           r.detect_ms_max);
-    CHECK(fabs(r.recovery_ms_max - (2999.5 + 11)) < 1e-6, "recovery %.6f ms, want 3010.5",
+    CHECK(fabs(r.recovery_ms_max - (2999.5 + 13)) < 1e-6, "recovery %.6f ms, want 3012.5",
           r.recovery_ms_max);
     CHECK(r.requests_short == 0 && r.requests_failed == 0, "no token lost");
     cs_result_free(&r);
 
     /* no backup pipeline: attempts at 11.5 + k x (250 + 5) ms until the spare serves at
-     * 1511.5 ms: k = 6 (1541.5 ms), then 5 + 4 + 2 ms */
+     * 1511.5 ms: k = 6 (1541.5 ms), then 5 + 4 + 4 ms */
     c = cell_config(1);
     if (!run(&c, &r, "spare")) return;
     double attempt = 11.5;
     while (attempt < 11.5 + 1500) attempt += 250 + 5;
-    const double want = attempt + 5 + 4 + 2 - 11.5;
+    const double want = attempt + 5 + 4 + 4 - 11.5;
     CHECK(fabs(r.recovery_ms_max - want) < 1e-6, "recovery %.6f ms, want %.6f", r.recovery_ms_max,
           want);
     CHECK(r.requests_short == 0 && r.requests_failed == 0, "no token lost with a single pipeline");
