@@ -1,10 +1,10 @@
 /* cellsim.h - bench/cellsim: a discrete-event simulation of a MoonTail cell
  * (docs/cellsim.md): machines holding pipeline stages as the registry places
  * them (src/control/placement_cell.c), requesters calling each stage in turn
- * (route.c's default mode), nodes batching whatever tokens wait into one step
- * (node_worker.c), stage groups calling their partners per MoE layer, a LAN,
- * and a node failure with the requester's failover (requester.c) and the
- * registry's spare.
+ * (route.c's default mode) or sending a pass that the stages forward one way
+ * (issue 18's plan), nodes stepping decodes first, then prompt chunks, with
+ * sessions limited by memory (node_worker.c), stage groups calling their partners per MoE layer, a
+ * LAN, and a node failure with the requester's failover (requester.c) and the registry's spare.
  *
  * Files: cellsim_events.c (the event queue), cellsim_compute.c (layer shapes,
  * bytes, MACs, session state, message sizes, the compute-time model and its

@@ -1,6 +1,8 @@
 /* cellsim_requester.c - simulated requesters (src/net/route.c,
  * src/control/requester.c): one call at a time, to each stage of the route in
- * turn (route.c's default: `chain` is off), the prompt in micro-batches of
+ * turn (route.c's default: `chain` is off), or (oneway) one pass to the first
+ * stage whose chunks the stages forward and the last answers (issue 18 item 4,
+ * as planned), the prompt in micro-batches of
  * `ubatch` tokens, the head on the requester's CPU after the last stage;
  * before a new session the old one is ended on every stage (one SESSION_END
  * round trip each). A failed call starts mt_requester_eval's loop: the session
