@@ -15,9 +15,9 @@
 #   3. cellsim with all calibrations (CPU time per thread: a machine of its
 #      own) for each MACHINES count of RAM_GB each, USERS concurrent users
 #      repeating requests (a prompt of 128 tokens, 128 tokens generated),
-#      6 simulated hours after 1 hour of warm-up, once per seed (SEEDS), on
+#      6 simulated hours after 1 hour of warm-up (DURATION_S, WARMUP_S), once per seed (SEEDS), on
 #      the WIRE type (f32; WIRE="f32 bf16" for both);
-#   4. a node failure at 2 h with FAIL_USERS users (the stage holding the
+#   4. a node failure at 2 h (FAIL_AT_S) with FAIL_USERS users (the stage holding the
 #      middle layer of pipeline 0 killed), per seed;
 #   5. SERVE_USERS users as slots of one requester process (`moontail serve`:
 #      one machine, one link, SERVE_CORES CPUs for every user's head), per seed.
@@ -31,7 +31,10 @@
 # Environment: SHAPE (kimi-k3), SHAPE_ARGS (more cellsim shape options, e.g.
 # "--layers 92 --res-block 4"), MACHINES ("60 100 200"), USERS ("1 8 32 128"),
 # SEEDS ("1 2 3"), WIRE (f32), RAM_GB (64), FAIL_USERS (32), SERVE_USERS ("32 128";
-# "" for none), SERVE_CORES (8), the LAN:
+# "" for none), SERVE_CORES (8), DURATION_S (25200: the run's end, simulated seconds),
+# WARMUP_S (3600), FAIL_AT_S (7200), EXTRA_SIM (more cellsim options for every run: the
+# node and route model, e.g. "--route-mode oneway" or the old node's "--prefill-chunk 0
+# --max-sessions 64"), the LAN:
 # LATENCY_US (100: bench/netns.sh's 0.1 ms link), OVERHEAD_US (162: half of
 # bench_dataplane's netns round trip of a 7168-wide f32 state, 324 us when
 # these figures were made), GBPS (1); DIR (where the calibration models go;
@@ -57,6 +60,10 @@ RAM_GB=${RAM_GB:-64}
 FAIL_USERS=${FAIL_USERS:-32}
 SERVE_USERS=${SERVE_USERS-"32 128"}
 SERVE_CORES=${SERVE_CORES:-8}
+DURATION_S=${DURATION_S:-25200}
+WARMUP_S=${WARMUP_S:-3600}
+FAIL_AT_S=${FAIL_AT_S:-7200}
+read -r -a EXTRA_RUN <<<"${EXTRA_SIM:-}"
 LAN=(--latency-us "${LATENCY_US:-100}" --overhead-us "${OVERHEAD_US:-162}" --gbps "${GBPS:-1}")
 if [ -n "${DIR:-}" ]; then
     mkdir -p "$DIR" || exit 1
@@ -113,7 +120,7 @@ for name in $MODELS; do
 done
 CAL=()
 for name in $MODELS; do CAL+=(--calib "$DIR/cal-$name-a.json" --calib "$DIR/cal-$name-b.json"); done
-SIM=("$BUILD/cellsim" "${CAL[@]}" --calib-time cpu --shape "$SHAPE" "${EXTRA[@]}" "${LAN[@]}")
+SIM=("$BUILD/cellsim" "${CAL[@]}" --calib-time cpu --shape "$SHAPE" "${EXTRA[@]}" "${LAN[@]}" "${EXTRA_RUN[@]}")
 "${SIM[@]}" --machines 200 --ram-gb "$RAM_GB" --users 1 --duration-s 60 --warmup-s 10 | sed -n '1,14p'
 echo "(calibration done in $((SECONDS - T0)) s; load average $(cut -d' ' -f1-3 /proc/loadavg))"
 
@@ -130,19 +137,19 @@ for w in $WIRE; do
     for m in $MACHINES; do
         for s in $SEEDS; do
             "${SIM[@]}" --wire "$w" --machines "$m" --ram-gb "$RAM_GB" \
-                --users "$list" --duration-s 25200 --warmup-s 3600 --seed "$s" --json |
+                --users "$list" --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --seed "$s" --json |
                 node -e "const o = JSON.parse(require('fs').readFileSync(0, 'utf8'));
                     for (const r of o.runs) console.log(JSON.stringify({m: $m, wire: '$w', seed: $s, topology: o.topology, ...r}))" \
                     >>"$DIR/runs.jsonl" || exit 1
             "${SIM[@]}" --wire "$w" --machines "$m" --ram-gb "$RAM_GB" \
-                --users "$FAIL_USERS" --duration-s 25200 --warmup-s 3600 --fail-at-s 7200 --seed "$s" --json |
+                --users "$FAIL_USERS" --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --fail-at-s "$FAIL_AT_S" --seed "$s" --json |
                 node -e "const o = JSON.parse(require('fs').readFileSync(0, 'utf8'));
                     const r = o.runs[0]; delete r.timeline_tps;
                     console.log(JSON.stringify({m: $m, wire: '$w', seed: $s, fail: true, ...r}))" >>"$DIR/runs.jsonl" ||
                 exit 1
             [ -n "$SERVE_USERS" ] || continue
             "${SIM[@]}" --wire "$w" --machines "$m" --ram-gb "$RAM_GB" --one-requester "$SERVE_CORES" \
-                --users "$(echo $SERVE_USERS | tr ' ' ',')" --duration-s 25200 --warmup-s 3600 --seed "$s" --json |
+                --users "$(echo $SERVE_USERS | tr ' ' ',')" --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --seed "$s" --json |
                 node -e "const o = JSON.parse(require('fs').readFileSync(0, 'utf8'));
                     for (const r of o.runs) console.log(JSON.stringify({m: $m, wire: '$w', seed: $s, serve: true, ...r}))" \
                     >>"$DIR/runs.jsonl" || exit 1
@@ -164,11 +171,12 @@ for (const m of [...new Set(runs.map(r => r.m))]) {
     console.log("\n== " + w + " wire, " + rs[0].topology);
     const one = rs.filter(r => r.users == 1);
     if (one.length) console.log("1 user: " + cell(one.map(r => r.user_tps)) + " tok/s, first token after " +
-        f(med(one.map(r => r.ttft_ms / 1e3)), 0) + " s");
+        f(med(one.map(r => r.ttft_ms / 1e3)), 1) + " s");
     for (const u of users) {
         const x = rs.filter(r => r.users == u), measured = x.filter(r => r.user_requests > 0);
         console.log(String(u).padStart(4) + " users: aggregate " + cell(x.map(r => r.agg_tps)) +
             " tok/s, per user " + (measured.length ? cell(measured.map(r => r.user_tps)) : "- (no request finished)") +
+            ", first token " + (measured.length ? f(med(measured.map(r => r.ttft_ms / 1e3)), 1) + " s" : "-") +
             ", evictions " +
             f(med(x.map(r => r.evictions)), 0) + ", replays " + f(med(x.map(r => r.replays)), 0) +
             ", requests done " + f(med(x.map(r => r.requests_done)), 0));
@@ -185,6 +193,7 @@ for (const m of [...new Set(runs.map(r => r.m))]) {
         const x = ss.filter(r => r.users == u), measured = x.filter(r => r.user_requests > 0);
         console.log(String(u).padStart(4) + " users of one requester: aggregate " + cell(x.map(r => r.agg_tps)) +
             " tok/s, per user " + (measured.length ? cell(measured.map(r => r.user_tps)) : "- (no request finished)") +
+            ", first token " + (measured.length ? f(med(measured.map(r => r.ttft_ms / 1e3)), 1) + " s" : "-") +
             ", evictions " + f(med(x.map(r => r.evictions)), 0));
     }
 }

@@ -65,13 +65,27 @@ static const char usage[] =
     "  --max-users N         (default 256)\n"
     "  --prompt N --gen N    tokens per request (default 128, 128)\n"
     "  --burst               all users start one request at 0 (the validation's protocol)\n"
+    "  --stagger-ms M        ... user u at u x M ms instead\n"
     "  --route-per-request   a new route per request (moontail prompt), not per user\n"
     "  --one-requester [CORES]  every user a slot of one requester process (moontail serve):\n"
     "                        one machine's link and CORES CPUs (default the nodes') for all\n"
     "  --think-ms M          between a user's requests (default 0)\n"
     "  --retry-after-s S     after a request failed, before the user's next (default 10)\n"
     "  --duration-s S --warmup-s S   steady runs (default 3600, 600)\n"
-    "  --ubatch N --max-sessions N --max-batch N --seed N\n"
+    "  --ubatch N --max-batch N --seed N\n"
+    "node (src/net/node_worker.c)\n"
+    "  --step-tokens N       a step: every decode, then prompt chunks up to N tokens (32)\n"
+    "  --prefill-chunk N     a prompt's chunk (4); 0: the old node, each request whole in\n"
+    "                        arrival order\n"
+    "  --max-sessions N      a cap on a node's sessions (default 0: memory alone, the memory\n"
+    "                        it offers minus its shard; the old node: 64)\n"
+    "  --place-sessions N    sessions placement reserves beside each shard (64)\n"
+    "routes\n"
+    "  --route-mode turn|oneway  the requester calls each stage in turn (default), or sends\n"
+    "                        a pass to the first stage and each stage forwards each chunk to\n"
+    "                        the next, the last answering with the last row\n"
+    "  --route-choice hint|memory  a route's pipeline: the session's (default), or drawn by\n"
+    "                        the pipelines' free session memory, as the registry does\n"
     "  --session-ctx N       positions placement reserves per session of a stage (KDA states are\n"
     "                        fixed, MLA caches per position; default: prompt + gen)\n"
     "failure\n"
@@ -178,14 +192,14 @@ static int parse_list(const char *opt, const char *v, int32_t *out, int max, int
 }
 
 static json_t *run_json(int32_t users, const cs_result *r) {
-    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:i,s:i,s:i,s:f,s:i}", "users",
-                     users, "agg_tps", r->agg_tps, "user_tps", r->user_tps, "user_tps_min",
+    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:i,s:i,s:i,s:f,s:i,s:f}",
+                     "users", users, "agg_tps", r->agg_tps, "user_tps", r->user_tps, "user_tps_min",
                      r->user_tps_min, "user_tps_max", r->user_tps_max, "ttft_ms", r->ttft_ms,
                      "batch_mean", r->batch_mean, "step_ms_mean", r->step_ms_mean, "replays",
                      (json_int_t)r->replays, "evictions", (json_int_t)r->evictions, "failovers",
                      (json_int_t)r->failovers, "requests_done", r->requests_done, "requests_failed",
                      r->requests_failed, "requests_short", r->requests_short, "cpu_used",
-                     r->cpu_used, "user_requests", r->user_requests);
+                     r->cpu_used, "user_requests", r->user_requests, "itl_max_ms", r->itl_max_ms);
 }
 
 static void print_row(int32_t users, const cs_result *r) {
@@ -334,7 +348,9 @@ int main(int argc, char **argv) {
             no_mla_gate = true;
             continue;
         }
-        if (!strcmp(a, "--burst")) {
+        if (!strcmp(a, "--stagger-ms"))
+            cfg.work.stagger_ms = num(a, v, 0, 1e9);
+        else if (!strcmp(a, "--burst")) {
             cfg.work.burst = true;
             continue;
         }
@@ -474,8 +490,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ubatch"))
             cfg.work.ubatch = (int32_t)num(a, v, 1, 1 << 20);
         else if (!strcmp(a, "--max-sessions"))
-            cfg.max_sessions = (int32_t)num(a, v, 1, 1 << 20);
-        else if (!strcmp(a, "--session-ctx"))
+            cfg.max_sessions = (int32_t)num(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--place-sessions"))
+            cfg.place_sessions = (int32_t)num(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--step-tokens"))
+            cfg.step_tokens = (int32_t)num(a, v, 1, 1 << 20);
+        else if (!strcmp(a, "--prefill-chunk"))
+            cfg.prefill_chunk = (int32_t)num(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--route-mode")) {
+            if (strcmp(v, "turn") && strcmp(v, "oneway"))
+                die("--route-mode is turn or oneway, not '%s'", v);
+            cfg.oneway = !strcmp(v, "oneway");
+        } else if (!strcmp(a, "--route-choice")) {
+            if (strcmp(v, "hint") && strcmp(v, "memory"))
+                die("--route-choice is hint or memory, not '%s'", v);
+            cfg.route_by_memory = !strcmp(v, "memory");
+        } else if (!strcmp(a, "--session-ctx"))
             cfg.session_ctx = (int32_t)num(a, v, 1, 1 << 24);
         else if (!strcmp(a, "--max-batch"))
             cfg.max_batch_tokens = (int32_t)num(a, v, 1, 1 << 20);

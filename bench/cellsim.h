@@ -1,10 +1,10 @@
 /* cellsim.h - bench/cellsim: a discrete-event simulation of a MoonTail cell
  * (docs/cellsim.md): machines holding pipeline stages as the registry places
  * them (src/control/placement_cell.c), requesters calling each stage in turn
- * (route.c's default mode), nodes batching whatever tokens wait into one step
- * (node_worker.c), stage groups calling their partners per MoE layer, a LAN,
- * and a node failure with the requester's failover (requester.c) and the
- * registry's spare.
+ * (route.c's default mode) or sending a pass that the stages forward one way
+ * (issue 18's plan), nodes stepping decodes first, then prompt chunks, with
+ * sessions limited by memory (node_worker.c), stage groups calling their partners per MoE layer, a
+ * LAN, and a node failure with the requester's failover (requester.c) and the registry's spare.
  *
  * Files: cellsim_events.c (the event queue), cellsim_compute.c (layer shapes,
  * bytes, MACs, session state, message sizes, the compute-time model and its
@@ -267,6 +267,7 @@ typedef struct cs_workload {
     bool route_per_request; /* a new route per request (`moontail prompt` per request); else
                                one route per user, kept across its requests (shell, serve) */
     double think_ms;        /* between a user's requests */
+    double stagger_ms;      /* burst: user u starts at u x stagger_ms */
     double retry_after_ms;  /* after a request failed (no working route), before the next */
     double duration_ms, warmup_ms; /* steady mode: run length; tokens before warmup not counted */
     int32_t ubatch;                /* tokens per pass (requester's micro-batch) */
@@ -301,7 +302,20 @@ typedef struct cs_config {
      * (measured: cellsim_load's cpu_capacity); none: cores */
     double share[16];
     int32_t n_share;
-    int32_t max_sessions, max_batch_tokens; /* node limits (node.h defaults 64, 4096) */
+    int32_t max_sessions;      /* a node's cap on its sessions' count; 0: memory alone (its
+                                  budget: the memory it offers minus its shard, node_sizing.c) */
+    int32_t max_batch_tokens;  /* node.h default 4096 */
+    int32_t step_tokens;       /* a step's tokens: every decode, then prompt chunks (node.h 32) */
+    int32_t prefill_chunk;     /* a prompt's chunk (node.h 4); 0: the old node, each request
+                                  whole in arrival order (FIFO up to max_batch_tokens) */
+    bool oneway;               /* route mode oneway (issue 18 item 4): the requester sends a
+                                  pass to the first stage, each stage forwards each chunk it
+                                  computes to the next, the last answers with the last row;
+                                  else turn (route.c today: each stage in turn) */
+    bool route_by_memory;      /* routes as the registry makes them: mt_place_route_choose
+                                  with every stage's free session bytes (a draw weighted by
+                                  each pipeline's fullest stage); else the hint's pipeline */
+    int32_t place_sessions;    /* sessions placement reserves beside each shard (64) */
     int32_t session_ctx;       /* positions placement reserves per session (working memory); 0: a
                                   request's prompt + gen */
     double timeline_bucket_ms; /* tokens per bucket in the timeline */
@@ -324,6 +338,7 @@ typedef struct cs_result {
     double user_tps, user_tps_min, user_tps_max; /* per request: decode tokens/s (mean, range) */
     int32_t user_requests; /* requests those figures come from (begun after the warm-up) */
     double ttft_ms;        /* mean time to first token */
+    double itl_max_ms;     /* the longest wait between two tokens of a request measured */
     double step_ms_mean;   /* mean stage step */
     double batch_mean;     /* mean tokens per stage step */
     double cpu_used;       /* compute done / time to the last token, in CPUs (all machines) */

@@ -73,6 +73,11 @@ void sim_msg_free(sim *S, int m) {
     S->free_msg = m;
 }
 
+/* Oneway forwards (issue 18 item 4, as planned): the origin block (origin key 32, pass id 8,
+ * pass end 4) and per next hop its address length, a "host:port" of about 20 bytes, its key
+ * and its layer range (1 + 20 + 32 + 4 + 4). */
+enum { ONEWAY_ORIGIN_BYTES = 44, ONEWAY_HOP_BYTES = 61 };
+
 /* A message's bytes: proto.h's encoding (cs_wire_bytes). Hidden states are as wide as
  * the stage's layers make them (cs_cols_in / cs_cols_out: the stream and the attention-
  * residual checkpoints), in the route's wire type; expert rows are the experts' width, in
@@ -82,9 +87,14 @@ static double msg_bytes(const sim *S, const cs_msg *m) {
     const int w = S->cfg->lan.wire_bytes;
     if (m->err != E_NONE) return 12 + 8 + 64 + 20; /* ERROR: code, length, ~64 bytes of text */
     switch (m->type) {
-    case M_STAGE_FWD:
-        return cs_wire_bytes(CS_WIRE_STAGE_FORWARD, m->n, (double)cs_cols_in(sh, S->nodes[m->to].a),
-                             w);
+    case M_STAGE_FWD: {
+        double b = cs_wire_bytes(CS_WIRE_STAGE_FORWARD, m->n,
+                                 (double)cs_cols_in(sh, S->nodes[m->to].a), w);
+        if (m->oneway) /* the hops after this one and the origin block */
+            b += ONEWAY_ORIGIN_BYTES +
+                 ONEWAY_HOP_BYTES * (double)(S->users[m->user].n_route - 1 - m->hop);
+        return b;
+    }
     case M_STAGE_REPLY: {
         const cs_node *n = &S->nodes[m->from];
         return cs_wire_bytes(CS_WIRE_STAGE_REPLY, m->n, (double)cs_cols_out(sh, n->a, n->b), w);
@@ -250,6 +260,8 @@ static void sim_free(sim *S) {
         free(S->nodes[i].queue);
         free(S->nodes[i].step);
         free(S->nodes[i].sessions);
+        free(S->nodes[i].user_slot);
+        free(S->nodes[i].user_step);
     }
     for (int i = 0; S->users && i < S->n_users; i++) {
         free(S->users[i].route);
@@ -257,7 +269,7 @@ static void sim_free(sim *S) {
         free(S->users[i].avoid);
     }
     for (int i = 0; S->hosts && i < S->n_hosts; i++) free(S->hosts[i].jobs);
-    free(S->nodes), free(S->users), free(S->hosts), free(S->ep), free(S->msgs);
+    free(S->nodes), free(S->users), free(S->hosts), free(S->ep), free(S->msgs), free(S->ready);
     free(S->attn_b), free(S->exp_b), free(S->state_b), free(S->pos_b), free(S->pn), free(S->skip);
     if (S->have_plan) mt_place_plan_free(&S->plan);
     cs_queue_free(&S->q);
@@ -282,10 +294,12 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
     out->fail_at_ms = cfg->failure.at_ms;
     const cs_workload *w = &cfg->work;
     int rc = -1;
-    if (w->users < 1 || w->prompt < 1 || w->gen < 1 || w->ubatch < 1 || cfg->max_sessions < 1 ||
-        cfg->max_batch_tokens < 1 || cfg->lan.gbps <= 0 || cfg->compute.threads < 1) {
-        mt_error_set(err, "users, prompt, gen, ubatch, max_sessions, max_batch_tokens, the"
-                          " bandwidth and threads must be positive");
+    if (w->users < 1 || w->prompt < 1 || w->gen < 1 || w->ubatch < 1 || cfg->max_sessions < 0 ||
+        cfg->max_batch_tokens < 1 || cfg->step_tokens < 1 || cfg->prefill_chunk < 0 ||
+        cfg->place_sessions < 0 || cfg->lan.gbps <= 0 || cfg->compute.threads < 1) {
+        mt_error_set(err, "users, prompt, gen, ubatch, max_batch_tokens, step_tokens, the"
+                          " bandwidth and threads must be positive; max_sessions,"
+                          " prefill_chunk and place_sessions not negative");
         goto done;
     }
     if (cs_reg_setup(S)) goto done;
@@ -318,7 +332,9 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
         cs_node *n = &S->nodes[i];
         n->id = i + 1;
         n->alive = n->serving = true;
-        if (!(n->sessions = calloc((size_t)cfg->max_sessions, sizeof *n->sessions))) {
+        n->user_slot = malloc((size_t)S->n_users * sizeof *n->user_slot);
+        n->user_step = calloc((size_t)S->n_users, sizeof *n->user_step);
+        if (!n->user_slot || !n->user_step) {
             mt_error_set(err, "out of memory");
             goto done;
         }
@@ -335,6 +351,7 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
             n->ee = cfg->shape.n_expert;
         }
     }
+    for (int i = 0; i < S->n_nodes; i++) cs_node_reset_sessions(S, i);
     cs_reg_describe(S);
     for (int u = 0; u < S->n_users; u++) {
         cs_user *U = &S->users[u];
@@ -382,16 +399,15 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
      * each opens its route at a random time within the warm-up */
     for (int u = 0; u < S->n_users; u++) {
         cs_user *U = &S->users[u];
-        if (w->burst) {
-            U->hint = sim_rand(&S->rng) >> 1;
-            if (!cs_reg_choose_route(S, u)) {
+        if (w->burst && w->stagger_ms > 0 && u > 0) {
+            U->phase = U_SLEEP;
+            U->then = -1;
+            sim_push(S, u * w->stagger_ms, EV_USER, u, 5);
+        } else if (w->burst) {
+            if (!cs_user_burst_start(S, u)) {
                 mt_error_set(err, "no route for requester %d", u);
                 goto done;
             }
-            U->have_route = true;
-            cs_user_new_session(S, u);
-            U->t_req = 0;
-            cs_user_eval(S, u, 0, w->prompt);
         } else {
             U->phase = U_SLEEP;
             U->then = -1;
@@ -490,7 +506,10 @@ void cs_config_defaults(cs_config *c) {
     c->spares = 1;
     c->max_group = 8;
     c->cores = 2;
-    c->max_sessions = 64;
+    c->max_sessions = 0; /* memory alone */
     c->max_batch_tokens = 4096;
+    c->step_tokens = 32;
+    c->prefill_chunk = 4;
+    c->place_sessions = 64;
     c->timeline_bucket_ms = 1000;
 }

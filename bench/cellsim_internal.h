@@ -30,6 +30,13 @@ typedef struct cs_msg {
     int64_t call;  /* the caller's call number (stale answers are dropped) */
     int err;
     int next_free;
+    /* STAGE_FWD */
+    int32_t done;     /* tokens computed so far (a prompt cut into chunks, node_worker.c) */
+    bool finished;    /* answered at the end of this step: leaves the queue */
+    bool oneway;      /* route mode oneway: a stage forwards each chunk to the next stage, the
+                         last answers the requester with the last row (LAST_ROW) */
+    int32_t hop;      /* oneway: the route index of the stage it goes to */
+    int32_t pass_end; /* oneway: the position after the pass's last token */
 } cs_msg;
 
 typedef struct cs_endpoint {
@@ -52,11 +59,25 @@ typedef struct cs_host {
     int n_jobs, cap_jobs;
 } cs_host;
 
+/* A node's session (node_sessions.c): its bytes are its fixed state plus the positions it
+ * holds or its prompt in progress will write (kv_used); busy: the message whose chunks are
+ * in progress (it blocks the session's later requests), -1. */
 typedef struct cs_session {
     bool used;
     uint64_t id;
-    uint64_t last_step;
+    int user;
+    uint64_t last_step, touched; /* the step it was last named in; recency (LRU order) */
+    int32_t n_past;
+    double held;
+    int busy;
 } cs_session;
+
+/* What a step does with one request: all of it, or a chunk of a STAGE_FWD. */
+typedef struct cs_item {
+    int m;
+    int sess;             /* STAGE_FWD: the session's index */
+    int32_t first, count; /* STAGE_FWD: tokens [first, first + count) of the request */
+} cs_item;
 
 typedef struct cs_node {
     int64_t id;
@@ -69,14 +90,23 @@ typedef struct cs_node {
     /* worker */
     int *queue, q_n, q_cap;
     bool busy;
-    int *step, n_step, cap_step; /* the step's STAGE_FWD / EXPERT_RUN messages */
+    cs_item *step;
+    int n_step, cap_step; /* the step's STAGE_FWD / EXPERT_RUN work */
     double step_tok, step_start;
     cs_step st;    /* the step's tokens, sessions and context (cs_layer_ms) */
     int32_t layer; /* stage with partners: the layer being computed */
     int phase;     /* 0: attention (or every layer at once), 1: own experts + partners */
     int waiting;   /* partner answers still due */
     bool cpu_busy, step_failed;
+    /* sessions (limited by kv_budget bytes, and by max_sessions when given) */
     cs_session *sessions;
+    int n_sess, cap_sess, n_live;
+    int *user_slot;          /* per user: the index of its latest session here, -1 */
+    uint64_t *user_step;     /* per user: the step that last saw one of its requests */
+    double kv_budget;        /* offered memory minus the shard (node_sizing.c) */
+    double kv_fixed, kv_pos; /* a session's fixed bytes, bytes per position */
+    double kv_used;
+    uint64_t tick;
     uint64_t steps;
 } cs_node;
 
@@ -99,6 +129,7 @@ typedef struct cs_user {
      * of the range [run_p0, ev_end) (route_run) */
     int32_t ev_end, run_p0, mb_p0, mb_n;
     int stage;         /* route index called now (pass, session end) */
+    int fail_hop;      /* oneway: the route index of the failed stage */
     int32_t sub, sent; /* tokens of this pass the stage has already had, and in the request
                           now: a pass wider than one message holds is sent as several
                           requests, one after the other */
@@ -140,6 +171,8 @@ typedef struct sim {
     int fail_node;
     double head_ms;
     cs_result *res;
+    int *ready; /* a step's scratch */
+    int cap_ready;
     /* sums for the results */
     int64_t steps;
     double step_tok_sum, step_ms_sum;
@@ -177,10 +210,14 @@ void cs_node_deliver(sim *S, int ni, int m); /* a request reaches node ni */
 void cs_node_job_done(sim *S, int ni);
 /* A stage hears from a partner (ok), or learns that the call failed. */
 void cs_node_partner_answer(sim *S, int ni, bool ok);
+/* Node ni's memory: its budget and a session's bytes from its shard and layers; no
+ * sessions (a new node, a restarted one, a spare that loaded a shard). */
+void cs_node_reset_sessions(sim *S, int ni);
 
 /* ---- cellsim_requester.c ------------------------------------------------------------------- */
 
 void cs_user_new_session(sim *S, int u);
+bool cs_user_burst_start(sim *S, int u); /* false: no route */
 /* mt_route_eval of tokens [from, to) (the session holds [0, from)). */
 void cs_user_eval(sim *S, int u, int32_t from, int32_t to);
 void cs_user_deliver(sim *S, int u, int m);

@@ -30,7 +30,27 @@ bool cs_reg_choose_route(sim *S, int u) {
     for (int i = 0; i < U->n_avoid; i++) S->skip[k++] = U->avoid[i];
     mt_place_route r;
     mt_error e = {{0}};
-    if (mt_place_route_choose(&S->plan, S->skip, k, U->hint, NULL, &r, &e)) return false;
+    /* with route_by_memory, the registry's hint: every stage's free session bytes (read now;
+     * the registry has them from heartbeats, up to a second old), which mt_place_route_choose
+     * turns into a draw weighted by each pipeline's fullest stage */
+    int64_t *ids = NULL, *room = NULL;
+    mt_place_room hint = {NULL, NULL, 0};
+    if (S->cfg->route_by_memory) {
+        ids = malloc((size_t)S->n_nodes * sizeof *ids);
+        room = malloc((size_t)S->n_nodes * sizeof *room);
+        for (int i = 0; ids && room && i < S->n_nodes; i++) {
+            const cs_node *n = &S->nodes[i];
+            if (n->role != MT_PLACE_STAGE) continue;
+            double left = n->kv_budget - n->kv_used;
+            ids[hint.n] = n->id;
+            room[hint.n++] = left > 0 ? (int64_t)fmin(left, 4e18) : 0;
+        }
+        hint.node = ids, hint.room = room;
+    }
+    int rc = mt_place_route_choose(&S->plan, S->skip, k, U->hint, hint.n ? &hint : NULL, &r, &e);
+    free(ids);
+    free(room);
+    if (rc) return false;
     U->n_route = 0;
     for (int h = 0; h < r.n_hops; h++)
         if (r.hops[h].role == MT_PLACE_STAGE) U->route[U->n_route++] = (int)(r.hops[h].node - 1);
@@ -97,7 +117,7 @@ void cs_reg_on_dead(sim *S) {
 void cs_reg_on_ready(sim *S, int ni) {
     cs_node *n = &S->nodes[ni];
     n->serving = true;
-    memset(n->sessions, 0, (size_t)S->cfg->max_sessions * sizeof *n->sessions);
+    cs_node_reset_sessions(S, ni);
     if (S->res->restored_ms < 0) S->res->restored_ms = S->now - S->cfg->failure.at_ms;
 }
 
@@ -143,17 +163,30 @@ void cs_reg_on_fail(sim *S) {
     const cs_failure *f = &S->cfg->failure;
     n->alive = false;
     sim_job_cancel(S, S->fail_node);
-    for (int i = 0; i < n->q_n; i++) sim_msg_free(S, n->queue[i]);
-    for (int i = 0; i < n->n_step; i++) sim_msg_free(S, n->step[i]);
+    for (int i = 0; i < n->q_n; i++) sim_msg_free(S, n->queue[i]); /* the step's work too */
     n->q_n = n->n_step = 0;
     n->busy = false;
-    memset(n->sessions, 0, (size_t)S->cfg->max_sessions * sizeof *n->sessions);
+    cs_node_reset_sessions(S, S->fail_node);
     /* callers waiting for it: a reset reaches them after the latency; silence, at the timeout */
     const double reset = S->now + S->cfg->lan.latency_us * 1e-3;
     for (int e = 0; e < S->n_nodes + S->n_users; e++)
         if (S->ep[e].call_node == S->fail_node)
             sim_push(S, f->silent ? S->ep[e].call_t + f->call_timeout_ms : reset, EV_CALL_FAIL, e,
                      S->ep[e].call);
+    /* oneway passes through it: the chain's abort reaches the requester at once (killed) or
+     * its AWAIT times out (silent) */
+    for (int u = 0; S->cfg->oneway && u < S->n_users; u++) {
+        cs_user *U = &S->users[u];
+        if (U->phase != U_PASS) continue;
+        for (int i = 0; i < U->n_route; i++)
+            if (U->route[i] == S->fail_node) {
+                const int e = sim_user_ep(S, u);
+                U->fail_hop = i;
+                sim_push(S, f->silent ? S->ep[e].call_t + f->call_timeout_ms : reset, EV_CALL_FAIL,
+                         e, S->ep[e].call);
+                break;
+            }
+    }
     /* stages waiting for it as their partner */
     for (int i = 0; i < S->n_nodes; i++) {
         const cs_node *st = &S->nodes[i];
@@ -203,9 +236,10 @@ int cs_reg_setup(sim *S) {
     S->pp.spares = c->spares;
     S->pp.max_group = c->max_group;
     /* a stage keeps its sessions beside its shard (placement.h's working memory): KDA states
-     * and MLA caches of max_sessions sessions of a request's length (the cache is reserved
-     * for the node's context but backed as positions are written) */
-    S->pp.sessions = c->max_sessions;
+     * and MLA caches of place_sessions sessions of a request's length (the cache is reserved
+     * for the node's context but backed as positions are written); the node itself then
+     * admits sessions while its leftover memory holds them (cs_node_reset_sessions) */
+    S->pp.sessions = c->place_sessions;
     S->pp.n_ctx = c->session_ctx > 0 ? c->session_ctx : c->work.prompt + c->work.gen;
     S->pp.state_bytes = S->state_b;
     S->pp.position_bytes = S->pos_b;

@@ -1,6 +1,8 @@
 /* cellsim_requester.c - simulated requesters (src/net/route.c,
  * src/control/requester.c): one call at a time, to each stage of the route in
- * turn (route.c's default: `chain` is off), the prompt in micro-batches of
+ * turn (route.c's default: `chain` is off), or (oneway) one pass to the first
+ * stage whose chunks the stages forward and the last answers (issue 18 item 4,
+ * as planned), the prompt in micro-batches of
  * `ubatch` tokens, the head on the requester's CPU after the last stage;
  * before a new session the old one is ended on every stage (one SESSION_END
  * round trip each). A failed call starts mt_requester_eval's loop: the session
@@ -21,13 +23,53 @@
 static void user_begin_request(sim *S, int u);
 static void user_failover(sim *S, int u, int failed_node);
 static void user_open(sim *S, int u, int then);
+static void user_send_pass(sim *S, int u);
 static void user_end_session(sim *S, int u, int then);
+
+/* Oneway: the pass [mb_p0, mb_p0 + mb_n) to the first stage, with the route's other stages
+ * as its hops; the stages forward it chunk by chunk and the last answers (cellsim_node.c).
+ * The requester's call waits on every stage of the route: a stage killed during the pass
+ * fails it (the chain's abort, or the AWAIT's timeout when it went silent). The AWAIT sent
+ * to the last stage is not modelled (a small message, sent at once). */
+static void user_send_pass(sim *S, int u) {
+    cs_user *U = &S->users[u];
+    const int e = sim_user_ep(S, u), m = sim_msg_new(S);
+    if (m < 0) return;
+    cs_msg *M = &S->msgs[m];
+    M->type = M_STAGE_FWD;
+    M->from = e;
+    M->to = U->route[0];
+    M->user = u;
+    M->session = U->session;
+    M->p0 = U->mb_p0;
+    M->n = U->sent = U->mb_n;
+    M->oneway = true;
+    M->hop = 0;
+    M->pass_end = U->mb_p0 + U->mb_n;
+    cs_endpoint *c = &S->ep[e];
+    c->call++;
+    c->call_node = -1;
+    c->call_t = S->now;
+    M->call = c->call;
+    U->phase = U_PASS;
+    U->fail_hop = -1;
+    for (int i = 0; i < U->n_route && U->fail_hop < 0; i++)
+        if (!S->nodes[U->route[i]].alive) U->fail_hop = i;
+    if (U->fail_hop >= 0)
+        sim_push(S, S->cfg->failure.silent ? S->now + S->cfg->failure.call_timeout_ms : S->now,
+                 EV_CALL_FAIL, e, c->call);
+    sim_send(S, m);
+}
 
 /* The next request of this pass to stage U->stage: the tokens [sub, mb_n) of the pass, as
  * many as one message holds at that stage's width (remote.c sends the rest after the
  * reply). */
 static void user_call_stage(sim *S, int u) {
     cs_user *U = &S->users[u];
+    if (S->cfg->oneway) {
+        user_send_pass(S, u);
+        return;
+    }
     int ni = U->route[U->stage], m = sim_msg_new(S);
     if (m < 0) return;
     const int32_t most = cs_wire_max_rows(
@@ -52,6 +94,12 @@ static void user_next_batch(sim *S, int u) {
     cs_user *U = &S->users[u];
     int32_t left = U->ev_end - U->mb_p0;
     U->mb_n = left < S->cfg->work.ubatch ? left : S->cfg->work.ubatch;
+    if (S->cfg->oneway) { /* one message into the first stage (its later hops carry chunks) */
+        const int32_t most = cs_wire_max_rows(CS_WIRE_STAGE_FORWARD,
+                                              cs_cols_in(&S->cfg->shape, S->nodes[U->route[0]].a),
+                                              S->cfg->lan.wire_bytes);
+        if (U->mb_n > most) U->mb_n = most;
+    }
     U->stage = 0;
     U->sub = 0;
     user_call_stage(S, u);
@@ -88,6 +136,9 @@ static void user_token(sim *S, int u) {
     }
     if (S->cfg->failure.at_ms >= 0 && S->now >= S->cfg->failure.at_ms && R->first_after_fail_ms < 0)
         R->first_after_fail_ms = S->now - S->cfg->failure.at_ms;
+    if (U->generated > 0 && (w->burst || U->t_req >= w->warmup_ms) &&
+        S->now - U->t_last > R->itl_max_ms)
+        R->itl_max_ms = S->now - U->t_last;
     U->generated++;
     if (U->generated == 1) U->t_first = S->now;
     U->t_last = S->now;
@@ -129,6 +180,8 @@ void cs_user_job_done(sim *S, int u) {
 /* An answer to u's stage call (or the call failed: err E_BROKEN). */
 void cs_user_stage_answer(sim *S, int u, int err) {
     cs_user *U = &S->users[u];
+    if (S->cfg->oneway) /* the stage that failed, else the first (an error names it) */
+        U->stage = U->fail_hop >= 0 && U->fail_hop < U->n_route ? U->fail_hop : 0;
     int ni = U->route[U->stage];
     sim_call_end(S, sim_user_ep(S, u));
     if (err == E_UNKNOWN_SESSION && U->mb_p0 > 0 && !U->replayed) {
@@ -145,6 +198,7 @@ void cs_user_stage_answer(sim *S, int u, int err) {
         return;
     }
     U->sub += U->sent;
+    if (S->cfg->oneway) U->sub = U->mb_n, U->stage = U->n_route - 1; /* the last stage answered */
     if (U->sub < U->mb_n) { /* the rest of the pass to the same stage */
         user_call_stage(S, u);
         return;
@@ -277,10 +331,14 @@ static void user_open(sim *S, int u, int then) {
 }
 
 /* EV_USER: a wait of user u is over (b: 0 think/sleep, 1 retry sleep, 2 no route,
- * 3 a connect failed, 4 connected). */
+ * 3 a connect failed, 4 connected, 5 a staggered burst user starts). */
 void cs_user_on_event(sim *S, int u, int64_t b) {
     cs_user *U = &S->users[u];
     const cs_workload *w = &S->cfg->work;
+    if (b == 5) { /* a staggered burst user starts */
+        cs_user_burst_start(S, u);
+        return;
+    }
     if (U->phase == U_SLEEP && U->then == -1) {
         if (w->burst || S->now >= w->duration_ms) {
             U->phase = U_DONE;
@@ -318,6 +376,18 @@ void cs_user_on_event(sim *S, int u, int64_t b) {
         cs_user_eval(S, u, 0, w->prompt);
 }
 
+/* A burst user's one request, its route open (the validation's protocol). */
+bool cs_user_burst_start(sim *S, int u) {
+    cs_user *U = &S->users[u];
+    U->hint = sim_rand(&S->rng) >> 1;
+    if (!cs_reg_choose_route(S, u)) return false;
+    U->have_route = true;
+    cs_user_new_session(S, u);
+    U->t_req = S->now;
+    cs_user_eval(S, u, 0, S->cfg->work.prompt);
+    return true;
+}
+
 static void user_begin_request(sim *S, int u) {
     cs_user *U = &S->users[u];
     const cs_workload *w = &S->cfg->work;
@@ -340,8 +410,11 @@ void cs_user_deliver(sim *S, int u, int m) {
     cs_msg *M = &S->msgs[m];
     int e = sim_user_ep(S, u);
     bool current = M->call == S->ep[e].call;
-    int type = M->type, err = M->err;
+    int type = M->type, err = M->err, from = M->from;
     sim_msg_free(S, m);
+    if (current && S->cfg->oneway && err != E_NONE) /* the stage that answered the error */
+        for (int i = 0; i < U->n_route; i++)
+            if (U->route[i] == from) U->fail_hop = i;
     if (!current) return;
     if (type == M_STAGE_REPLY && U->phase == U_PASS) {
         cs_user_stage_answer(S, u, err);

@@ -556,6 +556,7 @@ static void test_k3_request(void) {
     c.stage_layers[0] = 8, c.stage_layers[1] = 8;
     c.work.prompt = 64;
     c.work.gen = 2;
+    c.prefill_chunk = 0; /* the old node: each request whole (chunks: test_chunked_steps) */
     CHECK(cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 65536 * 9, 4) == 28 &&
               cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 65536, 4) == 255,
           "tokens per message: %d, %d", cs_wire_max_rows(CS_WIRE_STAGE_FORWARD, 65536 * 9, 4),
@@ -772,10 +773,11 @@ static void test_failover(void) {
           "the placement: %s", r.topology);
     /* a token every 2 ms; at 11.5 ms the second stage dies mid-step: the reset is seen at once.
      * Then: the session ended on the first stage (no wait), the registry (5 ms), two connects
-     * (2 x 2 ms), the 6 tokens of the history through both stages (2 x 1 ms) */
+     * (2 x 2 ms), the 6 tokens of the history through both stages, each in chunks of 4 and 2
+     * (the node's prefill_chunk 4): 2 steps of 1 ms on each, 4 ms */
     CHECK(r.affected == 1, "%d requesters affected, want 1", r.affected);
     CHECK(fabs(r.detect_ms_max) < 1e-6, "detected after %.6f ms, want 0", r.detect_ms_max);
-    CHECK(fabs(r.recovery_ms_max - (5 + 2 * 2 + 2 * 1)) < 1e-6, "recovery %.6f ms, want 11",
+    CHECK(fabs(r.recovery_ms_max - (5 + 2 * 2 + 2 * 2)) < 1e-6, "recovery %.6f ms, want 13",
           r.recovery_ms_max);
     CHECK(r.requests_done == 1 && r.requests_short == 0 && r.requests_failed == 0,
           "no token lost: %d done, %d short, %d failed", r.requests_done, r.requests_short,
@@ -791,18 +793,18 @@ static void test_failover(void) {
     if (!run(&c, &r, "silent")) return;
     CHECK(fabs(r.detect_ms_max - 2999.5) < 1e-6, "detected after %.6f ms, want 2999.5",
           r.detect_ms_max);
-    CHECK(fabs(r.recovery_ms_max - (2999.5 + 11)) < 1e-6, "recovery %.6f ms, want 3010.5",
+    CHECK(fabs(r.recovery_ms_max - (2999.5 + 13)) < 1e-6, "recovery %.6f ms, want 3012.5",
           r.recovery_ms_max);
     CHECK(r.requests_short == 0 && r.requests_failed == 0, "no token lost");
     cs_result_free(&r);
 
     /* no backup pipeline: attempts at 11.5 + k x (250 + 5) ms until the spare serves at
-     * 1511.5 ms: k = 6 (1541.5 ms), then 5 + 4 + 2 ms */
+     * 1511.5 ms: k = 6 (1541.5 ms), then 5 + 4 + 4 ms */
     c = cell_config(1);
     if (!run(&c, &r, "spare")) return;
     double attempt = 11.5;
     while (attempt < 11.5 + 1500) attempt += 250 + 5;
-    const double want = attempt + 5 + 4 + 2 - 11.5;
+    const double want = attempt + 5 + 4 + 4 - 11.5;
     CHECK(fabs(r.recovery_ms_max - want) < 1e-6, "recovery %.6f ms, want %.6f", r.recovery_ms_max,
           want);
     CHECK(r.requests_short == 0 && r.requests_failed == 0, "no token lost with a single pipeline");
@@ -826,6 +828,143 @@ static void test_evictions(void) {
     if (run(&c, &r, "1 session")) {
         CHECK(r.evictions > 0 && r.replays > 0, "one slot: %lld evictions, %lld replays",
               (long long)r.evictions, (long long)r.replays);
+        cs_result_free(&r);
+    }
+}
+
+/* ---- issue 18: chunked steps, sessions by memory, one-way hops ------------------------------ */
+
+/* ms of one step of a one-stage pipeline holding the whole tiny model (no partners). */
+static double stage_ms(const cs_config *c, double n_tok, double n_seq, double p0) {
+    const cs_step st = cs_step_of(n_tok, n_seq, p0);
+    double ms = 0;
+    for (int32_t l = 0; l < c->shape.n_layer; l++)
+        ms += cs_layer_ms(&c->compute, &c->shape, l, &st, c->shape.n_expert, true);
+    return ms;
+}
+
+/* A prompt arriving while another user decodes, on one node (node_worker.c's step order).
+ * One stage of the 4 layers; a layer costs 1 ms plus about 0.5 ms per token (its
+ * multiply-adds); messages 0.1 ms, the head 0.25 ms. User 0 starts at 0 (a prompt of 32,
+ * then 24 tokens), user 1 at 100 ms with the same request, when user 0 decodes.
+ *   Chunked (step_tokens 8, prefill_chunk 8): each step holds user 0's decode and at most 7
+ *   of user 1's prompt tokens (the budget, 8 - 1), or at most 8 prompt tokens. A decode
+ *   arriving during a step waits for it, then runs in the next: between two of user 0's
+ *   tokens at most 0.1 + 0.1 + 0.25 ms of messages and head and two steps of at most 8
+ *   tokens. It did share a step with a chunk: at least one step of 8 tokens (a decode at
+ *   position >= 32 and 7 prompt tokens attend more than 8 tokens from position 0).
+ *   The old node (prefill_chunk 0): user 1's prompt is one step of 32 tokens; user 0's
+ *   decode arriving during it (or just before it starts) waits for all of it, then its own
+ *   step: a gap of at least S(32 from 0) + S(1) > 2 x S(8) + 0.45. */
+static void test_chunked_steps(void) {
+    cs_config c = base();
+    c.n_stages = 1;
+    c.stage_layers[0] = 4;
+    const cs_layer_cost lc = cs_layer_cost_of(&c.shape, 0);
+    c.compute.ms_per_gmac = 0.5 / ((lc.attn_macs + c.shape.n_expert_used * lc.expert_macs) / 1e9);
+    c.work.users = 2;
+    c.work.prompt = 32;
+    c.work.gen = 24;
+    c.work.stagger_ms = 100;
+    c.step_tokens = 8;
+    c.prefill_chunk = 8;
+    const double P = 32, G = 24, msgs = 0.45;
+    const double most = msgs + 2 * stage_ms(&c, 8, 2, P + G), least = msgs + stage_ms(&c, 8, 1, 0);
+    const double old_least = stage_ms(&c, 32, 1, 0) + stage_ms(&c, 1, 1, 0);
+    CHECK(old_least > most, "the case separates the models: %.3f > %.3f ms", old_least, most);
+    cs_result r;
+    if (run(&c, &r, "chunked steps")) {
+        CHECK(r.itl_max_ms <= most && r.itl_max_ms >= least,
+              "chunked: longest gap %.3f ms, want within [%.3f, %.3f]", r.itl_max_ms, least, most);
+        CHECK(r.requests_done == 2 && r.requests_short == 0, "both requests finished");
+        cs_result_free(&r);
+    }
+    c.prefill_chunk = 0; /* the old node */
+    if (run(&c, &r, "whole prompts")) {
+        CHECK(r.itl_max_ms >= old_least, "old node: longest gap %.3f ms, want >= %.3f",
+              r.itl_max_ms, old_least);
+        cs_result_free(&r);
+    }
+}
+
+/* Sessions limited by bytes (kv_make_room): one stage of the 4 MLA layers, B bytes per
+ * position (no fixed state), a budget of 14 positions' bytes. Requests of a 4-token prompt
+ * and 4 tokens (a session ends holding 7 positions: the last token is not computed; a
+ * request at p0 of n reserves p0 + n), users starting 12 ms apart (a token every 4.45 ms):
+ * when user 2 starts (24 ms) user 0 is done (its session idle, 7 positions) and user 1 has
+ * had 2 tokens (6 positions). User 2's 4: 7 + 6 + 4 = 17 > 14, so the least recently used
+ * session, user 0's, is evicted (1 eviction), and users 1 and 2 then fit (7 + 7) to the
+ * end: no replay (evicting user 1's would have cost one). With 21 positions (three whole
+ * sessions) nothing is evicted: only bytes evict; the old model's count of 64 sessions never
+ * evicts here, and a count cap of 2 evicts by count. */
+static void test_session_bytes(void) {
+    cs_config c = base();
+    c.n_stages = 1;
+    c.stage_layers[0] = 4;
+    c.work.users = 3;
+    c.work.prompt = 4;
+    c.work.gen = 4;
+    c.work.stagger_ms = 12;
+    double fixed = 0, pos = 0;
+    cs_session_bytes(&c.shape, 0, 4, &fixed, &pos);
+    CHECK(fixed == 0 && pos > 0, "tiny sessions: %.0f fixed, %.0f per position", fixed, pos);
+    c.capacity_bytes = 14 * pos;
+    cs_result r;
+    if (run(&c, &r, "14 positions")) {
+        CHECK(r.evictions == 1 && r.replays == 0 && r.requests_done == 3,
+              "14 positions: %lld evictions, %lld replays, %d done; want 1, 0, 3",
+              (long long)r.evictions, (long long)r.replays, r.requests_done);
+        cs_result_free(&r);
+    }
+    c.capacity_bytes = 21 * pos;
+    if (run(&c, &r, "21 positions")) {
+        CHECK(r.evictions == 0 && r.replays == 0, "21 positions: %lld evictions",
+              (long long)r.evictions);
+        cs_result_free(&r);
+    }
+    c.capacity_bytes = 0; /* no memory limit, a count of 2 */
+    c.max_sessions = 2;
+    if (run(&c, &r, "2 sessions")) {
+        CHECK(r.evictions == 1 && r.replays == 0, "a cap of 2: %lld evictions, %lld replays",
+              (long long)r.evictions, (long long)r.replays);
+        cs_result_free(&r);
+    }
+}
+
+/* One-way hops on 2 stages of 2 layers (1 ms a layer whatever its tokens, messages 0.1 ms,
+ * the head 0.25 ms, bytes free).
+ *   A decode token: turn = requester -> stage 0 -> requester -> stage 1 -> requester, 4
+ *   messages; oneway = requester -> stage 0 -> stage 1 -> requester, 3: 4.65 against 4.55 ms.
+ *   A prompt of 16 tokens in chunks of 8 (steps of 2 ms per stage): turn runs both chunks on
+ *   stage 0 (4 ms), replies, then both on stage 1: 4 x 0.1 + 8 + 0.25 = 8.65 ms to the first
+ *   token. Oneway: stage 0's first chunk is done at 2.1 and reaches stage 1 at 2.2, its
+ *   second at 4.2, when stage 1 ends the first; stage 1 ends the second at 6.2, the last row
+ *   reaches the requester at 6.3: first token at 6.55 ms. */
+static void test_oneway(void) {
+    cs_config c = base();
+    c.n_stages = 2;
+    c.stage_layers[0] = 2, c.stage_layers[1] = 2;
+    c.work.prompt = 1;
+    c.work.gen = 5;
+    cs_result r;
+    const double want[2] = {1e3 / 4.65, 1e3 / 4.55};
+    for (int mode = 0; mode < 2; mode++) {
+        c.oneway = mode == 1;
+        if (!run(&c, &r, mode ? "oneway decode" : "turn decode")) return;
+        CHECK(fabs(r.user_tps - want[mode]) < 1e-3, "%s: %.6f tok/s, want %.6f",
+              mode ? "oneway" : "turn", r.user_tps, want[mode]);
+        cs_result_free(&r);
+    }
+    c.work.prompt = 16;
+    c.work.gen = 2;
+    c.step_tokens = 8;
+    c.prefill_chunk = 8;
+    const double ttft[2] = {8.65, 6.55};
+    for (int mode = 0; mode < 2; mode++) {
+        c.oneway = mode == 1;
+        if (!run(&c, &r, mode ? "oneway prompt" : "turn prompt")) return;
+        CHECK(fabs(r.ttft_ms - ttft[mode]) < 1e-3, "%s: first token after %.6f ms, want %.6f",
+              mode ? "oneway" : "turn", r.ttft_ms, ttft[mode]);
         cs_result_free(&r);
     }
 }
@@ -866,6 +1005,9 @@ int main(void) {
     test_one_requester();
     test_failover();
     test_evictions();
+    test_chunked_steps();
+    test_session_bytes();
+    test_oneway();
     test_refusals();
     return check_report("test_cellsim");
 }

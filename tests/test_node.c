@@ -1475,7 +1475,7 @@ static void check_step_order(const char *arch) {
     static const int settings[][2] = {{1, 1}, {3, 3}, {7, 7}, {7, 3}, {2, 8}, {0, 0}, {4096, 4096}};
     for (size_t c = 0; c < sizeof settings / sizeof settings[0]; c++) {
         const int st = settings[c][0], ch = settings[c][1];
-        const int st_eff = st > 0 ? st : 32, ch_eff = ch > 0 ? ch : 8; /* node.h defaults */
+        const int st_eff = st > 0 ? st : 32, ch_eff = ch > 0 ? ch : 4; /* node.h defaults */
         mt_proto_msg got[CP_JOBS] = {{0}};
         if (!cp_run(&s, st, ch, true, rows, got, order, &d)) break;
         for (int k = 0; k < CP_JOBS; k++) {

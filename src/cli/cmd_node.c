@@ -59,7 +59,7 @@ static const char usage[] =
     "  --max-batch N         tokens computed per step at most (default 4096)\n"
     "  --step-tokens N       a step's tokens: every waiting decode first, then chunks\n"
     "                        of prompts up to N tokens (default 32)\n"
-    "  --prefill-chunk N     tokens of a prompt computed per step at most (default 8)\n"
+    "  --prefill-chunk N     tokens of a prompt computed per step at most (default 4)\n"
     "  --threads N           compute threads (default: all CPUs); a shard is hashed on as\n"
     "                        many before it is served (its stored hashes must match)\n"
     "  --recheck-s N         while serving, hash one tensor of the shard again every N\n"

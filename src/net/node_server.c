@@ -300,7 +300,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     mt_log_source_init(&n->log, "node", n->addr, n->cfg.quiet);
     if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
     if (n->cfg.step_tokens <= 0) n->cfg.step_tokens = 32;
-    if (n->cfg.prefill_chunk <= 0) n->cfg.prefill_chunk = 8;
+    if (n->cfg.prefill_chunk <= 0) n->cfg.prefill_chunk = 4;
     if (n->cfg.timeout_ms <= 0) n->cfg.timeout_ms = 30000;
     if (n->cfg.session_idle_ms <= 0) n->cfg.session_idle_ms = 600000;
     if (n->cfg.max_sessions > NODE_MAX_SESSIONS) {
