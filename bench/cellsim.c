@@ -15,6 +15,7 @@
  * placed cell is sent and sends back, per token, and exits. */
 #include "cellsim.h"
 #include "moontail/tensor_type.h"
+#include "moontail/placement.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -49,6 +50,8 @@ static const char usage[] =
     "  --ram-gb G            RAM per machine; a node offers 70% of G - 4 GB (default 64)\n"
     "  --capacity-gb C       what each machine offers for shards (instead of --ram-gb)\n"
     "  --replicas N --spares N --max-group N   placement (defaults 2, 1, 8)\n"
+    "  --objective throughput|latency|balanced  how each pipeline is laid out, as\n"
+    "                        `registry --objective` (default throughput)\n"
     "  --stages L1,L2,...    instead: one pipeline of stages holding L1, L2, ... layers\n"
     "  --shared-host         every node and requester on one machine ...\n"
     "  --cores N             ... with N CPUs (default 2)\n"
@@ -454,6 +457,12 @@ int main(int argc, char **argv) {
             cfg.spares = (int32_t)num(a, v, 0, 1000);
         else if (!strcmp(a, "--max-group"))
             cfg.max_group = (int32_t)num(a, v, 1, 64);
+        else if (!strcmp(a, "--objective")) {
+            mt_place_objective o;
+            if (mt_place_objective_parse(v, &o))
+                die("--objective is throughput, latency or balanced, not '%s'", v ? v : "");
+            cfg.objective = (int)o;
+        }
         else if (!strcmp(a, "--stages"))
             cfg.n_stages = parse_list(a, v, cfg.stage_layers, CS_MAX_STAGES, 1, 65536);
         else if (!strcmp(a, "--cores"))

@@ -287,6 +287,7 @@ typedef struct cs_config {
     int32_t machines;
     double capacity_bytes; /* what each machine offers for shards */
     int32_t replicas, spares, max_group;
+    int objective; /* mt_place_objective: how each pipeline is laid out (registry --objective) */
     int32_t n_stages;
     int32_t stage_layers[CS_MAX_STAGES];
     /* CPUs: every machine its own (threads cores used by a node), or all nodes and requesters on

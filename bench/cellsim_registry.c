@@ -235,6 +235,7 @@ int cs_reg_setup(sim *S) {
     S->pp.replicas = c->replicas;
     S->pp.spares = c->spares;
     S->pp.max_group = c->max_group;
+    S->pp.objective = (mt_place_objective)c->objective;
     /* a stage keeps its sessions beside its shard (placement.h's working memory): KDA states
      * and MLA caches of place_sessions sessions of a request's length (the cache is reserved
      * for the node's context but backed as positions are written); the node itself then
