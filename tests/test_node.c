@@ -40,7 +40,8 @@
  * (always wrong: every pass is taken back, and the nodes restore their KDA
  * states) and an oracle, give the tokens of plain local decoding of the whole
  * model; a node counts its snapshots in the session's bytes exactly, and a
- * start inside an older pass is refused with MT_PROTO_ERR_POSITION's message.
+ * start inside an older pass is refused with MT_PROTO_ERR_POSITION's message;
+ * with every pass of a KDA stage spot-checked on a twin, no check is dropped.
  * Then hostile input (hop lists included):
  * malformed and wrong requests get ERROR replies naming the problem, and the
  * same server keeps serving. */
@@ -1929,6 +1930,21 @@ static void check_speculative(const char *arch) {
         free(lg);
         mt_route_session_end(r, x);
         mt_route_close(r);
+        /* every pass of stage 1 (KDA for kimi) checked on a twin: the twin takes back the
+         * guesses too, so no check is dropped and every pass agrees */
+        mt_node *twin = start_node(s.stage[1], NULL, 0, 8);
+        mt_route_checker by_twin = {1, twin ? peer_of(twin) : sp[1]};
+        mt_route_check_stats cs = {0};
+        r = twin ? open_checked(s.head, sp, N_LAYER, &by_twin, 1, 1, &cs, &err) : NULL;
+        char what[64];
+        snprintf(what, sizeof what, "%s checked on a twin", arch);
+        if (r) spec_route(r, v, plain, what);
+        CHECK(r && cs.compared > 0 && cs.dropped == 0 && cs.mismatches == 0,
+              "%s: %lld passes compared, %lld checks dropped (%s), %lld mismatches", what,
+              (long long)cs.compared, (long long)cs.dropped, cs.last_dropped,
+              (long long)cs.mismatches);
+        mt_route_close(r);
+        mt_node_stop(twin);
     }
     for (int i = 0; i < N_LAYER; i++) mt_node_stop(st[i]);
 

@@ -614,7 +614,7 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
         }
         if (checking) {
             sent[i] = s->checks[i] != NULL;
-            if (sent[i]) route_check_send(s->checks[i], pos, n, hidden);
+            if (sent[i]) route_check_send(s->checks[i], pos, n, hidden, s->speculative);
         }
         st->failed = false;
         const int wait_ms = route_call_timeout(r, st, n);
