@@ -50,7 +50,7 @@ static const char usage[] =
     "  --ignore-eos        keep generating after an end-of-generation token\n"
     "  --draft ngram|FILE  exact speculative decoding: guesses from n-grams of the text so far,\n"
     "                      or from a small draft model of the same vocabulary (same output)\n"
-    "  --draft-k K         guesses checked per pass (default 8, at most 32)\n"
+    "  --draft-k K         guesses checked per pass (default 4, at most 32)\n"
     "  --json              print one JSON object instead of streaming text\n"
     "  --call-timeout-ms N the longest wait for a reply from a node before taking it for\n"
     "                      lost (default 30000 with --registry, 120000 with --route); once a\n"

@@ -27,7 +27,7 @@ static const char usage[] =
     "  --ignore-eos        keep generating after an end-of-generation token\n"
     "  --draft ngram|FILE  exact speculative decoding: guesses from n-grams of the text so far,\n"
     "                      or from a small draft model of the same vocabulary (same output)\n"
-    "  --draft-k K         guesses checked per pass (default 8, at most 32)\n"
+    "  --draft-k K         guesses checked per pass (default 4, at most 32)\n"
     "  --json              print one JSON object instead of streaming text\n";
 
 /* ctx: the model's path, NULL for the built-in model */
