@@ -9,7 +9,9 @@
  * which is the expected value: the same loop without a drafter. Also with a
  * stop string, an end token and max_tokens falling inside a pass. The counts
  * say the drafters were used as meant (the oracle's guesses all taken, the
- * adversary's none, fewer passes than tokens). */
+ * adversary's none, fewer passes than tokens). The n-gram drafter's guesses
+ * on histories worked out by hand, and draft models of another vocabulary
+ * refused by name. */
 #include "check.h"
 #include "moontail/draft.h"
 #include "moontail/generate.h"
@@ -212,7 +214,78 @@ out:
     unlink(su.path);
 }
 
+/* The n-gram drafter on histories worked out by hand: the latest earlier occurrence of the
+ * longest suffix (3, then 2, then 1 tokens) and what followed it, up to k and the history's
+ * end. */
+static void check_ngram(void) {
+    mt_error err = {{0}};
+    mt_gen_drafter *d = mt_draft_ngram_new(3, &err);
+    CHECK(d != NULL, "n-gram drafter: %s", err.msg);
+    if (!d) return;
+    static const struct {
+        int32_t hist[12], n, k, want[4], n_want;
+    } cases[] = {
+        {{1, 2, 3, 9, 1, 2, 3}, 7, 3, {9, 1, 2}, 3}, /* "1 2 3" seen at 0: then 9 1 2 */
+        {{1, 2, 3, 9, 1, 2, 3}, 7, 2, {9, 1}, 2},    /* cut at k */
+        {{5, 2, 3, 7, 8, 2, 3}, 7, 3, {7, 8, 2}, 3}, /* "2 3" (no "3 2 3" before) */
+        {{4, 6, 4, 8, 6, 5, 4}, 7, 3, {8, 6, 5}, 3}, /* "4": the latest earlier one, at 2 */
+        {{1, 2, 1, 2, 1, 2}, 6, 3, {1, 2}, 2},       /* "1 2 1 2" ends at the history's end */
+        {{1, 2, 3, 4}, 4, 3, {0}, 0},                /* nothing repeats */
+        {{7}, 1, 3, {0}, 0},                         /* too short */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int32_t out[4] = {-1, -1, -1, -1};
+        int32_t n = d->draft(d->ctx, cases[c].hist, cases[c].n, cases[c].k, out, &err);
+        CHECK(n == cases[c].n_want && memcmp(out, cases[c].want, (size_t)n * sizeof *out) == 0,
+              "n-gram case %zu: %d guesses (%d %d %d), want %d", c, n, out[0], out[1], out[2],
+              cases[c].n_want);
+    }
+    mt_gen_drafter_free(d);
+    CHECK(!mt_draft_ngram_new(0, &err) && strstr(err.msg, "--draft-k") &&
+              !mt_draft_ngram_new(MT_GEN_MAX_DRAFT + 1, &err),
+          "k out of range: %s", err.msg);
+}
+
+/* A draft model must have the model's vocabulary token for token. */
+static void check_vocab_refused(void) {
+    static const char *const x[] = {"<x>"}, *const y[] = {"<y>"};
+    static const bool user[] = {false}; /* user-defined, not control */
+    const char *paths[3];
+    mt_error err = {{0}};
+    for (int i = 0; i < 3; i++) {
+        mt_synth_params p = mt_synth_default_params("qwen3moe");
+        p.n_layer = 1;
+        p.added_tokens = i == 0 ? x : y;
+        p.added_control = user;
+        p.n_added = i < 2 ? 1 : 0;
+        paths[i] = check_tmp(".gguf");
+        CHECK(mt_synth_write(&p, paths[i], &err) == 0, "mkmodel %d: %s", i, err.msg);
+    }
+    mt_model *target = mt_model_load(paths[0], &err);
+    mt_vocab *v = target ? mt_vocab_load(target->gguf, &err) : NULL;
+    CHECK(v != NULL, "target vocabulary: %s", err.msg);
+    if (v) {
+        mt_gen_drafter *d = mt_draft_model_new(mt_model_load(paths[1], &err), "y.gguf", v, 4, 64, 1,
+                                               MT_KV_F16, &err);
+        CHECK(!d && strstr(err.msg, "y.gguf: token 259 is not the model's"),
+              "a draft model with another token 259: %s", err.msg);
+        d = mt_draft_model_new(mt_model_load(paths[2], &err), "none.gguf", v, 4, 64, 1, MT_KV_F16,
+                               &err);
+        CHECK(!d && strstr(err.msg, "none.gguf has 259 tokens but the model has 260"),
+              "a draft model with fewer tokens: %s", err.msg);
+        d = mt_draft_model_new(mt_model_load(paths[0], &err), "x.gguf", v, 4, 64, 1, MT_KV_F16,
+                               &err);
+        CHECK(d != NULL, "a draft model with the same vocabulary: %s", err.msg);
+        mt_gen_drafter_free(d);
+    }
+    mt_vocab_free(v);
+    mt_model_free(target);
+    for (int i = 0; i < 3; i++) unlink(paths[i]);
+}
+
 int main(void) {
+    check_ngram();
+    check_vocab_refused();
     check_arch("qwen3moe");
     check_arch("kimi-k3");
     return check_report("test_speculative");
