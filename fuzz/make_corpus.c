@@ -215,6 +215,10 @@ static void messages(void) {
     message("stage_forward_bf16", &m);
     m.dtype = MT_PROTO_F32, m.n_hops = 2, m.hops = hops, m.n = 1, m.layer_end = 1;
     message("stage_forward_hops", &m);
+    m.speculative = true; /* MT_PROTO_FLAG_SPECULATIVE, with and without hops */
+    message("stage_forward_hops_speculative", &m);
+    m.n_hops = 0, m.hops = NULL, m.n = 3, m.layer_end = 2;
+    message("stage_forward_speculative", &m);
     memset(&m, 0, sizeof m), m.type = MT_PROTO_EXPERT_RUN, m.request_id = 3, m.layer_begin = 1;
     m.n = 3, m.cols = N_EMBD, m.ids = ids, m.rows = rows;
     message("expert_run", &m);

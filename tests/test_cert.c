@@ -901,8 +901,8 @@ static void test_node_renewal(void) {
                       "another key's certificate: %s", err.msg);
             int32_t pos = 0;
             uint32_t code = 0;
-            int rc = mt_remote_stage_chain(r, 10 + (uint64_t)round, 0, 2, &hop, 1, &pos, 1, rows,
-                                           MT_PROTO_F32, &code, &err);
+            int rc = mt_remote_stage_chain(r, 10 + (uint64_t)round, 0, 2, &hop, 1, false, &pos, 1,
+                                           rows, MT_PROTO_F32, &code, &err);
             CHECK(rc < 0 && has(err.msg, "next hop"), "round %d: the hop hangs up: %s", round,
                   err.msg);
             CHECK(hop_count(&h) == round + 1, "round %d: %d connections to the hop", round,

@@ -32,6 +32,27 @@ s2=$("$BIN" run --json -n 16 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 7 -
 t1=$("$BIN" run --json -n 10 --temp 0 -t 1 -p "Hello" | json 'console.log(JSON.stringify(o.tokens))')
 t3=$("$BIN" run --json -n 10 --temp 0 -t 3 --ubatch 2 -p "Hello" | json 'console.log(JSON.stringify(o.tokens))')
 [ "$t1" = "$t3" ] && ok || bad "threads/ubatch change greedy output: $t1 vs $t3"
+# --draft (exact speculative decoding): the same tokens as plain decoding, greedy and seeded,
+# with the counts in "speculative"; the built-in model drafting for itself takes every guess
+p="ab ab ab ab ab"
+for opts in "--temp 0" "--seed 3"; do
+    plain=$("$BIN" run --json -n 24 $opts -p "$p" | json 'console.log(JSON.stringify(o.tokens))')
+    for d in "--draft ngram" "--draft ngram --draft-k 1"; do
+        "$BIN" run --json -n 24 $opts $d -p "$p" >"$tmp/d.json" 2>"$tmp/d.err" || bad "run $d: $(cat "$tmp/d.err")"
+        got=$(json 'console.log(JSON.stringify(o.tokens))' <"$tmp/d.json")
+        [ -n "$plain" ] && [ "$got" = "$plain" ] && ok || bad "run $opts $d: $got, plain $plain"
+        json 'const s=o.speculative; if(!s||s.draft!=="ngram"||!(s.passes>0)||s.accepted>s.drafted||s.passes+s.accepted!==o.tokens.length-1) throw "counts"' <"$tmp/d.json" && ok || bad "speculative counts: $(cat "$tmp/d.json")"
+    done
+done
+"$BIN" mkmodel -o "$tmp/self.gguf" >/dev/null 2>&1 || bad "mkmodel for --draft FILE"
+"$BIN" run --json -m "$tmp/self.gguf" -n 16 --temp 0 -p "$p" | json 'console.log(JSON.stringify(o.tokens))' >"$tmp/self.plain"
+"$BIN" run --json -m "$tmp/self.gguf" -n 16 --temp 0 --draft "$tmp/self.gguf" --draft-k 4 -p "$p" >"$tmp/self.json" 2>"$tmp/d.err" || bad "run --draft FILE: $(cat "$tmp/d.err")"
+[ "$(json 'console.log(JSON.stringify(o.tokens))' <"$tmp/self.json")" = "$(cat "$tmp/self.plain")" ] && ok || bad "--draft FILE changes the tokens"
+json 'const s=o.speculative; if(!(s.drafted>0)||s.accepted+1<s.drafted) throw "counts"' <"$tmp/self.json" && ok || bad "a model drafting for itself: $(cat "$tmp/self.json")"
+"$BIN" run -n 4 --draft-k 33 --draft ngram -p hi >/dev/null 2>"$tmp/d.err"
+[ $? = 2 ] && grep -q -- "--draft-k" "$tmp/d.err" && ok || bad "--draft-k 33: $(cat "$tmp/d.err")"
+"$BIN" run -n 4 --draft "$tmp/nothing.gguf" -p hi >/dev/null 2>"$tmp/d.err"
+[ $? = 1 ] && grep -q "nothing.gguf" "$tmp/d.err" && ok || bad "--draft of a missing file: $(cat "$tmp/d.err")"
 
 # tokenize (built-in byte vocabulary: one token per byte, no BOS for qwen2)
 out=$("$BIN" tokenize --json -p "héllo")

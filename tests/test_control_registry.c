@@ -1132,6 +1132,40 @@ static bool generate(const char *tok, int n) {
     return ok;
 }
 
+/* Speculative passes through the registry's route (mt_requester_eval_speculative): a pass
+ * whose third token is a wrong guess, taken back (mt_requester_rewind), then the right
+ * tokens: the last row has the bits of the same tokens evaluated plainly. */
+static void check_speculative(const char *tok) {
+    char key[400], cache[400];
+    snprintf(key, sizeof key, "%s/requester.key", dir);
+    snprintf(cache, sizeof cache, "%s/requester-cache", dir);
+    mt_requester_config c = {.registry = base,
+                             .token = tok,
+                             .key_path = key,
+                             .cache_dir = cache,
+                             .threads = 1,
+                             .quiet = true};
+    mt_error err = {{0}};
+    mt_requester *q = mt_requester_open(&c, &err);
+    const int32_t V = q ? mt_requester_head(q)->hp.n_vocab : 0;
+    float *want = q ? malloc((size_t)V * sizeof *want) : NULL;
+    float *rows = q ? malloc(4 * (size_t)V * sizeof *rows) : NULL;
+    static const int32_t ids[6] = {5, 77, 3, 190, 42, 8};
+    const int32_t pass1[4] = {ids[2], ids[3], (ids[4] + 1) % (V ? V : 1), 7};
+    bool ok = want && rows && mt_requester_begin(q, 32, &err) == 0 &&
+              mt_requester_eval(q, ids, 6, want, &err) == 0 &&
+              mt_requester_begin(q, 32, &err) == 0 &&
+              mt_requester_eval(q, ids, 2, rows, &err) == 0 &&
+              mt_requester_eval_speculative(q, pass1, 4, rows, &err) == 0 &&
+              mt_requester_rewind(q, 4, &err) == 0 &&
+              mt_requester_eval_speculative(q, ids + 4, 2, rows, &err) == 0;
+    CHECK(ok, "speculative passes through the registry: %s", err.msg);
+    CHECK(ok && memcmp(rows + V, want, (size_t)V * sizeof *want) == 0,
+          "after a rewind the logits differ from a plain evaluation of the same tokens");
+    free(want), free(rows);
+    mt_requester_close(q);
+}
+
 static mt_agent *agent_start(const char *tok, mt_error *err) {
     char key[400], data[400];
     snprintf(key, sizeof key, "%s/agent.key", dir);
@@ -1203,6 +1237,7 @@ static void test_agent(void) {
     if (generate(tok, 3))
         CHECK(wait_ledger(s.node_id, 20 + 3 * 4, 5000), "ledger: %lld token-layers, want 32",
               (long long)ledger_token_layers(s.node_id));
+    check_speculative(tok);
 
     /* paused: it drains and stops serving; resumed: it serves again, from what it holds */
     char pp[100];

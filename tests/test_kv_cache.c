@@ -9,11 +9,17 @@
  *   - sizes per type (GQA, absorbed MLA, the older MLA layout), types refused
  *     for widths their blocks do not fit, names parsed;
  *   - a long context is mapped without being committed: a cache of a million
- *     positions adds almost nothing to the resident memory until written.
+ *     positions adds almost nothing to the resident memory until written;
+ *   - rewinding (mt_kv_snap_begin, mt_kv_rewind): a kimi-k3 cache taken back
+ *     to a position inside its last pass holds, bit for bit, the KDA state of
+ *     a cache that only ever saw the tokens up to there, and goes on to the
+ *     same logits; rewinds without a snapshot are refused, and the snapshots'
+ *     bytes are counted.
  * Batch and thread invariance of every type is in test_determinism.c, the
  * agreement with llama.cpp in test_golden.c (tests/golden/kv.json). */
 #include "../src/model/model_internal.h"
 #include "check.h"
+#include "moontail/session.h"
 #include "moontail/synth_model.h"
 
 #include <math.h>
@@ -262,10 +268,78 @@ static void check_no_reservation(void) {
     unlink(path);
 }
 
+/* A session of m over n_ctx positions that has evaluated ids (one pass); NULL on failure. */
+static mt_session *session_after(const mt_model *m, const int32_t *ids, int32_t n, float *logits) {
+    mt_error err = {{0}};
+    mt_session *s = mt_session_new(m, 32, MT_KV_F16, 2, &err);
+    CHECK(s && mt_session_eval(s, ids, n, 0, true, logits, &err) == 0, "eval %d tokens: %s", n,
+          err.msg);
+    return s;
+}
+
+static void check_rewind(void) {
+    mt_synth_params p = mt_synth_default_params("kimi-k3");
+    p.n_layer = 5; /* KDA layers 0, 2, 3 and MLA layers 1, 4 */
+    p.mla_layers = "1,4";
+    p.n_expert = 16;
+    p.n_expert_used = 4;
+    p.res_block = 2;
+    const char *path = check_tmp(".gguf");
+    mt_error err = {{0}};
+    CHECK(mt_synth_write(&p, path, &err) == 0, "mkmodel kimi-k3: %s", err.msg);
+    mt_model *m = mt_model_load(path, &err);
+    unlink(path);
+    CHECK(m != NULL, "load kimi-k3: %s", err.msg);
+    if (!m) return;
+    const size_t V = (size_t)m->hp.n_vocab;
+    const int32_t ids[] = {5, 77, 200, 12, 9, 41, 250, 3, 180, 66, 7}; /* 4 + 5 + 2 */
+    float *lg = malloc(11 * V * sizeof *lg), *want = malloc(11 * V * sizeof *want);
+    /* the reference saw ids[0..6) and then ids[9..11) at positions 6, 7 */
+    const int32_t ref_ids[] = {5, 77, 200, 12, 9, 41, 66, 7};
+    mt_session *ref = session_after(m, ref_ids, 6, want);
+    mt_session *s = session_after(m, ids, 4, lg);
+    if (!ref || !s || !lg || !want) goto out;
+    CHECK(s->kv->n_rec == 3 && mt_kv_cache_snap_bytes(s->kv) == 0, "%d KDA layers, %zu bytes",
+          s->kv->n_rec, mt_kv_cache_snap_bytes(s->kv));
+    /* a pass of 5 tokens at positions 4..8 with snapshots, then back to 6 */
+    CHECK(mt_kv_snap_begin(s->kv, 4, 5, &err) == 0, "snapshots: %s", err.msg);
+    CHECK(mt_session_eval(s, ids + 4, 5, 0, true, lg, &err) == 0, "pass: %s", err.msg);
+    CHECK(mt_kv_cache_snap_bytes(s->kv) == 3 * 5 * s->kv->rec_floats * sizeof(float),
+          "snapshot bytes %zu for 3 layers x 5 tokens x %zu floats", mt_kv_cache_snap_bytes(s->kv),
+          s->kv->rec_floats);
+    CHECK(mt_kv_rewind(s->kv, 4, &err) < 0 && strstr(err.msg, "cannot go back to 4"),
+          "rewind to the pass's start (no snapshot before it): %s", err.msg);
+    CHECK(mt_kv_rewind(s->kv, 10, &err) < 0 && strstr(err.msg, "(4, 9]"),
+          "rewind past the pass: %s", err.msg);
+    CHECK(mt_kv_rewind(s->kv, 6, &err) == 0, "rewind to 6: %s", err.msg);
+    s->n_past = 6;
+    CHECK(memcmp(s->kv->rec, ref->kv->rec, (size_t)3 * s->kv->rec_floats * sizeof(float)) == 0 &&
+              s->kv->rec_next[0] == 6 && s->kv->rec_next[2] == 6,
+          "the KDA states after a rewind to 6 differ from those of a cache that saw 6 tokens");
+    /* the snapshots after 6 are gone; the ones before stay */
+    CHECK(mt_kv_rewind(s->kv, 8, &err) < 0, "rewind forward to 8 after going back to 6");
+    /* both go on with the same two tokens: the same logits */
+    float *got = lg + 9 * V, *ref_got = want + 6 * V;
+    CHECK(mt_session_eval(s, ids + 9, 2, 0, true, got, &err) == 0 &&
+              mt_session_eval(ref, ref_ids + 6, 2, 0, true, ref_got, &err) == 0,
+          "go on: %s", err.msg);
+    CHECK(memcmp(got, ref_got, 2 * V * sizeof(float)) == 0,
+          "logits after a rewind differ from a run that never went past position 6");
+    /* a closed window takes no snapshots: a rewind inside the last pass is refused */
+    CHECK(mt_kv_snap_begin(s->kv, 8, 0, &err) == 0 && mt_kv_rewind(s->kv, 7, &err) < 0,
+          "rewind with the window closed");
+out:
+    mt_session_free(ref);
+    mt_session_free(s);
+    free(lg), free(want);
+    mt_model_free(m);
+}
+
 int main(void) {
     check_hadamard();
     check_attend();
     check_sizes();
     check_no_reservation();
+    check_rewind();
     return check_report("test_kv_cache");
 }

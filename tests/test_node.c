@@ -34,12 +34,22 @@
  * budget and chunk, a session's next request waits for its prompt, and every
  * reply has the bits of the same request run alone, for budgets and chunks
  * from 1 token to unchunked (qwen3moe and kimi-k3's KDA state).
+ * Speculative decoding (generate.h) over 4 one-layer stages, turn by turn
+ * and chained, and in a swarm (the backbone's KDA layers here): greedy and
+ * seeded, 1, 4 and 8 guesses a pass from the n-gram drafter, an adversary
+ * (always wrong: every pass is taken back, and the nodes restore their KDA
+ * states) and an oracle, give the tokens of plain local decoding of the whole
+ * model; a node counts its snapshots in the session's bytes exactly, and a
+ * start inside an older pass is refused with MT_PROTO_ERR_POSITION's message;
+ * with every pass of a KDA stage spot-checked on a twin, no check is dropped.
  * Then hostile input (hop lists included):
  * malformed and wrong requests get ERROR replies naming the problem, and the
  * same server keeps serving. */
 #include "check.h"
 
 #include <sys/stat.h>
+#include "moontail/draft.h"
+#include "moontail/generate.h"
 #include "moontail/node.h"
 #include "moontail/remote.h"
 #include "moontail/route.h"
@@ -1756,6 +1766,209 @@ static void check_sessions_by_memory(void) {
     free_set(&s);
 }
 
+/* ---- speculative decoding ------------------------------------------------------------------ */
+
+enum { SPEC_MAX = 24 };
+
+typedef struct spec_got {
+    int32_t ids[SPEC_MAX + 1];
+    int n;
+} spec_got;
+
+static int spec_token(void *ctx, int32_t id) {
+    spec_got *g = ctx;
+    if (g->n <= SPEC_MAX) g->ids[g->n++] = id;
+    return 0;
+}
+
+/* Guesses from a plain run's tokens: right (oracle) or each one off by one (adversary). */
+typedef struct spec_oracle {
+    const spec_got *plain;
+    int32_t n_prompt, n_vocab;
+    bool wrong;
+} spec_oracle;
+
+static int32_t spec_oracle_draft(void *ctx, const int32_t *hist, int32_t n_hist, int32_t k,
+                                 int32_t *out, mt_error *err) {
+    (void)hist, (void)err;
+    const spec_oracle *o = ctx;
+    int32_t m = 0;
+    for (int32_t i = n_hist - o->n_prompt; m < k && i < o->plain->n; i++, m++)
+        out[m] = o->wrong ? (o->plain->ids[i] + 1) % o->n_vocab : o->plain->ids[i];
+    return m;
+}
+
+static const int32_t spec_prompt[] = {5, 77, 3, 190, 42, 5, 77, 3, 190, 42};
+enum { SPEC_N_PROMPT = sizeof spec_prompt / sizeof spec_prompt[0] };
+
+static void spec_run(const mt_gen_backend *b, void *slot, const mt_vocab *v, uint64_t seed,
+                     const mt_gen_drafter *d, spec_got *g, mt_gen_result *r) {
+    memset(g, 0, sizeof *g);
+    mt_gen_params p = {.prompt = spec_prompt,
+                       .n_prompt = SPEC_N_PROMPT,
+                       .max_tokens = SPEC_MAX,
+                       .sp = mt_sampler_default_params(),
+                       .end_token = -1,
+                       .draft = d};
+    if (seed)
+        p.sp.seed = seed;
+    else
+        p.sp.temp = 0;
+    const mt_gen_sink sink = {.token = spec_token, .ctx = g};
+    mt_generate(b, slot, v, &p, &sink, r);
+    if (r->begun) b->end(slot, r->evaluated);
+}
+
+/* Every drafter and k on route r against plain local decoding (plain[seed]). */
+static void spec_route(mt_route *r, const mt_vocab *v, const spec_got *plain, const char *what) {
+    mt_error err = {{0}};
+    mt_gen_backend *b = mt_route_backend(r, &err);
+    void *slot = b ? b->slot_open(b, 0, &err) : NULL;
+    CHECK(slot != NULL, "%s: backend: %s", what, err.msg);
+    if (!slot) goto out;
+    static const int32_t ks[] = {1, 4, 8};
+    for (uint64_t seed = 0; seed <= 3; seed++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            spec_oracle orc = {&plain[seed], SPEC_N_PROMPT, b->n_vocab, false};
+            spec_oracle adv = {&plain[seed], SPEC_N_PROMPT, b->n_vocab, true};
+            mt_gen_drafter o = {.draft = spec_oracle_draft, .ctx = &orc, .k = ks[ki]};
+            mt_gen_drafter a = {.draft = spec_oracle_draft, .ctx = &adv, .k = ks[ki]};
+            mt_gen_drafter *ng = mt_draft_ngram_new(ks[ki], &err);
+            const mt_gen_drafter *ds[] = {ng, &o, &a};
+            static const char *const names[] = {"n-gram", "oracle", "adversary"};
+            for (int di = 0; di < 3; di++) {
+                spec_got g;
+                mt_gen_result res;
+                spec_run(b, slot, v, seed, ds[di], &g, &res);
+                CHECK(res.finish != MT_GEN_FAILED && g.n == plain[seed].n &&
+                          memcmp(g.ids, plain[seed].ids, (size_t)g.n * sizeof *g.ids) == 0,
+                      "%s, seed %llu, k %d, %s guesses: %d tokens, not plain decoding's %d: %s",
+                      what, (unsigned long long)seed, ks[ki], names[di], g.n, plain[seed].n,
+                      res.err.msg);
+                if (di == 2)
+                    CHECK(res.drafted > 0 && res.accepted == 0,
+                          "%s: the adversary's %lld guesses, %lld taken", what,
+                          (long long)res.drafted, (long long)res.accepted);
+                if (di == 1)
+                    CHECK(res.accepted + 1 >= res.drafted && res.passes < g.n - 1,
+                          "%s: the oracle's %lld guesses, %lld taken, %lld passes", what,
+                          (long long)res.drafted, (long long)res.accepted, (long long)res.passes);
+            }
+            mt_gen_drafter_free(ng);
+        }
+out:
+    if (slot) b->slot_close(b, slot);
+    if (b) b->destroy(b);
+}
+
+static void check_speculative(const char *arch) {
+    model_set s;
+    if (!make_set(&s, arch)) return;
+    mt_error err = {{0}};
+    /* the expected tokens: plain decoding of the whole model here */
+    mt_gen_backend *lb =
+        mt_gen_backend_local(mt_model_load(s.whole_path, &err), s.whole_path, 1, MT_KV_F16, &err);
+    mt_vocab *v = lb ? mt_vocab_load(lb->model->gguf, &err) : NULL;
+    void *slot = v ? lb->slot_open(lb, 0, &err) : NULL;
+    CHECK(slot != NULL, "%s: local backend: %s", arch, err.msg);
+    spec_got plain[4];
+    for (uint64_t seed = 0; slot && seed <= 3; seed++) {
+        mt_gen_result res;
+        spec_run(lb, slot, v, seed, NULL, &plain[seed], &res);
+        CHECK(res.finish != MT_GEN_FAILED && plain[seed].n > 2, "%s: plain run: %d tokens: %s",
+              arch, plain[seed].n, res.err.msg);
+    }
+    if (slot) lb->slot_close(lb, slot);
+    if (lb) lb->destroy(lb);
+    if (!slot) goto out;
+
+    mt_node *st[N_LAYER];
+    mt_route_peer sp[N_LAYER];
+    for (int i = 0; i < N_LAYER; i++) {
+        st[i] = start_node(s.stage[i], NULL, 0, 8);
+        if (st[i]) sp[i] = peer_of(st[i]);
+    }
+    if (st[0] && st[1] && st[2] && st[3]) {
+        for (int chain = 0; chain < 2; chain++) {
+            chain_mode = chain;
+            mt_route *r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch);
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", arch, chain ? "chain" : "pipeline");
+            if (r) spec_route(r, v, plain, what);
+            mt_route_close(r);
+        }
+        chain_mode = false;
+        /* stage 0 (layer 0: KDA for kimi) counts a speculative pass's snapshots, and takes
+         * a start inside it but not inside an older one */
+        mt_route *r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch);
+        mt_route_session *x = r ? mt_route_session_new(r, 32, &err) : NULL;
+        const size_t V = (size_t)s.whole->hp.n_vocab;
+        float *lg = malloc(8 * V * sizeof *lg);
+        uint64_t fixed, per;
+        mt_kv_layer_bytes(&s.whole->hp, s.whole->layers[0].is_kda, MT_KV_DEFAULT, &fixed, &per);
+        const uint64_t snap = s.whole->layers[0].is_kda ? 5 * fixed : 0;
+        mt_node_stats ns;
+        bool ok = x && lg && mt_route_eval(r, x, spec_prompt, 4, false, lg, &err) == 0 &&
+                  mt_route_eval_speculative(r, x, spec_prompt + 4, 5, lg, &err) == 0;
+        mt_node_get_stats(st[0], &ns);
+        CHECK(ok && ns.kv_used == fixed + 9 * per + snap,
+              "%s: stage 0 holds %llu bytes after a speculative pass of 5 (want %llu + 9 x %llu"
+              " + snapshots %llu): %s",
+              arch, (unsigned long long)ns.kv_used, (unsigned long long)fixed,
+              (unsigned long long)per, (unsigned long long)snap, err.msg);
+        ok = ok && mt_route_rewind(r, x, 6, &err) == 0 &&
+             mt_route_eval(r, x, spec_prompt + 6, 1, false, lg, &err) == 0;
+        CHECK(ok, "%s: a pass inside the speculative one: %s", arch, err.msg);
+        /* the snapshots went with the next pass: position 5 is out of reach for KDA */
+        ok = ok && mt_route_rewind(r, x, 5, &err) == 0;
+        int rc = ok ? mt_route_eval(r, x, spec_prompt + 5, 1, false, lg, &err) : -1;
+        if (s.whole->layers[0].is_kda)
+            CHECK(ok && rc < 0 && has(err.msg, "cannot go back to 5"),
+                  "%s: a start inside an older pass: %s", arch, err.msg);
+        else
+            CHECK(ok && rc == 0, "%s: attention rows rewind anywhere: %s", arch, err.msg);
+        free(lg);
+        mt_route_session_end(r, x);
+        mt_route_close(r);
+        /* every pass of stage 1 (KDA for kimi) checked on a twin: the twin takes back the
+         * guesses too, so no check is dropped and every pass agrees */
+        mt_node *twin = start_node(s.stage[1], NULL, 0, 8);
+        mt_route_checker by_twin = {1, twin ? peer_of(twin) : sp[1]};
+        mt_route_check_stats cs = {0};
+        r = twin ? open_checked(s.head, sp, N_LAYER, &by_twin, 1, 1, &cs, &err) : NULL;
+        char what[64];
+        snprintf(what, sizeof what, "%s checked on a twin", arch);
+        if (r) spec_route(r, v, plain, what);
+        CHECK(r && cs.compared > 0 && cs.dropped == 0 && cs.mismatches == 0,
+              "%s: %lld passes compared, %lld checks dropped (%s), %lld mismatches", what,
+              (long long)cs.compared, (long long)cs.dropped, cs.last_dropped,
+              (long long)cs.mismatches);
+        mt_route_close(r);
+        mt_node_stop(twin);
+    }
+    for (int i = 0; i < N_LAYER; i++) mt_node_stop(st[i]);
+
+    if (s.n_expert > 0) { /* swarm: the backbone (with the KDA layers) here */
+        mt_node *xs[3];
+        mt_route_peer xp[3];
+        for (int k = 0; k < 3; k++) {
+            xs[k] = start_node(s.experts[k], NULL, 0, 8);
+            if (xs[k]) xp[k] = peer_of(xs[k]);
+        }
+        if (xs[0] && xs[1] && xs[2]) {
+            mt_route *r = open_route(s.backbone, s.backbone, NULL, 0, xp, 3, MT_PROTO_F32, arch);
+            char what[64];
+            snprintf(what, sizeof what, "%s swarm", arch);
+            if (r) spec_route(r, v, plain, what);
+            mt_route_close(r);
+        }
+        for (int k = 0; k < 3; k++) mt_node_stop(xs[k]);
+    }
+out:
+    mt_vocab_free(v);
+    free_set(&s);
+}
+
 int main(void) {
     mt_error err = {{0}};
     if (mt_keys_generate(&k_node, &err) || mt_keys_generate(&k_req, &err) ||
@@ -1785,6 +1998,8 @@ int main(void) {
     check_idle_expiry("kimi-k3");
     check_step_order("qwen3moe");
     check_step_order("kimi-k3");
+    check_speculative("qwen3moe");
+    check_speculative("kimi-k3");
     check_hostile();
     mt_keys_authorized_free(auth);
     return check_report("test_node");

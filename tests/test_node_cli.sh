@@ -6,7 +6,8 @@
 # step of 3 tokens and prompt chunks of 2; also chained,
 # stage 0 forwarding to stage 1), a swarm route
 # (local backbone + 2 expert servers) and a paired stage with its partner,
-# each giving the same tokens as `moontail run` on the whole model. Then
+# each giving the same tokens as `moontail run` on the whole model (the cell
+# and the chain also with --draft ngram: speculative decoding). Then
 # clear errors for bad command lines and routes, and a clean SIGTERM stop.
 # Every node is killed on exit; every command runs under a time limit.
 set -u
@@ -30,6 +31,9 @@ cat >"$tmp/cell.json" <<EOF
 EOF
 got=$($T "$BIN" prompt --route "$tmp/cell.json" --json --temp 0 -n 12 -p "Hello there" 2>"$tmp/e" | tokens)
 [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "cell route tokens '$got' differ from run's '$want': $(cat "$tmp/e")"
+# speculative decoding over the route (nodes take back guesses; kimi-k3: KDA snapshots)
+got=$($T "$BIN" prompt --route "$tmp/cell.json" --json --temp 0 -n 12 --draft ngram --draft-k 4 -p "Hello there" 2>"$tmp/e" | tokens)
+[ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "cell route --draft ngram tokens '$got' differ from run's '$want': $(cat "$tmp/e")"
 # streamed text equals run's
 a=$($T "$BIN" run -m "$M" --temp 0 -n 12 -p "Hello there" 2>/dev/null)
 b=$($T "$BIN" prompt --route "$tmp/cell.json" --temp 0 -n 12 -p "Hello there" 2>/dev/null)
@@ -41,6 +45,8 @@ cat >"$tmp/chain.json" <<EOF
 EOF
 got=$($T "$BIN" prompt --route "$tmp/chain.json" --json --temp 0 -n 12 -p "Hello there" 2>"$tmp/e" | tokens)
 [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "chain route tokens '$got' differ from run's '$want': $(cat "$tmp/e")"
+got=$($T "$BIN" prompt --route "$tmp/chain.json" --json --temp 0 -n 12 --draft ngram -p "Hello there" 2>"$tmp/e" | tokens)
+[ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "chain route --draft ngram tokens '$got' differ from run's '$want': $(cat "$tmp/e")"
 b=$($T "$BIN" prompt --route "$tmp/chain.json" --temp 0 -n 12 -p "Hello there" 2>/dev/null)
 [ "$a" = "$b" ] && ok || bad "chain route text differs: '$a' vs '$b'"
 sed 's/"chain": true/"chain": "yes"/' "$tmp/chain.json" >"$tmp/chainbad.json"

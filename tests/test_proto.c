@@ -402,8 +402,60 @@ static void test_fuzz(void) {
     CHECK(accepted > 0, "no corrupted message of the right size decoded at all");
 }
 
+/* MT_PROTO_FLAG_SPECULATIVE: bit 2 of the header's flags, on STAGE_FORWARD only (also with
+ * hops); bit 3 and the flag on other types are refused both ways. */
+static void test_speculative(void) {
+    float rows[2 * E] = {0};
+    int32_t pos[2] = {7, 8};
+    mt_proto_hop hop = {.addr = "127.0.0.1:9000", .layer_begin = 2, .layer_end = 3};
+    mt_proto_msg m = {.type = MT_PROTO_STAGE_FORWARD,
+                      .request_id = 9,
+                      .session = 5,
+                      .n = 2,
+                      .cols = E,
+                      .layer_begin = 0,
+                      .layer_end = 2,
+                      .pos = pos,
+                      .rows = rows,
+                      .speculative = true};
+    mt_error err = {{0}};
+    for (int with_hops = 0; with_hops < 2; with_hops++) {
+        m.n_hops = with_hops, m.hops = with_hops ? &hop : NULL;
+        size_t len;
+        uint8_t *b = enc(&m, &len);
+        mt_proto_msg d;
+        CHECK(b && b[2] == (with_hops ? 5 : 4) && b[3] == 0, "speculative flags byte %d",
+              b ? b[2] : -1);
+        CHECK(b && mt_proto_decode(b, len, &d, &err) == 0 && d.speculative &&
+                  d.n_hops == with_hops && d.pos[1] == 8,
+              "speculative round trip (hops %d): %s", with_hops, err.msg);
+        mt_proto_msg_free(&d);
+        if (b) {
+            b[2] = (uint8_t)(b[2] & ~4); /* the same message without the flag */
+            CHECK(mt_proto_decode(b, len, &d, &err) == 0 && !d.speculative,
+                  "flag cleared: still speculative: %s", err.msg);
+            mt_proto_msg_free(&d);
+            b[2] |= 8; /* bit 3 is reserved */
+            expect_bad(b, len, "flags", "STAGE_FORWARD with flag bit 3");
+        }
+        free(b);
+    }
+    mt_proto_msg end = {.type = MT_PROTO_SESSION_END, .request_id = 1, .session = 5};
+    size_t len;
+    uint8_t *b = enc(&end, &len);
+    if (b) {
+        b[2] = 4;
+        expect_bad(b, len, "flags", "SESSION_END with the speculative flag");
+    }
+    free(b);
+    end.speculative = true;
+    CHECK(mt_proto_encode(&end, &b, &len, &err) < 0 && has(err.msg, "speculative"),
+          "encoding a speculative SESSION_END: %s", err.msg);
+}
+
 int main(void) {
     test_round_trips();
+    test_speculative();
     test_hidden_rows();
     test_long_chain();
     test_fuzz();

@@ -15,6 +15,14 @@
  *     sees any part of one;
  *   - max_tokens;
  *   - a sink callback returning nonzero (cancelled: nothing more is handed out).
+ * With a drafter (mt_gen_drafter, draft.h) and a backend that can rewind, decoding is
+ * speculative and exact: after sampling a token the loop asks for up to k guesses of the
+ * tokens after it, evaluates [token, guess 1..k] in one pass (eval_all: every row's
+ * logits) and samples from the rows in order exactly as plain decoding samples from its
+ * single steps (the same sampler calls, the same end/stop/max_tokens checks), going on
+ * while each sample equals the next guess; at the first one that differs the slot rewinds
+ * to the tokens accepted. Since a (k+1)-token pass gives the floats of k+1 single steps
+ * (docs/design.md invariant 1), the tokens are those of plain decoding, greedy or seeded.
  * A thinking model's reply goes through a splitter (reasoning.h) first: its
  * reasoning goes to the sink as it comes, its answer is the text that stop
  * strings are looked for in. Stop strings end the answer only, as the hosted
@@ -57,6 +65,13 @@ struct mt_gen_backend {
     int (*begin)(void *slot, int32_t n_ctx, mt_error *err);
     /* n tokens after the sequence so far; logits gets the last one's n_vocab floats */
     int (*eval)(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err);
+    /* speculative decoding (NULL: the backend cannot; then drafts are not used):
+     * n tokens after the sequence so far, logits gets every one's row (n, n_vocab), and the
+     * slot keeps what it needs to go back inside this pass */
+    int (*eval_all)(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err);
+    /* the sequence goes back to its first n_past tokens: n_past inside the last eval_all's
+     * pass (after its first token, up to its end) */
+    int (*rewind)(void *slot, int32_t n_past, mt_error *err);
     /* the sequence is over; `evaluated` tokens went through the model */
     void (*end)(void *slot, int64_t evaluated);
     void (*destroy)(mt_gen_backend *b);
@@ -93,6 +108,22 @@ enum { MT_GEN_UBATCH_DEFAULT = 512 };
  * alike). */
 enum { MT_GEN_MAX_STOP = 4 };
 
+/* Guesses of the next tokens for speculative decoding (draft.h makes the n-gram and the
+ * draft-model ones; a test may give its own). A drafter is used by one generation at a
+ * time. */
+typedef struct mt_gen_drafter {
+    /* up to k guesses (k >= 1) of the tokens after hist[0, n_hist) (the prompt and every
+     * token sampled so far) into out; returns how many (0: no guess), or -1 with err */
+    int32_t (*draft)(void *ctx, const int32_t *hist, int32_t n_hist, int32_t k, int32_t *out,
+                     mt_error *err);
+    void (*free)(void *ctx); /* mt_gen_drafter_free calls it (NULL: nothing to free) */
+    void *ctx;
+    int32_t k; /* guesses per pass, 1..MT_GEN_MAX_DRAFT */
+} mt_gen_drafter;
+
+/* The most guesses per pass (--draft-k). */
+enum { MT_GEN_MAX_DRAFT = 32 };
+
 typedef struct mt_gen_params {
     const int32_t *prompt; /* n_prompt ids (at least one) */
     int32_t n_prompt;
@@ -107,6 +138,8 @@ typedef struct mt_gen_params {
     bool ignore_eog;   /* the vocabulary's end-of-generation tokens do not end it */
     const mt_reasoning *reasoning; /* split the reply into reasoning and answer (NULL or
                                       !on: the whole reply is text) */
+    const mt_gen_drafter *draft;   /* speculative decoding with these guesses (NULL, or a
+                                      backend without eval_all: plain decoding) */
 } mt_gen_params;
 
 /* Where the output goes. Each callback returns 0 to go on, or any other value to cancel
@@ -147,7 +180,10 @@ typedef struct mt_gen_result {
     bool begun;
     int64_t evaluated;                  /* tokens the backend evaluated */
     double begin_ms, prompt_ms, gen_ms; /* begin(), the prompt, the steps after it */
-    mt_error err;                       /* why it failed (the backend's words) */
+    /* speculative decoding: evaluations after the prompt, guesses evaluated, guesses that
+     * were the sampled token (plain decoding: passes = completion_tokens - 1, no guesses) */
+    int64_t passes, drafted, accepted;
+    mt_error err; /* why it failed (the backend's words) */
 } mt_gen_result;
 
 /* Generates on a slot of b: begins a sequence, evaluates, samples, hands the output to

@@ -261,6 +261,11 @@ typedef struct mt_kv_cache {
     size_t rec_floats;        /* recurrent state per KDA layer */
     float *rec;               /* (n_kda_layers, rec_floats) */
     int32_t *rec_next;        /* (n_kda_layers) position each KDA state expects next */
+    /* rewind snapshots (mt_kv_snap_begin): each KDA layer's state after the token at
+     * position snap_p0 + i, for i < snap_n (snap_n <= snap_cap); none when snap_cap is 0 */
+    int32_t snap_p0, snap_cap, snap_n;
+    float *snap;        /* (n_kda_layers, snap_alloc, rec_floats) */
+    int32_t snap_alloc; /* snapshots allocated per layer (kept between windows) */
 } mt_kv_cache;
 
 /* A cache of type t; refused (naming the widths) when the model's rows do
@@ -279,6 +284,24 @@ size_t mt_kv_cache_rec_bytes(const mt_kv_cache *kv);
 /* dst <- src: positions, recurrent state and its position, for two caches
  * made by mt_kv_cache_new with the same model, layers, context and type. */
 void mt_kv_cache_copy(mt_kv_cache *dst, const mt_kv_cache *src);
+
+/* Rewinding (exact speculative decoding, docs/design.md). Attention rows are simply
+ * rewritten after a rewind, but a KDA layer's recurrent state cannot drop tokens: while a
+ * window of n snapshots is open from position p0, each KDA layer copies its state after
+ * every token at a position in [p0, p0 + n) (a head's part as that head finishes the
+ * token), so that mt_kv_rewind can restore it by memcpy. mt_kv_snap_begin(kv, p0, n) opens
+ * such a window (replacing any other; the memory grows to n snapshots per KDA layer and is
+ * kept for the next window), n == 0 closes it (no copies). The window stays open across
+ * evaluations until the next call. Returns -1 when out of memory (the window is closed). */
+int mt_kv_snap_begin(mt_kv_cache *kv, int32_t p0, int32_t n, mt_error *err);
+/* Bytes the snapshots hold now (allocated; 0 without KDA layers or a window ever opened). */
+size_t mt_kv_cache_snap_bytes(const mt_kv_cache *kv);
+/* Makes the cache hold positions [0, n_past): a KDA state already there is kept, one past it
+ * is restored from the snapshot after position n_past - 1 (it must be inside the open
+ * window and written), n_past 0 restarts it; later snapshots are dropped. Attention rows at
+ * n_past and after are left to be overwritten. -1 (nothing changed) when a KDA layer has no
+ * snapshot for n_past. */
+int mt_kv_rewind(mt_kv_cache *kv, int32_t n_past, mt_error *err);
 
 /* What one session's cache of type t keeps for one layer, in bytes: a KDA
  * layer (is_kda) a fixed recurrent state (*fixed), any other layer a K/V or

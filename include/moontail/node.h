@@ -42,9 +42,14 @@
  * (two requesters cannot touch each other's sessions). It is created by a
  * request starting at position 0 and holds a KV cache for the layer range of
  * that request. A request must start at a position in [0, n_past]: n_past
- * continues the session, an earlier one restarts it from there (a retry or a
- * replay); a gap is refused, as is a different layer range unless the
- * request starts at 0. Sessions are limited by memory, not by a count: a
+ * continues the session, an earlier one restarts it from there (a retry, a
+ * replay, or speculative decoding taking back guesses); a gap is refused, as
+ * is a different layer range unless the request starts at 0. KDA layers
+ * cannot drop tokens: an earlier start works for them at 0, or inside the
+ * session's last MT_PROTO_FLAG_SPECULATIVE request (after its first token),
+ * whose KDA states after each token the node keeps (counted in the session's
+ * bytes) until the next request; other starts get ERROR
+ * MT_PROTO_ERR_POSITION. Sessions are limited by memory, not by a count: a
  * request is admitted while the bytes every session's cache holds (state
  * plus positions written, plus what this step's requests will write) fit the
  * KV budget; only when they do not are the least recently used sessions

@@ -19,8 +19,12 @@
  *     off size
  *       0    2  u16 type (below)
  *       2    2  u16 flags: bit 0 (MT_PROTO_FLAG_HOPS) on STAGE_FORWARD only,
- *                  saying a hop list follows; every other bit is reserved
- *                  and refused
+ *                  saying a hop list follows; bit 2 (MT_PROTO_FLAG_SPECULATIVE)
+ *                  on STAGE_FORWARD only: a speculative pass, whose tokens the
+ *                  requester may take back (the node keeps its KDA layers'
+ *                  state after each token, and a later pass may start at any
+ *                  position after this one's first); every other bit is
+ *                  reserved and refused
  *       4    8  u64 request_id (chosen by the requester; echoed by the reply)
  *
  * Values ("rows") are n x cols numbers, row-major, in the message's dtype:
@@ -113,6 +117,9 @@
 #define MT_PROTO_HOP_ADDR_MAX 127       /* bytes of a hop's "host:port" */
 #define MT_PROTO_FLAG_HOPS    0x0001    /* header flag: STAGE_FORWARD carries hops */
 
+/* header flag: a STAGE_FORWARD whose tokens may be taken back (speculative decoding) */
+#define MT_PROTO_FLAG_SPECULATIVE (1u << 2)
+
 typedef enum mt_proto_type {
     MT_PROTO_INFO = 0x0001,
     MT_PROTO_STAGE_FORWARD = 0x0002,
@@ -175,6 +182,7 @@ typedef struct mt_proto_msg {
     int32_t *pos;                   /* (n) STAGE_FORWARD */
     int32_t n_hops;                 /* STAGE_FORWARD: 0 (no hop list) .. MT_PROTO_MAX_HOPS */
     mt_proto_hop *hops;             /* (n_hops) STAGE_FORWARD */
+    bool speculative;               /* STAGE_FORWARD: MT_PROTO_FLAG_SPECULATIVE */
     int32_t *ids;                   /* (n) EXPERT_RUN */
     float *rows;                    /* (n, cols) STAGE_*, EXPERT_*, as f32 */
     uint32_t code;                  /* ERROR */

@@ -55,11 +55,12 @@ int mt_remote_stage_forward(mt_remote *r, uint64_t session, int32_t layer_begin,
 /* The same, with next hops (proto.h): the node runs its layers, passes the
  * rows along hops[0..n_hops) (each runs its range and forwards to the next)
  * and hidden receives the last hop's output. n_hops 0 is a plain stage
- * forward. */
+ * forward. speculative marks the pass MT_PROTO_FLAG_SPECULATIVE (the nodes
+ * keep what they need to go back inside it). */
 int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
-                          const mt_proto_hop *hops, int32_t n_hops, const int32_t *pos,
-                          int32_t n_tok, float *hidden, mt_proto_dtype dtype, uint32_t *code,
-                          mt_error *err);
+                          const mt_proto_hop *hops, int32_t n_hops, bool speculative,
+                          const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
+                          uint32_t *code, mt_error *err);
 
 /* Computes y[i] = expert ids[i] of layer il applied to u[i] (n rows of
  * n_embd_exp) on the node: an mt_expert_backend run() with ctx = the mt_remote,

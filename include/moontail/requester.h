@@ -70,6 +70,14 @@ int mt_requester_begin(mt_requester *q, int32_t n_ctx, mt_error *err);
  * token's n_vocab floats. Fails over as described at the top. */
 int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *logits, mt_error *err);
 
+/* Speculative decoding (generate.h): the same with every token's logits ((n, n_vocab)
+ * floats) as a speculative pass (mt_route_eval_speculative), after which
+ * mt_requester_rewind may take the session back inside it. A failover replays the history
+ * kept (rewound tokens are gone from it) and then this pass. */
+int mt_requester_eval_speculative(mt_requester *q, const int32_t *ids, int32_t n, float *logits,
+                                  mt_error *err);
+int mt_requester_rewind(mt_requester *q, int32_t n_past, mt_error *err);
+
 /* Tells the registry how many tokens this account used (metering). */
 int mt_requester_report_usage(mt_requester *q, int64_t tokens, mt_error *err);
 

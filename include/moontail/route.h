@@ -155,6 +155,16 @@ void mt_route_session_end(mt_route *r, mt_route_session *s);
 int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t n,
                   bool all_logits, float *logits, mt_error *err);
 
+/* Speculative decoding (generate.h): mt_route_eval with every row's logits, sent as
+ * MT_PROTO_FLAG_SPECULATIVE passes, so that mt_route_rewind may then take the session
+ * back to any n_past inside this pass (after its first token). The nodes restore their
+ * KDA states when the next pass starts there; the history is cut at once, so a replay
+ * after a lost node runs only what was kept. A spot checker gets the passes as the
+ * checked stage does, so it goes back with it. */
+int mt_route_eval_speculative(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t n,
+                              float *logits, mt_error *err);
+int mt_route_rewind(mt_route *r, mt_route_session *s, int32_t n_past, mt_error *err);
+
 /* The session's token history (n_past tokens) and id. */
 const int32_t *mt_route_session_tokens(const mt_route_session *s, int32_t *n_past);
 uint64_t mt_route_session_id(const mt_route_session *s);

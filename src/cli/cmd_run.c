@@ -25,6 +25,9 @@ static const char usage[] =
     "  --kv-type T         KV cache type: f16 (default), bf16, q8_0 or f32\n"
     "  --stop TEXT         end the text before TEXT (up to 4 of them), as the API's stop\n"
     "  --ignore-eos        keep generating after an end-of-generation token\n"
+    "  --draft ngram|FILE  exact speculative decoding: guesses from n-grams of the text so far,\n"
+    "                      or from a small draft model of the same vocabulary (same output)\n"
+    "  --draft-k K         guesses checked per pass (default 4, at most 32)\n"
     "  --json              print one JSON object instead of streaming text\n";
 
 /* ctx: the model's path, NULL for the built-in model */

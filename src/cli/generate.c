@@ -2,7 +2,9 @@
  * the backend's slot and tokenizer, the prompt, and streamed or JSON output
  * around the model layer's loop. */
 #include "generate.h"
+#include "model_source.h"
 #include "moontail/clock.h"
+#include "moontail/draft.h"
 #include "moontail/text_buf.h"
 
 #include <signal.h>
@@ -17,6 +19,7 @@ void cli_gen_defaults(cli_gen *g) {
     g->top_k = g->sp.top_k;
     g->repeat_last_n = g->sp.repeat_last_n;
     g->seed = (int64_t)g->sp.seed;
+    g->draft_k = CLI_DRAFT_K_DEFAULT;
 }
 
 int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_opt *extra,
@@ -42,6 +45,8 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
         {"--json", CLI_FLAG, &g->json, 0, 0},
         {"--ignore-eos", CLI_FLAG, &g->ignore_eos, 0, 0},
         {"--stop", CLI_LIST, &stops, 0, 0},
+        {"--draft", CLI_STRING, &g->draft, 0, 0},
+        {"--draft-k", CLI_INT, &g->draft_k, 1, MT_GEN_MAX_DRAFT},
     };
     enum { N_SHARED = sizeof shared / sizeof shared[0] };
     size_t n_extra = 0;
@@ -67,6 +72,10 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
     g->sp.top_k = (int32_t)g->top_k;
     g->sp.repeat_last_n = (int32_t)g->repeat_last_n;
     g->sp.seed = (uint64_t)g->seed;
+    if (g->draft && !g->draft[0]) {
+        fprintf(stderr, "moontail %s: --draft needs 'ngram' or a draft model's file\n", cmd);
+        return -1;
+    }
     if (g->prompt && g->prompt_file) {
         fprintf(stderr, "moontail %s: give either -p or -f, not both\n", cmd);
         return -1;
@@ -128,9 +137,11 @@ static const char *stop_word(const mt_gen_result *r) {
     return r->finish == MT_GEN_END_TOKEN ? "eog" : mt_gen_finish_name(r->finish);
 }
 
-static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_prompt,
+static void print_json(const cli_out *o, const mt_gen_params *p, const char *draft_name,
                        const mt_gen_result *r, double load_ms, const cli_gen_hooks *h,
                        const mt_gen_backend *b, void *slot) {
+    const int32_t *prompt_ids = p->prompt;
+    const int64_t n_prompt = p->n_prompt;
     json_t *root = json_object();
     if (h->add_json) h->add_json(h->ctx, b, slot, root);
     json_object_set_new(root, "prompt_tokens", ids_json(prompt_ids, (size_t)n_prompt));
@@ -146,6 +157,11 @@ static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_pr
     json_object_set_new(tm, "generate_tokens_per_s",
                         json_real(r->completion_tokens * 1e3 / (r->gen_ms + 1e-9)));
     json_object_set_new(root, "timings", tm);
+    if (p->draft)
+        json_object_set_new(root, "speculative",
+                            json_pack("{s:s, s:i, s:I, s:I, s:I}", "draft", draft_name, "draft_k",
+                                      (int)p->draft->k, "passes", (json_int_t)r->passes, "drafted",
+                                      (json_int_t)r->drafted, "accepted", (json_int_t)r->accepted));
     char *out = json_dumps(root, JSON_COMPACT);
     puts(out ? out : "{}");
     free(out);
@@ -153,6 +169,21 @@ static void print_json(const cli_out *o, const int32_t *prompt_ids, int64_t n_pr
 }
 
 /* ---- one generation --------------------------------------------------------------------- */
+
+/* The drafter --draft names, for sequences of n_ctx tokens. */
+static mt_gen_drafter *make_drafter(const cli_gen *g, const mt_gen_backend *b,
+                                    const mt_vocab *vocab, int32_t n_ctx, mt_error *err) {
+    if (!b->eval_all || !b->rewind) {
+        mt_error_set(err,
+                     "--draft: a %s backend cannot check guesses yet (it cannot go back"
+                     " inside a pass); leave out --draft",
+                     b->kind);
+        return NULL;
+    }
+    if (strcmp(g->draft, "ngram") == 0) return mt_draft_ngram_new((int32_t)g->draft_k, err);
+    return mt_draft_model_new(cli_open_model(g->draft, err), g->draft, vocab, (int32_t)g->draft_k,
+                              n_ctx, (int)g->threads, g->kv_type, err);
+}
 
 /* cli_generate on an open slot. */
 static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt_vocab *vocab,
@@ -162,6 +193,7 @@ static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt
     size_t prompt_len = 0;
     int32_t *prompt_ids = NULL;
     cli_out o = {.json = g->json};
+    mt_gen_drafter *draft = NULL;
     const char *prompt = g->prompt;
     if (g->prompt_file) {
         if (!(prompt_buf = cli_read_file(g->prompt_file, &prompt_len))) {
@@ -185,6 +217,7 @@ static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt
                      (long long)g->n_predict, (long long)n_ctx);
         goto done;
     }
+    if (g->draft && !(draft = make_drafter(g, b, vocab, (int32_t)n_ctx, err))) goto done;
     const mt_gen_params p = {.prompt = prompt_ids,
                              .n_prompt = (int32_t)n_prompt,
                              .max_tokens = (int32_t)g->n_predict,
@@ -194,7 +227,8 @@ static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt
                              .stop = g->stop,
                              .n_stop = g->n_stop,
                              .end_token = -1,
-                             .ignore_eog = g->ignore_eos};
+                             .ignore_eog = g->ignore_eos,
+                             .draft = draft};
     const mt_gen_sink sink = {.text = out_text, .token = out_token, .ctx = &o};
     /* Ctrl-C stops after the token being computed, so the sequence is ended on every node
      * and usage is reported; a second Ctrl-C ends the process at once */
@@ -214,7 +248,7 @@ static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt
     } else if (r.finish == MT_GEN_CANCELLED && !ctrl_c) {
         mt_error_set(err, "out of memory for the output");
     } else if (g->json) {
-        print_json(&o, prompt_ids, n_prompt, &r, t_gen - t_start + r.begin_ms, h, b, slot);
+        print_json(&o, &p, g->draft, &r, t_gen - t_start + r.begin_ms, h, b, slot);
         rc = 0;
     } else {
         if (ctrl_c) fprintf(stderr, "\nmoontail: cancelled (Ctrl-C)\n");
@@ -224,11 +258,18 @@ static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt
                 "moontail: prompt %lld tokens in %.1f ms, generated %d in %.1f ms (%.1f tok/s)\n",
                 (long long)n_prompt, r.prompt_ms, r.completion_tokens, r.gen_ms,
                 r.completion_tokens * 1e3 / (r.gen_ms + 1e-9));
+        if (draft)
+            fprintf(stderr,
+                    "moontail: speculative (--draft %s, k %d): %lld passes, %lld of %lld"
+                    " guesses accepted\n",
+                    g->draft, (int)draft->k, (long long)r.passes, (long long)r.accepted,
+                    (long long)r.drafted);
         rc = 0;
     }
     if (r.begun) b->end(slot, r.evaluated); /* e.g. the usage to the registry */
     if (rc == 0 && h->done) h->done(h->ctx, slot);
 done:
+    mt_gen_drafter_free(draft);
     free(prompt_buf);
     free(prompt_ids);
     mt_text_buf_free(&o.text);

@@ -23,7 +23,12 @@ typedef struct cli_gen {
     mt_sampler_params sp;
     const char *stop[MT_GEN_MAX_STOP]; /* --stop, as the API's "stop" */
     int n_stop;
+    const char *draft; /* --draft: "ngram" or a draft model's GGUF (NULL: plain decoding) */
+    int64_t draft_k;   /* --draft-k: guesses a pass */
 } cli_gen;
+
+/* Guesses a pass when --draft-k is not given. */
+enum { CLI_DRAFT_K_DEFAULT = 4 }; /* docs/bench.md: 4 beat 8 on both prompts measured */
 
 /* Defaults (-n 32, llama.cpp's sampler defaults). */
 void cli_gen_defaults(cli_gen *g);
@@ -46,9 +51,9 @@ typedef struct cli_gen_hooks {
 /* Opens slot 0 of b and the model's tokenizer, tokenizes the prompt (-p, -f or the default),
  * generates (up to -n tokens, stopping where `serve` would: end tokens, --stop strings) and
  * prints the text as it comes (or one JSON object with prompt_tokens, tokens, text, stop,
- * timings and add_json's fields), then ends the sequence and closes the slot; b stays the
- * caller's. Ctrl-C stops after the token being computed (a second one ends the process).
- * t_start is when loading began. Returns 0, or -1 with err filled. */
+ * timings, with --draft "speculative", and add_json's fields), then ends the sequence and closes
+ * the slot; b stays the caller's. Ctrl-C stops after the token being computed (a second one ends
+ * the process). t_start is when loading began. Returns 0, or -1 with err filled. */
 int cli_generate(const cli_gen *g, mt_gen_backend *b, double t_start, const cli_gen_hooks *hooks,
                  mt_error *err);
 

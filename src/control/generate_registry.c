@@ -69,6 +69,14 @@ static int reg_eval(void *slot, const int32_t *ids, int32_t n, float *logits, mt
     return mt_requester_eval(((reg_slot *)slot)->q, ids, n, logits, err);
 }
 
+static int reg_eval_all(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
+    return mt_requester_eval_speculative(((reg_slot *)slot)->q, ids, n, logits, err);
+}
+
+static int reg_rewind(void *slot, int32_t n_past, mt_error *err) {
+    return mt_requester_rewind(((reg_slot *)slot)->q, n_past, err);
+}
+
 static void reg_end(void *slot, int64_t evaluated) {
     reg_slot *rs = slot;
     if (!rs->q || evaluated <= 0) return;
@@ -115,6 +123,8 @@ mt_gen_backend *mt_requester_backend(const mt_requester_config *cfg, const char 
                              .slot_close = reg_slot_close,
                              .begin = reg_begin,
                              .eval = reg_eval,
+                             .eval_all = reg_eval_all,
+                             .rewind = reg_rewind,
                              .end = reg_end,
                              .destroy = reg_destroy,
                              .impl = rb,

@@ -502,12 +502,14 @@ static void on_mismatch(mt_requester *q, const mt_route_mismatch *m) {
     if (q->cfg.spot_check > 0) q->check_rate = 1;
 }
 
-int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *logits,
-                      mt_error *err) {
+/* mt_requester_eval and mt_requester_eval_speculative. */
+static int req_eval(mt_requester *q, const int32_t *ids, int32_t n, bool speculative, float *logits,
+                    mt_error *err) {
     if (!q->s) return mt_error_set(err, "no session: call mt_requester_begin first");
     if (mt_mono_ms_frac() - q->last_keepalive > 10000) ticket_call(q, "keepalive");
     const double t_call = mt_mono_ms_frac();
-    int ok = mt_route_eval(q->route, q->s, ids, n, false, logits, err);
+    int ok = speculative ? mt_route_eval_speculative(q->route, q->s, ids, n, logits, err)
+                         : mt_route_eval(q->route, q->s, ids, n, false, logits, err);
     if (q->checks.dropped > q->dropped_said) {
         mt_log_as(&q->log, MT_LOG_INFO, "spot check: %s", q->checks.last_dropped);
         q->dropped_said = q->checks.dropped;
@@ -548,7 +550,13 @@ int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *log
         if (attempt > 0 && attempt % 8 == 0) q->n_avoid = 0;
         rc = open_route(q, err);
         if (rc == 0 && !(q->s = mt_route_session_new(q->route, q->n_ctx, err))) rc = -1;
-        if (rc == 0) rc = mt_route_eval(q->route, q->s, all, total, false, logits, err);
+        if (rc == 0 && !speculative)
+            rc = mt_route_eval(q->route, q->s, all, total, false, logits, err);
+        /* the history kept, then the speculative pass as it was asked for */
+        if (rc == 0 && speculative && n_past > 0)
+            rc = mt_route_eval(q->route, q->s, all, n_past, false, logits, err);
+        if (rc == 0 && speculative)
+            rc = mt_route_eval_speculative(q->route, q->s, all + n_past, n, logits, err);
         if (rc == 0) break;
     }
     free(all);
@@ -564,6 +572,21 @@ int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *log
     }
     mt_error_prefix(err, "no working route (tried for %.0f s)", (mt_mono_ms_frac() - t0) / 1000);
     return -1;
+}
+
+int mt_requester_eval(mt_requester *q, const int32_t *ids, int32_t n, float *logits,
+                      mt_error *err) {
+    return req_eval(q, ids, n, false, logits, err);
+}
+
+int mt_requester_eval_speculative(mt_requester *q, const int32_t *ids, int32_t n, float *logits,
+                                  mt_error *err) {
+    return req_eval(q, ids, n, true, logits, err);
+}
+
+int mt_requester_rewind(mt_requester *q, int32_t n_past, mt_error *err) {
+    if (!q->s) return mt_error_set(err, "no session: call mt_requester_begin first");
+    return mt_route_rewind(q->route, q->s, n_past, err);
 }
 
 int mt_requester_report_usage(mt_requester *q, int64_t tokens, mt_error *err) {

@@ -42,14 +42,15 @@ typedef struct kda_job {
     const mt_layer *l;
     mt_kv_cache *const *kv;
     int32_t il, n_tok;
-    const bool *reset; /* (n_tok) the session's state restarts before token t */
-    float *qkv[3];     /* (n_tok, D) each: projections, convolved in place */
-    kda_up up_g;       /* ssm_f_b: gives g */
-    float *g;          /* (n_tok, D) decay gate before dt and activation */
-    const float *beta; /* (n_tok, n_head) before the sigmoid */
-    kda_up up_g2;      /* kimi-linear's ssm_g_b: gives g2 (w NULL: g2 is given) */
-    float *g2;         /* (n_tok, D) output gate before the sigmoid */
-    float *o;          /* (n_tok, D) gated, normalised output */
+    const int32_t *pos; /* (n_tok) positions: where a rewind snapshot goes */
+    const bool *reset;  /* (n_tok) the session's state restarts before token t */
+    float *qkv[3];      /* (n_tok, D) each: projections, convolved in place */
+    kda_up up_g;        /* ssm_f_b: gives g */
+    float *g;           /* (n_tok, D) decay gate before dt and activation */
+    const float *beta;  /* (n_tok, n_head) before the sigmoid */
+    kda_up up_g2;       /* kimi-linear's ssm_g_b: gives g2 (w NULL: g2 is given) */
+    float *g2;          /* (n_tok, D) output gate before the sigmoid */
+    float *o;           /* (n_tok, D) gated, normalised output */
 } kda_job;
 
 /* y[t * D + c] = W[c] . x[t] for the hd rows c0 <= c < c0 + hd of one head,
@@ -86,6 +87,25 @@ static void l2_normalize(float *x, int32_t n, float eps) {
     const double ss = mt_vec_sum_squares(x, n);
     const float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
     for (int32_t i = 0; i < n; i++) x[i] *= scale;
+}
+
+/* When a window of rewind snapshots is open at pos (mt_kv_snap_begin), this head's part of
+ * the layer's state st after the token (its hd channels of the three convolutions, from
+ * channel c0, and its delta matrix) is copied into the snapshot of that position. Heads
+ * write disjoint parts, so the threads need no lock. */
+static void snap_head(const mt_kv_cache *kv, int32_t il, int32_t pos, const float *st, size_t c0,
+                      size_t hd, size_t D, int32_t K) {
+    const int32_t i = pos - kv->snap_p0;
+    if (kv->snap_cap == 0 || i < 0 || i >= kv->snap_cap) return;
+    float *dst = kv->snap + ((size_t)kv->slot[il - kv->layer_begin] * kv->snap_alloc + (size_t)i) *
+                                kv->rec_floats;
+    const size_t w = (size_t)(K - 1);
+    for (size_t s = 0; s < 3; s++) {
+        const size_t off = (s * D + c0) * w;
+        memcpy(dst + off, st + off, hd * w * sizeof(float));
+    }
+    const size_t off = 3 * D * w + c0 * hd; /* S_h: (hd, hd) of head c0 / hd */
+    memcpy(dst + off, st + off, hd * hd * sizeof(float));
 }
 
 /* Heads [begin, end), each over every token of the batch in order. */
@@ -139,6 +159,7 @@ static void kda_heads(void *ctx, int64_t begin, int64_t end) {
             mt_rmsnorm(o, l->ssm_norm, hd, hp->eps, o);
             mt_vec_sigmoid(j->g2 + (size_t)t * D + c0, sig, hd);
             for (int32_t r = 0; r < hd; r++) o[r] *= sig[r];
+            snap_head(j->kv[t], j->il, j->pos[t], st, c0, (size_t)hd, (size_t)D, K);
         }
     }
     free(ex);
@@ -159,10 +180,13 @@ static int take_positions(mt_kv_cache *const *kv, int32_t il, const int32_t *pos
             return mt_error_set(err,
                                 "KDA layer %d: token %d is at position %d but its session's"
                                 " recurrent state is at position %d; a linear-attention layer"
-                                " takes positions in order (replay from position 0 to rewind)",
+                                " takes positions in order (replay from position 0, or rewind with "
+                                "mt_kv_rewind inside a pass that kept snapshots)",
                                 il, t, pos[t], *next);
         }
         *next = pos[t] + 1;
+        const int32_t i = pos[t] - kv[t]->snap_p0; /* a snapshot of it will be written */
+        if (kv[t]->snap_cap && i >= 0 && i < kv[t]->snap_cap) kv[t]->snap_n = i + 1;
     }
     return 0;
 }
@@ -213,7 +237,7 @@ int mt_attn_kda(const mt_model *m, const mt_layer *l, mt_kv_cache *const *kv, in
         mt_matmul_many(in, res, 6, a, n_tok, pool);
         up_input(&up_g, low, n_tok, upc, pool);
         if (!k3) up_input(&up_g2, low2, n_tok, upc + n_up, pool);
-        kda_job job = {hp, l, kv, il, n_tok, reset, {q, k, v}, up_g, g, beta, up_g2, g2, o};
+        kda_job job = {hp, l, kv, il, n_tok, pos, reset, {q, k, v}, up_g, g, beta, up_g2, g2, o};
         mt_pool_run(pool, (int64_t)H, kda_heads, &job);
         mt_matmul(&l->wo, o, n_tok, out, pool);
     }

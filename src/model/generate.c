@@ -1,7 +1,11 @@
 /* generate.c - the generation loop (generate.h): evaluate the prompt, then
  * sample, detokenize, split a thinking reply, hold back what may become a
  * stop string, hand out what is final, and evaluate the token for the next
- * step, until an end token, a stop string, max_tokens or a cancel. */
+ * step, until an end token, a stop string, max_tokens or a cancel. With a
+ * drafter the token goes in one pass with guesses of the ones after it, and
+ * the following steps sample from that pass's rows while the guesses hold
+ * (exact speculative decoding: the sampling is plain decoding's, call for
+ * call). */
 #include "moontail/generate.h"
 #include "moontail/clock.h"
 #include "moontail/text_buf.h"
@@ -158,6 +162,55 @@ static int eval_prompt(const mt_gen_backend *b, void *slot, const mt_gen_params 
     return 0;
 }
 
+/* Speculative decoding's state between steps (generate.h): the last pass evaluated in[0]
+ * (the token sampled then) and in[1..n_guess] (the drafter's guesses) at positions p0..;
+ * the logits being sampled from are row `at` of rows. */
+typedef struct spec_state {
+    const mt_gen_drafter *d;
+    int32_t *hist; /* the prompt and every token sampled so far */
+    int32_t n_hist;
+    float *rows; /* (1 + d->k, n_vocab) the last pass's logits */
+    int32_t in[1 + MT_GEN_MAX_DRAFT], n_guess, at;
+    int32_t seq; /* tokens in the slot's sequence */
+} spec_state;
+
+/* After token id was sampled from the current row: moves on to the next row of the pass
+ * when id was the next guess, else rewinds past the guesses that were wrong and evaluates
+ * [id, new guesses] (at most `room` guesses). Returns the row to sample from next, or NULL
+ * with r->err. */
+static const float *spec_step(const mt_gen_backend *b, void *slot, spec_state *st, int32_t id,
+                              int32_t room, mt_gen_result *r) {
+    st->hist[st->n_hist++] = id;
+    const size_t V = (size_t)b->n_vocab;
+    if (st->at < st->n_guess && id == st->in[st->at + 1]) {
+        r->accepted++;
+        return st->rows + (size_t)++st->at * V;
+    }
+    if (st->at < st->n_guess) { /* rows after `at` followed a wrong guess */
+        st->seq -= st->n_guess - st->at;
+        if (b->rewind(slot, st->seq, &r->err)) return NULL;
+    }
+    int32_t k = st->d->k < room ? st->d->k : room, n = 0;
+    if (k > 0 && (n = st->d->draft(st->d->ctx, st->hist, st->n_hist, k, st->in + 1, &r->err)) < 0)
+        return NULL;
+    if (n > k) n = k; /* a drafter's excess is ignored */
+    for (int32_t i = 1; i <= n; i++)
+        if (st->in[i] < 0 || st->in[i] >= b->n_vocab) {
+            mt_error_set(&r->err, "the drafter guessed token %d, outside the vocabulary [0, %d)",
+                         st->in[i], b->n_vocab);
+            return NULL;
+        }
+    st->in[0] = id;
+    st->n_guess = n;
+    st->at = 0;
+    if ((n ? b->eval_all : b->eval)(slot, st->in, 1 + n, st->rows, &r->err)) return NULL;
+    st->seq += 1 + n;
+    r->evaluated += 1 + n;
+    r->passes++;
+    r->drafted += n;
+    return st->rows;
+}
+
 int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, const mt_gen_params *p,
                 const mt_gen_sink *sink, mt_gen_result *r) {
     memset(r, 0, sizeof *r);
@@ -173,9 +226,20 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
     }
     const int32_t max_tokens = p->max_tokens > 0 ? p->max_tokens : 0;
     gen_out o = {.p = p, .sink = sink};
-    float *logits = malloc((size_t)b->n_vocab * sizeof *logits);
+    spec_state st = {
+        .d = p->draft && p->draft->draft && p->draft->k >= 1 && b->eval_all && b->rewind ? p->draft
+                                                                                         : NULL};
+    const int32_t k_max = st.d ? (st.d->k < MT_GEN_MAX_DRAFT ? st.d->k : MT_GEN_MAX_DRAFT) : 0;
+    float *logits = malloc((size_t)(1 + k_max) * (size_t)b->n_vocab * sizeof *logits);
     mt_sampler *smp = mt_sampler_new(&p->sp, b->n_vocab);
-    if (!logits || !smp) {
+    if (st.d) {
+        st.rows = logits;
+        st.seq = p->n_prompt;
+        st.hist = malloc(((size_t)p->n_prompt + (size_t)max_tokens) * sizeof *st.hist);
+        if (st.hist) memcpy(st.hist, p->prompt, (size_t)p->n_prompt * sizeof *st.hist);
+        st.n_hist = p->n_prompt;
+    }
+    if (!logits || !smp || (st.d && !st.hist)) {
         mt_error_set(&r->err, "out of memory for a request");
         failed(r, MT_GEN_FAIL_MEMORY);
         goto done;
@@ -198,8 +262,9 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
     r->prompt_ms = t2 - t1;
     mt_detok_init(&o.dt, vocab, false);
     if (split_on(&o)) mt_reasoning_split_init(&o.split, p->reasoning);
+    const float *row = logits; /* what the next token is sampled from */
     while (r->completion_tokens < max_tokens) {
-        int32_t id = mt_sampler_sample(smp, logits);
+        int32_t id = mt_sampler_sample(smp, row);
         r->completion_tokens++;
         mt_sampler_accept(smp, id);
         int c = sink->token ? sink->token(sink->ctx, id) : 0;
@@ -222,11 +287,23 @@ int mt_generate(const mt_gen_backend *b, void *slot, const mt_vocab *vocab, cons
         }
         if (out_ends(&o, send_text(&o, safe), r)) goto timed;
         if (r->completion_tokens == max_tokens) break;
+        if (st.d) {
+            /* guesses fit the tokens still to come and the context */
+            int32_t room = max_tokens - r->completion_tokens - 1;
+            if (room > n_ctx - st.seq - 1) room = n_ctx - st.seq - 1;
+            if (room > k_max) room = k_max;
+            if (!(row = spec_step(b, slot, &st, id, room, r))) {
+                failed(r, MT_GEN_FAIL_STEP);
+                goto timed;
+            }
+            continue;
+        }
         if (b->eval(slot, &id, 1, logits, &r->err)) {
             failed(r, MT_GEN_FAIL_STEP);
             goto timed;
         }
         r->evaluated++;
+        r->passes++;
     }
     bool stopped = false; /* a stop string in what was held back */
     const int rc = finish_text(&o, &stopped);
@@ -238,6 +315,7 @@ done:
     if (split_on(&o)) mt_reasoning_split_free(&o.split);
     mt_text_buf_free(&o.text);
     free(logits);
+    free(st.hist);
     mt_sampler_free(smp);
     return r->finish == MT_GEN_FAILED ? -1 : 0;
 }

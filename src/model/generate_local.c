@@ -64,13 +64,35 @@ static int local_begin(void *slot, int32_t n_ctx, mt_error *err) {
     return ls->s.kv ? 0 : -1;
 }
 
-static int local_eval(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
-    local_slot *ls = slot;
+/* A pass of n tokens; all_logits: every row, and snapshots of the KDA states after each
+ * token so that local_rewind can go back inside the pass. */
+static int local_pass(local_slot *ls, const int32_t *ids, int32_t n, bool all_logits, float *logits,
+                      mt_error *err) {
     if (!ls->s.kv) return mt_error_set(err, "no sequence begun");
+    if (mt_kv_snap_begin(ls->s.kv, ls->s.n_past, all_logits ? n : 0, err)) return -1;
     gen_turns_take(&ls->lb->turns, ls->background);
-    int rc = mt_session_eval(&ls->s, ids, n, 0, false, logits, err);
+    int rc = mt_session_eval(&ls->s, ids, n, 0, all_logits, logits, err);
     gen_turns_give(&ls->lb->turns, ls->background);
     return rc ? -1 : 0;
+}
+
+static int local_eval(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
+    return local_pass(slot, ids, n, false, logits, err);
+}
+
+static int local_eval_all(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
+    return local_pass(slot, ids, n, true, logits, err);
+}
+
+static int local_rewind(void *slot, int32_t n_past, mt_error *err) {
+    local_slot *ls = slot;
+    if (!ls->s.kv) return mt_error_set(err, "no sequence begun");
+    if (n_past > ls->s.n_past)
+        return mt_error_set(err, "cannot rewind to %d tokens: the sequence has %d", n_past,
+                            ls->s.n_past);
+    if (mt_kv_rewind(ls->s.kv, n_past, err)) return -1;
+    ls->s.n_past = n_past;
+    return 0;
 }
 
 static void local_end(void *slot, int64_t evaluated) {
@@ -107,6 +129,8 @@ mt_gen_backend *mt_gen_backend_local(mt_model *model, const char *name, int thre
                              .slot_close = local_slot_close,
                              .begin = local_begin,
                              .eval = local_eval,
+                             .eval_all = local_eval_all,
+                             .rewind = local_rewind,
                              .end = local_end,
                              .destroy = local_destroy,
                              .impl = lb};

@@ -265,6 +265,7 @@ void mt_kv_cache_free(mt_kv_cache *kv) {
     kv_array_free(kv->v, kv_v_bytes(kv));
     kv_array_free(kv->rec, kv_rec_bytes(kv));
     free(kv->rec_next);
+    free(kv->snap);
     free(kv->slot);
     free(kv);
 }
@@ -288,4 +289,54 @@ void mt_kv_cache_copy(mt_kv_cache *dst, const mt_kv_cache *src) {
 
 size_t mt_kv_cache_rec_bytes(const mt_kv_cache *kv) {
     return kv ? kv_rec_bytes(kv) : 0;
+}
+
+/* ------------------------------------------------------------ rewind */
+
+size_t mt_kv_cache_snap_bytes(const mt_kv_cache *kv) {
+    return kv && kv->snap
+               ? (size_t)kv->n_rec * (size_t)kv->snap_alloc * kv->rec_floats * sizeof(float)
+               : 0;
+}
+
+int mt_kv_snap_begin(mt_kv_cache *kv, int32_t p0, int32_t n, mt_error *err) {
+    kv->snap_cap = kv->snap_n = 0;
+    kv->snap_p0 = p0;
+    if (n <= 0 || kv->n_rec == 0) return 0; /* attention rows need no snapshots */
+    if (n > kv->snap_alloc) {
+        free(kv->snap);
+        kv->snap_alloc = 0;
+        kv->snap = malloc((size_t)kv->n_rec * (size_t)n * kv->rec_floats * sizeof(float));
+        if (!kv->snap)
+            return mt_error_set(err,
+                                "KV cache: out of memory for %d snapshots of %d KDA layers'"
+                                " state (%zu bytes each)",
+                                n, kv->n_rec, kv->rec_floats * sizeof(float));
+        kv->snap_alloc = n;
+    }
+    kv->snap_cap = n;
+    return 0;
+}
+
+int mt_kv_rewind(mt_kv_cache *kv, int32_t n_past, mt_error *err) {
+    const int32_t i = n_past - kv->snap_p0 - 1; /* the snapshot after position n_past - 1 */
+    const bool have = kv->snap_cap > 0 && i >= 0 && i < kv->snap_n;
+    for (int32_t r = 0; r < kv->n_rec; r++)
+        if (kv->rec_next[r] != n_past && n_past != 0 && !have)
+            return mt_error_set(err,
+                                "KV cache: a KDA state is at position %d and cannot go back to"
+                                " %d: snapshots cover positions (%d, %d] only; replay from"
+                                " position 0",
+                                kv->rec_next[r], n_past, kv->snap_p0,
+                                kv->snap_p0 + (kv->snap_cap ? kv->snap_n : 0));
+    for (int32_t r = 0; r < kv->n_rec; r++) {
+        if (kv->rec_next[r] == n_past) continue;
+        if (n_past > 0)
+            memcpy(kv->rec + (size_t)r * kv->rec_floats,
+                   kv->snap + ((size_t)r * kv->snap_alloc + (size_t)i) * kv->rec_floats,
+                   kv->rec_floats * sizeof(float));
+        kv->rec_next[r] = n_past; /* at 0 the next token restarts the state */
+    }
+    if (kv->snap_n > i + 1) kv->snap_n = i + 1 > 0 ? i + 1 : 0;
+    return 0;
 }

@@ -54,6 +54,18 @@ static int route_eval(void *slot, const int32_t *ids, int32_t n, float *logits, 
     return mt_route_eval(rs->rb->route, rs->s, ids, n, false, logits, err);
 }
 
+static int route_eval_all(void *slot, const int32_t *ids, int32_t n, float *logits, mt_error *err) {
+    route_slot *rs = slot;
+    if (!rs->s) return mt_error_set(err, "no sequence begun");
+    return mt_route_eval_speculative(rs->rb->route, rs->s, ids, n, logits, err);
+}
+
+static int route_rewind(void *slot, int32_t n_past, mt_error *err) {
+    route_slot *rs = slot;
+    if (!rs->s) return mt_error_set(err, "no sequence begun");
+    return mt_route_rewind(rs->rb->route, rs->s, n_past, err);
+}
+
 static void route_destroy(mt_gen_backend *b) {
     free(b ? b->impl : NULL);
 }
@@ -74,6 +86,8 @@ mt_gen_backend *mt_route_backend(mt_route *r, mt_error *err) {
                              .slot_close = route_slot_close,
                              .begin = route_begin,
                              .eval = route_eval,
+                             .eval_all = route_eval_all,
+                             .rewind = route_rewind,
                              .end = route_end,
                              .destroy = route_destroy,
                              .impl = rb};

@@ -79,7 +79,8 @@ static int forward(mt_node *n, const mt_proto_msg *m, float *rows, uint32_t *cod
     int rc = e->r ? 0 : hop_connect(n, e, err);
     for (int attempt = 0; rc == 0; attempt++) {
         rc = mt_remote_stage_chain(e->r, m->session, h->layer_begin, h->layer_end, m->hops + 1,
-                                   m->n_hops - 1, m->pos, m->n, rows, m->dtype, code, err);
+                                   m->n_hops - 1, m->speculative, m->pos, m->n, rows, m->dtype,
+                                   code, err);
         if (rc == 0 || *code != 0 || mt_remote_is_open(e->r) || attempt > 0) break;
         mt_error e2 = {{0}}; /* the connection broke: reconnect once and retry */
         if (hop_connect(n, e, &e2)) {

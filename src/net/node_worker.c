@@ -40,7 +40,7 @@ static uint64_t session_bytes(const mt_node *n, const node_session *s) {
     int32_t end = s->n_past;
     if (s->busy && s->busy->msg.pos[0] + s->busy->msg.n > end)
         end = s->busy->msg.pos[0] + s->busy->msg.n;
-    return n->kv_fixed + (uint64_t)end * n->kv_per_position;
+    return n->kv_fixed + (uint64_t)end * n->kv_per_position + mt_kv_cache_snap_bytes(s->kv);
 }
 
 /* The session's cache holds [0, n_past) (its bytes follow, with those its
@@ -96,7 +96,7 @@ static bool evict_oldest(mt_node *n) {
  * those of this step only while the bytes do not fit. -1 when the sessions
  * of this step alone would not fit. */
 static int kv_make_room(mt_node *n, node_session *s, uint64_t positions) {
-    uint64_t need = n->kv_fixed + positions * n->kv_per_position;
+    uint64_t need = n->kv_fixed + positions * n->kv_per_position + mt_kv_cache_snap_bytes(s->kv);
     while (n->sessions.kv_used - s->held + need > n->kv_budget)
         if (!evict_oldest(n)) return -1;
     node_session_hold(&n->sessions, s, need);
@@ -362,6 +362,19 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
                         "position gap: session %016llx holds positions [0, %d) and this request"
                         " starts at %d; send position %d next (or replay from 0)",
                         (unsigned long long)m->session, s->n_past, p0, s->n_past);
+        return -1;
+    }
+    /* back inside the last speculative pass: restore the KDA states (attention rows are
+     * simply written again); then this request's snapshots, if it is speculative */
+    mt_error err = {{0}};
+    if (p0 < s->n_past && mt_kv_rewind(s->kv, p0, &err)) {
+        node_send_error(c, m->request_id, MT_PROTO_ERR_POSITION, "session %016llx: %s",
+                        (unsigned long long)m->session, err.msg);
+        return -1;
+    }
+    if (mt_kv_snap_begin(s->kv, p0, m->speculative ? m->n : 0, &err)) {
+        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "session %016llx: %s; retry",
+                        (unsigned long long)m->session, err.msg);
         return -1;
     }
     node_session_touch(&n->sessions, s, n->step, mt_mono_ms());

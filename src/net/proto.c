@@ -292,6 +292,8 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
             return mt_error_set(err, "%s: dtype %d is unknown", tn, (int)m->dtype);
         rows_bytes = (uint64_t)m->n * (uint64_t)m->cols * mt_proto_dtype_size(m->dtype);
     }
+    if (m->speculative && m->type != MT_PROTO_STAGE_FORWARD)
+        return mt_error_set(err, "%s: only a STAGE_FORWARD can be speculative", tn);
     switch (m->type) {
     case MT_PROTO_INFO:
         break;
@@ -369,7 +371,9 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
     if (!w.p)
         return mt_error_set(err, "%s: out of memory for %llu bytes", tn, (unsigned long long)total);
     put_u16(&w, m->type);
-    put_u16(&w, m->type == MT_PROTO_STAGE_FORWARD && m->n_hops ? MT_PROTO_FLAG_HOPS : 0);
+    put_u16(&w,
+            (uint16_t)((m->type == MT_PROTO_STAGE_FORWARD && m->n_hops ? MT_PROTO_FLAG_HOPS : 0) |
+                       (m->speculative ? MT_PROTO_FLAG_SPECULATIVE : 0)));
     put_u64(&w, m->request_id);
     size_t nv = has_rows ? (size_t)m->n * (size_t)m->cols : 0;
     switch (m->type) {
@@ -696,11 +700,15 @@ int mt_proto_decode(const void *payload, size_t len, mt_proto_msg *out, mt_error
     out->type = (uint16_t)get_le(&r, 2);
     uint16_t flags = (uint16_t)get_le(&r, 2);
     out->request_id = get_u64(&r);
-    uint16_t allowed = out->type == MT_PROTO_STAGE_FORWARD ? MT_PROTO_FLAG_HOPS : 0;
+    uint16_t allowed =
+        out->type == MT_PROTO_STAGE_FORWARD ? MT_PROTO_FLAG_HOPS | MT_PROTO_FLAG_SPECULATIVE : 0;
     if (flags & ~allowed)
         return mt_error_set(err, "%s: header flags 0x%04x are reserved and must be 0",
                             mt_proto_type_name(out->type), flags & ~allowed);
-    if (decode_body(&r, out, flags, err) == 0) return 0;
+    if (decode_body(&r, out, flags, err) == 0) {
+        out->speculative = (flags & MT_PROTO_FLAG_SPECULATIVE) != 0;
+        return 0;
+    }
     uint16_t type = out->type;
     uint64_t id = out->request_id;
     mt_proto_msg_free(out);

@@ -103,14 +103,14 @@ static int check_rows(mt_remote *r, const mt_proto_msg *reply, int32_t n, int32_
 int mt_remote_stage_forward(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
                             const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
                             uint32_t *code, mt_error *err) {
-    return mt_remote_stage_chain(r, session, layer_begin, layer_end, NULL, 0, pos, n_tok, hidden,
-                                 dtype, code, err);
+    return mt_remote_stage_chain(r, session, layer_begin, layer_end, NULL, 0, false, pos, n_tok,
+                                 hidden, dtype, code, err);
 }
 
 int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
-                          const mt_proto_hop *hops, int32_t n_hops, const int32_t *pos,
-                          int32_t n_tok, float *hidden, mt_proto_dtype dtype, uint32_t *code,
-                          mt_error *err) {
+                          const mt_proto_hop *hops, int32_t n_hops, bool speculative,
+                          const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
+                          uint32_t *code, mt_error *err) {
     const mt_proto_info *in = &r->info;
     const int32_t end = n_hops > 0 ? hops[n_hops - 1].layer_end : layer_end;
     const int32_t W = mt_proto_hidden_width(in), cin = mt_proto_cols_in(in, layer_begin),
@@ -138,6 +138,7 @@ int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, i
                             .cols = cin,
                             .layer_begin = layer_begin,
                             .layer_end = layer_end,
+                            .speculative = speculative,
                             .n_hops = n_hops,
                             .hops = (mt_proto_hop *)hops,
                             .pos = (int32_t *)(pos + t0),

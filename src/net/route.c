@@ -85,6 +85,7 @@ struct mt_route_session {
     mt_kv_cache *kv;      /* the backbone's layers; NULL without one */
     route_check **checks; /* (n_stages) the stage's spot-check, NULL: not checked */
     int32_t step;         /* mt_route_eval calls so far */
+    bool speculative;     /* the pass being sent is MT_PROTO_FLAG_SPECULATIVE */
 };
 
 /* ---- opening a route ------------------------------------------------------------------ */
@@ -613,14 +614,14 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
         }
         if (checking) {
             sent[i] = s->checks[i] != NULL;
-            if (sent[i]) route_check_send(s->checks[i], pos, n, hidden);
+            if (sent[i]) route_check_send(s->checks[i], pos, n, hidden, s->speculative);
         }
         st->failed = false;
         const int wait_ms = route_call_timeout(r, st, n);
         mt_remote_set_call_timeout(st->r, wait_ms);
         const double t_call = mt_mono_ms_frac();
         if (mt_remote_stage_chain(st->r, s->id, st->layer_begin, st->layer_end, r->hops, n_hops,
-                                  pos, n, hidden, r->wire, &code, err) == 0) {
+                                  s->speculative, pos, n, hidden, r->wire, &code, err) == 0) {
             route_call_seen(st, n, mt_mono_ms_frac() - t_call);
             if (checking && sent[i]) {
                 reply_ms[i] = mt_wall_ms();
@@ -686,7 +687,8 @@ static void route_head(mt_route *r, const float *hidden, int32_t n, float *logit
 static int route_run(mt_route *r, mt_route_session *s, const int32_t *all, int32_t p0, int32_t n,
                      int32_t first_logit, bool all_logits, float *logits, mt_error *err) {
     const size_t E = (size_t)r->head->hp.n_hidden, V = (size_t)r->head->hp.n_vocab;
-    const int32_t ub = r->ubatch;
+    /* a speculative pass goes whole: the nodes keep the snapshots of one request */
+    const int32_t ub = s->speculative && n > r->ubatch ? n : r->ubatch;
     float *hidden = calloc((size_t)(n < ub ? n : ub) * E, sizeof(float));
     int32_t *pos = malloc((size_t)(n < ub ? n : ub) * sizeof(int32_t));
     int rc = PASS_OK;
@@ -711,8 +713,9 @@ static int route_run(mt_route *r, mt_route_session *s, const int32_t *all, int32
     return rc;
 }
 
-int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t n,
-                  bool all_logits, float *logits, mt_error *err) {
+/* mt_route_eval and mt_route_eval_speculative. */
+static int route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t n,
+                      bool all_logits, bool speculative, float *logits, mt_error *err) {
     if (n <= 0) return mt_error_set(err, "nothing to evaluate: the token list is empty");
     if ((int64_t)s->n_past + n > s->n_ctx)
         return mt_error_set(err,
@@ -726,8 +729,21 @@ int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32
     r->has_mismatch = false;
     const int32_t p0 = s->n_past;
     memcpy(s->tokens + p0, tokens, (size_t)n * sizeof(int32_t)); /* committed on success */
-    int rc = route_run(r, s, s->tokens, p0, n, p0, all_logits, logits, err);
-    if (rc == PASS_REPLAY) { /* a stage lost the session: the whole history again from 0 */
+    /* the backbone's KDA states after each token of a speculative pass */
+    int rc = s->kv && mt_kv_snap_begin(s->kv, p0, speculative ? n : 0, err) ? PASS_FAIL : PASS_OK;
+    s->speculative = speculative;
+    if (rc == PASS_OK) rc = route_run(r, s, s->tokens, p0, n, p0, all_logits, logits, err);
+    if (rc == PASS_REPLAY && speculative && p0 > 0) {
+        /* a stage lost the session: the history kept, then this pass as it was sent */
+        r->replays++;
+        s->speculative = false;
+        rc = route_run(r, s, s->tokens, 0, p0, p0, false, logits, err);
+        s->speculative = true;
+        if (rc == PASS_OK) rc = route_run(r, s, s->tokens, p0, n, p0, all_logits, logits, err);
+        if (rc == PASS_REPLAY)
+            rc = mt_error_set(err, "the route lost the session again during"
+                                   " its replay; giving up");
+    } else if (rc == PASS_REPLAY) { /* a stage lost the session: the whole history again */
         r->replays++;
         rc = route_run(r, s, s->tokens, 0, p0 + n, p0, all_logits, logits, err);
         if (rc == PASS_REPLAY)
@@ -739,4 +755,25 @@ int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32
     pthread_mutex_unlock(&r->lock);
     if (rc == PASS_OK) route_test_pause(p0, p0 + n);
     return rc == PASS_OK ? 0 : -1;
+}
+
+int mt_route_eval(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t n,
+                  bool all_logits, float *logits, mt_error *err) {
+    return route_eval(r, s, tokens, n, all_logits, false, logits, err);
+}
+
+int mt_route_eval_speculative(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t n,
+                              float *logits, mt_error *err) {
+    return route_eval(r, s, tokens, n, true, true, logits, err);
+}
+
+int mt_route_rewind(mt_route *r, mt_route_session *s, int32_t n_past, mt_error *err) {
+    if (n_past < 0 || n_past > s->n_past)
+        return mt_error_set(err, "cannot rewind to %d tokens: the session has %d", n_past,
+                            s->n_past);
+    pthread_mutex_lock(&r->lock);
+    int rc = s->kv ? mt_kv_rewind(s->kv, n_past, err) : 0;
+    if (rc == 0) s->n_past = n_past; /* the nodes go back when the next pass starts there */
+    pthread_mutex_unlock(&r->lock);
+    return rc;
 }

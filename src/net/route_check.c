@@ -29,10 +29,11 @@ struct route_check {
     bool started; /* rows were sent once: the checker holds a session */
     char why[256];
     int32_t n, cap;
-    int32_t *pos;   /* (cap) */
-    float *rows;    /* (cap, width) the input rows, then the checker's output */
-    float *main;    /* (cap, width) the checked stage's output (route side only) */
-    int32_t n_main; /* rows kept in main for the job (0: none) */
+    bool speculative; /* the job's pass is MT_PROTO_FLAG_SPECULATIVE */
+    int32_t *pos;     /* (cap) */
+    float *rows;      /* (cap, width) the input rows, then the checker's output */
+    float *main;      /* (cap, width) the checked stage's output (route side only) */
+    int32_t n_main;   /* rows kept in main for the job (0: none) */
 };
 
 static void release(route_check *k) {
@@ -81,8 +82,8 @@ static void *check_thread(void *arg) {
             rc = mt_error_set(&err, "it does not hold the attention part of layers [%d, %d)",
                               c->layer_begin, c->layer_end);
         } else {
-            rc = mt_remote_stage_forward(rem, k->shadow, c->layer_begin, c->layer_end, k->pos, k->n,
-                                         k->rows, c->wire, &code, &err);
+            rc = mt_remote_stage_chain(rem, k->shadow, c->layer_begin, c->layer_end, NULL, 0,
+                                       k->speculative, k->pos, k->n, k->rows, c->wire, &code, &err);
         }
         pthread_mutex_lock(&k->lock);
         k->state = JOB_DONE;
@@ -131,7 +132,8 @@ route_check *route_check_start(const route_check_config *cfg, mt_error *err) {
 
 /* ---- the route's side ---------------------------------------------------------------- */
 
-void route_check_send(route_check *k, const int32_t *pos, int32_t n, const float *rows) {
+void route_check_send(route_check *k, const int32_t *pos, int32_t n, const float *rows,
+                      bool speculative) {
     const size_t E = (size_t)k->cfg.width;
     pthread_mutex_lock(&k->lock);
     k->n_main = 0;
@@ -157,6 +159,7 @@ void route_check_send(route_check *k, const int32_t *pos, int32_t n, const float
     memcpy(k->pos, pos, (size_t)n * sizeof *pos);
     memcpy(k->rows, rows, (size_t)n * E * sizeof *rows);
     k->n = n;
+    k->speculative = speculative;
     k->state = JOB_QUEUED;
     k->started = true;
     pthread_cond_broadcast(&k->cv);

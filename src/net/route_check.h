@@ -35,8 +35,11 @@ typedef struct route_check_config {
 route_check *route_check_start(const route_check_config *cfg, mt_error *err);
 
 /* Hands the checker the checked stage's input rows (n, width) for positions
- * pos[0..n), copied; returns at once. */
-void route_check_send(route_check *k, const int32_t *pos, int32_t n, const float *rows);
+ * pos[0..n), copied; returns at once. speculative: the pass is sent as the
+ * checked stage got it (MT_PROTO_FLAG_SPECULATIVE), so that the checker can
+ * go back inside it as well. */
+void route_check_send(route_check *k, const int32_t *pos, int32_t n, const float *rows,
+                      bool speculative);
 
 /* Keeps the checked stage's output rows of the rows last sent (copied). */
 void route_check_keep_main(route_check *k, const float *rows);
