@@ -26,6 +26,13 @@
 #   3. the prediction: cellsim with the calibrations just before and after,
 #      the same pipeline and protocol, every node and requester sharing one
 #      machine (--shared-host) whose CPUs are that capacity.
+# Each measurement and prediction runs for every route mode in MODES (turn:
+# the requester calls each stage in turn; oneway: `--chain`, each stage
+# passes its output straight to the next, `cellsim --route-mode oneway`).
+# Last, what an arriving prompt costs a decoding user: one requester decodes
+# GAP_GEN tokens alone, then again while GAP_USERS - 1 others' prompts
+# arrive one after the other during its decode; the p95 of the gaps between
+# its tokens, busy against idle (the issue's goal: at most 2x).
 # Then it prints measured against predicted (per round and as medians) with
 # the error in percent. This machine is shared with other work, which changes
 # every figure from one minute to the next: that is why the calibration is CPU
@@ -40,8 +47,9 @@
 # namespaces it creates (10.234.X.0/24); every process and namespace is
 # removed on exit, also on failure or ^C. Environment: ARCH (deepseek2 or
 # kimi-k3), RES_BLOCK, LATENT (kimi-k3), ROUNDS (3), STAGES ("4 8"), USERS
-# ("1 2 4 8"), PROMPT (32), GEN (32), KEEP=DIR (keep the measurements,
-# calibrations and predictions there).
+# ("1 2 4 8"), MODES ("turn oneway"), PROMPT (32), GEN (32), GAP_USERS (4),
+# GAP_GEN (96), KEEP=DIR (keep the measurements, calibrations and
+# predictions there).
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${MT_BUILD:-$SRC/build}
@@ -65,8 +73,11 @@ t_start=$SECONDS
 ROUNDS=${ROUNDS:-3}
 STAGES=${STAGES:-"4 8"}
 USERS=${USERS:-"1 2 4 8"}
+MODES=${MODES:-"turn oneway"}
 PROMPT=${PROMPT:-32}
 GEN=${GEN:-32}
+GAP_USERS=${GAP_USERS:-4}
+GAP_GEN=${GAP_GEN:-96}
 CORES=$(nproc)
 T="timeout 300"
 
@@ -182,10 +193,13 @@ for r in $(seq 1 "$ROUNDS"); do
     runs=()
     calibrate $i
     for n in $STAGES; do
+        for mode in $MODES; do
         for c in $USERS; do
+            chain=()
+            [ "$mode" = oneway ] && chain=(--chain)
             interruptible inns "$R" $T "$BUILD/cellsim_load" --route "$tmp/v$n.json" --users "$c" \
-                --prompt "$PROMPT" --gen "$GEN" --ours "$OURS" --json >"$tmp/m.json" ||
-                die "cellsim_load $n stages, $c users"
+                --prompt "$PROMPT" --gen "$GEN" "${chain[@]}" --ours "$OURS" --json >"$tmp/m.json" ||
+                die "cellsim_load $n stages, $mode, $c users"
             calibrate $((i + 1))
             capacity=$(json 'console.log(o.cpu_capacity.toFixed(3))' <"$tmp/m.json")
             # predicted with the calibrations just before and just after the measurement
@@ -193,12 +207,13 @@ for r in $(seq 1 "$ROUNDS"); do
                 --calib-time cpu --shape calib --stages "${LAYERS[$n]}" --shared-host \
                 --cores "$CORES" --cpu-share "$capacity" --threads 1 --burst --users "$c" \
                 --prompt "$PROMPT" --gen "$GEN" --overhead-us "$overhead" --latency-us 0 \
-                --gbps 10 --json >"$tmp/p.json" || die "cellsim"
-            json "o.round = $r; console.log(JSON.stringify(o))" <"$tmp/m.json" >>"$tmp/measured.jsonl"
+                --gbps 10 --route-mode "$mode" --json >"$tmp/p.json" || die "cellsim"
+            json "o.round = $r; o.mode = '$mode'; console.log(JSON.stringify(o))" <"$tmp/m.json" \
+                >>"$tmp/measured.jsonl"
             json "const x = o.runs[0]; console.log(JSON.stringify({round: $r, stages: $n, users: $c,
-                agg_tps: x.agg_tps, user_tps: x.user_tps, capacity: $capacity}))" \
+                mode: '$mode', agg_tps: x.agg_tps, user_tps: x.user_tps, capacity: $capacity}))" \
                 <"$tmp/p.json" >>"$tmp/predicted.jsonl"
-            echo "$n stages, $c users: measured $(json 'console.log(o.agg_tps.toFixed(2))' <"$tmp/m.json")" \
+            echo "$n stages, $mode, $c users: measured $(json 'console.log(o.agg_tps.toFixed(2))' <"$tmp/m.json")" \
                 "tok/s, predicted $(json 'console.log(o.runs[0].agg_tps.toFixed(2))' <"$tmp/p.json")" \
                 "(CPU capacity left to the experiment $capacity of $CORES;" \
                 "CPUs used $(json 'console.log(o.cpu_used.toFixed(2))' <"$tmp/m.json"), simulated" \
@@ -209,6 +224,33 @@ for r in $(seq 1 "$ROUNDS"); do
                 "ms before / after)"
             i=$((i + 1))
         done
+        done
+    done
+done
+
+# ---- what an arriving prompt costs a decoding user: requester 0 decodes GAP_GEN tokens alone
+# (idle), then again while GAP_USERS - 1 others send their prompts one after the other during
+# its decode (--stagger-ms: its decode time / GAP_USERS apart); its gaps between tokens, p95
+: >"$tmp/gaps.jsonl"
+for n in $STAGES; do
+    for mode in $MODES; do
+        chain=()
+        [ "$mode" = oneway ] && chain=(--chain)
+        interruptible inns "$R" $T "$BUILD/cellsim_load" --route "$tmp/v$n.json" --users 1 \
+            --prompt "$PROMPT" --gen "$GAP_GEN" "${chain[@]}" --json >"$tmp/idle.json" ||
+            die "cellsim_load idle"
+        stagger=$(json "console.log(Math.max(1, Math.round(($GAP_GEN - 1) / o.user_tps * 1000 /
+            $GAP_USERS)))" <"$tmp/idle.json")
+        interruptible inns "$R" $T "$BUILD/cellsim_load" --route "$tmp/v$n.json" \
+            --users "$GAP_USERS" --stagger-ms "$stagger" --prompt "$PROMPT" --gen "$GAP_GEN" \
+            "${chain[@]}" --json >"$tmp/busy.json" || die "cellsim_load with prompts arriving"
+        node -e '
+const fs = require("fs"), i = JSON.parse(fs.readFileSync(process.argv[1], "utf8")),
+      b = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const r = { stages: +process.argv[3], mode: process.argv[4], stagger_ms: b.stagger_ms,
+    idle_p95_ms: i.first_gap_p95_ms, busy_p95_ms: b.first_gap_p95_ms,
+    busy_max_ms: b.first_gap_max_ms, ratio: b.first_gap_p95_ms / i.first_gap_p95_ms };
+console.log(JSON.stringify(r));' "$tmp/idle.json" "$tmp/busy.json" "$n" "$mode" >>"$tmp/gaps.jsonl"
     done
 done
 
@@ -224,19 +266,20 @@ const med = v => { const s = [...v].sort((a, b) => a - b), n = s.length;
 const pct = (pr, me) => (100 * (pr - me) / me);
 const fmt = (v, d = 2) => v.toFixed(d);
 const rng = v => fmt(Math.min(...v)) + "-" + fmt(Math.max(...v));
-const keys = [...new Set(m.map(x => x.stages + ":" + x.users))];
-console.log("stages users | aggregate tok/s: measured (range)  predicted (range)  error | per user tok/s: measured (range)  predicted (range)  error | per-round errors agg / user");
+const keys = [...new Set(m.map(x => x.stages + ":" + x.users + ":" + x.mode))];
+console.log("stages users   mode | aggregate tok/s: measured (range)  predicted (range)  error | per user tok/s: measured (range)  predicted (range)  error | per-round errors agg / user");
 let worst = 0;
 for (const k of keys) {
-    const [n, c] = k.split(":").map(Number);
-    const ms = m.filter(x => x.stages == n && x.users == c), ps = p.filter(x => x.stages == n && x.users == c);
+    const [n, c] = k.split(":").slice(0, 2).map(Number), mode = k.split(":")[2];
+    const ms = m.filter(x => x.stages == n && x.users == c && x.mode == mode),
+          ps = p.filter(x => x.stages == n && x.users == c && x.mode == mode);
     const ea = [], eu = [];
     for (const x of ms) { const y = ps.find(q => q.round == x.round);
         if (y) { ea.push(pct(y.agg_tps, x.agg_tps)); eu.push(pct(y.user_tps, x.user_tps)); } }
     const ma = med(ms.map(x => x.agg_tps)), pa = med(ps.map(x => x.agg_tps));
     const mu = med(ms.map(x => x.user_tps)), pu = med(ps.map(x => x.user_tps));
     worst = Math.max(worst, Math.abs(pct(pa, ma)), Math.abs(pct(pu, mu)));
-    console.log(String(n).padStart(6) + String(c).padStart(6) + " | " +
+    console.log(String(n).padStart(6) + String(c).padStart(6) + mode.padStart(7) + " | " +
         fmt(ma).padStart(8) + " (" + rng(ms.map(x => x.agg_tps)) + ") " + fmt(pa).padStart(8) + " (" +
         rng(ps.map(x => x.agg_tps)) + ") " + (pct(pa, ma) >= 0 ? "+" : "") + fmt(pct(pa, ma), 1) + "% | " +
         fmt(mu).padStart(8) + " (" + rng(ms.map(x => x.user_tps)) + ") " + fmt(pu).padStart(8) + " (" +
@@ -244,5 +287,12 @@ for (const k of keys) {
         ea.map(e => fmt(e, 0)).join(",") + " / " + eu.map(e => fmt(e, 0)).join(","));
 }
 console.log("largest error of the medians: " + fmt(worst, 1) + "% (goal: within 20%)");
-' "$tmp/measured.jsonl" "$tmp/predicted.jsonl"
+console.log();
+console.log("requester 0 decoding while the other prompts arrive: gaps between its tokens, p95");
+console.log("stages   mode | idle ms | prompts arriving ms (longest) | ratio");
+for (const g of rd(process.argv[3]))
+    console.log(String(g.stages).padStart(6) + g.mode.padStart(7) + " | " + fmt(g.idle_p95_ms, 1).padStart(7) +
+        " | " + fmt(g.busy_p95_ms, 1).padStart(8) + " (" + fmt(g.busy_max_ms, 1) + ", every " + g.stagger_ms +
+        " ms) | " + fmt(g.ratio) + "x (goal: at most 2x)");
+' "$tmp/measured.jsonl" "$tmp/predicted.jsonl" "$tmp/gaps.jsonl"
 echo "total $((SECONDS - t_start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
