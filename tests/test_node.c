@@ -1007,7 +1007,7 @@ static void check_hostile(void) {
             hops[i].layer_begin = 2 + i, hops[i].layer_end = 3 + i;
         }
         mt_proto_msg hm = stage_msg(11, 1, 1, 2, pos, 2, rows);
-        hm.hops = hops, hm.n_hops = 1;
+        hm.hops = hops, hm.n_hops = 1, hm.oneway = true, hm.origin.pass_end = 2;
         uint8_t *hb;
         size_t hl;
         CHECK(mt_proto_encode(&hm, &hb, &hl, NULL) == 0, "encode with one hop");
@@ -1035,11 +1035,56 @@ static void check_hostile(void) {
         mt_error e2 = {{0}};
         CHECK(mt_proto_encode(&hm, &hb, &hl, &e2) != 0 && has(e2.msg, too_many),
               "encoding %s: '%s'", too_many, e2.msg);
-        /* a well-formed hop that does not answer: ERROR naming it, the node keeps serving */
+        /* a well-formed one-way forward whose next hop (the last stage) does not answer:
+         * no reply on this connection (the abort cannot reach anyone); the node keeps serving
+         * and the next request gets its own reply */
         hm.n_hops = 1;
         snprintf(hops[0].addr, sizeof hops[0].addr, "127.0.0.1:1");
         hm.session = 77;
-        expect_error(&w, &hm, MT_PROTO_ERR_COMPUTE, "next hop 127.0.0.1:1", "hop not answering");
+        CHECK(mt_proto_encode(&hm, &hb, &hl, NULL) == 0 && mt_conn_send(w.c, hb, hl, &e2) == 0,
+              "one-way forward sent: %s", e2.msg);
+        free(hb);
+        mt_proto_msg info = {.type = MT_PROTO_INFO, .request_id = 12};
+        CHECK(mt_proto_encode(&info, &hb, &hl, NULL) == 0, "encode INFO");
+        mt_proto_msg r = raw_call(&w, hb, hl);
+        CHECK(r.type == MT_PROTO_INFO_REPLY && r.request_id == 12,
+              "after a one-way forward: got %s for request %llu (a one-way message got a reply?)",
+              mt_proto_type_name(r.type), (unsigned long long)r.request_id);
+        mt_proto_msg_free(&r);
+        free(hb);
+    }
+    /* the pass table: a CHAIN_ABORT then the AWAIT of its pass, and an AWAIT answered by
+     * the abort that comes after it; both get the abort's code and the stage it names */
+    for (int order = 0; order < 2; order++) {
+        mt_proto_msg ab = {.type = MT_PROTO_CHAIN_ABORT,
+                           .session = 5,
+                           .origin = {.pass_id = 90 + (uint64_t)order, .pass_end = 3},
+                           .code = MT_PROTO_ERR_UNKNOWN_SESSION,
+                           .back = 2};
+        memcpy(ab.origin.pk, k_req.pk, 32);
+        snprintf(ab.text, sizeof ab.text, "boom %d", order);
+        mt_proto_msg aw = {.type = MT_PROTO_STAGE_AWAIT,
+                           .request_id = 13,
+                           .session = 5,
+                           .origin = {.pass_id = 90 + (uint64_t)order, .pass_end = 3},
+                           .pass_begin = 0};
+        uint8_t *ab_b, *aw_b;
+        size_t ab_l, aw_l;
+        mt_error e3 = {{0}};
+        CHECK(mt_proto_encode(&ab, &ab_b, &ab_l, NULL) == 0 &&
+                  mt_proto_encode(&aw, &aw_b, &aw_l, NULL) == 0,
+              "encode the abort and the await");
+        CHECK(mt_conn_send(w.c, order ? aw_b : ab_b, order ? aw_l : ab_l, &e3) == 0, "send: %s",
+              e3.msg);
+        mt_proto_msg r = raw_call(&w, order ? ab_b : aw_b, order ? ab_l : aw_l);
+        char want[32];
+        snprintf(want, sizeof want, "stage 2 before the last: boom %d", order);
+        CHECK(r.type == MT_PROTO_ERROR && r.request_id == 13 &&
+                  r.code == MT_PROTO_ERR_UNKNOWN_SESSION && has(r.text, want),
+              "AWAIT %s its abort: got %s code %u '%s'", order ? "before" : "after",
+              mt_proto_type_name(r.type), r.code, r.text);
+        mt_proto_msg_free(&r);
+        free(ab_b), free(aw_b);
     }
     memcpy(more, buf, len);
     more[20] = 3; /* dtype */
