@@ -15,9 +15,14 @@
  * clear error when it comes back holding other experts or not at all),
  * and with the bf16 wire bit-identical to the whole model with every state
  * the network carries rounded to bf16, and within a measured tolerance of
- * the f32 logits (not kimi-k3: see check_arch); (a) also in chain
- * mode (one request to the first stage, which forwards along the others as
- * next hops), and a chain whose middle node is gone (the error names it).
+ * the f32 logits (not kimi-k3: see check_arch); (a) also as one-way passes
+ * (chain mode: the requester sends to the first stage, each stage sends its
+ * output straight to the next, the last answers the requester's AWAIT), with
+ * 3 sessions batched through it, and a chain whose middle node is gone (the
+ * error names it). One-way passes (qwen3moe, kimi-k3): a prompt computed in
+ * chunks travels on chunk by chunk (the held last stage has them all queued
+ * while the pass is not over), and a session evicted on a middle stage is
+ * replayed (CHAIN_ABORT to the last stage) with the same logits.
  * Spot-checks (route.h check_rate): a stage checked on an honest replica
  * gives the same logits with every pass compared; a replica or a stage that
  * corrupts its output (--misbehave) fails the eval with the mismatch named
@@ -556,6 +561,111 @@ static void check_arch(const char *arch) {
         mt_node_stop(lone);
         mt_node_stop(partner);
     }
+    free(ref);
+    free_set(&s);
+}
+
+/* ---- one-way passes ------------------------------------------------------------------- */
+
+/* A stage node with its own step settings and session room. */
+static mt_node *start_oneway_stage(const char *shard, int max_sessions, int prefill_chunk) {
+    mt_node_config c = {.shard_path = shard,
+                        .keys = &k_node,
+                        .authorized = auth,
+                        .listen = "127.0.0.1:0",
+                        .max_sessions = max_sessions,
+                        .n_ctx = 64,
+                        .threads = 1,
+                        .timeout_ms = 5000,
+                        .step_tokens = prefill_chunk,
+                        .prefill_chunk = prefill_chunk,
+                        .quiet = true};
+    mt_error err = {{0}};
+    mt_node *n = mt_node_start(&c, &err);
+    CHECK(n != NULL, "one-way stage %s: %s", shard, err.msg);
+    return n;
+}
+
+/* One-way passes (route chain mode) through 4 one-layer stages:
+ *   - a pipelined prompt: stages computing prompts in chunks of 2 tokens send
+ *     each chunk on as soon as it is done, so the 8-token prompt reaches the
+ *     held last stage as 4 separate forwards of the same pass (4 waiting in
+ *     its queue while the requester still waits for the pass), stage 0 sent 4
+ *     messages, and the logits are the whole model's once it is released;
+ *   - an evicted middle session: stage 1 keeps one session, a second session
+ *     evicts the first there only; the first's next token is refused by stage
+ *     1 (CHAIN_ABORT to the last stage), the requester replays, and the logits
+ *     are still the whole model's. */
+static void check_oneway(const char *arch) {
+    model_set s;
+    if (!make_set(&s, arch)) return;
+    float *ref = reference(s.whole, base_prompt);
+    const int32_t V = s.whole->hp.n_vocab;
+    mt_node *st[N_LAYER];
+    mt_route_peer sp[N_LAYER];
+    bool all = true;
+    for (int i = 0; i < N_LAYER; i++) {
+        st[i] = start_oneway_stage(s.stage[i], i == 1 ? 1 : 8, 2);
+        all &= st[i] != NULL;
+        if (st[i]) sp[i] = peer_of(st[i]);
+    }
+    chain_mode = true;
+    mt_route *r = all ? open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch) : NULL;
+    if (r) {
+        /* the pipelined prompt */
+        mt_node_stats before0, st0, last;
+        mt_node_get_stats(st[0], &before0);
+        mt_node_hold(st[N_LAYER - 1], true);
+        eval_job j = {r, ref, false, ""};
+        pthread_t th;
+        pthread_create(&th, NULL, eval_main, &j);
+        for (int waited = 0; waited < 20000; waited += 5) {
+            mt_node_get_stats(st[N_LAYER - 1], &last);
+            if (last.queued >= 4) break;
+            sleep_ms(5);
+        }
+        mt_node_get_stats(st[0], &st0);
+        CHECK(last.queued == 4 && st0.hop_messages - before0.hop_messages == 4,
+              "%s one-way prompt of 8 tokens in chunks of 2: %d forwards waiting at the held last"
+              " stage, %llu sent on by stage 0 (wanted 4 and 4)",
+              arch, last.queued, (unsigned long long)(st0.hop_messages - before0.hop_messages));
+        mt_node_hold(st[N_LAYER - 1], false);
+        pthread_join(th, NULL);
+        CHECK(j.identical, "%s one-way pipelined prompt: logits differ from the whole model %s",
+              arch, j.why);
+        mt_node_get_stats(st[N_LAYER - 1], &last);
+        CHECK(last.passes_answered == 2, "%s: the last stage answered %llu passes (wanted 2)", arch,
+              (unsigned long long)last.passes_answered);
+
+        /* the evicted middle session */
+        mt_error err = {{0}};
+        mt_route_session *a = mt_route_session_new(r, N, &err);
+        mt_route_session *b = a ? mt_route_session_new(r, N, &err) : NULL;
+        float *la = calloc((size_t)N * V, sizeof(float)), *lb = malloc((size_t)N * V * 4);
+        mt_node_stats mid0, mid1;
+        mt_node_get_stats(st[1], &mid0);
+        const int replays0 = mt_route_replays(r);
+        bool ok =
+            a && b && mt_route_eval(r, a, base_prompt, N - 1, true, la, &err) == 0 &&
+            mt_route_eval(r, b, base_prompt, 3, true, lb, &err) == 0 && /* evicts a on stage 1 */
+            mt_route_eval(r, a, base_prompt + N - 1, 1, false, la + (size_t)(N - 1) * V, &err) == 0;
+        mt_node_get_stats(st[1], &mid1);
+        CHECK(ok, "%s one-way, middle session evicted: %s", arch, err.msg);
+        CHECK(ok && mid1.evictions > mid0.evictions && mt_route_replays(r) == replays0 + 1,
+              "%s one-way: %llu evictions on the middle stage, %d replays (wanted >= 1 and 1)",
+              arch, (unsigned long long)(mid1.evictions - mid0.evictions),
+              mt_route_replays(r) - replays0);
+        CHECK(ok && memcmp(la, ref, (size_t)N * V * sizeof(float)) == 0,
+              "%s one-way: logits after the middle stage's replay differ from the whole model",
+              arch);
+        free(la);
+        free(lb);
+        mt_route_session_end(r, a);
+        mt_route_session_end(r, b);
+    }
+    mt_route_close(r);
+    chain_mode = false;
+    for (int i = 0; i < N_LAYER; i++) mt_node_stop(st[i]);
     free(ref);
     free_set(&s);
 }
@@ -1820,6 +1930,8 @@ int main(void) {
     /* kimi-k3: sessions hold recurrent state and the rows carry checkpoints */
     check_eviction_replay("qwen3moe");
     check_eviction_replay("kimi-k3");
+    check_oneway("qwen3moe");
+    check_oneway("kimi-k3");
     check_expert_restart();
     check_spot_checks("qwen3moe");
     check_spot_checks("kimi-k3");
