@@ -508,6 +508,12 @@ static void check_arch(const char *arch) {
             int rc = rs ? mt_route_eval(r, rs, base_prompt, N, false, lg, &err) : -1;
             CHECK(rc != 0 && has(err.msg, "next hop") && has(err.msg, gone),
                   "%s: chain with node %s gone: rc %d, '%s'", arch, gone, rc, err.msg);
+            /* the requester avoids exactly that node in its next route */
+            char failed[4][128];
+            int nf = mt_route_failed_peers(r, failed, 4);
+            CHECK(nf >= 1 && strcmp(failed[0], gone) == 0,
+                  "%s: chain with node %s gone: %d failed peers, first '%s'", arch, gone, nf,
+                  nf > 0 ? failed[0] : "");
             free(lg);
             mt_route_session_end(r, rs);
         }
