@@ -18,7 +18,9 @@
  * the f32 logits (not kimi-k3: see check_arch); (a) also as one-way passes
  * (chain mode: the requester sends to the first stage, each stage sends its
  * output straight to the next, the last answers the requester's AWAIT), with
- * 3 sessions batched through it, and a chain whose middle node is gone (the
+ * 3 sessions batched through it and 12 batched on a held middle stage (all
+ * over its one connection from the stage before: more than the 8 queued
+ * requests a connection that gets replies may have), and a chain whose middle node is gone (the
  * error names it). One-way passes (qwen3moe, kimi-k3): a prompt computed in
  * chunks travels on chunk by chunk (the held last stage has them all queued
  * while the pass is not over), and a session evicted on a middle stage is
@@ -205,9 +207,12 @@ static float *reference_bf16(const mt_model *m, const int32_t *prompt, int first
 }
 
 /* A node serving shard on listen ("127.0.0.1:0": any port). */
+static int start_step_tokens; /* nodes started from now on: their step_tokens (0: default) */
+
 static mt_node *start_node_at(const char *shard, const char *listen,
                               const mt_node_partner *partners, int n_partners, int max_sessions) {
     mt_node_config c = {.shard_path = shard,
+                        .step_tokens = start_step_tokens,
                         .keys = &k_node,
                         .authorized = auth,
                         .listen = listen,
@@ -341,16 +346,19 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-/* Holds `gate` so that the threads' first requests queue up there together,
- * releases it once all are waiting, and checks they ran as one batch. */
-static void concurrent(const model_set *s, const char *head, const char *backbone,
-                       const mt_route_peer *stages, int n_stages, const mt_route_peer *experts,
-                       int n_experts, mt_node *gate, bool gate_is_stage, const char *what) {
-    thread_job jobs[N_THREADS];
-    float *refs[N_THREADS];
-    pthread_t th[N_THREADS];
+/* Holds `gate` so that the first requests of n_threads threads (each its own
+ * route and session) queue up there together, releases it once all are
+ * waiting, and checks they ran as one batch. */
+enum { MAX_CONCURRENT = 12 };
+static void concurrent_n(const model_set *s, const char *head, const char *backbone,
+                         const mt_route_peer *stages, int n_stages, const mt_route_peer *experts,
+                         int n_experts, mt_node *gate, bool gate_is_stage, int n_threads,
+                         const char *what) {
+    thread_job jobs[MAX_CONCURRENT];
+    float *refs[MAX_CONCURRENT];
+    pthread_t th[MAX_CONCURRENT];
     mt_node_hold(gate, true);
-    for (int k = 0; k < N_THREADS; k++) {
+    for (int k = 0; k < n_threads; k++) {
         thread_job *j = &jobs[k];
         *j = (thread_job){head,      backbone, stages, experts, n_stages,
                           n_experts, {0},      NULL,   false,   {0}};
@@ -361,22 +369,29 @@ static void concurrent(const model_set *s, const char *head, const char *backbon
     mt_node_stats st;
     for (int waited = 0; waited < 10000; waited += 5) {
         mt_node_get_stats(gate, &st);
-        if (st.queued >= N_THREADS) break;
+        if (st.queued >= n_threads) break;
         sleep_ms(5);
     }
-    CHECK(st.queued == N_THREADS, "%s %s: %d requests queued at the held node, wanted %d", s->arch,
-          what, st.queued, N_THREADS);
+    CHECK(st.queued == n_threads, "%s %s: %d requests queued at the held node, wanted %d", s->arch,
+          what, st.queued, n_threads);
     mt_node_hold(gate, false);
-    for (int k = 0; k < N_THREADS; k++) {
+    for (int k = 0; k < n_threads; k++) {
         pthread_join(th[k], NULL);
         CHECK(jobs[k].identical, "%s %s, thread %d: logits differ from the whole model %s", s->arch,
               what, k, jobs[k].why);
     }
     mt_node_get_stats(gate, &st);
     int32_t most = gate_is_stage ? st.max_stage_requests : st.max_expert_requests;
-    CHECK(most >= N_THREADS, "%s %s: at most %d requests were batched together, wanted %d", s->arch,
-          what, most, N_THREADS);
-    for (int k = 0; k < N_THREADS; k++) free(refs[k]);
+    CHECK(most >= n_threads, "%s %s: at most %d requests were batched together, wanted %d", s->arch,
+          what, most, n_threads);
+    for (int k = 0; k < n_threads; k++) free(refs[k]);
+}
+
+static void concurrent(const model_set *s, const char *head, const char *backbone,
+                       const mt_route_peer *stages, int n_stages, const mt_route_peer *experts,
+                       int n_experts, mt_node *gate, bool gate_is_stage, const char *what) {
+    concurrent_n(s, head, backbone, stages, n_stages, experts, n_experts, gate, gate_is_stage,
+                 N_THREADS, what);
 }
 
 /* ---- expert servers called at once ------------------------------------------------------- */
@@ -445,10 +460,12 @@ static void check_arch(const char *arch) {
     /* (a) cell: head here, 4 one-layer stages */
     mt_node *st[N_LAYER];
     mt_route_peer sp[N_LAYER];
+    start_step_tokens = 64; /* room for the 12 sessions below: 5-token prompts in one step */
     for (int i = 0; i < N_LAYER; i++) {
-        st[i] = start_node(s.stage[i], NULL, 0, 8);
+        st[i] = start_node(s.stage[i], NULL, 0, 16);
         if (st[i]) sp[i] = peer_of(st[i]);
     }
+    start_step_tokens = 0;
     if (st[0] && st[1] && st[2] && st[3]) {
         mt_route *r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch);
         if (r) run_route(r, base_prompt, ref, N - 1, "pipeline");
@@ -490,6 +507,11 @@ static void check_arch(const char *arch) {
         if (r) run_route(r, base_prompt, ref, 2, "chain, one token at a time");
         mt_route_close(r);
         concurrent(&s, s.head, NULL, sp, N_LAYER, NULL, 0, st[0], true, "chain");
+        /* 12 sessions reach the held middle stage over its one connection from stage 1 and
+         * are batched there: more than the 8 requests a connection may have queued, which
+         * one-way connections count in bytes instead */
+        concurrent_n(&s, s.head, NULL, sp, N_LAYER, NULL, 0, st[2], true, MAX_CONCURRENT,
+                     "chain, a middle stage held");
         for (int i = 0; i < N_LAYER; i++) {
             mt_node_get_stats(st[i], &after[i]);
             CHECK(after[i].stage_batches > before[i].stage_batches,
