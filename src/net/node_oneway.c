@@ -82,7 +82,7 @@ static bool hop_push(mt_node *n, const char *addr, const uint8_t *pk, mt_proto_m
         free(q);
         mt_proto_msg_free(m);
         mt_log_as(&n->log, MT_LOG_WARN, "cannot queue a one-way message for %s: %s", addr,
-                  q ? "this node keeps at most 64 next hops" : "out of memory");
+                  q ? "the node is stopping, or keeps 64 next hops already" : "out of memory");
     }
     return e != NULL;
 }
