@@ -213,12 +213,24 @@ static void messages(void) {
     message("stage_forward", &m);
     m.dtype = MT_PROTO_BF16;
     message("stage_forward_bf16", &m);
-    m.dtype = MT_PROTO_F32, m.n_hops = 2, m.hops = hops, m.n = 1, m.layer_end = 1;
+    m.dtype = MT_PROTO_F32, m.oneway = true, m.origin.pass_id = 9, m.origin.pass_end = 3;
+    memset(m.origin.pk, 0x5a, sizeof m.origin.pk);
+    message("stage_forward_oneway", &m); /* the last stage's: no hops */
+    m.n_hops = 2, m.hops = hops, m.n = 1, m.layer_end = 1;
     message("stage_forward_hops", &m);
     m.speculative = true; /* MT_PROTO_FLAG_SPECULATIVE, with and without hops */
     message("stage_forward_hops_speculative", &m);
     m.n_hops = 0, m.hops = NULL, m.n = 3, m.layer_end = 2;
     message("stage_forward_speculative", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_STAGE_AWAIT, m.request_id = 6, m.session = 77;
+    m.origin.pass_id = 9, m.pass_begin = 0, m.origin.pass_end = 3;
+    memset(m.prev_pk, 0x3c, sizeof m.prev_pk);
+    message("stage_await", &m);
+    memset(&m, 0, sizeof m), m.type = MT_PROTO_CHAIN_ABORT, m.request_id = 7, m.session = 77;
+    m.origin.pass_id = 9, m.origin.pass_end = 3, m.code = MT_PROTO_ERR_UNKNOWN_SESSION, m.back = 1;
+    memset(m.origin.pk, 0x5a, sizeof m.origin.pk);
+    snprintf(m.text, sizeof m.text, "session 77 is not known here");
+    message("chain_abort", &m);
     memset(&m, 0, sizeof m), m.type = MT_PROTO_EXPERT_RUN, m.request_id = 3, m.layer_begin = 1;
     m.n = 3, m.cols = N_EMBD, m.ids = ids, m.rows = rows;
     message("expert_run", &m);

@@ -15,9 +15,16 @@
  * clear error when it comes back holding other experts or not at all),
  * and with the bf16 wire bit-identical to the whole model with every state
  * the network carries rounded to bf16, and within a measured tolerance of
- * the f32 logits (not kimi-k3: see check_arch); (a) also in chain
- * mode (one request to the first stage, which forwards along the others as
- * next hops), and a chain whose middle node is gone (the error names it).
+ * the f32 logits (not kimi-k3: see check_arch); (a) also as one-way passes
+ * (chain mode: the requester sends to the first stage, each stage sends its
+ * output straight to the next, the last answers the requester's AWAIT), with
+ * 3 sessions batched through it and 12 batched on a held middle stage (all
+ * over its one connection from the stage before: more than the 8 queued
+ * requests a connection that gets replies may have), and a chain whose middle node is gone (the
+ * error names it). One-way passes (qwen3moe, kimi-k3): a prompt computed in
+ * chunks travels on chunk by chunk (the held last stage has them all queued
+ * while the pass is not over), and a session evicted on a middle stage is
+ * replayed (CHAIN_ABORT to the last stage) with the same logits.
  * Spot-checks (route.h check_rate): a stage checked on an honest replica
  * gives the same logits with every pass compared; a replica or a stage that
  * corrupts its output (--misbehave) fails the eval with the mismatch named
@@ -210,9 +217,14 @@ static float *reference_bf16(const mt_model *m, const int32_t *prompt, int first
 }
 
 /* A node serving shard on listen ("127.0.0.1:0": any port). */
+static int start_step_tokens;   /* nodes started from now on: their step_tokens (0: default) */
+static int start_prefill_chunk; /* and their prefill_chunk (0: default) */
+
 static mt_node *start_node_at(const char *shard, const char *listen,
                               const mt_node_partner *partners, int n_partners, int max_sessions) {
     mt_node_config c = {.shard_path = shard,
+                        .step_tokens = start_step_tokens,
+                        .prefill_chunk = start_prefill_chunk,
                         .keys = &k_node,
                         .authorized = auth,
                         .listen = listen,
@@ -346,16 +358,19 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-/* Holds `gate` so that the threads' first requests queue up there together,
- * releases it once all are waiting, and checks they ran as one batch. */
-static void concurrent(const model_set *s, const char *head, const char *backbone,
-                       const mt_route_peer *stages, int n_stages, const mt_route_peer *experts,
-                       int n_experts, mt_node *gate, bool gate_is_stage, const char *what) {
-    thread_job jobs[N_THREADS];
-    float *refs[N_THREADS];
-    pthread_t th[N_THREADS];
+/* Holds `gate` so that the first requests of n_threads threads (each its own
+ * route and session) queue up there together, releases it once all are
+ * waiting, and checks they ran as one batch. */
+enum { MAX_CONCURRENT = 12 };
+static void concurrent_n(const model_set *s, const char *head, const char *backbone,
+                         const mt_route_peer *stages, int n_stages, const mt_route_peer *experts,
+                         int n_experts, mt_node *gate, bool gate_is_stage, int n_threads,
+                         const char *what) {
+    thread_job jobs[MAX_CONCURRENT];
+    float *refs[MAX_CONCURRENT];
+    pthread_t th[MAX_CONCURRENT];
     mt_node_hold(gate, true);
-    for (int k = 0; k < N_THREADS; k++) {
+    for (int k = 0; k < n_threads; k++) {
         thread_job *j = &jobs[k];
         *j = (thread_job){head,      backbone, stages, experts, n_stages,
                           n_experts, {0},      NULL,   false,   {0}};
@@ -366,22 +381,29 @@ static void concurrent(const model_set *s, const char *head, const char *backbon
     mt_node_stats st;
     for (int waited = 0; waited < 10000; waited += 5) {
         mt_node_get_stats(gate, &st);
-        if (st.queued >= N_THREADS) break;
+        if (st.queued >= n_threads) break;
         sleep_ms(5);
     }
-    CHECK(st.queued == N_THREADS, "%s %s: %d requests queued at the held node, wanted %d", s->arch,
-          what, st.queued, N_THREADS);
+    CHECK(st.queued == n_threads, "%s %s: %d requests queued at the held node, wanted %d", s->arch,
+          what, st.queued, n_threads);
     mt_node_hold(gate, false);
-    for (int k = 0; k < N_THREADS; k++) {
+    for (int k = 0; k < n_threads; k++) {
         pthread_join(th[k], NULL);
         CHECK(jobs[k].identical, "%s %s, thread %d: logits differ from the whole model %s", s->arch,
               what, k, jobs[k].why);
     }
     mt_node_get_stats(gate, &st);
     int32_t most = gate_is_stage ? st.max_stage_requests : st.max_expert_requests;
-    CHECK(most >= N_THREADS, "%s %s: at most %d requests were batched together, wanted %d", s->arch,
-          what, most, N_THREADS);
-    for (int k = 0; k < N_THREADS; k++) free(refs[k]);
+    CHECK(most >= n_threads, "%s %s: at most %d requests were batched together, wanted %d", s->arch,
+          what, most, n_threads);
+    for (int k = 0; k < n_threads; k++) free(refs[k]);
+}
+
+static void concurrent(const model_set *s, const char *head, const char *backbone,
+                       const mt_route_peer *stages, int n_stages, const mt_route_peer *experts,
+                       int n_experts, mt_node *gate, bool gate_is_stage, const char *what) {
+    concurrent_n(s, head, backbone, stages, n_stages, experts, n_experts, gate, gate_is_stage,
+                 N_THREADS, what);
 }
 
 /* ---- expert servers called at once ------------------------------------------------------- */
@@ -450,10 +472,13 @@ static void check_arch(const char *arch) {
     /* (a) cell: head here, 4 one-layer stages */
     mt_node *st[N_LAYER];
     mt_route_peer sp[N_LAYER];
+    start_step_tokens = 64;  /* room for the 12 sessions below: 5-token prompts in one step, */
+    start_prefill_chunk = 8; /* each one chunk, so one forward a session on a chain */
     for (int i = 0; i < N_LAYER; i++) {
-        st[i] = start_node(s.stage[i], NULL, 0, 8);
+        st[i] = start_node(s.stage[i], NULL, 0, 16);
         if (st[i]) sp[i] = peer_of(st[i]);
     }
+    start_step_tokens = start_prefill_chunk = 0;
     if (st[0] && st[1] && st[2] && st[3]) {
         mt_route *r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch);
         if (r) run_route(r, base_prompt, ref, N - 1, "pipeline");
@@ -495,6 +520,11 @@ static void check_arch(const char *arch) {
         if (r) run_route(r, base_prompt, ref, 2, "chain, one token at a time");
         mt_route_close(r);
         concurrent(&s, s.head, NULL, sp, N_LAYER, NULL, 0, st[0], true, "chain");
+        /* 12 sessions reach the held middle stage over its one connection from stage 1 and
+         * are batched there: more than the 8 requests a connection may have queued, which
+         * one-way connections count in bytes instead */
+        concurrent_n(&s, s.head, NULL, sp, N_LAYER, NULL, 0, st[2], true, MAX_CONCURRENT,
+                     "chain, a middle stage held");
         for (int i = 0; i < N_LAYER; i++) {
             mt_node_get_stats(st[i], &after[i]);
             CHECK(after[i].stage_batches > before[i].stage_batches,
@@ -513,6 +543,12 @@ static void check_arch(const char *arch) {
             int rc = rs ? mt_route_eval(r, rs, base_prompt, N, false, lg, &err) : -1;
             CHECK(rc != 0 && has(err.msg, "next hop") && has(err.msg, gone),
                   "%s: chain with node %s gone: rc %d, '%s'", arch, gone, rc, err.msg);
+            /* the requester avoids exactly that node in its next route */
+            char failed[4][128];
+            int nf = mt_route_failed_peers(r, failed, 4);
+            CHECK(nf >= 1 && strcmp(failed[0], gone) == 0,
+                  "%s: chain with node %s gone: %d failed peers, first '%s'", arch, gone, nf,
+                  nf > 0 ? failed[0] : "");
             free(lg);
             mt_route_session_end(r, rs);
         }
@@ -566,6 +602,111 @@ static void check_arch(const char *arch) {
         mt_node_stop(lone);
         mt_node_stop(partner);
     }
+    free(ref);
+    free_set(&s);
+}
+
+/* ---- one-way passes ------------------------------------------------------------------- */
+
+/* A stage node with its own step settings and session room. */
+static mt_node *start_oneway_stage(const char *shard, int max_sessions, int prefill_chunk) {
+    mt_node_config c = {.shard_path = shard,
+                        .keys = &k_node,
+                        .authorized = auth,
+                        .listen = "127.0.0.1:0",
+                        .max_sessions = max_sessions,
+                        .n_ctx = 64,
+                        .threads = 1,
+                        .timeout_ms = 5000,
+                        .step_tokens = prefill_chunk,
+                        .prefill_chunk = prefill_chunk,
+                        .quiet = true};
+    mt_error err = {{0}};
+    mt_node *n = mt_node_start(&c, &err);
+    CHECK(n != NULL, "one-way stage %s: %s", shard, err.msg);
+    return n;
+}
+
+/* One-way passes (route chain mode) through 4 one-layer stages:
+ *   - a pipelined prompt: stages computing prompts in chunks of 2 tokens send
+ *     each chunk on as soon as it is done, so the 8-token prompt reaches the
+ *     held last stage as 4 separate forwards of the same pass (4 waiting in
+ *     its queue while the requester still waits for the pass), stage 0 sent 4
+ *     messages, and the logits are the whole model's once it is released;
+ *   - an evicted middle session: stage 1 keeps one session, a second session
+ *     evicts the first there only; the first's next token is refused by stage
+ *     1 (CHAIN_ABORT to the last stage), the requester replays, and the logits
+ *     are still the whole model's. */
+static void check_oneway(const char *arch) {
+    model_set s;
+    if (!make_set(&s, arch)) return;
+    float *ref = reference(s.whole, base_prompt);
+    const int32_t V = s.whole->hp.n_vocab;
+    mt_node *st[N_LAYER];
+    mt_route_peer sp[N_LAYER];
+    bool all = true;
+    for (int i = 0; i < N_LAYER; i++) {
+        st[i] = start_oneway_stage(s.stage[i], i == 1 ? 1 : 8, 2);
+        all &= st[i] != NULL;
+        if (st[i]) sp[i] = peer_of(st[i]);
+    }
+    chain_mode = true;
+    mt_route *r = all ? open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, arch) : NULL;
+    if (r) {
+        /* the pipelined prompt */
+        mt_node_stats before0, st0, last;
+        mt_node_get_stats(st[0], &before0);
+        mt_node_hold(st[N_LAYER - 1], true);
+        eval_job j = {r, ref, false, ""};
+        pthread_t th;
+        pthread_create(&th, NULL, eval_main, &j);
+        for (int waited = 0; waited < 20000; waited += 5) {
+            mt_node_get_stats(st[N_LAYER - 1], &last);
+            if (last.queued >= 4) break;
+            sleep_ms(5);
+        }
+        mt_node_get_stats(st[0], &st0);
+        CHECK(last.queued == 4 && st0.hop_messages - before0.hop_messages == 4,
+              "%s one-way prompt of 8 tokens in chunks of 2: %d forwards waiting at the held last"
+              " stage, %llu sent on by stage 0 (wanted 4 and 4)",
+              arch, last.queued, (unsigned long long)(st0.hop_messages - before0.hop_messages));
+        mt_node_hold(st[N_LAYER - 1], false);
+        pthread_join(th, NULL);
+        CHECK(j.identical, "%s one-way pipelined prompt: logits differ from the whole model %s",
+              arch, j.why);
+        mt_node_get_stats(st[N_LAYER - 1], &last);
+        CHECK(last.passes_answered == 2, "%s: the last stage answered %llu passes (wanted 2)", arch,
+              (unsigned long long)last.passes_answered);
+
+        /* the evicted middle session */
+        mt_error err = {{0}};
+        mt_route_session *a = mt_route_session_new(r, N, &err);
+        mt_route_session *b = a ? mt_route_session_new(r, N, &err) : NULL;
+        float *la = calloc((size_t)N * V, sizeof(float)), *lb = malloc((size_t)N * V * 4);
+        mt_node_stats mid0, mid1;
+        mt_node_get_stats(st[1], &mid0);
+        const int replays0 = mt_route_replays(r);
+        bool ok =
+            a && b && mt_route_eval(r, a, base_prompt, N - 1, true, la, &err) == 0 &&
+            mt_route_eval(r, b, base_prompt, 3, true, lb, &err) == 0 && /* evicts a on stage 1 */
+            mt_route_eval(r, a, base_prompt + N - 1, 1, false, la + (size_t)(N - 1) * V, &err) == 0;
+        mt_node_get_stats(st[1], &mid1);
+        CHECK(ok, "%s one-way, middle session evicted: %s", arch, err.msg);
+        CHECK(ok && mid1.evictions > mid0.evictions && mt_route_replays(r) == replays0 + 1,
+              "%s one-way: %llu evictions on the middle stage, %d replays (wanted >= 1 and 1)",
+              arch, (unsigned long long)(mid1.evictions - mid0.evictions),
+              mt_route_replays(r) - replays0);
+        CHECK(ok && memcmp(la, ref, (size_t)N * V * sizeof(float)) == 0,
+              "%s one-way: logits after the middle stage's replay differ from the whole model",
+              arch);
+        free(la);
+        free(lb);
+        mt_route_session_end(r, a);
+        mt_route_session_end(r, b);
+    }
+    mt_route_close(r);
+    chain_mode = false;
+    for (int i = 0; i < N_LAYER; i++) mt_node_stop(st[i]);
     free(ref);
     free_set(&s);
 }
@@ -1017,7 +1158,7 @@ static void check_hostile(void) {
             hops[i].layer_begin = 2 + i, hops[i].layer_end = 3 + i;
         }
         mt_proto_msg hm = stage_msg(11, 1, 1, 2, pos, 2, rows);
-        hm.hops = hops, hm.n_hops = 1;
+        hm.hops = hops, hm.n_hops = 1, hm.oneway = true, hm.origin.pass_end = 2;
         uint8_t *hb;
         size_t hl;
         CHECK(mt_proto_encode(&hm, &hb, &hl, NULL) == 0, "encode with one hop");
@@ -1045,11 +1186,56 @@ static void check_hostile(void) {
         mt_error e2 = {{0}};
         CHECK(mt_proto_encode(&hm, &hb, &hl, &e2) != 0 && has(e2.msg, too_many),
               "encoding %s: '%s'", too_many, e2.msg);
-        /* a well-formed hop that does not answer: ERROR naming it, the node keeps serving */
+        /* a well-formed one-way forward whose next hop (the last stage) does not answer:
+         * no reply on this connection (the abort cannot reach anyone); the node keeps serving
+         * and the next request gets its own reply */
         hm.n_hops = 1;
         snprintf(hops[0].addr, sizeof hops[0].addr, "127.0.0.1:1");
         hm.session = 77;
-        expect_error(&w, &hm, MT_PROTO_ERR_COMPUTE, "next hop 127.0.0.1:1", "hop not answering");
+        CHECK(mt_proto_encode(&hm, &hb, &hl, NULL) == 0 && mt_conn_send(w.c, hb, hl, &e2) == 0,
+              "one-way forward sent: %s", e2.msg);
+        free(hb);
+        mt_proto_msg info = {.type = MT_PROTO_INFO, .request_id = 12};
+        CHECK(mt_proto_encode(&info, &hb, &hl, NULL) == 0, "encode INFO");
+        mt_proto_msg r = raw_call(&w, hb, hl);
+        CHECK(r.type == MT_PROTO_INFO_REPLY && r.request_id == 12,
+              "after a one-way forward: got %s for request %llu (a one-way message got a reply?)",
+              mt_proto_type_name(r.type), (unsigned long long)r.request_id);
+        mt_proto_msg_free(&r);
+        free(hb);
+    }
+    /* the pass table: a CHAIN_ABORT then the AWAIT of its pass, and an AWAIT answered by
+     * the abort that comes after it; both get the abort's code and the stage it names */
+    for (int order = 0; order < 2; order++) {
+        mt_proto_msg ab = {.type = MT_PROTO_CHAIN_ABORT,
+                           .session = 5,
+                           .origin = {.pass_id = 90 + (uint64_t)order, .pass_end = 3},
+                           .code = MT_PROTO_ERR_UNKNOWN_SESSION,
+                           .back = 2};
+        memcpy(ab.origin.pk, k_req.pk, 32);
+        snprintf(ab.text, sizeof ab.text, "boom %d", order);
+        mt_proto_msg aw = {.type = MT_PROTO_STAGE_AWAIT,
+                           .request_id = 13,
+                           .session = 5,
+                           .origin = {.pass_id = 90 + (uint64_t)order, .pass_end = 3},
+                           .pass_begin = 0};
+        uint8_t *ab_b, *aw_b;
+        size_t ab_l, aw_l;
+        mt_error e3 = {{0}};
+        CHECK(mt_proto_encode(&ab, &ab_b, &ab_l, NULL) == 0 &&
+                  mt_proto_encode(&aw, &aw_b, &aw_l, NULL) == 0,
+              "encode the abort and the await");
+        CHECK(mt_conn_send(w.c, order ? aw_b : ab_b, order ? aw_l : ab_l, &e3) == 0, "send: %s",
+              e3.msg);
+        mt_proto_msg r = raw_call(&w, order ? ab_b : aw_b, order ? ab_l : aw_l);
+        char want[32];
+        snprintf(want, sizeof want, "stage 2 before the last: boom %d", order);
+        CHECK(r.type == MT_PROTO_ERROR && r.request_id == 13 &&
+                  r.code == MT_PROTO_ERR_UNKNOWN_SESSION && has(r.text, want),
+              "AWAIT %s its abort: got %s code %u '%s'", order ? "before" : "after",
+              mt_proto_type_name(r.type), r.code, r.text);
+        mt_proto_msg_free(&r);
+        free(ab_b), free(aw_b);
     }
     memcpy(more, buf, len);
     more[20] = 3; /* dtype */
@@ -1988,6 +2174,8 @@ int main(void) {
     /* kimi-k3: sessions hold recurrent state and the rows carry checkpoints */
     check_eviction_replay("qwen3moe");
     check_eviction_replay("kimi-k3");
+    check_oneway("qwen3moe");
+    check_oneway("kimi-k3");
     check_expert_restart();
     check_spot_checks("qwen3moe");
     check_spot_checks("kimi-k3");

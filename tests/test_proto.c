@@ -3,7 +3,8 @@
  * documented one, and the decoder refuses every malformed payload (each
  * truncation, trailing bytes, bad counts, dtypes, flags, positions, ids,
  * non-finite values) with a message naming the problem, never reading past
- * the buffer (run under ASan). */
+ * the buffer (run under ASan); version 3's one-way messages (ONEWAY origin
+ * block, STAGE_AWAIT, CHAIN_ABORT) likewise. */
 #include "check.h"
 #include "moontail/proto.h"
 #include "moontail/tensor_type.h"
@@ -83,8 +84,12 @@ static void test_round_trips(void) {
     free(big);
     /* flags, dtype, counts, layers, positions, values */
     uint8_t *t = malloc(len);
-    memcpy(t, b, len), t[2] = 2; /* bit 0 is MT_PROTO_FLAG_HOPS; bit 1 is reserved */
+    memcpy(t, b, len), t[2] = 8; /* bits 0 and 1 are HOPS and ONEWAY; bit 3 is reserved */
     expect_bad(t, len, "flags", "flags");
+    memcpy(t, b, len), t[2] = 1; /* a hop list on a forward that is not one-way */
+    expect_bad(t, len, "needs flag bit 1", "HOPS without ONEWAY");
+    memcpy(t, b, len), t[2] = 2; /* ONEWAY without its origin block */
+    expect_bad(t, len, "means exactly", "ONEWAY without an origin block");
     memcpy(t, b, len), t[20] = 2;
     expect_bad(t, len, "dtype 2", "dtype");
     memcpy(t, b, len), put32(t + 21, 0);
@@ -272,8 +277,144 @@ static void test_round_trips(void) {
           "message sizes");
 }
 
-/* The longest chain: a STAGE_FORWARD with MT_PROTO_MAX_HOPS next hops, each
- * with the longest address, round-trips and still leaves room for rows. */
+/* One-way passes (version 3): a one-way STAGE_FORWARD with and without
+ * hops, STAGE_AWAIT and CHAIN_ABORT round-trip with the documented layout,
+ * and every truncation, trailing byte and bad field is refused. */
+static void expect_cuts(const uint8_t *b, size_t len, const char *tn) {
+    for (size_t k = 0; b && k < len; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s cut to %zu bytes", tn, k);
+        expect_bad(b, k, k < 12 ? "header" : tn, what);
+    }
+    uint8_t *big = malloc(len + 1);
+    memcpy(big, b, len);
+    big[len] = 0;
+    expect_bad(big, len + 1, "exactly", "trailing byte");
+    free(big);
+}
+
+static void test_oneway(void) {
+    float rows[2 * E];
+    for (int i = 0; i < 2 * E; i++) rows[i] = (float)i - 4.5f;
+    int32_t pos[2] = {7, 8};
+    mt_proto_hop hop = {.addr = "10.0.0.2:7001", .layer_begin = 2, .layer_end = 4};
+    memset(hop.pk, 0xab, 32);
+    mt_proto_msg m = {.type = MT_PROTO_STAGE_FORWARD,
+                      .request_id = 3,
+                      .session = 42,
+                      .n = 2,
+                      .cols = E,
+                      .layer_begin = 0,
+                      .layer_end = 2,
+                      .pos = pos,
+                      .rows = rows,
+                      .oneway = true,
+                      .origin = {.pass_id = 0x0102030405060708ull, .pass_end = 12}};
+    memset(m.origin.pk, 0xcd, 32);
+    mt_error err = {{0}};
+    for (int with_hop = 0; with_hop < 2; with_hop++) {
+        m.n_hops = with_hop, m.hops = with_hop ? &hop : NULL;
+        size_t len;
+        uint8_t *b = enc(&m, &len);
+        const size_t hops_bytes = with_hop ? 1 + 1 + strlen(hop.addr) + 32 + 8 : 0;
+        CHECK(len == 12 + 25 + hops_bytes + 44 + 2 * 4 + 2 * E * 4, "one-way size %zu", len);
+        /* flags bit 1 (and bit 0 with the hop); the origin block right before the positions */
+        const size_t o = 37 + hops_bytes;
+        CHECK(b && b[2] == (with_hop ? 3 : 2) && b[3] == 0 && b[o] == 0xcd && b[o + 31] == 0xcd &&
+                  b[o + 32] == 0x08 && b[o + 39] == 0x01 && b[o + 40] == 12 && b[o + 44] == 7,
+              "one-way layout (hop %d)", with_hop);
+        mt_proto_msg d;
+        CHECK(b && mt_proto_decode(b, len, &d, &err) == 0 && d.oneway && d.n_hops == with_hop &&
+                  d.origin.pass_id == m.origin.pass_id && d.origin.pass_end == 12 &&
+                  memcmp(d.origin.pk, m.origin.pk, 32) == 0 && d.pos[1] == 8 &&
+                  memcmp(d.rows, rows, sizeof rows) == 0,
+              "one-way round trip (hop %d): %s", with_hop, err.msg);
+        if (b) mt_proto_msg_free(&d);
+        expect_cuts(b, len, "STAGE_FORWARD");
+        uint8_t *t = malloc(len);
+        memcpy(t, b, len), put32(t + o + 40, 8); /* pass_end not after position 8 */
+        expect_bad(t, len, "pass_end 8", "pass_end at the last position");
+        memcpy(t, b, len), put32(t + o + 40, 0x80000000u);
+        expect_bad(t, len, "pass_end", "negative pass_end");
+        free(t);
+        free(b);
+    }
+    /* the encoder refuses what the decoder would */
+    uint8_t *b = NULL;
+    size_t len;
+    m.n_hops = 1, m.hops = &hop, m.oneway = false;
+    CHECK(mt_proto_encode(&m, &b, &len, &err) < 0 && has(err.msg, "one-way"),
+          "hops without one-way encoded: %s", err.msg);
+    m.oneway = true, m.origin.pass_end = 8;
+    CHECK(mt_proto_encode(&m, &b, &len, &err) < 0 && has(err.msg, "pass_end 8"),
+          "pass_end at the last position encoded: %s", err.msg);
+
+    /* STAGE_AWAIT */
+    mt_proto_msg a = {.type = MT_PROTO_STAGE_AWAIT,
+                      .request_id = 4,
+                      .session = 42,
+                      .origin = {.pass_id = 77, .pass_end = 12},
+                      .pass_begin = 7};
+    memset(a.prev_pk, 0xef, 32);
+    b = enc(&a, &len);
+    CHECK(len == 12 + 56 && b && b[0] == 5 && b[2] == 0 && b[12] == 42 && b[20] == 77 &&
+              b[28] == 7 && b[32] == 12 && b[36] == 0xef && b[67] == 0xef,
+          "STAGE_AWAIT layout (%zu bytes)", len);
+    mt_proto_msg d;
+    CHECK(b && mt_proto_decode(b, len, &d, &err) == 0 && d.session == 42 &&
+              d.origin.pass_id == 77 && d.pass_begin == 7 && d.origin.pass_end == 12 &&
+              memcmp(d.prev_pk, a.prev_pk, 32) == 0,
+          "STAGE_AWAIT round trip: %s", err.msg);
+    expect_cuts(b, len, "STAGE_AWAIT");
+    uint8_t *t = malloc(len);
+    memcpy(t, b, len), put32(t + 32, 7);
+    expect_bad(t, len, "positions [7, 7)", "an empty AWAIT");
+    memcpy(t, b, len), put32(t + 28, 0xFFFFFFFFu);
+    expect_bad(t, len, "positions [-1, 12)", "a negative AWAIT");
+    memcpy(t, b, len), put32(t + 28, 0), put32(t + 32, MT_PROTO_MAX_TOKENS + 1);
+    expect_bad(t, len, "more than", "an AWAIT longer than a message's tokens");
+    memcpy(t, b, len), t[2] = 2;
+    expect_bad(t, len, "flags", "ONEWAY on an AWAIT");
+    free(t);
+    free(b);
+
+    /* CHAIN_ABORT */
+    mt_proto_msg c = {.type = MT_PROTO_CHAIN_ABORT,
+                      .request_id = 5,
+                      .session = 42,
+                      .origin = m.origin,
+                      .code = MT_PROTO_ERR_UNKNOWN_SESSION,
+                      .back = 2};
+    snprintf(c.text, sizeof c.text, "session unknown");
+    b = enc(&c, &len);
+    CHECK(len == 12 + 64 + 15 && b && b[0] == 6 && b[12] == 0xcd && b[52] == m.origin.pass_end &&
+              b[56] == 42 && b[64] == MT_PROTO_ERR_UNKNOWN_SESSION && b[68] == 2 && b[72] == 15 &&
+              b[76] == 's',
+          "CHAIN_ABORT layout (%zu bytes)", len);
+    CHECK(b && mt_proto_decode(b, len, &d, &err) == 0 && d.back == 2 &&
+              d.code == MT_PROTO_ERR_UNKNOWN_SESSION && strcmp(d.text, "session unknown") == 0 &&
+              d.origin.pass_id == m.origin.pass_id && memcmp(d.origin.pk, m.origin.pk, 32) == 0,
+          "CHAIN_ABORT round trip: %s", err.msg);
+    expect_cuts(b, len, "CHAIN_ABORT");
+    t = malloc(len);
+    memcpy(t, b, len), put32(t + 68, MT_PROTO_MAX_HOPS + 1);
+    expect_bad(t, len, "back 251", "back beyond the longest chain");
+    memcpy(t, b, len), t[80] = 0;
+    expect_bad(t, len, "NUL", "a NUL in the abort's text");
+    memcpy(t, b, len), put32(t + 72, MT_PROTO_MAX_TEXT + 1);
+    expect_bad(t, len, "over the", "an abort's text too long");
+    memcpy(t, b, len), put32(t + 52, 0);
+    expect_bad(t, len, "pass_end 0", "an abort of an empty pass");
+    free(t);
+    free(b);
+    c.back = MT_PROTO_MAX_HOPS + 1;
+    CHECK(mt_proto_encode(&c, &b, &len, &err) < 0 && has(err.msg, "back"),
+          "back beyond the chain encoded: %s", err.msg);
+}
+
+/* The longest chain: a one-way STAGE_FORWARD with MT_PROTO_MAX_HOPS next
+ * hops, each with the longest address, round-trips and still leaves room for
+ * rows. */
 static void test_long_chain(void) {
     static mt_proto_hop hops[MT_PROTO_MAX_HOPS];
     for (int i = 0; i < MT_PROTO_MAX_HOPS; i++) {
@@ -292,7 +433,9 @@ static void test_long_chain(void) {
                       .pos = pos,
                       .rows = rows,
                       .n_hops = MT_PROTO_MAX_HOPS,
-                      .hops = hops};
+                      .hops = hops,
+                      .oneway = true,
+                      .origin = {.pass_id = 5, .pass_end = 1 << 30}};
     size_t len;
     uint8_t *b = enc(&m, &len);
     mt_proto_msg d;
@@ -420,11 +563,14 @@ static void test_speculative(void) {
                       .speculative = true};
     mt_error err = {{0}};
     for (int with_hops = 0; with_hops < 2; with_hops++) {
-        m.n_hops = with_hops, m.hops = with_hops ? &hop : NULL;
+        /* a hop list comes with a one-way forward (its origin block) */
+        m.n_hops = with_hops, m.hops = with_hops ? &hop : NULL, m.oneway = with_hops;
+        m.origin.pass_id = 5, m.origin.pass_end = 100;
+        memset(m.origin.pk, 0x11, sizeof m.origin.pk);
         size_t len;
         uint8_t *b = enc(&m, &len);
         mt_proto_msg d;
-        CHECK(b && b[2] == (with_hops ? 5 : 4) && b[3] == 0, "speculative flags byte %d",
+        CHECK(b && b[2] == (with_hops ? 7 : 4) && b[3] == 0, "speculative flags byte %d",
               b ? b[2] : -1);
         CHECK(b && mt_proto_decode(b, len, &d, &err) == 0 && d.speculative &&
                   d.n_hops == with_hops && d.pos[1] == 8,
@@ -458,6 +604,7 @@ int main(void) {
     test_speculative();
     test_hidden_rows();
     test_long_chain();
+    test_oneway();
     test_fuzz();
     return check_report("test_proto");
 }

@@ -769,7 +769,11 @@ static void test_raw_bytes(void) {
              "starts with 47 45 54 20 (\"GET \")", 2500);
     build_hello(h, 1, 0, k_client.pk);
     raw_case("version 1", false, h, MT_CONN_HELLO_BYTES, false, 5000, 0,
-             "speaks transport version 1, this node speaks version 2", 2500);
+             "speaks transport version 1, this node speaks version 3", 2500);
+    /* a version 2 peer (before one-way passes) is refused at the hello, not mid-pass */
+    build_hello(h, 2, 0, k_client.pk);
+    raw_case("version 2", false, h, MT_CONN_HELLO_BYTES, false, 5000, 0,
+             "speaks transport version 2, this node speaks version 3", 2500);
     build_hello(h, MT_CONN_VERSION, 1, k_client.pk);
     raw_case("flags", false, h, MT_CONN_HELLO_BYTES, false, 5000, 0, "flags 0x0001", 2500);
     build_hello(h, MT_CONN_VERSION, 0, k_client.pk);

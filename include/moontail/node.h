@@ -167,6 +167,8 @@ typedef struct mt_node_stats {
     uint64_t served_token_layers; /* ... times the layers each ran through */
     uint64_t served_expert_rows;  /* expert rows computed for EXPERT_RUN requests */
     uint64_t prefill_chunks;      /* prompt chunks computed that did not end their request */
+    uint64_t hop_messages;        /* one-way chunks sent on to a next hop (proto.h) */
+    uint64_t passes_answered;     /* one-way passes whose STAGE_AWAIT got their rows (last stage) */
 } mt_node_stats;
 
 /* How many sessions of how many positions a node offers, from the memory it

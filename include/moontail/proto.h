@@ -3,9 +3,22 @@
  *
  * A requester asks a node to describe itself (INFO), to run its layers on a
  * session's hidden states (STAGE_FORWARD), to run routed experts on rows
- * (EXPERT_RUN), and to forget a session (SESSION_END). Every request gets
- * exactly one reply carrying the same request_id: the matching *_REPLY, or
- * ERROR. Nodes see hidden states and expert rows only, never token ids.
+ * (EXPERT_RUN), and to forget a session (SESSION_END). Every such request
+ * gets exactly one reply carrying the same request_id: the matching *_REPLY,
+ * or ERROR. Nodes see hidden states and expert rows only, never token ids.
+ *
+ * One-way passes (version 3): the requester sends a pass to the first stage
+ * as a one-way STAGE_FORWARD (flag ONEWAY) listing the later stages as hops,
+ * and asks the last stage for the result (STAGE_AWAIT). Each stage sends its
+ * output, chunk by chunk, straight to the next one as a one-way STAGE_FORWARD
+ * carrying the remaining hops; the last stage keeps the chunks of a pass and
+ * answers the AWAIT once the pass is whole. One-way messages (a ONEWAY
+ * STAGE_FORWARD, CHAIN_ABORT) get no reply: a stage that fails a chunk,
+ * refuses it (e.g. an unknown session) or cannot reach its next hop sends a
+ * CHAIN_ABORT to the last stage, which answers the AWAIT with an ERROR of the
+ * abort's code whose text begins "stage B before the last: " (B = the
+ * abort's `back`), so the requester can name the stage that failed. The
+ * sessions of a one-way pass belong, on every stage, to the origin's key.
  *
  * Decoding is strict: every count is checked against its limit, the payload
  * must have exactly the size its counts imply (no trailing bytes), dtype and
@@ -13,18 +26,25 @@
  * inside the model, and every value finite. A decoder error names the field
  * and the problem.
  *
- * ---- Wire format (version 2; all integers little-endian) -----------------
+ * ---- Wire format (version 3; all integers little-endian) -----------------
+ *
+ * Version 3 (transport.h MT_CONN_VERSION) adds one-way passes to version 2:
+ * the ONEWAY flag and its origin block, STAGE_AWAIT and CHAIN_ABORT; a hop
+ * list is only allowed on a one-way STAGE_FORWARD.
  *
  * Header, 12 bytes, at the start of every message:
  *     off size
  *       0    2  u16 type (below)
- *       2    2  u16 flags: bit 0 (MT_PROTO_FLAG_HOPS) on STAGE_FORWARD only,
- *                  saying a hop list follows; bit 2 (MT_PROTO_FLAG_SPECULATIVE)
- *                  on STAGE_FORWARD only: a speculative pass, whose tokens the
- *                  requester may take back (the node keeps its KDA layers'
- *                  state after each token, and a later pass may start at any
- *                  position after this one's first); every other bit is
- *                  reserved and refused
+ *       2    2  u16 flags, on STAGE_FORWARD only: bit 0 (MT_PROTO_FLAG_HOPS)
+ *                  a hop list follows; bit 1 (MT_PROTO_FLAG_ONEWAY) a
+ *                  one-way forward, the origin block follows (bit 0
+ *                  needs bit 1); bit 2 (MT_PROTO_FLAG_SPECULATIVE) a
+ *                  speculative pass, whose tokens the requester may take
+ *                  back (the node keeps its KDA layers' state after each
+ *                  token, and a later pass may start at any position after
+ *                  this one's first; one-way stages pass the flag on with
+ *                  the pass); every other bit, and any bit on another type,
+ *                  is reserved and refused
  *       4    8  u64 request_id (chosen by the requester; echoed by the reply)
  *
  * Values ("rows") are n x cols numbers, row-major, in the message's dtype:
@@ -59,14 +79,34 @@
  *                         ("host:port", printable ASCII, port 1..65535), u8
  *                         pk[32] (the hop's Ed25519 key), u32 layer_begin, u32
  *                         layer_end; the ranges chain on without gap or overlap
- *                         (hop 0 begins at the request's layer_end). The node
- *                         runs its layers, sends the rows to hop 0 as a
- *                         STAGE_FORWARD carrying the remaining hops, and
- *                         replies with hop 0's reply (or an ERROR naming it).
+ *                         (hop 0 begins at the request's layer_end).
+ *                         With flag bit 1 (ONEWAY), the origin block comes after
+ *                         the hop list (or after layer_end without one): u8
+ *                         origin_pk[32] (the requester's key), u64 pass_id, i32
+ *                         pass_end (1..2^31-1; every pos < pass_end). No reply:
+ *                         the node runs its layers and sends each finished
+ *                         chunk of the rows to hop 0 as a one-way STAGE_FORWARD
+ *                         with hops 1.. and the same origin block; without
+ *                         hops it is the last stage and keeps the rows
+ *                         (stream-only: cols_out) for the pass's AWAIT.
  *   0x0003 EXPERT_RUN     u32 layer, u8 dtype, u32 n_rows, u32 cols, i32 ids[n_rows],
  *                         rows[n_rows]
  *                         1 <= n_rows <= MT_PROTO_MAX_ROWS, 0 <= id < MT_PROTO_MAX_EXPERTS
  *   0x0004 SESSION_END    u64 session
+ *   0x0005 STAGE_AWAIT    u64 session, u64 pass_id, i32 pass_begin, i32 pass_end,
+ *                         u8 prev_pk[32]
+ *                         (requester -> last stage) 0 <= pass_begin < pass_end,
+ *                         pass_end - pass_begin <= MT_PROTO_MAX_TOKENS. Answered
+ *                         with one STAGE_REPLY holding the rows of positions
+ *                         [pass_begin, pass_end) once they arrived (only from
+ *                         the stage whose key is prev_pk), or with an ERROR
+ *                         (a CHAIN_ABORT of this pass, the last stage's own
+ *                         failure, or rows that do not fit the pass).
+ *   0x0006 CHAIN_ABORT    origin block (as above), u64 session, u32 code
+ *                         (mt_proto_errcode), u32 back (0..MT_PROTO_MAX_HOPS:
+ *                         the failed stage is that many stages before the
+ *                         last), u32 text_len (<= MT_PROTO_MAX_TEXT), text (no
+ *                         NUL bytes). Stage -> last stage, one-way.
  *
  * Replies:
  *   0x8001 INFO_REPLY     u32 n_embd, u32 n_layer, u32 layer_begin, u32 layer_end,
@@ -116,15 +156,18 @@
 #define MT_PROTO_MAX_HOPS     250       /* next hops in one STAGE_FORWARD (a chain of 251 stages) */
 #define MT_PROTO_HOP_ADDR_MAX 127       /* bytes of a hop's "host:port" */
 #define MT_PROTO_FLAG_HOPS    0x0001    /* header flag: STAGE_FORWARD carries hops */
-
-/* header flag: a STAGE_FORWARD whose tokens may be taken back (speculative decoding) */
-#define MT_PROTO_FLAG_SPECULATIVE (1u << 2)
+#define MT_PROTO_FLAG_ONEWAY  0x0002    /* header flag: a one-way STAGE_FORWARD (origin block) */
+#define MT_PROTO_FLAG_SPECULATIVE                                                                  \
+    0x0004 /* header flag: a STAGE_FORWARD whose tokens may be                                     \
+              taken back (speculative decoding) */
 
 typedef enum mt_proto_type {
     MT_PROTO_INFO = 0x0001,
     MT_PROTO_STAGE_FORWARD = 0x0002,
     MT_PROTO_EXPERT_RUN = 0x0003,
     MT_PROTO_SESSION_END = 0x0004,
+    MT_PROTO_STAGE_AWAIT = 0x0005,
+    MT_PROTO_CHAIN_ABORT = 0x0006,
     MT_PROTO_INFO_REPLY = 0x8001,
     MT_PROTO_STAGE_REPLY = 0x8002,
     MT_PROTO_EXPERT_REPLY = 0x8003,
@@ -167,6 +210,14 @@ typedef struct mt_proto_hop {
     int32_t layer_begin, layer_end;       /* the layers it runs */
 } mt_proto_hop;
 
+/* Who a one-way pass is for (STAGE_FORWARD with MT_PROTO_FLAG_ONEWAY,
+ * CHAIN_ABORT; STAGE_AWAIT uses pass_id and pass_end). */
+typedef struct mt_proto_origin {
+    uint8_t pk[32];   /* the requester's public key: the sessions' owner on every stage */
+    uint64_t pass_id; /* the requester's name for this pass (random) */
+    int32_t pass_end; /* the position after the pass's last token */
+} mt_proto_origin;
+
 /* One message, decoded or to encode. Fields used per type are listed in the
  * format above; `layer_begin` is also EXPERT_RUN's layer. A decoded message
  * owns its arrays (free them with mt_proto_msg_free); a message built for
@@ -174,7 +225,7 @@ typedef struct mt_proto_hop {
 typedef struct mt_proto_msg {
     uint16_t type;
     uint64_t request_id;
-    uint64_t session;               /* STAGE_FORWARD, SESSION_END */
+    uint64_t session;               /* STAGE_FORWARD, SESSION_END, STAGE_AWAIT, CHAIN_ABORT */
     mt_proto_dtype dtype;           /* STAGE_*, EXPERT_* */
     int32_t n;                      /* tokens (STAGE_*) or rows (EXPERT_*) */
     int32_t cols;                   /* values per row (STAGE_*, EXPERT_*) */
@@ -183,9 +234,16 @@ typedef struct mt_proto_msg {
     int32_t n_hops;                 /* STAGE_FORWARD: 0 (no hop list) .. MT_PROTO_MAX_HOPS */
     mt_proto_hop *hops;             /* (n_hops) STAGE_FORWARD */
     bool speculative;               /* STAGE_FORWARD: MT_PROTO_FLAG_SPECULATIVE */
+    bool oneway;                    /* STAGE_FORWARD: one-way (origin set; n_hops may be 0) */
+    mt_proto_origin origin;         /* one-way STAGE_FORWARD, CHAIN_ABORT; STAGE_AWAIT: pass_id
+                                       and pass_end */
+    int32_t pass_begin;             /* STAGE_AWAIT: the pass's first position */
+    uint8_t prev_pk[32];            /* STAGE_AWAIT: the key of the stage before the last */
+    int32_t back;                   /* CHAIN_ABORT: the failed stage is this many stages before
+                                       the last one (0: the last itself) */
     int32_t *ids;                   /* (n) EXPERT_RUN */
     float *rows;                    /* (n, cols) STAGE_*, EXPERT_*, as f32 */
-    uint32_t code;                  /* ERROR */
+    uint32_t code;                  /* ERROR, CHAIN_ABORT */
     char text[MT_PROTO_MAX_TEXT + 1];
     bool existed;       /* SESSION_END_REPLY */
     mt_proto_info info; /* INFO_REPLY */

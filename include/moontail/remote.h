@@ -4,7 +4,8 @@
  * EXPERT_RUN and SESSION_END.
  *
  * Calls are synchronous: one request is on the wire at a time per mt_remote
- * (a mutex serialises callers), so several threads may share one remote but
+ * (a mutex serialises callers; one-way messages, which get no reply, may be
+ * sent between calls), so several threads may share one remote but
  * do not overlap on it; open one remote per thread to have a node batch
  * their work together. Work larger than one message allows is split into
  * several messages transparently (mt_proto_max_rows); since the node
@@ -51,16 +52,36 @@ bool mt_remote_is_open(mt_remote *r);
 int mt_remote_stage_forward(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
                             const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
                             uint32_t *code, mt_error *err);
+/* The same, speculative marking the pass MT_PROTO_FLAG_SPECULATIVE (the node
+ * keeps what it needs to go back inside it). */
+int mt_remote_stage_forward_as(mt_remote *r, uint64_t session, int32_t layer_begin,
+                               int32_t layer_end, bool speculative, const int32_t *pos,
+                               int32_t n_tok, float *hidden, mt_proto_dtype dtype, uint32_t *code,
+                               mt_error *err);
 
-/* The same, with next hops (proto.h): the node runs its layers, passes the
- * rows along hops[0..n_hops) (each runs its range and forwards to the next)
- * and hidden receives the last hop's output. n_hops 0 is a plain stage
- * forward. speculative marks the pass MT_PROTO_FLAG_SPECULATIVE (the nodes
- * keep what they need to go back inside it). */
-int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
-                          const mt_proto_hop *hops, int32_t n_hops, bool speculative,
-                          const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
-                          uint32_t *code, mt_error *err);
+/* One-way passes (proto.h). mt_remote_stage_send sends tokens at pos[0..n_tok)
+ * of hidden (n_tok, W) as one-way STAGE_FORWARDs (several messages when they
+ * do not fit one) for layers [layer_begin, layer_end) followed by hops[0..
+ * n_hops), with the origin block `origin` (speculative: marked
+ * MT_PROTO_FLAG_SPECULATIVE, every stage keeping what it needs to go back
+ * inside the pass); nothing comes back on r. Then
+ * mt_remote_stage_await asks r, the route's last stage (its layers end the
+ * model), for positions [pass_begin, pass_end) of that pass as sent on by the
+ * stage whose key is prev_pk, and writes them into hidden (n, W) as
+ * mt_remote_stage_forward's reply would. On an ERROR reply *code gets its
+ * code (a CHAIN_ABORT's text begins "stage B before the last: "). */
+int mt_remote_stage_send(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
+                         const mt_proto_hop *hops, int32_t n_hops, const mt_proto_origin *origin,
+                         bool speculative, const int32_t *pos, int32_t n_tok, const float *hidden,
+                         mt_proto_dtype dtype, mt_error *err);
+int mt_remote_stage_await(mt_remote *r, uint64_t session, uint64_t pass_id, int32_t pass_begin,
+                          int32_t pass_end, const uint8_t prev_pk[MT_KEYS_PUBLIC_BYTES],
+                          float *hidden, mt_proto_dtype dtype, uint32_t *code, mt_error *err);
+
+/* Sends one message that gets no reply (a one-way STAGE_FORWARD or a
+ * CHAIN_ABORT; its request_id is assigned here). Fails, and breaks r, when
+ * the node has closed the connection (mt_conn_peer_closed) or the send fails. */
+int mt_remote_send(mt_remote *r, mt_proto_msg *m, mt_error *err);
 
 /* Computes y[i] = expert ids[i] of layer il applied to u[i] (n rows of
  * n_embd_exp) on the node: an mt_expert_backend run() with ctx = the mt_remote,

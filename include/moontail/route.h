@@ -99,8 +99,13 @@ typedef struct mt_route_config {
     bool no_reconnect;       /* a broken node fails the call at once (a requester with a registry
                                 takes a new route instead: reconnecting to a node that went silent
                                 would cost a whole connect timeout first) */
-    bool chain; /* send one STAGE_FORWARD to the first stage with the later stages as next
-                   hops (proto.h), instead of calling each stage in turn */
+    bool chain; /* one-way passes (proto.h): send each pass to the first stage with the later
+                   stages as next hops, each stage sends its output straight to the next, and
+                   the last stage answers a STAGE_AWAIT; instead of calling each stage in
+                   turn. A stage that fails, refuses the session or cannot reach its next hop
+                   is named by the last stage's answer; an AWAIT without an answer in time makes
+                   the route ask every stage for its INFO (2 s, at once) to name the one gone.
+                   Recovery is as in turn mode (unknown session: replay; else failed peers) */
     /* spot-checking (docs/spot-checking.md; not with chain): checkers[i] holds the same layers
      * as stage checkers[i].stage. Each new session gives each stage that has a checker, with
      * probability check_rate (0: never, 1: always), a shadow session on one of its checkers
@@ -184,7 +189,8 @@ mt_gen_backend *mt_route_backend(mt_route *r, mt_error *err);
  *    "cert": "the requester's certificate file" (optional, cert.h; nodes that
  *            trust its issuer admit the key without listing it),
  *    "stages": [{"addr": "127.0.0.1:7001", "key": "<64 hex digits>"}, ...] (optional),
- *    "chain": true | false (optional, default false: see mt_route_config.chain),
+ *    "chain": true | false (optional, default false: one-way passes, see
+ *             mt_route_config.chain),
  *    "experts": [{"addr": ..., "key": ...}, ...] (optional)}
  * Relative paths are relative to the route file's directory. Unknown fields
  * are errors. */

@@ -11,12 +11,16 @@
  * checked, and any violation ends that connection (only) with an error saying
  * what was wrong.
  *
- * ---- Wire format (version 2; all integers little-endian) -------------------
+ * ---- Wire format (version 3; all integers little-endian) -------------------
+ *
+ * Version 3 changes only the data plane (proto.h: one-way passes); the hello,
+ * handshake and frames are version 2's. Peers of different versions refuse
+ * each other at the hello.
  *
  * Hello, 104 bytes, sent in clear by each side:
  *     off  size
  *       0     4  magic "MTN1"
- *       4     2  u16 version = 2
+ *       4     2  u16 version = 3
  *       6     2  u16 flags = 0 (reserved; non-zero is refused)
  *       8    32  ephemeral X25519 public key (crypto_kx_keypair, new per connection)
  *      40    32  Ed25519 identity public key (keys.h)
@@ -97,7 +101,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MT_CONN_VERSION             2
+#define MT_CONN_VERSION             3
 #define MT_CONN_HELLO_BYTES         104
 #define MT_CONN_DEFAULT_MAX_PAYLOAD ((size_t)64 << 20)
 #define MT_CONN_MAX_PAYLOAD_LIMIT   ((size_t)UINT32_MAX - 16) /* what the header can describe */
@@ -153,6 +157,10 @@ int mt_conn_set_max_payload(mt_conn *c, size_t max_payload, mt_error *err);
 /* false once the connection has failed (mt_conn_reason says why). */
 bool mt_conn_is_open(mt_conn *c);
 const char *mt_conn_reason(mt_conn *c);
+/* For a side that only sends (one-way messages, proto.h): true, and c broken,
+ * when the peer closed the connection or sent something (a peer that never
+ * answers has nothing to say but its end). Does not wait. */
+bool mt_conn_peer_closed(mt_conn *c);
 
 /* Shuts the connection down, closes its socket, wipes its keys, frees it. */
 void mt_conn_close(mt_conn *c);

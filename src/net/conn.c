@@ -8,6 +8,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -96,6 +97,17 @@ bool mt_conn_is_open(mt_conn *c) {
     bool open = !c->broken;
     pthread_mutex_unlock(&c->lock);
     return open;
+}
+
+bool mt_conn_peer_closed(mt_conn *c) {
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    bool gone = poll(&p, 1, 0) != 0; /* readable, hung up, an error, or poll failed */
+    if (gone) {
+        mt_error e = {{0}};
+        mt_error_set(&e, "the peer closed the connection (or sent an unexpected reply)");
+        conn_break(c, &e);
+    }
+    return gone || !mt_conn_is_open(c);
 }
 
 const char *mt_conn_reason(mt_conn *c) {

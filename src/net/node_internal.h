@@ -15,13 +15,18 @@
  * expert dispatcher runs partners on threads of its own, but only within a
  * worker's call that waits for them).
  *
- * A STAGE_FORWARD with next hops (proto.h) is queued like any other, but the
- * worker hands its result back to the connection's reader (node_fwd)
- * instead of replying; the reader makes the downstream call and replies.
- * The worker never waits on the network for a chain, so other sessions keep
- * being batched; only that connection's reader waits (its requester is
- * waiting for this very reply anyway). Next-hop connections (node_hop) are
- * shared by all readers, one per (address, key), one call at a time. */
+ * One-way passes (proto.h, node_oneway.c): a one-way STAGE_FORWARD is
+ * queued like any other, but is never replied to. Each chunk the worker
+ * finishes goes, as its own one-way STAGE_FORWARD, onto the queue of the
+ * next hop's sender thread (node_hop: one per (address, key), bounded in
+ * bytes; a job whose hop queue is full waits in the worker's queue, the
+ * worker never blocks on the network). The last stage keeps each pass's
+ * chunks in its pass table (node_pass) until the requester's STAGE_AWAIT,
+ * answered by whichever thread completes the pass (the worker with the last
+ * chunk, or the reader with the AWAIT or a CHAIN_ABORT). A failure of a
+ * one-way job goes to the last stage as a CHAIN_ABORT (through the hop
+ * senders), never back on the connection it came from. */
+
 #ifndef MOONTAIL_NODE_INTERNAL_H
 #define MOONTAIL_NODE_INTERNAL_H
 
@@ -39,6 +44,10 @@
 
 enum {
     NODE_MAX_INFLIGHT = 8,       /* queued requests per connection before its reader waits */
+    NODE_MAX_INFLIGHT_MB = 256,  /* ... one-way forwards: their rows' MiB (a stage batches many
+                                    sessions from one upstream stage) */
+    NODE_HOP_QUEUE_MB = 256,     /* rows' MiB queued for one next hop before jobs for it wait */
+    NODE_MAX_PASSES = 65536,     /* one-way passes the last stage keeps at once */
     NODE_MAX_CLIENTS = 256,      /* connections at once */
     NODE_MAX_SESSIONS = 1 << 20, /* sessions at once, however much memory is offered */
 };
@@ -51,20 +60,14 @@ typedef struct node_client {
     int wake_fd; /* dup of the socket: shutdown() on it wakes the reader at stop */
     mt_conn *conn;
     pthread_mutex_t send_lock;
-    int refs, inflight; /* guarded by node->lock */
-    char peer[160];     /* "name (ip:port)" for the log */
+    int refs, inflight;      /* guarded by node->lock */
+    uint64_t inflight_bytes; /* guarded by node->lock: rows of its queued one-way forwards */
+    char peer[160];          /* "name (ip:port)" for the log */
     uint8_t pk[MT_KEYS_PUBLIC_BYTES];
     bool has_cert; /* the client presented a certificate the handshake accepted */
     mt_cert cert;  /* its fields (role, account, not_after: for metering per account) */
     struct node_client *prev, *next;
 } node_client;
-
-/* A chained request's result, handed from the worker to the reader that
- * waits for it (guarded by node->lock; signalled on node->fwd_cv). */
-typedef struct node_fwd {
-    bool done;   /* the job is finished */
-    float *rows; /* (n, n_embd) its output, or NULL when it was answered with an ERROR */
-} node_fwd;
 
 /* A queued request. A STAGE_FORWARD may be computed in chunks over several
  * steps (chunked prefill, node_worker.c): `done` tokens are computed so far,
@@ -73,21 +76,54 @@ typedef struct node_job {
     struct node_job *next;
     node_client *client;
     mt_proto_msg msg;
-    node_fwd *fwd; /* NULL: reply as usual */
-    int32_t done;  /* tokens computed so far */
-    float *out;    /* (msg.n, cols_out) the reply's rows, or (msg.n, W) whole hidden states
-                      for a chained job; NULL before its first chunk */
+    int32_t done;   /* tokens computed so far */
+    float *out;     /* (msg.n, cols_out) the reply's rows, or (msg.n, W) whole hidden states
+                       for a one-way job with next hops; NULL before its first chunk */
+    uint64_t bytes; /* its rows' bytes, counted in client->inflight_bytes (one-way) */
 } node_job;
 
-/* A connection to a next hop, kept for later requests. */
+/* Whose session a job names: the origin's for a one-way forward (the same
+ * requester's session on every stage), else the client's. */
+static inline const uint8_t *node_job_owner(const node_job *j);
+
+/* A message waiting for a next hop's sender (node_oneway.c). */
+typedef struct node_hop_msg {
+    struct node_hop_msg *next;
+    mt_proto_msg msg; /* owns its arrays */
+    uint64_t bytes;   /* its rows */
+} node_hop_msg;
+
+/* A next hop: its connection and its sender thread, kept for later passes. */
 typedef struct node_hop {
     char addr[MT_PROTO_HOP_ADDR_MAX + 1];
     uint8_t pk[MT_KEYS_PUBLIC_BYTES];
-    mt_remote *r;         /* NULL: not connected */
-    pthread_mutex_t lock; /* one chained call (and reconnect) at a time */
+    mt_remote *r;              /* sender thread only; NULL: not connected */
+    node_hop_msg *head, *tail; /* guarded by node->lock */
+    uint64_t queued_bytes;     /* guarded by node->lock */
+    pthread_t thread;
+    bool started;
 } node_hop;
 
 enum { NODE_MAX_HOPS = 64 }; /* next-hop connections kept */
+
+/* A one-way pass on the last stage (node_oneway.c), guarded by node->lock. */
+typedef struct node_pass {
+    struct node_pass *next;
+    uint8_t owner[MT_KEYS_PUBLIC_BYTES]; /* the origin's key */
+    uint64_t session, pass_id;
+    int32_t begin, end;                 /* positions [begin, end); begin -1 until known */
+    int32_t got;                        /* positions received, from begin on */
+    int32_t cols;                       /* values per row */
+    mt_proto_dtype dtype;               /* the chunks' (the reply's) */
+    float *rows;                        /* (end - begin, cols), NULL before the first chunk */
+    uint8_t from[MT_KEYS_PUBLIC_BYTES]; /* who sent the chunks */
+    uint32_t code;                      /* non-zero: the pass failed */
+    char text[MT_PROTO_MAX_TEXT + 1];
+    node_client *waiter; /* the AWAIT's client (a reference held), or NULL */
+    uint64_t request_id; /* the AWAIT's */
+    uint8_t prev_pk[MT_KEYS_PUBLIC_BYTES];
+    int64_t created_ms;
+} node_pass;
 
 typedef struct node_session {
     uint8_t owner[MT_KEYS_PUBLIC_BYTES]; /* the client's key */
@@ -143,9 +179,11 @@ struct mt_node {
     pthread_cond_t work_cv;        /* worker: something queued, or stop (CLOCK_MONOTONIC) */
     pthread_cond_t client_cv;      /* readers: inflight went down, or stop */
     pthread_cond_t done_cv;        /* stop: a reader thread ended */
-    pthread_cond_t fwd_cv;         /* readers: a chained job finished */
-    node_hop *hops[NODE_MAX_HOPS]; /* guarded by lock (each hop by its own) */
+    pthread_cond_t hop_cv;         /* hop senders: a message queued, or stop */
+    node_hop *hops[NODE_MAX_HOPS]; /* guarded by lock */
     int n_hops;
+    node_pass *passes; /* guarded by lock: one-way passes waiting on this (last) stage */
+    int n_passes;
     node_job *q_head, *q_tail;
     node_client *clients;
     int n_readers; /* reader threads alive */
@@ -190,9 +228,11 @@ void node_job_done(node_job *j);
 /* Checks a decoded request against what this node holds (before queueing):
  * 0, or -1 with *code and err. Session state is checked by the worker. */
 int node_check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_error *err);
-/* Queues a validated request for the worker (takes m's arrays; fwd: see
- * node_fwd). false when it was answered with an ERROR instead. */
-bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd);
+/* Queues a validated request for the worker (takes m's arrays). false when
+ * it could not be queued (out of memory, stopping): then a request that gets
+ * a reply was answered with an ERROR (m freed), while a one-way forward is
+ * left as it was for the caller to report (node_oneway_fail) and free. */
+bool node_enqueue(node_client *c, mt_proto_msg *m);
 /* Drops one reference to c (n->lock held); the last one closes its
  * connection and frees it. */
 void node_client_unref_locked(node_client *c);
@@ -218,13 +258,29 @@ void node_session_hold(node_sessions *t, node_session *s, uint64_t bytes);
 /* The worker thread (arg: the mt_node). */
 void *node_worker_main(void *arg);
 
-/* ---- node_chain.c ----------------------------------------------------------------- */
+/* ---- node_oneway.c ---------------------------------------------------------------- */
 
-/* A validated STAGE_FORWARD with next hops (takes m's arrays): queues it,
- * waits for the worker's rows, forwards them to the first hop and replies
- * with its answer. Runs on the connection's reader thread. */
-void node_chain(node_client *c, mt_proto_msg *m);
-/* Closes the next-hop connections. */
+/* A one-way forward m (from client c) failed here with code and text:
+ * tells the last stage (CHAIN_ABORT through the hop senders, or this node's
+ * own pass table when it is the last), naming this stage. */
+void node_oneway_fail(mt_node *n, const mt_proto_msg *m, uint32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A failed job: an ERROR reply, or node_oneway_fail for a one-way job. */
+void node_job_fail(mt_node *n, node_job *j, uint32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Whether the next hop of one-way job j has no room for more rows now
+ * (its job then waits for a later step). */
+bool node_oneway_hop_full(mt_node *n, const node_job *j);
+/* Tokens [first, first + count) of one-way job j are computed (in j->out):
+ * sends them on to its next hop, or into the pass table on the last stage. */
+void node_oneway_chunk(mt_node *n, node_job *j, int32_t first, int32_t count);
+/* A STAGE_AWAIT or a CHAIN_ABORT from c (takes m's arrays). */
+void node_oneway_await(node_client *c, mt_proto_msg *m);
+void node_oneway_abort(node_client *c, mt_proto_msg *m);
+/* Drops passes older than max_age_ms (their AWAIT, if any, gets an ERROR). */
+void node_passes_expire(mt_node *n, int64_t now_ms, int64_t max_age_ms);
+/* Stops the hop senders (after n->stop is set and the worker and readers
+ * have ended), closes their connections, and frees the pass table. */
 void node_hops_free(mt_node *n);
 
 /* ---- node_partner.c --------------------------------------------------------------- */
@@ -235,5 +291,9 @@ void node_hops_free(mt_node *n);
 int node_setup_experts(mt_node *n, const mt_node_config *cfg, mt_error *err);
 /* Closes the partners' connections and frees them. */
 void node_partners_free(mt_node *n);
+
+static inline const uint8_t *node_job_owner(const node_job *j) {
+    return j->msg.oneway ? j->msg.origin.pk : j->client->pk;
+}
 
 #endif

@@ -1,6 +1,6 @@
 /* node_jobs.c - what a node does with a request once its reader has decoded
  * it (node_internal.h): checks it against what the node holds, queues it as
- * a job for the worker (node_worker.c) or the chain (node_chain.c), sends
+ * a job for the worker (node_worker.c), sends
  * replies and errors on the client's connection, and lets go of the client
  * when its last job is done. The reader and accept threads and start/stop
  * are in node_server.c. */
@@ -88,16 +88,13 @@ void node_client_unref_locked(node_client *c) {
 void node_job_done(node_job *j) {
     node_client *c = j->client;
     mt_node *n = c->node;
-    node_fwd *fwd = j->fwd;
+    uint64_t bytes = j->bytes;
     mt_proto_msg_free(&j->msg);
     free(j->out);
     free(j);
     pthread_mutex_lock(&n->lock);
-    if (fwd) {
-        fwd->done = true;
-        pthread_cond_broadcast(&n->fwd_cv);
-    }
     c->inflight--;
+    c->inflight_bytes -= bytes;
     pthread_cond_broadcast(&n->client_cv);
     node_client_unref_locked(c);
     pthread_mutex_unlock(&n->lock);
@@ -125,6 +122,11 @@ int node_check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_err
         if (end > in->n_layer)
             return mt_error_set(err, "layers up to %d were asked for; the model has %d", end,
                                 in->n_layer);
+        if (m->oneway && end != in->n_layer)
+            return mt_error_set(err,
+                                "a one-way pass must end at the model's last layer (%d), not at"
+                                " layer %d: its last stage answers the requester",
+                                in->n_layer, end);
         if (m->cols != mt_proto_cols_in(in, m->layer_begin))
             return mt_error_set(err,
                                 "rows into layer %d must have %d values (the stream and %d"
@@ -183,31 +185,39 @@ int node_check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_err
 
 /* Queues a validated request for the worker (takes m's arrays); false when
  * it was answered with an ERROR instead. */
-bool node_enqueue(node_client *c, mt_proto_msg *m, node_fwd *fwd) {
+bool node_enqueue(node_client *c, mt_proto_msg *m) {
     mt_node *n = c->node;
     node_job *j = malloc(sizeof *j);
     if (!j) {
+        if (m->oneway) return false; /* the caller tells the pass's last stage */
         node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "out of memory; retry later");
         mt_proto_msg_free(m);
         return false;
     }
     j->next = NULL;
-    j->fwd = fwd;
     j->done = 0;
     j->out = NULL;
     j->client = c;
     j->msg = *m;
+    /* a one-way forward is limited by its rows' bytes, so that a stage can batch many
+     * sessions coming from one upstream stage; a request that gets a reply by count */
+    j->bytes = m->oneway ? (uint64_t)m->n * (uint64_t)m->cols * sizeof(float) : 0;
+    const uint64_t max_bytes = (uint64_t)NODE_MAX_INFLIGHT_MB << 20;
     pthread_mutex_lock(&n->lock);
-    while (c->inflight >= NODE_MAX_INFLIGHT && !n->stop) pthread_cond_wait(&n->client_cv, &n->lock);
+    while (!n->stop && (m->oneway ? c->inflight > 0 && c->inflight_bytes + j->bytes > max_bytes
+                                  : c->inflight >= NODE_MAX_INFLIGHT))
+        pthread_cond_wait(&n->client_cv, &n->lock);
     if (n->stop) {
         pthread_mutex_unlock(&n->lock);
-        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "the node is shutting down");
-        mt_proto_msg_free(&j->msg);
         free(j);
+        if (m->oneway) return false; /* the caller tells the pass's last stage */
+        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "the node is shutting down");
+        mt_proto_msg_free(m);
         return false;
     }
     c->refs++;
     c->inflight++;
+    c->inflight_bytes += j->bytes;
     if (n->q_tail)
         n->q_tail->next = j;
     else

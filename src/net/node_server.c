@@ -21,7 +21,8 @@
 
 static bool is_request(uint16_t type) {
     return type == MT_PROTO_INFO || type == MT_PROTO_STAGE_FORWARD || type == MT_PROTO_EXPERT_RUN ||
-           type == MT_PROTO_SESSION_END;
+           type == MT_PROTO_SESSION_END || type == MT_PROTO_STAGE_AWAIT ||
+           type == MT_PROTO_CHAIN_ABORT;
 }
 
 /* One frame from a client: decode, validate, answer or queue. */
@@ -45,7 +46,7 @@ static void handle_frame(node_client *c, void *buf, size_t len) {
     if (!is_request(m.type)) {
         node_send_error(c, m.request_id, MT_PROTO_ERR_UNKNOWN_TYPE,
                         "%s is a reply, not a request; this node serves INFO, STAGE_FORWARD,"
-                        " EXPERT_RUN and SESSION_END",
+                        " EXPERT_RUN, SESSION_END, STAGE_AWAIT and CHAIN_ABORT",
                         mt_proto_type_name(m.type));
         mt_proto_msg_free(&m);
         return;
@@ -55,16 +56,28 @@ static void handle_frame(node_client *c, void *buf, size_t len) {
         node_send_msg(c, &r);
         return;
     }
+    if (m.type == MT_PROTO_STAGE_AWAIT) {
+        node_oneway_await(c, &m);
+        return;
+    }
+    if (m.type == MT_PROTO_CHAIN_ABORT) {
+        node_oneway_abort(c, &m);
+        return;
+    }
     uint32_t code;
     if (node_check_request(n, &m, &code, &err)) {
-        node_send_error(c, m.request_id, code, "%s: %s", mt_proto_type_name(m.type), err.msg);
+        if (m.oneway) /* no reply: the pass's last stage hears of it */
+            node_oneway_fail(n, &m, code, "%s: %s", mt_proto_type_name(m.type), err.msg);
+        else
+            node_send_error(c, m.request_id, code, "%s: %s", mt_proto_type_name(m.type), err.msg);
         mt_proto_msg_free(&m);
         return;
     }
-    if (m.n_hops)
-        node_chain(c, &m);
-    else
-        node_enqueue(c, &m, NULL);
+    if (!node_enqueue(c, &m) && m.oneway) {
+        node_oneway_fail(n, &m, MT_PROTO_ERR_BUSY,
+                         "cannot queue the request (out of memory, or the node is stopping)");
+        mt_proto_msg_free(&m);
+    }
 }
 
 static bool stopping(mt_node *n) {
@@ -295,7 +308,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     mt_cond_init_mono(&n->recheck_cv);
     pthread_cond_init(&n->client_cv, NULL);
     pthread_cond_init(&n->done_cv, NULL);
-    pthread_cond_init(&n->fwd_cv, NULL);
+    pthread_cond_init(&n->hop_cv, NULL);
     snprintf(n->addr, sizeof n->addr, "(starting)");
     mt_log_source_init(&n->log, "node", n->addr, n->cfg.quiet);
     if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
@@ -414,7 +427,7 @@ void mt_node_stop(mt_node *n) {
     pthread_cond_destroy(&n->recheck_cv);
     pthread_cond_destroy(&n->client_cv);
     pthread_cond_destroy(&n->done_cv);
-    pthread_cond_destroy(&n->fwd_cv);
+    pthread_cond_destroy(&n->hop_cv);
     pthread_mutex_destroy(&n->lock);
     free(n);
 }

@@ -4,8 +4,9 @@
  * step order of node.h (experts, decodes, then chunks of prompts), runs all
  * STAGE_FORWARD tokens of a layer range as one mt_model_forward_batch and
  * all EXPERT_RUN requests of a layer as one mt_model_run_experts, and replies
- * to each request finished (a chained STAGE_FORWARD's rows go back to its
- * reader, which forwards them: node_chain.c). A prompt not finished stays
+ * to each request finished (a one-way STAGE_FORWARD's chunks go on to its
+ * next hop, or into the pass table on the last stage, as each is computed:
+ * node_oneway.c). A prompt not finished stays
  * queued, in its place, for the next step. Between steps, and while it waits
  * for work, it drops sessions unused for session_idle_ms (node.h). */
 #include "moontail/clock.h"
@@ -151,17 +152,13 @@ static int head_input(mt_node *n, float *hidden, int32_t T, mt_error *err) {
     return rc;
 }
 
-/* A job's last chunk is done: replies with its rows (a chained job hands
- * its whole states to its reader instead). */
+/* A job's last chunk is done: replies with its rows (a one-way job has sent
+ * each chunk on already). */
 static void stage_finish(mt_node *n, node_job *j) {
     mt_proto_msg *m = &j->msg;
     const mt_proto_info *in = &n->info;
     const int32_t C = mt_proto_cols_out(in, m->layer_begin, m->layer_end);
-    if (j->fwd) {
-        j->fwd->rows = j->out; /* the reader's now */
-        j->out = NULL;
-        return;
-    }
+    if (m->oneway) return;
     maybe_corrupt(n, m, j->out, (size_t)m->n * (size_t)C);
     mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
                       .request_id = m->request_id,
@@ -176,9 +173,10 @@ static void stage_finish(mt_node *n, node_job *j) {
  * batch. Each token's whole hidden state (W floats) is rebuilt from what it
  * brought (the stream and the checkpoints banked before a; later slots
  * zero); the reply carries the stream and the checkpoints banked in [a, b)
- * (after the last layer, the head's input alone), a chained job gets the
- * whole state to pass on (node_chain.c). A job is answered with its last
- * chunk; a failed chunk answers it with an ERROR. */
+ * (after the last layer, the head's input alone), a one-way job with next
+ * hops keeps the whole state to pass on (node_oneway.c). A job is answered
+ * with its last chunk (one-way: each chunk goes on as it is done); a failed
+ * chunk answers it with an ERROR (one-way: a CHAIN_ABORT). */
 static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a, int32_t b) {
     const mt_proto_info *in = &n->info;
     const size_t W = (size_t)mt_proto_hidden_width(in), C = (size_t)mt_proto_cols_out(in, a, b);
@@ -234,11 +232,10 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
             /* positions from this chunk on are unsure */
             s->busy = NULL;
             session_set_past(n, s, s->n_past < m->pos[f] ? s->n_past : m->pos[f]);
-            node_send_error(j->client, m->request_id, MT_PROTO_ERR_COMPUTE, "layers [%d, %d): %s",
-                            a, b, err.msg);
+            node_job_fail(n, j, MT_PROTO_ERR_COMPUTE, "layers [%d, %d): %s", a, b, err.msg);
         } else {
             const float *h = hidden + (size_t)t * W;
-            if (j->fwd)
+            if (m->oneway && m->n_hops)
                 memcpy(j->out + (size_t)f * W, h, (size_t)k_n * W * sizeof(float));
             else
                 mt_proto_pack_out(in, a, b, k_n, h, j->out + (size_t)f * C);
@@ -247,7 +244,8 @@ static void run_stage_group(mt_node *n, step_item *items, int n_items, int32_t a
             /* a prompt in progress keeps the memory of its whole request */
             s->busy = j->done < m->n ? j : NULL;
             session_set_past(n, s, m->pos[f] + k_n);
-            if (s->busy) continue; /* more chunks in later steps */
+            if (m->oneway) node_oneway_chunk(n, j, f, k_n); /* on its way at once */
+            if (s->busy) continue;                          /* more chunks in later steps */
             stage_finish(n, j);
         }
         *items[i].slot = NULL;
@@ -313,17 +311,16 @@ static void run_expert_group(mt_node *n, step_item *items, int n_items, int32_t 
  * 1 = defer to the next step, -1 = answered with an ERROR. */
 static int stage_admit(mt_node *n, node_job *j, node_session **out) {
     mt_proto_msg *m = &j->msg;
-    node_client *c = j->client;
+    const uint8_t *owner = node_job_owner(j);
     int32_t p0 = m->pos[0];
-    node_session *s = session_find(n, c->pk, m->session);
+    node_session *s = session_find(n, owner, m->session);
     if (s && (s->layer_begin != m->layer_begin || s->layer_end != m->layer_end)) {
         if (p0 != 0) {
-            node_send_error(
-                c, m->request_id, MT_PROTO_ERR_BAD_REQUEST,
-                "session %016llx runs layers [%d, %d) here, not [%d, %d); start again at"
-                " position 0 to change its layers",
-                (unsigned long long)m->session, s->layer_begin, s->layer_end, m->layer_begin,
-                m->layer_end);
+            node_job_fail(n, j, MT_PROTO_ERR_BAD_REQUEST,
+                          "session %016llx runs layers [%d, %d) here, not [%d, %d); start again at"
+                          " position 0 to change its layers",
+                          (unsigned long long)m->session, s->layer_begin, s->layer_end,
+                          m->layer_begin, m->layer_end);
             return -1;
         }
         session_drop(n, s); /* restarted with other layers */
@@ -331,11 +328,10 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
     }
     if (!s) {
         if (p0 != 0) {
-            node_send_error(
-                c, m->request_id, MT_PROTO_ERR_UNKNOWN_SESSION,
-                "session %016llx is not known here (evicted or never started); replay its"
-                " tokens from position 0",
-                (unsigned long long)m->session);
+            node_job_fail(n, j, MT_PROTO_ERR_UNKNOWN_SESSION,
+                          "session %016llx is not known here (evicted or never started); replay its"
+                          " tokens from position 0",
+                          (unsigned long long)m->session);
             return -1;
         }
         /* an explicit --max-sessions caps the count; memory is checked below */
@@ -344,10 +340,10 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
         mt_error err = {{0}};
         mt_kv_cache *kv = mt_kv_cache_new(n->model, m->layer_begin, m->layer_end, n->info.n_ctx,
                                           n->cfg.kv_type, &err);
-        if (!kv || !(s = node_session_add(&n->sessions, c->pk, m->session))) {
+        if (!kv || !(s = node_session_add(&n->sessions, owner, m->session))) {
             mt_kv_cache_free(kv);
-            node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "cannot start a session: %s",
-                            kv ? "out of memory" : err.msg);
+            node_job_fail(n, j, MT_PROTO_ERR_BUSY, "cannot start a session: %s",
+                          kv ? "out of memory" : err.msg);
             return -1;
         }
         s->kv = kv;
@@ -358,31 +354,31 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
         n->stats.kv_bytes += mt_kv_cache_bytes(s->kv);
         pthread_mutex_unlock(&n->lock);
     } else if (p0 > s->n_past) {
-        node_send_error(c, m->request_id, MT_PROTO_ERR_POSITION,
-                        "position gap: session %016llx holds positions [0, %d) and this request"
-                        " starts at %d; send position %d next (or replay from 0)",
-                        (unsigned long long)m->session, s->n_past, p0, s->n_past);
+        node_job_fail(n, j, MT_PROTO_ERR_POSITION,
+                      "position gap: session %016llx holds positions [0, %d) and this request"
+                      " starts at %d; send position %d next (or replay from 0)",
+                      (unsigned long long)m->session, s->n_past, p0, s->n_past);
         return -1;
     }
     /* back inside the last speculative pass: restore the KDA states (attention rows are
      * simply written again); then this request's snapshots, if it is speculative */
     mt_error err = {{0}};
     if (p0 < s->n_past && mt_kv_rewind(s->kv, p0, &err)) {
-        node_send_error(c, m->request_id, MT_PROTO_ERR_POSITION, "session %016llx: %s",
-                        (unsigned long long)m->session, err.msg);
+        node_job_fail(n, j, MT_PROTO_ERR_POSITION, "session %016llx: %s",
+                      (unsigned long long)m->session, err.msg);
         return -1;
     }
     if (mt_kv_snap_begin(s->kv, p0, m->speculative ? m->n : 0, &err)) {
-        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "session %016llx: %s; retry",
-                        (unsigned long long)m->session, err.msg);
+        node_job_fail(n, j, MT_PROTO_ERR_BUSY, "session %016llx: %s; retry",
+                      (unsigned long long)m->session, err.msg);
         return -1;
     }
     node_session_touch(&n->sessions, s, n->step, mt_mono_ms());
     if (kv_make_room(n, s, (uint64_t)p0 + (uint64_t)m->n)) {
-        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY,
-                        "this node's KV memory (%.1f MB) is taken by the sessions of this step;"
-                        " retry",
-                        (double)n->kv_budget / 1e6);
+        node_job_fail(n, j, MT_PROTO_ERR_BUSY,
+                      "this node's KV memory (%.1f MB) is taken by the sessions of this step;"
+                      " retry",
+                      (double)n->kv_budget / 1e6);
         return -1;
     }
     *out = s;
@@ -402,11 +398,11 @@ static bool job_ready(mt_node *n, node_job *const *all, int k) {
     const node_job *j = all[k];
     const mt_proto_msg *m = &j->msg;
     if (m->type == MT_PROTO_EXPERT_RUN) return true;
-    node_session *s = session_find(n, j->client->pk, m->session);
+    node_session *s = session_find(n, node_job_owner(j), m->session);
     if (s) node_session_touch(&n->sessions, s, n->step, mt_mono_ms());
     for (int i = 0; i < k; i++)
         if (all[i]->msg.type != MT_PROTO_EXPERT_RUN && all[i]->msg.session == m->session &&
-            memcmp(all[i]->client->pk, j->client->pk, MT_KEYS_PUBLIC_BYTES) == 0)
+            memcmp(node_job_owner(all[i]), node_job_owner(j), MT_KEYS_PUBLIC_BYTES) == 0)
             return false;
     return !s || !s->busy || s->busy == j;
 }
@@ -422,20 +418,22 @@ static int stage_take(mt_node *n, node_job **slot, int32_t count, step_item *ite
     int rc = 0;
     if (j->done == 0) {
         rc = stage_admit(n, j, &s);
-        /* a chained job keeps whole states for the next hop, else the reply's columns */
+        /* a one-way job with next hops keeps whole states for the next hop, else the
+         * reply's columns */
         const size_t width =
-            (size_t)(j->fwd ? mt_proto_hidden_width(&n->info)
-                            : mt_proto_cols_out(&n->info, m->layer_begin, m->layer_end));
+            (size_t)(m->oneway && m->n_hops
+                         ? mt_proto_hidden_width(&n->info)
+                         : mt_proto_cols_out(&n->info, m->layer_begin, m->layer_end));
         if (rc == 0 && !(j->out = malloc((size_t)m->n * width * sizeof(float)))) {
-            node_send_error(j->client, m->request_id, MT_PROTO_ERR_BUSY,
-                            "out of memory for the rows of %d tokens; retry later", m->n);
+            node_job_fail(n, j, MT_PROTO_ERR_BUSY,
+                          "out of memory for the rows of %d tokens; retry later", m->n);
             rc = -1;
         }
-    } else if (!(s = session_find(n, j->client->pk, m->session)) || s->busy != j) {
+    } else if (!(s = session_find(n, node_job_owner(j), m->session)) || s->busy != j) {
         /* cannot happen: a session with a job in progress is kept (evict_oldest) */
-        node_send_error(j->client, m->request_id, MT_PROTO_ERR_COMPUTE,
-                        "session %016llx was lost in the middle of this request; replay it",
-                        (unsigned long long)m->session);
+        node_job_fail(n, j, MT_PROTO_ERR_COMPUTE,
+                      "session %016llx was lost in the middle of this request; replay it",
+                      (unsigned long long)m->session);
         if (s) s->busy = NULL;
         rc = -1;
     }
@@ -449,8 +447,10 @@ static int stage_take(mt_node *n, node_job **slot, int32_t count, step_item *ite
 }
 
 /* One step over the jobs taken from the queue (node.h, "Step order").
- * Returns the jobs not answered yet, in their order, for the next step. */
-static node_job *worker_step(mt_node *n, node_job *list) {
+ * Returns the jobs not answered yet, in their order, for the next step;
+ * *did_work says whether any job was computed or answered. */
+static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
+    *did_work = true;
     n->step++;
     int count = 0;
     for (node_job *j = list; j; j = j->next) count++;
@@ -494,6 +494,7 @@ static node_job *worker_step(mt_node *n, node_job *list) {
             continue;
         const int32_t t = all[k]->msg.n;
         if (tokens && tokens + t > max_tok) continue;
+        if (node_oneway_hop_full(n, all[k])) continue; /* waits for room on its next hop */
         if (stage_take(n, &all[k], t, &items[n_items]) == 0) n_items++, tokens += t;
     }
     /* 3. chunks of prompts in arrival order, up to the step's budget */
@@ -503,6 +504,7 @@ static node_job *worker_step(mt_node *n, node_job *list) {
         if (!all[k] || !ready[k] || all[k]->msg.type != MT_PROTO_STAGE_FORWARD ||
             is_decode(&all[k]->msg))
             continue;
+        if (node_oneway_hop_full(n, all[k])) continue;
         int64_t t = all[k]->msg.n - all[k]->done;
         if (t > n->cfg.prefill_chunk) t = n->cfg.prefill_chunk;
         if (t > budget) t = budget;
@@ -523,9 +525,11 @@ static node_job *worker_step(mt_node *n, node_job *list) {
             run_expert_group(n, items + i, n_items - i, m->layer_begin);
     }
     node_job *left = NULL, **tail = &left;
+    int n_left = 0;
     for (k = 0; k < count; k++)
-        if (all[k]) *tail = all[k], tail = &all[k]->next;
+        if (all[k]) *tail = all[k], tail = &all[k]->next, n_left++;
     free(all), free(items), free(ready);
+    *did_work = n_items > 0 || n_left < count;
     return left;
 }
 
@@ -544,8 +548,8 @@ static node_job *refuse_all(mt_node *n, node_job *list) {
     for (node_session *s = n->sessions.newest; s; s = s->older) s->busy = NULL; /* jobs all gone */
     for (node_job *j = list, *next; j; j = next) {
         next = j->next;
-        node_send_error(j->client, j->msg.request_id, MT_PROTO_ERR_BUSY,
-                        "this node's shard changed on disk, so it computes nothing more: %s", why);
+        node_job_fail(n, j, MT_PROTO_ERR_BUSY,
+                      "this node's shard changed on disk, so it computes nothing more: %s", why);
         node_job_done(j);
     }
     return NULL;
@@ -560,9 +564,9 @@ void *node_worker_main(void *arg) {
             node_job *list = n->q_head;
             n->q_head = n->q_tail = NULL;
             n->stats.queued = 0;
-            bool bad = n->shard_bad;
+            bool bad = n->shard_bad, did_work = true;
             pthread_mutex_unlock(&n->lock);
-            node_job *deferred = bad ? refuse_all(n, list) : worker_step(n, list);
+            node_job *deferred = bad ? refuse_all(n, list) : worker_step(n, list, &did_work);
             pthread_mutex_lock(&n->lock);
             if (deferred) { /* back in front of anything that arrived meanwhile */
                 node_job *t = deferred;
@@ -572,6 +576,12 @@ void *node_worker_main(void *arg) {
                 if (!n->q_head) n->q_tail = t;
                 n->q_head = deferred;
                 n->stats.queued += k;
+                if (!did_work) { /* all waiting (e.g. for room on a next hop): not a busy loop */
+                    int64_t until_ms = mt_mono_ms() + 5;
+                    struct timespec until = {.tv_sec = until_ms / 1000,
+                                             .tv_nsec = (long)(until_ms % 1000) * 1000000L};
+                    pthread_cond_timedwait(&n->work_cv, &n->lock, &until);
+                }
             }
         } else if (n->stats.sessions == 0) {
             pthread_cond_wait(&n->work_cv, &n->lock); /* nothing to expire */
@@ -584,6 +594,7 @@ void *node_worker_main(void *arg) {
         if (now >= next_sweep && !n->stop) {
             pthread_mutex_unlock(&n->lock);
             sessions_expire(n, now);
+            node_passes_expire(n, now, n->cfg.session_idle_ms);
             pthread_mutex_lock(&n->lock);
             next_sweep = now + sweep_interval_ms(n);
         }
@@ -594,8 +605,7 @@ void *node_worker_main(void *arg) {
     pthread_mutex_unlock(&n->lock);
     for (node_job *j = list, *next; j; j = next) {
         next = j->next;
-        node_send_error(j->client, j->msg.request_id, MT_PROTO_ERR_BUSY,
-                        "the node is shutting down");
+        node_job_fail(n, j, MT_PROTO_ERR_BUSY, "the node is shutting down");
         node_job_done(j);
     }
     return NULL;

@@ -23,6 +23,10 @@ const char *mt_proto_type_name(uint16_t type) {
         return "EXPERT_RUN";
     case MT_PROTO_SESSION_END:
         return "SESSION_END";
+    case MT_PROTO_STAGE_AWAIT:
+        return "STAGE_AWAIT";
+    case MT_PROTO_CHAIN_ABORT:
+        return "CHAIN_ABORT";
     case MT_PROTO_INFO_REPLY:
         return "INFO_REPLY";
     case MT_PROTO_STAGE_REPLY:
@@ -59,11 +63,15 @@ enum {
     INFO_FIXED = 6 * 4 + 1 + 4 * 4 + 64 + 1, /* + arch + u32 n_held + held */
     HOP_FIXED = 1 + 32 + 4 + 4,              /* + addr bytes */
     HOPS_MAX_BYTES = 1 + MT_PROTO_MAX_HOPS * (HOP_FIXED + MT_PROTO_HOP_ADDR_MAX),
+    ORIGIN_BYTES = 32 + 8 + 4,
+    AWAIT_BYTES = 8 + 8 + 4 + 4 + 32,
+    ABORT_FIXED = ORIGIN_BYTES + 8 + 4 + 4 + 4, /* + text */
 };
 
 int32_t mt_proto_max_rows(uint16_t type, int32_t cols, mt_proto_dtype dtype) {
-    uint64_t fixed = MT_PROTO_HEADER_BYTES +
-                     (type == MT_PROTO_EXPERT_RUN ? EXPERT_FIXED : STAGE_FIXED + HOPS_MAX_BYTES);
+    uint64_t fixed =
+        MT_PROTO_HEADER_BYTES +
+        (type == MT_PROTO_EXPERT_RUN ? EXPERT_FIXED : STAGE_FIXED + HOPS_MAX_BYTES + ORIGIN_BYTES);
     uint64_t per_row = 4 + (uint64_t)(cols > 0 ? cols : 1) * mt_proto_dtype_size(dtype);
     uint64_t n = (MT_PROTO_MAX_PAYLOAD - fixed) / per_row;
     uint64_t lim = type == MT_PROTO_EXPERT_RUN ? MT_PROTO_MAX_ROWS : MT_PROTO_MAX_TOKENS;
@@ -274,6 +282,29 @@ static int check_hop(const mt_proto_hop *h, int32_t i, int32_t prev_end, const c
     return 0;
 }
 
+/* A one-way pass's end: in [1, INT32_MAX] and after the last position sent. */
+static int check_pass_end(int64_t pass_end, int64_t last_pos, const char *tn, mt_error *err) {
+    if (pass_end < 1 || pass_end > INT32_MAX || pass_end <= last_pos)
+        return mt_error_set(err,
+                            "%s: pass_end %lld is outside [1, 2^31) or not after position %lld", tn,
+                            (long long)pass_end, (long long)last_pos);
+    return 0;
+}
+
+/* An AWAIT's positions [begin, end): not empty, at most MT_PROTO_MAX_TOKENS. */
+static int check_pass(int64_t begin, int64_t end, const char *tn, mt_error *err) {
+    if (begin < 0 || end <= begin || end - begin > MT_PROTO_MAX_TOKENS || end > INT32_MAX)
+        return mt_error_set(err, "%s: positions [%lld, %lld) are empty, negative or more than %d",
+                            tn, (long long)begin, (long long)end, MT_PROTO_MAX_TOKENS);
+    return 0;
+}
+
+static void put_origin(wbuf *w, const mt_proto_origin *o) {
+    put_bytes(w, o->pk, 32);
+    put_u64(w, o->pass_id);
+    put_u32(w, (uint32_t)o->pass_end);
+}
+
 int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error *err) {
     const char *tn = mt_proto_type_name(m->type);
     uint64_t body = 0, rows_bytes = 0;
@@ -310,12 +341,30 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
         if (m->n_hops < 0 || m->n_hops > MT_PROTO_MAX_HOPS)
             return mt_error_set(err, "%s: %d hops is outside [0, %d]", tn, m->n_hops,
                                 MT_PROTO_MAX_HOPS);
+        if (m->n_hops && !m->oneway)
+            return mt_error_set(err, "%s: a hop list needs a one-way forward", tn);
         if (m->n_hops) body += 1;
         for (int32_t i = 0; i < m->n_hops; i++) {
             int32_t prev_end = i ? m->hops[i - 1].layer_end : m->layer_end;
             if (check_hop(&m->hops[i], i, prev_end, tn, err)) return -1;
             body += HOP_FIXED + strlen(m->hops[i].addr);
         }
+        if (m->oneway) {
+            if (check_pass_end(m->origin.pass_end, m->pos[m->n - 1], tn, err)) return -1;
+            body += ORIGIN_BYTES;
+        }
+        break;
+    case MT_PROTO_STAGE_AWAIT:
+        if (check_pass(m->pass_begin, m->origin.pass_end, tn, err)) return -1;
+        body = AWAIT_BYTES;
+        break;
+    case MT_PROTO_CHAIN_ABORT:
+        if (check_pass_end(m->origin.pass_end, 0, tn, err)) return -1;
+        if (m->back < 0 || m->back > MT_PROTO_MAX_HOPS)
+            return mt_error_set(err, "%s: back %d is outside [0, %d]", tn, m->back,
+                                MT_PROTO_MAX_HOPS);
+        text_len = strnlen(m->text, MT_PROTO_MAX_TEXT);
+        body = ABORT_FIXED + text_len;
         break;
     case MT_PROTO_EXPERT_RUN:
         if (m->layer_begin < 0 || m->layer_begin >= MT_PROTO_MAX_LAYERS)
@@ -371,9 +420,12 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
     if (!w.p)
         return mt_error_set(err, "%s: out of memory for %llu bytes", tn, (unsigned long long)total);
     put_u16(&w, m->type);
-    put_u16(&w,
-            (uint16_t)((m->type == MT_PROTO_STAGE_FORWARD && m->n_hops ? MT_PROTO_FLAG_HOPS : 0) |
-                       (m->speculative ? MT_PROTO_FLAG_SPECULATIVE : 0)));
+    uint16_t flags = 0;
+    if (m->type == MT_PROTO_STAGE_FORWARD)
+        flags = (uint16_t)((m->n_hops ? MT_PROTO_FLAG_HOPS : 0) |
+                           (m->oneway ? MT_PROTO_FLAG_ONEWAY : 0) |
+                           (m->speculative ? MT_PROTO_FLAG_SPECULATIVE : 0));
+    put_u16(&w, flags);
     put_u64(&w, m->request_id);
     size_t nv = has_rows ? (size_t)m->n * (size_t)m->cols : 0;
     switch (m->type) {
@@ -393,6 +445,7 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
             put_u32(&w, (uint32_t)m->hops[i].layer_begin);
             put_u32(&w, (uint32_t)m->hops[i].layer_end);
         }
+        if (m->oneway) put_origin(&w, &m->origin);
         for (int32_t i = 0; i < m->n; i++) put_u32(&w, (uint32_t)m->pos[i]);
         put_rows(&w, m->rows, nv, m->dtype);
         break;
@@ -406,6 +459,21 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
         break;
     case MT_PROTO_SESSION_END:
         put_u64(&w, m->session);
+        break;
+    case MT_PROTO_STAGE_AWAIT:
+        put_u64(&w, m->session);
+        put_u64(&w, m->origin.pass_id);
+        put_u32(&w, (uint32_t)m->pass_begin);
+        put_u32(&w, (uint32_t)m->origin.pass_end);
+        put_bytes(&w, m->prev_pk, 32);
+        break;
+    case MT_PROTO_CHAIN_ABORT:
+        put_origin(&w, &m->origin);
+        put_u64(&w, m->session);
+        put_u32(&w, m->code);
+        put_u32(&w, (uint32_t)m->back);
+        put_u32(&w, (uint32_t)text_len);
+        put_bytes(&w, m->text, text_len);
         break;
     case MT_PROTO_INFO_REPLY: {
         const mt_proto_info *in = &m->info;
@@ -571,6 +639,26 @@ static int decode_info(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) 
     return 0;
 }
 
+/* n bytes of text (ERROR, CHAIN_ABORT): the rest of the payload, no NUL. */
+static int get_text(rbuf *r, mt_proto_msg *m, uint32_t n, const char *tn, mt_error *err) {
+    if (n > MT_PROTO_MAX_TEXT)
+        return mt_error_set(err, "%s: text of %u bytes is over the %d-byte limit", tn, n,
+                            MT_PROTO_MAX_TEXT);
+    if (exact(r, n, tn, "its text length", err)) return -1;
+    if (memchr(r->p + r->off, 0, n)) return mt_error_set(err, "%s: text contains a NUL byte", tn);
+    memcpy(m->text, r->p + r->off, n);
+    m->text[n] = 0;
+    r->off += n;
+    return 0;
+}
+
+static void get_origin(rbuf *r, mt_proto_origin *o) {
+    memcpy(o->pk, r->p + r->off, 32);
+    r->off += 32;
+    o->pass_id = get_u64(r);
+    o->pass_end = (int32_t)get_u32(r);
+}
+
 /* The hop list of a STAGE_FORWARD with MT_PROTO_FLAG_HOPS. */
 static int decode_hops(rbuf *r, mt_proto_msg *m, const char *tn, mt_error *err) {
     if (need(r, 1, tn, "hop count", err)) return -1;
@@ -620,14 +708,44 @@ static int decode_body(rbuf *r, mt_proto_msg *m, uint16_t flags, mt_error *err) 
             return mt_error_set(err, "%s: layer range [%u, %u) is empty or outside [0, %d)", tn, a,
                                 b, MT_PROTO_MAX_LAYERS);
         m->layer_begin = (int32_t)a, m->layer_end = (int32_t)b;
+        if ((flags & MT_PROTO_FLAG_HOPS) && !(flags & MT_PROTO_FLAG_ONEWAY))
+            return mt_error_set(err, "%s: a hop list (flag bit 0) needs flag bit 1 (one-way)", tn);
         if ((flags & MT_PROTO_FLAG_HOPS) && decode_hops(r, m, tn, err)) return -1;
+        if ((m->oneway = flags & MT_PROTO_FLAG_ONEWAY)) {
+            if (need(r, ORIGIN_BYTES, tn, "origin block", err)) return -1;
+            get_origin(r, &m->origin);
+        }
         if (decode_rows(r, m, n, cols, MT_PROTO_MAX_TOKENS, true, &m->pos, tn, "n_tok", err))
             return -1;
         for (int32_t i = 0; i < m->n; i++)
             if (m->pos[i] < 0)
                 return mt_error_set(err, "%s: position %d of token %d is negative", tn, m->pos[i],
                                     i);
+        if (m->oneway && check_pass_end(m->origin.pass_end, m->pos[m->n - 1], tn, err)) return -1;
         return 0;
+    }
+    case MT_PROTO_STAGE_AWAIT: {
+        if (exact(r, AWAIT_BYTES, tn, "its fixed fields", err)) return -1;
+        m->session = get_u64(r);
+        m->origin.pass_id = get_u64(r);
+        int64_t begin = (int32_t)get_u32(r), end = (int32_t)get_u32(r);
+        if (check_pass(begin, end, tn, err)) return -1;
+        m->pass_begin = (int32_t)begin, m->origin.pass_end = (int32_t)end;
+        memcpy(m->prev_pk, r->p + r->off, 32);
+        r->off += 32;
+        return 0;
+    }
+    case MT_PROTO_CHAIN_ABORT: {
+        if (need(r, ABORT_FIXED, tn, "fixed fields", err)) return -1;
+        get_origin(r, &m->origin);
+        m->session = get_u64(r);
+        m->code = get_u32(r);
+        uint32_t back = get_u32(r), n = get_u32(r);
+        if (check_pass_end(m->origin.pass_end, 0, tn, err)) return -1;
+        if (back > MT_PROTO_MAX_HOPS)
+            return mt_error_set(err, "%s: back %u is outside [0, %d]", tn, back, MT_PROTO_MAX_HOPS);
+        m->back = (int32_t)back;
+        return get_text(r, m, n, tn, err);
     }
     case MT_PROTO_EXPERT_RUN: {
         if (need(r, EXPERT_FIXED, tn, "fixed fields", err)) return -1;
@@ -671,17 +789,7 @@ static int decode_body(rbuf *r, mt_proto_msg *m, uint16_t flags, mt_error *err) 
     case MT_PROTO_ERROR: {
         if (need(r, 8, tn, "code and text length", err)) return -1;
         m->code = get_u32(r);
-        uint32_t n = get_u32(r);
-        if (n > MT_PROTO_MAX_TEXT)
-            return mt_error_set(err, "%s: text of %u bytes is over the %d-byte limit", tn, n,
-                                MT_PROTO_MAX_TEXT);
-        if (exact(r, n, tn, "its text length", err)) return -1;
-        if (memchr(r->p + r->off, 0, n))
-            return mt_error_set(err, "%s: text contains a NUL byte", tn);
-        memcpy(m->text, r->p + r->off, n);
-        m->text[n] = 0;
-        r->off += n;
-        return 0;
+        return get_text(r, m, get_u32(r), tn, err);
     }
     default:
         return mt_error_set(err, "message type 0x%04x is unknown", m->type);
@@ -700,8 +808,9 @@ int mt_proto_decode(const void *payload, size_t len, mt_proto_msg *out, mt_error
     out->type = (uint16_t)get_le(&r, 2);
     uint16_t flags = (uint16_t)get_le(&r, 2);
     out->request_id = get_u64(&r);
-    uint16_t allowed =
-        out->type == MT_PROTO_STAGE_FORWARD ? MT_PROTO_FLAG_HOPS | MT_PROTO_FLAG_SPECULATIVE : 0;
+    uint16_t allowed = out->type == MT_PROTO_STAGE_FORWARD
+                           ? MT_PROTO_FLAG_HOPS | MT_PROTO_FLAG_ONEWAY | MT_PROTO_FLAG_SPECULATIVE
+                           : 0;
     if (flags & ~allowed)
         return mt_error_set(err, "%s: header flags 0x%04x are reserved and must be 0",
                             mt_proto_type_name(out->type), flags & ~allowed);

@@ -22,6 +22,7 @@ struct mt_remote {
 /* ---- calls ------------------------------------------------------------------------ */
 
 static uint16_t reply_type(uint16_t request) {
+    if (request == MT_PROTO_STAGE_AWAIT) return MT_PROTO_STAGE_REPLY; /* the pass's rows */
     return (uint16_t)(request | 0x8000);
 }
 
@@ -103,24 +104,23 @@ static int check_rows(mt_remote *r, const mt_proto_msg *reply, int32_t n, int32_
 int mt_remote_stage_forward(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
                             const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
                             uint32_t *code, mt_error *err) {
-    return mt_remote_stage_chain(r, session, layer_begin, layer_end, NULL, 0, false, pos, n_tok,
-                                 hidden, dtype, code, err);
+    return mt_remote_stage_forward_as(r, session, layer_begin, layer_end, false, pos, n_tok, hidden,
+                                      dtype, code, err);
 }
 
-int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
-                          const mt_proto_hop *hops, int32_t n_hops, bool speculative,
-                          const int32_t *pos, int32_t n_tok, float *hidden, mt_proto_dtype dtype,
-                          uint32_t *code, mt_error *err) {
+int mt_remote_stage_forward_as(mt_remote *r, uint64_t session, int32_t layer_begin,
+                               int32_t layer_end, bool speculative, const int32_t *pos,
+                               int32_t n_tok, float *hidden, mt_proto_dtype dtype, uint32_t *code,
+                               mt_error *err) {
     const mt_proto_info *in = &r->info;
-    const int32_t end = n_hops > 0 ? hops[n_hops - 1].layer_end : layer_end;
     const int32_t W = mt_proto_hidden_width(in), cin = mt_proto_cols_in(in, layer_begin),
-                  cout = mt_proto_cols_out(in, layer_begin, end);
+                  cout = mt_proto_cols_out(in, layer_begin, layer_end);
     const int32_t chunk = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, cin, dtype);
     if (code) *code = 0;
     if (n_tok <= 0) return mt_error_set(err, "stage forward: no tokens given");
-    if (layer_begin < 0 || end > in->n_layer || layer_begin >= end)
+    if (layer_begin < 0 || layer_end > in->n_layer || layer_begin >= layer_end)
         return mt_error_set(err, "stage forward: layers [%d, %d) are not in the model's [0, %d)",
-                            layer_begin, end, in->n_layer);
+                            layer_begin, layer_end, in->n_layer);
     /* the wire rows, unless they are the whole hidden states */
     const int32_t n_buf = n_tok < chunk ? n_tok : chunk;
     float *rows = cin == W ? NULL : malloc((size_t)n_buf * (size_t)cin * sizeof(float));
@@ -139,18 +139,101 @@ int mt_remote_stage_chain(mt_remote *r, uint64_t session, int32_t layer_begin, i
                             .layer_begin = layer_begin,
                             .layer_end = layer_end,
                             .speculative = speculative,
-                            .n_hops = n_hops,
-                            .hops = (mt_proto_hop *)hops,
                             .pos = (int32_t *)(pos + t0),
                             .rows = rows ? rows : h};
         mt_proto_msg reply;
         rc = call_locked(r, &req, &reply, code, err);
         if (rc == 0 && (rc = check_rows(r, &reply, n, cout, dtype, err)) == 0)
-            mt_proto_unpack_out(in, layer_begin, end, n, reply.rows, h);
+            mt_proto_unpack_out(in, layer_begin, layer_end, n, reply.rows, h);
         mt_proto_msg_free(&reply);
     }
     pthread_mutex_unlock(&r->lock);
     free(rows);
+    return rc;
+}
+
+/* Sends one message that gets no reply (r->lock held). */
+static int send_locked(mt_remote *r, mt_proto_msg *m, mt_error *err) {
+    if (r->broken)
+        return mt_error_set(err, "node %s: connection is broken: %s", r->addr, r->reason);
+    if (mt_conn_peer_closed(r->conn)) {
+        mt_error_set(err, "node %s: %s", r->addr, mt_conn_reason(r->conn));
+        return remote_break(r, err);
+    }
+    m->request_id = r->next_id++;
+    uint8_t *buf;
+    size_t len;
+    if (mt_proto_encode(m, &buf, &len, err)) return -1;
+    int rc = mt_conn_send(r->conn, buf, len, err);
+    free(buf);
+    if (rc) {
+        mt_error_prefix(err, "node %s", r->addr);
+        return remote_break(r, err);
+    }
+    return 0;
+}
+
+int mt_remote_send(mt_remote *r, mt_proto_msg *m, mt_error *err) {
+    pthread_mutex_lock(&r->lock);
+    int rc = send_locked(r, m, err);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int mt_remote_stage_send(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
+                         const mt_proto_hop *hops, int32_t n_hops, const mt_proto_origin *origin,
+                         bool speculative, const int32_t *pos, int32_t n_tok, const float *hidden,
+                         mt_proto_dtype dtype, mt_error *err) {
+    const mt_proto_info *in = &r->info;
+    const int32_t W = mt_proto_hidden_width(in), cin = mt_proto_cols_in(in, layer_begin);
+    const int32_t chunk = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, cin, dtype);
+    if (n_tok <= 0) return mt_error_set(err, "one-way stage forward: no tokens given");
+    const int32_t n_buf = n_tok < chunk ? n_tok : chunk;
+    float *rows = malloc((size_t)n_buf * (size_t)cin * sizeof(float));
+    if (!rows) return mt_error_set(err, "one-way stage forward: out of memory");
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    for (int32_t t0 = 0; t0 < n_tok && rc == 0; t0 += chunk) {
+        int32_t n = n_tok - t0 < chunk ? n_tok - t0 : chunk;
+        mt_proto_pack_in(in, layer_begin, n, hidden + (size_t)t0 * (size_t)W, rows);
+        mt_proto_msg req = {.type = MT_PROTO_STAGE_FORWARD,
+                            .session = session,
+                            .dtype = dtype,
+                            .n = n,
+                            .cols = cin,
+                            .layer_begin = layer_begin,
+                            .layer_end = layer_end,
+                            .n_hops = n_hops,
+                            .hops = (mt_proto_hop *)hops,
+                            .oneway = true,
+                            .speculative = speculative,
+                            .origin = *origin,
+                            .pos = (int32_t *)(pos + t0),
+                            .rows = rows};
+        rc = send_locked(r, &req, err);
+    }
+    pthread_mutex_unlock(&r->lock);
+    free(rows);
+    return rc;
+}
+
+int mt_remote_stage_await(mt_remote *r, uint64_t session, uint64_t pass_id, int32_t pass_begin,
+                          int32_t pass_end, const uint8_t prev_pk[MT_KEYS_PUBLIC_BYTES],
+                          float *hidden, mt_proto_dtype dtype, uint32_t *code, mt_error *err) {
+    const mt_proto_info *in = &r->info;
+    const int32_t a = in->layer_begin, end = in->n_layer, n = pass_end - pass_begin;
+    mt_proto_msg req = {.type = MT_PROTO_STAGE_AWAIT,
+                        .session = session,
+                        .origin = {.pass_id = pass_id, .pass_end = pass_end},
+                        .pass_begin = pass_begin},
+                 reply;
+    memcpy(req.prev_pk, prev_pk, sizeof req.prev_pk);
+    pthread_mutex_lock(&r->lock);
+    int rc = call_locked(r, &req, &reply, code, err);
+    if (rc == 0 && (rc = check_rows(r, &reply, n, mt_proto_cols_out(in, a, end), dtype, err)) == 0)
+        mt_proto_unpack_out(in, a, end, n, reply.rows, hidden);
+    mt_proto_msg_free(&reply);
+    pthread_mutex_unlock(&r->lock);
     return rc;
 }
 

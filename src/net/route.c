@@ -579,6 +579,143 @@ static void route_call_seen(route_stage *st, int32_t n, double ms) {
     }
 }
 
+/* ---- one-way passes (route.h mt_route_config.chain; proto.h) -------------------------- */
+
+typedef struct probe_job {
+    mt_route *r;
+    route_stage *st;
+    bool alive;
+    char why[300];
+} probe_job;
+
+/* Whether a stage answers an INFO within PROBE_MS (its connection, or a new
+ * one when that broke: a new one replaces it). */
+enum { PROBE_MS = 2000 };
+
+static void *probe_main(void *arg) {
+    probe_job *p = arg;
+    route_stage *st = p->st;
+    mt_error err = {{0}};
+    if (st->r && mt_remote_is_open(st->r)) {
+        mt_remote_set_call_timeout(st->r, PROBE_MS);
+        mt_proto_msg req = {.type = MT_PROTO_INFO}, reply;
+        p->alive = mt_remote_call(st->r, &req, &reply, NULL, &err) == 0;
+        mt_proto_msg_free(&reply);
+        if (p->alive) mt_remote_set_call_timeout(st->r, p->r->call_timeout_ms);
+    } else {
+        p->alive = connect_stage(p->r, st, PROBE_MS, &err) == 0;
+    }
+    if (!p->alive) snprintf(p->why, sizeof p->why, "%.290s", err.msg);
+    return NULL;
+}
+
+/* After an AWAIT that got no answer: asks every stage at once whether it is
+ * there; the ones that are not are marked failed (mt_route_failed_peers) and
+ * named in err after `first`. Returns how many were not there. */
+static int probe_stages(mt_route *r, const char *first, mt_error *err) {
+    probe_job *jobs = calloc((size_t)r->n_stages, sizeof *jobs);
+    pthread_t *th = calloc((size_t)r->n_stages, sizeof *th);
+    bool *started = calloc((size_t)r->n_stages, sizeof *started);
+    int dead = 0;
+    if (!jobs || !th || !started) {
+        free(jobs), free(th), free(started);
+        return 0;
+    }
+    for (int i = 0; i < r->n_stages; i++) {
+        jobs[i] = (probe_job){.r = r, .st = &r->stages[i]};
+        started[i] = pthread_create(&th[i], NULL, probe_main, &jobs[i]) == 0;
+        if (!started[i]) probe_main(&jobs[i]);
+    }
+    char names[400] = "";
+    for (int i = 0; i < r->n_stages; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        if (jobs[i].alive) continue;
+        r->stages[i].failed = true;
+        if (dead++ == 0)
+            snprintf(names, sizeof names, "stage %d (%.128s): %.200s", i, r->stages[i].peer.addr,
+                     jobs[i].why);
+    }
+    if (dead)
+        mt_error_set(err, "%.300s; %d stage%s did not answer: %.300s", first, dead,
+                     dead == 1 ? "" : "s", names);
+    free(jobs), free(th), free(started);
+    return dead;
+}
+
+/* One pass through the stages as a one-way pass: the rows go to stage 0,
+ * which passes them on (with the later stages as hops), and the last stage
+ * answers an AWAIT. An error names the stage that failed: from a
+ * CHAIN_ABORT's "stage B before the last", or, when the AWAIT timed out or
+ * its connection broke, from probing every stage. */
+static int route_pass_oneway(mt_route *r, mt_route_session *s, int32_t p0, int32_t n, float *hidden,
+                             const int32_t *pos, mt_error *err) {
+    const int S = r->n_stages;
+    route_stage *st0 = &r->stages[0], *last = &r->stages[S - 1];
+    const size_t W = (size_t)r->head->hp.n_hidden;
+    for (int k = 0; k < S - 1; k++) { /* the hops as they are now (after reconnects) */
+        route_stage *h = &r->stages[k + 1];
+        snprintf(r->hops[k].addr, sizeof r->hops[k].addr, "%s", h->peer.addr);
+        memcpy(r->hops[k].pk, h->peer.pk, sizeof r->hops[k].pk);
+        r->hops[k].layer_begin = h->layer_begin;
+        r->hops[k].layer_end = h->layer_end;
+    }
+    /* the AWAIT's reply is one message: a pass longer than that is several passes */
+    const int32_t most = mt_proto_max_rows(MT_PROTO_STAGE_FORWARD, r->head->hp.n_embd, r->wire);
+    for (int32_t off = 0; off < n; off += most) {
+        const int32_t k = n - off < most ? n - off : most;
+        mt_proto_origin o = {.pass_end = p0 + off + k};
+        memcpy(o.pk, r->keys.pk, sizeof o.pk);
+        randombytes_buf(&o.pass_id, sizeof o.pass_id);
+        float *h = hidden + (size_t)off * W;
+        for (int i = 0; i < S; i++) r->stages[i].failed = false;
+        if (mt_remote_stage_send(st0->r, s->id, st0->layer_begin, st0->layer_end, r->hops, S - 1,
+                                 &o, s->speculative, pos + off, k, h, r->wire, err)) {
+            st0->failed = true;
+            if (r->no_reconnect) return PASS_FAIL;
+            mt_error e2 = {{0}};
+            if (connect_stage(r, st0, 0, &e2) == 0) return PASS_REPLAY;
+            char first[sizeof err->msg];
+            snprintf(first, sizeof first, "%s", err->msg);
+            mt_error_set(err, "%.300s; reconnecting failed too: %.200s", first, e2.msg);
+            return PASS_FAIL;
+        }
+        uint32_t code = 0;
+        const int wait_ms = route_call_timeout(r, last, k);
+        mt_remote_set_call_timeout(last->r, wait_ms);
+        const double t_call = mt_mono_ms_frac();
+        if (mt_remote_stage_await(last->r, s->id, o.pass_id, p0 + off, p0 + off + k,
+                                  r->stages[S - 2].peer.pk, h, r->wire, &code, err) == 0) {
+            route_call_seen(last, k, mt_mono_ms_frac() - t_call);
+            continue;
+        }
+        if (code != 0) { /* a stage aborted the pass, or the last stage failed it */
+            const char *at = strstr(err->msg, ": stage ");
+            int back = -1;
+            if (!at || sscanf(at + 8, "%d before the last", &back) != 1 || back < 0 || back > S - 1)
+                back = 0;
+            if (code == MT_PROTO_ERR_UNKNOWN_SESSION && p0 > 0) return PASS_REPLAY;
+            route_stage *bad = &r->stages[S - 1 - back];
+            bad->failed = true;
+            char first[sizeof err->msg];
+            snprintf(first, sizeof first, "%s", err->msg);
+            mt_error_set(err, "stage %d (%s, layers [%d, %d)) failed the pass: %.380s",
+                         S - 1 - back, bad->peer.addr, bad->layer_begin, bad->layer_end, first);
+            return PASS_FAIL;
+        }
+        /* no answer: someone on the way is gone or hung; find out who */
+        char first[sizeof err->msg];
+        snprintf(first, sizeof first, "%s", err->msg);
+        if (wait_ms < r->call_timeout_ms && mt_mono_ms_frac() - t_call >= wait_ms - 50)
+            snprintf(first, sizeof first,
+                     "%.380s (no reply within %d ms: %.0fx the slowest such pass so far plus %.0f"
+                     " ms)",
+                     err->msg, wait_ms, ADAPT_FACTOR, ADAPT_SLACK_MS);
+        if (probe_stages(r, first, err) > 0 || r->no_reconnect) return PASS_FAIL;
+        return PASS_REPLAY; /* every stage is there (reconnected): the pass again from 0 */
+    }
+    return PASS_OK;
+}
+
 static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, int32_t p0,
                       int32_t n, float *hidden, int32_t *pos, mt_error *err) {
     for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
@@ -589,8 +726,9 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
                                     r->use_dispatch ? &be : NULL, r->pool, err))
             return PASS_FAIL;
     }
-    const int n_calls = r->chain && r->n_stages > 1 ? 1 : r->n_stages;
-    const bool checking = s->checks && n_calls == r->n_stages;
+    if (r->chain && r->n_stages > 1) return route_pass_oneway(r, s, p0, n, hidden, pos, err);
+    const int n_calls = r->n_stages;
+    const bool checking = s->checks != NULL;
     bool *sent = NULL; /* per stage, only when checking */
     int64_t *reply_ms = NULL;
     if (checking && (!(sent = calloc((size_t)r->n_stages, sizeof *sent)) ||
@@ -604,14 +742,6 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
     for (int i = 0; i < n_calls && rc == PASS_OK; i++) {
         route_stage *st = &r->stages[i];
         uint32_t code = 0;
-        int32_t n_hops = n_calls < r->n_stages ? r->n_stages - 1 : 0;
-        for (int k = 0; k < n_hops; k++) { /* the hops as they are now (after reconnects) */
-            route_stage *h = &r->stages[k + 1];
-            snprintf(r->hops[k].addr, sizeof r->hops[k].addr, "%s", h->peer.addr);
-            memcpy(r->hops[k].pk, h->peer.pk, sizeof r->hops[k].pk);
-            r->hops[k].layer_begin = h->layer_begin;
-            r->hops[k].layer_end = h->layer_end;
-        }
         if (checking) {
             sent[i] = s->checks[i] != NULL;
             if (sent[i]) route_check_send(s->checks[i], pos, n, hidden, s->speculative);
@@ -620,8 +750,8 @@ static int route_pass(mt_route *r, mt_route_session *s, const int32_t *tokens, i
         const int wait_ms = route_call_timeout(r, st, n);
         mt_remote_set_call_timeout(st->r, wait_ms);
         const double t_call = mt_mono_ms_frac();
-        if (mt_remote_stage_chain(st->r, s->id, st->layer_begin, st->layer_end, r->hops, n_hops,
-                                  s->speculative, pos, n, hidden, r->wire, &code, err) == 0) {
+        if (mt_remote_stage_forward_as(st->r, s->id, st->layer_begin, st->layer_end, s->speculative,
+                                       pos, n, hidden, r->wire, &code, err) == 0) {
             route_call_seen(st, n, mt_mono_ms_frac() - t_call);
             if (checking && sent[i]) {
                 reply_ms[i] = mt_wall_ms();

@@ -82,8 +82,9 @@ static void *check_thread(void *arg) {
             rc = mt_error_set(&err, "it does not hold the attention part of layers [%d, %d)",
                               c->layer_begin, c->layer_end);
         } else {
-            rc = mt_remote_stage_chain(rem, k->shadow, c->layer_begin, c->layer_end, NULL, 0,
-                                       k->speculative, k->pos, k->n, k->rows, c->wire, &code, &err);
+            rc = mt_remote_stage_forward_as(rem, k->shadow, c->layer_begin, c->layer_end,
+                                            k->speculative, k->pos, k->n, k->rows, c->wire, &code,
+                                            &err);
         }
         pthread_mutex_lock(&k->lock);
         k->state = JOB_DONE;

@@ -1,0 +1,473 @@
+/* node_oneway.c - a stage node's part in one-way passes (proto.h): the
+ * senders that carry finished chunks to next hops, the last stage's pass
+ * table that answers the requester's STAGE_AWAIT, and CHAIN_ABORTs.
+ *
+ * Next hops: one node_hop per (address, key), each with a queue of encoded-
+ * to-be messages and a sender thread that connects (as a client with this
+ * node's own key, pinned to the hop's key), checks the hop holds the same
+ * model, and sends them in order. A session's chunks therefore reach the
+ * next stage in position order. The worker only queues (the queue is
+ * bounded in bytes: node_oneway_hop_full), it never waits on the network. A
+ * message the sender cannot deliver (a connection that broke is reconnected
+ * once) becomes a CHAIN_ABORT to the pass's last stage naming that hop.
+ *
+ * Pass table (last stage): the rows of a pass arrive chunk by chunk, in
+ * order, from the stage before; the requester's AWAIT names the pass and
+ * that stage's key. Whichever comes last (the final chunk, the AWAIT, or an
+ * abort) answers the AWAIT. Entries nobody claims expire with the sessions'
+ * idle time. */
+#include "moontail/clock.h"
+#include "node_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- next hops ------------------------------------------------------------------------ */
+
+static void *hop_main(void *arg);
+
+/* The hop for (addr, pk), created with its sender when new (n->lock held);
+ * NULL when the table is full or a thread cannot start. */
+static node_hop *hop_get_locked(mt_node *n, const char *addr, const uint8_t *pk) {
+    for (int i = 0; i < n->n_hops; i++)
+        if (strcmp(n->hops[i]->addr, addr) == 0 &&
+            memcmp(n->hops[i]->pk, pk, MT_KEYS_PUBLIC_BYTES) == 0)
+            return n->hops[i];
+    if (n->n_hops >= NODE_MAX_HOPS || n->stop) return NULL;
+    node_hop *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    snprintf(e->addr, sizeof e->addr, "%s", addr);
+    memcpy(e->pk, pk, MT_KEYS_PUBLIC_BYTES);
+    struct hop_arg {
+        mt_node *n;
+        node_hop *e;
+    } *a = malloc(sizeof *a);
+    if (!a) {
+        free(e);
+        return NULL;
+    }
+    a->n = n, a->e = e;
+    if (pthread_create(&e->thread, NULL, hop_main, a)) {
+        free(a);
+        free(e);
+        return NULL;
+    }
+    e->started = true;
+    n->hops[n->n_hops++] = e;
+    return e;
+}
+
+/* Queues m (its arrays taken) for the hop (addr, pk). false when it could
+ * not be queued (m freed). */
+static bool hop_push(mt_node *n, const char *addr, const uint8_t *pk, mt_proto_msg *m) {
+    node_hop_msg *q = malloc(sizeof *q);
+    pthread_mutex_lock(&n->lock);
+    node_hop *e = q ? hop_get_locked(n, addr, pk) : NULL;
+    if (e) {
+        q->next = NULL;
+        q->msg = *m;
+        q->bytes = (uint64_t)m->n * (uint64_t)m->cols * sizeof(float);
+        if (e->tail)
+            e->tail->next = q;
+        else
+            e->head = q;
+        e->tail = q;
+        e->queued_bytes += q->bytes;
+        pthread_cond_broadcast(&n->hop_cv);
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (!e) {
+        free(q);
+        mt_proto_msg_free(m);
+        mt_log_as(&n->log, MT_LOG_WARN, "cannot queue a one-way message for %s: %s", addr,
+                  q ? "the node is stopping, or keeps 64 next hops already" : "out of memory");
+    }
+    return e != NULL;
+}
+
+/* Connects e (sender thread) and checks that it holds this node's model. */
+static int hop_connect(mt_node *n, node_hop *e, mt_error *err) {
+    mt_remote_close(e->r);
+    mt_keys me;
+    node_identity(n, &me); /* the certificate as it is now (it may have been renewed) */
+    e->r = mt_remote_connect(e->addr, e->pk, &me, n->cfg.timeout_ms, 0, err);
+    mt_keys_wipe(&me);
+    if (!e->r) return -1;
+    /* the rows passed on are this model's whole hidden states: the hop must hold the same */
+    const mt_proto_info *h = mt_remote_info(e->r), *in = &n->info;
+    if (strcmp(h->source_id, in->source_id) != 0 || h->n_embd != in->n_embd ||
+        h->n_layer != in->n_layer || h->res_block != in->res_block) {
+        mt_error_set(err, "it holds another model (source_id %.16s..., this node's %.16s...)",
+                     h->source_id, in->source_id);
+        mt_remote_close(e->r);
+        e->r = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Sends m to e: a broken connection is reconnected once (a connection that
+ * cannot be made is not tried again for this message). */
+static int hop_send(mt_node *n, node_hop *e, mt_proto_msg *m, mt_error *err) {
+    bool fresh = !e->r;
+    if (fresh && hop_connect(n, e, err)) return -1;
+    if (mt_remote_send(e->r, m, err) == 0) return 0;
+    if (fresh) return -1;
+    mt_error e2 = {{0}};
+    if (hop_connect(n, e, &e2)) {
+        char first[sizeof err->msg];
+        snprintf(first, sizeof first, "%s", err->msg);
+        mt_error_set(err, "%.300s; reconnecting failed too: %.200s", first, e2.msg);
+        return -1;
+    }
+    return mt_remote_send(e->r, m, err);
+}
+
+static void abort_to_last(mt_node *n, const mt_proto_msg *m, int32_t back, uint32_t code,
+                          const char *text);
+
+static void *hop_main(void *arg) {
+    struct {
+        mt_node *n;
+        node_hop *e;
+    } *a = arg;
+    mt_node *n = a->n;
+    node_hop *e = a->e;
+    free(arg);
+    pthread_mutex_lock(&n->lock);
+    for (;;) {
+        while (!e->head && !n->stop) pthread_cond_wait(&n->hop_cv, &n->lock);
+        if (n->stop) break;
+        node_hop_msg *q = e->head;
+        e->head = q->next;
+        if (!e->head) e->tail = NULL;
+        pthread_mutex_unlock(&n->lock);
+        mt_error err = {{0}};
+        if (hop_send(n, e, &q->msg, &err)) {
+            mt_proto_msg *m = &q->msg;
+            mt_log_as(&n->log, MT_LOG_WARN, "next hop %s: %s: %s", e->addr,
+                      mt_proto_type_name(m->type), err.msg);
+            /* a forward into e: e is m->n_hops stages before the last */
+            if (m->type == MT_PROTO_STAGE_FORWARD && m->n_hops > 0) {
+                char text[MT_PROTO_MAX_TEXT + 1];
+                snprintf(text, sizeof text, "next hop %s (layers [%d, %d)) cannot be reached: %s",
+                         e->addr, m->layer_begin, m->layer_end, err.msg);
+                abort_to_last(n, m, m->n_hops, MT_PROTO_ERR_COMPUTE, text);
+            }
+        } else if (q->msg.type == MT_PROTO_STAGE_FORWARD) {
+            pthread_mutex_lock(&n->lock);
+            n->stats.hop_messages++;
+            pthread_mutex_unlock(&n->lock);
+        }
+        mt_proto_msg_free(&q->msg);
+        pthread_mutex_lock(&n->lock);
+        e->queued_bytes -= q->bytes;
+        free(q);
+        pthread_cond_broadcast(&n->work_cv); /* jobs waiting for room may go on */
+    }
+    /* stopping: what is still queued is dropped */
+    for (node_hop_msg *q = e->head, *next; q; q = next) {
+        next = q->next;
+        mt_proto_msg_free(&q->msg);
+        free(q);
+    }
+    e->head = e->tail = NULL;
+    e->queued_bytes = 0;
+    pthread_mutex_unlock(&n->lock);
+    return NULL;
+}
+
+bool node_oneway_hop_full(mt_node *n, const node_job *j) {
+    const mt_proto_msg *m = &j->msg;
+    if (!m->oneway || m->n_hops == 0) return false;
+    bool full = false;
+    pthread_mutex_lock(&n->lock);
+    for (int i = 0; i < n->n_hops; i++)
+        if (strcmp(n->hops[i]->addr, m->hops[0].addr) == 0 &&
+            memcmp(n->hops[i]->pk, m->hops[0].pk, MT_KEYS_PUBLIC_BYTES) == 0)
+            full = n->hops[i]->queued_bytes >= (uint64_t)NODE_HOP_QUEUE_MB << 20;
+    pthread_mutex_unlock(&n->lock);
+    return full;
+}
+
+/* ---- the pass table (last stage) ----------------------------------------------------- */
+
+/* The pass (owner, session, pass_id), created when `create` (lock held);
+ * NULL when absent or the table is full. */
+static node_pass *pass_get_locked(mt_node *n, const uint8_t *owner, uint64_t session,
+                                  uint64_t pass_id, bool create) {
+    for (node_pass *p = n->passes; p; p = p->next)
+        if (p->session == session && p->pass_id == pass_id &&
+            memcmp(p->owner, owner, MT_KEYS_PUBLIC_BYTES) == 0)
+            return p;
+    if (!create || n->n_passes >= NODE_MAX_PASSES) return NULL;
+    node_pass *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    memcpy(p->owner, owner, MT_KEYS_PUBLIC_BYTES);
+    p->session = session;
+    p->pass_id = pass_id;
+    p->begin = -1;
+    p->created_ms = mt_mono_ms();
+    p->next = n->passes;
+    n->passes = p;
+    n->n_passes++;
+    return p;
+}
+
+static void pass_fail_locked(node_pass *p, uint32_t code, const char *text) {
+    if (p->code) return; /* the first failure is the one to report */
+    p->code = code ? code : MT_PROTO_ERR_COMPUTE;
+    snprintf(p->text, sizeof p->text, "%s", text);
+}
+
+/* Takes p out of the table when its AWAIT can be answered (lock held):
+ * the caller answers it with pass_answer. */
+static node_pass *pass_ready_locked(mt_node *n, node_pass *p) {
+    if (!p->waiter || !(p->code || (p->begin >= 0 && p->got == p->end - p->begin))) return NULL;
+    for (node_pass **pp = &n->passes; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            n->n_passes--;
+            break;
+        }
+    return p;
+}
+
+/* Answers p's AWAIT (no lock held) and frees p. */
+static void pass_answer(mt_node *n, node_pass *p) {
+    node_client *c = p->waiter;
+    if (!p->code && memcmp(p->from, p->prev_pk, MT_KEYS_PUBLIC_BYTES) != 0)
+        node_send_error(c, p->request_id, MT_PROTO_ERR_BAD_REQUEST,
+                        "the rows of this pass came from another stage than the one named");
+    else if (p->code)
+        node_send_error(c, p->request_id, p->code, "%s", p->text);
+    else {
+        mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
+                          .request_id = p->request_id,
+                          .dtype = p->dtype,
+                          .n = p->end - p->begin,
+                          .cols = p->cols,
+                          .rows = p->rows};
+        node_send_msg(c, &r);
+        pthread_mutex_lock(&n->lock);
+        n->stats.passes_answered++;
+        pthread_mutex_unlock(&n->lock);
+    }
+    pthread_mutex_lock(&n->lock);
+    node_client_unref_locked(c);
+    pthread_mutex_unlock(&n->lock);
+    free(p->rows);
+    free(p);
+}
+
+/* The last stage's own failure of a one-way pass (or one reported to it). */
+static void pass_fail(mt_node *n, const uint8_t *owner, uint64_t session, uint64_t pass_id,
+                      uint32_t code, const char *text) {
+    pthread_mutex_lock(&n->lock);
+    node_pass *p = pass_get_locked(n, owner, session, pass_id, true);
+    if (p) pass_fail_locked(p, code, text);
+    node_pass *done = p ? pass_ready_locked(n, p) : NULL;
+    pthread_mutex_unlock(&n->lock);
+    if (done) pass_answer(n, done);
+}
+
+void node_oneway_await(node_client *c, mt_proto_msg *m) {
+    mt_node *n = c->node;
+    pthread_mutex_lock(&n->lock);
+    node_pass *p = pass_get_locked(n, c->pk, m->session, m->origin.pass_id, true);
+    const char *bad = NULL;
+    if (!p)
+        bad = "this node keeps too many one-way passes; retry later";
+    else if (p->waiter)
+        bad = "this pass is awaited already";
+    if (bad) {
+        pthread_mutex_unlock(&n->lock);
+        node_send_error(c, m->request_id, MT_PROTO_ERR_BUSY, "STAGE_AWAIT: %s", bad);
+        mt_proto_msg_free(m);
+        return;
+    }
+    if (p->begin < 0) p->begin = m->pass_begin, p->end = m->origin.pass_end;
+    if (p->begin != m->pass_begin || p->end != m->origin.pass_end) {
+        char text[200];
+        snprintf(text, sizeof text,
+                 "stage 0 before the last: the pass's rows are positions [%d, %d), not [%d, %d)",
+                 p->begin, p->end, m->pass_begin, m->origin.pass_end);
+        pass_fail_locked(p, MT_PROTO_ERR_BAD_REQUEST, text);
+    }
+    c->refs++;
+    p->waiter = c;
+    p->request_id = m->request_id;
+    memcpy(p->prev_pk, m->prev_pk, MT_KEYS_PUBLIC_BYTES);
+    node_pass *done = pass_ready_locked(n, p);
+    pthread_mutex_unlock(&n->lock);
+    mt_proto_msg_free(m);
+    if (done) pass_answer(n, done);
+}
+
+void node_oneway_abort(node_client *c, mt_proto_msg *m) {
+    mt_node *n = c->node;
+    char text[MT_PROTO_MAX_TEXT + 1];
+    snprintf(text, sizeof text, "stage %d before the last: %.990s", m->back, m->text);
+    mt_log_as(&n->log, MT_LOG_INFO, "one-way pass of session %016llx aborted by %s: %s",
+              (unsigned long long)m->session, c->peer, text);
+    pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, m->code, text);
+    mt_proto_msg_free(m);
+}
+
+void node_passes_expire(mt_node *n, int64_t now_ms, int64_t max_age_ms) {
+    node_pass *old = NULL;
+    pthread_mutex_lock(&n->lock);
+    for (node_pass **pp = &n->passes; *pp;) {
+        node_pass *p = *pp;
+        if (now_ms - p->created_ms < max_age_ms) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        n->n_passes--;
+        p->next = old;
+        old = p;
+    }
+    pthread_mutex_unlock(&n->lock);
+    for (node_pass *p = old, *next; p; p = next) {
+        next = p->next;
+        if (p->waiter) {
+            pass_fail_locked(p, MT_PROTO_ERR_BUSY,
+                             "the pass did not arrive whole in time; replay it");
+            pass_answer(n, p);
+        } else {
+            free(p->rows);
+            free(p);
+        }
+    }
+}
+
+/* ---- aborts --------------------------------------------------------------------------- */
+
+/* Tells the last stage of m's pass (its last hop; this node when m has no
+ * hops) that the stage `back` stages before it failed the pass. */
+static void abort_to_last(mt_node *n, const mt_proto_msg *m, int32_t back, uint32_t code,
+                          const char *text) {
+    if (m->n_hops == 0) {
+        char t[MT_PROTO_MAX_TEXT + 1];
+        snprintf(t, sizeof t, "stage %d before the last: %.990s", back, text);
+        pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, code, t);
+        return;
+    }
+    mt_proto_msg a = {.type = MT_PROTO_CHAIN_ABORT,
+                      .session = m->session,
+                      .origin = m->origin,
+                      .code = code,
+                      .back = back};
+    snprintf(a.text, sizeof a.text, "%s", text);
+    const mt_proto_hop *last = &m->hops[m->n_hops - 1];
+    hop_push(n, last->addr, last->pk, &a);
+}
+
+void node_oneway_fail(mt_node *n, const mt_proto_msg *m, uint32_t code, const char *fmt, ...) {
+    char text[MT_PROTO_MAX_TEXT + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&n->lock);
+    n->stats.errors++;
+    pthread_mutex_unlock(&n->lock);
+    mt_log_as(&n->log, MT_LOG_WARN, "one-way pass of session %016llx: error %u: %s",
+              (unsigned long long)m->session, code, text);
+    abort_to_last(n, m, m->n_hops, code, text);
+}
+
+void node_job_fail(mt_node *n, node_job *j, uint32_t code, const char *fmt, ...) {
+    char text[MT_PROTO_MAX_TEXT + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (j->msg.oneway)
+        node_oneway_fail(n, &j->msg, code, "%s", text);
+    else
+        node_send_error(j->client, j->msg.request_id, code, "%s", text);
+}
+
+/* ---- finished chunks ------------------------------------------------------------------ */
+
+void node_oneway_chunk(mt_node *n, node_job *j, int32_t first, int32_t count) {
+    const mt_proto_msg *m = &j->msg;
+    const mt_proto_info *in = &n->info;
+    if (m->n_hops == 0) { /* the last stage: into the pass table */
+        const int32_t C = mt_proto_cols_out(in, m->layer_begin, m->layer_end);
+        pthread_mutex_lock(&n->lock);
+        node_pass *p = pass_get_locked(n, m->origin.pk, m->session, m->origin.pass_id, true);
+        if (p && !p->code) {
+            const int32_t p0 = m->pos[first];
+            if (p->begin < 0) p->begin = p0, p->end = m->origin.pass_end;
+            if (!p->rows && p->begin >= 0 && p->end > p->begin) {
+                p->cols = C;
+                p->rows = malloc((size_t)(p->end - p->begin) * (size_t)C * sizeof(float));
+                memcpy(p->from, j->client->pk, MT_KEYS_PUBLIC_BYTES);
+                p->dtype = m->dtype;
+            }
+            if (!p->rows)
+                pass_fail_locked(p, MT_PROTO_ERR_BUSY, "stage 0 before the last: out of memory");
+            else if (p0 != p->begin + p->got || p0 + count > p->end ||
+                     memcmp(p->from, j->client->pk, MT_KEYS_PUBLIC_BYTES) != 0)
+                pass_fail_locked(p, MT_PROTO_ERR_POSITION,
+                                 "stage 0 before the last: a chunk of the pass came out of order"
+                                 " or from another stage");
+            else {
+                memcpy(p->rows + (size_t)p->got * (size_t)C, j->out + (size_t)first * (size_t)C,
+                       (size_t)count * (size_t)C * sizeof(float));
+                p->got += count;
+            }
+        }
+        node_pass *done = p ? pass_ready_locked(n, p) : NULL;
+        pthread_mutex_unlock(&n->lock);
+        if (done) pass_answer(n, done);
+        return;
+    }
+    /* the next hop gets what its layers need: the stream and the checkpoints banked so far */
+    const mt_proto_hop *h = &m->hops[0];
+    const size_t W = (size_t)mt_proto_hidden_width(in);
+    const int32_t cin = mt_proto_cols_in(in, h->layer_begin);
+    mt_proto_msg f = {.type = MT_PROTO_STAGE_FORWARD,
+                      .session = m->session,
+                      .dtype = m->dtype,
+                      .n = count,
+                      .cols = cin,
+                      .layer_begin = h->layer_begin,
+                      .layer_end = h->layer_end,
+                      .n_hops = m->n_hops - 1,
+                      .oneway = true,
+                      .speculative = m->speculative,
+                      .origin = m->origin};
+    f.pos = malloc((size_t)count * sizeof(int32_t));
+    f.rows = malloc((size_t)count * (size_t)cin * sizeof(float));
+    if (f.n_hops) f.hops = malloc((size_t)f.n_hops * sizeof *f.hops);
+    if (!f.pos || !f.rows || (f.n_hops && !f.hops)) {
+        mt_proto_msg_free(&f);
+        node_oneway_fail(n, m, MT_PROTO_ERR_BUSY, "out of memory for a chunk of %d tokens", count);
+        return;
+    }
+    memcpy(f.pos, m->pos + first, (size_t)count * sizeof(int32_t));
+    if (f.n_hops) memcpy(f.hops, m->hops + 1, (size_t)f.n_hops * sizeof *f.hops);
+    mt_proto_pack_in(in, h->layer_begin, count, j->out + (size_t)first * W, f.rows);
+    hop_push(n, h->addr, h->pk, &f);
+}
+
+/* ---- stop ----------------------------------------------------------------------------- */
+
+void node_hops_free(mt_node *n) {
+    pthread_mutex_lock(&n->lock);
+    pthread_cond_broadcast(&n->hop_cv); /* n->stop is set */
+    pthread_mutex_unlock(&n->lock);
+    for (int i = 0; i < n->n_hops; i++) {
+        if (n->hops[i]->started) pthread_join(n->hops[i]->thread, NULL);
+        mt_remote_close(n->hops[i]->r);
+        free(n->hops[i]);
+    }
+    n->n_hops = 0;
+    node_passes_expire(n, INT64_MAX, 0);
+}
