@@ -462,8 +462,7 @@ int main(int argc, char **argv) {
             if (mt_place_objective_parse(v, &o))
                 die("--objective is throughput, latency or balanced, not '%s'", v ? v : "");
             cfg.objective = (int)o;
-        }
-        else if (!strcmp(a, "--stages"))
+        } else if (!strcmp(a, "--stages"))
             cfg.n_stages = parse_list(a, v, cfg.stage_layers, CS_MAX_STAGES, 1, 65536);
         else if (!strcmp(a, "--cores"))
             cfg.cores = num(a, v, 0.01, 4096);
