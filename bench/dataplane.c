@@ -19,7 +19,7 @@
  * It prints, side by side (one column per way):
  *   1. latency per decoded token, requester -> N stages -> requester, for each
  *      N, f32 and bf16 wire, the stages called in turn by the requester
- *      ("turn") and chained stage to stage ("chain", route.h); next to the
+ *      ("turn") and one-way stage to stage ("chain", route.h); next to the
  *      in-process run of the same layers: the overhead per stage round trip
  *      and the bytes of one round trip (request + reply, protocol payloads
  *      plus transport framing);
@@ -291,14 +291,22 @@ static size_t encoded_bytes(const mt_proto_msg *m) {
 }
 
 /* Bytes of one stage round trip for one token, averaged over the pass:
- * STAGE_FORWARD + STAGE_REPLY payloads as encoded (a chained forward also
- * carries the later hops), plus the transport's framing of each. */
+ * turn: STAGE_FORWARD + STAGE_REPLY payloads as encoded, per stage; chain
+ * (one-way passes): each stage's one-way STAGE_FORWARD (with the later hops
+ * and the origin block) plus, once, the STAGE_AWAIT and the last stage's
+ * STAGE_REPLY; plus the transport's framing of each message. */
 static size_t round_trip_bytes(const route_spec *s, mt_proto_dtype wire, bool chain) {
     static float rows[N_EMBD];
     static mt_proto_hop hops[MAX_STAGES];
     int32_t pos = 0;
     const int n = s->cfg.n_stages;
     size_t total = 0;
+    mt_proto_msg rep = {.type = MT_PROTO_STAGE_REPLY,
+                        .request_id = 1,
+                        .dtype = wire,
+                        .n = 1,
+                        .cols = N_EMBD,
+                        .rows = rows};
     for (int k = 0; k < n; k++) {
         int n_hops = chain ? n - 1 - k : 0;
         for (int h = 0; h < n_hops; h++) {
@@ -316,14 +324,17 @@ static size_t round_trip_bytes(const route_spec *s, mt_proto_dtype wire, bool ch
                             .pos = &pos,
                             .n_hops = n_hops,
                             .hops = n_hops ? hops : NULL,
+                            .oneway = chain,
+                            .origin = {.pass_id = 1, .pass_end = 1},
                             .rows = rows};
-        mt_proto_msg rep = {.type = MT_PROTO_STAGE_REPLY,
-                            .request_id = 1,
-                            .dtype = wire,
-                            .n = 1,
-                            .cols = N_EMBD,
-                            .rows = rows};
-        total += encoded_bytes(&req) + encoded_bytes(&rep);
+        total += encoded_bytes(&req) + (chain ? 0 : encoded_bytes(&rep));
+    }
+    if (chain) {
+        mt_proto_msg await = {.type = MT_PROTO_STAGE_AWAIT,
+                              .request_id = 1,
+                              .session = 1,
+                              .origin = {.pass_id = 1, .pass_end = 1}};
+        total += encoded_bytes(&await) + encoded_bytes(&rep);
     }
     return total / (size_t)n;
 }
@@ -469,13 +480,14 @@ static void print_latency(void) {
         printf(" | %10zu\n", round_trip_bytes(cases[c].s, cases[c].wire, cases[c].chain));
         c = end;
     }
-    printf("(median of %d tokens each. inproc: ms/token of the same layers + head in this"
-           " process, 1 thread;\n x loc: route / in-process, per token; us/trip: (route -"
-           " in-process) / N per token: network,\n transport, protocol and hand-offs per stage"
-           " round trip. turn: the requester calls each stage;\n chain: stage to stage and the"
-           " reply back along the chain. bytes/trip: request + reply\n payloads and framing,"
-           " per stage, hop lists included)\n",
-           opt.tokens);
+    printf(
+        "(median of %d tokens each. inproc: ms/token of the same layers + head in this"
+        " process, 1 thread;\n x loc: route / in-process, per token; us/trip: (route -"
+        " in-process) / N per token: network,\n transport, protocol and hand-offs per stage"
+        " round trip. turn: the requester calls each stage;\n chain: one-way, stage to stage,"
+        " the last stage answers the requester. bytes/trip: request + reply\n payloads and framing,"
+        " per stage, hop lists included)\n",
+        opt.tokens);
     for (int c = 0; c < n_cases; c++)
         if (cases[c].mismatches)
             printf("NOTE: %s, %d stages, f32 %s: logits differ from the local run on %d of %d"
