@@ -97,6 +97,17 @@ start_bg c "$BIN" serve --model "$tmp/c.gguf" --no-auth --listen 127.0.0.1:0 --p
     --model-name tiny-c
 CURL_C=$ADDR
 C_PID=$PID
+# D decodes speculatively (n-gram guesses checked in one pass): the same texts as run's
+start_bg d "$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --parallel 2 \
+    --draft ngram --draft-k 4 -t 1
+api_cut "$ADDR" && ok || bad "serve --draft ngram's sampled completion with stop '$SSTOP': $(cat "$tmp/cut.json")"
+dbody=$(P=$PROMPT node -e 'process.stdout.write(JSON.stringify({model: "tiny", prompt: process.env.P,
+    max_tokens: '$N', temperature: 0}))')
+curl -s -H "Authorization: Bearer $KEY" -d "$dbody" "$ADDR/v1/completions" >"$tmp/draft.json"
+REF=$REF_TEXT json 'process.exit(o.choices[0].text === process.env.REF ? 0 : 1)' <"$tmp/draft.json" && ok ||
+    bad "serve --draft ngram's greedy completion differs from run's: $(cat "$tmp/draft.json")"
+grep -q "guesses taken" "$tmp/d.err" && ok || bad "serve --draft made no guesses: $(cat "$tmp/d.err")"
+expect 2 "--draft takes 'ngram'" "$BIN" serve --model "$M" --no-auth --listen 127.0.0.1:0 --draft "$M"
 grep -q "no chat template.*ChatML" "$tmp/a.err" && ok || bad "no log line about the ChatML fallback: $(cat "$tmp/a.err")"
 
 # ---- the official client

@@ -53,6 +53,9 @@ typedef struct mt_api_config {
     int batch_parallel;     /* batch requests computed at once, in slots of their own (<= 0: 16) */
     const char *batch_dir;  /* /v1/files and /v1/batches keep their state here (NULL: off) */
     size_t max_file;        /* largest upload to /v1/files in bytes (0: 100 MiB) */
+    int draft_k;            /* exact speculative decoding with the n-gram drafter (draft.h),
+                               this many guesses a pass, in every slot (0: off); the text is
+                               plain decoding's */
 } mt_api_config;
 
 typedef struct mt_api_server mt_api_server;

@@ -4,6 +4,8 @@
  * HTTP status and an OpenAI finish_reason. */
 #include "api_engine.h"
 
+#include "moontail/draft.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,8 @@ struct api_engine {
     int first_index;       /* the backend's index of slot 0 (slot_open) */
     pthread_t *threads;
     void **slots;
+    int32_t draft_k;           /* api_engine_set_draft */
+    mt_gen_drafter **drafters; /* (n_slots) a slot's n-gram drafter, made at its first job */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job *queue; /* ring of n_slots + cap jobs not yet taken by a worker */
@@ -69,13 +73,15 @@ static void fail(api_gen_result *r, int status, const char *fmt, const char *det
 /* Runs one request to its end: the text goes to the sink, the outcome to
  * *out. Returns the tokens the backend evaluated, or -1 when the sequence
  * did not begin (then there is nothing for the backend's end()). */
-static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
+static int64_t run_job(api_engine *e, void *slot, const mt_gen_drafter *draft, job *j,
+                       api_gen_result *out) {
     const api_gen_params *p = &j->p;
     const int fail_status = e->b->retry_may_succeed ? 503 : 500;
     mt_gen_params gp = p->gen;
     gp.prompt = p->prompt;
     gp.stop = (const char *const *)p->stop;
     gp.reasoning = &p->reasoning;
+    if (e->b->eval_all && e->b->rewind) gp.draft = draft;
     job_run jr = {e, j};
     const mt_gen_sink sink = {job_text, job_reasoning, job_token, &jr};
     mt_gen_result g;
@@ -87,6 +93,8 @@ static int64_t run_job(api_engine *e, void *slot, job *j, api_gen_result *out) {
                         .prompt_tokens = g.prompt_tokens,
                         .completion_tokens = g.completion_tokens,
                         .failovers = f1 - f0,
+                        .drafted = g.drafted,
+                        .accepted = g.accepted,
                         .recovery_ms = ms1 - ms0};
     if (g.finish == MT_GEN_CANCELLED && g.cancel == CANCEL_STOPPING)
         fail(&r, 503, "%s", "the server is stopping");
@@ -136,7 +144,9 @@ static void *worker_main(void *arg) {
             r.error_status = 500;
             snprintf(r.error, sizeof r.error, "cannot set up a worker: %s", err.msg);
         } else {
-            evaluated = run_job(e, e->slots[index], &j, &r);
+            if (e->draft_k > 0 && !e->drafters[index])
+                e->drafters[index] = mt_draft_ngram_new(e->draft_k, &err); /* NULL: plainly */
+            evaluated = run_job(e, e->slots[index], e->drafters[index], &j, &r);
         }
         api_gen_params_free(&j.p);
         /* the slot counts as free before the client hears back, so that a
@@ -177,7 +187,8 @@ api_engine *api_engine_start_at(mt_gen_backend *b, const mt_vocab *vocab, int fi
     e->queue = calloc((size_t)(slots + queue), sizeof *e->queue);
     e->threads = calloc((size_t)slots, sizeof *e->threads);
     e->slots = calloc((size_t)slots, sizeof *e->slots);
-    if (!e->queue || !e->threads || !e->slots) {
+    e->drafters = calloc((size_t)slots, sizeof *e->drafters);
+    if (!e->queue || !e->threads || !e->slots || !e->drafters) {
         mt_error_set(err, "out of memory");
         goto fail;
     }
@@ -200,6 +211,12 @@ api_engine *api_engine_start_at(mt_gen_backend *b, const mt_vocab *vocab, int fi
 fail:
     api_engine_stop(e);
     return NULL;
+}
+
+void api_engine_set_draft(api_engine *e, int32_t k) {
+    pthread_mutex_lock(&e->mu);
+    e->draft_k = k > 0 ? k : 0;
+    pthread_mutex_unlock(&e->mu);
 }
 
 int api_engine_submit(api_engine *e, api_gen_params *p, const api_gen_sink *sink, int *running,
@@ -242,6 +259,8 @@ void api_engine_stop(api_engine *e) {
     }
     for (int i = 0; e->slots && i < e->n_slots; i++)
         if (e->slots[i]) e->b->slot_close(e->b, e->slots[i]);
+    for (int i = 0; e->drafters && i < e->n_slots; i++) mt_gen_drafter_free(e->drafters[i]);
+    free(e->drafters);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e->queue);

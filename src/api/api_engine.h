@@ -41,8 +41,9 @@ typedef struct api_gen_result {
     int32_t prompt_tokens, completion_tokens;
     int error_status; /* 0, or the HTTP status of a failure (then error says why) */
     char error[640];
-    int failovers;      /* new routes this request took after node failures (a cell's) */
-    double recovery_ms; /* their time, failure to logits on the new route, in total */
+    int failovers;             /* new routes this request took after node failures (a cell's) */
+    double recovery_ms;        /* their time, failure to logits on the new route, in total */
+    int64_t drafted, accepted; /* speculative decoding: guesses checked and taken (0: none) */
 } api_gen_result;
 
 /* Where a request's output goes. text() gets the generated text as it
@@ -70,6 +71,10 @@ api_engine *api_engine_start(mt_gen_backend *b, const mt_vocab *vocab, int slots
  * since a backend may give index 0 a connection it already holds. */
 api_engine *api_engine_start_at(mt_gen_backend *b, const mt_vocab *vocab, int first_index,
                                 int slots, int queue, mt_error *err);
+/* Speculative decoding in every slot from now on: the n-gram drafter with k guesses a
+ * pass (draft.h; 0: off). Call before the first request. A backend that cannot go back
+ * inside a pass (eval_all / rewind NULL) decodes plainly. */
+void api_engine_set_draft(api_engine *e, int32_t k);
 /* Queues a request. Returns 0 (p's buffers are taken, done() will be called),
  * or -1 when the queue is full or the engine stops (nothing is taken or
  * called; *running and *queued say how busy it is). */

@@ -91,6 +91,13 @@ static void request_done(void *ctx, const api_gen_result *r) {
         mt_log_as(&n->s->log, r->error_status >= 500 ? MT_LOG_WARN : MT_LOG_INFO,
                   "%s %s%s: %d %s (%.0f ms)", n->key->name, what, n->stream ? " stream" : "",
                   r->error_status, r->error, (mt_mono_s() - n->t0) * 1e3);
+    else if (r->drafted > 0)
+        mt_log_as(&n->s->log, MT_LOG_INFO,
+                  "%s %s%s: %d prompt + %d completion tokens, %s (%.0f ms; %lld of %lld guesses"
+                  " taken)",
+                  n->key->name, what, n->stream ? " stream" : "", r->prompt_tokens,
+                  r->completion_tokens, r->finish_reason, (mt_mono_s() - n->t0) * 1e3,
+                  (long long)r->accepted, (long long)r->drafted);
     else
         mt_log_as(&n->s->log, MT_LOG_INFO,
                   "%s %s%s: %d prompt + %d completion tokens, %s (%.0f ms)", n->key->name, what,
@@ -535,6 +542,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     if (log_chat_template(s, err)) goto fail;
     int parallel = c->parallel > 0 ? c->parallel : 4, queue = c->queue >= 0 ? c->queue : 16;
     if (!(s->engine = api_engine_start(s->backend, s->vocab, parallel, queue, err))) goto fail;
+    api_engine_set_draft(s->engine, c->draft_k);
     const int batch_parallel = s->batch_parallel = c->batch_parallel > 0 ? c->batch_parallel : 16;
     /* behind the interactive slots (local model: they compute only when no interactive request
      * waits); no queue: the batch runner keeps at most batch_parallel requests in flight */

@@ -3,6 +3,7 @@
  * stdout once it answers; one log line per request goes to stderr. */
 #include "cli.h"
 #include "cli_config.h"
+#include "generate.h"
 #include "moontail/api.h"
 #include "moontail/log.h"
 
@@ -47,6 +48,9 @@ static const char usage[] =
     "  --chat-max-tokens N   max_tokens of a chat request that gives none (default 1024)\n"
     "  --max-body-kb N       largest request body (default 1024 KiB; larger: "
     "413)\n"
+    "  --draft ngram         exact speculative decoding in every slot: guesses from n-grams\n"
+    "                        of the text so far, checked in one pass (same text)\n"
+    "  --draft-k K           guesses checked per pass (default 4, at most 32)\n"
     "  --batch-dir DIR       take files and batches (POST /v1/files, /v1/batches) and keep\n"
     "                        them here (created 0700); unfinished batches resume at start\n"
     "  --batch-parallel N    batch requests computed at once, in slots of their own behind\n"
@@ -73,9 +77,10 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
                *key = "requester.key", *cache = "moontail-cache", *wire = "f32",
                *listen = "127.0.0.1:8080", *model_name = NULL, *api_keys = NULL, *rate = NULL,
-               *kv_name = NULL, *batch_dir = NULL;
+               *kv_name = NULL, *batch_dir = NULL, *draft = NULL;
     int64_t parallel = 4, queue = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024,
-            max_body_kb = 1024, batch_parallel = 16, max_file_mb = 100;
+            max_body_kb = 1024, batch_parallel = 16, max_file_mb = 100,
+            draft_k = CLI_DRAFT_K_DEFAULT;
     bool no_auth = false, quiet = false, chain = false;
     int64_t http_limits[5] = {0};
     float spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
@@ -103,6 +108,8 @@ int cmd_serve(int argc, char **argv) {
         {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--chat-max-tokens", CLI_INT, &chat_max, 1, 1 << 24},
         {"--max-body-kb", CLI_INT, &max_body_kb, 1, 1 << 20},
+        {"--draft", CLI_STRING, &draft, 0, 0},
+        {"--draft-k", CLI_INT, &draft_k, 1, MT_GEN_MAX_DRAFT},
         {"--batch-dir", CLI_STRING, &batch_dir, 0, 0},
         {"--batch-parallel", CLI_INT, &batch_parallel, 1, 4096},
         {"--max-file-mb", CLI_INT, &max_file_mb, 1, 4096},
@@ -114,6 +121,13 @@ int cmd_serve(int argc, char **argv) {
     int prc = cli_parse("serve", argc, argv, opts, usage);
     if (prc) return prc > 0 ? 0 : 2;
     if (!cli_log_setup("serve", &log_opts)) return 2;
+    if (draft && strcmp(draft, "ngram") != 0) {
+        fprintf(stderr,
+                "moontail serve: --draft takes 'ngram' (a draft model for every slot is not"
+                " supported; `moontail run --draft FILE` takes one), not '%s'\n",
+                draft);
+        return 2;
+    }
     if (!model == !registry) {
         fprintf(stderr, "moontail serve: give either --model FILE or --registry URL; see"
                         " 'moontail serve --help'\n");
@@ -159,7 +173,8 @@ int cmd_serve(int argc, char **argv) {
                        .quiet = quiet,
                        .batch_dir = batch_dir,
                        .batch_parallel = (int)batch_parallel,
-                       .max_file = (size_t)max_file_mb << 20};
+                       .max_file = (size_t)max_file_mb << 20,
+                       .draft_k = draft ? (int)draft_k : 0};
     mt_error err = {{0}};
     mt_api_server *s = mt_api_server_start(&c, &err);
     free(tok);
