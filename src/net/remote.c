@@ -35,25 +35,32 @@ static int remote_break(mt_remote *r, mt_error *err) {
     return -1;
 }
 
-/* The call itself, with r->lock held. */
-static int call_locked(mt_remote *r, mt_proto_msg *req, mt_proto_msg *reply, uint32_t *code,
-                       mt_error *err) {
-    if (code) *code = 0;
-    memset(reply, 0, sizeof *reply);
+/* Sends req with the next request id (r->lock held); a failed send breaks r. */
+static int send_msg(mt_remote *r, mt_proto_msg *m, mt_error *err) {
     if (r->broken)
         return mt_error_set(err, "node %s: connection is broken: %s", r->addr, r->reason);
-    req->request_id = r->next_id++;
+    m->request_id = r->next_id++;
     uint8_t *buf;
     size_t len;
-    if (mt_proto_encode(req, &buf, &len, err)) return -1;
+    if (mt_proto_encode(m, &buf, &len, err)) return -1;
     int rc = mt_conn_send(r->conn, buf, len, err);
     free(buf);
     if (rc) {
         mt_error_prefix(err, "node %s", r->addr);
         return remote_break(r, err);
     }
+    return 0;
+}
+
+/* The call itself, with r->lock held. */
+static int call_locked(mt_remote *r, mt_proto_msg *req, mt_proto_msg *reply, uint32_t *code,
+                       mt_error *err) {
+    if (code) *code = 0;
+    memset(reply, 0, sizeof *reply);
+    if (send_msg(r, req, err)) return -1;
     void *in;
-    rc = mt_conn_recv(r->conn, &in, &len, err);
+    size_t len;
+    int rc = mt_conn_recv(r->conn, &in, &len, err);
     if (rc == 1) mt_error_set(err, "the node closed the connection without replying");
     if (rc) {
         mt_error_prefix(err, "node %s: %s", r->addr, mt_proto_type_name(req->type));
@@ -154,23 +161,11 @@ int mt_remote_stage_forward_as(mt_remote *r, uint64_t session, int32_t layer_beg
 
 /* Sends one message that gets no reply (r->lock held). */
 static int send_locked(mt_remote *r, mt_proto_msg *m, mt_error *err) {
-    if (r->broken)
-        return mt_error_set(err, "node %s: connection is broken: %s", r->addr, r->reason);
-    if (mt_conn_peer_closed(r->conn)) {
+    if (!r->broken && mt_conn_peer_closed(r->conn)) {
         mt_error_set(err, "node %s: %s", r->addr, mt_conn_reason(r->conn));
         return remote_break(r, err);
     }
-    m->request_id = r->next_id++;
-    uint8_t *buf;
-    size_t len;
-    if (mt_proto_encode(m, &buf, &len, err)) return -1;
-    int rc = mt_conn_send(r->conn, buf, len, err);
-    free(buf);
-    if (rc) {
-        mt_error_prefix(err, "node %s", r->addr);
-        return remote_break(r, err);
-    }
-    return 0;
+    return send_msg(r, m, err);
 }
 
 int mt_remote_send(mt_remote *r, mt_proto_msg *m, mt_error *err) {
