@@ -610,20 +610,9 @@ static void check_arch(const char *arch) {
 
 /* A stage node with its own step settings and session room. */
 static mt_node *start_oneway_stage(const char *shard, int max_sessions, int prefill_chunk) {
-    mt_node_config c = {.shard_path = shard,
-                        .keys = &k_node,
-                        .authorized = auth,
-                        .listen = "127.0.0.1:0",
-                        .max_sessions = max_sessions,
-                        .n_ctx = 64,
-                        .threads = 1,
-                        .timeout_ms = 5000,
-                        .step_tokens = prefill_chunk,
-                        .prefill_chunk = prefill_chunk,
-                        .quiet = true};
-    mt_error err = {{0}};
-    mt_node *n = mt_node_start(&c, &err);
-    CHECK(n != NULL, "one-way stage %s: %s", shard, err.msg);
+    start_step_tokens = start_prefill_chunk = prefill_chunk;
+    mt_node *n = start_node(shard, NULL, 0, max_sessions);
+    start_step_tokens = start_prefill_chunk = 0;
     return n;
 }
 
