@@ -127,7 +127,8 @@ done
 $T "$BIN" split "$tmp/p.gguf" --plan cell:4 -o "$tmp/p4" >/dev/null || die "split probe"
 req=$($T "$BIN" keygen -o "$tmp/req.key") || die "keygen"
 nodekey=$($T "$BIN" keygen -o "$tmp/node.key") || die "keygen"
-printf '%s requester\n' "$req" >"$tmp/auth"
+# the nodes' own key too: in one-way mode each stage connects to the next
+printf '%s requester\n%s node\n' "$req" "$nodekey" >"$tmp/auth"
 
 OURS="" # the nodes' process ids: their threads are not "other programs"
 node_on() { # NAME HOST SHARD: a node in host HOST's namespace (sets ADDR)
