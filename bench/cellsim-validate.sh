@@ -48,7 +48,8 @@
 # removed on exit, also on failure or ^C. Environment: ARCH (deepseek2 or
 # kimi-k3), RES_BLOCK, LATENT (kimi-k3), ROUNDS (3), STAGES ("4 8"), USERS
 # ("1 2 4 8"), MODES ("turn oneway"), PROMPT (32), GEN (32), GAP_USERS (4),
-# GAP_GEN (96), KEEP=DIR (keep the measurements, calibrations and
+# GAP_GEN (96), NODE_FLAGS (more `moontail node` options, e.g. "--prefill-chunk
+# 2"; cellsim is not told), KEEP=DIR (keep the measurements, calibrations and
 # predictions there).
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -132,7 +133,8 @@ printf '%s requester\n%s node\n' "$req" "$nodekey" >"$tmp/auth"
 
 OURS="" # the nodes' process ids: their threads are not "other programs"
 node_on() { # NAME HOST SHARD: a node in host HOST's namespace (sets ADDR)
-    bg "$1" "${N[$2]}" "$BIN" node --listen "${IP[$2]}:0" --threads 1 --ctx 512 --quiet \
+    # shellcheck disable=SC2086 # NODE_FLAGS: several words
+    bg "$1" "${N[$2]}" "$BIN" node --listen "${IP[$2]}:0" --threads 1 --ctx 512 --quiet ${NODE_FLAGS:-} \
         --key "$tmp/node.key" --authorized "$tmp/auth" --shard "$3" || die "node $1 did not start"
     OURS="$OURS${OURS:+,}$PID"
 }

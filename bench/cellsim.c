@@ -351,9 +351,7 @@ int main(int argc, char **argv) {
             no_mla_gate = true;
             continue;
         }
-        if (!strcmp(a, "--stagger-ms"))
-            cfg.work.stagger_ms = num(a, v, 0, 1e9);
-        else if (!strcmp(a, "--burst")) {
+        if (!strcmp(a, "--burst")) {
             cfg.work.burst = true;
             continue;
         }
@@ -371,7 +369,9 @@ int main(int argc, char **argv) {
         }
         if (!v) die("%s needs a value", a);
         i++;
-        if (!strcmp(a, "--calib")) {
+        if (!strcmp(a, "--stagger-ms")) {
+            cfg.work.stagger_ms = num(a, v, 0, 1e9);
+        } else if (!strcmp(a, "--calib")) {
             if (n_calib == MAX_CALIB) die("at most 16 --calib files (%s)", v);
             calib_paths[n_calib++] = v;
         } else if (!strcmp(a, "--shape") || !strcmp(a, "--model")) {

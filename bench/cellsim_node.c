@@ -449,6 +449,9 @@ static void node_start_step(sim *S, int ni) {
         /* 3. chunks of prompts in arrival order, up to the step's budget */
         const double step_max = fmin(cfg->step_tokens, max_tok);
         double budget = fmax(1, step_max - n->st.n_tok);
+        if (n->st.n_tok > 0)
+            budget = fmin(budget, n->st.n_tok); /* node_worker.c: no more
+                                                    prompt than decode tokens */
         for (int i = 0; i < n->q_n && budget > 0; i++) {
             const int m = n->queue[i];
             const cs_msg *M = &S->msgs[m];

@@ -1570,6 +1570,7 @@ static int cp_chunks(int step_tokens, int prefill_chunk) {
     for (int done = 0, decodes = 2; done < CP_LONG; chunks++, decodes = 0) {
         int t = step_tokens - decodes < 1 ? 1 : step_tokens - decodes;
         t = t < prefill_chunk ? t : prefill_chunk;
+        t = decodes && t > decodes ? decodes : t; /* no more prompt than decode tokens */
         done += t < CP_LONG - done ? t : CP_LONG - done;
     }
     return chunks;

@@ -29,11 +29,12 @@
  *      > 0) of at most MT_NODE_DECODE_MAX_TOKENS tokens, whole;
  *   3. prompts (the other STAGE_FORWARDs) in arrival order, each cut to a
  *      chunk of at most prefill_chunk tokens, until the step holds
- *      step_tokens tokens (at least one prompt token per step). A prompt's
+ *      step_tokens tokens (at least one prompt token per step) and, while
+ *      decodes wait, no more prompt tokens than decode tokens. A prompt's
  *      later chunks run in later steps, and it is answered once its last
  *      chunk is done. Chunking a session's tokens is micro-batching, so
  *      results stay bit-identical.
- * A decoding session so waits at most one step of about step_tokens tokens
+ * A decoding session so waits at most one step of twice its decodes' tokens
  * behind any prompt. A step takes at most one request per session (later
  * ones wait until it is answered, so a session's requests run in order) and
  * at most max_batch_tokens tokens of decodes.

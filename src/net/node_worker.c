@@ -500,6 +500,11 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
     /* 3. chunks of prompts in arrival order, up to the step's budget */
     const int64_t step_max = n->cfg.step_tokens < max_tok ? n->cfg.step_tokens : max_tok;
     int64_t budget = step_max - tokens < 1 ? 1 : step_max - tokens;
+    /* while decodes wait, no more prompt tokens than decode tokens: a decoding user's step
+     * then costs at most what a step of twice its decodes costs (a step's cost grows more
+     * slowly than its tokens), and a prompt that arrives makes its tokens come at most about
+     * half as fast, at every stage it crosses (docs/design.md, "Batching") */
+    if (tokens > 0 && budget > tokens) budget = tokens;
     for (k = 0; k < count && budget > 0; k++) {
         if (!all[k] || !ready[k] || all[k]->msg.type != MT_PROTO_STAGE_FORWARD ||
             is_decode(&all[k]->msg))
