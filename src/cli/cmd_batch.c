@@ -6,7 +6,7 @@
  * Progress (done/total, failed, tokens/s) goes to stderr. SIGINT or SIGTERM starts no more
  * requests, lets those in flight finish, and exits 1 (run again to resume). */
 #include "cli.h"
-#include "cli_config.h"
+#include "cli_api_backend.h"
 #include "moontail/api.h"
 #include "moontail/log.h"
 
@@ -93,33 +93,18 @@ static void remove_state(const char *dir) {
 }
 
 int cmd_batch(int argc, char **argv) {
-    const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
-               *key = "requester.key", *cache = "moontail-cache", *wire = "f32", *model_name = NULL,
-               *kv_name = NULL, *in = NULL, *out = NULL, *state = NULL;
-    int64_t parallel = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024;
-    bool quiet = false, chain = false;
-    float spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
+    const char *in = NULL, *out = NULL, *state = NULL;
+    int64_t parallel = 16;
+    bool quiet = false;
+    cli_api_backend be;
+    cli_api_backend_init(&be);
     cli_log_opts log_opts = {0};
     const cli_opt opts[] = {
         {"-i", CLI_STRING, &in, 0, 0},
         {"-o", CLI_STRING, &out, 0, 0},
         {"--state", CLI_STRING, &state, 0, 0},
         {"--parallel", CLI_INT, &parallel, 1, 4096},
-        {"--model", CLI_STRING, &model, 0, 0},
-        {"--registry", CLI_STRING, &registry, 0, 0},
-        {"--token", CLI_STRING, &token, 0, 0},
-        {"--token-file", CLI_STRING, &token_file, 0, 0},
-        {"--key", CLI_STRING, &key, 0, 0},
-        {"--cache", CLI_STRING, &cache, 0, 0},
-        {"--wire", CLI_STRING, &wire, 0, 0},
-        {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
-        {"--chain", CLI_FLAG, &chain, 0, 0},
-        {"--model-name", CLI_STRING, &model_name, 0, 0},
-        {"-t", CLI_INT, &threads, 1, 1024},
-        {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
-        {"--ubatch", CLI_INT, &ubatch, 1, 1 << 24},
-        {"--kv-type", CLI_STRING, &kv_name, 0, 0},
-        {"--chat-max-tokens", CLI_INT, &chat_max, 1, 1 << 24},
+        CLI_API_BACKEND_OPTS(be),
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
         CLI_LOG_OPTS(log_opts),
         {NULL, CLI_FLAG, NULL, 0, 0},
@@ -132,19 +117,6 @@ int cmd_batch(int argc, char **argv) {
                         " (-o FILE); see 'moontail batch --help'\n");
         return 2;
     }
-    if (!model == !registry) {
-        fprintf(stderr, "moontail batch: give either --model FILE or --registry URL; see"
-                        " 'moontail batch --help'\n");
-        return 2;
-    }
-    if (strcmp(wire, "f32") != 0 && strcmp(wire, "bf16") != 0) {
-        fprintf(stderr, "moontail batch: --wire must be f32 or bf16\n");
-        return 2;
-    }
-    mt_kv_type kv_type;
-    if (!cli_kv_type("batch", kv_name, &kv_type)) return 2;
-    double spot_check = 0;
-    if (!cli_spot_check("batch", spot_check_opt, &spot_check)) return 2;
     char default_state[4096];
     if (!state) {
         if ((size_t)snprintf(default_state, sizeof default_state, "%s.state", out) >=
@@ -153,36 +125,19 @@ int cmd_batch(int argc, char **argv) {
             return 2;
         }
     }
-    char *tok = NULL;
-    cli_config conf;
-    if (registry) cli_requester_paths(&conf, &key, &cache);
-    if (registry && !(tok = cli_token("batch", token, token_file))) return 2;
-    sigset_t sigs;
-    cli_block_stop_signals(&sigs, false);
-    mt_api_config c = {.model_path = model,
-                       .registry = registry,
-                       .token = tok,
-                       .key_path = key,
-                       .cache_dir = cache,
-                       .wire = strcmp(wire, "bf16") == 0 ? MT_PROTO_BF16 : MT_PROTO_F32,
-                       .spot_check = spot_check,
-                       .chain = chain,
-                       .model_name = model_name,
-                       .no_auth = true,
+    mt_api_config c = {.no_auth = true,
                        .listen = "127.0.0.1:0",
                        .parallel = 1,
                        .queue = 0,
-                       .threads = (int)threads,
-                       .ubatch = (int)ubatch,
-                       .kv_type = kv_type,
-                       .ctx = (int)ctx,
-                       .chat_max_tokens = (int)chat_max,
                        .quiet = true,
                        .no_http = true,
                        .batch_parallel = (int)parallel};
+    if (!cli_api_backend_apply("batch", &be, &c)) return 2;
+    sigset_t sigs;
+    cli_block_stop_signals(&sigs, false);
     mt_error err = {{0}};
     mt_api_server *s = mt_api_server_start(&c, &err);
-    free(tok);
+    cli_api_backend_free(&be);
     if (!s) {
         fprintf(stderr, "moontail batch: %s\n", err.msg);
         return 1;

@@ -2,7 +2,7 @@
  * docs/api.md) until SIGINT or SIGTERM. Prints "listening on URL" on
  * stdout once it answers; one log line per request goes to stderr. */
 #include "cli.h"
-#include "cli_config.h"
+#include "cli_api_backend.h"
 #include "generate.h"
 #include "moontail/api.h"
 #include "moontail/log.h"
@@ -74,39 +74,23 @@ static bool parse_rate(const char *s, double *out) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *registry = NULL, *token = NULL, *token_file = NULL,
-               *key = "requester.key", *cache = "moontail-cache", *wire = "f32",
-               *listen = "127.0.0.1:8080", *model_name = NULL, *api_keys = NULL, *rate = NULL,
-               *kv_name = NULL, *batch_dir = NULL, *draft = NULL;
-    int64_t parallel = 4, queue = 16, threads = 0, ctx = 0, ubatch = 0, chat_max = 1024,
-            max_body_kb = 1024, batch_parallel = 16, max_file_mb = 100,
+    const char *listen = "127.0.0.1:8080", *api_keys = NULL, *rate = NULL, *batch_dir = NULL,
+               *draft = NULL;
+    int64_t parallel = 4, queue = 16, max_body_kb = 1024, batch_parallel = 16, max_file_mb = 100,
             draft_k = CLI_DRAFT_K_DEFAULT;
-    bool no_auth = false, quiet = false, chain = false;
+    bool no_auth = false, quiet = false;
     int64_t http_limits[5] = {0};
-    float spot_check_opt = (float)CLI_SPOT_CHECK_DEFAULT;
+    cli_api_backend be;
+    cli_api_backend_init(&be);
     cli_log_opts log_opts = {0};
     const cli_opt opts[] = {
-        {"--model", CLI_STRING, &model, 0, 0},
-        {"--registry", CLI_STRING, &registry, 0, 0},
-        {"--token", CLI_STRING, &token, 0, 0},
-        {"--token-file", CLI_STRING, &token_file, 0, 0},
-        {"--key", CLI_STRING, &key, 0, 0},
-        {"--cache", CLI_STRING, &cache, 0, 0},
-        {"--wire", CLI_STRING, &wire, 0, 0},
-        {"--spot-check", CLI_FLOAT, &spot_check_opt, 0, 0},
-        {"--chain", CLI_FLAG, &chain, 0, 0},
+        CLI_API_BACKEND_OPTS(be),
         {"--listen", CLI_STRING, &listen, 0, 0},
-        {"--model-name", CLI_STRING, &model_name, 0, 0},
         {"--api-keys", CLI_STRING, &api_keys, 0, 0},
         {"--no-auth", CLI_FLAG, &no_auth, 0, 0},
         {"--rate-limit", CLI_STRING, &rate, 0, 0},
         {"--parallel", CLI_INT, &parallel, 1, 256},
         {"--queue", CLI_INT, &queue, 0, 100000},
-        {"-t", CLI_INT, &threads, 1, 1024},
-        {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
-        {"--ubatch", CLI_INT, &ubatch, 1, 1 << 24},
-        {"--kv-type", CLI_STRING, &kv_name, 0, 0},
-        {"--chat-max-tokens", CLI_INT, &chat_max, 1, 1 << 24},
         {"--max-body-kb", CLI_INT, &max_body_kb, 1, 1 << 20},
         {"--draft", CLI_STRING, &draft, 0, 0},
         {"--draft-k", CLI_INT, &draft_k, 1, MT_GEN_MAX_DRAFT},
@@ -128,46 +112,14 @@ int cmd_serve(int argc, char **argv) {
                 draft);
         return 2;
     }
-    if (!model == !registry) {
-        fprintf(stderr, "moontail serve: give either --model FILE or --registry URL; see"
-                        " 'moontail serve --help'\n");
-        return 2;
-    }
-    if (strcmp(wire, "f32") != 0 && strcmp(wire, "bf16") != 0) {
-        fprintf(stderr, "moontail serve: --wire must be f32 or bf16\n");
-        return 2;
-    }
-    mt_kv_type kv_type;
-    if (!cli_kv_type("serve", kv_name, &kv_type)) return 2;
-    double rate_per_min = 0, spot_check = 0;
+    double rate_per_min = 0;
     if (rate && !parse_rate(rate, &rate_per_min)) return 2;
-    if (!cli_spot_check("serve", spot_check_opt, &spot_check)) return 2;
-    char *tok = NULL;
-    cli_config conf;
-    if (registry) cli_requester_paths(&conf, &key, &cache);
-    if (registry && !(tok = cli_token("serve", token, token_file))) return 2;
-    sigset_t sigs;
-    cli_block_stop_signals(&sigs, log_opts.file != NULL);
     mt_api_config c = {.listen = listen,
-                       .model_path = model,
-                       .registry = registry,
-                       .token = tok,
-                       .key_path = key,
-                       .cache_dir = cache,
-                       .wire = strcmp(wire, "bf16") == 0 ? MT_PROTO_BF16 : MT_PROTO_F32,
-                       .spot_check = spot_check,
-                       .chain = chain,
-                       .model_name = model_name,
                        .api_keys = api_keys,
                        .no_auth = no_auth,
                        .rate_per_min = rate_per_min,
                        .parallel = (int)parallel,
                        .queue = (int)queue,
-                       .threads = (int)threads,
-                       .ubatch = (int)ubatch,
-                       .kv_type = kv_type,
-                       .ctx = (int)ctx,
-                       .chat_max_tokens = (int)chat_max,
                        .max_body = (size_t)max_body_kb * 1024,
                        .limits = cli_http_limits(http_limits),
                        .quiet = quiet,
@@ -175,9 +127,12 @@ int cmd_serve(int argc, char **argv) {
                        .batch_parallel = (int)batch_parallel,
                        .max_file = (size_t)max_file_mb << 20,
                        .draft_k = draft ? (int)draft_k : 0};
+    if (!cli_api_backend_apply("serve", &be, &c)) return 2;
+    sigset_t sigs;
+    cli_block_stop_signals(&sigs, log_opts.file != NULL);
     mt_error err = {{0}};
     mt_api_server *s = mt_api_server_start(&c, &err);
-    free(tok);
+    cli_api_backend_free(&be);
     if (!s) {
         fprintf(stderr, "moontail serve: %s\n", err.msg);
         return 1;
