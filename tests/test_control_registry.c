@@ -1109,8 +1109,8 @@ static bool wait_ledger(int64_t node, int64_t want, int ms) {
     return false;
 }
 
-/* Evaluates n tokens through the registry's route (a fresh session). */
-static bool generate(const char *tok, int n) {
+/* A requester on this registry with the test's key and cache (NULL with err). */
+static mt_requester *open_requester(const char *tok, mt_error *err) {
     char key[400], cache[400];
     snprintf(key, sizeof key, "%s/requester.key", dir);
     snprintf(cache, sizeof cache, "%s/requester-cache", dir);
@@ -1120,8 +1120,13 @@ static bool generate(const char *tok, int n) {
                              .cache_dir = cache,
                              .threads = 1,
                              .quiet = true};
+    return mt_requester_open(&c, err);
+}
+
+/* Evaluates n tokens through the registry's route (a fresh session). */
+static bool generate(const char *tok, int n) {
     mt_error err = {{0}};
-    mt_requester *q = mt_requester_open(&c, &err);
+    mt_requester *q = open_requester(tok, &err);
     bool ok = q && mt_requester_begin(q, 32, &err) == 0;
     float *logits = ok ? malloc((size_t)mt_requester_head(q)->hp.n_vocab * sizeof *logits) : NULL;
     static const int32_t ids[8] = {5, 77, 3, 190, 42, 8, 130, 64};
@@ -1136,17 +1141,8 @@ static bool generate(const char *tok, int n) {
  * whose third token is a wrong guess, taken back (mt_requester_rewind), then the right
  * tokens: the last row has the bits of the same tokens evaluated plainly. */
 static void check_speculative(const char *tok) {
-    char key[400], cache[400];
-    snprintf(key, sizeof key, "%s/requester.key", dir);
-    snprintf(cache, sizeof cache, "%s/requester-cache", dir);
-    mt_requester_config c = {.registry = base,
-                             .token = tok,
-                             .key_path = key,
-                             .cache_dir = cache,
-                             .threads = 1,
-                             .quiet = true};
     mt_error err = {{0}};
-    mt_requester *q = mt_requester_open(&c, &err);
+    mt_requester *q = open_requester(tok, &err);
     const int32_t V = q ? mt_requester_head(q)->hp.n_vocab : 0;
     float *want = q ? malloc((size_t)V * sizeof *want) : NULL;
     float *rows = q ? malloc(4 * (size_t)V * sizeof *rows) : NULL;
