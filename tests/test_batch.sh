@@ -170,19 +170,7 @@ expect 1 "others may read this state directory" \
 expect 2 "give the requests (-i FILE)" "$BIN" batch --model "$M" -o "$tmp/x.jsonl"
 
 # ---- through a cell: a registry and two nodes (one replica), killed at the 4th result
-start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
-    --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 --listen 127.0.0.1:0 --quiet
-REG=$ADDR
-"$BIN" account new batch --registry "$REG" -o "$tmp/api.token" >/dev/null 2>&1 || bad "account"
-cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))
-for k in 1 2; do
-    start_bg "n$k" "$BIN" node --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/n$k.key" \
-        --data "$tmp/d$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
-done
-for _ in $(seq 1 150); do
-    "$BIN" status --registry "$REG" --json 2>/dev/null | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
-    sleep 0.2
-done
+start_small_cell "$M" batch
 CELL_IDS="1 2 3 4 5 6 7 8 31 32"
 for i in $CELL_IDS; do sed -n "${i}p" "$tmp/in.jsonl"; done >"$tmp/in_cell.jsonl"
 C=("$BIN" batch --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/req.key" --cache "$tmp/cache"

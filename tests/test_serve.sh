@@ -260,19 +260,7 @@ expect 2 "expects N/min" "$BIN" serve --model "$M" --api-keys "$tmp/keys" --rate
 expect 1 "is a shard" bash -c "'$BIN' split '$M' --layers 0:1 -o '$tmp/part.gguf' >/dev/null && '$BIN' serve --model '$tmp/part.gguf' --no-auth --listen 127.0.0.1:0"
 
 # ---- the same API over a cell: a registry and two nodes, one replica
-start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed" \
-    --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 --listen 127.0.0.1:0 --quiet
-REG=$ADDR
-"$BIN" account new api --registry "$REG" -o "$tmp/api.token" >/dev/null 2>&1 || bad "account"
-cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))
-for k in 1 2; do
-    start_bg "n$k" "$BIN" node --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/n$k.key" \
-        --data "$tmp/d$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
-done
-for _ in $(seq 1 150); do
-    "$BIN" status --registry "$REG" --json 2>/dev/null | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
-    sleep 0.2
-done
+start_small_cell "$M" api
 start_bg r "$BIN" serve --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/req.key" \
     --cache "$tmp/cache" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --model-name tiny --parallel 2 -t 1
 if [ -n "$ADDR" ]; then

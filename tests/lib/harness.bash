@@ -15,6 +15,10 @@
 #                           $tmp/node.key (public keys in $req, $nodekey) and
 #                           $tmp/auth authorizing both
 #   start_route_node NAME ARGS...  such a node on 127.0.0.1:0 (1 thread); sets ADDR
+#   start_small_cell MODEL ACCOUNT  a registry of MODEL (1 replica, no spare) and
+#                           two nodes that each hold about 60% of it, on
+#                           127.0.0.1, waited for until ready; sets REG (its
+#                           URL) and writes ACCOUNT's token to $tmp/api.token
 #   wait_for JS [SECONDS]   until JS is true of o = the JSON the script's own
 #                           `status` function prints (default 30 s); 1 on timeout
 #   wait_stopped PID [SECS] until PID or a process below it has stopped itself
@@ -141,4 +145,21 @@ start_route_node() {
         >"$tmp/$name.out" 2>"$tmp/$name.err" &
     pids+=($!)
     wait_listening "$name" "${pids[-1]}"
+}
+start_small_cell() {
+    local model=$1 account=$2 cap_mb
+    start_bg reg "$BIN" registry --model "$model" --db "$tmp/reg.db" --key "$tmp/reg.key" \
+        --shards "$tmp/seed" --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 1500 \
+        --listen 127.0.0.1:0 --quiet
+    REG=$ADDR
+    "$BIN" account new "$account" --registry "$REG" -o "$tmp/api.token" >/dev/null 2>&1 || bad "account"
+    cap_mb=$(($(stat -c %s "$model") * 6 / 10 / 1000000 + 1))
+    for k in 1 2; do
+        start_bg "n$k" "$BIN" node --registry "$REG" --token-file "$tmp/api.token" --key "$tmp/n$k.key" \
+            --data "$tmp/d$k" --listen 127.0.0.1:0 --capacity-mb "$cap_mb" --speed 1 --threads 1
+    done
+    for _ in $(seq 1 150); do
+        "$BIN" status --registry "$REG" --json 2>/dev/null | json 'process.exit(o.ready ? 0 : 1)' 2>/dev/null && break
+        sleep 0.2
+    done
 }
