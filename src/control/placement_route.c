@@ -107,28 +107,42 @@ static uint64_t mix64(uint64_t x) {
  * whose figures differ, a draw weighted by each pipeline's free session
  * memory (its fullest stage's room, counted in MiB and capped at 2^40 MiB so
  * nodes without a limit weigh alike and the sum cannot overflow). */
+typedef struct room_entry {
+    int64_t node, room;
+} room_entry;
+
+static int cmp_room(const void *pa, const void *pb) {
+    return cmp_i64(&((const room_entry *)pa)->node, &((const room_entry *)pb)->node);
+}
+
 static int32_t first_pipeline(const mt_place_plan *p, const mt_place_room *room, uint64_t session) {
     int32_t P = p->n_pipelines, start = (int32_t)(session % (uint64_t)P);
     if (!room || room->n <= 0 || P < 2) return start;
+    int64_t *least = malloc((size_t)P * sizeof *least); /* -1: no stage seen yet */
     uint64_t *w = malloc((size_t)P * sizeof *w), total = 0;
-    if (!w) return start;
-    bool known = true, differ = false;
-    for (int32_t k = 0; k < P && known; k++) {
-        int64_t least = -1;
-        for (int32_t i = 0; i < p->n_assign; i++) {
-            const mt_place_assign *x = &p->assign[i];
-            if (x->role != MT_PLACE_STAGE || x->pipeline != p->pipelines[k].index) continue;
-            int64_t r = -1;
-            for (int32_t j = 0; j < room->n; j++)
-                if (room->node[j] == x->node) r = room->room[j];
-            if (r < 0) {
-                known = false;
-                break;
-            }
-            if (least < 0 || r < least) least = r;
-        }
-        if (least < 0) known = false;
-        uint64_t mib = (uint64_t)(least < 0 ? 0 : least) >> 20;
+    room_entry *r = malloc((size_t)room->n * sizeof *r);
+    bool known = least && w && r, differ = false;
+    for (int32_t k = 0; known && k < P; k++) least[k] = -1;
+    for (int32_t j = 0; known && j < room->n; j++)
+        r[j] = (room_entry){room->node[j], room->room[j]};
+    if (known) qsort(r, (size_t)room->n, sizeof *r, cmp_room);
+    /* one pass over the stages: each pipeline's fullest stage */
+    for (int32_t i = 0; known && i < p->n_assign; i++) {
+        const mt_place_assign *x = &p->assign[i];
+        if (x->role != MT_PLACE_STAGE) continue;
+        int32_t k = 0;
+        while (k < P && p->pipelines[k].index != x->pipeline) k++;
+        if (k == P) continue;
+        room_entry key = {x->node, 0};
+        const room_entry *e = bsearch(&key, r, (size_t)room->n, sizeof *r, cmp_room);
+        if (!e || e->room < 0)
+            known = false;
+        else if (least[k] < 0 || e->room < least[k])
+            least[k] = e->room;
+    }
+    for (int32_t k = 0; known && k < P; k++) {
+        if (least[k] < 0) known = false; /* a pipeline without a stage listed */
+        uint64_t mib = (uint64_t)(least[k] < 0 ? 0 : least[k]) >> 20;
         w[k] = mib > ((uint64_t)1 << 40) ? (uint64_t)1 << 40 : mib;
         differ |= k > 0 && w[k] != w[0];
         total += w[k];
@@ -137,7 +151,9 @@ static int32_t first_pipeline(const mt_place_plan *p, const mt_place_room *room,
         uint64_t u = mix64(session) % total;
         for (start = 0; start < P - 1 && u >= w[start]; start++) u -= w[start];
     }
+    free(least);
     free(w);
+    free(r);
     return start;
 }
 
