@@ -4,6 +4,7 @@
  * `moontail batch` and serve's /v1/batches; the requests themselves go through a submit
  * function (api_server.c's, the same checks and engine as /v1/chat/completions). */
 #include "api_batch.h"
+#include "moontail/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -361,7 +362,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
     }
     b->out_fd = -1;
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    mt_cond_init_mono(&b->cv); /* wait_a_little's deadline is on the monotonic clock */
     char *in_copy = NULL, *state = NULL, *out = NULL, *data = NULL, *mine = NULL,
          *state_text = NULL;
     size_t len = 0, mine_len = 0;
@@ -546,13 +547,7 @@ static void collect(void *ctx, int status, json_t *body) {
 
 /* Waits on b->cv for at most 0.2 s (b->mu held): *stop is polled. */
 static void wait_a_little(api_batch *b) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 200000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = mt_mono_after_ms(200);
     pthread_cond_timedwait(&b->cv, &b->mu, &ts);
 }
 

@@ -239,12 +239,17 @@ int api_engine_submit(api_engine *e, api_gen_params *p, const api_gen_sink *sink
     return 0;
 }
 
-void api_engine_stop(api_engine *e) {
+void api_engine_stopping(api_engine *e) {
     if (!e) return;
     pthread_mutex_lock(&e->mu);
     __atomic_store_n(&e->stopping, true, __ATOMIC_RELAXED); /* run_job reads it unlocked */
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
+}
+
+void api_engine_stop(api_engine *e) {
+    if (!e) return;
+    api_engine_stopping(e);
     for (int i = 0; i < e->n_slots; i++) pthread_join(e->threads[i], NULL);
     /* what still waits gets its answer */
     const int ring = e->n_slots + e->cap;

@@ -80,6 +80,9 @@ void api_engine_set_draft(api_engine *e, int32_t k);
  * called; *running and *queued say how busy it is). */
 int api_engine_submit(api_engine *e, api_gen_params *p, const api_gen_sink *sink, int *running,
                       int *queued);
+/* Refuses new requests and tells running ones to stop at their next token, without
+ * waiting: the engine stays valid (api_engine_submit returns -1) until api_engine_stop. */
+void api_engine_stopping(api_engine *e);
 /* Cancels queued requests (done() with 503), lets running ones stop at their
  * next token, joins the workers, closes the slots. The backend stays. */
 void api_engine_stop(api_engine *e);

@@ -550,6 +550,7 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
     if (!(s->batch_engine =
               api_engine_start_at(s->backend, s->vocab, parallel, batch_parallel, 0, err)))
         goto fail;
+    api_engine_set_draft(s->batch_engine, c->draft_k);
     if (c->no_http) return s;
     s->max_body = c->max_body ? c->max_body : 1 << 20;
     size_t max_body = s->max_body;
@@ -586,10 +587,11 @@ const char *mt_api_server_url(const mt_api_server *s) {
 
 void mt_api_server_stop(mt_api_server *s) {
     if (!s) return;
-    mt_http_server_stop(s->http);     /* no new requests; open streams are cut */
-    api_batches_stopping(s->batches); /* what the batch slots cut now runs again at restart */
-    api_engine_stop(s->batch_engine); /* running requests end at their next token */
-    api_batches_stop(s->batches);
+    mt_http_server_stop(s->http);         /* no new requests; open streams are cut */
+    api_batches_stopping(s->batches);     /* what the batch slots cut now runs again at restart */
+    api_engine_stopping(s->batch_engine); /* running requests end at their next token */
+    api_batches_stop(s->batches);         /* its runner may still submit: refused, not freed */
+    api_engine_stop(s->batch_engine);
     api_engine_stop(s->engine);
     mt_chat_template_free(s->tmpl);
     mt_vocab_free(s->vocab);
