@@ -115,6 +115,9 @@ int pl_cell_latency_fill(const pl_ctx *c, const int32_t *list, int32_t n, int32_
             for (int32_t k = 1; k <= K && j + k <= n; k++)
                 for (int32_t b = l + 1; b <= L; b++) {
                     int32_t stage;
+                    if (k > 1 && pl_exp(c, l, b) == 0)
+                        continue; /* dense so far: partners
+                                     need experts further on */
                     double t = group_ms(c, list + j, k, l, b, &stage);
                     if (!isfinite(t) || t > cap) break; /* both only grow with b */
                     size_t at = (size_t)(j + k) * W + b;
@@ -127,8 +130,8 @@ int pl_cell_latency_fill(const pl_ctx *c, const int32_t *list, int32_t n, int32_
         if (isfinite(best[(size_t)j * W + L]) &&
             (end < 0 || best[(size_t)j * W + L] < best[(size_t)end * W + L]))
             end = j;
-    if (end < 0) { /* cannot happen under BALANCED: THROUGHPUT's layout is within */
-        rc = isfinite(cap) ? pl_cell_throughput_fill(c, list, n, idx, out) : 0;
+    if (end < 0) { /* the search includes THROUGHPUT's layout: kept as a safety net */
+        rc = pl_cell_throughput_fill(c, list, n, idx, out);
         goto done;
     }
     int32_t n_groups = 0;
