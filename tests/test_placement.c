@@ -13,6 +13,7 @@
  * cells, and half the random cell fleets with a kimi-like pattern), and the
  * model layer's per-layer sizes are what the KV cache of a kimi-k3 model
  * reserves. Prints balance figures (model estimates) for a few fleet sizes. */
+#include "../src/control/placement_internal.h"
 #include "check.h"
 #include "moontail/gguf.h"
 #include "moontail/model.h"
@@ -1043,6 +1044,51 @@ static void test_fleets(void) {
           st.short_plans, st.plans);
 }
 
+/* -------------------------------------------------------------- water fill */
+
+/* The split pl_water_fill documents, one expert at a time to whoever finishes it soonest
+ * (ties to the lower index): its bulk start must give exactly this. */
+static bool greedy_fill(int32_t X, int32_t k, const double *speed, const int32_t *lo,
+                        const int32_t *max, int32_t *n) {
+    int64_t sum = 0, room = 0;
+    for (int32_t i = 0; i < k; i++) n[i] = lo[i], sum += lo[i], room += max[i];
+    for (int32_t i = 0; i < k; i++)
+        if (lo[i] > max[i]) return false;
+    if (sum > X || room < X) return false;
+    for (int64_t r = X - sum; r > 0; r--) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < k; i++)
+            if (n[i] < max[i] && (best < 0 || (n[i] + 1) / speed[i] < (n[best] + 1) / speed[best]))
+                best = i;
+        n[best]++;
+    }
+    return true;
+}
+
+static void test_water_fill(void) {
+    uint64_t s = 7;
+    int32_t differ = 0, cases = 0;
+    for (int it = 0; it < 200000; it++) {
+        int32_t k = (int32_t)rng_range(&s, 1, 12), X = (int32_t)rng_range(&s, 1, 1000);
+        double speed[12];
+        int32_t lo[12], max[12], a[12], b[12];
+        for (int32_t i = 0; i < k; i++) {
+            speed[i] = rng_range(&s, 0, 3) == 0 ? 1.0 : 0.5 + (double)rng_range(&s, 0, 99) / 50;
+            lo[i] = rng_range(&s, 0, 2) == 0 ? 1 : 0;
+            max[i] =
+                rng_range(&s, 0, 2) == 0 ? (int32_t)rng_range(&s, 0, (uint64_t)(X / k + 1)) : X;
+            if (max[i] < lo[i]) max[i] = lo[i];
+        }
+        bool r1 = greedy_fill(X, k, speed, lo, max, a), r2 = pl_water_fill(X, k, speed, lo, max, b);
+        cases++;
+        bool same = r1 == r2;
+        for (int32_t i = 0; same && r1 && i < k; i++) same = a[i] == b[i];
+        differ += !same;
+    }
+    CHECK(differ == 0, "pl_water_fill differs from the one-at-a-time split in %d of %d cases",
+          differ, cases);
+}
+
 /* ------------------------------------------------------------ objectives */
 
 /* A pipeline's trip as the latency layouts count it: group times + a hop each. */
@@ -1582,6 +1628,7 @@ int main(void) {
     test_work_hand();
     test_work_from_model();
     test_fleets();
+    test_water_fill();
     test_objectives_hand();
     test_objectives_fleets();
     print_balance();
