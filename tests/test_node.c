@@ -1252,6 +1252,20 @@ static void check_hostile(void) {
     expect_error(&w, &m, MT_PROTO_ERR_POSITION, "context", "past the context");
     m = stage_msg(15, 1, 1, 2, pos + 3, 2, rows);
     expect_error(&w, &m, MT_PROTO_ERR_UNKNOWN_SESSION, "replay", "unknown session at 3");
+    /* a speculative pass longer than a requester's longest check would make the node keep a
+     * copy of its KDA states per token: refused before any session is touched */
+    enum { LONG_SPEC = 2 + MT_GEN_MAX_DRAFT };
+    int32_t spec_pos[LONG_SPEC];
+    float *spec_rows = calloc((size_t)LONG_SPEC * E, sizeof(float));
+    for (int i = 0; i < LONG_SPEC; i++) spec_pos[i] = 1 + i;
+    m = stage_msg(15, 1, 1, 2, spec_pos, LONG_SPEC, spec_rows);
+    m.speculative = true;
+    expect_error(&w, &m, MT_PROTO_ERR_BAD_REQUEST, "speculative pass",
+                 "a 34-token speculative pass");
+    m = stage_msg(15, 1, 1, 2, pos, 2, rows);
+    m.speculative = true;
+    expect_error(&w, &m, MT_PROTO_ERR_BAD_REQUEST, "speculative pass", "a speculative pass at 0");
+    free(spec_rows);
     /* a session that starts, then jumps */
     m = stage_msg(16, 1, 1, 2, pos, 3, rows);
     mt_proto_encode(&m, &buf, &len, NULL);

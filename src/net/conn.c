@@ -101,7 +101,8 @@ bool mt_conn_is_open(mt_conn *c) {
 
 bool mt_conn_peer_closed(mt_conn *c) {
     struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
-    bool gone = poll(&p, 1, 0) != 0; /* readable, hung up, an error, or poll failed */
+    bool gone = poll(&p, 1, 0) > 0; /* readable, hung up or an error (a failed poll, e.g.
+                                        EINTR, says nothing about the peer) */
     if (gone) {
         mt_error e = {{0}};
         mt_error_set(&e, "the peer closed the connection (or sent an unexpected reply)");

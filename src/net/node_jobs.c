@@ -4,6 +4,7 @@
  * replies and errors on the client's connection, and lets go of the client
  * when its last job is done. The reader and accept threads and start/stop
  * are in node_server.c. */
+#include "moontail/generate.h"
 #include "moontail/shard.h"
 #include "moontail/transport.h"
 #include "node_internal.h"
@@ -127,6 +128,13 @@ int node_check_request(mt_node *n, const mt_proto_msg *m, uint32_t *code, mt_err
                                 "a one-way pass must end at the model's last layer (%d), not at"
                                 " layer %d: its last stage answers the requester",
                                 in->n_layer, end);
+        /* a speculative pass keeps a copy of the KDA states per token: only as long as the
+         * longest check a requester makes (the last token and MT_GEN_MAX_DRAFT guesses) */
+        if (m->speculative && (m->n > 1 + MT_GEN_MAX_DRAFT || m->pos[0] == 0))
+            return mt_error_set(err,
+                                "a speculative pass continues a session with at most %d tokens;"
+                                " this one starts at %d with %d",
+                                1 + MT_GEN_MAX_DRAFT, m->pos[0], m->n);
         if (m->cols != mt_proto_cols_in(in, m->layer_begin))
             return mt_error_set(err,
                                 "rows into layer %d must have %d values (the stream and %d"

@@ -363,10 +363,13 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
     /* back inside the last speculative pass: restore the KDA states (attention rows are
      * simply written again); then this request's snapshots, if it is speculative */
     mt_error err = {{0}};
-    if (p0 < s->n_past && mt_kv_rewind(s->kv, p0, &err)) {
-        node_job_fail(n, j, MT_PROTO_ERR_POSITION, "session %016llx: %s",
-                      (unsigned long long)m->session, err.msg);
-        return -1;
+    if (p0 < s->n_past) {
+        if (mt_kv_rewind(s->kv, p0, &err)) {
+            node_job_fail(n, j, MT_PROTO_ERR_POSITION, "session %016llx: %s",
+                          (unsigned long long)m->session, err.msg);
+            return -1;
+        }
+        session_set_past(n, s, p0); /* a later failure here leaves the session where it went */
     }
     if (mt_kv_snap_begin(s->kv, p0, m->speculative ? m->n : 0, &err)) {
         node_job_fail(n, j, MT_PROTO_ERR_BUSY, "session %016llx: %s; retry",
@@ -387,7 +390,7 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
 
 /* Whether a STAGE_FORWARD is a decode (node.h, "Step order"). */
 static bool is_decode(const mt_proto_msg *m) {
-    return m->pos[0] > 0 && m->n <= MT_NODE_DECODE_MAX_TOKENS;
+    return m->pos[0] > 0 && (m->n <= MT_NODE_DECODE_MAX_TOKENS || m->speculative);
 }
 
 /* Whether all[k] may run in this step: an EXPERT_RUN always; a session's
