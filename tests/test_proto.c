@@ -84,7 +84,7 @@ static void test_round_trips(void) {
     free(big);
     /* flags, dtype, counts, layers, positions, values */
     uint8_t *t = malloc(len);
-    memcpy(t, b, len), t[2] = 8; /* bits 0 and 1 are HOPS and ONEWAY; bit 3 is reserved */
+    memcpy(t, b, len), t[2] = 16; /* bits 0-3 are HOPS, ONEWAY, SPECULATIVE, PROMPT; 4 is not */
     expect_bad(t, len, "flags", "flags");
     memcpy(t, b, len), t[2] = 1; /* a hop list on a forward that is not one-way */
     expect_bad(t, len, "needs flag bit 1", "HOPS without ONEWAY");
@@ -546,7 +546,8 @@ static void test_fuzz(void) {
 }
 
 /* MT_PROTO_FLAG_SPECULATIVE: bit 2 of the header's flags, on STAGE_FORWARD only (also with
- * hops); bit 3 and the flag on other types are refused both ways. */
+ * hops); MT_PROTO_FLAG_PROMPT, bit 3, the same but never with bit 2; bit 4 and the flags on
+ * other types are refused both ways. */
 static void test_speculative(void) {
     float rows[2 * E] = {0};
     int32_t pos[2] = {7, 8};
@@ -581,8 +582,14 @@ static void test_speculative(void) {
             CHECK(mt_proto_decode(b, len, &d, &err) == 0 && !d.speculative,
                   "flag cleared: still speculative: %s", err.msg);
             mt_proto_msg_free(&d);
-            b[2] |= 8; /* bit 3 is reserved */
-            expect_bad(b, len, "flags", "STAGE_FORWARD with flag bit 3");
+            b[2] |= 8; /* bit 3: a prompt's chunk */
+            CHECK(mt_proto_decode(b, len, &d, &err) == 0 && d.prompt && !d.speculative,
+                  "prompt flag (hops %d): %s", with_hops, err.msg);
+            mt_proto_msg_free(&d);
+            b[2] |= 4;
+            expect_bad(b, len, "one at most", "STAGE_FORWARD both speculative and a prompt");
+            b[2] = (uint8_t)((b[2] & ~12) | 16); /* bit 4 is reserved */
+            expect_bad(b, len, "flags", "STAGE_FORWARD with flag bit 4");
         }
         free(b);
     }
@@ -597,6 +604,16 @@ static void test_speculative(void) {
     end.speculative = true;
     CHECK(mt_proto_encode(&end, &b, &len, &err) < 0 && has(err.msg, "speculative"),
           "encoding a speculative SESSION_END: %s", err.msg);
+    end.speculative = false, end.prompt = true;
+    CHECK(mt_proto_encode(&end, &b, &len, &err) < 0 && has(err.msg, "prompt"),
+          "encoding a SESSION_END marked as a prompt: %s", err.msg);
+    m.n_hops = 0, m.hops = NULL, m.oneway = false, m.prompt = true; /* still speculative */
+    CHECK(mt_proto_encode(&m, &b, &len, &err) < 0 && has(err.msg, "prompt"),
+          "encoding a forward both speculative and a prompt: %s", err.msg);
+    m.speculative = false;
+    b = enc(&m, &len);
+    CHECK(b && b[2] == 8, "prompt flags byte %d", b ? b[2] : -1);
+    free(b);
 }
 
 int main(void) {

@@ -26,7 +26,9 @@
  *   1. EXPERT_RUN and SESSION_END requests (an expert request sits on another
  *      stage's critical path);
  *   2. every decode: a STAGE_FORWARD continuing a session (first position
- *      > 0) of at most MT_NODE_DECODE_MAX_TOKENS tokens, whole;
+ *      > 0) of at most MT_NODE_DECODE_MAX_TOKENS tokens (or speculative), not
+ *      marked MT_PROTO_FLAG_PROMPT (the chunks a one-way stage passes on of a
+ *      prompt it cut up), whole;
  *   3. prompts (the other STAGE_FORWARDs) in arrival order, each cut to a
  *      chunk of at most prefill_chunk tokens, until the step holds
  *      step_tokens tokens (at least one prompt token per step) and, while
@@ -35,7 +37,17 @@
  *      chunk is done. Chunking a session's tokens is micro-batching, so
  *      results stay bit-identical.
  * A decoding session so waits at most one step of twice its decodes' tokens
- * behind any prompt. A step takes at most one request per session (later
+ * behind any prompt. Decode pacing (unless no_pacing) shortens that wait:
+ * the node learns each decoding session's rhythm (the time between its last
+ * two decodes' arrivals) and does not start a step of prompt chunks alone
+ * when a session's next decode is due before such a step would end (the
+ * recent steps' time): it waits for that decode, a little past its due time
+ * at most (mt_node_pace_hold). And a step of decodes takes no prompt tokens
+ * when a step of prompt chunks alone fits between its end (the recent
+ * decode steps' time) and the next decode due, at most 2 steps in a row
+ * while prompts wait (then it takes them as above), so that prompts always
+ * advance. A decode then waits behind a prompt only when its arrival comes
+ * off its rhythm. A step takes at most one request per session (later
  * ones wait until it is answered, so a session's requests run in order) and
  * at most max_batch_tokens tokens of decodes.
  *
@@ -123,6 +135,7 @@ typedef struct mt_node_config {
      * prompt's first token sooner; the budget (8 to 64) changed little, 32 stays. */
     int step_tokens;
     int prefill_chunk;
+    bool no_pacing;      /* start prompt steps whenever decodes are not waiting ("Step order") */
     int timeout_ms;      /* handshake and each send/recv wait; <= 0: 30000 */
     int session_idle_ms; /* a session unused this long expires; <= 0: 600000 (10 min) */
     bool quiet;          /* no log lines on stderr */
@@ -168,9 +181,24 @@ typedef struct mt_node_stats {
     uint64_t served_token_layers; /* ... times the layers each ran through */
     uint64_t served_expert_rows;  /* expert rows computed for EXPERT_RUN requests */
     uint64_t prefill_chunks;      /* prompt chunks computed that did not end their request */
+    uint64_t paced_holds;         /* times a prompt step was held for a decode due (pacing) */
     uint64_t hop_messages;        /* one-way chunks sent on to a next hop (proto.h) */
     uint64_t passes_answered;     /* one-way passes whose STAGE_AWAIT got their rows (last stage) */
 } mt_node_stats;
+
+/* Decode pacing ("Step order"): a decoding session's last decode arrived at
+ * at_ms and the one before it period_ms earlier (0: not known). */
+typedef struct mt_node_pace_decode {
+    double at_ms, period_ms;
+} mt_node_pace_decode;
+
+/* Whether a step of prompt chunks alone, starting at now_ms and taking about
+ * step_ms (0: not measured yet), should wait for a decode: one of d[0..n) is
+ * due (at_ms + period_ms) before the step would end, and is not later than
+ * its slack (half its period, at most step_ms, at least 0.5 ms) past due.
+ * Returns the time to wait until (the earliest such due time plus its slack;
+ * the decode's arrival ends the wait sooner), or 0: start the step. */
+double mt_node_pace_hold(const mt_node_pace_decode *d, int n, double now_ms, double step_ms);
 
 /* How many sessions of how many positions a node offers, from the memory it
  * offers. The weights take weight_bytes of memory_bytes; the rest is the KV

@@ -43,8 +43,12 @@
  *                  back (the node keeps its KDA layers' state after each
  *                  token, and a later pass may start at any position after
  *                  this one's first; one-way stages pass the flag on with
- *                  the pass); every other bit, and any bit on another type,
- *                  is reserved and refused
+ *                  the pass); bit 3 (MT_PROTO_FLAG_PROMPT) a chunk of a
+ *                  prompt, however few its tokens: the node schedules it
+ *                  as a prompt, not a decode (node.h, "Step order"; a stage
+ *                  that cuts a prompt into chunks sets it on each chunk it
+ *                  passes on; not with bit 2); every other bit, and any
+ *                  bit on another type, is reserved and refused
  *       4    8  u64 request_id (chosen by the requester; echoed by the reply)
  *
  * Values ("rows") are n x cols numbers, row-major, in the message's dtype:
@@ -158,8 +162,9 @@
 #define MT_PROTO_FLAG_HOPS    0x0001    /* header flag: STAGE_FORWARD carries hops */
 #define MT_PROTO_FLAG_ONEWAY  0x0002    /* header flag: a one-way STAGE_FORWARD (origin block) */
 #define MT_PROTO_FLAG_SPECULATIVE                                                                  \
-    0x0004 /* header flag: a STAGE_FORWARD whose tokens may be                                     \
-              taken back (speculative decoding) */
+    0x0004                          /* header flag: a STAGE_FORWARD whose tokens may be            \
+                                       taken back (speculative decoding) */
+#define MT_PROTO_FLAG_PROMPT 0x0008 /* header flag: a STAGE_FORWARD scheduled as a prompt */
 
 typedef enum mt_proto_type {
     MT_PROTO_INFO = 0x0001,
@@ -234,6 +239,7 @@ typedef struct mt_proto_msg {
     int32_t n_hops;                 /* STAGE_FORWARD: 0 (no hop list) .. MT_PROTO_MAX_HOPS */
     mt_proto_hop *hops;             /* (n_hops) STAGE_FORWARD */
     bool speculative;               /* STAGE_FORWARD: MT_PROTO_FLAG_SPECULATIVE */
+    bool prompt;                    /* STAGE_FORWARD: MT_PROTO_FLAG_PROMPT */
     bool oneway;                    /* STAGE_FORWARD: one-way (origin set; n_hops may be 0) */
     mt_proto_origin origin;         /* one-way STAGE_FORWARD, CHAIN_ABORT; STAGE_AWAIT: pass_id
                                        and pass_end */

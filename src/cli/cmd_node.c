@@ -60,6 +60,8 @@ static const char usage[] =
     "  --step-tokens N       a step's tokens: every waiting decode first, then chunks\n"
     "                        of prompts up to N tokens (default 32)\n"
     "  --prefill-chunk N     tokens of a prompt computed per step at most (default 4)\n"
+    "  --no-pacing           start a step of prompt chunks even when a decoding session's\n"
+    "                        next token is due before it would end (default: wait for it)\n"
     "  --threads N           compute threads (default: all CPUs); a shard is hashed on as\n"
     "                        many before it is served (its stored hashes must match)\n"
     "  --recheck-s N         while serving, hash one tensor of the shard again every N\n"
@@ -144,7 +146,7 @@ int cmd_node(int argc, char **argv) {
     double corrupt_rate = 0;
     int64_t max_sessions = 0, ctx = 0, max_batch = 0, step_tokens = 0, prefill_chunk = 0,
             threads = 0, session_idle_s = 0, memory_mb = 0, recheck_s = 10;
-    bool quiet = false;
+    bool quiet = false, no_pacing = false;
     cli_log_opts log_opts = {0};
     mt_node_partner *partners = NULL;
     char **addrs = NULL;
@@ -169,6 +171,7 @@ int cmd_node(int argc, char **argv) {
         {"--max-batch", CLI_INT, &max_batch, 1, 1 << 20},
         {"--step-tokens", CLI_INT, &step_tokens, 1, 1 << 20},
         {"--prefill-chunk", CLI_INT, &prefill_chunk, 1, 1 << 20},
+        {"--no-pacing", CLI_FLAG, &no_pacing, 0, 0},
         {"--threads", CLI_INT, &threads, 1, 1024},
         {"--recheck-s", CLI_INT, &recheck_s, 0, 86400},
         {"--quiet", CLI_FLAG, &quiet, 0, 0},
@@ -251,6 +254,7 @@ int cmd_node(int argc, char **argv) {
                           .max_batch_tokens = (int)max_batch,
                           .step_tokens = (int)step_tokens,
                           .prefill_chunk = (int)prefill_chunk,
+                          .no_pacing = no_pacing,
                           .session_idle_ms = (int)session_idle_s * 1000,
                           .quiet = quiet,
                           .corrupt_rate = corrupt_rate,

@@ -76,11 +76,19 @@ typedef struct node_job {
     struct node_job *next;
     node_client *client;
     mt_proto_msg msg;
-    int32_t done;   /* tokens computed so far */
-    float *out;     /* (msg.n, cols_out) the reply's rows, or (msg.n, W) whole hidden states
-                       for a one-way job with next hops; NULL before its first chunk */
-    uint64_t bytes; /* its rows' bytes, counted in client->inflight_bytes (one-way) */
+    int32_t done;      /* tokens computed so far */
+    float *out;        /* (msg.n, cols_out) the reply's rows, or (msg.n, W) whole hidden states
+                          for a one-way job with next hops; NULL before its first chunk */
+    uint64_t bytes;    /* its rows' bytes, counted in client->inflight_bytes (one-way) */
+    double arrived_ms; /* mt_mono_ms_frac() when it was queued (decode pacing) */
 } node_job;
+
+/* Whether a STAGE_FORWARD is scheduled as a decode (node.h, "Step order"):
+ * it continues a session with few tokens (a speculative pass whatever its
+ * size), and is not marked as a prompt's chunk. */
+static inline bool node_is_decode(const mt_proto_msg *m) {
+    return !m->prompt && m->pos[0] > 0 && (m->n <= MT_NODE_DECODE_MAX_TOKENS || m->speculative);
+}
 
 /* Whose session a job names: the origin's for a one-way forward (the same
  * requester's session on every stage), else the client's. */
@@ -139,6 +147,7 @@ typedef struct node_session {
     node_job *busy; /* a prompt computed in chunks, not finished yet: the session's later jobs
                        wait, it holds the memory of the whole request, and it is neither evicted
                        nor expired meanwhile */
+    mt_node_pace_decode pace; /* decode pacing: its last decodes' arrivals (0: not decoding) */
 } node_session;
 
 /* The sessions (node_sessions.c), worker only: found by (owner, id) in O(1),
@@ -193,6 +202,13 @@ struct mt_node {
     node_sessions sessions; /* worker only */
     int session_cap;        /* sessions kept at most: cfg.max_sessions when given, else 2^20 */
     uint64_t step;          /* worker only */
+    /* decode pacing (worker only; node.h "Step order"): the recent time of a step of prompt
+     * chunks alone and of one of decodes alone, and when a held prompt step may start at the
+     * latest (0: none held) */
+    double pace_prompt_ms, pace_decode_ms, pace_hold_until;
+    int pace_skips; /* steps in a row whose decodes went without the prompts waiting */
+    mt_node_pace_decode *pace_due; /* the decoding sessions' rhythms, for mt_node_pace_hold */
+    int pace_cap;
 
     /* shard checks (node_verify.c) */
     struct mt_shard_info *shard_info; /* NULL: a whole model (no stored hashes) */

@@ -4,6 +4,7 @@
  * replies and errors on the client's connection, and lets go of the client
  * when its last job is done. The reader and accept threads and start/stop
  * are in node_server.c. */
+#include "moontail/clock.h"
 #include "moontail/generate.h"
 #include "moontail/shard.h"
 #include "moontail/transport.h"
@@ -226,6 +227,7 @@ bool node_enqueue(node_client *c, mt_proto_msg *m) {
     c->refs++;
     c->inflight++;
     c->inflight_bytes += j->bytes;
+    j->arrived_ms = mt_mono_ms_frac();
     if (n->q_tail)
         n->q_tail->next = j;
     else

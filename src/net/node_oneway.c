@@ -442,6 +442,7 @@ void node_oneway_chunk(mt_node *n, node_job *j, int32_t first, int32_t count) {
                       .n_hops = m->n_hops - 1,
                       .oneway = true,
                       .speculative = m->speculative,
+                      .prompt = !node_is_decode(m), /* its chunks stay a prompt's downstream */
                       .origin = m->origin};
     f.pos = malloc((size_t)count * sizeof(int32_t));
     f.rows = malloc((size_t)count * (size_t)cin * sizeof(float));

@@ -415,6 +415,7 @@ void mt_node_stop(mt_node *n) {
     for (int i = 0; i < 2; i++)
         if (n->wake[i] >= 0) close(n->wake[i]);
     node_sessions_free(&n->sessions);
+    free(n->pace_due);
     if (n->use_dispatch) mt_expert_dispatch_free(&n->dispatch); /* its threads, then partners */
     node_partners_free(n);
     node_hops_free(n);

@@ -388,9 +388,54 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
     return 0;
 }
 
-/* Whether a STAGE_FORWARD is a decode (node.h, "Step order"). */
-static bool is_decode(const mt_proto_msg *m) {
-    return m->pos[0] > 0 && (m->n <= MT_NODE_DECODE_MAX_TOKENS || m->speculative);
+/* ---- decode pacing (node.h, "Step order"; the rule: node_pace.c) ------------------ */
+
+/* A decoding session's rhythm is forgotten past this gap between its decodes. */
+#define PACE_MAX_PERIOD_MS 10000.0
+
+/* Job j of session s is in this step: a decode records its arrival (and the gap
+ * since the last), anything else ends the session's decoding. */
+static void pace_note(node_session *s, const node_job *j, bool decode) {
+    if (!decode) {
+        s->pace = (mt_node_pace_decode){0};
+        return;
+    }
+    const double gap = j->arrived_ms - s->pace.at_ms;
+    s->pace.period_ms = s->pace.at_ms > 0 && gap > 0 && gap <= PACE_MAX_PERIOD_MS ? gap : 0;
+    s->pace.at_ms = j->arrived_ms;
+}
+
+/* Steps in a row whose decodes go without prompt tokens while prompts wait. */
+#define PACE_MAX_SKIPS 2
+
+/* Whether a prompt (a STAGE_FORWARD not a decode) may run in this step. */
+static bool pace_prompts_wait(const mt_node *n, node_job *const *all, const bool *ready,
+                              int count) {
+    if (n->cfg.no_pacing) return false;
+    for (int k = 0; k < count; k++)
+        if (all[k] && ready[k] && all[k]->msg.type == MT_PROTO_STAGE_FORWARD &&
+            !node_is_decode(&all[k]->msg))
+            return true;
+    return false;
+}
+
+/* When a step of prompt chunks alone starting at `now` should wait for a decode
+ * due (0: it should not): mt_node_pace_hold over the sessions that decoded lately. */
+static double pace_hold(mt_node *n, double now) {
+    if (n->cfg.no_pacing || !(n->pace_prompt_ms > 0)) return 0;
+    int k = 0;
+    for (node_session *s = n->sessions.newest;
+         s && (double)(now - (double)s->last_used_ms) <= 2 * PACE_MAX_PERIOD_MS; s = s->older) {
+        if (!(s->pace.period_ms > 0)) continue;
+        if (k == n->pace_cap) {
+            int cap = n->pace_cap ? 2 * n->pace_cap : 64;
+            mt_node_pace_decode *v = realloc(n->pace_due, (size_t)cap * sizeof *v);
+            if (!v) break; /* pacing is an optimisation: decide on those seen */
+            n->pace_due = v, n->pace_cap = cap;
+        }
+        n->pace_due[k++] = s->pace;
+    }
+    return mt_node_pace_hold(n->pace_due, k, now, n->pace_prompt_ms);
 }
 
 /* Whether all[k] may run in this step: an EXPERT_RUN always; a session's
@@ -493,12 +538,15 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
     /* 2. every decode, whole */
     for (k = 0; k < count; k++) {
         if (!all[k] || !ready[k] || all[k]->msg.type != MT_PROTO_STAGE_FORWARD ||
-            !is_decode(&all[k]->msg))
+            !node_is_decode(&all[k]->msg))
             continue;
         const int32_t t = all[k]->msg.n;
         if (tokens && tokens + t > max_tok) continue;
         if (node_oneway_hop_full(n, all[k])) continue; /* waits for room on its next hop */
-        if (stage_take(n, &all[k], t, &items[n_items]) == 0) n_items++, tokens += t;
+        if (stage_take(n, &all[k], t, &items[n_items]) == 0) {
+            pace_note(items[n_items].session, all[k], true);
+            n_items++, tokens += t;
+        }
     }
     /* 3. chunks of prompts in arrival order, up to the step's budget */
     const int64_t step_max = n->cfg.step_tokens < max_tok ? n->cfg.step_tokens : max_tok;
@@ -508,15 +556,41 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
      * slowly than its tokens), and a prompt that arrives makes its tokens come at most about
      * half as fast, at every stage it crosses (docs/design.md, "Batching") */
     if (tokens > 0 && budget > tokens) budget = tokens;
+    /* decode pacing: with no decode in this step, a prompt step is not started when a
+     * decode is due before it would end (the worker waits for the decode, or until the
+     * hold); with decodes, no prompt tokens join them when a prompt step fits in the gap
+     * after this step (at most PACE_MAX_SKIPS steps in a row, so that prompts advance) */
+    const double now = mt_mono_ms_frac();
+    const bool was_holding = n->pace_hold_until > 0;
+    n->pace_hold_until = 0;
+    if (budget > 0 && pace_prompts_wait(n, all, ready, count)) {
+        if (tokens == 0) {
+            n->pace_hold_until = pace_hold(n, now);
+            if (n->pace_hold_until > 0) budget = 0;
+        } else if (n->pace_decode_ms > 0 && n->pace_skips < PACE_MAX_SKIPS &&
+                   pace_hold(n, now + n->pace_decode_ms) == 0 && n->pace_prompt_ms > 0) {
+            n->pace_skips++;
+            budget = 0;
+        }
+    }
+    if (n->pace_hold_until > 0 && !was_holding) {
+        pthread_mutex_lock(&n->lock);
+        n->stats.paced_holds++;
+        pthread_mutex_unlock(&n->lock);
+    }
+    int64_t prompt_tokens = 0;
     for (k = 0; k < count && budget > 0; k++) {
         if (!all[k] || !ready[k] || all[k]->msg.type != MT_PROTO_STAGE_FORWARD ||
-            is_decode(&all[k]->msg))
+            node_is_decode(&all[k]->msg))
             continue;
         if (node_oneway_hop_full(n, all[k])) continue;
         int64_t t = all[k]->msg.n - all[k]->done;
         if (t > n->cfg.prefill_chunk) t = n->cfg.prefill_chunk;
         if (t > budget) t = budget;
-        if (stage_take(n, &all[k], (int32_t)t, &items[n_items]) == 0) n_items++, budget -= t;
+        if (stage_take(n, &all[k], (int32_t)t, &items[n_items]) == 0) {
+            pace_note(items[n_items].session, all[k], false);
+            n_items++, budget -= t, prompt_tokens += t;
+        }
     }
     if (n_items) { /* counted before any reply, so that a client seeing one sees the step */
         pthread_mutex_lock(&n->lock);
@@ -532,6 +606,13 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
         else
             run_expert_group(n, items + i, n_items - i, m->layer_begin);
     }
+    if (rows == 0 && (prompt_tokens > 0) != (tokens > 0)) {
+        /* a step of prompt chunks or of decodes alone: what the next such step will take */
+        double *ema = prompt_tokens > 0 ? &n->pace_prompt_ms : &n->pace_decode_ms;
+        const double took = mt_mono_ms_frac() - now;
+        *ema = *ema > 0 ? 0.75 * *ema + 0.25 * took : took;
+    }
+    if (prompt_tokens > 0) n->pace_skips = 0;
     node_job *left = NULL, **tail = &left;
     int n_left = 0;
     for (k = 0; k < count; k++)
@@ -584,11 +665,18 @@ void *node_worker_main(void *arg) {
                 if (!n->q_head) n->q_tail = t;
                 n->q_head = deferred;
                 n->stats.queued += k;
-                if (!did_work) { /* all waiting (e.g. for room on a next hop): not a busy loop */
-                    int64_t until_ms = mt_mono_ms() + 5;
-                    struct timespec until = {.tv_sec = until_ms / 1000,
-                                             .tv_nsec = (long)(until_ms % 1000) * 1000000L};
-                    pthread_cond_timedwait(&n->work_cv, &n->lock, &until);
+                if (!did_work) { /* all waiting (room on a next hop, a decode due): not a
+                                    busy loop; an arrival ends the wait */
+                    double wait_ms = 5;
+                    if (n->pace_hold_until > 0) wait_ms = n->pace_hold_until - mt_mono_ms_frac();
+                    if (wait_ms > 0) {
+                        struct timespec until;
+                        clock_gettime(CLOCK_MONOTONIC, &until);
+                        int64_t ns = (int64_t)until.tv_nsec + (int64_t)(wait_ms * 1e6);
+                        until.tv_sec += (time_t)(ns / 1000000000);
+                        until.tv_nsec = (long)(ns % 1000000000);
+                        pthread_cond_timedwait(&n->work_cv, &n->lock, &until);
+                    }
                 }
             }
         } else if (n->stats.sessions == 0) {

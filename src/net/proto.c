@@ -325,6 +325,11 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
     }
     if (m->speculative && m->type != MT_PROTO_STAGE_FORWARD)
         return mt_error_set(err, "%s: only a STAGE_FORWARD can be speculative", tn);
+    if (m->prompt && (m->type != MT_PROTO_STAGE_FORWARD || m->speculative))
+        return mt_error_set(err,
+                            "%s: only a STAGE_FORWARD that is not speculative can be marked"
+                            " as a prompt's chunk",
+                            tn);
     switch (m->type) {
     case MT_PROTO_INFO:
         break;
@@ -424,7 +429,8 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
     if (m->type == MT_PROTO_STAGE_FORWARD)
         flags = (uint16_t)((m->n_hops ? MT_PROTO_FLAG_HOPS : 0) |
                            (m->oneway ? MT_PROTO_FLAG_ONEWAY : 0) |
-                           (m->speculative ? MT_PROTO_FLAG_SPECULATIVE : 0));
+                           (m->speculative ? MT_PROTO_FLAG_SPECULATIVE : 0) |
+                           (m->prompt ? MT_PROTO_FLAG_PROMPT : 0));
     put_u16(&w, flags);
     put_u64(&w, m->request_id);
     size_t nv = has_rows ? (size_t)m->n * (size_t)m->cols : 0;
@@ -809,14 +815,18 @@ int mt_proto_decode(const void *payload, size_t len, mt_proto_msg *out, mt_error
     uint16_t flags = (uint16_t)get_le(&r, 2);
     out->request_id = get_u64(&r);
     uint16_t allowed = out->type == MT_PROTO_STAGE_FORWARD
-                           ? MT_PROTO_FLAG_HOPS | MT_PROTO_FLAG_ONEWAY | MT_PROTO_FLAG_SPECULATIVE
+                           ? MT_PROTO_FLAG_HOPS | MT_PROTO_FLAG_ONEWAY | MT_PROTO_FLAG_SPECULATIVE |
+                                 MT_PROTO_FLAG_PROMPT
                            : 0;
     if (flags & ~allowed)
         return mt_error_set(err, "%s: header flags 0x%04x are reserved and must be 0",
                             mt_proto_type_name(out->type), flags & ~allowed);
     if (decode_body(&r, out, flags, err) == 0) {
         out->speculative = (flags & MT_PROTO_FLAG_SPECULATIVE) != 0;
-        return 0;
+        out->prompt = (flags & MT_PROTO_FLAG_PROMPT) != 0;
+        if (!(out->speculative && out->prompt)) return 0;
+        mt_error_set(err, "STAGE_FORWARD: header flags mark it both speculative and a prompt's"
+                          " chunk; one at most");
     }
     uint16_t type = out->type;
     uint64_t id = out->request_id;

@@ -1,0 +1,47 @@
+/* test_pace.c - decode pacing's rule (mt_node_pace_hold, src/net/node_pace.c)
+ * against cases worked out by hand from its definition in moontail/node.h:
+ * a prompt step starting at now and taking step ms waits when a decoding
+ * session's next token (its last arrival + its period) is due before the
+ * step would end, until that due time plus the slack (half the period, at
+ * most one step, at least 0.5 ms); a decode later than that counts as
+ * stopped. The node's use of the rule is measured, not tested, in
+ * bench/cellsim-validate.sh (timings), and modelled in bench/cellsim. */
+#include "check.h"
+#include "moontail/node.h"
+
+static void expect(const mt_node_pace_decode *d, int n, double now, double step, double want,
+                   const char *what) {
+    double got = mt_node_pace_hold(d, n, now, step);
+    CHECK(fabs(got - want) < 1e-9, "%s: hold until %.3f, wanted %.3f", what, got, want);
+}
+
+int main(void) {
+    /* last decode at 100 ms, every 20 ms: the next is due at 120 */
+    const mt_node_pace_decode one = {.at_ms = 100, .period_ms = 20};
+    expect(&one, 1, 110, 0, 0, "no step measured yet");
+    expect(&one, 1, 110, 5, 0, "a 5 ms step from 110 ends at 115, before 120");
+    expect(&one, 1, 115, 5, 0, "a step ending exactly at 120 runs");
+    /* slack: min(0.5 x 20, 5) = 5 -> wait until 125 */
+    expect(&one, 1, 117, 5, 125, "a 5 ms step from 117 would end after 120");
+    expect(&one, 1, 124.5, 5, 125, "late: still waited for until 125");
+    expect(&one, 1, 125, 5, 0, "later than 125: stopped");
+    /* a long step: slack is half the period, 10 -> 130 */
+    expect(&one, 1, 101, 50, 130, "a 50 ms step waits until 120 + 10");
+    /* a short period: slack at least 0.5 ms (0.5 x 0.4 = 0.2) */
+    const mt_node_pace_decode fast = {.at_ms = 10, .period_ms = 0.4};
+    expect(&fast, 1, 10.2, 1, 10.9, "period 0.4: due 10.4, slack 0.5");
+    /* no rhythm known: never waited for */
+    const mt_node_pace_decode first = {.at_ms = 100, .period_ms = 0};
+    expect(&first, 1, 110, 50, 0, "one decode seen, no period");
+    /* several sessions: the earliest end among those due within the step */
+    const mt_node_pace_decode many[3] = {
+        {.at_ms = 100, .period_ms = 20}, /* due 120, slack 4 (step) -> 124 */
+        {.at_ms = 95, .period_ms = 30},  /* due 125: after a step from 118 ends (122) */
+        {.at_ms = 90, .period_ms = 29},  /* due 119, slack 4 -> 123 */
+    };
+    expect(many, 3, 118, 4, 123, "two due within the step: the earlier end");
+    expect(many, 3, 123.5, 4, 124, "the first late past its end: the next");
+    expect(many, 3, 124, 4, 129, "both late: the third is due at 125 -> 125 + 4");
+    expect(many, 0, 118, 4, 0, "no decoding session");
+    return check_report("test_pace");
+}
