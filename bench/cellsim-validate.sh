@@ -48,7 +48,8 @@
 # removed on exit, also on failure or ^C. Environment: ARCH (deepseek2 or
 # kimi-k3), RES_BLOCK, LATENT (kimi-k3), ROUNDS (3), STAGES ("4 8"), USERS
 # ("1 2 4 8"), MODES ("turn oneway"), PROMPT (32), GEN (32), GAP_USERS (4),
-# GAP_GEN (96), NODE_FLAGS (more `moontail node` options, e.g. "--prefill-chunk
+# GAP_GEN (96), GAP_OTHERS_GEN (1: the others send prompts alone; GAP_GEN:
+# they decode too, and requester 0's steps are shared with their decodes), NODE_FLAGS (more `moontail node` options, e.g. "--prefill-chunk
 # 2"; cellsim is not told), KEEP=DIR (keep the measurements, calibrations and
 # predictions there).
 set -u
@@ -79,6 +80,7 @@ PROMPT=${PROMPT:-32}
 GEN=${GEN:-32}
 GAP_USERS=${GAP_USERS:-4}
 GAP_GEN=${GAP_GEN:-96}
+GAP_OTHERS_GEN=${GAP_OTHERS_GEN:-1}
 CORES=$(nproc)
 T="timeout 300"
 
@@ -246,6 +248,7 @@ for n in $STAGES; do
             $GAP_USERS)))" <"$tmp/idle.json")
         interruptible inns "$R" $T "$BUILD/cellsim_load" --route "$tmp/v$n.json" \
             --users "$GAP_USERS" --stagger-ms "$stagger" --prompt "$PROMPT" --gen "$GAP_GEN" \
+            --others-gen "$GAP_OTHERS_GEN" \
             "${chain[@]}" --json >"$tmp/busy.json" || die "cellsim_load with prompts arriving"
         node -e '
 const fs = require("fs"), i = JSON.parse(fs.readFileSync(process.argv[1], "utf8")),

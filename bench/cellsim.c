@@ -69,6 +69,7 @@ static const char usage[] =
     "  --prompt N --gen N    tokens per request (default 128, 128)\n"
     "  --burst               all users start one request at 0 (the validation's protocol)\n"
     "  --stagger-ms M        ... user u at u x M ms instead\n"
+    "  --others-gen N        ... users 1.. ask for N tokens (1: prompts alone; user 0: --gen)\n"
     "  --route-per-request   a new route per request (moontail prompt), not per user\n"
     "  --one-requester [CORES]  every user a slot of one requester process (moontail serve):\n"
     "                        one machine's link and CORES CPUs (default the nodes') for all\n"
@@ -80,6 +81,7 @@ static const char usage[] =
     "  --step-tokens N       a step: every decode, then prompt chunks up to N tokens (32)\n"
     "  --prefill-chunk N     a prompt's chunk (4); 0: the old node, each request whole in\n"
     "                        arrival order\n"
+    "  --no-pacing           no decode pacing: prompt steps start whenever no decode waits\n"
     "  --max-sessions N      a cap on a node's sessions (default 0: memory alone, the memory\n"
     "                        it offers minus its shard; the old node: 64)\n"
     "  --place-sessions N    sessions placement reserves beside each shard (64)\n"
@@ -195,14 +197,15 @@ static int parse_list(const char *opt, const char *v, int32_t *out, int max, int
 }
 
 static json_t *run_json(int32_t users, const cs_result *r) {
-    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:i,s:i,s:i,s:f,s:i,s:f}",
-                     "users", users, "agg_tps", r->agg_tps, "user_tps", r->user_tps, "user_tps_min",
-                     r->user_tps_min, "user_tps_max", r->user_tps_max, "ttft_ms", r->ttft_ms,
-                     "batch_mean", r->batch_mean, "step_ms_mean", r->step_ms_mean, "replays",
-                     (json_int_t)r->replays, "evictions", (json_int_t)r->evictions, "failovers",
-                     (json_int_t)r->failovers, "requests_done", r->requests_done, "requests_failed",
-                     r->requests_failed, "requests_short", r->requests_short, "cpu_used",
-                     r->cpu_used, "user_requests", r->user_requests, "itl_max_ms", r->itl_max_ms);
+    return json_pack(
+        "{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:i,s:i,s:i,s:f,s:i,s:f,s:f,s:I}", "users",
+        users, "agg_tps", r->agg_tps, "user_tps", r->user_tps, "user_tps_min", r->user_tps_min,
+        "user_tps_max", r->user_tps_max, "ttft_ms", r->ttft_ms, "batch_mean", r->batch_mean,
+        "step_ms_mean", r->step_ms_mean, "replays", (json_int_t)r->replays, "evictions",
+        (json_int_t)r->evictions, "failovers", (json_int_t)r->failovers, "requests_done",
+        r->requests_done, "requests_failed", r->requests_failed, "requests_short",
+        r->requests_short, "cpu_used", r->cpu_used, "user_requests", r->user_requests, "itl_max_ms",
+        r->itl_max_ms, "gap0_p95_ms", r->gap0_p95_ms, "paced_holds", (json_int_t)r->paced_holds);
 }
 
 static void print_row(int32_t users, const cs_result *r) {
@@ -355,6 +358,10 @@ int main(int argc, char **argv) {
             cfg.work.burst = true;
             continue;
         }
+        if (!strcmp(a, "--no-pacing")) {
+            cfg.no_pacing = true;
+            continue;
+        }
         if (!strcmp(a, "--shared-host")) {
             cfg.shared_host = true;
             continue;
@@ -371,6 +378,8 @@ int main(int argc, char **argv) {
         i++;
         if (!strcmp(a, "--stagger-ms")) {
             cfg.work.stagger_ms = num(a, v, 0, 1e9);
+        } else if (!strcmp(a, "--others-gen")) {
+            cfg.work.others_gen = (int32_t)num(a, v, 1, 1 << 20);
         } else if (!strcmp(a, "--calib")) {
             if (n_calib == MAX_CALIB) die("at most 16 --calib files (%s)", v);
             calib_paths[n_calib++] = v;

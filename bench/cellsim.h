@@ -268,6 +268,8 @@ typedef struct cs_workload {
                                one route per user, kept across its requests (shell, serve) */
     double think_ms;        /* between a user's requests */
     double stagger_ms;      /* burst: user u starts at u x stagger_ms */
+    int32_t others_gen;     /* burst: > 0: users 1.. ask for this many tokens (1: a prompt
+                               alone), user 0 for gen (cellsim_load --others-gen) */
     double retry_after_ms;  /* after a request failed (no working route), before the next */
     double duration_ms, warmup_ms; /* steady mode: run length; tokens before warmup not counted */
     int32_t ubatch;                /* tokens per pass (requester's micro-batch) */
@@ -309,6 +311,7 @@ typedef struct cs_config {
     int32_t step_tokens;       /* a step's tokens: every decode, then prompt chunks (node.h 32) */
     int32_t prefill_chunk;     /* a prompt's chunk (node.h 4); 0: the old node, each request
                                   whole in arrival order (FIFO up to max_batch_tokens) */
+    bool no_pacing;            /* node.h no_pacing: no prompt step is held for a decode due */
     bool oneway;               /* route mode oneway (issue 18 item 4): the requester sends a
                                   pass to the first stage, each stage forwards each chunk it
                                   computes to the next, the last answers with the last row;
@@ -340,6 +343,9 @@ typedef struct cs_result {
     int32_t user_requests; /* requests those figures come from (begun after the warm-up) */
     double ttft_ms;        /* mean time to first token */
     double itl_max_ms;     /* the longest wait between two tokens of a request measured */
+    double gap0_p95_ms;    /* burst: user 0's gaps between its decode tokens, p95 (nearest
+                              rank, as cellsim_load's first_gap_p95_ms) */
+    int64_t paced_holds;   /* prompt steps held back for a decode due (decode pacing) */
     double step_ms_mean;   /* mean stage step */
     double batch_mean;     /* mean tokens per stage step */
     double cpu_used;       /* compute done / time to the last token, in CPUs (all machines) */

@@ -255,6 +255,11 @@ static void on_deliver(sim *S, int m) {
 
 /* ---- the run -------------------------------------------------------------------------------- */
 
+static int cmp_double(const void *pa, const void *pb) {
+    const double x = *(const double *)pa, y = *(const double *)pb;
+    return (x > y) - (x < y);
+}
+
 static void sim_free(sim *S) {
     for (int i = 0; S->nodes && i < S->n_nodes; i++) {
         free(S->nodes[i].queue);
@@ -270,6 +275,7 @@ static void sim_free(sim *S) {
     }
     for (int i = 0; S->hosts && i < S->n_hosts; i++) free(S->hosts[i].jobs);
     free(S->nodes), free(S->users), free(S->hosts), free(S->ep), free(S->msgs), free(S->ready);
+    free(S->pace_due), free(S->gaps0);
     free(S->attn_b), free(S->exp_b), free(S->state_b), free(S->pos_b), free(S->pn), free(S->skip);
     if (S->have_plan) mt_place_plan_free(&S->plan);
     cs_queue_free(&S->q);
@@ -441,6 +447,9 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
         case EV_CALL_FAIL:
             cs_reg_on_call_fail(S, ev.a, ev.b);
             break;
+        case EV_WAKE:
+            cs_node_wake(S, ev.a, ev.b);
+            break;
         }
     }
     if (S->failed) goto done;
@@ -450,12 +459,19 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
         int64_t dec = 0;
         for (int u = 0; u < S->n_users; u++) {
             const cs_user *U = &S->users[u];
-            if (U->generated < w->gen) out->requests_short++;
+            const int32_t gen = u > 0 && w->others_gen > 0 ? w->others_gen : w->gen;
+            if (U->generated < gen) out->requests_short++;
+            if (gen < 2) continue; /* a prompt alone: no decode */
             t0 = fmin(t0, U->t_first);
             t1 = fmax(t1, U->t_last);
             dec += U->generated - 1;
         }
         out->agg_tps = t1 > t0 ? dec / ((t1 - t0) / 1e3) : 0;
+        if (S->n_gaps0 > 0) { /* nearest rank, as cellsim_load */
+            qsort(S->gaps0, (size_t)S->n_gaps0, sizeof *S->gaps0, cmp_double);
+            int k = (int)(0.95 * S->n_gaps0 + 0.999999);
+            out->gap0_p95_ms = S->gaps0[k < 1 ? 0 : k > S->n_gaps0 ? S->n_gaps0 - 1 : k - 1];
+        }
     } else {
         out->agg_tps = out->tokens / ((w->duration_ms - w->warmup_ms) / 1e3);
     }
@@ -467,6 +483,7 @@ int cs_simulate(const cs_config *cfg, cs_result *out, mt_error *err) {
     out->step_ms_mean = S->steps ? S->step_ms_sum / S->steps : 0;
     out->batch_mean = S->steps ? S->step_tok_sum / S->steps : 0;
     out->cpu_used = S->t_last > 0 ? S->cpu_work / S->t_last : 0;
+    out->paced_holds = (int64_t)S->paced_holds;
     rc = 0;
 done:
     sim_free(S);

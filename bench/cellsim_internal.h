@@ -7,13 +7,14 @@
 #define MOONTAIL_BENCH_CELLSIM_INTERNAL_H
 
 #include "cellsim.h"
+#include "moontail/node.h"
 #include "moontail/placement.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-enum { EV_DELIVER, EV_CPU, EV_USER, EV_FAIL, EV_REG_DEAD, EV_READY, EV_CALL_FAIL };
+enum { EV_DELIVER, EV_CPU, EV_USER, EV_FAIL, EV_REG_DEAD, EV_READY, EV_CALL_FAIL, EV_WAKE };
 enum { M_STAGE_FWD, M_STAGE_REPLY, M_EXPERT_RUN, M_EXPERT_REPLY, M_SESSION_END, M_END_REPLY };
 enum { E_NONE, E_UNKNOWN_SESSION, E_COMPUTE, E_BROKEN };
 enum { MAX_PARTNERS = 64, MAX_ATTEMPTS = 32 };
@@ -37,6 +38,8 @@ typedef struct cs_msg {
                          last answers the requester with the last row (LAST_ROW) */
     int32_t hop;      /* oneway: the route index of the stage it goes to */
     int32_t pass_end; /* oneway: the position after the pass's last token */
+    bool prompt;      /* MT_PROTO_FLAG_PROMPT: a chunk of a prompt, scheduled as one */
+    double arrived;   /* when it reached the node's queue (decode pacing) */
 } cs_msg;
 
 typedef struct cs_endpoint {
@@ -70,6 +73,7 @@ typedef struct cs_session {
     int32_t n_past;
     double held;
     int busy;
+    mt_node_pace_decode pace; /* decode pacing: its last decodes' arrivals */
 } cs_session;
 
 /* What a step does with one request: all of it, or a chunk of a STAGE_FWD. */
@@ -108,6 +112,12 @@ typedef struct cs_node {
     double kv_used;
     uint64_t tick;
     uint64_t steps;
+    /* decode pacing (node_worker.c): the recent time of a step of prompt chunks alone and of
+     * decodes alone, and the hold in progress (its EV_WAKE carries hold_seq) */
+    double pace_prompt_ms, pace_decode_ms, pace_hold_until;
+    int pace_skips;
+    int step_kind; /* this step: 1 prompt chunks alone, 2 decodes alone, 0 other */
+    int64_t hold_seq;
 } cs_node;
 
 /* what a requester does now */
@@ -173,6 +183,11 @@ typedef struct sim {
     cs_result *res;
     int *ready; /* a step's scratch */
     int cap_ready;
+    mt_node_pace_decode *pace_due; /* a step's scratch: decoding sessions (mt_node_pace_hold) */
+    int cap_pace;
+    uint64_t paced_holds; /* prompt steps held for a decode due */
+    double *gaps0;        /* burst: user 0's gaps between decode tokens */
+    int n_gaps0, cap_gaps0;
     /* sums for the results */
     int64_t steps;
     double step_tok_sum, step_ms_sum;
@@ -208,6 +223,7 @@ void sim_job_cancel(sim *S, int e);
 
 void cs_node_deliver(sim *S, int ni, int m); /* a request reaches node ni */
 void cs_node_job_done(sim *S, int ni);
+void cs_node_wake(sim *S, int ni, int64_t seq); /* a held prompt step's wait is over */
 /* A stage hears from a partner (ok), or learns that the call failed. */
 void cs_node_partner_answer(sim *S, int ni, bool ok);
 /* Node ni's memory: its budget and a session's bytes from its shard and layers; no

@@ -16,7 +16,11 @@
  * ms after the others' common start, so prompts arrive while requester 0
  * decodes; the gaps between decode tokens (p50, p95, longest) are reported
  * for requester 0 and for everyone: requester 0's p95 against a run with
- * --users 1 is what a prompt arriving costs a decoding user. --chain sends
+ * --users 1 is what a prompt arriving costs a decoding user. --others-gen G2
+ * gives requesters 1.. G2 tokens instead (1: their prompts alone, so that
+ * requester 0's gaps show what prompts cost, not what other decodes sharing
+ * its steps do; per-user and aggregate rates then count requesters that
+ * decoded). --chain sends
  * each pass to the first stage only, which passes it along (route.h).
  *
  * With --ours PID,... (the nodes of the experiment) it also measures the
@@ -217,7 +221,7 @@ static int int_arg(const char *opt, const char *v, int lo, int hi) {
 
 int main(int argc, char **argv) {
     const char *route = NULL, *ours = NULL;
-    int users = 1, prompt = 32, gen = 32, stagger = 0;
+    int users = 1, prompt = 32, gen = 32, others_gen = -1, stagger = 0;
     bool json = false, chain = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -227,7 +231,7 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts("usage: cellsim_load --route FILE --users N [--prompt P] [--gen G]"
-                 " [--stagger-ms S] [--chain] [--ours PIDS] [--json]\n"
+                 " [--stagger-ms S] [--others-gen G2] [--chain] [--ours PIDS] [--json]\n"
                  "(see the top of bench/cellsim_load.c)");
             return 0;
         }
@@ -240,6 +244,8 @@ int main(int argc, char **argv) {
             prompt = int_arg(a, v, 1, 4096);
         else if (!strcmp(a, "--gen"))
             gen = int_arg(a, v, 2, 4096);
+        else if (!strcmp(a, "--others-gen"))
+            others_gen = int_arg(a, v, 1, 4096);
         else if (!strcmp(a, "--stagger-ms"))
             stagger = int_arg(a, v, 0, 600000);
         else if (!strcmp(a, "--ours"))
@@ -290,7 +296,7 @@ int main(int argc, char **argv) {
         u[i] = (load_user){.cfg = f.cfg,
                            .go = &go,
                            .prompt = prompt,
-                           .gen = gen,
+                           .gen = i > 0 && others_gen > 0 ? others_gen : gen,
                            .delay_ms = (double)i * stagger,
                            .gaps = calloc((size_t)gen, sizeof(double))};
         if (!u[i].gaps) {
@@ -309,14 +315,24 @@ int main(int argc, char **argv) {
     }
     int failed = 0;
     double t0 = 1e300, t1 = 0, sum_tps = 0, min_tps = 1e300, max_tps = 0, ttft = 0, open = 0;
+    int n_dec = 0;       /* requesters that decoded */
+    int64_t decoded = 0; /* their decode tokens */
     for (int i = 0; i < users; i++) {
         if (u[i].failed) {
             fprintf(stderr, "cellsim_load: requester %d: %s\n", i, u[i].err.msg);
             failed++;
             continue;
         }
-        double tps = (gen - 1) / ((u[i].t_last - u[i].t_first) / 1e3);
+        if (u[i].gen < 2) { /* a prompt alone (--others-gen 1): no decode rate */
+            if (u[i].t_first < t0) t0 = u[i].t_first;
+            ttft += u[i].t_first - u[i].t_start;
+            open += u[i].open_ms / f.cfg.n_stages;
+            continue;
+        }
+        double tps = (u[i].gen - 1) / ((u[i].t_last - u[i].t_first) / 1e3);
         sum_tps += tps;
+        n_dec++;
+        decoded += u[i].gen - 1;
         if (tps < min_tps) min_tps = tps;
         if (tps > max_tps) max_tps = tps;
         if (u[i].t_first < t0) t0 = u[i].t_first;
@@ -331,7 +347,7 @@ int main(int argc, char **argv) {
     double *all = malloc(((size_t)users * (size_t)gen + 1) * sizeof *all);
     int n_all = 0;
     for (int i = 0; all && i < users; i++)
-        for (int g = 0; !u[i].failed && g < gen - 1; g++) all[n_all++] = u[i].gaps[g];
+        for (int g = 0; !u[i].failed && g < u[i].gen - 1; g++) all[n_all++] = u[i].gaps[g];
     double gap_p50 = all ? quantile(all, n_all, 0.5) : 0,
            gap_p95 = all ? quantile(all, n_all, 0.95) : 0;
     double first_p50 = 0, first_p95 = 0, first_max = 0;
@@ -356,13 +372,13 @@ int main(int argc, char **argv) {
     free(smp.t), free(smp.used), free(smp.busy);
     double cpu_used = tu1 > tu0 ? (used1 - used0) / ((tu1 - tu0) / 1e3) : 0;
     double busy = n_smp ? (double)n_busy / n_smp : 0;
-    double agg = ok && t1 > t0 ? (double)ok * (gen - 1) / ((t1 - t0) / 1e3) : 0;
+    double agg = ok && t1 > t0 ? (double)decoded / ((t1 - t0) / 1e3) : 0;
     if (json) {
         json_t *o =
             json_pack("{s:i,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:i}", "users", users, "stages",
                       f.cfg.n_stages, "prompt", prompt, "gen", gen, "agg_tps", agg, "user_tps",
-                      ok ? sum_tps / ok : 0, "user_tps_min", ok ? min_tps : 0, "user_tps_max",
-                      max_tps, "ttft_ms", ok ? ttft / ok : 0, "open_ms_per_stage",
+                      n_dec ? sum_tps / n_dec : 0, "user_tps_min", n_dec ? min_tps : 0,
+                      "user_tps_max", max_tps, "ttft_ms", ok ? ttft / ok : 0, "open_ms_per_stage",
                       ok ? open / ok : 0, "failed", failed);
         json_object_set_new(o, "stagger_ms", json_integer(stagger));
         json_object_set_new(o, "chain", json_boolean(chain));
@@ -384,8 +400,8 @@ int main(int argc, char **argv) {
     } else {
         printf("%d users through %d stages: aggregate %.2f tok/s, per user %.2f tok/s"
                " (%.2f-%.2f), first token %.1f ms, route open %.2f ms per stage%s\n",
-               users, f.cfg.n_stages, agg, ok ? sum_tps / ok : 0, ok ? min_tps : 0, max_tps,
-               ok ? ttft / ok : 0, ok ? open / ok : 0, failed ? " (some failed)" : "");
+               users, f.cfg.n_stages, agg, n_dec ? sum_tps / n_dec : 0, n_dec ? min_tps : 0,
+               max_tps, ok ? ttft / ok : 0, ok ? open / ok : 0, failed ? " (some failed)" : "");
         printf("gaps between decode tokens: p50 %.1f ms, p95 %.1f ms; requester 0: p50 %.1f,"
                " p95 %.1f, longest %.1f ms\n",
                gap_p50, gap_p95, first_p50, first_p95, first_max);

@@ -144,6 +144,7 @@ void cs_node_reset_sessions(sim *S, int ni) {
 }
 
 static void node_start_step(sim *S, int ni);
+static bool is_decode(const cs_msg *M);
 
 /* The compute of the current phase of a stage's step. */
 static void stage_phase(sim *S, int ni) {
@@ -233,6 +234,7 @@ static void oneway_chunk(sim *S, int ni, int m, int32_t p0, int32_t n) {
         F->n = 1;
     } else {
         F->type = M_STAGE_FWD;
+        F->prompt = !is_decode(M); /* its chunks stay a prompt's downstream */
         F->hop = M->hop + 1;
         F->to = U->route[F->hop];
         F->p0 = p0;
@@ -280,6 +282,11 @@ static void node_finish_step(sim *S, int ni) {
     n->q_n = kept;
     for (int i = 0; i < n->n_step; i++)
         if (S->msgs[n->step[i].m].finished) sim_msg_free(S, n->step[i].m);
+    if (n->step_kind) { /* node_worker.c: what the next such step will likely take */
+        double *ema = n->step_kind == 1 ? &n->pace_prompt_ms : &n->pace_decode_ms;
+        const double took = S->now - n->step_start;
+        *ema = *ema > 0 ? 0.75 * *ema + 0.25 * took : took;
+    }
     S->steps++;
     S->step_tok_sum += n->step_tok;
     S->step_ms_sum += S->now - n->step_start;
@@ -315,7 +322,44 @@ void cs_node_job_done(sim *S, int ni) {
 }
 
 static bool is_decode(const cs_msg *M) {
-    return M->p0 > 0 && M->n <= DECODE_MAX_TOKENS;
+    return !M->prompt && M->p0 > 0 && M->n <= DECODE_MAX_TOKENS;
+}
+
+/* ---- decode pacing (node_worker.c's pace_note and pace_hold) */
+
+#define PACE_MAX_PERIOD_MS 10000.0
+#define PACE_MAX_SKIPS     2
+
+static void pace_note(cs_session *s, const cs_msg *M, bool decode) {
+    if (!decode) {
+        s->pace = (mt_node_pace_decode){0};
+        return;
+    }
+    const double gap = M->arrived - s->pace.at_ms;
+    s->pace.period_ms = s->pace.at_ms > 0 && gap > 0 && gap <= PACE_MAX_PERIOD_MS ? gap : 0;
+    s->pace.at_ms = M->arrived;
+}
+
+static double pace_hold(sim *S, cs_node *n, double now) {
+    if (S->cfg->no_pacing || !(n->pace_prompt_ms > 0)) return 0;
+    int k = 0;
+    for (int i = 0; i < n->n_sess; i++) {
+        const cs_session *s = &n->sessions[i];
+        if (!s->used || !(s->pace.period_ms > 0) || S->now - s->pace.at_ms > 2 * PACE_MAX_PERIOD_MS)
+            continue;
+        if (!sim_grow((void **)&S->pace_due, &S->cap_pace, k + 1, sizeof *S->pace_due)) {
+            sim_oom(S, "a step");
+            return 0;
+        }
+        S->pace_due[k++] = s->pace;
+    }
+    return mt_node_pace_hold(S->pace_due, k, now, n->pace_prompt_ms);
+}
+
+void cs_node_wake(sim *S, int ni, int64_t seq) {
+    cs_node *n = &S->nodes[ni];
+    if (seq != n->hold_seq || n->busy || !n->alive || n->q_n == 0) return;
+    node_start_step(S, ni);
 }
 
 /* Drops request m from the step's view of the queue (answered at once). */
@@ -387,6 +431,7 @@ static void node_start_step(sim *S, int ni) {
     const cs_config *cfg = S->cfg;
     n->steps++;
     n->st = (cs_step){0};
+    n->step_kind = 0;
     n->n_step = 0;
     n->step_tok = 0;
     double rows = 0;
@@ -444,14 +489,42 @@ static void node_start_step(sim *S, int ni) {
             const cs_msg *M = &S->msgs[m];
             if (!S->ready[i] || M->finished || M->type != M_STAGE_FWD || !is_decode(M)) continue;
             if (n->st.n_tok && n->st.n_tok + M->n > max_tok) continue;
-            if (stage_take(S, ni, m, M->n) < 0 && S->failed) return;
+            const int rc = stage_take(S, ni, m, M->n);
+            if (rc == 0) pace_note(&n->sessions[n->step[n->n_step - 1].sess], &S->msgs[m], true);
+            if (rc < 0 && S->failed) return;
         }
+        const double decode_tok = n->st.n_tok;
         /* 3. chunks of prompts in arrival order, up to the step's budget */
         const double step_max = fmin(cfg->step_tokens, max_tok);
         double budget = fmax(1, step_max - n->st.n_tok);
         if (n->st.n_tok > 0)
             budget = fmin(budget, n->st.n_tok); /* node_worker.c: no more
                                                     prompt than decode tokens */
+        /* decode pacing (node_worker.c): no prompt step alone when a decode is due before it
+         * would end; no prompt tokens with decodes when a prompt step fits after them */
+        const bool was_holding = n->pace_hold_until > 0;
+        n->pace_hold_until = 0;
+        bool prompts = false;
+        for (int i = 0; i < n->q_n && !prompts && !cfg->no_pacing; i++) {
+            const cs_msg *M = &S->msgs[n->queue[i]];
+            prompts = S->ready[i] && !M->finished && M->type == M_STAGE_FWD && !is_decode(M);
+        }
+        if (budget > 0 && prompts) {
+            if (decode_tok == 0) {
+                n->pace_hold_until = pace_hold(S, n, S->now);
+                if (n->pace_hold_until > 0) {
+                    budget = 0;
+                    sim_push(S, n->pace_hold_until, EV_WAKE, ni, ++n->hold_seq);
+                }
+            } else if (n->pace_decode_ms > 0 && n->pace_skips < PACE_MAX_SKIPS &&
+                       pace_hold(S, n, S->now + n->pace_decode_ms) == 0 && n->pace_prompt_ms > 0) {
+                n->pace_skips++;
+                budget = 0;
+            }
+            if (S->failed) return;
+        }
+        if (n->pace_hold_until > 0 && !was_holding) S->paced_holds++;
+        const double before = n->st.n_tok;
         for (int i = 0; i < n->q_n && budget > 0; i++) {
             const int m = n->queue[i];
             const cs_msg *M = &S->msgs[m];
@@ -459,9 +532,15 @@ static void node_start_step(sim *S, int ni) {
             int32_t t = M->n - M->done;
             if (t > cfg->prefill_chunk) t = cfg->prefill_chunk;
             if (t > budget) t = (int32_t)budget;
-            if (stage_take(S, ni, m, t) == 0) budget -= t;
+            if (stage_take(S, ni, m, t) == 0) {
+                pace_note(&n->sessions[n->step[n->n_step - 1].sess], &S->msgs[m], false);
+                budget -= t;
+            }
             if (S->failed) return;
         }
+        const bool prompt_tok = n->st.n_tok > before;
+        if (prompt_tok) n->pace_skips = 0;
+        if (rows == 0 && prompt_tok != (decode_tok > 0)) n->step_kind = prompt_tok ? 1 : 2;
     }
     /* requests answered at once leave the queue */
     int kept = 0;
@@ -514,5 +593,6 @@ void cs_node_deliver(sim *S, int ni, int m) {
         return;
     }
     n->queue[n->q_n++] = m;
+    S->msgs[m].arrived = S->now;
     if (!n->busy) node_start_step(S, ni);
 }

@@ -139,6 +139,14 @@ static void user_token(sim *S, int u) {
     if (U->generated > 0 && (w->burst || U->t_req >= w->warmup_ms) &&
         S->now - U->t_last > R->itl_max_ms)
         R->itl_max_ms = S->now - U->t_last;
+    if (w->burst && u == 0 && U->generated > 0) {
+        if (!sim_grow((void **)&S->gaps0, &S->cap_gaps0, S->n_gaps0 + 1, sizeof *S->gaps0)) {
+            sim_oom(S, "a gap");
+            return;
+        }
+        S->gaps0[S->n_gaps0++] = S->now - U->t_last;
+    }
+    const int32_t gen = w->burst && u > 0 && w->others_gen > 0 ? w->others_gen : w->gen;
     U->generated++;
     if (U->generated == 1) U->t_first = S->now;
     U->t_last = S->now;
@@ -147,15 +155,15 @@ static void user_token(sim *S, int u) {
     if (counted) R->tokens++;
     int b = (int)(S->now / R->bucket_ms);
     if (b >= 0 && b < R->n_timeline) R->timeline[b]++;
-    if (U->generated < w->gen) {
+    if (U->generated < gen) {
         cs_user_eval(S, u, U->ev_end, U->ev_end + 1);
         return;
     }
     /* the request is over */
     R->requests_done++;
     if (w->burst || U->t_req >= w->warmup_ms) {
-        if (w->gen > 1 && U->t_last > U->t_first) { /* the decode rate */
-            double tps = (w->gen - 1) / ((U->t_last - U->t_first) / 1e3);
+        if (gen > 1 && U->t_last > U->t_first) { /* the decode rate */
+            double tps = (gen - 1) / ((U->t_last - U->t_first) / 1e3);
             S->tps_sum += tps, S->n_tps++;
             if (R->user_tps_min == 0 || tps < R->user_tps_min) R->user_tps_min = tps;
             if (tps > R->user_tps_max) R->user_tps_max = tps;
