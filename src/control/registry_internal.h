@@ -104,6 +104,7 @@ struct mt_registry {
     uint64_t plan_version;
     int64_t last_plan_ms;
     char plan_why[512]; /* why coverage is incomplete, "" when complete */
+    char goal_why[512]; /* the plan's goal_note (a latency goal missed), "" when met */
     int64_t moves;      /* shard changes made by placement so far */
     mt_place_plan plan; /* the last plan (its assignments are the nodes' rows) */
     bool have_plan;

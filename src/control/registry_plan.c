@@ -37,6 +37,7 @@ static mt_place_params params_of(const mt_registry *r) {
     p.replicas = r->cfg.replicas;
     p.spares = r->cfg.spares;
     p.objective = (mt_place_objective)r->cfg.objective;
+    p.latency_goal_ms = r->cfg.latency_goal_ms;
     /* working memory of a stage's sessions (registry.c sized it; none when sessions is 0) */
     p.sessions = r->cfg.sessions;
     p.n_ctx = r->cfg.n_ctx;
@@ -109,11 +110,21 @@ void reg_replan(mt_registry *r, int64_t now) {
         r->moves += plan.moves;
         r->last_plan_ms = now;
     }
+    char goal[160] = ""; /* with a latency goal, replicas is the floor: say what was made */
+    if (plan.latency_goal_ms > 0)
+        snprintf(goal, sizeof goal, " (latency goal %.1f ms %s, slowest trip %.1f ms)",
+                 plan.latency_goal_ms, plan.latency_goal_met ? "met" : "missed",
+                 plan.worst_trip_ms);
     if (changed || why_changed)
-        mt_log_as(&r->log, MT_LOG_INFO, "plan %llu: %d of %d %s, %d spares%s%s",
-                  (unsigned long long)r->plan_version, plan.n_pipelines, plan.replicas_wanted,
-                  r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", plan.n_spares,
+        mt_log_as(&r->log, MT_LOG_INFO, "plan %llu: %d of %s%d %s%s, %d spares%s%s",
+                  (unsigned long long)r->plan_version, plan.n_pipelines,
+                  plan.latency_goal_ms > 0 ? "at least " : "", plan.replicas_wanted,
+                  r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", goal, plan.n_spares,
                   plan.reason[0] ? "; " : "", plan.reason);
+    if (strcmp(r->goal_why, plan.goal_note) != 0) { /* said once per change, not per plan */
+        if (plan.goal_note[0]) mt_log_as(&r->log, MT_LOG_WARN, "placement: %s", plan.goal_note);
+        snprintf(r->goal_why, sizeof r->goal_why, "%s", plan.goal_note);
+    }
     if (r->have_plan) mt_place_plan_free(&r->plan);
     r->plan = plan; /* what routes are chosen from: the assignments just saved */
     r->have_plan = true;
