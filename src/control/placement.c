@@ -7,13 +7,14 @@
  * placement_swarm.c, routes in placement_route.c.
  *
  * Pipeline counts: a fresh plan makes `replicas`; with a latency goal (cell)
- * placement_goal.c chooses the count, `replicas` or more. A kept plan aims
- * at `replicas`, or with a goal at the number of pipelines the nodes'
- * current assignments name when that is more (keep_target): the count a
- * fresh plan chose for the goal stays while the plan is kept (lost members
- * replaced, a lost pipeline rebuilt from free nodes), and is chosen again
- * only when a fresh plan is made (no pipeline can be kept, or the kept ones
- * fall short of `replicas` and a fresh plan makes more). */
+ * placement_goal.c chooses the count, `replicas` or more. A kept plan keeps
+ * its pipelines (without a goal at most `replicas`, dropping the highest
+ * indices), builds the missing ones up to `replicas` from free nodes and,
+ * with a goal, adds as many pipelines of the free nodes as meet it: nodes
+ * that join a cell with a goal become pipelines when enough of them meet the
+ * goal, else spares. Pipelines already made are not laid out again for the
+ * goal: one that misses it (a slower node took a lost member's shard) stays,
+ * and the plan's goal_note says so. */
 #include "placement_internal.h"
 
 #include <math.h>
@@ -33,7 +34,7 @@ static int32_t plan_from_scratch(const pl_ctx *c, pl_pieces *out, bool *used) {
             if (c->nodes[i].available) pool[n_pool++] = i;
         for (int32_t k = 0; k < c->p->replicas; k++) idx[k] = k;
         if (c->p->mode == MT_PLACE_CELL && c->p->latency_goal_ms > 0)
-            built = pl_goal_build(c, pool, n_pool, out, used);
+            built = pl_goal_build(c, pool, n_pool, c->p->replicas, NULL, 0, out, used);
         else
             built = pl_build_with_spares(c, pool, n_pool, c->p->replicas, idx, out, used);
     }
@@ -47,35 +48,19 @@ static int cmp_int32(const void *pa, const void *pb) {
     return (a > b) - (a < b);
 }
 
-/* The pipelines a kept plan aims at: `replicas`; with a latency goal (cell),
- * at least as many as the nodes' current assignments name (distinct
- * pipeline indices of STAGE and PARTNER records), so that the count a fresh
- * plan chose for the goal stays until the next fresh plan. */
-static int32_t keep_target(const pl_ctx *c) {
-    int32_t R = c->p->replicas;
-    if (c->p->mode != MT_PLACE_CELL || !(c->p->latency_goal_ms > 0)) return R;
-    int32_t *pipe = malloc((size_t)(c->n_nodes + 1) * sizeof *pipe), n_pipe = 0, distinct = 0;
-    if (!pipe) return R; /* plans for the floor; the next plan tries again */
-    for (int32_t i = 0; i < c->n_nodes; i++) {
-        const mt_place_assign *a = &c->nodes[i].current;
-        if (a->role != MT_PLACE_STAGE && a->role != MT_PLACE_PARTNER) continue;
-        if (a->pipeline < 0 || a->pipeline > (1 << 20)) continue; /* pl_cell_keep drops it */
-        pipe[n_pipe++] = a->pipeline;
-    }
-    qsort(pipe, (size_t)n_pipe, sizeof *pipe, cmp_int32);
-    for (int32_t i = 0; i < n_pipe; i++) distinct += i == 0 || pipe[i] != pipe[i - 1];
-    free(pipe);
-    return distinct > R ? distinct : R;
-}
-
 /* Keeps what the nodes' current assignments describe, then builds the
- * missing pipelines (up to keep_target) from the free nodes. Returns the
- * pipelines made; *n_kept_out gets how many of them were kept. */
+ * missing pipelines (up to `replicas`) from the free nodes and, with a
+ * latency goal (cell), as many more from the free nodes as meet it
+ * (pl_goal_build with no floor); with a goal, kept pipelines beyond
+ * `replicas` stay. Returns the pipelines made; *n_kept_out gets how many of
+ * them were kept. */
 static int32_t plan_keeping(const pl_ctx *c, pl_pieces *out, bool *used, int32_t *n_kept_out) {
-    int32_t R = keep_target(c), n = c->n_nodes;
+    int32_t R = c->p->replicas, n = c->n_nodes;
+    bool goal = c->p->mode == MT_PLACE_CELL && c->p->latency_goal_ms > 0;
     int32_t *kept = malloc((size_t)(n + 1) * sizeof *kept);
     int32_t *pool = malloc((size_t)(n + 1) * sizeof *pool);
     int32_t *idx = malloc((size_t)R * sizeof *idx);
+    int32_t *taken = NULL;
     int32_t count = -1;
     if (!kept || !pool || !idx) goto done;
     int32_t n_kept = c->p->mode == MT_PLACE_CELL ? pl_cell_keep(c, used, out, kept)
@@ -83,7 +68,7 @@ static int32_t plan_keeping(const pl_ctx *c, pl_pieces *out, bool *used, int32_t
     if (n_kept < 0) goto done;
     *n_kept_out = n_kept;
     qsort(kept, (size_t)n_kept, sizeof *kept, cmp_int32);
-    if (n_kept > R) { /* fewer replicas asked than before: drop the highest indices */
+    if (n_kept > R && !goal) { /* fewer replicas asked than before: drop the highest indices */
         int32_t w = 0;
         for (int32_t i = 0; i < out->n; i++) {
             if (out->v[i].pipeline > kept[R - 1])
@@ -95,8 +80,9 @@ static int32_t plan_keeping(const pl_ctx *c, pl_pieces *out, bool *used, int32_t
         n_kept = R;
     }
     count = n_kept;
+    int32_t n_pool = 0;
     if (n_kept < R) {
-        int32_t n_pool = 0, next = 0, k = 0;
+        int32_t next = 0, k = 0;
         for (int32_t i = 0; i < n; i++)
             if (c->nodes[i].available && !used[i]) pool[n_pool++] = i;
         for (int32_t j = 0; k < R - n_kept; next++) { /* smallest indices not kept */
@@ -107,10 +93,24 @@ static int32_t plan_keeping(const pl_ctx *c, pl_pieces *out, bool *used, int32_t
         int32_t built = pl_build_with_spares(c, pool, n_pool, R - n_kept, idx, out, used);
         count = built < 0 ? -1 : n_kept + built;
     }
+    if (goal && count >= 0) { /* more pipelines of the free nodes, as many as meet the goal */
+        taken = malloc((size_t)(out->n + 1) * sizeof *taken);
+        if (!taken) {
+            count = -1;
+            goto done;
+        }
+        n_pool = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (c->nodes[i].available && !used[i]) pool[n_pool++] = i;
+        for (int32_t i = 0; i < out->n; i++) taken[i] = out->v[i].pipeline;
+        int32_t extra = pl_goal_build(c, pool, n_pool, 0, taken, out->n, out, used);
+        count = extra < 0 ? -1 : count + extra;
+    }
 done:
     free(kept);
     free(pool);
     free(idx);
+    free(taken);
     return count;
 }
 

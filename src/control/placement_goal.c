@@ -58,10 +58,10 @@ static int goal_try(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_
 
 /* P pipelines made, params.spares nodes left out of them (only asked
  * beyond the floor), every trip within the goal. */
-static bool goal_ok(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t P,
+static bool goal_ok(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t P, int32_t floor,
                     const goal_trial *t) {
     if (t->made != P || t->worst > c->p->latency_goal_ms) return false;
-    if (P <= c->p->replicas) return true;
+    if (P <= floor) return true;
     int32_t left = 0;
     for (int32_t j = 0; j < n_pool; j++) left += !t->used[pool[j]];
     return left >= c->p->spares;
@@ -69,26 +69,39 @@ static bool goal_ok(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_
 
 #define GOAL_FINE_SCAN 16 /* counts above the floor scanned one by one */
 
-int32_t pl_goal_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, pl_pieces *out,
-                      bool *used) {
-    const int32_t R = c->p->replicas;
+static int cmp_int32(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return (a > b) - (a < b);
+}
+
+int32_t pl_goal_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t floor,
+                      const int32_t *taken, int32_t n_taken, pl_pieces *out, bool *used) {
+    const int32_t R = floor;
     uint64_t total = 0;
     for (int32_t j = 0; j < n_pool; j++) total += c->nodes[pool[j]].capacity;
     int64_t cap_max = c->model_need > 0 ? (int64_t)(total / c->model_need) : n_pool;
     int32_t p_max = (int32_t)(cap_max < n_pool ? cap_max : n_pool);
     if (p_max > 1024) p_max = 1024; /* placement_check's limit on replicas */
     if (p_max < R) p_max = R;
+    if (p_max == 0) return 0; /* no floor, and no room for a pipeline */
     int32_t *idx = malloc((size_t)p_max * sizeof *idx), made = -1;
+    int32_t *tk = malloc((size_t)(n_taken + 1) * sizeof *tk);
     goal_trial best = {{0}, calloc((size_t)c->n_nodes + 1, sizeof(bool)), 0, 0};
     goal_trial tmp = {{0}, calloc((size_t)c->n_nodes + 1, sizeof(bool)), 0, 0};
-    if (!idx || !best.used || !tmp.used) goto done;
-    for (int32_t k = 0; k < p_max; k++) idx[k] = k;
+    if (!idx || !tk || !best.used || !tmp.used) goto done;
+    if (n_taken > 0) memcpy(tk, taken, (size_t)n_taken * sizeof *tk);
+    qsort(tk, (size_t)n_taken, sizeof *tk, cmp_int32);
+    for (int32_t k = 0, next = 0, j = 0; k < p_max; next++) { /* smallest indices not taken */
+        while (j < n_taken && tk[j] < next) j++;
+        if (j < n_taken && tk[j] == next) continue;
+        idx[k++] = next;
+    }
     int32_t range = p_max - R, step = 1, found = 0, failed_above = p_max + 1;
     if (range > GOAL_FINE_SCAN)
         while (step * step < range) step++;
     for (int32_t P = p_max; P > R && !found; P -= step) { /* coarse (or every count) */
         if (goal_try(c, pool, n_pool, P, idx, &best)) goto done;
-        if (goal_ok(c, pool, n_pool, P, &best))
+        if (goal_ok(c, pool, n_pool, P, R, &best))
             found = P;
         else
             failed_above = P;
@@ -98,7 +111,7 @@ int32_t pl_goal_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, pl_p
     int32_t fine_lo = found ? found : R;
     for (int32_t P = failed_above - 1; step > 1 && P > fine_lo; P--) {
         if (goal_try(c, pool, n_pool, P, idx, &tmp)) goto done;
-        if (goal_ok(c, pool, n_pool, P, &tmp)) {
+        if (goal_ok(c, pool, n_pool, P, R, &tmp)) {
             goal_trial t = best;
             best = tmp;
             tmp = t;
@@ -109,7 +122,7 @@ int32_t pl_goal_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, pl_p
     if (!found) { /* the floor: the plan without a goal (as many of R as the nodes allow) */
         best.w.n = 0;
         memset(best.used, 0, ((size_t)c->n_nodes + 1) * sizeof *best.used);
-        best.made = pl_build_with_spares(c, pool, n_pool, R, idx, &best.w, best.used);
+        best.made = R > 0 ? pl_build_with_spares(c, pool, n_pool, R, idx, &best.w, best.used) : 0;
         if (best.made < 0) goto done;
     }
     made = best.made;
@@ -125,5 +138,6 @@ done:
     free(best.used);
     free(tmp.used);
     free(idx);
+    free(tk);
     return made;
 }

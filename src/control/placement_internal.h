@@ -191,12 +191,14 @@ void pl_ctx_free(pl_ctx *c);
 int32_t pl_build_with_spares(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
                              const int32_t *idx, pl_pieces *out, bool *used);
 
-/* Cell mode with a latency goal: a fresh plan's pipelines from pool, as
- * many as meet the goal (at least params.replicas; placement_goal.c).
- * Appends the pieces to out, marks their nodes in used; returns how many
- * were made, -1 when out of memory. */
-int32_t pl_goal_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, pl_pieces *out,
-                      bool *used);
+/* Cell mode with a latency goal (placement_goal.c): pipelines of pool, as
+ * many as meet the goal, and at least `floor` (params.replicas for a fresh
+ * plan; 0 for more pipelines beside kept ones, when none may be made). They
+ * take the smallest pipeline indices not among taken[0..n_taken) (may
+ * repeat). Appends the pieces to out, marks their nodes in used; returns how
+ * many were made, -1 when out of memory. */
+int32_t pl_goal_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t floor,
+                      const int32_t *taken, int32_t n_taken, pl_pieces *out, bool *used);
 
 /* ---- the plan (placement_summary.c) ---- */
 

@@ -177,11 +177,11 @@ static void goal_summary(const pl_ctx *c, int32_t count, mt_place_plan *out) {
     if (out->latency_goal_met) return;
     if (out->n_pipelines == 0) {
         snprintf(out->goal_note, sizeof out->goal_note,
-                 "latency goal %.1f ms per token: no complete pipeline to meet it", goal);
+                 "latency goal %g ms per token: no complete pipeline to meet it", goal);
         return;
     }
     snprintf(out->goal_note, sizeof out->goal_note,
-             "latency goal %.1f ms per token missed: the slowest of %d pipeline%s takes %.1f ms"
+             "latency goal %g ms per token missed: the slowest of %d pipeline%s takes %.1f ms"
              " (group times and hops)%s; add machines or faster ones%s",
              goal, out->n_pipelines, out->n_pipelines == 1 ? "" : "s", out->worst_trip_ms,
              count <= c->p->replicas ? ", and no fewer than --replicas pipelines are made" : "",
