@@ -143,16 +143,15 @@ typedef struct mt_place_params {
     double hop_ms; /* cell: one hop from group to group (message latency and the
                       activations on the wire), >= 0; LATENCY's and BALANCED's layouts
                       and every pipeline's trip_ms */
-    /* Cell: a per-user latency goal, ms per token, >= 0 (0: none, the default).
-     * With a goal, `replicas` is the FEWEST pipelines: a fresh plan makes the
-     * most pipelines P >= replicas whose every trip (trip_ms: group times +
-     * a hop each) is within the goal and that still leave `spares` spares (more
-     * pipelines serve more users at once; fewer nodes each make each trip
-     * longer), laid out for `objective`; when even `replicas` pipelines miss
-     * it, `replicas` pipelines and plan.goal_note says so. Keeping a plan, the
-     * number of pipelines the nodes' current assignments name (at least
-     * `replicas`) is kept until a fresh plan is made. Planning costs a plan per
-     * count tried (a bisection over P: a few). */
+    /* Cell: a per-user latency goal, ms per token, 0..1e9 (0: none, the
+     * default). With a goal, `replicas` is the FEWEST pipelines: a fresh plan
+     * makes the most pipelines P >= replicas whose every trip (trip_ms: group
+     * times + a hop each) is within the goal and that still leave `spares`
+     * spares (more pipelines serve more users at once; fewer nodes each make
+     * each trip longer), laid out for `objective`; when no P does, `replicas`
+     * pipelines, and plan.goal_note says so. A kept plan keeps its pipelines
+     * (also past `replicas`) and makes as many more of the free nodes as meet
+     * the goal. Planning costs a plan per count tried (placement_goal.c). */
     double latency_goal_ms;
 
     /* Working memory of the nodes holding attention parts (see top). The

@@ -13,6 +13,9 @@
  * params.objective: THROUGHPUT's groups, or LATENCY's / BALANCED's dynamic
  * program; the goal only chooses P.
  *
+ * A kept plan (placement.c) calls this with no floor on the free nodes: as
+ * many more pipelines as meet the goal beside the kept ones, or none.
+ *
  * The search: the trip does not change monotonically with P. Under LATENCY
  * it mostly grows (each pipeline gets fewer nodes to group), under
  * THROUGHPUT it may fall (fewer nodes per pipeline make wider groups whose
