@@ -7,7 +7,8 @@
  * mt_place_route_choose when a requester asks for a route. The same inputs
  * always give the same plan and the same route.
  *
- * CELL mode (one LAN): `replicas` complete pipelines. A pipeline is a
+ * CELL mode (one LAN): `replicas` complete pipelines (or more, as many as
+ * meet a latency goal: mt_place_params.latency_goal_ms). A pipeline is a
  * sequence of stage GROUPS covering layers [0, n_layer) in order; a group is
  * a STAGE node holding layers [a, b) with their attention parts and a
  * contiguous range of routed experts, plus 0..k PARTNER nodes holding the
