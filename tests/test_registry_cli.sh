@@ -62,6 +62,8 @@ grep -q "warn.*registry: placement: latency goal 1500 ms per token: no complete 
     ok || bad "no warning of the missed goal: $(head -c 800 "$tmp/goalreg.err")"
 grep -q "cell mode, at least 2 replicas, throughput objective, latency goal 1500 ms, key" "$tmp/goalreg.err" &&
     ok || bad "no start line with the goal: $(head -c 800 "$tmp/goalreg.err")"
+expect 0 "^latency goal 1500 ms per token: no complete pipeline to meet it" \
+    "$BIN" status --registry "$ADDR"
 kill "$GOAL_PID" && wait "$GOAL_PID" 2>/dev/null
 REG=(registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed"
     --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 --max-active 1)
