@@ -52,6 +52,9 @@ static const char usage[] =
     "  --replicas N --spares N --max-group N   placement (defaults 2, 1, 8)\n"
     "  --objective throughput|latency|balanced  how each pipeline is laid out, as\n"
     "                        `registry --objective` (default throughput)\n"
+    "  --latency-goal-ms T   placement's per-user goal, as `registry --latency-goal-ms`:\n"
+    "                        the most pipelines (>= --replicas) whose estimated trip is\n"
+    "                        within T (default 0: none, --replicas pipelines)\n"
     "  --stages L1,L2,...    instead: one pipeline of stages holding L1, L2, ... layers\n"
     "  --shared-host         every node and requester on one machine ...\n"
     "  --cores N             ... with N CPUs (default 2)\n"
@@ -471,7 +474,9 @@ int main(int argc, char **argv) {
             if (mt_place_objective_parse(v, &o))
                 die("--objective is throughput, latency or balanced, not '%s'", v ? v : "");
             cfg.objective = (int)o;
-        } else if (!strcmp(a, "--stages"))
+        } else if (!strcmp(a, "--latency-goal-ms"))
+            cfg.latency_goal_ms = num(a, v, 0, 1e9);
+        else if (!strcmp(a, "--stages"))
             cfg.n_stages = parse_list(a, v, cfg.stage_layers, CS_MAX_STAGES, 1, 65536);
         else if (!strcmp(a, "--cores"))
             cfg.cores = num(a, v, 0.01, 4096);

@@ -290,6 +290,7 @@ typedef struct cs_config {
     double capacity_bytes; /* what each machine offers for shards */
     int32_t replicas, spares, max_group;
     int objective; /* mt_place_objective: how each pipeline is laid out (registry --objective) */
+    double latency_goal_ms; /* placement's per-user goal (registry --latency-goal-ms); 0: none */
     int32_t n_stages;
     int32_t stage_layers[CS_MAX_STAGES];
     /* CPUs: every machine its own (threads cores used by a node), or all nodes and requesters on

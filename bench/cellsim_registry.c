@@ -236,6 +236,7 @@ int cs_reg_setup(sim *S) {
     S->pp.spares = c->spares;
     S->pp.max_group = c->max_group;
     S->pp.objective = (mt_place_objective)c->objective;
+    S->pp.latency_goal_ms = c->latency_goal_ms;
     /* a stage keeps its sessions beside its shard (placement.h's working memory): KDA states
      * and MLA caches of place_sessions sessions of a request's length (the cache is reserved
      * for the node's context but backed as positions are written); the node itself then
@@ -291,6 +292,12 @@ void cs_reg_describe(sim *S) {
              S->n_nodes, p->n_pipelines, p->n_pipelines == 1 ? "" : "s", R->stages_min,
              R->stages_max, R->nodes_used, R->partners, p->n_spares, p->n_spares == 1 ? "" : "s",
              (double)p->largest_shard / 1e9, S->session_mem_max / 1e9);
+    size_t len = strlen(R->topology); /* placement's own estimate of a token's trip */
+    snprintf(R->topology + len, sizeof R->topology - len, "; placement's slowest trip %.0f ms%s",
+             p->worst_trip_ms,
+             p->latency_goal_ms <= 0 ? ""
+             : p->latency_goal_met   ? " (latency goal met)"
+                                     : " (latency goal missed)");
 }
 
 /* The stage holding the middle layer of pipeline 0 (the default failure). */

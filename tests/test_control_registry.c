@@ -52,6 +52,7 @@
 #include "moontail/transport.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sodium.h>
 #include <sqlite3.h>
 #include <sys/socket.h>
@@ -95,6 +96,7 @@ typedef struct reg_opts {
     int spares;             /* (0) */
     int dead_after_ms;      /* (0: 60000, as the stand-ins beat only when told to) */
     int objective;          /* mt_place_objective (0: throughput) */
+    double latency_goal_ms; /* (0: none) */
 } reg_opts;
 
 static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
@@ -112,6 +114,7 @@ static mt_registry *reg_open(const reg_opts *o, mt_error *err) {
                             .reports_per_minute = o->reports_per_minute,
                             .spares = o->spares,
                             .objective = o->objective,
+                            .latency_goal_ms = o->latency_goal_ms,
                             .heartbeat_ms = 200,
                             .dead_after_ms = o->dead_after_ms > 0 ? o->dead_after_ms : 60000,
                             .admin_token = o->admin,
@@ -1016,6 +1019,84 @@ static void test_route_by_room(void) {
     reg = NULL;
 }
 
+/* A latency goal (registry --latency-goal-ms): three nodes that each hold the whole model,
+ * one replica asked, no spare. A goal every pipeline meets makes three one-node pipelines
+ * (the most the nodes allow); one that none meets leaves the one replica asked and says so.
+ * The status gives the goal, whether it is met, and every pipeline's trip (its group time
+ * and a hop). A goal below 0 or in swarm mode is refused at the start. */
+static void test_latency_goal(void) {
+    const double goals[2] = {1e6, 1e-6};
+    const int want[2] = {3, 1};
+    for (int g = 0; g < 2; g++) {
+        reg_opts o = {.name = g ? "goal-missed" : "goal-met", .latency_goal_ms = goals[g]};
+        mt_error err;
+        reg = reg_open(&o, &err);
+        CHECK(reg != NULL, "goal registry: %s", err.msg);
+        if (!reg) return;
+        char *acct = new_account(g ? "ivan" : "hana", NULL), pk[MT_KEYS_HEX_SIZE];
+        fake_node nd[3];
+        for (int i = 0; i < 3; i++) {
+            new_pk(pk);
+            CHECK(fake_join(acct, pk, 100000000, &nd[i], &err) == 201, "join: %s", err.msg);
+        }
+        json_t *st = NULL, *pipes = NULL;
+        for (int tries = 0; tries < 200; tries++) { /* each join re-plans; the last may lag */
+            json_decref(st);
+            st = NULL;
+            call("GET", "/v1/status", NULL, NULL, &st, &err);
+            pipes = json_object_get(st, "pipelines");
+            size_t planned = 0;
+            for (size_t k = 0; k < json_array_size(pipes); k++)
+                planned += json_object_get(json_array_get(pipes, k), "trip_ms") != NULL;
+            if (planned == (size_t)want[g] && json_object_get(st, "nodes_alive") &&
+                jint(st, "nodes_alive") == 3)
+                break;
+            sleep_ms(50);
+        }
+        json_t *met = json_object_get(st, "latency_goal_met");
+        bool trips = json_array_size(pipes) == (size_t)want[g];
+        for (size_t k = 0; trips && k < json_array_size(pipes); k++) {
+            json_t *pk2 = json_array_get(pipes, k);
+            double lat = json_real_value(json_object_get(pk2, "latency_ms"));
+            double trip = json_real_value(json_object_get(pk2, "trip_ms"));
+            trips = lat > 0 && fabs(trip - (lat + 0.5)) < 1e-9; /* one group, one 0.5 ms hop */
+        }
+        const char *note = jstr(st, "latency_goal_note");
+        CHECK(json_real_value(json_object_get(st, "latency_goal_ms")) == goals[g] &&
+                  json_is_boolean(met) && json_is_true(met) == (g == 0) && trips &&
+                  (g == 0 ? !json_object_get(st, "latency_goal_note")
+                          : strstr(note, "latency goal 1e-06 ms per token missed") &&
+                                strstr(note, "--replicas")),
+              "goal %g: status %s", goals[g], st ? json_dumps(st, JSON_COMPACT) : "(none)");
+        json_decref(st);
+        free(acct);
+        mt_registry_stop(reg);
+        reg = NULL;
+    }
+    /* refused at the start */
+    char db[400], key[400], shards[400];
+    snprintf(db, sizeof db, "%s/goal-bad.db", dir);
+    snprintf(key, sizeof key, "%s/goal-bad.key", dir);
+    snprintf(shards, sizeof shards, "%s/goal-bad-seed", dir);
+    const double bad[3] = {-1, NAN, 5};
+    for (int k = 0; k < 3; k++) {
+        mt_registry_config c = {.model = model,
+                                .db = db,
+                                .key = key,
+                                .shard_dir = shards,
+                                .listen = "127.0.0.1:0",
+                                .mode = k == 2 ? MT_REGISTRY_SWARM : MT_REGISTRY_CELL,
+                                .latency_goal_ms = bad[k],
+                                .quiet = true};
+        mt_error err = {{0}};
+        mt_registry *r = mt_registry_start(&c, &err);
+        CHECK(!r && strstr(err.msg, "latency goal") && strstr(err.msg, "cell mode only"),
+              "a latency goal of %g (%s mode): %s", bad[k], k == 2 ? "swarm" : "cell",
+              r ? "started" : err.msg);
+        if (r) mt_registry_stop(r);
+    }
+}
+
 /* ---- an admin token; swarm mode with --require-volunteer --------------------------------------
  */
 
@@ -1665,6 +1746,7 @@ int main(void) {
     test_restart_grace();
     test_capacity_shrink();
     test_route_by_room();
+    test_latency_goal();
     test_admin();
     test_swarm();
     test_agent();

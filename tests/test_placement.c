@@ -140,7 +140,10 @@ static bool check_plan(const char *what, const test_model *t, const mt_place_nod
     int before = check_failures;
     int32_t L = t->m.n_layer, X = t->m.n_expert;
     CHECK(rc == 0 || rc == MT_PLACE_SHORT, "%s: rc %d", what, rc);
-    CHECK((rc == 0) == (plan->n_pipelines == p->replicas) && plan->n_pipelines <= p->replicas,
+    /* a latency goal makes `replicas` the fewest pipelines; without one, the most */
+    bool goal = p->latency_goal_ms > 0;
+    CHECK((rc == 0) == (plan->n_pipelines >= p->replicas) &&
+              (goal || plan->n_pipelines <= p->replicas),
           "%s: rc %d with %d of %d pipelines", what, rc, plan->n_pipelines, p->replicas);
     CHECK((plan->reason[0] != 0) == (plan->n_pipelines < p->replicas), "%s: reason '%s' for %d/%d",
           what, plan->reason, plan->n_pipelines, p->replicas);
@@ -1156,6 +1159,222 @@ static void test_objectives_hand(void) {
           "objective 7: '%s'", err.msg);
 }
 
+/* ---------------------------------------------------------- latency goal */
+
+/* The longest trip_ms of a plan's pipelines, and that it is latency_ms + a hop per group. */
+static double worst_trip(const mt_place_plan *plan, double hop_ms) {
+    double w = 0;
+    for (int32_t i = 0; i < plan->n_pipelines; i++) {
+        CHECK(fabs(plan->pipelines[i].trip_ms - trip_ms(plan, i, hop_ms)) < 1e-9,
+              "pipeline %d: trip_ms %g, latency_ms + hops %g", i, plan->pipelines[i].trip_ms,
+              trip_ms(plan, i, hop_ms));
+        if (plan->pipelines[i].trip_ms > w) w = plan->pipelines[i].trip_ms;
+    }
+    return w;
+}
+
+static void test_goal_hand(void) {
+    /* test_objectives_hand's model (4 MoE layers of 100 MB attention + 8 experts of 100 MB,
+     * 2 used; one pipeline needs 3600 MB) on 24 equal nodes of 2000 MB at 10 MB/ms, LATENCY,
+     * replicas 2. One group of k nodes over the 4 layers: 40 ms attention + 4 x 0.25 calls +
+     * 10 ms per expert its slowest member holds (8 split as evenly as capacity allows: the
+     * stage holds at most 4, a partner 5), and a 0.5 ms hop: k = 8: 51.5 ms; k = 4..7: 2
+     * experts, 61.5; k = 3: 71.5; k = 2: 81.5 (two nodes of 2 layers each: 2 x 60.5). Splits
+     * into two groups cost more (6 nodes as 3 + 3 over 2 layers each: 2 x 36 = 72; 5 + 1:
+     * 46.25 + 30.5). So a pipeline of n nodes: n >= 8: 51.5; 4..7: 61.5; 3: 71.5; 2: 81.5.
+     * Equal nodes are dealt evenly: P = 2, 3 (12, 8 nodes each): 51.5; P = 4, 5, 6 (6; 5 or 4;
+     * 4): 61.5; P = 7..12: 71.5 or more; P = 13 would leave a pipeline 1 node, which cannot
+     * hold 3600 MB (and 24 x 2000 / 3600 = 13 is the capacity's most). */
+    test_model t;
+    model_uniform(&t, "goal", 4, 0, 8, 2, 100 * MB, 100 * MB);
+    mt_place_node nodes[24];
+    for (int i = 0; i < 24; i++) nodes[i] = (mt_place_node){i + 1, 2000 * MB, 1, true, {0}};
+    struct {
+        double goal;
+        int32_t spares, want_p;
+        double want_trip;
+        bool met;
+    } cases[] = {
+        {55, 0, 3, 51.5, true},  /* P = 2, 3 meet it, P = 4 misses: 3 */
+        {65, 0, 6, 61.5, true},  /* P = 2..6 meet it, 7 misses: 6 */
+        {55, 1, 2, 51.5, true},  /* P = 3 leaves no spare of 24 nodes; with one kept
+                                    back a pipeline has 7 nodes, 61.5: 2 */
+        {50, 0, 2, 51.5, false}, /* no P meets it: replicas, and the note says so */
+        {0, 0, 2, 51.5, false},  /* no goal: replicas, as before */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+        p.replicas = 2;
+        p.spares = cases[k].spares;
+        p.objective = MT_PLACE_LATENCY;
+        p.latency_goal_ms = cases[k].goal;
+        mt_place_plan plan;
+        int rc = plan_make(&t, nodes, 24, &p, &plan);
+        char what[96];
+        snprintf(what, sizeof what, "goal %g ms, %d spares", cases[k].goal, cases[k].spares);
+        if (!check_plan(what, &t, nodes, 24, &p, &plan, rc)) continue;
+        double w = worst_trip(&plan, p.hop_ms);
+        CHECK(rc == 0 && plan.n_pipelines == cases[k].want_p &&
+                  fabs(w - cases[k].want_trip) < 1e-9 &&
+                  fabs(plan.worst_trip_ms - cases[k].want_trip) < 1e-9 &&
+                  plan.latency_goal_met == cases[k].met && plan.n_spares >= cases[k].spares,
+              "%s: rc %d, %d pipelines, worst trip %g (plan %g), met %d, %d spares; want %d, %g,"
+              " %d",
+              what, rc, plan.n_pipelines, w, plan.worst_trip_ms, plan.latency_goal_met,
+              plan.n_spares, cases[k].want_p, cases[k].want_trip, cases[k].met);
+        bool missed = cases[k].goal > 0 && !cases[k].met;
+        CHECK(missed
+                  ? strstr(plan.goal_note, "latency goal 50 ms") &&
+                        strstr(plan.goal_note, "51.5 ms") && strstr(plan.goal_note, "add machines")
+                  : plan.goal_note[0] == 0,
+              "%s: note '%s'", what, plan.goal_note);
+        mt_place_plan_free(&plan);
+    }
+
+    /* Kept: the pipelines the goal chose stay (replicas is still 2). */
+    mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+    p.replicas = 2;
+    p.spares = 0;
+    p.objective = MT_PLACE_LATENCY;
+    p.latency_goal_ms = 55;
+    mt_place_plan first, again, lost;
+    int rc = plan_make(&t, nodes, 24, &p, &first);
+    check_plan("goal first", &t, nodes, 24, &p, &first, rc);
+    mt_place_set_current(nodes, 24, &first);
+    rc = plan_make(&t, nodes, 24, &p, &again);
+    check_plan("goal again", &t, nodes, 24, &p, &again, rc);
+    CHECK(rc == 0 && again.n_pipelines == 3 && !again.replanned && again.moves == 0 &&
+              again.latency_goal_met,
+          "goal again: %d pipelines, replanned %d, %d moves, met %d", again.n_pipelines,
+          again.replanned, again.moves, again.latency_goal_met);
+    /* a member of pipeline 2 is lost and no node is free: pipelines 0 and 1 stay as they are;
+     * pipeline 2 cannot be kept, and its 7 other nodes would make one of 61.5 ms, over the
+     * goal: they become spares (goal first; 2 pipelines are the replicas asked) */
+    int64_t gone = -1;
+    for (int32_t i = 0; i < first.n_assign && gone < 0; i++)
+        if (first.assign[i].pipeline == 2 && first.assign[i].role == MT_PLACE_PARTNER)
+            gone = first.assign[i].node;
+    for (int i = 0; i < 24; i++) nodes[i].available = nodes[i].id != gone;
+    rc = plan_make(&t, nodes, 24, &p, &lost);
+    check_plan("goal lost", &t, nodes, 24, &p, &lost, rc);
+    int32_t same = 0, in01 = 0;
+    for (int32_t i = 0; i < first.n_assign; i++) {
+        if (first.assign[i].pipeline != 0 && first.assign[i].pipeline != 1) continue;
+        in01++;
+        const mt_place_assign *now = mt_place_plan_find(&lost, first.assign[i].node);
+        same += now && same_assign(now, &first.assign[i]);
+    }
+    CHECK(rc == 0 && lost.n_pipelines == 2 && same == in01 && in01 == 16 && lost.n_spares == 7 &&
+              lost.latency_goal_met && fabs(lost.worst_trip_ms - 51.5) < 1e-9,
+          "goal lost: %d pipelines, %d of %d unchanged, %d spares, met %d, worst %g",
+          lost.n_pipelines, same, in01, lost.n_spares, lost.latency_goal_met, lost.worst_trip_ms);
+    /* nodes joining a kept plan: 16 nodes make 2 pipelines of 8 (3 would have 5-6 nodes,
+     * 61.5 ms); 8 more make a third of 51.5 ms beside them, the first two unchanged */
+    mt_place_plan p16, p24;
+    for (int i = 0; i < 24; i++) nodes[i] = (mt_place_node){i + 1, 2000 * MB, 1, true, {0}};
+    rc = plan_make(&t, nodes, 16, &p, &p16);
+    check_plan("goal 16", &t, nodes, 16, &p, &p16, rc);
+    mt_place_set_current(nodes, 16, &p16);
+    rc = plan_make(&t, nodes, 24, &p, &p24);
+    check_plan("goal 16 + 8", &t, nodes, 24, &p, &p24, rc);
+    same = 0;
+    for (int32_t i = 0; i < p16.n_assign; i++) {
+        const mt_place_assign *now = mt_place_plan_find(&p24, p16.assign[i].node);
+        same += now && same_assign(now, &p16.assign[i]);
+    }
+    CHECK(p16.n_pipelines == 2 && rc == 0 && p24.n_pipelines == 3 && !p24.replanned &&
+              same == p16.n_assign && p24.latency_goal_met && fabs(p24.worst_trip_ms - 51.5) < 1e-9,
+          "goal 16 + 8: %d then %d pipelines, replanned %d, %d of %d unchanged, met %d",
+          p16.n_pipelines, p24.n_pipelines, p24.replanned, same, p16.n_assign,
+          p24.latency_goal_met);
+    mt_place_plan_free(&p16);
+    mt_place_plan_free(&p24);
+    for (int i = 0; i < 24; i++) nodes[i].available = true;
+    mt_place_plan_free(&first);
+    mt_place_plan_free(&again);
+    mt_place_plan_free(&lost);
+
+    /* bad goals, and a goal in swarm mode */
+    const double bad_goal[] = {-1, NAN, INFINITY, 2e9};
+    mt_error err = {{0}};
+    mt_place_plan plan;
+    for (size_t k = 0; k < sizeof bad_goal / sizeof *bad_goal; k++) {
+        mt_place_params b = mt_place_default_params(MT_PLACE_CELL);
+        b.latency_goal_ms = bad_goal[k];
+        CHECK(mt_place_plan_make(&t.m, nodes, 24, &b, &plan, &err) < 0 &&
+                  strstr(err.msg, "latency_goal_ms"),
+              "latency goal %g: '%s'", bad_goal[k], err.msg);
+    }
+    mt_place_params sw = mt_place_default_params(MT_PLACE_SWARM);
+    sw.latency_goal_ms = 100;
+    CHECK(mt_place_plan_make(&t.m, nodes, 24, &sw, &plan, &err) < 0 &&
+              strstr(err.msg, "cell mode only"),
+          "a swarm goal: '%s'", err.msg);
+}
+
+/* Over seeded fleets and every objective, against plans made without a goal: with a goal
+ * just above the no-goal plan's longest trip, the plan has P >= replicas pipelines, all
+ * within it, and no count above P up to 16 qualifies: the no-goal plan for replicas = P'
+ * either falls short of P' pipelines, keeps fewer spares than asked, or has a trip over the
+ * goal (a plan is a pure function of its inputs, so that is what the goal's search saw). */
+static void test_goal_fleets(void) {
+    test_model t;
+    model_uniform(&t, "goal", 16, 1, 32, 4, 300 * MB, 120 * MB); /* 62 GB */
+    const int32_t sizes[] = {17, 31, 45};
+    int32_t more = 0, cases = 0;
+    uint64_t seed = 900;
+    for (int32_t si = 0; si < 3; si++)
+        for (int o = 0; o < 3; o++, seed++) {
+            int32_t n = sizes[si];
+            mt_place_node *nodes = fleet(seed, n);
+            mt_place_params p = mt_place_default_params(MT_PLACE_CELL);
+            p.replicas = 1 + (int32_t)(seed % 2);
+            p.objective = (mt_place_objective)o;
+            mt_place_plan base, plan;
+            int rc = plan_make(&t, nodes, n, &p, &base);
+            char what[96];
+            snprintf(what, sizeof what, "goal %s seed %llu n %d",
+                     mt_place_objective_name(p.objective), (unsigned long long)seed, n);
+            if (rc != 0) { /* too few nodes for replicas: nothing to choose */
+                mt_place_plan_free(&base);
+                free(nodes);
+                continue;
+            }
+            p.latency_goal_ms = worst_trip(&base, p.hop_ms) * 1.3;
+            rc = plan_make(&t, nodes, n, &p, &plan);
+            cases++;
+            if (check_plan(what, &t, nodes, n, &p, &plan, rc)) {
+                double w = worst_trip(&plan, p.hop_ms);
+                CHECK(rc == 0 && plan.n_pipelines >= p.replicas && plan.latency_goal_met &&
+                          w <= p.latency_goal_ms && plan.goal_note[0] == 0,
+                      "%s: %d pipelines, worst %g, goal %g, met %d", what, plan.n_pipelines, w,
+                      p.latency_goal_ms, plan.latency_goal_met);
+                more += plan.n_pipelines > p.replicas;
+                uint64_t cap = 0; /* no plan holds more pipelines than the capacity */
+                for (int32_t i = 0; i < n; i++) cap += nodes[i].capacity;
+                for (int32_t q = plan.n_pipelines + 1;
+                     q <= 16 && (uint64_t)q <= cap / model_total(&t); q++) {
+                    mt_place_params pq = p;
+                    pq.latency_goal_ms = 0;
+                    pq.replicas = q;
+                    mt_place_plan alt;
+                    int rq = plan_make(&t, nodes, n, &pq, &alt);
+                    bool qualifies = rq == 0 && alt.n_spares >= p.spares &&
+                                     worst_trip(&alt, p.hop_ms) <= p.latency_goal_ms;
+                    CHECK(!qualifies, "%s: %d pipelines chosen, but %d also meet the goal %g", what,
+                          plan.n_pipelines, q, p.latency_goal_ms);
+                    mt_place_plan_free(&alt);
+                }
+            }
+            mt_place_plan_free(&base);
+            mt_place_plan_free(&plan);
+            free(nodes);
+        }
+    printf("goal fleets: %d cases, %d with more pipelines than replicas\n", cases, more);
+    CHECK(cases >= 6 && more > 0, "goal fleets: %d cases, %d with more pipelines than replicas",
+          cases, more);
+}
+
 /* Over seeded fleets: every objective gives a valid plan over the same nodes per
  * pipeline; LATENCY's trip is never longer than THROUGHPUT's (its search includes that
  * layout), BALANCED's trip neither, and its slowest group within 1.25x THROUGHPUT's. */
@@ -1631,6 +1850,8 @@ int main(void) {
     test_water_fill();
     test_objectives_hand();
     test_objectives_fleets();
+    test_goal_hand();
+    test_goal_fleets();
     print_balance();
     return check_report("test_placement");
 }

@@ -18,7 +18,9 @@
 #   - swarm mode with --require-volunteer refuses an account that has not
 #     volunteered, saying how to volunteer, and serves one whose node serves;
 #     an expert server killed mid-generation leaves the text unchanged;
-#   - bad requests get 4xx answers and the registry keeps serving.
+#   - bad requests get 4xx answers and the registry keeps serving;
+#   - --latency-goal-ms: bad values refused, a goal shown by the status and a
+#     missed one logged.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 60"
@@ -39,6 +41,30 @@ $T "$BIN" run -m "$M" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/ref_long.
 # ---- registry, account, nodes
 expect 2 "--objective must be throughput, latency or balanced, not 'fast'" \
     "$BIN" registry --model "$M" --db "$tmp/bad.db" --objective fast
+# a per-user latency goal: refused when negative, not a number or in a swarm; accepted,
+# logged when it is missed, and shown by the status (no node yet: no pipeline meets it)
+expect 2 "--latency-goal-ms must be in 0..1e9 ms per token (0: no goal), not -5" \
+    "$BIN" registry --model "$M" --db "$tmp/bad.db" --latency-goal-ms -5
+expect 2 "--latency-goal-ms expects a number, got 'nan'" \
+    "$BIN" registry --model "$M" --db "$tmp/bad.db" --latency-goal-ms nan
+expect 2 "--latency-goal-ms expects a number, got 'fast'" \
+    "$BIN" registry --model "$M" --db "$tmp/bad.db" --latency-goal-ms fast
+expect 2 "--latency-goal-ms applies to --mode cell only" \
+    "$BIN" registry --model "$M" --db "$tmp/bad.db" --mode swarm --latency-goal-ms 100
+start_bg goalreg "$BIN" registry --model "$M" --db "$tmp/goal.db" --key "$tmp/goal.key" \
+    --shards "$tmp/goal-seed" --latency-goal-ms 1500 --listen 127.0.0.1:0
+GOAL_PID=$PID
+"$BIN" status --registry "$ADDR" --json 2>/dev/null | json '
+  if (o.latency_goal_ms !== 1500 || o.latency_goal_met !== false ||
+      !/latency goal 1500 ms per token: no complete pipeline/.test(o.latency_goal_note)) process.exit(1)' &&
+    ok || bad "the goal in the status: $("$BIN" status --registry "$ADDR" --json 2>&1 | head -c 800)"
+grep -q "warn.*registry: placement: latency goal 1500 ms per token: no complete pipeline" "$tmp/goalreg.err" &&
+    ok || bad "no warning of the missed goal: $(head -c 800 "$tmp/goalreg.err")"
+grep -q "cell mode, at least 2 replicas, throughput objective, latency goal 1500 ms, key" "$tmp/goalreg.err" &&
+    ok || bad "no start line with the goal: $(head -c 800 "$tmp/goalreg.err")"
+expect 0 "^latency goal 1500 ms per token: no complete pipeline to meet it" \
+    "$BIN" status --registry "$ADDR"
+kill "$GOAL_PID" && wait "$GOAL_PID" 2>/dev/null
 REG=(registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" --shards "$tmp/seed"
     --replicas 2 --spares 1 --heartbeat-ms 200 --dead-after-ms 1500 --max-active 1)
 start_bg reg "$BIN" "${REG[@]}" --listen 127.0.0.1:0

@@ -7,7 +7,8 @@
  * mt_place_route_choose when a requester asks for a route. The same inputs
  * always give the same plan and the same route.
  *
- * CELL mode (one LAN): `replicas` complete pipelines. A pipeline is a
+ * CELL mode (one LAN): `replicas` complete pipelines (or more, as many as
+ * meet a latency goal: mt_place_params.latency_goal_ms). A pipeline is a
  * sequence of stage GROUPS covering layers [0, n_layer) in order; a group is
  * a STAGE node holding layers [a, b) with their attention parts and a
  * contiguous range of routed experts, plus 0..k PARTNER nodes holding the
@@ -141,7 +142,18 @@ typedef struct mt_place_params {
      * pipeline is laid out anew; kept pipelines stay as they are. */
     mt_place_objective objective;
     double hop_ms; /* cell: one hop from group to group (message latency and the
-                      activations on the wire), >= 0; LATENCY and BALANCED only */
+                      activations on the wire), >= 0; LATENCY's and BALANCED's layouts
+                      and every pipeline's trip_ms */
+    /* Cell: a per-user latency goal, ms per token, 0..1e9 (0: none, the
+     * default). With a goal, `replicas` is the FEWEST pipelines: a fresh plan
+     * makes the most pipelines P >= replicas whose every trip (trip_ms: group
+     * times + a hop each) is within the goal and that still leave `spares`
+     * spares (more pipelines serve more users at once; fewer nodes each make
+     * each trip longer), laid out for `objective`; when no P does, `replicas`
+     * pipelines, and plan.goal_note says so. A kept plan keeps its pipelines
+     * (also past `replicas`) and makes as many more of the free nodes as meet
+     * the goal. Planning costs a plan per count tried (placement_goal.c). */
+    double latency_goal_ms;
 
     /* Working memory of the nodes holding attention parts (see top). The
      * per-layer sizes are the model's (mt_kv_session_bytes); NULL = none, and
@@ -158,7 +170,8 @@ typedef struct mt_place_params {
  * (10 GB/s at speed 1.0); partner_call_ms 0.25 (a LAN round trip); sessions
  * 64 and n_ctx 4096, a node's defaults (`moontail node --max-sessions,
  * --ctx`: 64 and min(context_length, 4096)); no per-layer sizes; objective
- * THROUGHPUT, hop_ms 0.5 (a LAN message with 7168 f32 activations at 1 Gb/s). */
+ * THROUGHPUT, hop_ms 0.5 (a LAN message with 7168 f32 activations at 1 Gb/s); no
+ * latency goal. */
 mt_place_params mt_place_default_params(mt_place_mode mode);
 
 /* ---------------------------------------------------------------- output */
@@ -172,6 +185,8 @@ typedef struct mt_place_pipeline {
     double average_ms; /* average over its groups (cell) / expert servers (swarm) */
     double latency_ms; /* one token through it: cell, the sum of its groups' times;
                           swarm, the sum over MoE layers of that layer's slowest holder */
+    double trip_ms;    /* cell: latency_ms + n_groups x hop_ms, what the latency goal and
+                          the LATENCY layout count; swarm: latency_ms */
 } mt_place_pipeline;
 
 typedef struct mt_place_plan {
@@ -200,6 +215,11 @@ typedef struct mt_place_plan {
     bool replanned;               /* the previous plan was not kept (or there was none) */
     char reason[512];             /* why fewer than `replicas` (empty when all made) */
     char warning[512];            /* other shortfalls, e.g. fewer spares than asked */
+    double latency_goal_ms;       /* params.latency_goal_ms (cell; 0: no goal) */
+    double worst_trip_ms;         /* cell: the longest trip_ms of its pipelines (0: none) */
+    bool latency_goal_met;        /* a goal, at least one pipeline, and every trip_ms
+                                     within it */
+    char goal_note[512];          /* a goal missed: by how much and what to do; else "" */
 } mt_place_plan;
 
 /* Plans the nodes (see the top of this file). When nodes carry current
@@ -209,7 +229,8 @@ typedef struct mt_place_plan {
  * missing pipeline; the plan is made from scratch only when the kept part
  * cannot reach as many pipelines as a fresh plan.
  *
- * Returns 0 with `replicas` pipelines, MT_PLACE_SHORT with fewer (as many as
+ * Returns 0 with `replicas` pipelines (or more: a latency goal, see
+ * mt_place_params), MT_PLACE_SHORT with fewer (as many as
  * the nodes allow; plan->reason says why, e.g. "total capacity 3.1 GB < 2
  * replicas x 4.0 GB: add nodes"; the plan may have 0 pipelines), or -1 on bad
  * input (err names the node or field). Free with mt_place_plan_free. */

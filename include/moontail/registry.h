@@ -54,6 +54,9 @@ typedef struct mt_registry_config {
     int spares;               /* hot spares (< 0: 1 in cell mode, 0 in swarm mode) */
     int objective;            /* cell: mt_place_objective, how each pipeline is laid out
                                  (0: THROUGHPUT, the slowest stage fastest) */
+    double latency_goal_ms;   /* cell: per-user ms per token; > 0 makes `replicas` the
+                                 fewest pipelines and placement makes as many as meet it
+                                 (mt_place_params.latency_goal_ms); 0: none */
     int heartbeat_ms;         /* what nodes are told (<= 0: 1000) */
     int dead_after_ms;        /* silence that makes a node dead (<= 0: 5000) */
     int cert_minutes;         /* validity of issued certificates (<= 0: 60) */

@@ -49,6 +49,10 @@ static const char usage[] =
     "                        (one token's trip shortest: wider stage groups whose\n"
     "                        partners read a layer's experts at once) or balanced (the\n"
     "                        shortest trip whose slowest stage stays within 1.25x)\n"
+    "  --latency-goal-ms T   cell: a per-user goal, ms per token through a pipeline\n"
+    "                        (placement's estimate); --replicas becomes the fewest\n"
+    "                        pipelines and a fresh plan makes as many as meet it\n"
+    "                        (default 0: no goal, --replicas pipelines)\n"
     "  --sessions N          cell: room a stage keeps for N sessions' KV cache and\n"
     "                        recurrent state besides its shard, as nodes run them\n"
     "                        (`node --max-sessions`, 64; default 0: shard bytes only)\n"
@@ -120,6 +124,7 @@ int cmd_registry(int argc, char **argv) {
     const char *relay_listen = NULL, *relay_ports = NULL, *relay_host = NULL;
     int64_t relay_max_conns = 64, sessions = 0, ctx = 0;
     const char *hash_cache = NULL, *kv_name = NULL, *objective_name = "throughput";
+    float latency_goal = 0;
     bool require_volunteer = false, quiet = false, rehash = false;
     int64_t http_limits[5] = {0};
     const char *tls_cert = NULL, *tls_key = NULL;
@@ -137,6 +142,7 @@ int cmd_registry(int argc, char **argv) {
         {"--replicas", CLI_INT, &replicas, 1, 16},
         {"--spares", CLI_INT, &spares, 0, 1000},
         {"--objective", CLI_STRING, &objective_name, 0, 0},
+        {"--latency-goal-ms", CLI_FLOAT, &latency_goal, 0, 0},
         {"--sessions", CLI_INT, &sessions, 0, 1 << 20},
         {"--kv-type", CLI_STRING, &kv_name, 0, 0},
         {"--ctx", CLI_INT, &ctx, 1, 1 << 24},
@@ -180,6 +186,18 @@ int cmd_registry(int argc, char **argv) {
     }
     if (strcmp(mode, "cell") != 0 && strcmp(mode, "swarm") != 0) {
         fprintf(stderr, "moontail registry: --mode must be cell or swarm, not '%s'\n", mode);
+        return 2;
+    }
+    if (!(latency_goal >= 0) || latency_goal > 1e9f) {
+        fprintf(stderr,
+                "moontail registry: --latency-goal-ms must be in 0..1e9 ms per token (0: no goal),"
+                " not %g\n",
+                (double)latency_goal);
+        return 2;
+    }
+    if (latency_goal > 0 && strcmp(mode, "cell") != 0) {
+        fprintf(stderr, "moontail registry: --latency-goal-ms applies to --mode cell only (a"
+                        " swarm's requesters choose no pipelines)\n");
         return 2;
     }
     if (dead <= hb) {
@@ -252,6 +270,7 @@ int cmd_registry(int argc, char **argv) {
                             .replicas = (int)replicas,
                             .spares = (int)spares,
                             .objective = (int)objective,
+                            .latency_goal_ms = latency_goal,
                             .heartbeat_ms = (int)hb,
                             .dead_after_ms = (int)dead,
                             .cert_minutes = (int)cert_minutes,
@@ -289,9 +308,13 @@ int cmd_registry(int argc, char **argv) {
         }
         return 1;
     }
+    char goal_text[64] = "";
+    if (latency_goal > 0)
+        snprintf(goal_text, sizeof goal_text, ", latency goal %g ms", (double)latency_goal);
     if (!quiet)
-        mt_log(MT_LOG_INFO, "registry", "%s mode, %lld replicas, %s objective, key %s", mode,
-               (long long)replicas, mt_place_objective_name(objective), mt_registry_pubkey_hex(r));
+        mt_log(MT_LOG_INFO, "registry", "%s mode, %s%lld replicas, %s objective%s, key %s", mode,
+               latency_goal > 0 ? "at least " : "", (long long)replicas,
+               mt_place_objective_name(objective), goal_text, mt_registry_pubkey_hex(r));
     if (use_tls)
         printf("TLS certificate %s (%s; clients: --registry-pin %s)\n", pin, cert_what, pin);
     if (mt_registry_relay_addr(r)) printf("relay on %s\n", mt_registry_relay_addr(r));

@@ -171,6 +171,23 @@ int cmd_status(int argc, char **argv) {
         }
         printf("\n");
     }
+    double goal = json_number_value(json_object_get(s, "latency_goal_ms"));
+    if (goal > 0) { /* registry --latency-goal-ms: met, or the registry's note */
+        double worst = 0;
+        size_t i;
+        json_t *p;
+        json_array_foreach(pipes, i, p) {
+            double t = json_number_value(json_object_get(p, "trip_ms"));
+            if (t > worst) worst = t;
+        }
+        if (json_is_true(json_object_get(s, "latency_goal_met")))
+            printf("latency goal: %g ms per token, met (the slowest of %zu pipelines %.1f ms)\n",
+                   goal, json_array_size(pipes), worst);
+        else if (str(s, "latency_goal_note")[0]) /* "latency goal T ms per token missed: ..." */
+            printf("%s\n", str(s, "latency_goal_note"));
+        else
+            printf("latency goal: %g ms per token, missed\n", goal);
+    }
     json_t *reports = json_object_get(s, "reports");
     if (num(s, "nodes_quarantined") > 0 || num(reports, "total") > 0)
         printf("spot-checks: %lld node(s) quarantined; %lld report(s), %lld confirmed by the"

@@ -1,10 +1,20 @@
 /* placement.c - the placement engine's entry point (see moontail/placement.h):
  * checks the inputs (placement_check.c), keeps the previous plan where it
- * still holds or plans from scratch, reserves hot spares, and turns the
- * working pieces into the plan with its summary (placement_summary.c). The
- * building blocks both modes share are in placement_blocks.c, the modes' own
- * planning in placement_cell.c and placement_swarm.c, routes in
- * placement_route.c. */
+ * still holds or plans from scratch, reserves hot spares
+ * (placement_spares.c), and turns the working pieces into the plan with its
+ * summary (placement_summary.c). The building blocks both modes share are in
+ * placement_blocks.c, the modes' own planning in placement_cell.c and
+ * placement_swarm.c, routes in placement_route.c.
+ *
+ * Pipeline counts: a fresh plan makes `replicas`; with a latency goal (cell)
+ * placement_goal.c chooses the count, `replicas` or more. A kept plan keeps
+ * its pipelines (without a goal at most `replicas`, dropping the highest
+ * indices), builds the missing ones up to `replicas` from free nodes and,
+ * with a goal, adds as many pipelines of the free nodes as meet it: nodes
+ * that join a cell with a goal become pipelines when enough of them meet the
+ * goal, else spares. Pipelines already made are not laid out again for the
+ * goal: one that misses it (a slower node took a lost member's shard) stays,
+ * and the plan's goal_note says so. */
 #include "placement_internal.h"
 
 #include <math.h>
@@ -15,90 +25,6 @@
 
 /* ---------------------------------------------------------------- planning */
 
-/* Plans up to `want` pipelines / replicas from pool (every node offered),
- * then keeps `spares` of the nodes out of them: the nodes the plan leaves
- * unused, and if there are too few, the slowest nodes that can hold the
- * plan's largest shard with its working memory (then the largest others),
- * as many as the plan can do without and keep its number of pipelines.
- * Appends the pieces and marks their nodes in used. */
-static int32_t build_with_spares(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
-                                 const int32_t *idx, pl_pieces *out, bool *used) {
-    pl_build_fn build = c->p->mode == MT_PLACE_CELL ? pl_cell_build : pl_swarm_build;
-    pl_pieces best = {0}, tmp = {0};
-    int32_t *pool2 = malloc((size_t)(n_pool > 0 ? n_pool : 1) * sizeof *pool2);
-    int32_t *cand = malloc((size_t)(n_pool > 0 ? n_pool : 1) * sizeof *cand);
-    bool *in = calloc((size_t)c->n_nodes + 1, sizeof *in);
-    int32_t built = -1;
-    if (!pool2 || !cand || !in) goto done;
-    built = build(c, pool, n_pool, want, idx, &best);
-    if (built <= 0) goto done;
-    for (int32_t i = 0; i < best.n; i++) in[best.v[i].node] = true;
-    int32_t n_used = 0;
-    uint64_t largest = 0;
-    for (int32_t j = 0; j < n_pool; j++) n_used += in[pool[j]];
-    for (int32_t i = 0; i < best.n; i++) {
-        const pl_piece *q = &best.v[i];
-        uint64_t room = pl_piece_room(c, q->a, q->b, q->attention, q->eb, q->ee);
-        if (room > largest) largest = room;
-    }
-    int32_t missing = c->p->spares - (n_pool - n_used);
-    if (missing <= 0) goto done;
-    /* candidates: used nodes able to hold the largest shard, slowest first;
-     * then the others, largest first */
-    int32_t n_cand = 0;
-    for (int32_t j = 0; j < n_pool; j++)
-        if (in[pool[j]] && c->nodes[pool[j]].capacity >= largest) cand[n_cand++] = pool[j];
-    pl_sort_fastest(c, cand, n_cand);
-    for (int32_t i = 0; i < n_cand / 2; i++) {
-        int32_t t = cand[i];
-        cand[i] = cand[n_cand - 1 - i];
-        cand[n_cand - 1 - i] = t;
-    }
-    int32_t n_big = n_cand;
-    for (int32_t j = 0; j < n_pool; j++)
-        if (in[pool[j]] && c->nodes[pool[j]].capacity < largest) cand[n_cand++] = pool[j];
-    pl_sort_largest(c, cand + n_big, n_cand - n_big);
-    /* the most candidates (up to `missing`) the plan can do without: bisection,
-     * as reserving more never gives more pipelines */
-    int32_t lo = 0, hi = missing < n_cand ? missing : n_cand;
-    while (lo < hi) {
-        int32_t mid = lo + (hi - lo + 1) / 2, n2 = 0;
-        for (int32_t t = 0; t < n_cand; t++) in[cand[t]] = t < mid; /* in = reserved now */
-        for (int32_t j = 0; j < n_pool; j++)
-            if (!in[pool[j]]) pool2[n2++] = pool[j];
-        tmp.n = 0;
-        int32_t b2 = build(c, pool2, n2, built, idx, &tmp);
-        if (b2 < 0) {
-            built = -1;
-            goto done;
-        }
-        if (b2 == built) {
-            pl_pieces t = best;
-            best = tmp;
-            tmp = t;
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-done:
-    if (built > 0) {
-        for (int32_t i = 0; i < best.n; i++) {
-            if (pl_push(out, best.v[i])) {
-                built = -1;
-                break;
-            }
-            used[best.v[i].node] = true;
-        }
-    }
-    pl_pieces_free(&best);
-    pl_pieces_free(&tmp);
-    free(pool2);
-    free(cand);
-    free(in);
-    return built;
-}
-
 static int32_t plan_from_scratch(const pl_ctx *c, pl_pieces *out, bool *used) {
     int32_t *pool = malloc((size_t)(c->n_nodes + 1) * sizeof *pool), n_pool = 0;
     int32_t *idx = malloc((size_t)c->p->replicas * sizeof *idx);
@@ -107,7 +33,10 @@ static int32_t plan_from_scratch(const pl_ctx *c, pl_pieces *out, bool *used) {
         for (int32_t i = 0; i < c->n_nodes; i++)
             if (c->nodes[i].available) pool[n_pool++] = i;
         for (int32_t k = 0; k < c->p->replicas; k++) idx[k] = k;
-        built = build_with_spares(c, pool, n_pool, c->p->replicas, idx, out, used);
+        if (c->p->mode == MT_PLACE_CELL && c->p->latency_goal_ms > 0)
+            built = pl_goal_build(c, pool, n_pool, c->p->replicas, NULL, 0, out, used);
+        else
+            built = pl_build_with_spares(c, pool, n_pool, c->p->replicas, idx, out, used);
     }
     free(pool);
     free(idx);
@@ -120,13 +49,18 @@ static int cmp_int32(const void *pa, const void *pb) {
 }
 
 /* Keeps what the nodes' current assignments describe, then builds the
- * missing pipelines from the free nodes. Returns the pipelines made;
- * *n_kept_out gets how many of them were kept. */
+ * missing pipelines (up to `replicas`) from the free nodes and, with a
+ * latency goal (cell), as many more from the free nodes as meet it
+ * (pl_goal_build with no floor); with a goal, kept pipelines beyond
+ * `replicas` stay. Returns the pipelines made; *n_kept_out gets how many of
+ * them were kept. */
 static int32_t plan_keeping(const pl_ctx *c, pl_pieces *out, bool *used, int32_t *n_kept_out) {
     int32_t R = c->p->replicas, n = c->n_nodes;
+    bool goal = c->p->mode == MT_PLACE_CELL && c->p->latency_goal_ms > 0;
     int32_t *kept = malloc((size_t)(n + 1) * sizeof *kept);
     int32_t *pool = malloc((size_t)(n + 1) * sizeof *pool);
     int32_t *idx = malloc((size_t)R * sizeof *idx);
+    int32_t *taken = NULL;
     int32_t count = -1;
     if (!kept || !pool || !idx) goto done;
     int32_t n_kept = c->p->mode == MT_PLACE_CELL ? pl_cell_keep(c, used, out, kept)
@@ -134,7 +68,7 @@ static int32_t plan_keeping(const pl_ctx *c, pl_pieces *out, bool *used, int32_t
     if (n_kept < 0) goto done;
     *n_kept_out = n_kept;
     qsort(kept, (size_t)n_kept, sizeof *kept, cmp_int32);
-    if (n_kept > R) { /* fewer replicas asked than before: drop the highest indices */
+    if (n_kept > R && !goal) { /* fewer replicas asked than before: drop the highest indices */
         int32_t w = 0;
         for (int32_t i = 0; i < out->n; i++) {
             if (out->v[i].pipeline > kept[R - 1])
@@ -146,8 +80,9 @@ static int32_t plan_keeping(const pl_ctx *c, pl_pieces *out, bool *used, int32_t
         n_kept = R;
     }
     count = n_kept;
+    int32_t n_pool = 0;
     if (n_kept < R) {
-        int32_t n_pool = 0, next = 0, k = 0;
+        int32_t next = 0, k = 0;
         for (int32_t i = 0; i < n; i++)
             if (c->nodes[i].available && !used[i]) pool[n_pool++] = i;
         for (int32_t j = 0; k < R - n_kept; next++) { /* smallest indices not kept */
@@ -155,13 +90,27 @@ static int32_t plan_keeping(const pl_ctx *c, pl_pieces *out, bool *used, int32_t
             if (j < n_kept && kept[j] == next) continue;
             idx[k++] = next;
         }
-        int32_t built = build_with_spares(c, pool, n_pool, R - n_kept, idx, out, used);
+        int32_t built = pl_build_with_spares(c, pool, n_pool, R - n_kept, idx, out, used);
         count = built < 0 ? -1 : n_kept + built;
+    }
+    if (goal && count >= 0) { /* more pipelines of the free nodes, as many as meet the goal */
+        taken = malloc((size_t)(out->n + 1) * sizeof *taken);
+        if (!taken) {
+            count = -1;
+            goto done;
+        }
+        n_pool = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (c->nodes[i].available && !used[i]) pool[n_pool++] = i;
+        for (int32_t i = 0; i < out->n; i++) taken[i] = out->v[i].pipeline;
+        int32_t extra = pl_goal_build(c, pool, n_pool, 0, taken, out->n, out, used);
+        count = extra < 0 ? -1 : count + extra;
     }
 done:
     free(kept);
     free(pool);
     free(idx);
+    free(taken);
     return count;
 }
 

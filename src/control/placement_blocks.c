@@ -383,8 +383,8 @@ int32_t pl_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t w
     pl_sort_fastest(c, v, n);
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) total += c->nodes[v[i]].capacity;
-    /* as many copies as the nodes allow, from `want` down */
-    for (int32_t r = r_max; r >= 1 && made == 0; r--) {
+    /* as many copies as the nodes allow, from `want` down (to build_min when set) */
+    for (int32_t r = r_max; r >= (c->build_min > 0 ? c->build_min : 1) && made == 0; r--) {
         if (total / (uint64_t)r < need_bytes) continue;
         int rc = pl_draft(c, v, n, r, feasible, need_bytes, lists, len);
         if (rc < 0) {

@@ -73,6 +73,14 @@ int pl_check_inputs(const mt_place_model *m, const mt_place_node *nodes, int32_t
         return mt_error_set(err, "placement: partner_call_ms must be a number >= 0");
     if (!(p->hop_ms >= 0) || !isfinite(p->hop_ms))
         return mt_error_set(err, "placement: hop_ms must be a number >= 0");
+    if (!(p->latency_goal_ms >= 0) || !isfinite(p->latency_goal_ms) || p->latency_goal_ms > 1e9)
+        return mt_error_set(err,
+                            "placement: latency_goal_ms %g must be a number in 0..1e9 ms (0: no"
+                            " goal)",
+                            p->latency_goal_ms);
+    if (p->latency_goal_ms > 0 && p->mode != MT_PLACE_CELL)
+        return mt_error_set(err, "placement: a latency goal applies to cell mode only; swarm"
+                                 " requesters keep the backbone and choose no pipelines");
     if (p->objective != MT_PLACE_THROUGHPUT && p->objective != MT_PLACE_LATENCY &&
         p->objective != MT_PLACE_BALANCED)
         return mt_error_set(err, "placement: objective %d is not throughput, latency or balanced",

@@ -27,6 +27,8 @@ typedef struct pl_ctx {
     uint64_t model_need;    /* model_bytes + every layer's working memory: the room one cell
                                pipeline needs */
     uint64_t experts_bytes; /* every routed expert: one swarm replica */
+    int32_t build_min;      /* pl_build makes this many copies or none (0: as many as it
+                               can, down to 1); the latency goal's trials set it */
 } pl_ctx;
 
 /* Bytes of the attention parts / of ONE expert over layers [a, b), and the
@@ -179,7 +181,31 @@ int pl_ctx_init(pl_ctx *c, const mt_place_model *m, const mt_place_node *nodes, 
                 const mt_place_params *p);
 void pl_ctx_free(pl_ctx *c);
 
+/* ---- planning (placement_spares.c, placement_goal.c) ---- */
+
+/* Plans up to `want` pipelines / replicas from pool (node indices) with the
+ * mode's builder, numbered idx[k], then keeps params.spares of the nodes out
+ * of them as far as the pipelines allow (placement.c). Appends the pieces to
+ * out, marks their nodes in used; returns how many were made, -1 when out of
+ * memory. */
+int32_t pl_build_with_spares(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t want,
+                             const int32_t *idx, pl_pieces *out, bool *used);
+
+/* Cell mode with a latency goal (placement_goal.c): pipelines of pool, as
+ * many as meet the goal, and at least `floor` (params.replicas for a fresh
+ * plan; 0 for more pipelines beside kept ones, when none may be made). They
+ * take the smallest pipeline indices not among taken[0..n_taken) (may
+ * repeat). Appends the pieces to out, marks their nodes in used; returns how
+ * many were made, -1 when out of memory. */
+int32_t pl_goal_build(const pl_ctx *c, const int32_t *pool, int32_t n_pool, int32_t floor,
+                      const int32_t *taken, int32_t n_taken, pl_pieces *out, bool *used);
+
 /* ---- the plan (placement_summary.c) ---- */
+
+/* Cell: the longest trip (group times + hop_ms each, as mt_place_pipeline's
+ * trip_ms) among the pipelines whose pieces w holds, in any order; 0 when
+ * it holds none, -1 when out of memory. */
+double pl_cell_worst_trip(const pl_ctx *c, const pl_pieces *w);
 
 /* Turns the working pieces w (count pipelines / replicas made; replanned:
  * not kept from the previous plan) into out with its summary: 0, or -1 with

@@ -40,6 +40,51 @@ static double piece_ms(const pl_ctx *c, const pl_piece *q) {
     return touched / pl_speed_bpm(c, q->node);
 }
 
+/* Time of the cell group whose pieces are v[g..h) (h: the first piece of
+ * another group or pipeline, at most j; stage first as pieces are sorted):
+ * attention on the stage, the slowest member's experts, one partner call per
+ * MoE layer when it has partners (the top of moontail/placement.h). */
+static double group_ms(const pl_ctx *c, const pl_piece *v, int32_t g, int32_t j, int32_t *h_out) {
+    int32_t h = g;
+    double att = 0, exp_max = 0;
+    while (h < j && v[h].pipeline == v[g].pipeline && v[h].a == v[g].a) {
+        const pl_piece *q = &v[h];
+        if (q->attention) att = (double)pl_attn(c, q->a, q->b) / pl_speed_bpm(c, q->node);
+        double e = piece_ms(c, q) - (q->attention ? att : 0);
+        if (e > exp_max) exp_max = e;
+        h++;
+    }
+    double t = att + exp_max;
+    if (h - g > 1) t += pl_moe(c, v[g].a, v[g].b) * c->p->partner_call_ms;
+    *h_out = h;
+    return t;
+}
+
+static int cmp_piece_plain(const void *pa, const void *pb) {
+    const pl_piece *a = pa, *b = pb;
+    if (a->pipeline != b->pipeline) return a->pipeline < b->pipeline ? -1 : 1;
+    if (a->a != b->a) return a->a < b->a ? -1 : 1;
+    if (a->attention != b->attention) return a->attention ? -1 : 1;
+    return (a->eb > b->eb) - (a->eb < b->eb);
+}
+
+double pl_cell_worst_trip(const pl_ctx *c, const pl_pieces *w) {
+    pl_piece *v = malloc((size_t)(w->n > 0 ? w->n : 1) * sizeof *v);
+    if (!v) return -1;
+    int32_t n = 0;
+    for (int32_t i = 0; i < w->n; i++)
+        if (w->v[i].role != MT_PLACE_SPARE) v[n++] = w->v[i];
+    qsort(v, (size_t)n, sizeof *v, cmp_piece_plain);
+    double worst = 0, trip = 0;
+    for (int32_t g = 0, h; g < n; g = h) {
+        if (g == 0 || v[g].pipeline != v[g - 1].pipeline) trip = 0;
+        trip += group_ms(c, v, g, n, &h) + c->p->hop_ms;
+        if (trip > worst) worst = trip;
+    }
+    free(v);
+    return worst;
+}
+
 static bool same_shard(const mt_place_assign *cur, const pl_piece *q) {
     bool holds_cur = cur->role == MT_PLACE_STAGE || cur->role == MT_PLACE_PARTNER ||
                      cur->role == MT_PLACE_EXPERTS;
@@ -120,6 +165,29 @@ static void explain(const pl_ctx *c, int32_t made, char *buf, size_t cap) {
            n_avail, pl_fmt_bytes(total, b1, sizeof b1), pl_fmt_bytes(largest, b2, sizeof b2),
            made + 1, what, cell ? "layer" : "expert of a layer",
            pl_fmt_bytes(layer_max, b3, sizeof b3));
+}
+
+/* The latency goal's outcome (cell): met, or a note naming the goal, the
+ * slowest trip and what to do. count pipelines were made. */
+static void goal_summary(const pl_ctx *c, int32_t count, mt_place_plan *out) {
+    double goal = c->p->latency_goal_ms;
+    out->latency_goal_ms = goal;
+    if (!(goal > 0)) return;
+    out->latency_goal_met = out->n_pipelines > 0 && out->worst_trip_ms <= goal;
+    if (out->latency_goal_met) return;
+    if (out->n_pipelines == 0) {
+        snprintf(out->goal_note, sizeof out->goal_note,
+                 "latency goal %g ms per token: no complete pipeline to meet it", goal);
+        return;
+    }
+    snprintf(out->goal_note, sizeof out->goal_note,
+             "latency goal %g ms per token missed: the slowest of %d pipeline%s takes %.1f ms"
+             " (group times and hops)%s; add machines or faster ones%s",
+             goal, out->n_pipelines, out->n_pipelines == 1 ? "" : "s", out->worst_trip_ms,
+             count <= c->p->replicas ? ", and no fewer than --replicas pipelines are made" : "",
+             c->p->objective == MT_PLACE_LATENCY
+                 ? ", or raise the goal"
+                 : ", or lay pipelines out for it with --objective latency");
 }
 
 /* The assignment that needs the most room (bytes + working memory). */
@@ -209,26 +277,15 @@ int pl_finish(const pl_ctx *c, pl_pieces *w, bool *used, int32_t count, bool rep
         double sum = 0;
         int32_t n_units = 0;
         if (cell) {
-            for (int32_t g = i; g < j;) {
-                int32_t h = g;
-                double att = 0, exp_max = 0;
-                while (h < j && w->v[h].a == w->v[g].a) {
-                    const pl_piece *q = &w->v[h];
-                    if (q->attention)
-                        att = (double)pl_attn(c, q->a, q->b) / pl_speed_bpm(c, q->node);
-                    double e = piece_ms(c, q) - (q->attention ? att : 0);
-                    if (e > exp_max) exp_max = e;
-                    h++;
-                }
-                double t = att + exp_max;
-                if (h - g > 1) t += pl_moe(c, w->v[g].a, w->v[g].b) * c->p->partner_call_ms;
+            for (int32_t g = i, h; g < j; g = h) {
+                double t = group_ms(c, w->v, g, j, &h);
                 for (int32_t il = w->v[g].a; il < w->v[g].b; il++) out->coverage[il]++;
                 if (t > pp->slowest_ms) pp->slowest_ms = t;
                 sum += t;
                 n_units++;
                 pp->latency_ms += t;
-                g = h;
             }
+            pp->trip_ms = pp->latency_ms + n_units * c->p->hop_ms;
         } else {
             for (int32_t il = 0; il < L; il++) layer_max[il] = 0;
             for (int32_t g = i; g < j; g++) {
@@ -246,7 +303,9 @@ int pl_finish(const pl_ctx *c, pl_pieces *w, bool *used, int32_t count, bool rep
                 }
             }
             for (int32_t il = 0; il < L; il++) pp->latency_ms += layer_max[il];
+            pp->trip_ms = pp->latency_ms;
         }
+        if (pp->trip_ms > out->worst_trip_ms) out->worst_trip_ms = pp->trip_ms;
         pp->n_groups = n_units;
         pp->average_ms = n_units ? sum / n_units : 0;
         i = j;
@@ -277,6 +336,7 @@ int pl_finish(const pl_ctx *c, pl_pieces *w, bool *used, int32_t count, bool rep
             const mt_place_node *x = &c->nodes[w->v[k].node];
             able += x->capacity >= out->largest_need;
         }
+    goal_summary(c, count, out);
     char b1[32], b2[32];
     if (out->n_spares < S)
         append(out->warning, sizeof out->warning,

@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,6 +283,16 @@ mt_registry *mt_registry_start(const mt_registry_config *cfg, mt_error *err) {
                      "registry: %d sessions of %d positions: sessions must be in 0..2^20"
                      " and positions at most 2^24",
                      r->cfg.sessions, r->cfg.n_ctx);
+        free(r);
+        return NULL;
+    }
+    if (!(r->cfg.latency_goal_ms >= 0) || !isfinite(r->cfg.latency_goal_ms) ||
+        r->cfg.latency_goal_ms > 1e9 ||
+        (r->cfg.latency_goal_ms > 0 && r->cfg.mode != MT_REGISTRY_CELL)) {
+        mt_error_set(err,
+                     "registry: latency goal %g ms: it must be a number in 0..1e9 (0: none),"
+                     " and applies to cell mode only",
+                     r->cfg.latency_goal_ms);
         free(r);
         return NULL;
     }

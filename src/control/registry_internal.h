@@ -103,9 +103,11 @@ struct mt_registry {
     uint64_t *state_bytes, *position_bytes; /* (n_layer) fixed / per position, one session */
     uint64_t plan_version;
     int64_t last_plan_ms;
-    char plan_why[512]; /* why coverage is incomplete, "" when complete */
-    int64_t moves;      /* shard changes made by placement so far */
-    mt_place_plan plan; /* the last plan (its assignments are the nodes' rows) */
+    char plan_why[512];      /* why coverage is incomplete, "" when complete */
+    char goal_why[512];      /* the plan's goal_note (a latency goal missed), "" when met */
+    uint8_t plan_inputs[32]; /* digest of the nodes the current plan was made of */
+    int64_t moves;           /* shard changes made by placement so far */
+    mt_place_plan plan;      /* the last plan (its assignments are the nodes' rows) */
     bool have_plan;
     mt_bg_thread ticker; /* placement turns (reg_replan); a wake makes one now */
     int64_t routes_served;

@@ -6,6 +6,7 @@
 #include "moontail/log.h"
 #include "registry_internal.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ static mt_place_params params_of(const mt_registry *r) {
     p.replicas = r->cfg.replicas;
     p.spares = r->cfg.spares;
     p.objective = (mt_place_objective)r->cfg.objective;
+    p.latency_goal_ms = r->cfg.latency_goal_ms;
     /* working memory of a stage's sessions (registry.c sized it; none when sessions is 0) */
     p.sessions = r->cfg.sessions;
     p.n_ctx = r->cfg.n_ctx;
@@ -45,7 +47,35 @@ static mt_place_params params_of(const mt_registry *r) {
     return p;
 }
 
-/* Builds the plan for the nodes as they are now. */
+/* A digest of what a plan is made of: every node's id, capacity, speed, availability and
+ * current assignment (the parameters stay as the registry started). Placement is a pure
+ * function of them, so equal digests mean the same plan: the ticker (every 250 ms, under the
+ * registry's lock) then skips planning, which a latency goal makes cost several plans. */
+static void inputs_digest(const mt_place_node *pn, int32_t n, uint8_t out[32]) {
+    crypto_generichash_state h;
+    crypto_generichash_init(&h, NULL, 0, 32);
+    for (int32_t i = 0; i < n; i++) {
+        const mt_place_node *x = &pn[i];
+        int64_t v[12] = {x->id,
+                         (int64_t)x->capacity,
+                         x->available,
+                         x->current.role,
+                         x->current.pipeline,
+                         x->current.layer_begin,
+                         x->current.layer_end,
+                         x->current.attention,
+                         x->current.expert_begin,
+                         x->current.expert_end,
+                         x->current.paired_with,
+                         0};
+        memcpy(&v[11], &x->speed, sizeof x->speed);
+        crypto_generichash_update(&h, (const unsigned char *)v, sizeof v);
+    }
+    crypto_generichash_final(&h, out, 32);
+}
+
+/* Builds the plan for the nodes as they are now: 0, 1 when the inputs are those of the
+ * current plan (nothing made), -1 on error. */
 static int make_plan(mt_registry *r, const reg_node *nodes, int32_t n, int64_t now,
                      mt_place_plan *plan, mt_error *err) {
     mt_place_model m = mt_place_model_from_layout(&r->layout, r->n_expert_used);
@@ -66,9 +96,16 @@ static int make_plan(mt_registry *r, const reg_node *nodes, int32_t n, int64_t n
         pn[i].current.expert_end = x->a.expert_end;
         pn[i].current.paired_with = x->a.paired_with;
     }
+    uint8_t digest[32];
+    inputs_digest(pn, n, digest);
+    if (r->have_plan && memcmp(digest, r->plan_inputs, sizeof digest) == 0) {
+        free(pn);
+        return 1;
+    }
     mt_place_params p = params_of(r);
     int rc = mt_place_plan_make(&m, pn, n, &p, plan, err);
     free(pn);
+    if (rc >= 0) memcpy(r->plan_inputs, digest, sizeof digest);
     return rc < 0 ? -1 : 0;
 }
 
@@ -81,8 +118,9 @@ void reg_replan(mt_registry *r, int64_t now) {
         return;
     }
     mt_place_plan plan;
-    if (make_plan(r, nodes, n, now, &plan, &err)) {
-        mt_log_as(&r->log, MT_LOG_ERROR, "placement failed: %s", err.msg);
+    int made = make_plan(r, nodes, n, now, &plan, &err);
+    if (made) {
+        if (made < 0) mt_log_as(&r->log, MT_LOG_ERROR, "placement failed: %s", err.msg);
         free(nodes);
         return;
     }
@@ -109,11 +147,21 @@ void reg_replan(mt_registry *r, int64_t now) {
         r->moves += plan.moves;
         r->last_plan_ms = now;
     }
+    char goal[160] = ""; /* with a latency goal, replicas is the floor: say what was made */
+    if (plan.latency_goal_ms > 0)
+        snprintf(goal, sizeof goal, " (latency goal %.1f ms %s, slowest trip %.1f ms)",
+                 plan.latency_goal_ms, plan.latency_goal_met ? "met" : "missed",
+                 plan.worst_trip_ms);
     if (changed || why_changed)
-        mt_log_as(&r->log, MT_LOG_INFO, "plan %llu: %d of %d %s, %d spares%s%s",
-                  (unsigned long long)r->plan_version, plan.n_pipelines, plan.replicas_wanted,
-                  r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", plan.n_spares,
+        mt_log_as(&r->log, MT_LOG_INFO, "plan %llu: %d of %s%d %s%s, %d spares%s%s",
+                  (unsigned long long)r->plan_version, plan.n_pipelines,
+                  plan.latency_goal_ms > 0 ? "at least " : "", plan.replicas_wanted,
+                  r->cfg.mode == MT_REGISTRY_SWARM ? "replicas" : "pipelines", goal, plan.n_spares,
                   plan.reason[0] ? "; " : "", plan.reason);
+    if (strcmp(r->goal_why, plan.goal_note) != 0) { /* said once per change, not per plan */
+        if (plan.goal_note[0]) mt_log_as(&r->log, MT_LOG_WARN, "placement: %s", plan.goal_note);
+        snprintf(r->goal_why, sizeof r->goal_why, "%s", plan.goal_note);
+    }
     if (r->have_plan) mt_place_plan_free(&r->plan);
     r->plan = plan; /* what routes are chosen from: the assignments just saved */
     r->have_plan = true;

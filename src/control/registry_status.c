@@ -36,7 +36,10 @@ static json_t *pipelines_json(mt_registry *r, const reg_node *nodes, int32_t n, 
                               int32_t *best) {
     json_t *out = json_array();
     *best = 0;
-    for (int32_t rep = 0; rep < r->cfg.replicas; rep++) {
+    int32_t n_rep = r->cfg.replicas; /* with a latency goal the plan may make more */
+    for (int32_t k = 0; r->have_plan && k < r->plan.n_pipelines; k++)
+        if (r->plan.pipelines[k].index >= n_rep) n_rep = r->plan.pipelines[k].index + 1;
+    for (int32_t rep = 0; rep < n_rep; rep++) {
         int32_t ctx = 0, stages = 0;
         bool unknown = false;
         for (int32_t i = 0; i < n; i++) {
@@ -61,6 +64,7 @@ static json_t *pipelines_json(mt_registry *r, const reg_node *nodes, int32_t n, 
                 json_object_set_new(o, "nodes", json_integer(pp->n_nodes));
                 json_object_set_new(o, "latency_ms", json_real(pp->latency_ms));
                 json_object_set_new(o, "slowest_ms", json_real(pp->slowest_ms));
+                json_object_set_new(o, "trip_ms", json_real(pp->trip_ms));
             }
         json_array_append_new(out, o);
     }
@@ -355,6 +359,14 @@ json_t *reg_status_json(mt_registry *r) {
         json_object_set_new(
             st, "objective",
             json_string(mt_place_objective_name((mt_place_objective)r->cfg.objective)));
+    if (!swarm) { /* the per-user latency goal (0: none) and, with one, whether the plan meets it */
+        json_object_set_new(st, "latency_goal_ms", json_real(r->cfg.latency_goal_ms));
+        json_object_set_new(st, "latency_goal_met",
+                            r->cfg.latency_goal_ms > 0 && r->have_plan
+                                ? json_boolean(r->plan.latency_goal_met)
+                                : json_null());
+        if (r->goal_why[0]) json_object_set_new(st, "latency_goal_note", json_string(r->goal_why));
+    }
     if (pipes) {
         json_object_set_new(st, "pipelines", pipes);
         json_object_set_new(st, "context", json_integer(best_ctx));
