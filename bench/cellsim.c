@@ -85,6 +85,9 @@ static const char usage[] =
     "  --prefill-chunk N     a prompt's chunk (4); 0: the old node, each request whole in\n"
     "                        arrival order\n"
     "  --no-pacing           no decode pacing: prompt steps start whenever no decode waits\n"
+    "  --spec-k K --spec-accept A  speculative decoding: each decode pass carries K guesses,\n"
+    "                        each taken with chance A in order (gain: the taken + 1); nodes\n"
+    "                        copy their KDA states per token of such a pass\n"
     "  --max-sessions N      a cap on a node's sessions (default 0: memory alone, the memory\n"
     "                        it offers minus its shard; the old node: 64)\n"
     "  --place-sessions N    sessions placement reserves beside each shard (64)\n"
@@ -381,6 +384,10 @@ int main(int argc, char **argv) {
         i++;
         if (!strcmp(a, "--stagger-ms")) {
             cfg.work.stagger_ms = num(a, v, 0, 1e9);
+        } else if (!strcmp(a, "--spec-k")) {
+            cfg.spec_k = (int32_t)num(a, v, 0, 15);
+        } else if (!strcmp(a, "--spec-accept")) {
+            cfg.spec_accept = num(a, v, 0, 1);
         } else if (!strcmp(a, "--others-gen")) {
             cfg.work.others_gen = (int32_t)num(a, v, 1, 1 << 20);
         } else if (!strcmp(a, "--calib")) {

@@ -313,6 +313,9 @@ typedef struct cs_config {
     int32_t prefill_chunk;     /* a prompt's chunk (node.h 4); 0: the old node, each request
                                   whole in arrival order (FIFO up to max_batch_tokens) */
     bool no_pacing;            /* node.h no_pacing: no prompt step is held for a decode due */
+    int32_t spec_k;            /* speculative decoding: guesses per decode pass (0: none) */
+    double spec_accept;        /* ... the chance each guess is taken, in order (the first
+                                  refused ends the pass's gain) */
     bool oneway;               /* route mode oneway (issue 18 item 4): the requester sends a
                                   pass to the first stage, each stage forwards each chunk it
                                   computes to the next, the last answers with the last row;

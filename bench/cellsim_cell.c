@@ -25,7 +25,7 @@ uint64_t sim_rand(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-static double sim_rand_unit(uint64_t *s) {
+double sim_rand_unit(uint64_t *s) {
     return (double)(sim_rand(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 

@@ -39,6 +39,7 @@ typedef struct cs_msg {
     int32_t hop;      /* oneway: the route index of the stage it goes to */
     int32_t pass_end; /* oneway: the position after the pass's last token */
     bool prompt;      /* MT_PROTO_FLAG_PROMPT: a chunk of a prompt, scheduled as one */
+    bool speculative; /* MT_PROTO_FLAG_SPECULATIVE: a token and its guesses */
     double arrived;   /* when it reached the node's queue (decode pacing) */
 } cs_msg;
 
@@ -116,7 +117,8 @@ typedef struct cs_node {
      * decodes alone, and the hold in progress (its EV_WAKE carries hold_seq) */
     double pace_prompt_ms, pace_decode_ms, pace_hold_until;
     int pace_skips;
-    int step_kind; /* this step: 1 prompt chunks alone, 2 decodes alone, 0 other */
+    double spec_tok; /* this step's tokens of speculative passes (KDA snapshots) */
+    int step_kind;   /* this step: 1 prompt chunks alone, 2 decodes alone, 0 other */
     int64_t hold_seq;
 } cs_node;
 
@@ -138,12 +140,13 @@ typedef struct cs_user {
     /* the eval in progress: tokens [0, ev_end) after it; this pass runs [mb_p0, mb_p0 + mb_n)
      * of the range [run_p0, ev_end) (route_run) */
     int32_t ev_end, run_p0, mb_p0, mb_n;
-    int stage;         /* route index called now (pass, session end) */
-    int fail_hop;      /* oneway: the route index of the failed stage */
-    int32_t sub, sent; /* tokens of this pass the stage has already had, and in the request
-                          now: a pass wider than one message holds is sent as several
-                          requests, one after the other */
-    bool replayed;     /* PASS_REPLAY done once in this eval */
+    int stage;          /* route index called now (pass, session end) */
+    int fail_hop;       /* oneway: the route index of the failed stage */
+    int32_t sub, sent;  /* tokens of this pass the stage has already had, and in the request
+                           now: a pass wider than one message holds is sent as several
+                           requests, one after the other */
+    bool replayed;      /* PASS_REPLAY done once in this eval */
+    int32_t spec_guess; /* guesses in the pass in flight (--spec-k), 0 */
     /* failover (requester.c) */
     bool failover;
     double t_detect;
@@ -202,6 +205,7 @@ typedef struct sim {
 /* ---- cellsim_cell.c ------------------------------------------------------------------------ */
 
 uint64_t sim_rand(uint64_t *s);
+double sim_rand_unit(uint64_t *s);      /* uniform in [0, 1) */
 void sim_oom(sim *S, const char *what); /* stops the run with "out of memory for WHAT" */
 void sim_push(sim *S, double t, int kind, int a, int64_t b);
 bool sim_grow(void **p, int *cap, int need, size_t elem); /* *p holds at least need elems */

@@ -151,8 +151,10 @@ static void stage_phase(sim *S, int ni) {
     cs_node *n = &S->nodes[ni];
     const cs_compute *c = &S->cfg->compute;
     const cs_shape *sh = &S->cfg->shape;
+    /* a speculative pass's tokens each copy the node's KDA states (read and write) */
+    const double snap_ms = c->ms_per_gb * 1e-9 * 2 * n->kv_fixed * n->spec_tok;
     if (n->n_partners == 0) { /* every layer at once */
-        double ms = 0;
+        double ms = snap_ms;
         for (int32_t l = n->a; l < n->b; l++) ms += cs_layer_ms(c, sh, l, &n->st, held(n), true);
         n->cpu_busy = true;
         sim_job_start(S, ni, ms);
@@ -160,7 +162,9 @@ static void stage_phase(sim *S, int ni) {
     }
     if (n->phase == 0) { /* the layer's attention (a dense layer: all of it) */
         n->cpu_busy = true;
-        sim_job_start(S, ni, cs_layer_ms(c, sh, n->layer, &n->st, 0, true));
+        sim_job_start(S, ni,
+                      cs_layer_ms(c, sh, n->layer, &n->st, 0, true) +
+                          (n->layer == n->a ? snap_ms : 0));
         return;
     }
     /* phase 1: partners get their rows; the stage runs its own experts meanwhile */
@@ -419,6 +423,7 @@ static int stage_take(sim *S, int ni, int m, int32_t count) {
     }
     M = &S->msgs[m];
     n->step[n->n_step++] = (cs_item){m, sess, M->done, count};
+    if (M->speculative) n->spec_tok += count;
     const cs_step one = cs_step_of(count, 1, (double)M->p0 + M->done); /* costed at its start */
     n->st.n_tok += count, n->st.n_seq += 1, n->st.attended += one.attended,
         n->st.ctx_rows += one.ctx_rows;
@@ -432,6 +437,7 @@ static void node_start_step(sim *S, int ni) {
     n->steps++;
     n->st = (cs_step){0};
     n->step_kind = 0;
+    n->spec_tok = 0;
     n->n_step = 0;
     n->step_tok = 0;
     double rows = 0;

@@ -26,6 +26,11 @@ static void user_open(sim *S, int u, int then);
 static void user_send_pass(sim *S, int u);
 static void user_end_session(sim *S, int u, int then);
 
+/* Whether the eval in flight is a speculative decode pass: a token and its guesses. */
+static bool spec_pass(const cs_user *U) {
+    return U->spec_guess > 0 && U->run_p0 > 0 && U->ev_end - U->run_p0 == 1 + U->spec_guess;
+}
+
 /* Oneway: the pass [mb_p0, mb_p0 + mb_n) to the first stage, with the route's other stages
  * as its hops; the stages forward it chunk by chunk and the last answers (cellsim_node.c).
  * The requester's call waits on every stage of the route: a stage killed during the pass
@@ -44,6 +49,7 @@ static void user_send_pass(sim *S, int u) {
     M->p0 = U->mb_p0;
     M->n = U->sent = U->mb_n;
     M->oneway = true;
+    M->speculative = spec_pass(U);
     M->hop = 0;
     M->pass_end = U->mb_p0 + U->mb_n;
     cs_endpoint *c = &S->ep[e];
@@ -83,6 +89,7 @@ static void user_call_stage(sim *S, int u) {
     M->session = U->session;
     M->p0 = U->mb_p0 + U->sub;
     M->n = U->sent = left < most ? left : most;
+    M->speculative = spec_pass(U);
     sim_call_begin(S, sim_user_ep(S, u), ni, S->cfg->failure.call_timeout_ms);
     M->call = S->ep[sim_user_ep(S, u)].call;
     U->phase = U_PASS;
@@ -139,26 +146,37 @@ static void user_token(sim *S, int u) {
     if (U->generated > 0 && (w->burst || U->t_req >= w->warmup_ms) &&
         S->now - U->t_last > R->itl_max_ms)
         R->itl_max_ms = S->now - U->t_last;
+    const int32_t gen = w->burst && u > 0 && w->others_gen > 0 ? w->others_gen : w->gen;
+    /* a speculative pass's guesses are taken in order, each with chance spec_accept; the
+     * tokens it gives are those taken and the one sampled after them */
+    const int32_t g = U->spec_guess;
+    int32_t gain = 1;
+    while (gain <= g && sim_rand_unit(&S->rng) < S->cfg->spec_accept) gain++;
+    if (gain > gen - U->generated) gain = gen - U->generated;
     if (w->burst && u == 0 && U->generated > 0) {
-        if (!sim_grow((void **)&S->gaps0, &S->cap_gaps0, S->n_gaps0 + 1, sizeof *S->gaps0)) {
+        if (!sim_grow((void **)&S->gaps0, &S->cap_gaps0, S->n_gaps0 + gain, sizeof *S->gaps0)) {
             sim_oom(S, "a gap");
             return;
         }
         S->gaps0[S->n_gaps0++] = S->now - U->t_last;
+        for (int32_t i = 1; i < gain; i++) S->gaps0[S->n_gaps0++] = 0; /* at once */
     }
-    const int32_t gen = w->burst && u > 0 && w->others_gen > 0 ? w->others_gen : w->gen;
-    U->generated++;
-    if (U->generated == 1) U->t_first = S->now;
+    U->generated += gain;
+    if (U->generated == gain) U->t_first = S->now;
     U->t_last = S->now;
     S->t_last = S->now;
     bool counted = w->burst || (S->now >= w->warmup_ms && S->now < w->duration_ms);
-    if (counted) R->tokens++;
+    if (counted) R->tokens += gain;
     int b = (int)(S->now / R->bucket_ms);
-    if (b >= 0 && b < R->n_timeline) R->timeline[b]++;
+    if (b >= 0 && b < R->n_timeline) R->timeline[b] += gain;
     if (U->generated < gen) {
-        cs_user_eval(S, u, U->ev_end, U->ev_end + 1);
+        /* the next token sits after those taken (the rest of the pass is rewound) */
+        const int32_t p = U->ev_end - g + gain - 1, left = gen - U->generated - 1;
+        U->spec_guess = S->cfg->spec_k < left ? S->cfg->spec_k : left;
+        cs_user_eval(S, u, p, p + 1 + U->spec_guess);
         return;
     }
+    U->spec_guess = 0;
     /* the request is over */
     R->requests_done++;
     if (w->burst || U->t_req >= w->warmup_ms) {
@@ -221,8 +239,8 @@ void cs_user_stage_answer(sim *S, int u, int err) {
         user_next_batch(S, u);
         return;
     }
-    U->phase = U_HEAD; /* the logits of the last token, on the requester */
-    sim_job_start(S, sim_user_ep(S, u), S->head_ms);
+    U->phase = U_HEAD; /* the logits of the last token (of every row of a speculative pass) */
+    sim_job_start(S, sim_user_ep(S, u), S->head_ms * (spec_pass(U) ? 1 + U->spec_guess : 1));
 }
 
 /* mt_requester_eval's retry loop: a call failed (failed_node: whose, or -1). */
@@ -401,6 +419,7 @@ static void user_begin_request(sim *S, int u) {
     const cs_workload *w = &S->cfg->work;
     U->t_req = S->now;
     U->generated = 0;
+    U->spec_guess = 0;
     U->n_avoid = 0; /* mt_requester_begin: a new request trusts the registry again */
     U->failed_node = -1;
     if (!U->have_route || w->route_per_request) {
