@@ -24,7 +24,9 @@
 #     key's batch -> 404, a bad purpose or endpoint -> 400, a file whose lines use another url
 #     -> a failed batch naming the line, a cancel (cancelled, or completed first); forms the
 #     strict reader refuses (a preamble, an unknown part header) -> 400, an upload over
-#     --max-file-mb -> 413, no key -> 401.
+#     --max-file-mb -> 413, no key -> 401; a body over --max-body-kb to chat -> 413 and an
+#     upload without a valid key -> 401, both answered before a byte of the body is sent
+#     (curl's Expect: 100-continue), while the same body with the key is read.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 120"
@@ -244,6 +246,28 @@ if [ -n "$BATCH" ] && wait_stopped "$S1" 60; then
         ok || bad "an upload over --max-file-mb: $(cat "$tmp/body")"
     [ "$(curl -s -o "$tmp/body" -w '%{http_code}' "$URL/v1/batches")" = 401 ] && ok ||
         bad "batches without a key: $(cat "$tmp/body")"
+    # only an authenticated upload may send more than --max-body-kb (1 MiB), and a refused
+    # request's body is not read: its answer comes before curl's "Expect: 100-continue" is
+    # granted, so curl sends none of it (size_upload 0). 1 MiB + 8 KiB: under the upload limit.
+    head -c $((1024 * 1024 + 8192)) /dev/zero | tr '\0' 'a' >"$tmp/mid.bin"
+    early() { # HEADER...: status and bytes curl sent of a POST of mid.bin to $path
+        curl -s -o "$tmp/body" -w '%{http_code} %{size_upload}' -H 'Expect: 100-continue' \
+            --expect100-timeout 60 "$@" --data-binary @"$tmp/mid.bin" "$URL$path"
+    }
+    path=/v1/chat/completions
+    [ "$(early -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json')" = "413 0" ] &&
+        grep -q 'request_too_large' "$tmp/body" && grep -q 'POST /v1/chat/completions' "$tmp/body" &&
+        ok || bad "a large body to chat was read or not refused: $(early -H "Authorization: Bearer $KEY") $(cat "$tmp/body")"
+    path=/v1/files
+    [ "$(early -H 'Content-Type: multipart/form-data; boundary=XyZ')" = "401 0" ] &&
+        grep -q 'missing_api_key' "$tmp/body" && ok ||
+        bad "an upload without a key was read or not refused: $(early) $(cat "$tmp/body")"
+    [ "$(early -H "Authorization: Bearer sk-not-a-key-of-this-server" \
+        -H 'Content-Type: multipart/form-data; boundary=XyZ')" = "401 0" ] && ok ||
+        bad "an upload with an unknown key was read: $(cat "$tmp/body")"
+    # the same size from the key: read whole (its form is then refused: no parts)
+    [ "$(early -H "Authorization: Bearer $KEY" -H 'Content-Type: multipart/form-data; boundary=XyZ')" = \
+        "400 $((1024 * 1024 + 8192))" ] && ok || bad "an authenticated upload was not read: $(cat "$tmp/body")"
 else
     bad "serve did not stop itself after 10 batch results: $(cat "$tmp/s1.err")"
 fi

@@ -35,6 +35,7 @@ struct mt_api_server {
     int batch_parallel;       /* its slots */
     api_batches *batches;     /* /v1/files and /v1/batches, or NULL (no --batch-dir) */
     size_t max_body;          /* bodies of requests other than uploads */
+    size_t max_upload;        /* the body of an authenticated POST /v1/files (the file + form) */
     mt_vocab *vocab;          /* tokenizing on the HTTP threads (thread-safe) */
     api_keys keys;
     mt_http_server *http;
@@ -359,14 +360,6 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
     const bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
     const bool post = strcmp(m, "POST") == 0;
     const char *allow = NULL;
-    /* the HTTP server takes bodies as large as an upload; the others have their own limit */
-    if (req->body_len > s->max_body && !(post && strcmp(path, "/v1/files") == 0)) {
-        api_error e;
-        api_fail(&e, 413, "invalid_request_error", NULL, "request_too_large",
-                 "The request body has %zu bytes, more than the %zu this server takes",
-                 req->body_len, s->max_body);
-        return api_error_respond(&e, 0, resp);
-    }
     if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0) {
         if (post) {
             generate(s, path[4] == 'c' && path[5] == 'h' ? API_CHAT : API_COMPLETIONS, req, resp);
@@ -413,6 +406,35 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
              " /v1/completions, POST /v1/chat/completions and GET /v1/usage (see docs/api.md)",
              m, path);
     api_error_respond(&e, 0, resp);
+}
+
+/* Whether handle() asks this request for a key: it routes it to an endpoint that
+ * authenticates (not /health, an unknown URL, or a method the endpoint does not take). */
+static bool needs_key(const mt_api_server *s, const char *m, const char *path) {
+    const bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
+    if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0)
+        return strcmp(m, "POST") == 0;
+    if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/v1/usage") == 0 ||
+        (strncmp(path, "/v1/models/", 11) == 0 && path[11]))
+        return get;
+    return s->batches && api_batches_path(path);
+}
+
+/* The HTTP server's admit hook: runs when a request's headers are in, before its body is
+ * read. A request that needs a key and has none that is valid is answered 401 at once, so
+ * its body is never read; an authenticated upload (POST /v1/files) may send up to
+ * max_upload bytes, every other request max_body. */
+static size_t admit(void *ctx, const mt_http_request *req, mt_http_response *resp) {
+    mt_api_server *s = ctx;
+    if (!needs_key(s, req->method, req->path)) return s->max_body;
+    if (!authenticate(s, req, resp)) {
+        mt_log_as(&s->log, MT_LOG_WARN, "%.16s %.200s: 401 (%s API key)", req->method, req->path,
+                  mt_http_bearer(req) ? "unknown" : "no");
+        return 0;
+    }
+    if (s->batches && strcmp(req->method, "POST") == 0 && strcmp(req->path, "/v1/files") == 0)
+        return s->max_upload;
+    return s->max_body;
 }
 
 /* ---- start and stop ----------------------------------------------------------------------- */
@@ -552,18 +574,19 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
         goto fail;
     api_engine_set_draft(s->batch_engine, c->draft_k);
     if (c->no_http) return s;
-    s->max_body = c->max_body ? c->max_body : 1 << 20;
-    size_t max_body = s->max_body;
+    s->max_body = s->max_upload = c->max_body ? c->max_body : 1 << 20;
     if (c->batch_dir) {
         const size_t max_file = c->max_file ? c->max_file : (size_t)100 << 20;
         if (!(s->batches = api_batches_start(c->batch_dir, (int64_t)max_file, submit_batch, s,
                                              batch_parallel, &s->log, err)))
             goto fail;
-        if (max_body < max_file + (64 << 10)) max_body = max_file + (64 << 10); /* + the form */
+        if (s->max_upload < max_file + (64 << 10))
+            s->max_upload = max_file + (64 << 10); /* + the form around it */
     }
     mt_http_server_config hc = {.addr = c->listen ? c->listen : "127.0.0.1:8080",
                                 .threads = 4,
-                                .max_body = max_body,
+                                .max_body = s->max_body,
+                                .admit = admit,
                                 .handler = handle,
                                 .ctx = s,
                                 .error_body = api_error_body,
