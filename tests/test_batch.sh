@@ -26,7 +26,8 @@
 #     strict reader refuses (a preamble, an unknown part header) -> 400, an upload over
 #     --max-file-mb -> 413, no key -> 401; a body over --max-body-kb to chat -> 413 and an
 #     upload without a valid key -> 401, both answered before a byte of the body is sent
-#     (curl's Expect: 100-continue), while the same body with the key is read.
+#     (curl's Expect: 100-continue), while the same body with the key is read; a batch of 3
+#     completions raises its key's /v1/usage by 3 requests and its results' tokens.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 120"
@@ -268,6 +269,37 @@ if [ -n "$BATCH" ] && wait_stopped "$S1" 60; then
     # the same size from the key: read whole (its form is then refused: no parts)
     [ "$(early -H "Authorization: Bearer $KEY" -H 'Content-Type: multipart/form-data; boundary=XyZ')" = \
         "400 $((1024 * 1024 + 8192))" ] && ok || bad "an authenticated upload was not read: $(cat "$tmp/body")"
+
+    # a batch's requests go through its key's accounting as interactive ones do: once none of
+    # the key's batches runs, a batch of 3 completions raises the key's /v1/usage by 3
+    # requests and by the tokens its results report
+    api() { curl -s -H "Authorization: Bearer $KEY" "$@"; }
+    over() { # the key's batches are all over (none runs or waits)
+        api "$URL/v1/batches?limit=100" | node -e 'const o = JSON.parse(require("fs").readFileSync(0, "utf8"));
+            process.exit(o.data.every(b => ["completed", "failed", "cancelled", "expired"].includes(b.status)) ? 0 : 1)'
+    }
+    for _ in $(seq 1 300); do over && break; sleep 0.2; done
+    head -n 3 "$tmp/in_serve.jsonl" >"$tmp/in3.jsonl"
+    u0=$(api "$URL/v1/usage")
+    F3=$(api -F purpose=batch -F file=@"$tmp/in3.jsonl" "$URL/v1/files" | json 'console.log(o.id)')
+    B3=$(api -H 'Content-Type: application/json' -d "{\"input_file_id\": \"$F3\", \"endpoint\":
+        \"/v1/completions\", \"completion_window\": \"24h\"}" "$URL/v1/batches" | json 'console.log(o.id)')
+    st3=""
+    for _ in $(seq 1 300); do
+        st3=$(api "$URL/v1/batches/$B3" | json 'console.log(o.status + " " + o.output_file_id)')
+        case "$st3" in completed*|failed*|cancelled*) break ;; esac
+        sleep 0.2
+    done
+    u1=$(api "$URL/v1/usage")
+    api "$URL/v1/files/${st3#* }/content" >"$tmp/out3.jsonl"
+    U0=$u0 U1=$u1 node -e 'const fs = require("fs"), a = JSON.parse(process.env.U0), b = JSON.parse(process.env.U1);
+        const rs = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map(l => JSON.parse(l).response.body.usage);
+        const p = rs.reduce((s, u) => s + u.prompt_tokens, 0), c = rs.reduce((s, u) => s + u.completion_tokens, 0);
+        const d = [b.requests - a.requests, b.prompt_tokens - a.prompt_tokens, b.completion_tokens - a.completion_tokens];
+        if (rs.length !== 3 || d[0] !== 3 || d[1] !== p || d[2] !== c || c === 0)
+            throw new Error("usage rose by " + JSON.stringify(d) + " for 3 results of " + p + " + " + c + " tokens");' \
+        "$tmp/out3.jsonl" && [ "${st3%% *}" = completed ] && ok ||
+        bad "a batch's requests in its key's usage ($st3): $u0 -> $u1"
 else
     bad "serve did not stop itself after 10 batch results: $(cat "$tmp/s1.err")"
 fi

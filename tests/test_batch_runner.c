@@ -17,9 +17,10 @@
 
 static int calls_flaky, calls_dead, calls_all;
 
-static int submit(void *ctx, api_kind kind, const char *body, size_t len,
+static int submit(void *ctx, const char *owner, api_kind kind, const char *body, size_t len,
                   api_reply_collect_fn collect, void *cctx) {
     (void)ctx;
+    (void)owner;
     json_t *o = json_loadb(body, len, 0, NULL);
     const char *p = json_string_value(json_object_get(o, "prompt"));
     if (kind == API_CHAT) p = "chat";
@@ -78,7 +79,7 @@ int main(void) {
     api_batch *b = api_batch_open(state, in, NULL, 0, &err);
     CHECK(b, "open: %s", err.msg);
     if (!b) return check_report("test_batch_runner");
-    int rc = api_batch_run(b, submit, NULL, 2, NULL, NULL, NULL, &err);
+    int rc = api_batch_run(b, submit, NULL, NULL, 2, NULL, NULL, NULL, &err);
     api_batch_stats st = api_batch_get_stats(b);
     CHECK(rc == 0, "run: %d %s", rc, err.msg);
     CHECK(st.total == 4 && st.done == 4 && st.failed == 1, "stats %lld/%lld, %lld failed",
@@ -125,7 +126,8 @@ int main(void) {
     if (b) {
         st = api_batch_get_stats(b);
         CHECK(st.done == 4, "reopened: %lld done, wanted 4", (long long)st.done);
-        CHECK(api_batch_run(b, submit, NULL, 2, NULL, NULL, NULL, &err) == 0 && calls_all == 0,
+        CHECK(api_batch_run(b, submit, NULL, NULL, 2, NULL, NULL, NULL, &err) == 0 &&
+                  calls_all == 0,
               "a finished batch ran %d requests again", calls_all);
         api_batch_close(b);
     }
@@ -164,7 +166,8 @@ int main(void) {
     CHECK(b, "open st2: %s", err.msg);
     if (b) {
         bool stop = true;
-        CHECK(api_batch_run(b, submit, NULL, 2, &stop, NULL, NULL, &err) == 1 && calls_all == 0,
+        CHECK(api_batch_run(b, submit, NULL, NULL, 2, &stop, NULL, NULL, &err) == 1 &&
+                  calls_all == 0,
               "a stopped run ran %d requests", calls_all);
         api_batch_close(b);
     }

@@ -556,9 +556,10 @@ static bool should_stop(api_batch *b, const bool *stop) {
     return b->stopping || b->write_failed;
 }
 
-int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, int parallel,
-                  const bool *stop, void (*progress)(void *ctx, const api_batch_stats *st),
-                  void *progress_ctx, mt_error *err) {
+int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, const char *owner,
+                  int parallel, const bool *stop,
+                  void (*progress)(void *ctx, const api_batch_stats *st), void *progress_ctx,
+                  mt_error *err) {
     if (parallel < 1) parallel = 1;
     pthread_mutex_lock(&b->mu);
     b->t0 = now_s();
@@ -588,8 +589,8 @@ int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, in
                 b->inflight++;
                 b->req[i].tries++;
                 pthread_mutex_unlock(&b->mu);
-                int rc = submit(submit_ctx, b->req[i].kind, b->req[i].body, strlen(b->req[i].body),
-                                collect, c);
+                int rc = submit(submit_ctx, owner, b->req[i].kind, b->req[i].body,
+                                strlen(b->req[i].body), collect, c);
                 pthread_mutex_lock(&b->mu);
                 if (rc == 0) break;
                 free(c); /* no room after all: try again shortly */

@@ -50,11 +50,12 @@ typedef struct api_batch_stats {
     double seconds;              /* since this run began */
 } api_batch_stats;
 
-/* Starts one request (its url's kind, the body's bytes); collect(cctx, ...) is called exactly
- * once, perhaps before this returns. Returns 0, or -1 when nothing was started (no room now
- * or the engine stops; collect is not called). */
-typedef int (*api_batch_submit_fn)(void *ctx, api_kind kind, const char *body, size_t len,
-                                   api_reply_collect_fn collect, void *cctx);
+/* Starts one request (its url's kind, the body's bytes) for the API key named owner (NULL:
+ * `moontail batch`'s own, anonymous one); collect(cctx, ...) is called exactly once, perhaps
+ * before this returns. Returns 0, or -1 when nothing was started (no room now, the owner's
+ * rate limit, or the engine stops; collect is not called). */
+typedef int (*api_batch_submit_fn)(void *ctx, const char *owner, api_kind kind, const char *body,
+                                   size_t len, api_reply_collect_fn collect, void *cctx);
 
 /* Opens the state directory dir, creating it when missing. input: the JSONL file to copy in
  * when dir holds none, or to compare with the copy (refused when it differs); NULL: dir must
@@ -64,16 +65,18 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
                           int64_t max_bytes, mt_error *err);
 void api_batch_close(api_batch *b);
 
-/* Runs the requests that have no result yet, up to `parallel` at once, until all have one
+/* Runs the requests that have no result yet, each submitted for owner (the API key that
+ * made the batch, or NULL), up to `parallel` at once, until all have one
  * or *stop turns true (then no more start; those in flight finish, and results of 503 that
  * arrive then are not kept: they run again next time). A request answered 503 (the backend
  * could not serve it for now) runs again in a second and third pass, 2 and 4 s after the
  * passes before ended; the third 503 is its result. progress (may be NULL) is called after
  * each result, from a worker, under the batch's lock. Returns 0 when all requests have a
  * result, 1 when stopped first, -1 with err filled when a result could not be written. */
-int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, int parallel,
-                  const bool *stop, void (*progress)(void *ctx, const api_batch_stats *st),
-                  void *progress_ctx, mt_error *err);
+int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, const char *owner,
+                  int parallel, const bool *stop,
+                  void (*progress)(void *ctx, const api_batch_stats *st), void *progress_ctx,
+                  mt_error *err);
 
 /* The counts now (thread-safe). */
 api_batch_stats api_batch_get_stats(api_batch *b);

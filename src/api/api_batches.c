@@ -583,8 +583,8 @@ static void *runner_main(void *arg) {
             const bool go = !__atomic_load_n(&m->stopping, __ATOMIC_RELAXED);
             if (go) e->running = ab;
             pthread_mutex_unlock(&m->mu);
-            rc = go ? api_batch_run(ab, m->submit, m->server, m->parallel, &e->stop, NULL, NULL,
-                                    &err)
+            rc = go ? api_batch_run(ab, m->submit, m->server, e->owner, m->parallel, &e->stop, NULL,
+                                    NULL, &err)
                     : 1;
             pthread_mutex_lock(&m->mu);
             e->running = NULL;

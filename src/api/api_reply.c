@@ -54,8 +54,8 @@ api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool inc
 }
 
 api_reply *api_reply_new_collect(api_kind kind, const char *model, api_reply_collect_fn collect,
-                                 void *collect_ctx) {
-    api_reply *r = api_reply_new(kind, model, false, false, NULL, NULL, NULL);
+                                 void *collect_ctx, api_reply_done_fn on_done, void *done_ctx) {
+    api_reply *r = api_reply_new(kind, model, false, false, NULL, on_done, done_ctx);
     if (r) {
         r->collect = collect;
         r->collect_ctx = collect_ctx;

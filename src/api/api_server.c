@@ -81,14 +81,20 @@ typedef struct req_note {
     api_kind kind;
     bool stream;
     double t0;
+    bool batch; /* a batch's line: its log lines are DEBUG (a batch has thousands) */
 } req_note;
 
 static void request_done(void *ctx, const api_gen_result *r) {
     req_note *n = ctx;
     if (!r->error_status)
         api_keys_count_tokens(&n->s->keys, n->key, r->prompt_tokens, r->completion_tokens);
-    const char *what = n->kind == API_CHAT ? "chat" : "completion";
-    if (r->error_status)
+    const char *what = n->batch ? (n->kind == API_CHAT ? "batch chat" : "batch completion")
+                                : (n->kind == API_CHAT ? "chat" : "completion");
+    if (n->batch && !r->error_status)
+        mt_log_as(&n->s->log, MT_LOG_DEBUG, "%s %s: %d prompt + %d completion tokens, %s (%.0f ms)",
+                  n->key->name, what, r->prompt_tokens, r->completion_tokens, r->finish_reason,
+                  (mt_mono_s() - n->t0) * 1e3);
+    else if (r->error_status)
         mt_log_as(&n->s->log, r->error_status >= 500 ? MT_LOG_WARN : MT_LOG_INFO,
                   "%s %s%s: %d %s (%.0f ms)", n->key->name, what, n->stream ? " stream" : "",
                   r->error_status, r->error, (mt_mono_s() - n->t0) * 1e3);
@@ -229,7 +235,7 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
-    *note = (req_note){s, key, kind, rq.stream, t0};
+    *note = (req_note){s, key, kind, rq.stream, t0, false};
     api_reply_set_reasoning(reply, p.reasoning.on);
     api_gen_sink sink = api_reply_sink(reply);
     int running = 0, queued = 0;
@@ -263,17 +269,32 @@ cleanup:
 
 /* ---- batch work --------------------------------------------------------------------------- */
 
-/* One batch request (an api_batch_submit_fn): the body is checked as a POST of its kind
- * would be; a refused one is answered at once through collect (its 4xx and error body).
- * Returns 0 (collect is or will be called once), or -1 when the batch slots have no room or
- * stop. */
-static int submit_batch(void *server, api_kind kind, const char *body, size_t len,
-                        api_reply_collect_fn collect, void *ctx) {
+/* One batch request (an api_batch_submit_fn), accounted to its owner's key as an interactive
+ * request is: it takes one from the key's rate limit (a line whose turn has not come waits:
+ * -1, the runner tries again shortly), counts in its requests once accepted and its tokens
+ * once finished (GET /v1/usage). The body is checked as a POST of its kind would be; a
+ * refused one is answered at once through collect (its 4xx and error body). Returns 0
+ * (collect is or will be called once), or -1 when the batch slots have no room or stop, or
+ * the key must wait. */
+static int submit_batch(void *server, const char *owner, api_kind kind, const char *body,
+                        size_t len, api_reply_collect_fn collect, void *ctx) {
     mt_api_server *s = server;
-    api_request rq;
+    const double t0 = mt_mono_s();
+    api_request rq = {0};
     api_gen_params p = {0};
     api_error e;
     api_reply *reply = NULL;
+    req_note *note = NULL;
+    api_key *key = owner ? api_keys_named(&s->keys, owner) : api_keys_find(&s->keys, NULL);
+    if (!key) {
+        api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                 "The API key '%.64s' that made this batch is no longer one this server"
+                 " accepts; ask its operator",
+                 owner ? owner : "anonymous");
+        collect(ctx, e.status, api_error_json(&e));
+        return 0;
+    }
+    if (api_keys_take_waiting(&s->keys, key, t0) > 0) return -1; /* its turn comes later */
     if (prepare(s, kind, body, len, &rq, &p, &e)) goto fail;
     if (rq.stream) {
         api_fail(&e, 400, "invalid_request_error", "stream", "unsupported_parameter",
@@ -281,23 +302,30 @@ static int submit_batch(void *server, api_kind kind, const char *body, size_t le
                  " objects in its output file");
         goto fail;
     }
-    if (!(reply = api_reply_new_collect(kind, s->model_name, collect, ctx))) {
+    if (!(note = malloc(sizeof *note)) ||
+        !(reply = api_reply_new_collect(kind, s->model_name, collect, ctx, request_done, note))) {
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
+    *note = (req_note){s, key, kind, false, t0, true};
     api_reply_set_reasoning(reply, p.reasoning.on);
     api_gen_sink sink = api_reply_sink(reply);
     if (api_engine_submit(s->batch_engine, &p, &sink, NULL, NULL)) {
         api_reply_free(reply);
+        free(note);
         api_gen_params_free(&p);
         api_request_free(&rq);
         return -1;
     }
+    api_keys_count_request(&s->keys, key);
     api_request_free(&rq);
     return 0;
 fail:
+    free(note);
     api_gen_params_free(&p);
     api_request_free(&rq);
+    mt_log_as(&s->log, e.status >= 500 ? MT_LOG_WARN : MT_LOG_DEBUG, "%s batch %s: %d %s",
+              key->name, kind == API_CHAT ? "chat" : "completion", e.status, e.message);
     collect(ctx, e.status, api_error_json(&e));
     return 0;
 }
@@ -315,8 +343,9 @@ int mt_api_batch_run(mt_api_server *s, const mt_api_batch_config *c, mt_error *e
         api_batch_stats st = api_batch_get_stats(b);
         c->progress(c->ctx, (long long)st.done, (long long)st.total, (long long)st.failed, 0, 0);
     }
-    int rc = api_batch_run(b, submit_batch, s, c->parallel > 0 ? c->parallel : s->batch_parallel,
-                           c->stop, c->progress ? run_progress : NULL, (void *)c, err);
+    int rc =
+        api_batch_run(b, submit_batch, s, NULL, c->parallel > 0 ? c->parallel : s->batch_parallel,
+                      c->stop, c->progress ? run_progress : NULL, (void *)c, err);
     if (rc == 0 && api_batch_write(b, c->output, API_BATCH_ALL, err) < 0) rc = -1;
     api_batch_close(b);
     return rc;
