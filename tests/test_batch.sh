@@ -19,10 +19,11 @@
 #   - serve (--batch-dir): files.create (the client's multipart upload), files.retrieve,
 #     batches.create of the 30 completions and the bad body; serve stops itself at the 10th
 #     result and is killed with kill -9, started again on the same directory: the batch
-#     resumes, batches.retrieve until completed, files.content of its output and error files
+#     resumes (a batch whose state was damaged meanwhile fails, its error naming no path of
+#     the server's, which go to its log), batches.retrieve until completed, files.content of its output and error files
 #     give each custom_id once with run's texts; batches.list holds it; unknown ids, another
 #     key's batch -> 404, a bad purpose or endpoint -> 400, a file whose lines use another url
-#     -> a failed batch naming the line, a cancel (cancelled, or completed first); forms the
+#     -> a failed batch naming the line and the file by its id (not the server's path), a cancel (cancelled, or completed first); forms the
 #     strict reader refuses (a preamble, an unknown part header) -> 400, an upload over
 #     --max-file-mb -> 413, no key -> 401; a body over --max-body-kb to chat -> 413 and an
 #     upload without a valid key -> 401, both answered before a byte of the body is sent
@@ -207,7 +208,7 @@ S=("$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --model
 client() { # STEP [VAR=VALUE...]: batch_client.mjs on $URL; counts its PASS/FAIL lines
     local step=$1 line
     shift
-    env MT_STEP="$step" MT_URL="$URL" MT_KEY="$KEY" MT_OTHER_KEY="$OTHER" MT_IN="$tmp/in_serve.jsonl" \
+    env MT_STEP="$step" MT_URL="$URL" MT_KEY="$KEY" MT_OTHER_KEY="$OTHER" MT_IN="$tmp/in_serve.jsonl" MT_BATCH_DIR="$tmp/bd" \
         MT_ENDPOINT=/v1/completions "$@" $T node "$SRC/tests/api/batch_client.mjs" >"$tmp/client_$step.out" 2>&1
     local rc=$?
     while IFS= read -r line; do
@@ -229,9 +230,22 @@ if [ -n "$BATCH" ] && wait_stopped "$S1" 60; then
     [ "$(wc -l <"$tmp/bd/batches/$BATCH/output.jsonl")" -eq 10 ] && ok ||
         bad "wanted 10 results on disk at the pause: $(wc -l <"$tmp/bd/batches/$BATCH/output.jsonl")"
     [ "$(stat -c %a "$tmp/bd")" = 700 ] && ok || bad "the batch directory is not 0700"
+    # a batch whose state was damaged while serve was down: it fails when its turn comes, and
+    # its error tells the client the server failed, without the server's paths
+    DMG=batch_Damaged0State0Of0Test000
+    mkdir -m 700 "$tmp/bd/batches/$DMG"
+    printf '{"owner": "alice", "batch": {"id": "%s", "object": "batch", "status": "in_progress", "created_at": 1}}' \
+        "$DMG" >"$tmp/bd/batches/$DMG/batch.json"
+    head -n 2 "$tmp/in_serve.jsonl" >"$tmp/bd/batches/$DMG/input.jsonl"
+    echo '{"input_bytes": 1, "input_blake2b": "00", "requests": 2}' >"$tmp/bd/batches/$DMG/state.json"
     start_bg s2 "${S[@]}"
     URL=$ADDR
     client finish MT_BATCH="$BATCH" MT_OUT="$tmp/out_serve.jsonl"
+    curl -s -H "Authorization: Bearer $KEY" "$URL/v1/batches/$DMG" >"$tmp/dmg.json"
+    DIR="$tmp/bd" json 'const m = o.errors.data[0].message;
+        process.exit(o.status === "failed" && m.includes("server error") && !m.includes(process.env.DIR) ? 0 : 1)' \
+        <"$tmp/dmg.json" && grep -q "$DMG: $tmp/bd/batches/$DMG: input.jsonl does not match" "$tmp/s2.err" && ok ||
+        bad "a damaged batch: $(cat "$tmp/dmg.json")"
     check_results "$tmp/out_serve.jsonl" "$SERVE_IDS" && ok || bad "serve's batch results"
     client misc MT_BATCH="$BATCH"
     # at the HTTP level: forms the strict reader refuses, an upload over --max-file-mb

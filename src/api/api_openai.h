@@ -72,6 +72,10 @@ void api_request_free(api_request *rq);
 
 typedef struct api_reply api_reply;
 
+/* prefix followed by 24 random letters and digits (142 bits: unguessable), NUL-terminated in
+ * cap bytes: the ids of answers, batches, files and batch results. */
+void api_random_id(char *out, size_t cap, const char *prefix);
+
 /* Called once a request is over, before its answer is finished (usage
  * accounting, logging). */
 typedef void (*api_reply_done_fn)(void *ctx, const api_gen_result *r);

@@ -337,7 +337,7 @@ static void run_progress(void *ctx, const api_batch_stats *st) {
 }
 
 int mt_api_batch_run(mt_api_server *s, const mt_api_batch_config *c, mt_error *err) {
-    api_batch *b = api_batch_open(c->state_dir, c->input, NULL, 0, err);
+    api_batch *b = api_batch_open(c->state_dir, c->input, NULL, NULL, 0, err);
     if (!b) return -1;
     if (c->progress) {
         api_batch_stats st = api_batch_get_stats(b);
