@@ -261,19 +261,15 @@ static void hash_hex(const char *p, size_t n, char out[65]) {
     sodium_bin2hex(out, 65, h, sizeof h);
 }
 
-/* Creates dir (0700) or checks an existing one is a directory only its owner reaches. */
-static int state_dir(const char *dir, mt_error *err) {
+int api_batch_private_dir(const char *dir, const char *what, mt_error *err) {
     if (mkdir(dir, 0700) && errno != EEXIST)
-        return mt_error_set(err, "%s: cannot create the batch's state directory: %s", dir,
-                            strerror(errno));
+        return mt_error_set(err, "%s: cannot create the %s: %s", dir, what, strerror(errno));
     struct stat sb;
     if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
-        return mt_error_set(err, "%s: not a directory; give another state directory", dir);
+        return mt_error_set(err, "%s: not a directory; give another %s", dir, what);
     if (sb.st_mode & 077)
-        return mt_error_set(err,
-                            "%s: others may read this state directory (mode %03o); chmod 700"
-                            " it",
-                            dir, (unsigned)(sb.st_mode & 0777));
+        return mt_error_set(err, "%s: others may read this %s (mode %03o); chmod 700 it", dir, what,
+                            (unsigned)(sb.st_mode & 0777));
     return 0;
 }
 
@@ -339,6 +335,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *input_
     char *in_copy = NULL, *state = NULL, *out = NULL, *data = NULL, *mine = NULL,
          *state_text = NULL;
     size_t len = 0, mine_len = 0;
+    bool ok = false;
     if (!(b->dir = strdup(dir))) {
         mt_error_set(err, "out of memory");
         goto fail;
@@ -354,7 +351,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *input_
     if (have_state) {
         /* the input is read and hashed once: with one given, its hash is compared with the
          * state's and it is parsed itself (the copy is not read); without, the copy is */
-        if (state_dir(dir, err)) goto fail;
+        if (api_batch_private_dir(dir, "state directory", err)) goto fail;
         if (!mine && read_all(in_copy, NULL, 0, &data, &len, err)) goto fail;
         char *text = mine ? mine : data;
         const size_t n = mine ? mine_len : len;
@@ -392,7 +389,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *input_
         }
         /* check first: a refused file leaves no state behind */
         if (parse_input(b, input_name ? input_name : input, mine, mine_len, endpoint, err) ||
-            state_dir(dir, err))
+            api_batch_private_dir(dir, "state directory", err))
             goto fail;
         if (mt_file_write_atomic(in_copy, mine, mine_len, 0600, err)) goto fail;
         unlink(out); /* the results of an earlier, unfinished start */
@@ -414,20 +411,15 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *input_
         goto fail;
     }
     fsync_dir(dir);
+    ok = true;
+fail: /* and the way out of success */
     free(in_copy);
     free(state);
     free(out);
     free(data);
     free(mine);
     free(state_text);
-    return b;
-fail:
-    free(in_copy);
-    free(state);
-    free(out);
-    free(data);
-    free(mine);
-    free(state_text);
+    if (ok) return b;
     api_batch_close(b);
     return NULL;
 }

@@ -84,6 +84,10 @@ int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, co
 /* The counts now (thread-safe). */
 api_batch_stats api_batch_get_stats(api_batch *b);
 
+/* Creates dir (mode 0700) or checks that an existing one is a directory only its owner
+ * reaches; what names it in errors ("state directory"). 0, or -1 with err filled. */
+int api_batch_private_dir(const char *dir, const char *what, mt_error *err);
+
 /* Which results api_batch_write goes through. */
 typedef enum api_batch_pick { API_BATCH_ALL, API_BATCH_OK, API_BATCH_FAILED } api_batch_pick;
 

@@ -72,18 +72,6 @@ static bool valid_id(const char *id, const char *prefix) {
     return true;
 }
 
-static int mkdir_private(const char *path, mt_error *err) {
-    if (mkdir(path, 0700) && errno != EEXIST)
-        return mt_error_set(err, "%s: cannot create: %s", path, strerror(errno));
-    struct stat sb;
-    if (stat(path, &sb) || !S_ISDIR(sb.st_mode))
-        return mt_error_set(err, "%s: not a directory", path);
-    if (sb.st_mode & 077)
-        return mt_error_set(err, "%s: others may read it (mode %03o); chmod 700 it", path,
-                            (unsigned)(sb.st_mode & 0777));
-    return 0;
-}
-
 /* What a client is told of err, a failure of batch id: the message as it is when it is about
  * the client's input (it names the file by its id); one that names a path of the server's
  * (its batch directory: a disk full, a damaged state) goes to the log only, and the client
@@ -158,7 +146,7 @@ static json_t *file_store(api_batches *m, const char *owner, const char *filenam
     char *dpath = join(dir, "data", NULL), *mpath = join(dir, "meta.json", NULL);
     json_t *meta = NULL;
     char *text = NULL;
-    if (mkdir_private(dir, err)) goto out;
+    if (api_batch_private_dir(dir, "file's directory", err)) goto out;
     if (from_path) {
         if (rename(from_path, dpath)) {
             mt_error_set(err, "%s: cannot move into place: %s", dpath, strerror(errno));
@@ -407,7 +395,8 @@ static void create_batch(api_batches *m, const char *owner, const mt_http_reques
     char *bdir = join(m->dir, "batches", e->id), *fdir = join(m->dir, "files", fid);
     char *data = join(fdir, "data", NULL);
     api_batch *ab = NULL;
-    if (!mkdir_private(bdir, &err)) ab = api_batch_open(bdir, data, fid, endpoint, 0, &err);
+    if (!api_batch_private_dir(bdir, "batch's directory", &err))
+        ab = api_batch_open(bdir, data, fid, endpoint, 0, &err);
     const bool valid = ab != NULL;
     if (ab) {
         api_batch_stats st = api_batch_get_stats(ab);
@@ -722,7 +711,9 @@ api_batches *api_batches_start(const char *dir, int64_t max_file, api_batch_subm
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     char *files = join(dir, "files", NULL), *batches = join(dir, "batches", NULL);
-    int rc = mkdir_private(dir, err) || mkdir_private(files, err) || mkdir_private(batches, err);
+    int rc = api_batch_private_dir(dir, "batch directory", err) ||
+             api_batch_private_dir(files, "batch directory's files/", err) ||
+             api_batch_private_dir(batches, "batch directory's batches/", err);
     if (rc) mt_error_prefix(err, "--batch-dir");
     if (!rc) load_batches(m, batches);
     free(files);
