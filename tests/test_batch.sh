@@ -19,12 +19,16 @@
 #   - serve (--batch-dir): files.create (the client's multipart upload), files.retrieve,
 #     batches.create of the 30 completions and the bad body; serve stops itself at the 10th
 #     result and is killed with kill -9, started again on the same directory: the batch
-#     resumes, batches.retrieve until completed, files.content of its output and error files
+#     resumes (a batch whose state was damaged meanwhile fails, its error naming no path of
+#     the server's, which go to its log), batches.retrieve until completed, files.content of its output and error files
 #     give each custom_id once with run's texts; batches.list holds it; unknown ids, another
 #     key's batch -> 404, a bad purpose or endpoint -> 400, a file whose lines use another url
-#     -> a failed batch naming the line, a cancel (cancelled, or completed first); forms the
+#     -> a failed batch naming the line and the file by its id (not the server's path), a cancel (cancelled, or completed first); forms the
 #     strict reader refuses (a preamble, an unknown part header) -> 400, an upload over
-#     --max-file-mb -> 413, no key -> 401.
+#     --max-file-mb -> 413, no key -> 401; a body over --max-body-kb to chat -> 413 and an
+#     upload without a valid key -> 401, both answered before a byte of the body is sent
+#     (curl's Expect: 100-continue), while the same body with the key is read; a batch of 3
+#     completions raises its key's /v1/usage by 3 requests and its results' tokens.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
 T="timeout 120"
@@ -204,7 +208,7 @@ S=("$BIN" serve --model "$M" --api-keys "$tmp/keys" --listen 127.0.0.1:0 --model
 client() { # STEP [VAR=VALUE...]: batch_client.mjs on $URL; counts its PASS/FAIL lines
     local step=$1 line
     shift
-    env MT_STEP="$step" MT_URL="$URL" MT_KEY="$KEY" MT_OTHER_KEY="$OTHER" MT_IN="$tmp/in_serve.jsonl" \
+    env MT_STEP="$step" MT_URL="$URL" MT_KEY="$KEY" MT_OTHER_KEY="$OTHER" MT_IN="$tmp/in_serve.jsonl" MT_BATCH_DIR="$tmp/bd" \
         MT_ENDPOINT=/v1/completions "$@" $T node "$SRC/tests/api/batch_client.mjs" >"$tmp/client_$step.out" 2>&1
     local rc=$?
     while IFS= read -r line; do
@@ -226,9 +230,22 @@ if [ -n "$BATCH" ] && wait_stopped "$S1" 60; then
     [ "$(wc -l <"$tmp/bd/batches/$BATCH/output.jsonl")" -eq 10 ] && ok ||
         bad "wanted 10 results on disk at the pause: $(wc -l <"$tmp/bd/batches/$BATCH/output.jsonl")"
     [ "$(stat -c %a "$tmp/bd")" = 700 ] && ok || bad "the batch directory is not 0700"
+    # a batch whose state was damaged while serve was down: it fails when its turn comes, and
+    # its error tells the client the server failed, without the server's paths
+    DMG=batch_Damaged0State0Of0Test000
+    mkdir -m 700 "$tmp/bd/batches/$DMG"
+    printf '{"owner": "alice", "batch": {"id": "%s", "object": "batch", "status": "in_progress", "created_at": 1}}' \
+        "$DMG" >"$tmp/bd/batches/$DMG/batch.json"
+    head -n 2 "$tmp/in_serve.jsonl" >"$tmp/bd/batches/$DMG/input.jsonl"
+    echo '{"input_bytes": 1, "input_blake2b": "00", "requests": 2}' >"$tmp/bd/batches/$DMG/state.json"
     start_bg s2 "${S[@]}"
     URL=$ADDR
     client finish MT_BATCH="$BATCH" MT_OUT="$tmp/out_serve.jsonl"
+    curl -s -H "Authorization: Bearer $KEY" "$URL/v1/batches/$DMG" >"$tmp/dmg.json"
+    DIR="$tmp/bd" json 'const m = o.errors.data[0].message;
+        process.exit(o.status === "failed" && m.includes("server error") && !m.includes(process.env.DIR) ? 0 : 1)' \
+        <"$tmp/dmg.json" && grep -q "$DMG: $tmp/bd/batches/$DMG: input.jsonl does not match" "$tmp/s2.err" && ok ||
+        bad "a damaged batch: $(cat "$tmp/dmg.json")"
     check_results "$tmp/out_serve.jsonl" "$SERVE_IDS" && ok || bad "serve's batch results"
     client misc MT_BATCH="$BATCH"
     # at the HTTP level: forms the strict reader refuses, an upload over --max-file-mb
@@ -244,6 +261,59 @@ if [ -n "$BATCH" ] && wait_stopped "$S1" 60; then
         ok || bad "an upload over --max-file-mb: $(cat "$tmp/body")"
     [ "$(curl -s -o "$tmp/body" -w '%{http_code}' "$URL/v1/batches")" = 401 ] && ok ||
         bad "batches without a key: $(cat "$tmp/body")"
+    # only an authenticated upload may send more than --max-body-kb (1 MiB), and a refused
+    # request's body is not read: its answer comes before curl's "Expect: 100-continue" is
+    # granted, so curl sends none of it (size_upload 0). 1 MiB + 8 KiB: under the upload limit.
+    head -c $((1024 * 1024 + 8192)) /dev/zero | tr '\0' 'a' >"$tmp/mid.bin"
+    early() { # HEADER...: status and bytes curl sent of a POST of mid.bin to $path
+        curl -s -o "$tmp/body" -w '%{http_code} %{size_upload}' -H 'Expect: 100-continue' \
+            --expect100-timeout 60 "$@" --data-binary @"$tmp/mid.bin" "$URL$path"
+    }
+    path=/v1/chat/completions
+    [ "$(early -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json')" = "413 0" ] &&
+        grep -q 'request_too_large' "$tmp/body" && grep -q 'POST /v1/chat/completions' "$tmp/body" &&
+        ok || bad "a large body to chat was read or not refused: $(early -H "Authorization: Bearer $KEY") $(cat "$tmp/body")"
+    path=/v1/files
+    [ "$(early -H 'Content-Type: multipart/form-data; boundary=XyZ')" = "401 0" ] &&
+        grep -q 'missing_api_key' "$tmp/body" && ok ||
+        bad "an upload without a key was read or not refused: $(early) $(cat "$tmp/body")"
+    [ "$(early -H "Authorization: Bearer sk-not-a-key-of-this-server" \
+        -H 'Content-Type: multipart/form-data; boundary=XyZ')" = "401 0" ] && ok ||
+        bad "an upload with an unknown key was read: $(cat "$tmp/body")"
+    # the same size from the key: read whole (its form is then refused: no parts)
+    [ "$(early -H "Authorization: Bearer $KEY" -H 'Content-Type: multipart/form-data; boundary=XyZ')" = \
+        "400 $((1024 * 1024 + 8192))" ] && ok || bad "an authenticated upload was not read: $(cat "$tmp/body")"
+
+    # a batch's requests go through its key's accounting as interactive ones do: once none of
+    # the key's batches runs, a batch of 3 completions raises the key's /v1/usage by 3
+    # requests and by the tokens its results report
+    api() { curl -s -H "Authorization: Bearer $KEY" "$@"; }
+    over() { # the key's batches are all over (none runs or waits)
+        api "$URL/v1/batches?limit=100" | node -e 'const o = JSON.parse(require("fs").readFileSync(0, "utf8"));
+            process.exit(o.data.every(b => ["completed", "failed", "cancelled", "expired"].includes(b.status)) ? 0 : 1)'
+    }
+    for _ in $(seq 1 300); do over && break; sleep 0.2; done
+    head -n 3 "$tmp/in_serve.jsonl" >"$tmp/in3.jsonl"
+    u0=$(api "$URL/v1/usage")
+    F3=$(api -F purpose=batch -F file=@"$tmp/in3.jsonl" "$URL/v1/files" | json 'console.log(o.id)')
+    B3=$(api -H 'Content-Type: application/json' -d "{\"input_file_id\": \"$F3\", \"endpoint\":
+        \"/v1/completions\", \"completion_window\": \"24h\"}" "$URL/v1/batches" | json 'console.log(o.id)')
+    st3=""
+    for _ in $(seq 1 300); do
+        st3=$(api "$URL/v1/batches/$B3" | json 'console.log(o.status + " " + o.output_file_id)')
+        case "$st3" in completed*|failed*|cancelled*) break ;; esac
+        sleep 0.2
+    done
+    u1=$(api "$URL/v1/usage")
+    api "$URL/v1/files/${st3#* }/content" >"$tmp/out3.jsonl"
+    U0=$u0 U1=$u1 node -e 'const fs = require("fs"), a = JSON.parse(process.env.U0), b = JSON.parse(process.env.U1);
+        const rs = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map(l => JSON.parse(l).response.body.usage);
+        const p = rs.reduce((s, u) => s + u.prompt_tokens, 0), c = rs.reduce((s, u) => s + u.completion_tokens, 0);
+        const d = [b.requests - a.requests, b.prompt_tokens - a.prompt_tokens, b.completion_tokens - a.completion_tokens];
+        if (rs.length !== 3 || d[0] !== 3 || d[1] !== p || d[2] !== c || c === 0)
+            throw new Error("usage rose by " + JSON.stringify(d) + " for 3 results of " + p + " + " + c + " tokens");' \
+        "$tmp/out3.jsonl" && [ "${st3%% *}" = completed ] && ok ||
+        bad "a batch's requests in its key's usage ($st3): $u0 -> $u1"
 else
     bad "serve did not stop itself after 10 batch results: $(cat "$tmp/s1.err")"
 fi

@@ -5,7 +5,10 @@
  * ends 200 after 2 calls; dead ends 503 after exactly API_BATCH_TRIES calls), results in the
  * input's order with OpenAI's fields, a reopened state directory with a cut last line keeps
  * the results and rewrites the file whole, a stop before the start runs nothing, refusals
- * naming the lines (a repeated custom_id, another input for a state directory). */
+ * naming the lines (a repeated custom_id, another input for a state directory), the input
+ * named as the caller says (a file id, not a path); resuming with the input given reads
+ * the input only (a damaged copy in the state is not read), without it the damaged copy is
+ * refused. */
 #include "../src/api/api_batch.h"
 #include "check.h"
 
@@ -17,9 +20,10 @@
 
 static int calls_flaky, calls_dead, calls_all;
 
-static int submit(void *ctx, api_kind kind, const char *body, size_t len,
+static int submit(void *ctx, const char *owner, api_kind kind, const char *body, size_t len,
                   api_reply_collect_fn collect, void *cctx) {
     (void)ctx;
+    (void)owner;
     json_t *o = json_loadb(body, len, 0, NULL);
     const char *p = json_string_value(json_object_get(o, "prompt"));
     if (kind == API_CHAT) p = "chat";
@@ -75,10 +79,10 @@ int main(void) {
     mt_error err = {{0}};
 
     /* ---- a run with retries */
-    api_batch *b = api_batch_open(state, in, NULL, 0, &err);
+    api_batch *b = api_batch_open(state, in, NULL, NULL, 0, &err);
     CHECK(b, "open: %s", err.msg);
     if (!b) return check_report("test_batch_runner");
-    int rc = api_batch_run(b, submit, NULL, 2, NULL, NULL, NULL, &err);
+    int rc = api_batch_run(b, submit, NULL, NULL, 2, NULL, NULL, NULL, &err);
     api_batch_stats st = api_batch_get_stats(b);
     CHECK(rc == 0, "run: %d %s", rc, err.msg);
     CHECK(st.total == 4 && st.done == 4 && st.failed == 1, "stats %lld/%lld, %lld failed",
@@ -120,12 +124,13 @@ int main(void) {
     fputs("{\"id\": \"batch_req_cut\", \"custom_", f);
     fclose(f);
     calls_all = 0;
-    b = api_batch_open(state, in, NULL, 0, &err);
+    b = api_batch_open(state, in, NULL, NULL, 0, &err);
     CHECK(b, "reopen: %s", err.msg);
     if (b) {
         st = api_batch_get_stats(b);
         CHECK(st.done == 4, "reopened: %lld done, wanted 4", (long long)st.done);
-        CHECK(api_batch_run(b, submit, NULL, 2, NULL, NULL, NULL, &err) == 0 && calls_all == 0,
+        CHECK(api_batch_run(b, submit, NULL, NULL, 2, NULL, NULL, NULL, &err) == 0 &&
+                  calls_all == 0,
               "a finished batch ran %d requests again", calls_all);
         api_batch_close(b);
     }
@@ -136,8 +141,23 @@ int main(void) {
           "output.jsonl after reopening: %d lines, last byte %d", nl,
           text && *text ? text[strlen(text) - 1] : -1);
 
+    /* ---- the input is read and hashed once: given again, its hash is compared with the
+     * state's and it is parsed itself, so a damaged copy is not read; without it the copy
+     * is, and its damage is refused */
+    char copy[340];
+    snprintf(copy, sizeof copy, "%s/input.jsonl", state);
+    write_file(copy, "{\"damaged\": true}\n");
+    b = api_batch_open(state, in, NULL, NULL, 0, &err);
+    CHECK(b && api_batch_get_stats(b).done == 4, "resuming with the input read the copy: %s",
+          b ? "" : err.msg);
+    api_batch_close(b);
+    b = api_batch_open(state, NULL, NULL, NULL, 0, &err);
+    CHECK(!b && strstr(err.msg, "input.jsonl does not match state.json"), "a damaged copy: %s",
+          err.msg);
+    api_batch_close(b);
+
     /* ---- refusals */
-    b = api_batch_open(state, out, NULL, 0, &err);
+    b = api_batch_open(state, out, NULL, NULL, 0, &err);
     CHECK(!b && strstr(err.msg, "holds the state of another input"), "another input: %s", err.msg);
     api_batch_close(b);
     char dup[300];
@@ -148,11 +168,16 @@ int main(void) {
                     "\"POST\", \"url\": \"/v1/completions\", \"body\": {}}\n");
     char st2[320];
     snprintf(st2, sizeof st2, "%s/st2", dir);
-    b = api_batch_open(st2, dup, NULL, 0, &err);
+    b = api_batch_open(st2, dup, NULL, NULL, 0, &err);
     CHECK(!b && strstr(err.msg, "lines 1 and 3: the custom_id 'x' is used twice"), "dup: %s",
           err.msg);
     api_batch_close(b);
-    b = api_batch_open(st2, in, "/v1/completions", 0, &err);
+    /* errors call the input by the name given (serve: the file's id), not its path */
+    b = api_batch_open(st2, dup, "file-abc", NULL, 0, &err);
+    CHECK(!b && strncmp(err.msg, "file-abc lines 1 and 3: ", 24) == 0 && !strstr(err.msg, dir),
+          "dup by name: %s", err.msg);
+    api_batch_close(b);
+    b = api_batch_open(st2, in, NULL, "/v1/completions", 0, &err);
     CHECK(!b && strstr(err.msg, "line 4: 'url' is /v1/chat/completions, but the batch's"
                                 " endpoint is /v1/completions"),
           "endpoint: %s", err.msg);
@@ -160,11 +185,12 @@ int main(void) {
 
     /* ---- stopped before the start: nothing runs, 1 */
     calls_all = 0;
-    b = api_batch_open(st2, in, NULL, 0, &err);
+    b = api_batch_open(st2, in, NULL, NULL, 0, &err);
     CHECK(b, "open st2: %s", err.msg);
     if (b) {
         bool stop = true;
-        CHECK(api_batch_run(b, submit, NULL, 2, &stop, NULL, NULL, &err) == 1 && calls_all == 0,
+        CHECK(api_batch_run(b, submit, NULL, NULL, 2, &stop, NULL, NULL, &err) == 1 &&
+                  calls_all == 0,
               "a stopped run ran %d requests", calls_all);
         api_batch_close(b);
     }

@@ -5,7 +5,11 @@
  * that hangs up turns mt_http_stream_gone() true; 24 slow streams on 2
  * server threads overlap (no thread waits for a producer); stopping the
  * server with parked connections neither hangs nor leaks; errors the server
- * answers itself (413) take the configured shape. */
+ * answers itself (413) take the configured shape. The admit hook: a body
+ * is limited per request (a large one only on the path it allows, with
+ * the token it wants; elsewhere 413 naming the path), and a request it
+ * refuses is answered from its headers without a byte of its body read
+ * (mt_http_stats.refused_unread and body_bytes). */
 #include "check.h"
 #include "moontail/http.h"
 
@@ -89,6 +93,10 @@ static void *producer(void *arg) {
 
 static void handler(void *ctx, const mt_http_request *req, mt_http_response *resp) {
     (void)ctx;
+    if (strcmp(req->path, "/upload") == 0) {
+        resp->json = json_pack("{s:I}", "len", (json_int_t)req->body_len);
+        return;
+    }
     if (strcmp(req->path, "/plain") == 0) {
         resp->json = json_pack("{s:b}", "ok", 1);
         resp->headers = json_pack("{s:s}", "X-Plain", "1");
@@ -107,6 +115,20 @@ static void handler(void *ctx, const mt_http_request *req, mt_http_response *res
 
 static json_t *error_body(int status, const char *message) {
     return json_pack("{s:{s:s, s:i}}", "error", "message", message, "status", status);
+}
+
+/* The admit hook of the second server: POST /upload takes 200,000 bytes with the token
+ * "ok" and is refused (401) without it; every other request has the server's limit. */
+static size_t admit(void *ctx, const mt_http_request *req, mt_http_response *resp) {
+    (void)ctx;
+    if (strcmp(req->path, "/upload") != 0) return 0;
+    const char *t = mt_http_bearer(req);
+    if (!t || strcmp(t, "ok") != 0) {
+        resp->status = 401;
+        resp->json = error_body(401, "no key");
+        return 0;
+    }
+    return 200000;
 }
 
 /* ---- a raw client ------------------------------------------------------------------------- */
@@ -164,7 +186,86 @@ static void *slow_client(void *arg) {
     return NULL;
 }
 
+/* Sends a POST of path announcing len body bytes (with the bearer token when given), then
+ * up to 64 KiB of them while the server takes them; the answer's first bytes into buf. */
+static void post_raw(const char *addr, const char *path, const char *token, size_t len, char *buf,
+                     size_t cap) {
+    int fd = connect_to(addr);
+    buf[0] = 0;
+    if (fd < 0) return;
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n%s%s%s"
+                     "Connection: close\r\n\r\n",
+                     path, len, token ? "Authorization: Bearer " : "", token ? token : "",
+                     token ? "\r\n" : "");
+    static char body[65536];
+    memset(body, 'a', sizeof body);
+    if (send(fd, head, (size_t)n, MSG_NOSIGNAL) == n) /* the server may close before the body */
+        (void)!send(fd, body, len < sizeof body ? len : sizeof body, MSG_NOSIGNAL | MSG_DONTWAIT);
+    read_until(fd, buf, cap, 0, NULL);
+    close(fd);
+}
+
+/* Per-request body limits and refusals before the body (the admit hook). */
+static void check_admit(void) {
+    mt_error err = {{0}};
+    mt_http_server_config c = {.addr = "127.0.0.1:0",
+                               .threads = 2,
+                               .max_body = 1000,
+                               .admit = admit,
+                               .handler = handler,
+                               .error_body = error_body};
+    mt_http_server *s = mt_http_server_start_cfg(&c, &err);
+    CHECK(s, "server with an admit hook: %s", err.msg);
+    if (!s) return;
+    const char *addr = mt_http_server_addr(s);
+    char url[256], buf[4096];
+    mt_http_stats st0, st1;
+
+    /* the path and token it allows: a body far over the server's limit goes through */
+    snprintf(url, sizeof url, "http://%s/upload", addr);
+    char *pad = malloc(150001);
+    memset(pad, 'b', 150000);
+    pad[150000] = 0;
+    json_t *big = json_pack("{s:s}", "pad", pad), *out = NULL;
+    int st = mt_http_json("POST", url, "ok", big, 5000, &out, &err);
+    CHECK(st == 200 && json_integer_value(json_object_get(out, "len")) > 150000,
+          "an allowed large upload: %d %s", st, err.msg);
+    json_decref(out);
+
+    /* the same body elsewhere: 413 naming the path and the limit */
+    snprintf(url, sizeof url, "http://%s/plain", addr);
+    out = NULL;
+    st = mt_http_json("POST", url, "ok", big, 5000, &out, &err);
+    const char *msg = json_string_value(json_object_get(json_object_get(out, "error"), "message"));
+    CHECK(st == 413 && msg && strstr(msg, "POST /plain") && strstr(msg, "1000 bytes"),
+          "a large body on another path: %d %s", st, msg ? msg : err.msg);
+    json_decref(out);
+    json_decref(big);
+    free(pad);
+
+    /* no token: 401 from the headers, not a byte of the body read */
+    mt_http_server_stats(s, &st0);
+    post_raw(addr, "/upload", NULL, 150000, buf, sizeof buf);
+    mt_http_server_stats(s, &st1);
+    CHECK(strstr(buf, "HTTP/1.1 401") && strstr(buf, "no key"),
+          "an upload without its token: %.80s", buf);
+    CHECK(st1.refused_unread == st0.refused_unread + 1 && st1.body_bytes == st0.body_bytes,
+          "the refused upload's body was read: %llu bytes, %llu refused unread",
+          (unsigned long long)(st1.body_bytes - st0.body_bytes),
+          (unsigned long long)(st1.refused_unread - st0.refused_unread));
+    /* announced too large for its path: 413, unread too */
+    post_raw(addr, "/plain", "ok", 150000, buf, sizeof buf);
+    mt_http_server_stats(s, &st0);
+    CHECK(strstr(buf, "HTTP/1.1 413") && st0.refused_unread == st1.refused_unread + 1 &&
+              st0.body_bytes == st1.body_bytes,
+          "an announced large body: %.80s", buf);
+    mt_http_server_stop(s);
+}
+
 int main(void) {
+    check_admit();
     mt_error err = {{0}};
     mt_http_server_config c = {.addr = "127.0.0.1:0",
                                .threads = 2,

@@ -17,10 +17,9 @@
 #     recovers on a route without it, with the same text.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
+. "$(dirname "$0")/lib/long_prompt.bash"
 T="timeout 60"
 cd "$tmp"
-
-status() { "$BIN" status --registry "$URL" --json 2>/dev/null; }
 
 M="$tmp/m.gguf"
 "$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type f32 --layers 6 --embd 128 --heads 4 --head-dim 32 \
@@ -54,14 +53,9 @@ $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json --chain >"$tmp/pc.json" 2
 [ "$(tokens <"$tmp/pc.json" 2>/dev/null)" = "$ref" ] && ok ||
     bad "one-way registry prompt tokens differ: $(cat "$tmp/pc.err")"
 
-# ---- the route's middle stage killed mid-generation
-MOONTAIL_TEST_PAUSE_AT_POSITION=100 "$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos --chain \
-    >"$tmp/long.txt" 2>"$tmp/long.err" &
-ppid=$!
-wait_stopped $ppid || bad "the prompt did not stop at position 100: $(tail -3 "$tmp/long.err")"
-# the first route taken (a line of ADDR[a,b) hops, not a route that could not be opened)
-first_route() { sed -n 's/^[^ ]* [a-z]* requester: route: \([0-9.]*:[0-9]*\[\)/\1/p' "$1" | head -1; }
-route=$(first_route "$tmp/long.err")
+# ---- the route's middle stage killed mid-generation (600 tokens stopped at position 100)
+long_prompt long 300 --chain
+route=$ROUTE
 read -r -a hops <<<"$route"
 middle=${hops[1]:-}
 middle=${middle%%\[*}
@@ -72,8 +66,8 @@ if [ -n "$victim" ] && [ "${#hops[@]}" -ge 3 ]; then
 else
     bad "could not find stage 1 of a route of 3 or more stages ($route)"
 fi
-[ -n "$STOPPED" ] && kill -CONT "$STOPPED"
-wait $ppid && ok || bad "one-way prompt after its middle node died failed: $(tail -5 "$tmp/long.err")"
+resume_prompt
+wait $PPID_ && ok || bad "one-way prompt after its middle node died failed: $(tail -5 "$tmp/long.err")"
 cmp -s "$tmp/long.txt" "$tmp/ref_long.txt" && ok || bad "text after the failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/long.err" && ok || bad "no failover happened: $(cat "$tmp/long.err")"
 # the node that was avoided is the one killed: named by the abort (or the probe)
@@ -85,11 +79,8 @@ sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/one-way failover: \1/p' "$tmp
 frozen=""
 wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 9 && o.pipelines.every(p => p.stages >= 3)' 60 &&
     ok || bad "the killed node was not seen dead and replaced: $(status | head -c 1500)"
-MOONTAIL_TEST_PAUSE_AT_POSITION=100 "$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos --chain \
-    >"$tmp/stop.txt" 2>"$tmp/stop.err" &
-ppid=$!
-wait_stopped $ppid || bad "the prompt did not stop at position 100: $(tail -3 "$tmp/stop.err")"
-route=$(first_route "$tmp/stop.err")
+long_prompt stop 300 --chain
+route=$ROUTE
 read -r -a hops <<<"$route"
 middle=${hops[1]:-}
 middle=${middle%%\[*}
@@ -99,8 +90,8 @@ if [ -n "$frozen" ] && [ "${#hops[@]}" -ge 3 ]; then
 else
     bad "could not find stage 1 of a route of 3 or more stages ($route)"
 fi
-[ -n "$STOPPED" ] && kill -CONT "$STOPPED"
-wait $ppid && ok || bad "one-way prompt with a silent stage failed: $(tail -5 "$tmp/stop.err")"
+resume_prompt
+wait $PPID_ && ok || bad "one-way prompt with a silent stage failed: $(tail -5 "$tmp/stop.err")"
 [ -n "$frozen" ] && kill -CONT "$frozen" # (a stopped process would hold up the cleanup's wait)
 cmp -s "$tmp/stop.txt" "$tmp/ref_long.txt" && ok || bad "text after the silent stage differs from the local run"
 grep -q "did not answer: stage 1 (${middle})" "$tmp/stop.err" && ok ||

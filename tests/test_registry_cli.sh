@@ -23,10 +23,9 @@
 #     missed one logged.
 set -u
 . "$(dirname "$0")/lib/harness.bash"
+. "$(dirname "$0")/lib/long_prompt.bash"
 T="timeout 60"
 cd "$tmp"
-
-status() { "$BIN" status --registry "$URL" --json 2>/dev/null; }
 
 M="$tmp/m.gguf"
 "$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type f32 --layers 4 --embd 128 --heads 4 --head-dim 32 \
@@ -117,34 +116,19 @@ got=$(tokens <"$tmp/p1.json" 2>/dev/null)
 $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json --chain >"$tmp/pc.json" 2>"$tmp/pc.err" || bad "prompt --chain: $(cat "$tmp/pc.err")"
 [ "$(tokens <"$tmp/pc.json" 2>/dev/null)" = "$ref" ] && ok || bad "chained registry prompt tokens differ: $(cat "$tmp/pc.err")"
 
-# long_prompt NAME ARGS...: a 600-token generation in the background ($ppid), into
-# $tmp/NAME.txt and .err, that stops itself at position 100 (mid-generation: the prompt
-# is shorter); returns once it has stopped, with its route in $route. The caller does
-# its damage, then `resume`s it.
-long_prompt() {
-    local name=$1
-    shift
-    MOONTAIL_TEST_PAUSE_AT_POSITION=100 "$BIN" "${P[@]}" -p "$PROMPT" -n 600 --temp 0 --ignore-eos "$@" \
-        >"$tmp/$name.txt" 2>"$tmp/$name.err" &
-    ppid=$!
-    wait_stopped $ppid || bad "$name: the prompt did not stop at position 100: $(tail -3 "$tmp/$name.err")"
-    route=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/$name.err" | head -1)
-}
-resume() { [ -n "$STOPPED" ] && kill -CONT "$STOPPED"; }
-
-# ---- kill a node of the route mid-generation: same text, failover measured
-long_prompt long
+# ---- kill a node of the route mid-generation (600 tokens stopped at position 100, lib/long_prompt.bash):
+# same text, failover measured
+long_prompt long 300
 victim=""
-first=${route%%\[*}
-for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$first" ] && victim=$k; done
+for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$FIRST" ] && victim=$k; done
 if [ -n "$victim" ]; then
     { kill -9 "${node_pid[$victim]}" && wait "${node_pid[$victim]}"; } 2>/dev/null
     t_kill=$(date +%s.%N)
 else
-    bad "could not find the route's first node ($route)"
+    bad "could not find the route's first node ($ROUTE)"
 fi
-resume
-wait $ppid && ok || bad "prompt after a node died failed: $(tail -5 "$tmp/long.err")"
+resume_prompt
+wait $PPID_ && ok || bad "prompt after a node died failed: $(tail -5 "$tmp/long.err")"
 cmp -s "$tmp/long.txt" "$tmp/ref_long.txt" && ok || bad "text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/long.err" && ok || bad "no failover happened (the generation may have ended before the kill): $(cat "$tmp/long.err")"
 sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
@@ -154,19 +138,16 @@ wait_for 'o.min_replicas_serving >= 2 && o.nodes_alive == 4' 30 && ok ||
 echo "replicas restored $(node -e "console.log(($(date +%s.%N) - ${t_kill:-0}).toFixed(2))") s after the kill"
 
 # ---- the same in a chain, the route's last stage killed: the first stage reports its next hop
-long_prompt clong --chain
-croute=$route
-clast=${croute##* }
-clast=${clast%%\[*}
+long_prompt clong 300 --chain
 cvictim=""
-for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$clast" ] && kill -0 "${node_pid[$k]}" 2>/dev/null && cvictim=$k; done
+for k in 1 2 3 4 5; do [ "${node_addr[$k]}" = "$LAST" ] && kill -0 "${node_pid[$k]}" 2>/dev/null && cvictim=$k; done
 if [ -n "$cvictim" ]; then
     { kill -9 "${node_pid[$cvictim]}" && wait "${node_pid[$cvictim]}"; } 2>/dev/null
 else
-    bad "could not find the chained route's last node ($croute)"
+    bad "could not find the chained route's last node ($ROUTE)"
 fi
-resume
-wait $ppid && ok || bad "chained prompt after a node died failed: $(tail -5 "$tmp/clong.err")"
+resume_prompt
+wait $PPID_ && ok || bad "chained prompt after a node died failed: $(tail -5 "$tmp/clong.err")"
 cmp -s "$tmp/clong.txt" "$tmp/ref_long.txt" && ok || bad "chained text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/clong.err" && ok || bad "no chained failover happened: $(cat "$tmp/clong.err")"
 sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/chained failover: \1/p' "$tmp/clong.err"
@@ -200,7 +181,7 @@ if wait_stopped "$SRV_PID"; then
     else
         bad "could not find serve's route's first node ($sroute)"
     fi
-    resume
+    resume_prompt
 else
     bad "serve did not stop at position $spause: $(tail -3 "$tmp/srv.err")"
 fi
@@ -319,7 +300,7 @@ if [ -n "$svictim" ]; then
 else
     bad "could not find the swarm route's first expert server ($sroute)"
 fi
-resume
+resume_prompt
 wait $spid && ok || bad "swarm prompt after an expert server died failed: $(tail -5 "$tmp/swl.err")"
 cmp -s "$tmp/swl.txt" "$tmp/ref_long.txt" && ok || bad "swarm text after failover differs from the local run"
 grep -q "recovered on a new route" "$tmp/swl.err" && ok || bad "no swarm failover happened: $(cat "$tmp/swl.err")"

@@ -67,10 +67,10 @@ expect 2 "--admin-token-file $tmp/no-such-token: cannot open it" "$BIN" "${REG[@
 [ -z "$(find "$tmp" -maxdepth 1 -name 'adm.key*')" ] && ok ||
     bad "a start refused for its admin token file left $(find "$tmp" -maxdepth 1 -name 'adm.key*')"
 # ...and a certificate that cannot be written takes its new key with it (a directory in the way)
-mkdir "$tmp/w.key.tls.pem.part"
-expect 1 "cannot create $tmp/w.key.tls.pem.part" "$BIN" "${REG[@]}" --db "$tmp/w.db" --key "$tmp/w.key" \
+mkdir "$tmp/w.key.tls.pem.tmp"
+expect 1 "$tmp/w.key.tls.pem.tmp: cannot create" "$BIN" "${REG[@]}" --db "$tmp/w.db" --key "$tmp/w.key" \
     --listen 127.0.0.1:0 --tls
-[ -z "$(find "$tmp" -maxdepth 1 -name 'w.key*' ! -name w.key.tls.pem.part)" ] && ok ||
+[ -z "$(find "$tmp" -maxdepth 1 -name 'w.key*' ! -name w.key.tls.pem.tmp)" ] && ok ||
     bad "a certificate that could not be written left $(find "$tmp" -maxdepth 1 -name 'w.key*')"
 # nothing said: TLS with a self-signed certificate kept beside --key
 start_bg any "$BIN" registry --model "$M" --db "$tmp/any.db" --key "$tmp/any.key" --shards "$tmp/seed-any" \

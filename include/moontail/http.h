@@ -2,11 +2,12 @@
  * (libmicrohttpd) that hands each request to one handler function, and a
  * client (libcurl) for JSON calls and ranged downloads.
  *
- * Server: requests are read whole (bodies up to max_body bytes, larger ones
- * get 413), then the handler fills a response: a JSON value, text, or a
- * file slice (Range: bytes=a-b is honoured for files, with 206/416), or a
- * stream that another thread answers later (below). The handler runs on one
- * of the server's threads; it must be thread-safe and should not block. */
+ * Server: requests are read whole (bodies up to max_body bytes, or what
+ * the admit hook allows that request; larger ones get 413), then the
+ * handler fills a response: a JSON value, text, or a file slice (Range:
+ * bytes=a-b is honoured for files, with 206/416), or a stream that another
+ * thread answers later (below). The handler runs on one of the server's
+ * threads; it must be thread-safe and should not block. */
 #ifndef MOONTAIL_HTTP_H
 #define MOONTAIL_HTTP_H
 
@@ -74,6 +75,13 @@ typedef struct mt_http_server_config {
     size_t max_body;  /* larger request bodies get 413 (0: 1 MiB) */
     mt_http_handler handler;
     void *ctx;
+    /* optional: called with ctx once a request's headers are in, before a byte of its body
+     * is read (req->body is "" then). Returns the most body bytes this request may send (0:
+     * max_body), so that one path (an authenticated upload) may take more than the others;
+     * or answers the request at once by filling resp (status and json): its body is then
+     * never read (an unauthenticated request to a path that needs a key). A body larger
+     * than what it allows gets 413, before it is read when its Content-Length says so. */
+    size_t (*admit)(void *ctx, const mt_http_request *req, mt_http_response *resp);
     /* optional: the JSON body of the errors the server answers by itself (413
      * body too large, 500 for a stream dropped unanswered), for APIs whose errors
      * have another shape than {"error": message}. Returns a new reference. */
@@ -100,6 +108,9 @@ typedef struct mt_http_stats {
     uint64_t refused_inflight; /* requests answered 429: max_inflight_per_key reached */
     uint64_t closed_headers;   /* closed: headers not in within header_timeout_s */
     uint64_t closed_body;      /* closed: body not in within body_timeout_s */
+    uint64_t refused_unread;   /* answered from their headers alone, no byte of the body read:
+                                  the admit hook's refusals and announced bodies too large */
+    uint64_t body_bytes;       /* request body bytes read and kept, in all */
 } mt_http_stats;
 
 mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *c, mt_error *err);

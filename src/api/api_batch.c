@@ -5,6 +5,8 @@
  * function (api_server.c's, the same checks and engine as /v1/chat/completions). */
 #include "api_batch.h"
 #include "moontail/clock.h"
+#include "moontail/file_write.h"
+#include "moontail/json_line.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -63,31 +65,34 @@ static char *path_join(const char *dir, const char *name) {
     return p;
 }
 
-/* The whole file (NUL-terminated) into *out, its size into *len; -1 with err filled. */
-static int read_all(const char *path, int64_t max_bytes, char **out, size_t *len, mt_error *err) {
+/* The whole file (NUL-terminated) into *out, its size into *len; -1 with err filled (naming
+ * the file as name, or as its path when name is NULL). */
+static int read_all(const char *path, const char *name, int64_t max_bytes, char **out, size_t *len,
+                    mt_error *err) {
     FILE *f = fopen(path, "rb");
-    if (!f) return mt_error_set(err, "%s: cannot open: %s", path, strerror(errno));
+    if (!name) name = path;
+    if (!f) return mt_error_set(err, "%s: cannot open: %s", name, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
         fclose(f);
-        return mt_error_set(err, "%s: not a regular file", path);
+        return mt_error_set(err, "%s: not a regular file", name);
     }
     if (max_bytes > 0 && sb.st_size > max_bytes) {
         fclose(f);
         return mt_error_set(err, "%s: %lld bytes, more than the %lld allowed; split the batch",
-                            path, (long long)sb.st_size, (long long)max_bytes);
+                            name, (long long)sb.st_size, (long long)max_bytes);
     }
     char *p = malloc((size_t)sb.st_size + 1);
     if (!p) {
         fclose(f);
-        return mt_error_set(err, "%s: out of memory for %lld bytes", path, (long long)sb.st_size);
+        return mt_error_set(err, "%s: out of memory for %lld bytes", name, (long long)sb.st_size);
     }
     size_t got = fread(p, 1, (size_t)sb.st_size, f);
     bool bad = ferror(f) || got != (size_t)sb.st_size;
     fclose(f);
     if (bad) {
         free(p);
-        return mt_error_set(err, "%s: read error (the file changed while read?)", path);
+        return mt_error_set(err, "%s: read error (the file changed while read?)", name);
     }
     p[got] = 0;
     *out = p;
@@ -112,38 +117,6 @@ static void fsync_dir(const char *dir) {
         fsync(fd);
         close(fd);
     }
-}
-
-/* Writes n bytes to path through a temporary file, fsync'd and renamed over it. */
-int api_batch_write_atomic(const char *path, const char *p, size_t n, mt_error *err) {
-    size_t tl = strlen(path) + 8;
-    char *tmp = malloc(tl);
-    if (!tmp) abort(); /* a path: too small to report */
-    snprintf(tmp, tl, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int rc = 0;
-    if (fd < 0 || write_fully(fd, p, n) || fsync(fd)) {
-        rc = mt_error_set(err, "%s: cannot write: %s", tmp, strerror(errno));
-        if (fd >= 0) close(fd);
-        unlink(tmp);
-    } else {
-        close(fd);
-        if (rename(tmp, path)) {
-            rc = mt_error_set(err, "%s: cannot rename into place: %s", path, strerror(errno));
-            unlink(tmp);
-        }
-    }
-    if (!rc) {
-        char *slash = strrchr(tmp, '/');
-        if (slash) {
-            *slash = 0;
-            fsync_dir(tmp);
-        } else {
-            fsync_dir(".");
-        }
-    }
-    free(tmp);
-    return rc;
 }
 
 /* ---- the input ---------------------------------------------------------------------------- */
@@ -288,19 +261,15 @@ static void hash_hex(const char *p, size_t n, char out[65]) {
     sodium_bin2hex(out, 65, h, sizeof h);
 }
 
-/* Creates dir (0700) or checks an existing one is a directory only its owner reaches. */
-static int state_dir(const char *dir, mt_error *err) {
+int api_batch_private_dir(const char *dir, const char *what, mt_error *err) {
     if (mkdir(dir, 0700) && errno != EEXIST)
-        return mt_error_set(err, "%s: cannot create the batch's state directory: %s", dir,
-                            strerror(errno));
+        return mt_error_set(err, "%s: cannot create the %s: %s", dir, what, strerror(errno));
     struct stat sb;
     if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
-        return mt_error_set(err, "%s: not a directory; give another state directory", dir);
+        return mt_error_set(err, "%s: not a directory; give another %s", dir, what);
     if (sb.st_mode & 077)
-        return mt_error_set(err,
-                            "%s: others may read this state directory (mode %03o); chmod 700"
-                            " it",
-                            dir, (unsigned)(sb.st_mode & 0777));
+        return mt_error_set(err, "%s: others may read this %s (mode %03o); chmod 700 it", dir, what,
+                            (unsigned)(sb.st_mode & 0777));
     return 0;
 }
 
@@ -310,7 +279,7 @@ static int load_results(api_batch *b, const char *path, mt_error *err) {
     char *data = NULL;
     size_t len = 0;
     if (access(path, F_OK) != 0) return 0;
-    if (read_all(path, 0, &data, &len, err)) return -1;
+    if (read_all(path, NULL, 0, &data, &len, err)) return -1;
     size_t kept_bytes = 0;
     bool dropped = false;
     char *p = data, *end = data + len;
@@ -348,13 +317,13 @@ static int load_results(api_batch *b, const char *path, mt_error *err) {
             memcpy(q, b->req[i].result, n);
             q += n;
         }
-    int rc = api_batch_write_atomic(path, keep, kept_bytes, err);
+    int rc = mt_file_write_atomic(path, keep, kept_bytes, 0600, err);
     free(keep);
     return rc;
 }
 
-api_batch *api_batch_open(const char *dir, const char *input, const char *endpoint,
-                          int64_t max_bytes, mt_error *err) {
+api_batch *api_batch_open(const char *dir, const char *input, const char *input_name,
+                          const char *endpoint, int64_t max_bytes, mt_error *err) {
     api_batch *b = calloc(1, sizeof *b);
     if (!b) {
         mt_error_set(err, "out of memory");
@@ -366,6 +335,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
     char *in_copy = NULL, *state = NULL, *out = NULL, *data = NULL, *mine = NULL,
          *state_text = NULL;
     size_t len = 0, mine_len = 0;
+    bool ok = false;
     if (!(b->dir = strdup(dir))) {
         mt_error_set(err, "out of memory");
         goto fail;
@@ -375,16 +345,30 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
     out = path_join(dir, "output.jsonl");
     bool have_state = access(state, F_OK) == 0;
     if (input) {
-        if (read_all(input, max_bytes, &mine, &mine_len, err)) goto fail;
+        if (read_all(input, input_name, max_bytes, &mine, &mine_len, err)) goto fail;
     }
+    char hex[65];
     if (have_state) {
-        if (state_dir(dir, err) || read_all(in_copy, 0, &data, &len, err)) goto fail;
+        /* the input is read and hashed once: with one given, its hash is compared with the
+         * state's and it is parsed itself (the copy is not read); without, the copy is */
+        if (api_batch_private_dir(dir, "state directory", err)) goto fail;
+        if (!mine && read_all(in_copy, NULL, 0, &data, &len, err)) goto fail;
+        char *text = mine ? mine : data;
+        const size_t n = mine ? mine_len : len;
+        hash_hex(text, n, hex);
         json_t *sj = json_load_file(state, 0, NULL);
-        char hex[65];
-        hash_hex(data, len, hex);
         const char *want = json_string_value(json_object_get(sj, "input_blake2b"));
-        bool same = want && strcmp(want, hex) == 0;
+        json_t *bytes = json_object_get(sj, "input_bytes");
+        bool same = want && strcmp(want, hex) == 0 && json_is_integer(bytes) &&
+                    json_integer_value(bytes) == (json_int_t)n;
         json_decref(sj);
+        if (!same && mine) {
+            mt_error_set(err,
+                         "%s holds the state of another input than %s; give the same"
+                         " input to resume, or another --state directory for a new batch",
+                         dir, input_name ? input_name : input);
+            goto fail;
+        }
         if (!same) {
             mt_error_set(err,
                          "%s: input.jsonl does not match state.json; the state directory"
@@ -392,24 +376,23 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
                          dir);
             goto fail;
         }
-        if (mine && (mine_len != len || memcmp(mine, data, len) != 0)) {
-            mt_error_set(err,
-                         "%s holds the state of another input than %s; give the same"
-                         " input to resume, or another --state directory for a new batch",
-                         dir, input);
+        if (parse_input(b,
+                        !mine        ? in_copy
+                        : input_name ? input_name
+                                     : input,
+                        text, n, endpoint, err))
             goto fail;
-        }
-        if (parse_input(b, in_copy, data, len, endpoint, err)) goto fail;
     } else {
         if (!mine) {
             mt_error_set(err, "%s: no batch state here (state.json is missing)", dir);
             goto fail;
         }
         /* check first: a refused file leaves no state behind */
-        if (parse_input(b, input, mine, mine_len, endpoint, err) || state_dir(dir, err)) goto fail;
-        if (api_batch_write_atomic(in_copy, mine, mine_len, err)) goto fail;
+        if (parse_input(b, input_name ? input_name : input, mine, mine_len, endpoint, err) ||
+            api_batch_private_dir(dir, "state directory", err))
+            goto fail;
+        if (mt_file_write_atomic(in_copy, mine, mine_len, 0600, err)) goto fail;
         unlink(out); /* the results of an earlier, unfinished start */
-        char hex[65];
         hash_hex(mine, mine_len, hex);
         json_t *sj = json_pack("{s:I, s:s, s:I}", "input_bytes", (json_int_t)mine_len,
                                "input_blake2b", hex, "requests", (json_int_t)b->n);
@@ -419,7 +402,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
             mt_error_set(err, "out of memory");
             goto fail;
         }
-        if (api_batch_write_atomic(state, state_text, strlen(state_text), err)) goto fail;
+        if (mt_file_write_atomic(state, state_text, strlen(state_text), 0600, err)) goto fail;
     }
     b->st.total = b->n;
     if (load_results(b, out, err)) goto fail;
@@ -428,20 +411,15 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *endpoi
         goto fail;
     }
     fsync_dir(dir);
+    ok = true;
+fail: /* and the way out of success */
     free(in_copy);
     free(state);
     free(out);
     free(data);
     free(mine);
     free(state_text);
-    return b;
-fail:
-    free(in_copy);
-    free(state);
-    free(out);
-    free(data);
-    free(mine);
-    free(state_text);
+    if (ok) return b;
     api_batch_close(b);
     return NULL;
 }
@@ -463,14 +441,6 @@ void api_batch_close(api_batch *b) {
 }
 
 /* ---- running ------------------------------------------------------------------------------ */
-
-void api_batch_random_id(char *out, size_t cap, const char *prefix) {
-    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    size_t n = (size_t)snprintf(out, cap, "%s", prefix);
-    for (; n < cap - 1 && n < strlen(prefix) + 24; n++)
-        out[n] = alnum[randombytes_uniform(sizeof alnum - 1)];
-    out[n] = 0;
-}
 
 /* FOR TESTS ONLY (docs/testing.md): with MOONTAIL_TEST_BATCH_PAUSE_AFTER=N, the process stops
  * itself (SIGSTOP) once N results of this run are written, so a test can kill -9 it at that
@@ -495,23 +465,16 @@ static void collect(void *ctx, int status, json_t *body) {
     batch_req *r = &b->req[c->i];
     free(c);
     char id[48], rid[48];
-    api_batch_random_id(id, sizeof id, "batch_req_");
-    api_batch_random_id(rid, sizeof rid, "req_");
+    api_random_id(id, sizeof id, "batch_req_");
+    api_random_id(rid, sizeof rid, "req_");
     json_int_t tokens =
         json_integer_value(json_object_get(json_object_get(body, "usage"), "completion_tokens"));
     json_t *line = json_pack("{s:s, s:s, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id",
                              r->custom_id, "response", "status_code", status, "request_id", rid,
                              "body", body ? body : json_object(), "error");
-    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    size_t n = 0; /* the line's bytes, its newline included */
+    char *nl = line ? mt_json_line(line, 0, &n) : NULL;
     json_decref(line);
-    size_t n = text ? strlen(text) : 0;
-    char *nl = text ? realloc(text, n + 2) : NULL;
-    if (nl) {
-        nl[n] = '\n';
-        nl[n + 1] = 0;
-    } else {
-        free(text);
-    }
     pthread_mutex_lock(&b->mu);
     /* a request cut short because the work stops runs again next time; one the backend could
      * not serve (503: no route for now) runs again in the next pass, up to API_BATCH_TRIES */
@@ -522,7 +485,7 @@ static void collect(void *ctx, int status, json_t *body) {
         b->write_failed = true;
         snprintf(b->write_error, sizeof b->write_error, "out of memory for a result");
     } else if (keep && !b->write_failed) {
-        if (write_fully(b->out_fd, nl, n + 1) || fdatasync(b->out_fd)) {
+        if (write_fully(b->out_fd, nl, n) || fdatasync(b->out_fd)) {
             b->write_failed = true;
             snprintf(b->write_error, sizeof b->write_error,
                      "%s/output.jsonl: cannot write a result: %s", b->dir, strerror(errno));
@@ -556,9 +519,10 @@ static bool should_stop(api_batch *b, const bool *stop) {
     return b->stopping || b->write_failed;
 }
 
-int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, int parallel,
-                  const bool *stop, void (*progress)(void *ctx, const api_batch_stats *st),
-                  void *progress_ctx, mt_error *err) {
+int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, const char *owner,
+                  int parallel, const bool *stop,
+                  void (*progress)(void *ctx, const api_batch_stats *st), void *progress_ctx,
+                  mt_error *err) {
     if (parallel < 1) parallel = 1;
     pthread_mutex_lock(&b->mu);
     b->t0 = now_s();
@@ -588,8 +552,8 @@ int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, in
                 b->inflight++;
                 b->req[i].tries++;
                 pthread_mutex_unlock(&b->mu);
-                int rc = submit(submit_ctx, b->req[i].kind, b->req[i].body, strlen(b->req[i].body),
-                                collect, c);
+                int rc = submit(submit_ctx, owner, b->req[i].kind, b->req[i].body,
+                                strlen(b->req[i].body), collect, c);
                 pthread_mutex_lock(&b->mu);
                 if (rc == 0) break;
                 free(c); /* no room after all: try again shortly */
@@ -646,7 +610,7 @@ int64_t api_batch_write(api_batch *b, const char *path, api_batch_pick pick, mt_
         }
     }
     pthread_mutex_unlock(&b->mu);
-    int rc = api_batch_write_atomic(path, all, bytes, err);
+    int rc = mt_file_write_atomic(path, all, bytes, 0600, err);
     free(all);
     return rc ? -1 : lines;
 }

@@ -50,45 +50,49 @@ typedef struct api_batch_stats {
     double seconds;              /* since this run began */
 } api_batch_stats;
 
-/* Starts one request (its url's kind, the body's bytes); collect(cctx, ...) is called exactly
- * once, perhaps before this returns. Returns 0, or -1 when nothing was started (no room now
- * or the engine stops; collect is not called). */
-typedef int (*api_batch_submit_fn)(void *ctx, api_kind kind, const char *body, size_t len,
-                                   api_reply_collect_fn collect, void *cctx);
+/* Starts one request (its url's kind, the body's bytes) for the API key named owner (NULL:
+ * `moontail batch`'s own, anonymous one); collect(cctx, ...) is called exactly once, perhaps
+ * before this returns. Returns 0, or -1 when nothing was started (no room now, the owner's
+ * rate limit, or the engine stops; collect is not called). */
+typedef int (*api_batch_submit_fn)(void *ctx, const char *owner, api_kind kind, const char *body,
+                                   size_t len, api_reply_collect_fn collect, void *cctx);
 
 /* Opens the state directory dir, creating it when missing. input: the JSONL file to copy in
- * when dir holds none, or to compare with the copy (refused when it differs); NULL: dir must
- * hold one. endpoint: every line's url must equal it (NULL: either). max_bytes: the largest
- * input (0: no limit). Returns NULL with err filled (the file's problem and its line). */
-api_batch *api_batch_open(const char *dir, const char *input, const char *endpoint,
-                          int64_t max_bytes, mt_error *err);
+ * when dir holds none, or whose hash must be the state's (refused when it differs: then the
+ * input itself is parsed, the copy not read); NULL: dir must hold one. input_name: what
+ * errors call the input (a file id for a client who does not know the server's paths;
+ * NULL: its path). endpoint: every line's url must equal it (NULL: either). max_bytes: the
+ * largest input (0: no limit). The input is read and hashed once. Returns NULL with err
+ * filled (the file's problem and its line; problems of dir name its paths). */
+api_batch *api_batch_open(const char *dir, const char *input, const char *input_name,
+                          const char *endpoint, int64_t max_bytes, mt_error *err);
 void api_batch_close(api_batch *b);
 
-/* Runs the requests that have no result yet, up to `parallel` at once, until all have one
+/* Runs the requests that have no result yet, each submitted for owner (the API key that
+ * made the batch, or NULL), up to `parallel` at once, until all have one
  * or *stop turns true (then no more start; those in flight finish, and results of 503 that
  * arrive then are not kept: they run again next time). A request answered 503 (the backend
  * could not serve it for now) runs again in a second and third pass, 2 and 4 s after the
  * passes before ended; the third 503 is its result. progress (may be NULL) is called after
  * each result, from a worker, under the batch's lock. Returns 0 when all requests have a
  * result, 1 when stopped first, -1 with err filled when a result could not be written. */
-int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, int parallel,
-                  const bool *stop, void (*progress)(void *ctx, const api_batch_stats *st),
-                  void *progress_ctx, mt_error *err);
+int api_batch_run(api_batch *b, api_batch_submit_fn submit, void *submit_ctx, const char *owner,
+                  int parallel, const bool *stop,
+                  void (*progress)(void *ctx, const api_batch_stats *st), void *progress_ctx,
+                  mt_error *err);
 
 /* The counts now (thread-safe). */
 api_batch_stats api_batch_get_stats(api_batch *b);
 
+/* Creates dir (mode 0700) or checks that an existing one is a directory only its owner
+ * reaches; what names it in errors ("state directory"). 0, or -1 with err filled. */
+int api_batch_private_dir(const char *dir, const char *what, mt_error *err);
+
 /* Which results api_batch_write goes through. */
 typedef enum api_batch_pick { API_BATCH_ALL, API_BATCH_OK, API_BATCH_FAILED } api_batch_pick;
 
-/* Writes the results present, in the input's order, to path (a temporary file renamed over
- * it, fsync'd; mode 0600). Returns the lines written, or -1 with err filled. */
+/* Writes the results present, in the input's order, to path (mt_file_write_atomic, mode
+ * 0600). Returns the lines written, or -1 with err filled. */
 int64_t api_batch_write(api_batch *b, const char *path, api_batch_pick pick, mt_error *err);
-
-/* Writes n bytes to path through a temporary file, fsync'd and renamed over it (mode 0600).
- * Returns 0, or -1 with err filled. */
-int api_batch_write_atomic(const char *path, const char *p, size_t n, mt_error *err);
-/* prefix followed by 24 random letters and digits (142 bits), NUL-terminated in cap bytes. */
-void api_batch_random_id(char *out, size_t cap, const char *prefix);
 
 #endif

@@ -6,6 +6,7 @@
 #include "api_batch.h"
 #include "api_multipart.h"
 #include "api_openai.h"
+#include "moontail/file_write.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,6 +28,7 @@ typedef struct batch_entry {
     json_t *obj;        /* the batch object (OpenAI's fields) */
     bool stop;          /* cancel asked: the runner starts no more (atomic) */
     api_batch *running; /* while the runner has it open */
+    api_batch *ready;   /* opened (read, hashed, checked) when created, kept for the runner */
 } batch_entry;
 
 struct api_batches {
@@ -42,6 +44,8 @@ struct api_batches {
     pthread_cond_t cv;
     batch_entry **b; /* in creation order */
     int n, cap;
+    int n_ready;   /* entries holding a ready batch: at most one, so that queued batches do not
+                      all hold their input in memory (the others are read again on their turn) */
     bool stopping; /* atomic: read by the runner through batch_stop */
 };
 
@@ -68,16 +72,21 @@ static bool valid_id(const char *id, const char *prefix) {
     return true;
 }
 
-static int mkdir_private(const char *path, mt_error *err) {
-    if (mkdir(path, 0700) && errno != EEXIST)
-        return mt_error_set(err, "%s: cannot create: %s", path, strerror(errno));
-    struct stat sb;
-    if (stat(path, &sb) || !S_ISDIR(sb.st_mode))
-        return mt_error_set(err, "%s: not a directory", path);
-    if (sb.st_mode & 077)
-        return mt_error_set(err, "%s: others may read it (mode %03o); chmod 700 it", path,
-                            (unsigned)(sb.st_mode & 0777));
-    return 0;
+/* What a client is told of err, a failure of batch id: the message as it is when it is about
+ * the client's input (it names the file by its id); one that names a path of the server's
+ * (its batch directory: a disk full, a damaged state) goes to the log only, and the client
+ * learns that the server failed. */
+static void client_message(api_batches *m, const char *id, const mt_error *err, char *out,
+                           size_t cap) {
+    if (!strstr(err->msg, m->dir)) {
+        snprintf(out, cap, "%s", err->msg);
+        return;
+    }
+    mt_log_as(m->log, MT_LOG_WARN, "batch %s: %s", id, err->msg);
+    snprintf(out, cap,
+             "batch %s: the server could not keep the batch's state (a server error, in its"
+             " log); create the batch again later or ask the server's operator",
+             id);
 }
 
 static json_int_t now(void) {
@@ -132,12 +141,12 @@ static json_t *file_store(api_batches *m, const char *owner, const char *filenam
                           const char *purpose, const char *data, size_t len, const char *from_path,
                           mt_error *err) {
     char id[48];
-    api_batch_random_id(id, sizeof id, "file-");
+    api_random_id(id, sizeof id, "file-");
     char *dir = join(m->dir, "files", id);
     char *dpath = join(dir, "data", NULL), *mpath = join(dir, "meta.json", NULL);
     json_t *meta = NULL;
     char *text = NULL;
-    if (mkdir_private(dir, err)) goto out;
+    if (api_batch_private_dir(dir, "file's directory", err)) goto out;
     if (from_path) {
         if (rename(from_path, dpath)) {
             mt_error_set(err, "%s: cannot move into place: %s", dpath, strerror(errno));
@@ -145,7 +154,7 @@ static json_t *file_store(api_batches *m, const char *owner, const char *filenam
         }
         struct stat sb;
         len = stat(dpath, &sb) ? 0 : (size_t)sb.st_size;
-    } else if (api_batch_write_atomic(dpath, data, len, err)) {
+    } else if (mt_file_write_atomic(dpath, data, len, 0600, err)) {
         goto out;
     }
     meta = json_pack("{s:s, s:s, s:I, s:I, s:o, s:s, s:s, s:n, s:n, s:s}", "id", id, "object",
@@ -159,7 +168,7 @@ static json_t *file_store(api_batches *m, const char *owner, const char *filenam
         meta = NULL;
         goto out;
     }
-    if (api_batch_write_atomic(mpath, text, strlen(text), err)) {
+    if (mt_file_write_atomic(mpath, text, strlen(text), 0600, err)) {
         json_decref(meta);
         meta = NULL;
     }
@@ -255,7 +264,7 @@ static int save(api_batches *m, const batch_entry *e) {
     char *text = f ? json_dumps(f, JSON_COMPACT) : NULL;
     json_decref(f);
     mt_error err = {{0}};
-    int rc = text ? api_batch_write_atomic(path, text, strlen(text), &err)
+    int rc = text ? mt_file_write_atomic(path, text, strlen(text), 0600, &err)
                   : mt_error_set(&err, "out of memory");
     if (rc) mt_log_as(m->log, MT_LOG_WARN, "batch %s: cannot save its state: %s", e->id, err.msg);
     free(text);
@@ -301,6 +310,7 @@ static int add_entry(api_batches *m, batch_entry *e) {
 
 static void free_entry(batch_entry *e) {
     if (!e) return;
+    api_batch_close(e->ready);
     json_decref(e->obj);
     free(e);
 }
@@ -369,7 +379,7 @@ static void create_batch(api_batches *m, const char *owner, const mt_http_reques
     json_decref(meta);
     batch_entry *e = calloc(1, sizeof *e);
     if (!e) abort(); /* a small struct: too small to report */
-    api_batch_random_id(e->id, sizeof e->id, "batch_");
+    api_random_id(e->id, sizeof e->id, "batch_");
     snprintf(e->owner, sizeof e->owner, "%s", owner);
     const json_int_t t = now();
     e->obj =
@@ -385,23 +395,17 @@ static void create_batch(api_batches *m, const char *owner, const mt_http_reques
     char *bdir = join(m->dir, "batches", e->id), *fdir = join(m->dir, "files", fid);
     char *data = join(fdir, "data", NULL);
     api_batch *ab = NULL;
-    if (!mkdir_private(bdir, &err)) ab = api_batch_open(bdir, data, endpoint, 0, &err);
+    if (!api_batch_private_dir(bdir, "batch's directory", &err))
+        ab = api_batch_open(bdir, data, fid, endpoint, 0, &err);
     const bool valid = ab != NULL;
     if (ab) {
         api_batch_stats st = api_batch_get_stats(ab);
         set_counts(e->obj, st.total, 0, 0);
         json_object_set_new(e->obj, "status", json_string("in_progress"));
         json_object_set_new(e->obj, "in_progress_at", json_integer(now()));
-        api_batch_close(ab);
     } else {
-        /* the message names the server's path of the file: the client knows it by its id */
-        const char *m1 = strstr(err.msg, data);
         char clean[600];
-        if (m1)
-            snprintf(clean, sizeof clean, "%.*s%s%s", (int)(m1 - err.msg), err.msg, fid,
-                     m1 + strlen(data));
-        else
-            snprintf(clean, sizeof clean, "%s", err.msg);
+        client_message(m, e->id, &err, clean, sizeof clean);
         json_object_set_new(e->obj, "errors",
                             json_pack("{s:s, s:[{s:s, s:s, s:n, s:n}]}", "object", "list", "data",
                                       "code", "invalid_request", "message", clean, "param",
@@ -414,9 +418,16 @@ static void create_batch(api_batches *m, const char *owner, const mt_http_reques
     free(fdir);
     free(data);
     pthread_mutex_lock(&m->mu);
+    if (ab && m->n_ready == 0) { /* the runner takes it as it is: the input is read once */
+        e->ready = ab;
+        m->n_ready++;
+        ab = NULL;
+    }
     if (add_entry(m, e)) {
+        if (e->ready) m->n_ready--;
         pthread_mutex_unlock(&m->mu);
         free_entry(e);
+        api_batch_close(ab);
         json_decref(body);
         return respond_error(resp, 500, NULL, NULL, "out of memory");
     }
@@ -424,6 +435,7 @@ static void create_batch(api_batches *m, const char *owner, const mt_http_reques
     resp->json = batch_public(e);
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
+    api_batch_close(ab); /* not kept: read again when its turn comes */
     mt_log_as(m->log, MT_LOG_INFO, "%s created %s from %s: %s", owner, e->id, fid,
               valid ? "in progress" : "failed validation");
     json_decref(body); /* fid and endpoint point into it */
@@ -492,11 +504,12 @@ static void get_batch(api_batches *m, const char *owner, const char *id, bool ca
 
 /* ---- the runner thread -------------------------------------------------------------------- */
 
-/* Writes a batch's results as its output and error files and marks it final_status. */
-static void finish(api_batches *m, batch_entry *e, const char *final_status) {
+/* Writes a batch's results as its output and error files and marks it final_status. ab: the
+ * batch as the runner has it open (taken and closed), or NULL (read from its directory). */
+static void finish(api_batches *m, batch_entry *e, api_batch *ab, const char *final_status) {
     mt_error err = {{0}};
     char *bdir = join(m->dir, "batches", e->id);
-    api_batch *ab = api_batch_open(bdir, NULL, NULL, 0, &err);
+    if (!ab) ab = api_batch_open(bdir, NULL, NULL, NULL, 0, &err);
     pthread_mutex_lock(&m->mu);
     json_object_set_new(e->obj, "finalizing_at", json_integer(now()));
     pthread_mutex_unlock(&m->mu);
@@ -563,18 +576,24 @@ static void *runner_main(void *arg) {
         while (!__atomic_load_n(&m->stopping, __ATOMIC_RELAXED) && !(e = next_work(m)))
             pthread_cond_wait(&m->cv, &m->mu);
         if (__atomic_load_n(&m->stopping, __ATOMIC_RELAXED)) break;
+        /* the batch as it was opened when created, or read from its directory now */
+        api_batch *ab = e->ready;
+        if (ab) {
+            e->ready = NULL;
+            m->n_ready--;
+        }
         if (!is_status(e, "in_progress")) { /* cancelled or cut while finalizing */
             const bool cancelled = is_status(e, "cancelling");
             if (!cancelled) json_object_set_new(e->obj, "status", json_string("finalizing"));
             pthread_mutex_unlock(&m->mu);
-            finish(m, e, cancelled ? "cancelled" : "completed");
+            finish(m, e, ab, cancelled ? "cancelled" : "completed");
             pthread_mutex_lock(&m->mu);
             continue;
         }
         mt_error err = {{0}};
         char *bdir = join(m->dir, "batches", e->id);
         pthread_mutex_unlock(&m->mu);
-        api_batch *ab = api_batch_open(bdir, NULL, NULL, 0, &err);
+        if (!ab) ab = api_batch_open(bdir, NULL, NULL, NULL, 0, &err);
         free(bdir);
         int rc = -1;
         if (ab) {
@@ -583,21 +602,26 @@ static void *runner_main(void *arg) {
             const bool go = !__atomic_load_n(&m->stopping, __ATOMIC_RELAXED);
             if (go) e->running = ab;
             pthread_mutex_unlock(&m->mu);
-            rc = go ? api_batch_run(ab, m->submit, m->server, m->parallel, &e->stop, NULL, NULL,
-                                    &err)
+            rc = go ? api_batch_run(ab, m->submit, m->server, e->owner, m->parallel, &e->stop, NULL,
+                                    NULL, &err)
                     : 1;
             pthread_mutex_lock(&m->mu);
             e->running = NULL;
             pthread_mutex_unlock(&m->mu);
-            api_batch_close(ab);
         }
         pthread_mutex_lock(&m->mu);
-        if (__atomic_load_n(&m->stopping, __ATOMIC_RELAXED) && rc == 1) break; /* resumes */
+        if (__atomic_load_n(&m->stopping, __ATOMIC_RELAXED) && rc == 1) { /* resumes */
+            api_batch_close(ab);
+            break;
+        }
         if (rc < 0) {
+            api_batch_close(ab);
+            char clean[600];
+            client_message(m, e->id, &err, clean, sizeof clean);
             json_object_set_new(e->obj, "errors",
                                 json_pack("{s:s, s:[{s:s, s:s, s:n, s:n}]}", "object", "list",
-                                          "data", "code", "server_error", "message", err.msg,
-                                          "param", "line"));
+                                          "data", "code", "server_error", "message", clean, "param",
+                                          "line"));
             json_object_set_new(e->obj, "status", json_string("failed"));
             json_object_set_new(e->obj, "failed_at", json_integer(now()));
             save(m, e);
@@ -607,13 +631,30 @@ static void *runner_main(void *arg) {
             json_object_set_new(e->obj, "status", json_string("finalizing"));
             save(m, e);
         }
-        /* the loop's next turn finishes it (finalizing or cancelling) */
+        if (!__atomic_load_n(&m->stopping, __ATOMIC_RELAXED) &&
+            (is_status(e, "finalizing") || is_status(e, "cancelling"))) { /* with its results */
+            const bool cancelled = is_status(e, "cancelling");
+            pthread_mutex_unlock(&m->mu);
+            finish(m, e, ab, cancelled ? "cancelled" : "completed");
+            pthread_mutex_lock(&m->mu);
+            continue;
+        }
+        api_batch_close(ab); /* not over: the loop's next turn takes it again */
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
 }
 
 /* ---- start and stop ----------------------------------------------------------------------- */
+
+/* Creation order (qsort's, of batch_entry *): created_at, then the id (ids are unique). */
+static int by_creation(const void *pa, const void *pb) {
+    const batch_entry *a = *(batch_entry *const *)pa, *b = *(batch_entry *const *)pb;
+    json_int_t ta = json_integer_value(json_object_get(a->obj, "created_at")),
+               tb = json_integer_value(json_object_get(b->obj, "created_at"));
+    if (ta != tb) return ta < tb ? -1 : 1;
+    return strcmp(a->id, b->id);
+}
 
 static void load_batches(api_batches *m, const char *bdir) {
     DIR *d = opendir(bdir);
@@ -651,16 +692,7 @@ static void load_batches(api_batches *m, const char *bdir) {
         }
     }
     closedir(d);
-    /* creation order */
-    for (int i = 1; i < m->n; i++)
-        for (int j = i; j > 0; j--) {
-            json_int_t a = json_integer_value(json_object_get(m->b[j - 1]->obj, "created_at")),
-                       b = json_integer_value(json_object_get(m->b[j]->obj, "created_at"));
-            if (a < b || (a == b && strcmp(m->b[j - 1]->id, m->b[j]->id) <= 0)) break;
-            batch_entry *t = m->b[j - 1];
-            m->b[j - 1] = m->b[j];
-            m->b[j] = t;
-        }
+    if (m->n > 1) qsort(m->b, (size_t)m->n, sizeof *m->b, by_creation);
 }
 
 api_batches *api_batches_start(const char *dir, int64_t max_file, api_batch_submit_fn submit,
@@ -679,7 +711,9 @@ api_batches *api_batches_start(const char *dir, int64_t max_file, api_batch_subm
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     char *files = join(dir, "files", NULL), *batches = join(dir, "batches", NULL);
-    int rc = mkdir_private(dir, err) || mkdir_private(files, err) || mkdir_private(batches, err);
+    int rc = api_batch_private_dir(dir, "batch directory", err) ||
+             api_batch_private_dir(files, "batch directory's files/", err) ||
+             api_batch_private_dir(batches, "batch directory's batches/", err);
     if (rc) mt_error_prefix(err, "--batch-dir");
     if (!rc) load_batches(m, batches);
     free(files);

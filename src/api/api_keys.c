@@ -129,7 +129,13 @@ static void refill(api_keys *k, api_key *key, double now) {
     key->bucket_at = now;
 }
 
-int api_keys_take(api_keys *k, api_key *key, double now) {
+api_key *api_keys_named(api_keys *k, const char *name) {
+    for (int i = 0; i < k->n; i++)
+        if (strcmp(k->keys[i].name, name) == 0) return &k->keys[i];
+    return NULL;
+}
+
+static int take(api_keys *k, api_key *key, double now, bool count_refusal) {
     if (k->rate_per_min <= 0) return 0;
     pthread_mutex_lock(&k->mu);
     refill(k, key, now);
@@ -139,10 +145,18 @@ int api_keys_take(api_keys *k, api_key *key, double now) {
     } else {
         wait = (int)ceil((1.0 - key->bucket) * 60.0 / k->rate_per_min);
         if (wait < 1) wait = 1;
-        key->rate_limited++;
+        key->rate_limited += count_refusal;
     }
     pthread_mutex_unlock(&k->mu);
     return wait;
+}
+
+int api_keys_take(api_keys *k, api_key *key, double now) {
+    return take(k, key, now, true);
+}
+
+int api_keys_take_waiting(api_keys *k, api_key *key, double now) {
+    return take(k, key, now, false);
 }
 
 void api_keys_count_request(api_keys *k, api_key *key) {

@@ -42,10 +42,16 @@ void api_keys_free(api_keys *k);
  * or NULL. */
 api_key *api_keys_find(api_keys *k, const char *token);
 
+/* The key named name (the first of that name), or NULL: a batch's owner. */
+api_key *api_keys_named(api_keys *k, const char *name);
+
 /* Takes one request from the key's bucket at time now (seconds). Returns 0,
  * or the whole seconds until a request is available again (the key's
  * rate_limited count goes up). */
 int api_keys_take(api_keys *k, api_key *key, double now);
+/* The same for a request that waits for its turn instead of being refused
+ * (a batch's): rate_limited is not counted. */
+int api_keys_take_waiting(api_keys *k, api_key *key, double now);
 
 /* Adds an accepted request, or the tokens a finished one used. */
 void api_keys_count_request(api_keys *k, api_key *key);

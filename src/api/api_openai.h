@@ -72,6 +72,10 @@ void api_request_free(api_request *rq);
 
 typedef struct api_reply api_reply;
 
+/* prefix followed by 24 random letters and digits (142 bits: unguessable), NUL-terminated in
+ * cap bytes: the ids of answers, batches, files and batch results. */
+void api_random_id(char *out, size_t cap, const char *prefix);
+
 /* Called once a request is over, before its answer is finished (usage
  * accounting, logging). */
 typedef void (*api_reply_done_fn)(void *ctx, const api_gen_result *r);
@@ -84,9 +88,9 @@ api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool inc
  * the engine's worker. */
 typedef void (*api_reply_collect_fn)(void *ctx, int status, json_t *body);
 /* A whole (never streamed) answer handed to collect instead of written to a client: batch
- * work (api_batch.h). */
+ * work (api_batch.h). on_done (may be NULL) as for api_reply_new. */
 api_reply *api_reply_new_collect(api_kind kind, const char *model, api_reply_collect_fn collect,
-                                 void *collect_ctx);
+                                 void *collect_ctx, api_reply_done_fn on_done, void *done_ctx);
 /* The engine's view of the reply: text() writes chunks or collects the text,
  * done() finishes the answer and frees the reply. */
 api_gen_sink api_reply_sink(api_reply *r);

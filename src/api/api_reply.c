@@ -27,7 +27,7 @@ struct api_reply {
     void *collect_ctx;
 };
 
-static void random_id(char *out, size_t cap, const char *prefix) {
+void api_random_id(char *out, size_t cap, const char *prefix) {
     static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     size_t n = (size_t)snprintf(out, cap, "%s", prefix);
     for (; n < cap - 1 && n < strlen(prefix) + 24; n++)
@@ -43,7 +43,7 @@ api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool inc
         return NULL;
     }
     r->kind = kind;
-    random_id(r->id, sizeof r->id, kind == API_CHAT ? "chatcmpl-" : "cmpl-");
+    api_random_id(r->id, sizeof r->id, kind == API_CHAT ? "chatcmpl-" : "cmpl-");
     r->created = (json_int_t)time(NULL);
     r->stream = stream;
     r->include_usage = include_usage;
@@ -54,8 +54,8 @@ api_reply *api_reply_new(api_kind kind, const char *model, bool stream, bool inc
 }
 
 api_reply *api_reply_new_collect(api_kind kind, const char *model, api_reply_collect_fn collect,
-                                 void *collect_ctx) {
-    api_reply *r = api_reply_new(kind, model, false, false, NULL, NULL, NULL);
+                                 void *collect_ctx, api_reply_done_fn on_done, void *done_ctx) {
+    api_reply *r = api_reply_new(kind, model, false, false, NULL, on_done, done_ctx);
     if (r) {
         r->collect = collect;
         r->collect_ctx = collect_ctx;

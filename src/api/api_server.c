@@ -35,6 +35,7 @@ struct mt_api_server {
     int batch_parallel;       /* its slots */
     api_batches *batches;     /* /v1/files and /v1/batches, or NULL (no --batch-dir) */
     size_t max_body;          /* bodies of requests other than uploads */
+    size_t max_upload;        /* the body of an authenticated POST /v1/files (the file + form) */
     mt_vocab *vocab;          /* tokenizing on the HTTP threads (thread-safe) */
     api_keys keys;
     mt_http_server *http;
@@ -80,14 +81,20 @@ typedef struct req_note {
     api_kind kind;
     bool stream;
     double t0;
+    bool batch; /* a batch's line: its log lines are DEBUG (a batch has thousands) */
 } req_note;
 
 static void request_done(void *ctx, const api_gen_result *r) {
     req_note *n = ctx;
     if (!r->error_status)
         api_keys_count_tokens(&n->s->keys, n->key, r->prompt_tokens, r->completion_tokens);
-    const char *what = n->kind == API_CHAT ? "chat" : "completion";
-    if (r->error_status)
+    const char *what = n->batch ? (n->kind == API_CHAT ? "batch chat" : "batch completion")
+                                : (n->kind == API_CHAT ? "chat" : "completion");
+    if (n->batch && !r->error_status)
+        mt_log_as(&n->s->log, MT_LOG_DEBUG, "%s %s: %d prompt + %d completion tokens, %s (%.0f ms)",
+                  n->key->name, what, r->prompt_tokens, r->completion_tokens, r->finish_reason,
+                  (mt_mono_s() - n->t0) * 1e3);
+    else if (r->error_status)
         mt_log_as(&n->s->log, r->error_status >= 500 ? MT_LOG_WARN : MT_LOG_INFO,
                   "%s %s%s: %d %s (%.0f ms)", n->key->name, what, n->stream ? " stream" : "",
                   r->error_status, r->error, (mt_mono_s() - n->t0) * 1e3);
@@ -228,7 +235,7 @@ static void generate(mt_api_server *s, api_kind kind, const mt_http_request *req
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
-    *note = (req_note){s, key, kind, rq.stream, t0};
+    *note = (req_note){s, key, kind, rq.stream, t0, false};
     api_reply_set_reasoning(reply, p.reasoning.on);
     api_gen_sink sink = api_reply_sink(reply);
     int running = 0, queued = 0;
@@ -262,17 +269,32 @@ cleanup:
 
 /* ---- batch work --------------------------------------------------------------------------- */
 
-/* One batch request (an api_batch_submit_fn): the body is checked as a POST of its kind
- * would be; a refused one is answered at once through collect (its 4xx and error body).
- * Returns 0 (collect is or will be called once), or -1 when the batch slots have no room or
- * stop. */
-static int submit_batch(void *server, api_kind kind, const char *body, size_t len,
-                        api_reply_collect_fn collect, void *ctx) {
+/* One batch request (an api_batch_submit_fn), accounted to its owner's key as an interactive
+ * request is: it takes one from the key's rate limit (a line whose turn has not come waits:
+ * -1, the runner tries again shortly), counts in its requests once accepted and its tokens
+ * once finished (GET /v1/usage). The body is checked as a POST of its kind would be; a
+ * refused one is answered at once through collect (its 4xx and error body). Returns 0
+ * (collect is or will be called once), or -1 when the batch slots have no room or stop, or
+ * the key must wait. */
+static int submit_batch(void *server, const char *owner, api_kind kind, const char *body,
+                        size_t len, api_reply_collect_fn collect, void *ctx) {
     mt_api_server *s = server;
-    api_request rq;
+    const double t0 = mt_mono_s();
+    api_request rq = {0};
     api_gen_params p = {0};
     api_error e;
     api_reply *reply = NULL;
+    req_note *note = NULL;
+    api_key *key = owner ? api_keys_named(&s->keys, owner) : api_keys_find(&s->keys, NULL);
+    if (!key) {
+        api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                 "The API key '%.64s' that made this batch is no longer one this server"
+                 " accepts; ask its operator",
+                 owner ? owner : "anonymous");
+        collect(ctx, e.status, api_error_json(&e));
+        return 0;
+    }
+    if (api_keys_take_waiting(&s->keys, key, t0) > 0) return -1; /* its turn comes later */
     if (prepare(s, kind, body, len, &rq, &p, &e)) goto fail;
     if (rq.stream) {
         api_fail(&e, 400, "invalid_request_error", "stream", "unsupported_parameter",
@@ -280,23 +302,30 @@ static int submit_batch(void *server, api_kind kind, const char *body, size_t le
                  " objects in its output file");
         goto fail;
     }
-    if (!(reply = api_reply_new_collect(kind, s->model_name, collect, ctx))) {
+    if (!(note = malloc(sizeof *note)) ||
+        !(reply = api_reply_new_collect(kind, s->model_name, collect, ctx, request_done, note))) {
         api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
+    *note = (req_note){s, key, kind, false, t0, true};
     api_reply_set_reasoning(reply, p.reasoning.on);
     api_gen_sink sink = api_reply_sink(reply);
     if (api_engine_submit(s->batch_engine, &p, &sink, NULL, NULL)) {
         api_reply_free(reply);
+        free(note);
         api_gen_params_free(&p);
         api_request_free(&rq);
         return -1;
     }
+    api_keys_count_request(&s->keys, key);
     api_request_free(&rq);
     return 0;
 fail:
+    free(note);
     api_gen_params_free(&p);
     api_request_free(&rq);
+    mt_log_as(&s->log, e.status >= 500 ? MT_LOG_WARN : MT_LOG_DEBUG, "%s batch %s: %d %s",
+              key->name, kind == API_CHAT ? "chat" : "completion", e.status, e.message);
     collect(ctx, e.status, api_error_json(&e));
     return 0;
 }
@@ -308,14 +337,15 @@ static void run_progress(void *ctx, const api_batch_stats *st) {
 }
 
 int mt_api_batch_run(mt_api_server *s, const mt_api_batch_config *c, mt_error *err) {
-    api_batch *b = api_batch_open(c->state_dir, c->input, NULL, 0, err);
+    api_batch *b = api_batch_open(c->state_dir, c->input, NULL, NULL, 0, err);
     if (!b) return -1;
     if (c->progress) {
         api_batch_stats st = api_batch_get_stats(b);
         c->progress(c->ctx, (long long)st.done, (long long)st.total, (long long)st.failed, 0, 0);
     }
-    int rc = api_batch_run(b, submit_batch, s, c->parallel > 0 ? c->parallel : s->batch_parallel,
-                           c->stop, c->progress ? run_progress : NULL, (void *)c, err);
+    int rc =
+        api_batch_run(b, submit_batch, s, NULL, c->parallel > 0 ? c->parallel : s->batch_parallel,
+                      c->stop, c->progress ? run_progress : NULL, (void *)c, err);
     if (rc == 0 && api_batch_write(b, c->output, API_BATCH_ALL, err) < 0) rc = -1;
     api_batch_close(b);
     return rc;
@@ -359,14 +389,6 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
     const bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
     const bool post = strcmp(m, "POST") == 0;
     const char *allow = NULL;
-    /* the HTTP server takes bodies as large as an upload; the others have their own limit */
-    if (req->body_len > s->max_body && !(post && strcmp(path, "/v1/files") == 0)) {
-        api_error e;
-        api_fail(&e, 413, "invalid_request_error", NULL, "request_too_large",
-                 "The request body has %zu bytes, more than the %zu this server takes",
-                 req->body_len, s->max_body);
-        return api_error_respond(&e, 0, resp);
-    }
     if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0) {
         if (post) {
             generate(s, path[4] == 'c' && path[5] == 'h' ? API_CHAT : API_COMPLETIONS, req, resp);
@@ -413,6 +435,35 @@ static void handle(void *ctx, const mt_http_request *req, mt_http_response *resp
              " /v1/completions, POST /v1/chat/completions and GET /v1/usage (see docs/api.md)",
              m, path);
     api_error_respond(&e, 0, resp);
+}
+
+/* Whether handle() asks this request for a key: it routes it to an endpoint that
+ * authenticates (not /health, an unknown URL, or a method the endpoint does not take). */
+static bool needs_key(const mt_api_server *s, const char *m, const char *path) {
+    const bool get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
+    if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0)
+        return strcmp(m, "POST") == 0;
+    if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/v1/usage") == 0 ||
+        (strncmp(path, "/v1/models/", 11) == 0 && path[11]))
+        return get;
+    return s->batches && api_batches_path(path);
+}
+
+/* The HTTP server's admit hook: runs when a request's headers are in, before its body is
+ * read. A request that needs a key and has none that is valid is answered 401 at once, so
+ * its body is never read; an authenticated upload (POST /v1/files) may send up to
+ * max_upload bytes, every other request max_body. */
+static size_t admit(void *ctx, const mt_http_request *req, mt_http_response *resp) {
+    mt_api_server *s = ctx;
+    if (!needs_key(s, req->method, req->path)) return s->max_body;
+    if (!authenticate(s, req, resp)) {
+        mt_log_as(&s->log, MT_LOG_WARN, "%.16s %.200s: 401 (%s API key)", req->method, req->path,
+                  mt_http_bearer(req) ? "unknown" : "no");
+        return 0;
+    }
+    if (s->batches && strcmp(req->method, "POST") == 0 && strcmp(req->path, "/v1/files") == 0)
+        return s->max_upload;
+    return s->max_body;
 }
 
 /* ---- start and stop ----------------------------------------------------------------------- */
@@ -552,18 +603,19 @@ mt_api_server *mt_api_server_start(const mt_api_config *c, mt_error *err) {
         goto fail;
     api_engine_set_draft(s->batch_engine, c->draft_k);
     if (c->no_http) return s;
-    s->max_body = c->max_body ? c->max_body : 1 << 20;
-    size_t max_body = s->max_body;
+    s->max_body = s->max_upload = c->max_body ? c->max_body : 1 << 20;
     if (c->batch_dir) {
         const size_t max_file = c->max_file ? c->max_file : (size_t)100 << 20;
         if (!(s->batches = api_batches_start(c->batch_dir, (int64_t)max_file, submit_batch, s,
                                              batch_parallel, &s->log, err)))
             goto fail;
-        if (max_body < max_file + (64 << 10)) max_body = max_file + (64 << 10); /* + the form */
+        if (s->max_upload < max_file + (64 << 10))
+            s->max_upload = max_file + (64 << 10); /* + the form around it */
     }
     mt_http_server_config hc = {.addr = c->listen ? c->listen : "127.0.0.1:8080",
                                 .threads = 4,
-                                .max_body = max_body,
+                                .max_body = s->max_body,
+                                .admit = admit,
                                 .handler = handle,
                                 .ctx = s,
                                 .error_body = api_error_body,

@@ -46,9 +46,9 @@ enum MHD_Result http_send_response(struct MHD_Connection *c, mt_http_response *r
 /* 429 with Retry-After: the client's address or token has `limit` requests in flight. */
 enum MHD_Result http_queue_busy(struct MHD_Connection *c, int limit,
                                 json_t *(*error_body)(int, const char *));
-/* 413: a body over max_body bytes (announced, or sent). */
-enum MHD_Result http_queue_too_big(struct MHD_Connection *c, size_t max_body,
-                                   json_t *(*error_body)(int, const char *));
+/* 413: the body of method url is over max_body bytes (announced, or sent). */
+enum MHD_Result http_queue_too_big(struct MHD_Connection *c, const char *method, const char *url,
+                                   size_t max_body, json_t *(*error_body)(int, const char *));
 /* Decimal digits at *p (advanced past them; no sign, no spaces), saturating
  * at UINT64_MAX. False when there are none. */
 bool http_digits(const char **p, uint64_t *v);

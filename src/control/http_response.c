@@ -80,10 +80,13 @@ enum MHD_Result http_queue_busy(struct MHD_Connection *c, int limit,
     return ok;
 }
 
-enum MHD_Result http_queue_too_big(struct MHD_Connection *c, size_t max_body,
-                                   json_t *(*error_body)(int, const char *)) {
-    char msg[128];
-    snprintf(msg, sizeof msg, "request body too large (the limit is %zu bytes)", max_body);
+enum MHD_Result http_queue_too_big(struct MHD_Connection *c, const char *method, const char *url,
+                                   size_t max_body, json_t *(*error_body)(int, const char *)) {
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "%.16s %.200s: the request body is too large (the limit there is %zu bytes); send"
+             " a smaller one",
+             method, url, max_body);
     return queue_error(c, 413, msg, NULL, error_body);
 }
 

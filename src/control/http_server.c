@@ -19,9 +19,11 @@ struct mt_http_server {
     struct MHD_Daemon *d;
     int fd; /* the listen socket; MHD owns it once started */
     char addr[160];
-    size_t max_body;
+    size_t max_body; /* a request's body limit when admit gives none */
     mt_http_handler handler;
     void *ctx;
+    size_t (*admit)(void *ctx, const mt_http_request *req, mt_http_response *resp);
+    uint64_t refused_unread, body_bytes; /* mt_http_stats (atomic) */
     json_t *(*error_body)(int status, const char *message);
     http_guard *guard;       /* connection limits and deadlines */
     pthread_mutex_t mu;      /* guards streams and stopping */
@@ -35,6 +37,7 @@ struct mt_http_server {
 typedef struct body {
     char *data;
     size_t len, cap;
+    size_t max_body; /* this request's limit (the admit hook's, or the server's) */
     bool too_big;
     mt_http_stream *stream;
     void *inflight; /* its place among its token's requests in flight (http_guard.c) */
@@ -99,18 +102,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         mt_http_request hr = {.conn = c};
         if (!http_guard_headers_in(s->guard, c, mt_http_bearer(&hr), &b->inflight))
             return http_queue_busy(c, http_guard_inflight_limit(s->guard), s->error_body);
+        b->max_body = s->max_body;
+        if (s->admit) { /* the owner's say, before a byte of the body is read */
+            mt_http_request ar = {method, url, "", 0, c, NULL, NULL};
+            mt_http_response resp = {0};
+            size_t limit = s->admit(s->ctx, &ar, &resp);
+            if (resp.status) {
+                __atomic_add_fetch(&s->refused_unread, 1, __ATOMIC_RELAXED);
+                return http_send_response(c, &resp, s->error_body);
+            }
+            if (limit) b->max_body = limit;
+        }
         /* a body announced too large is refused before a byte of it is read */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         uint64_t announced = 0;
-        if (cl && http_digits(&cl, &announced) && !*cl && announced > s->max_body)
-            return http_queue_too_big(c, s->max_body, s->error_body);
+        if (cl && http_digits(&cl, &announced) && !*cl && announced > b->max_body) {
+            __atomic_add_fetch(&s->refused_unread, 1, __ATOMIC_RELAXED);
+            return http_queue_too_big(c, method, url, b->max_body, s->error_body);
+        }
         return MHD_YES;
     }
     if (b->stream) /* resumed: the stream has news */
         return http_stream_serve(c, b->stream, s->error_body);
     if (*upload_size) { /* a piece of the body */
-        if (!b->too_big && b->len + *upload_size > s->max_body) b->too_big = true;
+        if (!b->too_big && b->len + *upload_size > b->max_body) b->too_big = true;
         if (!b->too_big) {
+            __atomic_add_fetch(&s->body_bytes, *upload_size, __ATOMIC_RELAXED);
             if (b->len + *upload_size + 1 > b->cap) {
                 size_t cap = (b->len + *upload_size + 1) * 2;
                 char *p = realloc(b->data, cap);
@@ -125,7 +142,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     http_guard_body_in(c);
-    if (b->too_big) return http_queue_too_big(c, s->max_body, s->error_body);
+    if (b->too_big) return http_queue_too_big(c, method, url, b->max_body, s->error_body);
     mt_http_request req = {method, url, b->data ? b->data : "", b->len, c, NULL, NULL};
     mt_http_response resp = {0};
     s->handler(s->ctx, &req, &resp);
@@ -211,6 +228,7 @@ mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *cfg, mt_er
     s->handler = cfg->handler;
     s->ctx = cfg->ctx;
     s->error_body = cfg->error_body;
+    s->admit = cfg->admit;
     s->max_body = cfg->max_body ? cfg->max_body : 1 << 20;
     struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}};
     if (tls_setup(s, cfg, tls_opts, err)) {
@@ -282,6 +300,8 @@ const char *mt_http_server_addr(const mt_http_server *s) {
 
 void mt_http_server_stats(mt_http_server *s, mt_http_stats *out) {
     http_guard_stats(s->guard, out);
+    out->refused_unread = __atomic_load_n(&s->refused_unread, __ATOMIC_RELAXED);
+    out->body_bytes = __atomic_load_n(&s->body_bytes, __ATOMIC_RELAXED);
 }
 
 void mt_http_reserve_client(const mt_http_request *req, int seconds) {

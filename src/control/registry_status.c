@@ -204,14 +204,15 @@ static json_t *http_json(mt_registry *r, int64_t now) {
     mt_http_stats h = {0};
     if (r->http) mt_http_server_stats(r->http, &h);
     int64_t until = atomic_load(&r->overload_until);
-    return json_pack("{s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:b, s:I, s:I}}", "conns",
-                     h.conns, "reserved_conns", h.reserved_conns, "peak_conns", h.peak_conns,
-                     "accepted", (json_int_t)h.accepted, "refused_full", (json_int_t)h.refused_full,
-                     "refused_per_addr", (json_int_t)h.refused_per_addr, "refused_inflight",
-                     (json_int_t)h.refused_inflight, "closed_headers", (json_int_t)h.closed_headers,
-                     "closed_body", (json_int_t)h.closed_body, "overload", "now", now <= until,
-                     "episodes", (json_int_t)atomic_load(&r->overloads), "grace_ms",
-                     (json_int_t)atomic_load(&r->overload_ms));
+    return json_pack(
+        "{s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:b, s:I, s:I}}", "conns",
+        h.conns, "reserved_conns", h.reserved_conns, "peak_conns", h.peak_conns, "accepted",
+        (json_int_t)h.accepted, "refused_full", (json_int_t)h.refused_full, "refused_per_addr",
+        (json_int_t)h.refused_per_addr, "refused_inflight", (json_int_t)h.refused_inflight,
+        "closed_headers", (json_int_t)h.closed_headers, "closed_body", (json_int_t)h.closed_body,
+        "refused_unread", (json_int_t)h.refused_unread, "body_bytes", (json_int_t)h.body_bytes,
+        "overload", "now", now <= until, "episodes", (json_int_t)atomic_load(&r->overloads),
+        "grace_ms", (json_int_t)atomic_load(&r->overload_ms));
 }
 
 json_t *reg_status_json(mt_registry *r) {

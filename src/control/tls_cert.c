@@ -3,6 +3,7 @@
  * with GnuTLS; and computes the pin clients check (SHA-256 of the DER
  * SubjectPublicKeyInfo, base64, after "sha256//"; libsodium). */
 #include "moontail/tls_cert.h"
+#include "moontail/file_write.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -61,33 +62,6 @@ static char *read_pem(const char *path, const char *what, bool secret, size_t *l
     buf[n] = 0;
     *len = n;
     return buf;
-}
-
-/* Writes data to path through path.part (mode), then renames it into place. */
-static int write_file(const char *path, const char *data, mode_t mode, mt_error *err) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.part", path) >= (int)sizeof tmp)
-        return mt_error_set(err, "TLS file %s: path too long", path);
-    unlink(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd < 0) return mt_error_set(err, "cannot create %s: %s", tmp, strerror(errno));
-    size_t n = strlen(data), off = 0;
-    while (off < n) {
-        ssize_t w = write(fd, data + off, n - off);
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return mt_error_set(err, "cannot write %s: %s", tmp, strerror(e));
-        }
-        off += (size_t)w;
-    }
-    if (fchmod(fd, mode) != 0 || fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return mt_error_set(err, "cannot write %s: %s", path, strerror(e));
-    }
-    return 0;
 }
 
 static int pin_of_crt(gnutls_x509_crt_t crt, char pin[MT_TLS_PIN_SIZE], mt_error *err) {
@@ -308,12 +282,14 @@ int mt_tls_identity_self_signed(mt_tls_identity *id, const char *cert_path, cons
                             " (with a new pin, which every client must then be given)",
                             have_cert ? cert_path : key_path, have_cert ? key_path : cert_path,
                             have_cert ? cert_path : key_path);
-    if (generate(id, host, err) || write_file(key_path, id->key_pem, 0600, err)) {
+    if (generate(id, host, err) ||
+        mt_file_write_atomic(key_path, id->key_pem, strlen(id->key_pem), 0600, err)) {
         mt_tls_identity_free(id);
         return -1;
     }
     /* a key without its certificate would make every later start refuse the half pair */
-    bool cert_written = write_file(cert_path, id->cert_pem, 0644, err) == 0;
+    bool cert_written =
+        mt_file_write_atomic(cert_path, id->cert_pem, strlen(id->cert_pem), 0644, err) == 0;
     if (!cert_written || check_pair(id, cert_path, key_path, err)) {
         unlink(key_path);
         if (cert_written) unlink(cert_path);

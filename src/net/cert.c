@@ -4,6 +4,7 @@
  * must pass (each failure with its own message), and the certificate file.
  * The exact bytes are specified in cert.h. */
 #include "moontail/cert.h"
+#include "moontail/file_write.h"
 #include "moontail/keys.h"
 #include "net_internal.h"
 
@@ -224,33 +225,12 @@ int mt_cert_verify(const uint8_t *bytes, size_t len, const uint8_t (*trusted)[MT
 /* ---- files ------------------------------------------------------------------------ */
 
 int mt_cert_save(const uint8_t cert[MT_CERT_BYTES], const char *path, mt_error *err) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return mt_error_set(err, "%s: path is too long", path);
     char text[sizeof CERT_FILE_MAGIC + 2 * MT_CERT_BYTES + 2];
     memcpy(text, CERT_FILE_MAGIC "\n", sizeof CERT_FILE_MAGIC);
     sodium_bin2hex(text + sizeof CERT_FILE_MAGIC, 2 * MT_CERT_BYTES + 1, cert, MT_CERT_BYTES);
     size_t n = sizeof CERT_FILE_MAGIC + 2 * MT_CERT_BYTES;
     text[n++] = '\n';
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return mt_error_set(err, "%s: cannot create: %s", tmp, strerror(errno));
-    int rc = 0;
-    for (size_t off = 0; rc == 0 && off < n;) {
-        ssize_t w = write(fd, text + off, n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0)
-            rc = mt_error_set(err, "%s: cannot write: %s", tmp, strerror(errno));
-        else
-            off += (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) < 0)
-        rc = mt_error_set(err, "%s: cannot sync to disk: %s", tmp, strerror(errno));
-    if (close(fd) < 0 && rc == 0)
-        rc = mt_error_set(err, "%s: cannot close: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = mt_error_set(err, "%s: cannot replace it with %s: %s", path, tmp, strerror(errno));
-    if (rc) unlink(tmp);
-    return rc;
+    return mt_file_write_atomic(path, text, n, 0644, err);
 }
 
 int mt_cert_load(const char *path, uint8_t cert[MT_CERT_BYTES], mt_cert *out_fields,

@@ -19,8 +19,10 @@
 #                           two nodes that each hold about 60% of it, on
 #                           127.0.0.1, waited for until ready; sets REG (its
 #                           URL) and writes ACCOUNT's token to $tmp/api.token
-#   wait_for JS [SECONDS]   until JS is true of o = the JSON the script's own
-#                           `status` function prints (default 30 s); 1 on timeout
+#   status                  `moontail status --json` of the registry at $URL
+#   wait_for JS [SECONDS]   until JS is true of o = the JSON `status` prints
+#                           (a script may define its own; default 30 s); 1 on
+#                           timeout
 #   wait_stopped PID [SECS] until PID or a process below it has stopped itself
 #                           (a requester run with MOONTAIL_TEST_PAUSE_AT_POSITION,
 #                           docs/testing.md); sets STOPPED to its pid; 1 when PID
@@ -107,6 +109,7 @@ start_bg() {
     pids+=("$PID")
     wait_listening "$name" "$PID"
 }
+status() { "$BIN" status --registry "$URL" --json 2>/dev/null; }
 wait_for() {
     local js=$1 end=$((SECONDS + ${2:-30}))
     while [ $SECONDS -lt $end ]; do
