@@ -18,7 +18,10 @@
  * CHAIN_ABORT to the last stage, which answers the AWAIT with an ERROR of the
  * abort's code whose text begins "stage B before the last: " (B = the
  * abort's `back`), so the requester can name the stage that failed. The
- * sessions of a one-way pass belong, on every stage, to the origin's key.
+ * sessions of a one-way pass belong, on every stage, to the origin's key: a
+ * node takes a one-way STAGE_FORWARD or a CHAIN_ABORT whose origin key is
+ * not the sending connection's own only from another stage (node.h), and
+ * answers anyone else with ERROR BAD_REQUEST.
  *
  * Decoding is strict: every count is checked against its limit, the payload
  * must have exactly the size its counts imply (no trailing bytes), dtype and

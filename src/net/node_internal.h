@@ -19,8 +19,9 @@
  * queued like any other, but is never replied to. Each chunk the worker
  * finishes goes, as its own one-way STAGE_FORWARD, onto the queue of the
  * next hop's sender thread (node_hop: one per (address, key), bounded in
- * bytes; a job whose hop queue is full waits in the worker's queue, the
- * worker never blocks on the network). The last stage keeps each pass's
+ * bytes, at most NODE_MAX_HOPS of them, idle ones reused and closed; a job
+ * whose hop queue is full waits in the worker's queue, the worker never
+ * blocks on the network). The last stage keeps each pass's
  * chunks in its pass table (node_pass) until the requester's STAGE_AWAIT,
  * answered by whichever thread completes the pass (the worker with the last
  * chunk, or the reader with the AWAIT or a CHAIN_ABORT). A failure of a
@@ -66,6 +67,8 @@ typedef struct node_client {
     uint8_t pk[MT_KEYS_PUBLIC_BYTES];
     bool has_cert; /* the client presented a certificate the handshake accepted */
     mt_cert cert;  /* its fields (role, account, not_after: for metering per account) */
+    bool forwards; /* a stage that may pass on others' one-way passes: it has this node's own
+                      key, or a node certificate (a requester's origin must be its own key) */
     struct node_client *prev, *next;
 } node_client;
 
@@ -93,18 +96,30 @@ typedef struct node_hop_msg {
     uint64_t bytes;   /* its rows */
 } node_hop_msg;
 
-/* A next hop: its connection and its sender thread, kept for later passes. */
+/* A next hop: its connection and its sender thread, kept for later passes
+ * while it is used. An idle hop (nothing queued, nothing being sent) is
+ * given to another (address, key) when the table is full, and ended when it
+ * stays idle for session_idle_ms (node_hops_expire). */
 typedef struct node_hop {
-    char addr[MT_PROTO_HOP_ADDR_MAX + 1];
-    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
-    mt_remote *r;              /* sender thread only; NULL: not connected */
-    node_hop_msg *head, *tail; /* guarded by node->lock */
-    uint64_t queued_bytes;     /* guarded by node->lock */
+    char addr[MT_PROTO_HOP_ADDR_MAX + 1]; /* guarded by node->lock (changed only while idle) */
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];     /* guarded by node->lock (changed only while idle) */
+    uint32_t gen;                         /* guarded by node->lock: +1 when addr/pk change */
+    mt_remote *r;                         /* sender thread only; NULL: not connected */
+    node_hop_msg *head, *tail;            /* guarded by node->lock */
+    uint64_t queued_bytes;                /* guarded by node->lock */
+    bool sending;          /* guarded by node->lock: the sender is sending a message */
+    bool retire;           /* guarded by node->lock: the sender ends (the hop is freed) */
+    int64_t idle_since_ms; /* guarded by node->lock: mt_mono_ms() when it last became idle */
+    pthread_cond_t cv;     /* its sender waits here: a message queued, retire, or stop */
     pthread_t thread;
     bool started;
 } node_hop;
 
-enum { NODE_MAX_HOPS = 64 }; /* next-hop connections kept */
+enum {
+    NODE_MAX_HOPS = 64,    /* next-hop connections the forwards of passes may keep */
+    NODE_HOP_RESERVE = 16, /* ... and more for CHAIN_ABORTs only, so that a pass refused
+                              because the table is full can still be reported */
+};
 
 /* A one-way pass on the last stage (node_oneway.c), guarded by node->lock. */
 typedef struct node_pass {
@@ -176,11 +191,10 @@ struct mt_node {
     pthread_t accept_thread, worker_thread;
     bool accept_started, worker_started;
     pthread_mutex_t lock;
-    pthread_cond_t work_cv;        /* worker: something queued, or stop (CLOCK_MONOTONIC) */
-    pthread_cond_t client_cv;      /* readers: inflight went down, or stop */
-    pthread_cond_t done_cv;        /* stop: a reader thread ended */
-    pthread_cond_t hop_cv;         /* hop senders: a message queued, or stop */
-    node_hop *hops[NODE_MAX_HOPS]; /* guarded by lock */
+    pthread_cond_t work_cv;   /* worker: something queued, or stop (CLOCK_MONOTONIC) */
+    pthread_cond_t client_cv; /* readers: inflight went down, or stop */
+    pthread_cond_t done_cv;   /* stop: a reader thread ended */
+    node_hop *hops[NODE_MAX_HOPS + NODE_HOP_RESERVE]; /* guarded by lock */
     int n_hops;
     node_pass *passes; /* guarded by lock: one-way passes waiting on this (last) stage */
     int n_passes;
@@ -279,6 +293,9 @@ void node_oneway_await(node_client *c, mt_proto_msg *m);
 void node_oneway_abort(node_client *c, mt_proto_msg *m);
 /* Drops passes older than max_age_ms (their AWAIT, if any, gets an ERROR). */
 void node_passes_expire(mt_node *n, int64_t now_ms, int64_t max_age_ms);
+/* Ends the next hops idle (nothing queued or being sent) for max_idle_ms:
+ * their senders and connections. */
+void node_hops_expire(mt_node *n, int64_t now_ms, int64_t max_idle_ms);
 /* Stops the hop senders (after n->stop is set and the worker and readers
  * have ended), closes their connections, and frees the pass table. */
 void node_hops_free(mt_node *n);

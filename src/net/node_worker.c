@@ -8,7 +8,8 @@
  * next hop, or into the pass table on the last stage, as each is computed:
  * node_oneway.c). A prompt not finished stays
  * queued, in its place, for the next step. Between steps, and while it waits
- * for work, it drops sessions unused for session_idle_ms (node.h). */
+ * for work, it drops sessions unused for session_idle_ms (node.h), and the
+ * one-way passes and next hops left that long (node_oneway.c). */
 #include "moontail/clock.h"
 #include "node_internal.h"
 
@@ -591,7 +592,7 @@ void *node_worker_main(void *arg) {
                     pthread_cond_timedwait(&n->work_cv, &n->lock, &until);
                 }
             }
-        } else if (n->stats.sessions == 0) {
+        } else if (n->stats.sessions == 0 && n->n_hops == 0 && n->n_passes == 0) {
             pthread_cond_wait(&n->work_cv, &n->lock); /* nothing to expire */
         } else {
             struct timespec until = {.tv_sec = next_sweep / 1000,
@@ -603,6 +604,7 @@ void *node_worker_main(void *arg) {
             pthread_mutex_unlock(&n->lock);
             sessions_expire(n, now);
             node_passes_expire(n, now, n->cfg.session_idle_ms);
+            node_hops_expire(n, now, n->cfg.session_idle_ms);
             pthread_mutex_lock(&n->lock);
             next_sweep = now + sweep_interval_ms(n);
         }
