@@ -258,6 +258,8 @@ int node_sessions_init(node_sessions *t);
 /* Frees every session (and its cache) and the table. */
 void node_sessions_free(node_sessions *t);
 node_session *node_session_find(const node_sessions *t, const uint8_t *owner, uint64_t id);
+/* The table's keyed hash of (owner, id) (a client cannot choose collisions). */
+uint64_t node_sessions_hash(const node_sessions *t, const uint8_t *owner, uint64_t id);
 /* A new session (zeroed, no cache yet), the most recently used; NULL: out of memory. */
 node_session *node_session_add(node_sessions *t, const uint8_t *owner, uint64_t id);
 /* Takes s out of the table and frees it and its cache. */
