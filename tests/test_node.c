@@ -1221,9 +1221,10 @@ static void check_hostile(void) {
         char want[32];
         snprintf(want, sizeof want, "stage 2 before the last: boom %d", order);
         CHECK(r.type == MT_PROTO_ERROR && r.request_id == 13 &&
-                  r.code == MT_PROTO_ERR_UNKNOWN_SESSION && has(r.text, want),
-              "AWAIT %s its abort: got %s code %u '%s'", order ? "before" : "after",
-              mt_proto_type_name(r.type), r.code, r.text);
+                  r.code == MT_PROTO_ERR_UNKNOWN_SESSION && has(r.text, want) && r.has_back &&
+                  r.back == 2,
+              "AWAIT %s its abort: got %s code %u stage %d (%s) '%s'", order ? "before" : "after",
+              mt_proto_type_name(r.type), r.code, r.back, r.has_back ? "named" : "none", r.text);
         mt_proto_msg_free(&r);
         free(ab_b), free(aw_b);
     }
@@ -2347,7 +2348,7 @@ static void check_oneway_limits(void) {
     }
     await_send(&wl, 1, 100 + MUTE_HOPS - 1, 1000 + MUTE_HOPS - 1, 0, 1);
     r = stage_recv(&wl);
-    CHECK(r.type == MT_PROTO_ERROR && r.code == MT_PROTO_ERR_BUSY &&
+    CHECK(r.type == MT_PROTO_ERROR && r.code == MT_PROTO_ERR_BUSY && r.has_back && r.back == 2 &&
               has(r.text, "stage 2 before the last") && has(r.text, "next-hop connections"),
           "a pass beyond a full next-hop table: got %s code %u '%s' (wanted BUSY naming stage 1,"
           " 2 before the last, and the next-hop connections)",

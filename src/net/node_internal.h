@@ -133,6 +133,7 @@ typedef struct node_pass {
     float *rows;                        /* (end - begin, cols), NULL before the first chunk */
     uint8_t from[MT_KEYS_PUBLIC_BYTES]; /* who sent the chunks */
     uint32_t code;                      /* non-zero: the pass failed */
+    int32_t back; /* ... at the stage this many before the last (-1: none named) */
     char text[MT_PROTO_MAX_TEXT + 1];
     node_client *waiter; /* the AWAIT's client (a reference held), or NULL */
     uint64_t request_id; /* the AWAIT's */
@@ -236,6 +237,10 @@ void node_identity(mt_node *n, mt_keys *out);
 /* Replies to a client (a failed send breaks only that connection). */
 void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The ERROR answering a STAGE_AWAIT whose pass failed at the stage `back`
+ * stages before the last (proto.h: flag STAGE). */
+void node_send_stage_error(node_client *c, uint64_t request_id, uint32_t code, int32_t back,
+                           const char *text);
 void node_send_msg(node_client *c, const mt_proto_msg *m);
 /* A queued request is finished (replied to): frees it, drops its reference. */
 void node_job_done(node_job *j);

@@ -368,9 +368,11 @@ static node_pass *pass_get_locked(mt_node *n, const uint8_t *owner, uint64_t ses
     return p;
 }
 
-static void pass_fail_locked(node_pass *p, uint32_t code, const char *text) {
+/* p failed at the stage `back` stages before the last (-1: none named). */
+static void pass_fail_locked(node_pass *p, uint32_t code, int32_t back, const char *text) {
     if (p->code) return; /* the first failure is the one to report */
     p->code = code ? code : MT_PROTO_ERR_COMPUTE;
+    p->back = back;
     snprintf(p->text, sizeof p->text, "%s", text);
 }
 
@@ -394,7 +396,7 @@ static void pass_answer(mt_node *n, node_pass *p) {
         node_send_error(c, p->request_id, MT_PROTO_ERR_BAD_REQUEST,
                         "the rows of this pass came from another stage than the one named");
     else if (p->code)
-        node_send_error(c, p->request_id, p->code, "%s", p->text);
+        node_send_stage_error(c, p->request_id, p->code, p->back, p->text);
     else {
         mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
                           .request_id = p->request_id,
@@ -416,11 +418,11 @@ static void pass_answer(mt_node *n, node_pass *p) {
 
 /* The last stage's own failure of a one-way pass (or one reported to it). */
 static void pass_fail(mt_node *n, const uint8_t *owner, uint64_t session, uint64_t pass_id,
-                      uint32_t code, const char *text) {
+                      uint32_t code, int32_t back, const char *text) {
     char why[256];
     pthread_mutex_lock(&n->lock);
     node_pass *p = pass_get_locked(n, owner, session, pass_id, true, why, sizeof why);
-    if (p) pass_fail_locked(p, code, text);
+    if (p) pass_fail_locked(p, code, back, text);
     node_pass *done = p ? pass_ready_locked(n, p) : NULL;
     pthread_mutex_unlock(&n->lock);
     if (done) pass_answer(n, done);
@@ -452,7 +454,7 @@ void node_oneway_await(node_client *c, mt_proto_msg *m) {
         snprintf(text, sizeof text,
                  "stage 0 before the last: the pass's rows are positions [%d, %d), not [%d, %d)",
                  p->begin, p->end, m->pass_begin, m->origin.pass_end);
-        pass_fail_locked(p, MT_PROTO_ERR_BAD_REQUEST, text);
+        pass_fail_locked(p, MT_PROTO_ERR_BAD_REQUEST, 0, text);
     }
     c->refs++;
     p->waiter = c;
@@ -470,7 +472,7 @@ void node_oneway_abort(node_client *c, mt_proto_msg *m) {
     snprintf(text, sizeof text, "stage %d before the last: %.990s", m->back, m->text);
     mt_log_as(&n->log, MT_LOG_INFO, "one-way pass of session %016llx aborted by %s: %s",
               (unsigned long long)m->session, c->peer, text);
-    pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, m->code, text);
+    pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, m->code, m->back, text);
     mt_proto_msg_free(m);
 }
 
@@ -492,7 +494,7 @@ void node_passes_expire(mt_node *n, int64_t now_ms, int64_t max_age_ms) {
     for (node_pass *p = old, *next; p; p = next) {
         next = p->next;
         if (p->waiter) {
-            pass_fail_locked(p, MT_PROTO_ERR_BUSY,
+            pass_fail_locked(p, MT_PROTO_ERR_BUSY, -1,
                              "the pass did not arrive whole in time; replay it");
             pass_answer(n, p);
         } else {
@@ -511,7 +513,7 @@ static void abort_to_last(mt_node *n, const mt_proto_msg *m, int32_t back, uint3
     if (m->n_hops == 0) {
         char t[MT_PROTO_MAX_TEXT + 1];
         snprintf(t, sizeof t, "stage %d before the last: %.990s", back, text);
-        pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, code, t);
+        pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, code, back, t);
         return;
     }
     mt_proto_msg a = {.type = MT_PROTO_CHAIN_ABORT,
@@ -580,7 +582,7 @@ void node_oneway_chunk(mt_node *n, node_job *j, int32_t first, int32_t count) {
                          " not within this stage's context of %d positions and one reply of %d"
                          " rows; send longer passes as several",
                          p->begin, p->end, in->n_ctx, most);
-                pass_fail_locked(p, MT_PROTO_ERR_BAD_REQUEST, text);
+                pass_fail_locked(p, MT_PROTO_ERR_BAD_REQUEST, 0, text);
             } else if (!p->rows) {
                 p->cols = C;
                 p->rows = malloc((size_t)(p->end - p->begin) * (size_t)C * sizeof(float));
@@ -590,10 +592,10 @@ void node_oneway_chunk(mt_node *n, node_job *j, int32_t first, int32_t count) {
             if (p->code) {
                 /* refused above */
             } else if (!p->rows) {
-                pass_fail_locked(p, MT_PROTO_ERR_BUSY, "stage 0 before the last: out of memory");
+                pass_fail_locked(p, MT_PROTO_ERR_BUSY, 0, "stage 0 before the last: out of memory");
             } else if (p0 != p->begin + p->got || p0 + count > p->end ||
                        memcmp(p->from, j->client->pk, MT_KEYS_PUBLIC_BYTES) != 0) {
-                pass_fail_locked(p, MT_PROTO_ERR_POSITION,
+                pass_fail_locked(p, MT_PROTO_ERR_POSITION, 0,
                                  "stage 0 before the last: a chunk of the pass came out of order"
                                  " or from another stage");
             } else {
