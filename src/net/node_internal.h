@@ -123,7 +123,7 @@ enum {
 
 /* A one-way pass on the last stage (node_oneway.c), guarded by node->lock. */
 typedef struct node_pass {
-    struct node_pass *next;
+    struct node_pass *next;              /* in its bucket's chain */
     uint8_t owner[MT_KEYS_PUBLIC_BYTES]; /* the origin's key */
     uint64_t session, pass_id;
     int32_t begin, end;                 /* positions [begin, end); begin -1 until known */
@@ -140,6 +140,19 @@ typedef struct node_pass {
     uint8_t prev_pk[MT_KEYS_PUBLIC_BYTES];
     int64_t created_ms;
 } node_pass;
+
+/* How many passes one origin key keeps on this last stage (node_oneway.c),
+ * guarded by node->lock; there only while it keeps some. */
+typedef struct node_origin {
+    struct node_origin *next; /* in its bucket's chain */
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
+    int32_t passes;
+} node_origin;
+
+enum {
+    NODE_PASS_BUCKETS = 8192, /* chains of the pass table (keyed hash: ~8 long when full) */
+    NODE_ORIGIN_BUCKETS = 256,
+};
 
 typedef struct node_session {
     uint8_t owner[MT_KEYS_PUBLIC_BYTES]; /* the client's key */
@@ -197,7 +210,11 @@ struct mt_node {
     pthread_cond_t done_cv;   /* stop: a reader thread ended */
     node_hop *hops[NODE_MAX_HOPS + NODE_HOP_RESERVE]; /* guarded by lock */
     int n_hops;
-    node_pass *passes; /* guarded by lock: one-way passes waiting on this (last) stage */
+    /* guarded by lock: the one-way passes waiting on this (last) stage, found by (owner,
+     * session, pass_id) in O(1), and how many each origin keeps (node_oneway.c) */
+    struct node_pass **pass_buckets;     /* (NODE_PASS_BUCKETS) chains */
+    struct node_origin **origin_buckets; /* (NODE_ORIGIN_BUCKETS) chains */
+    uint8_t pass_key[16];                /* their hash's key (crypto_shorthash), random */
     int n_passes;
     node_job *q_head, *q_tail;
     node_client *clients;
@@ -303,6 +320,8 @@ void node_passes_expire(mt_node *n, int64_t now_ms, int64_t max_age_ms);
 /* Ends the next hops idle (nothing queued or being sent) for max_idle_ms:
  * their senders and connections. */
 void node_hops_expire(mt_node *n, int64_t now_ms, int64_t max_idle_ms);
+/* The empty pass table. */
+int node_passes_init(mt_node *n, mt_error *err);
 /* Stops the hop senders (after n->stop is set and the worker and readers
  * have ended), closes their connections, and frees the pass table. */
 void node_hops_free(mt_node *n);

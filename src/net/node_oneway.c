@@ -15,10 +15,13 @@
  * order, from the stage before; the requester's AWAIT names the pass and
  * that stage's key. Whichever comes last (the final chunk, the AWAIT, or an
  * abort) answers the AWAIT. Entries nobody claims expire with the sessions'
- * idle time. */
+ * idle time. The table is a hash on (origin, session, pass id) with a count
+ * per origin (its share, MT_NODE_PASSES_PER_ORIGIN), so that finding a pass
+ * under the node's lock costs the same with 65,536 of them as with one. */
 #include "moontail/clock.h"
 #include "node_internal.h"
 
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,18 +328,54 @@ bool node_oneway_hop_full(mt_node *n, const node_job *j) {
 
 /* ---- the pass table (last stage) ----------------------------------------------------- */
 
+/* Keyed (SipHash, a random key per node) so that a client choosing
+ * its session and pass ids cannot pile its passes into one chain. */
+static size_t pass_bucket(const mt_node *n, const uint8_t *owner, uint64_t session,
+                          uint64_t pass_id) {
+    uint8_t in[MT_KEYS_PUBLIC_BYTES + 16], h[crypto_shorthash_BYTES];
+    memcpy(in, owner, MT_KEYS_PUBLIC_BYTES);
+    memcpy(in + MT_KEYS_PUBLIC_BYTES, &session, 8);
+    memcpy(in + MT_KEYS_PUBLIC_BYTES + 8, &pass_id, 8);
+    crypto_shorthash(h, in, sizeof in, n->pass_key);
+    uint64_t v;
+    memcpy(&v, h, sizeof v);
+    return (size_t)(v % NODE_PASS_BUCKETS);
+}
+
+static node_origin **origin_slot(const mt_node *n, const uint8_t *pk) {
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, pk, MT_KEYS_PUBLIC_BYTES, n->pass_key);
+    uint64_t v;
+    memcpy(&v, h, sizeof v);
+    node_origin **o = &n->origin_buckets[v % NODE_ORIGIN_BUCKETS];
+    while (*o && memcmp((*o)->pk, pk, MT_KEYS_PUBLIC_BYTES) != 0) o = &(*o)->next;
+    return o; /* the origin's entry, or the end of its chain */
+}
+
+_Static_assert(sizeof((mt_node *)0)->pass_key == crypto_shorthash_KEYBYTES,
+               "mt_node.pass_key is crypto_shorthash's key");
+
+int node_passes_init(mt_node *n, mt_error *err) {
+    if (sodium_init() < 0) return mt_error_set(err, "libsodium cannot be initialised");
+    randombytes_buf(n->pass_key, sizeof n->pass_key);
+    n->pass_buckets = calloc(NODE_PASS_BUCKETS, sizeof *n->pass_buckets);
+    n->origin_buckets = calloc(NODE_ORIGIN_BUCKETS, sizeof *n->origin_buckets);
+    if (!n->pass_buckets || !n->origin_buckets)
+        return mt_error_set(err, "out of memory for the one-way pass table");
+    return 0;
+}
+
 /* The pass (owner, session, pass_id), created when `create` (lock held);
  * NULL when absent, or (with `why`) when the table is full or the owner
  * keeps its share of it already (MT_NODE_PASSES_PER_ORIGIN: one requester
  * cannot take the room of all the others). */
 static node_pass *pass_get_locked(mt_node *n, const uint8_t *owner, uint64_t session,
                                   uint64_t pass_id, bool create, char *why, size_t why_size) {
-    int mine = 0; /* the owner's passes */
-    for (node_pass *p = n->passes; p; p = p->next) {
-        if (memcmp(p->owner, owner, MT_KEYS_PUBLIC_BYTES) != 0) continue;
-        if (p->session == session && p->pass_id == pass_id) return p;
-        mine++;
-    }
+    node_pass **chain = &n->pass_buckets[pass_bucket(n, owner, session, pass_id)];
+    for (node_pass *p = *chain; p; p = p->next)
+        if (p->session == session && p->pass_id == pass_id &&
+            memcmp(p->owner, owner, MT_KEYS_PUBLIC_BYTES) == 0)
+            return p;
     if (!create) return NULL;
     if (n->n_passes >= NODE_MAX_PASSES) {
         snprintf(why, why_size,
@@ -345,27 +384,45 @@ static node_pass *pass_get_locked(mt_node *n, const uint8_t *owner, uint64_t ses
                  n->n_passes);
         return NULL;
     }
-    if (mine >= MT_NODE_PASSES_PER_ORIGIN) {
+    node_origin **o = origin_slot(n, owner);
+    if (*o && (*o)->passes >= MT_NODE_PASSES_PER_ORIGIN) {
         snprintf(why, why_size,
                  "this requester keeps %d one-way passes on this last stage already, its most;"
                  " await (or let expire) the passes sent before sending more",
-                 mine);
+                 (*o)->passes);
         return NULL;
     }
     node_pass *p = calloc(1, sizeof *p);
-    if (!p) {
+    if (!p || (!*o && !(*o = calloc(1, sizeof **o)))) {
+        free(p);
         snprintf(why, why_size, "out of memory for a one-way pass");
         return NULL;
     }
+    memcpy((*o)->pk, owner, MT_KEYS_PUBLIC_BYTES);
+    (*o)->passes++;
     memcpy(p->owner, owner, MT_KEYS_PUBLIC_BYTES);
     p->session = session;
     p->pass_id = pass_id;
     p->begin = -1;
     p->created_ms = mt_mono_ms();
-    p->next = n->passes;
-    n->passes = p;
+    p->next = *chain;
+    *chain = p;
     n->n_passes++;
     return p;
+}
+
+/* Takes p out of the table (lock held); its origin's count follows. */
+static void pass_unlink_locked(mt_node *n, node_pass *p) {
+    node_pass **pp = &n->pass_buckets[pass_bucket(n, p->owner, p->session, p->pass_id)];
+    while (*pp != p) pp = &(*pp)->next;
+    *pp = p->next;
+    p->next = NULL;
+    n->n_passes--;
+    node_origin **o = origin_slot(n, p->owner), *gone = *o;
+    if (gone && --gone->passes == 0) {
+        *o = gone->next;
+        free(gone);
+    }
 }
 
 /* p failed at the stage `back` stages before the last (-1: none named). */
@@ -380,12 +437,7 @@ static void pass_fail_locked(node_pass *p, uint32_t code, int32_t back, const ch
  * the caller answers it with pass_answer. */
 static node_pass *pass_ready_locked(mt_node *n, node_pass *p) {
     if (!p->waiter || !(p->code || (p->begin >= 0 && p->got == p->end - p->begin))) return NULL;
-    for (node_pass **pp = &n->passes; *pp; pp = &(*pp)->next)
-        if (*pp == p) {
-            *pp = p->next;
-            n->n_passes--;
-            break;
-        }
+    pass_unlink_locked(n, p);
     return p;
 }
 
@@ -479,17 +531,14 @@ void node_oneway_abort(node_client *c, mt_proto_msg *m) {
 void node_passes_expire(mt_node *n, int64_t now_ms, int64_t max_age_ms) {
     node_pass *old = NULL;
     pthread_mutex_lock(&n->lock);
-    for (node_pass **pp = &n->passes; *pp;) {
-        node_pass *p = *pp;
-        if (now_ms - p->created_ms < max_age_ms) {
-            pp = &p->next;
-            continue;
+    for (size_t b = 0; n->pass_buckets && n->n_passes > 0 && b < NODE_PASS_BUCKETS; b++)
+        for (node_pass *p = n->pass_buckets[b], *next; p; p = next) {
+            next = p->next;
+            if (now_ms - p->created_ms < max_age_ms) continue;
+            pass_unlink_locked(n, p);
+            p->next = old;
+            old = p;
         }
-        *pp = p->next;
-        n->n_passes--;
-        p->next = old;
-        old = p;
-    }
     pthread_mutex_unlock(&n->lock);
     for (node_pass *p = old, *next; p; p = next) {
         next = p->next;
@@ -656,4 +705,8 @@ void node_hops_free(mt_node *n) {
     pthread_mutex_unlock(&n->lock);
     for (int i = 0; i < k; i++) hop_end(n, n->hops[i]);
     node_passes_expire(n, INT64_MAX, 0);
+    free(n->pass_buckets);
+    free(n->origin_buckets); /* empty: each origin went with its last pass */
+    n->pass_buckets = NULL;
+    n->origin_buckets = NULL;
 }

@@ -364,6 +364,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
         mt_error_set(err, "out of memory");
         goto fail;
     }
+    if (node_passes_init(n, err)) goto fail;
     if (node_setup_experts(n, cfg, err)) goto fail;
     const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:0";
     if (n->listen_fd < 0 && (n->listen_fd = mt_listen_tcp(listen, err)) < 0) goto fail;
