@@ -9,7 +9,15 @@
  * next stage in position order. The worker only queues (the queue is
  * bounded in bytes: node_oneway_hop_full), it never waits on the network. A
  * message the sender cannot deliver (a connection that broke is reconnected
- * once) becomes a CHAIN_ABORT to the pass's last stage naming that hop.
+ * once) becomes a CHAIN_ABORT to the pass's last stage naming that hop, and
+ * so does every message queued behind it (one connection attempt for all).
+ * Each sender waits on its own condition variable (a message for one hop
+ * wakes only that hop's sender). The table keeps NODE_MAX_HOPS hops for
+ * forwards: when they are all taken, the one idle longest is given to the
+ * new (address, key); when none is idle the pass is aborted at once naming
+ * this stage (CHAIN_ABORTs have NODE_HOP_RESERVE more, so that this abort
+ * still goes out). Hops idle for session_idle_ms are ended (the worker's
+ * sweep: node_hops_expire), and all of them at stop.
  *
  * Pass table (last stage): the rows of a pass arrive chunk by chunk, in
  * order, from the stage before; the requester's AWAIT names the pass and
