@@ -258,6 +258,9 @@ static void messages(void) {
     m.code = MT_PROTO_ERR_UNKNOWN_SESSION;
     snprintf(m.text, sizeof m.text, "session 77 is unknown: replay from position 0");
     message("error", &m);
+    m.code = MT_PROTO_ERR_COMPUTE, m.has_back = true, m.back = 2; /* an AWAIT's failed stage */
+    snprintf(m.text, sizeof m.text, "stage 2 before the last: next hop cannot be reached");
+    message("error_stage", &m);
 }
 
 /* ---- frames and hellos ------------------------------------------------------------------------

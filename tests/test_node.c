@@ -71,7 +71,7 @@
 enum { N = 9, N_LAYER = 4, N_THREADS = 3 };
 static const int32_t base_prompt[N] = {5, 77, 3, 190, 42, 42, 8, 130, 64};
 
-static mt_keys k_node, k_req, k_stranger;
+static mt_keys k_node, k_req, k_req2, k_stranger;
 static mt_keys_authorized *auth; /* the requester and the nodes themselves (partners) */
 
 static bool has(const char *s, const char *sub) {
@@ -1148,6 +1148,7 @@ static void check_hostile(void) {
         }
         mt_proto_msg hm = stage_msg(11, 1, 1, 2, pos, 2, rows);
         hm.hops = hops, hm.n_hops = 1, hm.oneway = true, hm.origin.pass_end = 2;
+        memcpy(hm.origin.pk, k_req.pk, 32); /* its own key: a requester cannot name another */
         uint8_t *hb;
         size_t hl;
         CHECK(mt_proto_encode(&hm, &hb, &hl, NULL) == 0, "encode with one hop");
@@ -1220,9 +1221,10 @@ static void check_hostile(void) {
         char want[32];
         snprintf(want, sizeof want, "stage 2 before the last: boom %d", order);
         CHECK(r.type == MT_PROTO_ERROR && r.request_id == 13 &&
-                  r.code == MT_PROTO_ERR_UNKNOWN_SESSION && has(r.text, want),
-              "AWAIT %s its abort: got %s code %u '%s'", order ? "before" : "after",
-              mt_proto_type_name(r.type), r.code, r.text);
+                  r.code == MT_PROTO_ERR_UNKNOWN_SESSION && has(r.text, want) && r.has_back &&
+                  r.back == 2,
+              "AWAIT %s its abort: got %s code %u stage %d (%s) '%s'", order ? "before" : "after",
+              mt_proto_type_name(r.type), r.code, r.back, r.has_back ? "named" : "none", r.text);
         mt_proto_msg_free(&r);
         free(ab_b), free(aw_b);
     }
@@ -2159,16 +2161,378 @@ out:
     free_set(&s);
 }
 
+/* ---- one-way passes under load and misuse ------------------------------------------------------
+ */
+
+/* A one-way forward of layers [a, b) for one token at p0, of the pass (origin's key, pass_id,
+ * pass_end), on to hops; no reply comes. */
+static void oneway_send(raw *w, const mt_keys *origin, uint64_t session, uint64_t pass_id,
+                        int32_t a, int32_t b, int32_t p0, int32_t pass_end, mt_proto_hop *hops,
+                        int32_t n_hops, const float *rows) {
+    int32_t pos[1] = {p0};
+    mt_proto_msg m = stage_msg(0, session, a, b, pos, 1, (float *)rows);
+    m.oneway = true, m.hops = hops, m.n_hops = n_hops;
+    memcpy(m.origin.pk, origin->pk, 32);
+    m.origin.pass_id = pass_id, m.origin.pass_end = pass_end;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    mt_error err = {{0}};
+    CHECK(mt_proto_encode(&m, &buf, &len, &err) == 0 && mt_conn_send(w->c, buf, len, &err) == 0,
+          "one-way forward of session %llu: %s", (unsigned long long)session, err.msg);
+    free(buf);
+}
+
+/* Sends the STAGE_AWAIT of pass (session, pass_id), positions [begin, end), rows from the stage
+ * of key k_node, or (await_from) from the requester itself. */
+static const mt_keys *await_from; /* NULL: k_node */
+static void await_send(raw *w, uint64_t id, uint64_t session, uint64_t pass_id, int32_t begin,
+                       int32_t end) {
+    mt_proto_msg m = {.type = MT_PROTO_STAGE_AWAIT,
+                      .request_id = id,
+                      .session = session,
+                      .origin = {.pass_id = pass_id, .pass_end = end},
+                      .pass_begin = begin};
+    memcpy(m.prev_pk, (await_from ? await_from : &k_node)->pk, 32);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    mt_error err = {{0}};
+    CHECK(mt_proto_encode(&m, &buf, &len, &err) == 0 && mt_conn_send(w->c, buf, len, &err) == 0,
+          "STAGE_AWAIT %llu: %s", (unsigned long long)id, err.msg);
+    free(buf);
+}
+
+static mt_proto_hop hop_to(const char *addr, int32_t a, int32_t b) {
+    mt_proto_hop h = {.layer_begin = a, .layer_end = b};
+    snprintf(h.addr, sizeof h.addr, "%s", addr);
+    memcpy(h.pk, k_node.pk, 32);
+    return h;
+}
+
+/* Waits (at most 30 s: a bound against hanging, not a timing check) until
+ * the stats of n satisfy want. */
+static bool wait_stats(mt_node *n, bool (*want)(const mt_node_stats *, int64_t), int64_t v,
+                       mt_node_stats *st) {
+    for (int waited = 0; waited < 30000; waited += 5) {
+        mt_node_get_stats(n, st);
+        if (want(st, v)) return true;
+        sleep_ms(5);
+    }
+    return false;
+}
+static bool hop_failed_at_least(const mt_node_stats *st, int64_t v) {
+    return (int64_t)st->hop_failed >= v;
+}
+static bool hops_are(const mt_node_stats *st, int64_t v) {
+    return st->hops == v;
+}
+static bool hop_queued_is(const mt_node_stats *st, int64_t v) {
+    return st->hop_queued == v;
+}
+static bool served_at_least(const mt_node_stats *st, int64_t v) {
+    return (int64_t)st->served_tokens >= v;
+}
+
+/* A listener that accepts connections and never says a word: a next hop that hangs. It counts
+ * the connections made to it; it keeps the first open until `release`, closes the others at
+ * once. */
+typedef struct mute_hop {
+    int fd;
+    char addr[64];
+    pthread_t th;
+    volatile int accepted, release, done; /* under mute_mu */
+} mute_hop;
+static pthread_mutex_t mute_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *mute_main(void *arg) {
+    mute_hop *h = arg;
+    int held = -1;
+    for (;;) {
+        pthread_mutex_lock(&mute_mu);
+        const bool done = h->done, release = h->release;
+        pthread_mutex_unlock(&mute_mu);
+        if (done) break;
+        if (held >= 0 && release) close(held), held = -2;
+        mt_error e = {{0}};
+        int fd = mt_accept_tcp(h->fd, 20, NULL, 0, &e);
+        if (fd < 0) continue;
+        pthread_mutex_lock(&mute_mu);
+        h->accepted++;
+        pthread_mutex_unlock(&mute_mu);
+        if (held == -1)
+            held = fd;
+        else
+            close(fd);
+    }
+    if (held >= 0) close(held);
+    return NULL;
+}
+
+static bool mute_open(mute_hop *h, bool serve) {
+    memset(h, 0, sizeof *h);
+    mt_error err = {{0}};
+    h->fd = mt_listen_tcp("127.0.0.1:0", &err);
+    CHECK(h->fd >= 0, "listen: %s", err.msg);
+    if (h->fd < 0) return false;
+    snprintf(h->addr, sizeof h->addr, "127.0.0.1:%d", mt_listen_port(h->fd));
+    if (serve) pthread_create(&h->th, NULL, mute_main, h);
+    return true;
+}
+
+static void mute_close(mute_hop *h, bool serve) {
+    if (serve) {
+        pthread_mutex_lock(&mute_mu);
+        h->done = 1;
+        pthread_mutex_unlock(&mute_mu);
+        pthread_join(h->th, NULL);
+    }
+    close(h->fd);
+}
+
+/* A stage of layer 1 with its own connect timeout and idle time. */
+static mt_node *start_hop_stage(const char *shard, int timeout_ms, int idle_ms) {
+    mt_node_config c = {.shard_path = shard,
+                        .keys = &k_node,
+                        .authorized = auth,
+                        .listen = "127.0.0.1:0",
+                        .n_ctx = 64,
+                        .threads = 1,
+                        .timeout_ms = timeout_ms,
+                        .session_idle_ms = idle_ms,
+                        .quiet = true};
+    mt_error err = {{0}};
+    mt_node *n = mt_node_start(&c, &err);
+    CHECK(n != NULL, "node %s: %s", shard, err.msg);
+    return n;
+}
+
+enum { MUTE_HOPS = 65 }; /* one more than a stage's next-hop connections */
+
+/* One-way passes where a stage's resources end or a client names another's origin
+ * (stages of layer 1, 2 and 3 of 4; the requester sends one token at position 0 to stage 1
+ * and awaits the pass at stage 3):
+ *   - a full next-hop table: stage 1's forwards to 64 hops that never answer keep its 64
+ *     next-hop connections busy; a 65th pass to yet another hop fails at once with an abort
+ *     naming stage 1 and the full table (the last stage answers its AWAIT: no time out); once
+ *     those connections failed, a pass through a real stage 2 goes through (an idle hop is
+ *     reused), and a stage whose hops stay idle closes them (its hop count goes to 0);
+ *   - a dead next hop with messages queued: 4 passes queued for a hop that accepts one
+ *     connection and closes it fail together after that one connection (4 aborts, 1
+ *     connection made), not one connection attempt each;
+ *   - a pass_end past the last stage's context is refused (BAD_REQUEST naming pass_end) before
+ *     its rows are allocated (2^31 - 1 positions: gigabytes);
+ *   - one origin keeps at most MT_NODE_PASSES_PER_ORIGIN passes on a last stage: the next
+ *     AWAIT gets ERROR BUSY, while another requester's pass still goes through;
+ *   - a requester naming another requester's key as a pass's origin (a CHAIN_ABORT, a one-way
+ *     forward) is refused with an ERROR, and the other's pass is not touched. */
+static void check_oneway_limits(void) {
+    model_set s;
+    if (!make_set(&s, "qwen3moe")) return;
+    mt_node *last = start_node(s.stage[3], NULL, 0, 0), *mid = start_node(s.stage[2], NULL, 0, 0);
+    mt_node *first = start_hop_stage(s.stage[1], 3000, 600000);
+    mute_hop *mute = calloc(MUTE_HOPS, sizeof *mute);
+    raw wf = {0}, wl = {0};
+    if (!last || !mid || !first || !raw_open(&wf, first, &k_req) || !raw_open(&wl, last, &k_req))
+        goto done;
+    const int32_t E = wf.E;
+    float *rows = calloc((size_t)E, sizeof(float));
+    for (int i = 0; i < E; i++) rows[i] = 0.01f * (float)(i % 89);
+    mt_proto_msg r;
+
+    /* the full next-hop table */
+    bool muted = true;
+    for (int i = 0; i < MUTE_HOPS; i++) muted &= mute_open(&mute[i], false);
+    if (!muted) goto done;
+    for (int i = 0; i < MUTE_HOPS; i++) {
+        mt_proto_hop hops[2] = {hop_to(mute[i].addr, 2, 3), hop_to(mt_node_addr(last), 3, 4)};
+        oneway_send(&wf, &k_req, 100 + (uint64_t)i, 1000 + (uint64_t)i, 1, 2, 0, 1, hops, 2, rows);
+    }
+    await_send(&wl, 1, 100 + MUTE_HOPS - 1, 1000 + MUTE_HOPS - 1, 0, 1);
+    r = stage_recv(&wl);
+    CHECK(r.type == MT_PROTO_ERROR && r.code == MT_PROTO_ERR_BUSY && r.has_back && r.back == 2 &&
+              has(r.text, "stage 2 before the last") && has(r.text, "next-hop connections"),
+          "a pass beyond a full next-hop table: got %s code %u '%s' (wanted BUSY naming stage 1,"
+          " 2 before the last, and the next-hop connections)",
+          mt_proto_type_name(r.type), r.code, r.text);
+    mt_proto_msg_free(&r);
+    mt_node_stats st;
+    CHECK(wait_stats(first, hop_failed_at_least, MUTE_HOPS - 1, &st),
+          "the 64 silent next hops did not fail (%llu failed)", (unsigned long long)st.hop_failed);
+    {
+        mt_proto_hop hops[2] = {hop_to(mt_node_addr(mid), 2, 3), hop_to(mt_node_addr(last), 3, 4)};
+        oneway_send(&wf, &k_req, 300, 3000, 1, 2, 0, 1, hops, 2, rows);
+        await_send(&wl, 2, 300, 3000, 0, 1);
+        r = stage_recv(&wl);
+        CHECK(r.type == MT_PROTO_STAGE_REPLY && r.n == 1,
+              "a pass once the next hops are idle again: got %s code %u '%s'",
+              mt_proto_type_name(r.type), r.code, r.text);
+        mt_proto_msg_free(&r);
+    }
+    for (int i = 0; i < MUTE_HOPS; i++) mute_close(&mute[i], false);
+    {
+        mt_node *idle = start_hop_stage(s.stage[1], 3000, 200);
+        raw wi = {0};
+        if (idle && raw_open(&wi, idle, &k_req)) {
+            mt_proto_hop hops[2] = {hop_to(mt_node_addr(mid), 2, 3),
+                                    hop_to(mt_node_addr(last), 3, 4)};
+            oneway_send(&wi, &k_req, 301, 3001, 1, 2, 0, 1, hops, 2, rows);
+            await_send(&wl, 3, 301, 3001, 0, 1);
+            r = stage_recv(&wl);
+            CHECK(r.type == MT_PROTO_STAGE_REPLY, "a pass through the idling stage: got %s '%s'",
+                  mt_proto_type_name(r.type), r.text);
+            mt_proto_msg_free(&r);
+            CHECK(wait_stats(idle, hops_are, 0, &st),
+                  "a stage whose next hop stays idle keeps %d next hops", st.hops);
+            mt_conn_close(wi.c);
+        }
+        mt_node_stop(idle);
+    }
+
+    /* a dead next hop with messages queued */
+    {
+        mt_node *q = start_node(s.stage[1], NULL, 0, 0);
+        raw wq = {0};
+        mute_hop dead;
+        if (q && raw_open(&wq, q, &k_req) && mute_open(&dead, true)) {
+            mt_proto_hop hops[2] = {hop_to(dead.addr, 2, 3), hop_to(mt_node_addr(last), 3, 4)};
+            oneway_send(&wq, &k_req, 400, 4000, 1, 2, 0, 1, hops, 2, rows);
+            for (int waited = 0; waited < 30000; waited += 5) { /* its sender is connecting */
+                pthread_mutex_lock(&mute_mu);
+                const int made = dead.accepted;
+                pthread_mutex_unlock(&mute_mu);
+                if (made) break;
+                sleep_ms(5);
+            }
+            for (int i = 1; i < 4; i++)
+                oneway_send(&wq, &k_req, 400 + (uint64_t)i, 4000 + (uint64_t)i, 1, 2, 0, 1, hops, 2,
+                            rows);
+            CHECK(wait_stats(q, hop_queued_is, 3, &st),
+                  "3 messages queued behind the one being sent (%d)", st.hop_queued);
+            pthread_mutex_lock(&mute_mu);
+            dead.release = 1; /* the connection being made breaks */
+            pthread_mutex_unlock(&mute_mu);
+            for (int i = 0; i < 4; i++)
+                await_send(&wl, 10 + (uint64_t)i, 400 + (uint64_t)i, 4000 + (uint64_t)i, 0, 1);
+            int aborted = 0;
+            for (int i = 0; i < 4; i++) {
+                r = stage_recv(&wl);
+                aborted += r.type == MT_PROTO_ERROR && r.code == MT_PROTO_ERR_COMPUTE &&
+                           has(r.text, "cannot be reached");
+                mt_proto_msg_free(&r);
+            }
+            pthread_mutex_lock(&mute_mu);
+            const int made = dead.accepted;
+            pthread_mutex_unlock(&mute_mu);
+            CHECK(aborted == 4 && made == 1,
+                  "4 passes queued for a dead hop: %d aborted, after %d connections (wanted 4"
+                  " after 1)",
+                  aborted, made);
+            mute_close(&dead, true);
+        }
+        if (wq.c) mt_conn_close(wq.c);
+        mt_node_stop(q);
+    }
+
+    /* pass_end past the context: refused before its rows are allocated */
+    {
+        mt_node_stats before;
+        mt_node_get_stats(last, &before);
+        oneway_send(&wl, &k_req, 500, 5000, 3, 4, 0, INT32_MAX, NULL, 0, rows);
+        CHECK(wait_stats(last, served_at_least, (int64_t)before.served_tokens + 1, &st),
+              "the last stage did not compute the pass");
+        await_send(&wl, 20, 500, 5000, 0, 1);
+        r = stage_recv(&wl);
+        CHECK(r.type == MT_PROTO_ERROR && r.code == MT_PROTO_ERR_BAD_REQUEST &&
+                  has(r.text, "pass_end"),
+              "a pass_end of 2^31 - 1: got %s code %u '%s' (wanted BAD_REQUEST naming pass_end)",
+              mt_proto_type_name(r.type), r.code, r.text);
+        mt_proto_msg_free(&r);
+    }
+
+    /* one origin's share of the pass table; another origin's pass still goes through */
+    {
+        mt_node *l2 = start_node(s.stage[3], NULL, 0, 0);
+        raw w1 = {0}, w2 = {0};
+        if (l2 && raw_open(&w1, l2, &k_req) && raw_open(&w2, l2, &k_req2)) {
+            for (int i = 0; i < MT_NODE_PASSES_PER_ORIGIN; i++)
+                await_send(&w1, 100 + (uint64_t)i, 600, 6000 + (uint64_t)i, 0, 1);
+            await_send(&w1, 99, 600, 5999, 0, 1);
+            r = stage_recv(&w1);
+            CHECK(r.type == MT_PROTO_ERROR && r.code == MT_PROTO_ERR_BUSY && r.request_id == 99 &&
+                      has(r.text, "passes"),
+                  "AWAIT %d of one origin: got %s code %u '%s' for %llu (wanted BUSY for 99)",
+                  MT_NODE_PASSES_PER_ORIGIN + 1, mt_proto_type_name(r.type), r.code, r.text,
+                  (unsigned long long)r.request_id);
+            mt_proto_msg_free(&r);
+            oneway_send(&w2, &k_req2, 601, 7000, 3, 4, 0, 1, NULL, 0, rows);
+            await_from = &k_req2; /* it sent the rows itself */
+            await_send(&w2, 1, 601, 7000, 0, 1);
+            await_from = NULL;
+            r = stage_recv(&w2);
+            CHECK(r.type == MT_PROTO_STAGE_REPLY,
+                  "another origin's pass on a stage one origin filled its share of: got %s '%s'",
+                  mt_proto_type_name(r.type), r.text);
+            mt_proto_msg_free(&r);
+        }
+        if (w1.c) mt_conn_close(w1.c);
+        if (w2.c) mt_conn_close(w2.c);
+        mt_node_stop(l2);
+    }
+
+    /* another requester's origin */
+    {
+        raw w2 = {0};
+        if (raw_open(&w2, last, &k_req2)) {
+            mt_proto_msg ab = {.type = MT_PROTO_CHAIN_ABORT,
+                               .request_id = 5,
+                               .session = 700,
+                               .origin = {.pass_id = 8000, .pass_end = 1},
+                               .code = MT_PROTO_ERR_COMPUTE,
+                               .back = 1};
+            memcpy(ab.origin.pk, k_req.pk, 32);
+            snprintf(ab.text, sizeof ab.text, "forged");
+            expect_error(&w2, &ab, MT_PROTO_ERR_BAD_REQUEST, "origin key",
+                         "a CHAIN_ABORT naming another requester");
+            int32_t pos[1] = {0};
+            mt_proto_msg fw = stage_msg(6, 700, 3, 4, pos, 1, rows);
+            fw.oneway = true;
+            memcpy(fw.origin.pk, k_req.pk, 32);
+            fw.origin.pass_id = 8000, fw.origin.pass_end = 1;
+            expect_error(&w2, &fw, MT_PROTO_ERR_BAD_REQUEST, "origin key",
+                         "a one-way forward naming another requester");
+            oneway_send(&wl, &k_req, 700, 8000, 3, 4, 0, 1, NULL, 0, rows);
+            await_from = &k_req;
+            await_send(&wl, 30, 700, 8000, 0, 1);
+            await_from = NULL;
+            r = stage_recv(&wl);
+            CHECK(r.type == MT_PROTO_STAGE_REPLY && r.n == 1,
+                  "the requester's own pass after another named its key: got %s code %u '%s'",
+                  mt_proto_type_name(r.type), r.code, r.text);
+            mt_proto_msg_free(&r);
+            mt_conn_close(w2.c);
+        }
+    }
+    free(rows);
+done:
+    if (wf.c) mt_conn_close(wf.c);
+    if (wl.c) mt_conn_close(wl.c);
+    mt_node_stop(first);
+    mt_node_stop(mid);
+    mt_node_stop(last);
+    free(mute);
+    free_set(&s);
+}
+
 int main(void) {
     mt_error err = {{0}};
     if (mt_keys_generate(&k_node, &err) || mt_keys_generate(&k_req, &err) ||
-        mt_keys_generate(&k_stranger, &err)) {
+        mt_keys_generate(&k_req2, &err) || mt_keys_generate(&k_stranger, &err)) {
         fprintf(stderr, "keys: %s\n", err.msg);
         return 1;
     }
     auth = mt_keys_authorized_new();
     mt_keys_authorized_add(auth, k_req.pk, "requester", &err);
     mt_keys_authorized_add(auth, k_node.pk, "node", &err);
+    mt_keys_authorized_add(auth, k_req2.pk, "requester2", &err);
 
     static const char *archs[] = {"qwen3moe", "qwen2moe", "deepseek2",
                                   "llama",    "kimi-k3",  "kimi-linear"};
@@ -2193,6 +2557,7 @@ int main(void) {
     check_speculative("qwen3moe");
     check_speculative("kimi-k3");
     check_hostile();
+    check_oneway_limits();
     mt_keys_authorized_free(auth);
     return check_report("test_node");
 }

@@ -278,7 +278,8 @@ static void test_round_trips(void) {
 }
 
 /* One-way passes (version 3): a one-way STAGE_FORWARD with and without
- * hops, STAGE_AWAIT and CHAIN_ABORT round-trip with the documented layout,
+ * hops, STAGE_AWAIT, CHAIN_ABORT and the ERROR naming a pass's failed stage
+ * round-trip with the documented layout,
  * and every truncation, trailing byte and bad field is refused. */
 static void expect_cuts(const uint8_t *b, size_t len, const char *tn) {
     for (size_t k = 0; b && k < len; k++) {
@@ -410,6 +411,45 @@ static void test_oneway(void) {
     c.back = MT_PROTO_MAX_HOPS + 1;
     CHECK(mt_proto_encode(&c, &b, &len, &err) < 0 && has(err.msg, "back"),
           "back beyond the chain encoded: %s", err.msg);
+
+    /* the AWAIT's ERROR naming the stage that failed the pass (flag STAGE, bit 3): the code,
+     * the stage, then the text; without the flag the ERROR is as before */
+    mt_proto_msg e = {.type = MT_PROTO_ERROR,
+                      .request_id = 6,
+                      .code = MT_PROTO_ERR_COMPUTE,
+                      .has_back = true,
+                      .back = 3};
+    snprintf(e.text, sizeof e.text, "stage 3 gone");
+    b = enc(&e, &len);
+    CHECK(len == 12 + 12 + 12 && b && b[0] == 0xff && b[1] == 0x80 && b[2] == 8 && b[3] == 0 &&
+              b[12] == MT_PROTO_ERR_COMPUTE && b[16] == 3 && b[20] == 12 && b[24] == 's',
+          "ERROR with its stage: layout (%zu bytes)", len);
+    CHECK(b && mt_proto_decode(b, len, &d, &err) == 0 && d.has_back && d.back == 3 &&
+              d.code == MT_PROTO_ERR_COMPUTE && strcmp(d.text, "stage 3 gone") == 0,
+          "ERROR with its stage: round trip: %s", err.msg);
+    expect_cuts(b, len, "ERROR");
+    t = malloc(len);
+    memcpy(t, b, len), put32(t + 16, MT_PROTO_MAX_HOPS + 1);
+    expect_bad(t, len, "back 251", "an ERROR's stage beyond the longest chain");
+    free(t);
+    free(b);
+    e.has_back = false;
+    b = enc(&e, &len);
+    CHECK(len == 12 + 8 + 12 && b && b[2] == 0 && mt_proto_decode(b, len, &d, &err) == 0 &&
+              !d.has_back && d.back == 0,
+          "ERROR without a stage: %zu bytes, flags %u, %s", len, b ? b[2] : 0, err.msg);
+    free(b);
+    e.has_back = true, e.back = MT_PROTO_MAX_HOPS + 1;
+    CHECK(mt_proto_encode(&e, &b, &len, &err) < 0 && has(err.msg, "back"),
+          "an ERROR's stage beyond the chain encoded: %s", err.msg);
+    /* the flag on another type is reserved */
+    c.back = 2;
+    b = enc(&c, &len);
+    t = malloc(len);
+    memcpy(t, b, len), t[2] = 8;
+    expect_bad(t, len, "flags", "flag STAGE on a CHAIN_ABORT");
+    free(t);
+    free(b);
 }
 
 /* The longest chain: a one-way STAGE_FORWARD with MT_PROTO_MAX_HOPS next

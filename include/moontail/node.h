@@ -103,6 +103,13 @@ typedef struct mt_node mt_node;
  * decode (it covers speculative passes): it runs whole, before prompts. */
 #define MT_NODE_DECODE_MAX_TOKENS 16
 
+/* One-way passes (proto.h) one origin key may keep waiting on a last stage at
+ * once (of the 65,536 it keeps for all): a STAGE_AWAIT beyond it gets ERROR
+ * BUSY, so that one requester cannot take the room of the others. A one-way
+ * message may name an origin other than its connection's key only when that
+ * connection is a stage: it has the node's own key or a node certificate. */
+#define MT_NODE_PASSES_PER_ORIGIN 4096
+
 typedef struct mt_node_partner {
     const char *addr;                 /* "host:port" */
     uint8_t pk[MT_KEYS_PUBLIC_BYTES]; /* its identity */
@@ -184,6 +191,10 @@ typedef struct mt_node_stats {
     uint64_t paced_holds;         /* times a prompt step was held for a decode due (pacing) */
     uint64_t hop_messages;        /* one-way chunks sent on to a next hop (proto.h) */
     uint64_t passes_answered;     /* one-way passes whose STAGE_AWAIT got their rows (last stage) */
+    int32_t hops;                 /* next hops kept now (each a connection and a sender thread) */
+    int32_t hop_queued;           /* one-way messages waiting for their next hop's sender now */
+    uint64_t hop_connects;        /* connections to next hops tried */
+    uint64_t hop_failed;          /* one-way messages a next hop could not be sent */
 } mt_node_stats;
 
 /* Decode pacing ("Step order"): a decoding session's last decode arrived at

@@ -16,9 +16,13 @@
  * STAGE_FORWARD, CHAIN_ABORT) get no reply: a stage that fails a chunk,
  * refuses it (e.g. an unknown session) or cannot reach its next hop sends a
  * CHAIN_ABORT to the last stage, which answers the AWAIT with an ERROR of the
- * abort's code whose text begins "stage B before the last: " (B = the
- * abort's `back`), so the requester can name the stage that failed. The
- * sessions of a one-way pass belong, on every stage, to the origin's key.
+ * abort's code carrying the failed stage as a field (flag STAGE: `back`, the
+ * abort's), so the requester can name the stage that failed; its text begins
+ * "stage B before the last: " for people. The
+ * sessions of a one-way pass belong, on every stage, to the origin's key: a
+ * node takes a one-way STAGE_FORWARD or a CHAIN_ABORT whose origin key is
+ * not the sending connection's own only from another stage (node.h), and
+ * answers anyone else with ERROR BAD_REQUEST.
  *
  * Decoding is strict: every count is checked against its limit, the payload
  * must have exactly the size its counts imply (no trailing bytes), dtype and
@@ -29,8 +33,9 @@
  * ---- Wire format (version 3; all integers little-endian) -----------------
  *
  * Version 3 (transport.h MT_CONN_VERSION) adds one-way passes to version 2:
- * the ONEWAY flag and its origin block, STAGE_AWAIT and CHAIN_ABORT; a hop
- * list is only allowed on a one-way STAGE_FORWARD.
+ * the ONEWAY flag and its origin block, STAGE_AWAIT and CHAIN_ABORT, and the
+ * ERROR's STAGE flag (added to version 3 before any release); a hop list is
+ * only allowed on a one-way STAGE_FORWARD.
  *
  * Header, 12 bytes, at the start of every message:
  *     off size
@@ -47,8 +52,10 @@
  *                  prompt, however few its tokens: the node schedules it
  *                  as a prompt, not a decode (node.h, "Step order"; a stage
  *                  that cuts a prompt into chunks sets it on each chunk it
- *                  passes on; not with bit 2); every other bit, and any
- *                  bit on another type, is reserved and refused
+ *                  passes on; not with bit 2). On ERROR only: bit 3
+ *                  (MT_PROTO_FLAG_STAGE) the failed stage of a one-way pass
+ *                  follows the code. Every other bit, and any bit on
+ *                  another type, is reserved and refused
  *       4    8  u64 request_id (chosen by the requester; echoed by the reply)
  *
  * Values ("rows") are n x cols numbers, row-major, in the message's dtype:
@@ -105,7 +112,10 @@
  *                         [pass_begin, pass_end) once they arrived (only from
  *                         the stage whose key is prev_pk), or with an ERROR
  *                         (a CHAIN_ABORT of this pass, the last stage's own
- *                         failure, or rows that do not fit the pass).
+ *                         failure, or rows that do not fit the pass: with
+ *                         flag STAGE naming the stage that failed it; an
+ *                         ERROR without it is about the AWAIT itself, or a
+ *                         pass that did not arrive whole in time).
  *   0x0006 CHAIN_ABORT    origin block (as above), u64 session, u32 code
  *                         (mt_proto_errcode), u32 back (0..MT_PROTO_MAX_HOPS:
  *                         the failed stage is that many stages before the
@@ -129,9 +139,12 @@
  *   0x8003 EXPERT_REPLY   u8 dtype, u32 n_rows, u32 cols, rows[n_rows]  (each
  *                         row's unweighted expert output, see mt_expert_backend)
  *   0x8004 SESSION_END_REPLY  u8 existed (0 or 1)
- *   0x80ff ERROR          u32 code (mt_proto_errcode), u32 text_len
- *                         (<= MT_PROTO_MAX_TEXT), text_len bytes of text
- *                         (no NUL bytes)
+ *   0x80ff ERROR          u32 code (mt_proto_errcode), [u32 back, with flag
+ *                         bit 3 only: 0..MT_PROTO_MAX_HOPS, the stage of a
+ *                         one-way pass that failed it, that many stages
+ *                         before the last (the answer to a STAGE_AWAIT)],
+ *                         u32 text_len (<= MT_PROTO_MAX_TEXT), text_len
+ *                         bytes of text (no NUL bytes)
  *
  * A message never exceeds MT_PROTO_MAX_PAYLOAD bytes (the transport's default
  * frame limit); senders split larger work into several messages
@@ -161,6 +174,7 @@
 #define MT_PROTO_HOP_ADDR_MAX 127       /* bytes of a hop's "host:port" */
 #define MT_PROTO_FLAG_HOPS    0x0001    /* header flag: STAGE_FORWARD carries hops */
 #define MT_PROTO_FLAG_ONEWAY  0x0002    /* header flag: a one-way STAGE_FORWARD (origin block) */
+#define MT_PROTO_FLAG_STAGE   0x0008    /* header flag: an ERROR naming a pass's failed stage */
 #define MT_PROTO_FLAG_SPECULATIVE                                                                  \
     0x0004                          /* header flag: a STAGE_FORWARD whose tokens may be            \
                                        taken back (speculative decoding) */
@@ -245,8 +259,9 @@ typedef struct mt_proto_msg {
                                        and pass_end */
     int32_t pass_begin;             /* STAGE_AWAIT: the pass's first position */
     uint8_t prev_pk[32];            /* STAGE_AWAIT: the key of the stage before the last */
-    int32_t back;                   /* CHAIN_ABORT: the failed stage is this many stages before
-                                       the last one (0: the last itself) */
+    int32_t back;                   /* CHAIN_ABORT, ERROR with has_back: the failed stage is this
+                                       many stages before the last one (0: the last itself) */
+    bool has_back;                  /* ERROR: MT_PROTO_FLAG_STAGE (back is set) */
     int32_t *ids;                   /* (n) EXPERT_RUN */
     float *rows;                    /* (n, cols) STAGE_*, EXPERT_*, as f32 */
     uint32_t code;                  /* ERROR, CHAIN_ABORT */

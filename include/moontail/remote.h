@@ -69,14 +69,17 @@ int mt_remote_stage_forward_as(mt_remote *r, uint64_t session, int32_t layer_beg
  * model), for positions [pass_begin, pass_end) of that pass as sent on by the
  * stage whose key is prev_pk, and writes them into hidden (n, W) as
  * mt_remote_stage_forward's reply would. On an ERROR reply *code gets its
- * code (a CHAIN_ABORT's text begins "stage B before the last: "). */
+ * code and *back (when not NULL) the stage that failed the pass, that many
+ * stages before the last (a CHAIN_ABORT's, proto.h flag STAGE), or -1 when
+ * the ERROR names none (else -1 as well). */
 int mt_remote_stage_send(mt_remote *r, uint64_t session, int32_t layer_begin, int32_t layer_end,
                          const mt_proto_hop *hops, int32_t n_hops, const mt_proto_origin *origin,
                          bool speculative, const int32_t *pos, int32_t n_tok, const float *hidden,
                          mt_proto_dtype dtype, mt_error *err);
 int mt_remote_stage_await(mt_remote *r, uint64_t session, uint64_t pass_id, int32_t pass_begin,
                           int32_t pass_end, const uint8_t prev_pk[MT_KEYS_PUBLIC_BYTES],
-                          float *hidden, mt_proto_dtype dtype, uint32_t *code, mt_error *err);
+                          float *hidden, mt_proto_dtype dtype, uint32_t *code, int32_t *back,
+                          mt_error *err);
 
 /* Sends one message that gets no reply (a one-way STAGE_FORWARD or a
  * CHAIN_ABORT; its request_id is assigned here). Fails, and breaks r, when

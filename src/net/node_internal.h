@@ -19,8 +19,9 @@
  * queued like any other, but is never replied to. Each chunk the worker
  * finishes goes, as its own one-way STAGE_FORWARD, onto the queue of the
  * next hop's sender thread (node_hop: one per (address, key), bounded in
- * bytes; a job whose hop queue is full waits in the worker's queue, the
- * worker never blocks on the network). The last stage keeps each pass's
+ * bytes, at most NODE_MAX_HOPS of them, idle ones reused and closed; a job
+ * whose hop queue is full waits in the worker's queue, the worker never
+ * blocks on the network). The last stage keeps each pass's
  * chunks in its pass table (node_pass) until the requester's STAGE_AWAIT,
  * answered by whichever thread completes the pass (the worker with the last
  * chunk, or the reader with the AWAIT or a CHAIN_ABORT). A failure of a
@@ -66,6 +67,8 @@ typedef struct node_client {
     uint8_t pk[MT_KEYS_PUBLIC_BYTES];
     bool has_cert; /* the client presented a certificate the handshake accepted */
     mt_cert cert;  /* its fields (role, account, not_after: for metering per account) */
+    bool forwards; /* a stage that may pass on others' one-way passes: it has this node's own
+                      key, or a node certificate (a requester's origin must be its own key) */
     struct node_client *prev, *next;
 } node_client;
 
@@ -101,22 +104,34 @@ typedef struct node_hop_msg {
     uint64_t bytes;   /* its rows */
 } node_hop_msg;
 
-/* A next hop: its connection and its sender thread, kept for later passes. */
+/* A next hop: its connection and its sender thread, kept for later passes
+ * while it is used. An idle hop (nothing queued, nothing being sent) is
+ * given to another (address, key) when the table is full, and ended when it
+ * stays idle for session_idle_ms (node_hops_expire). */
 typedef struct node_hop {
-    char addr[MT_PROTO_HOP_ADDR_MAX + 1];
-    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
-    mt_remote *r;              /* sender thread only; NULL: not connected */
-    node_hop_msg *head, *tail; /* guarded by node->lock */
-    uint64_t queued_bytes;     /* guarded by node->lock */
+    char addr[MT_PROTO_HOP_ADDR_MAX + 1]; /* guarded by node->lock (changed only while idle) */
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];     /* guarded by node->lock (changed only while idle) */
+    uint32_t gen;                         /* guarded by node->lock: +1 when addr/pk change */
+    mt_remote *r;                         /* sender thread only; NULL: not connected */
+    node_hop_msg *head, *tail;            /* guarded by node->lock */
+    uint64_t queued_bytes;                /* guarded by node->lock */
+    bool sending;          /* guarded by node->lock: the sender is sending a message */
+    bool retire;           /* guarded by node->lock: the sender ends (the hop is freed) */
+    int64_t idle_since_ms; /* guarded by node->lock: mt_mono_ms() when it last became idle */
+    pthread_cond_t cv;     /* its sender waits here: a message queued, retire, or stop */
     pthread_t thread;
     bool started;
 } node_hop;
 
-enum { NODE_MAX_HOPS = 64 }; /* next-hop connections kept */
+enum {
+    NODE_MAX_HOPS = 64,    /* next-hop connections the forwards of passes may keep */
+    NODE_HOP_RESERVE = 16, /* ... and more for CHAIN_ABORTs only, so that a pass refused
+                              because the table is full can still be reported */
+};
 
 /* A one-way pass on the last stage (node_oneway.c), guarded by node->lock. */
 typedef struct node_pass {
-    struct node_pass *next;
+    struct node_pass *next;              /* in its bucket's chain */
     uint8_t owner[MT_KEYS_PUBLIC_BYTES]; /* the origin's key */
     uint64_t session, pass_id;
     int32_t begin, end;                 /* positions [begin, end); begin -1 until known */
@@ -126,12 +141,26 @@ typedef struct node_pass {
     float *rows;                        /* (end - begin, cols), NULL before the first chunk */
     uint8_t from[MT_KEYS_PUBLIC_BYTES]; /* who sent the chunks */
     uint32_t code;                      /* non-zero: the pass failed */
+    int32_t back; /* ... at the stage this many before the last (-1: none named) */
     char text[MT_PROTO_MAX_TEXT + 1];
     node_client *waiter; /* the AWAIT's client (a reference held), or NULL */
     uint64_t request_id; /* the AWAIT's */
     uint8_t prev_pk[MT_KEYS_PUBLIC_BYTES];
     int64_t created_ms;
 } node_pass;
+
+/* How many passes one origin key keeps on this last stage (node_oneway.c),
+ * guarded by node->lock; there only while it keeps some. */
+typedef struct node_origin {
+    struct node_origin *next; /* in its bucket's chain */
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
+    int32_t passes;
+} node_origin;
+
+enum {
+    NODE_PASS_BUCKETS = 8192, /* chains of the pass table (keyed hash: ~8 long when full) */
+    NODE_ORIGIN_BUCKETS = 256,
+};
 
 typedef struct node_session {
     uint8_t owner[MT_KEYS_PUBLIC_BYTES]; /* the client's key */
@@ -185,13 +214,16 @@ struct mt_node {
     pthread_t accept_thread, worker_thread;
     bool accept_started, worker_started;
     pthread_mutex_t lock;
-    pthread_cond_t work_cv;        /* worker: something queued, or stop (CLOCK_MONOTONIC) */
-    pthread_cond_t client_cv;      /* readers: inflight went down, or stop */
-    pthread_cond_t done_cv;        /* stop: a reader thread ended */
-    pthread_cond_t hop_cv;         /* hop senders: a message queued, or stop */
-    node_hop *hops[NODE_MAX_HOPS]; /* guarded by lock */
+    pthread_cond_t work_cv;   /* worker: something queued, or stop (CLOCK_MONOTONIC) */
+    pthread_cond_t client_cv; /* readers: inflight went down, or stop */
+    pthread_cond_t done_cv;   /* stop: a reader thread ended */
+    node_hop *hops[NODE_MAX_HOPS + NODE_HOP_RESERVE]; /* guarded by lock */
     int n_hops;
-    node_pass *passes; /* guarded by lock: one-way passes waiting on this (last) stage */
+    /* guarded by lock: the one-way passes waiting on this (last) stage, found by (owner,
+     * session, pass_id) in O(1), and how many each origin keeps (node_oneway.c) */
+    struct node_pass **pass_buckets;     /* (NODE_PASS_BUCKETS) chains */
+    struct node_origin **origin_buckets; /* (NODE_ORIGIN_BUCKETS) chains */
+    uint8_t pass_key[16];                /* their hash's key (crypto_shorthash), random */
     int n_passes;
     node_job *q_head, *q_tail;
     node_client *clients;
@@ -238,6 +270,10 @@ void node_identity(mt_node *n, mt_keys *out);
 /* Replies to a client (a failed send breaks only that connection). */
 void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The ERROR answering a STAGE_AWAIT whose pass failed at the stage `back`
+ * stages before the last (proto.h: flag STAGE). */
+void node_send_stage_error(node_client *c, uint64_t request_id, uint32_t code, int32_t back,
+                           const char *text);
 void node_send_msg(node_client *c, const mt_proto_msg *m);
 /* A queued request is finished (replied to): frees it, drops its reference. */
 void node_job_done(node_job *j);
@@ -260,6 +296,8 @@ int node_sessions_init(node_sessions *t);
 /* Frees every session (and its cache) and the table. */
 void node_sessions_free(node_sessions *t);
 node_session *node_session_find(const node_sessions *t, const uint8_t *owner, uint64_t id);
+/* The table's keyed hash of (owner, id) (a client cannot choose collisions). */
+uint64_t node_sessions_hash(const node_sessions *t, const uint8_t *owner, uint64_t id);
 /* A new session (zeroed, no cache yet), the most recently used; NULL: out of memory. */
 node_session *node_session_add(node_sessions *t, const uint8_t *owner, uint64_t id);
 /* Takes s out of the table and frees it and its cache. */
@@ -295,6 +333,11 @@ void node_oneway_await(node_client *c, mt_proto_msg *m);
 void node_oneway_abort(node_client *c, mt_proto_msg *m);
 /* Drops passes older than max_age_ms (their AWAIT, if any, gets an ERROR). */
 void node_passes_expire(mt_node *n, int64_t now_ms, int64_t max_age_ms);
+/* Ends the next hops idle (nothing queued or being sent) for max_idle_ms:
+ * their senders and connections. */
+void node_hops_expire(mt_node *n, int64_t now_ms, int64_t max_idle_ms);
+/* The empty pass table. */
+int node_passes_init(mt_node *n, mt_error *err);
 /* Stops the hop senders (after n->stop is set and the worker and readers
  * have ended), closes their connections, and frees the pass table. */
 void node_hops_free(mt_node *n);

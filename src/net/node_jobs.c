@@ -41,21 +41,38 @@ static void node_client_send(node_client *c, uint8_t *buf, size_t len) {
     if (rc) mt_log_as(&c->node->log, MT_LOG_WARN, "reply to %s failed: %s", c->peer, err.msg);
 }
 
-void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const char *fmt, ...) {
-    char text[MT_PROTO_MAX_TEXT + 1];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
+/* An ERROR reply (back >= 0: naming the failed stage of a one-way pass). */
+static void send_error(node_client *c, uint64_t request_id, uint32_t code, int32_t back,
+                       const char *text) {
     mt_node *n = c->node;
     pthread_mutex_lock(&n->lock);
     n->stats.errors++;
     pthread_mutex_unlock(&n->lock);
     mt_log_as(&n->log, MT_LOG_WARN, "request %llu from %s: error %u: %s",
               (unsigned long long)request_id, c->peer, code, text);
+    mt_proto_msg m = {.type = MT_PROTO_ERROR,
+                      .request_id = request_id,
+                      .code = code,
+                      .has_back = back >= 0,
+                      .back = back};
+    snprintf(m.text, sizeof m.text, "%s", text);
+    uint8_t *buf = NULL;
     size_t len = 0;
-    uint8_t *buf = mt_proto_error_reply(request_id, code, &len, "%s", text);
-    node_client_send(c, buf, len);
+    if (mt_proto_encode(&m, &buf, &len, NULL) == 0) node_client_send(c, buf, len);
+}
+
+void node_send_error(node_client *c, uint64_t request_id, uint32_t code, const char *fmt, ...) {
+    char text[MT_PROTO_MAX_TEXT + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    send_error(c, request_id, code, -1, text);
+}
+
+void node_send_stage_error(node_client *c, uint64_t request_id, uint32_t code, int32_t back,
+                           const char *text) {
+    send_error(c, request_id, code, back, text);
 }
 
 void node_send_msg(node_client *c, const mt_proto_msg *m) {

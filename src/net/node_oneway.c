@@ -9,16 +9,27 @@
  * next stage in position order. The worker only queues (the queue is
  * bounded in bytes: node_oneway_hop_full), it never waits on the network. A
  * message the sender cannot deliver (a connection that broke is reconnected
- * once) becomes a CHAIN_ABORT to the pass's last stage naming that hop.
+ * once) becomes a CHAIN_ABORT to the pass's last stage naming that hop, and
+ * so does every message queued behind it (one connection attempt for all).
+ * Each sender waits on its own condition variable (a message for one hop
+ * wakes only that hop's sender). The table keeps NODE_MAX_HOPS hops for
+ * forwards: when they are all taken, the one idle longest is given to the
+ * new (address, key); when none is idle the pass is aborted at once naming
+ * this stage (CHAIN_ABORTs have NODE_HOP_RESERVE more, so that this abort
+ * still goes out). Hops idle for session_idle_ms are ended (the worker's
+ * sweep: node_hops_expire), and all of them at stop.
  *
  * Pass table (last stage): the rows of a pass arrive chunk by chunk, in
  * order, from the stage before; the requester's AWAIT names the pass and
  * that stage's key. Whichever comes last (the final chunk, the AWAIT, or an
  * abort) answers the AWAIT. Entries nobody claims expire with the sessions'
- * idle time. */
+ * idle time. The table is a hash on (origin, session, pass id) with a count
+ * per origin (its share, MT_NODE_PASSES_PER_ORIGIN), so that finding a pass
+ * under the node's lock costs the same with 65,536 of them as with one. */
 #include "moontail/clock.h"
 #include "node_internal.h"
 
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,43 +39,94 @@
 
 static void *hop_main(void *arg);
 
-/* The hop for (addr, pk), created with its sender when new (n->lock held);
- * NULL when the table is full or a thread cannot start. */
-static node_hop *hop_get_locked(mt_node *n, const char *addr, const uint8_t *pk) {
-    for (int i = 0; i < n->n_hops; i++)
-        if (strcmp(n->hops[i]->addr, addr) == 0 &&
-            memcmp(n->hops[i]->pk, pk, MT_KEYS_PUBLIC_BYTES) == 0)
-            return n->hops[i];
-    if (n->n_hops >= NODE_MAX_HOPS || n->stop) return NULL;
+static bool hop_is(const node_hop *e, const char *addr, const uint8_t *pk) {
+    return strcmp(e->addr, addr) == 0 && memcmp(e->pk, pk, MT_KEYS_PUBLIC_BYTES) == 0;
+}
+
+static bool hop_idle(const node_hop *e) {
+    return !e->head && !e->sending && !e->retire;
+}
+
+/* A new hop for (addr, pk) with its sender, in a free slot (n->lock held);
+ * NULL when a thread cannot start. */
+static node_hop *hop_new_locked(mt_node *n, const char *addr, const uint8_t *pk) {
     node_hop *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     snprintf(e->addr, sizeof e->addr, "%s", addr);
     memcpy(e->pk, pk, MT_KEYS_PUBLIC_BYTES);
+    e->idle_since_ms = mt_mono_ms();
+    pthread_cond_init(&e->cv, NULL);
     struct hop_arg {
         mt_node *n;
         node_hop *e;
     } *a = malloc(sizeof *a);
     if (!a) {
+        pthread_cond_destroy(&e->cv);
         free(e);
         return NULL;
     }
     a->n = n, a->e = e;
     if (pthread_create(&e->thread, NULL, hop_main, a)) {
         free(a);
+        pthread_cond_destroy(&e->cv);
         free(e);
         return NULL;
     }
     e->started = true;
     n->hops[n->n_hops++] = e;
+    n->stats.hops = n->n_hops;
     return e;
 }
 
-/* Queues m (its arrays taken) for the hop (addr, pk). false when it could
- * not be queued (m freed). */
-static bool hop_push(mt_node *n, const char *addr, const uint8_t *pk, mt_proto_msg *m) {
+/* The hop for (addr, pk) (n->lock held): the one kept, else a new one while
+ * there are fewer than NODE_MAX_HOPS, else the hop idle the longest given to
+ * (addr, pk) (its sender drops its connection: node_hop.gen), else, for a
+ * CHAIN_ABORT (`reserve`), a new one in the reserve. NULL with `why` when
+ * none can be had. */
+static node_hop *hop_get_locked(mt_node *n, const char *addr, const uint8_t *pk, bool reserve,
+                                char *why, size_t why_size) {
+    for (int i = 0; i < n->n_hops; i++)
+        if (hop_is(n->hops[i], addr, pk)) return n->hops[i];
+    if (n->stop) {
+        snprintf(why, why_size, "the node is stopping");
+        return NULL;
+    }
+    node_hop *e = NULL;
+    if (n->n_hops < NODE_MAX_HOPS) {
+        e = hop_new_locked(n, addr, pk);
+    } else {
+        node_hop *idle = NULL;
+        for (int i = 0; i < n->n_hops; i++)
+            if (hop_idle(n->hops[i]) && (!idle || n->hops[i]->idle_since_ms < idle->idle_since_ms))
+                idle = n->hops[i];
+        if (idle) {
+            snprintf(idle->addr, sizeof idle->addr, "%s", addr);
+            memcpy(idle->pk, pk, MT_KEYS_PUBLIC_BYTES);
+            idle->gen++;
+            return idle;
+        }
+        if (!reserve || n->n_hops >= NODE_MAX_HOPS + NODE_HOP_RESERVE) {
+            snprintf(why, why_size,
+                     "this stage keeps %d next-hop connections and all of them are sending;"
+                     " replay the pass later or on another route",
+                     n->n_hops);
+            return NULL;
+        }
+        e = hop_new_locked(n, addr, pk);
+    }
+    if (!e) snprintf(why, why_size, "out of memory or threads for a next-hop sender");
+    return e;
+}
+
+/* Queues m (its arrays taken) for the hop (addr, pk); a CHAIN_ABORT may use
+ * the reserve. false with `why` when it could not be queued (m freed). */
+static bool hop_push(mt_node *n, const char *addr, const uint8_t *pk, mt_proto_msg *m, char *why,
+                     size_t why_size) {
     node_hop_msg *q = malloc(sizeof *q);
     pthread_mutex_lock(&n->lock);
-    node_hop *e = q ? hop_get_locked(n, addr, pk) : NULL;
+    node_hop *e =
+        q ? hop_get_locked(n, addr, pk, m->type == MT_PROTO_CHAIN_ABORT, why, why_size) : NULL;
+    if (!q) snprintf(why, why_size, "out of memory");
     if (e) {
         q->next = NULL;
         q->msg = *m;
@@ -75,24 +137,28 @@ static bool hop_push(mt_node *n, const char *addr, const uint8_t *pk, mt_proto_m
             e->head = q;
         e->tail = q;
         e->queued_bytes += q->bytes;
-        pthread_cond_broadcast(&n->hop_cv);
+        n->stats.hop_queued++;
+        pthread_cond_signal(&e->cv);
     }
     pthread_mutex_unlock(&n->lock);
     if (!e) {
         free(q);
         mt_proto_msg_free(m);
-        mt_log_as(&n->log, MT_LOG_WARN, "cannot queue a one-way message for %s: %s", addr,
-                  q ? "the node is stopping, or keeps 64 next hops already" : "out of memory");
     }
     return e != NULL;
 }
 
-/* Connects e (sender thread) and checks that it holds this node's model. */
-static int hop_connect(mt_node *n, node_hop *e, mt_error *err) {
+/* Connects e to (addr, pk), as read under the lock (sender thread), and
+ * checks that it holds this node's model. */
+static int hop_connect(mt_node *n, node_hop *e, const char *addr, const uint8_t *pk,
+                       mt_error *err) {
     mt_remote_close(e->r);
     mt_keys me;
     node_identity(n, &me); /* the certificate as it is now (it may have been renewed) */
-    e->r = mt_remote_connect(e->addr, e->pk, &me, n->cfg.timeout_ms, 0, err);
+    pthread_mutex_lock(&n->lock);
+    n->stats.hop_connects++;
+    pthread_mutex_unlock(&n->lock);
+    e->r = mt_remote_connect(addr, pk, &me, n->cfg.timeout_ms, 0, err);
     mt_keys_wipe(&me);
     if (!e->r) return -1;
     /* the rows passed on are this model's whole hidden states: the hop must hold the same */
@@ -110,13 +176,14 @@ static int hop_connect(mt_node *n, node_hop *e, mt_error *err) {
 
 /* Sends m to e: a broken connection is reconnected once (a connection that
  * cannot be made is not tried again for this message). */
-static int hop_send(mt_node *n, node_hop *e, mt_proto_msg *m, mt_error *err) {
+static int hop_send(mt_node *n, node_hop *e, const char *addr, const uint8_t *pk, mt_proto_msg *m,
+                    mt_error *err) {
     bool fresh = !e->r;
-    if (fresh && hop_connect(n, e, err)) return -1;
+    if (fresh && hop_connect(n, e, addr, pk, err)) return -1;
     if (mt_remote_send(e->r, m, err) == 0) return 0;
     if (fresh) return -1;
     mt_error e2 = {{0}};
-    if (hop_connect(n, e, &e2)) {
+    if (hop_connect(n, e, addr, pk, &e2)) {
         char first[sizeof err->msg];
         snprintf(first, sizeof first, "%s", err->msg);
         mt_error_set(err, "%.300s; reconnecting failed too: %.200s", first, e2.msg);
@@ -128,6 +195,20 @@ static int hop_send(mt_node *n, node_hop *e, mt_proto_msg *m, mt_error *err) {
 static void abort_to_last(mt_node *n, const mt_proto_msg *m, int32_t back, uint32_t code,
                           const char *text);
 
+/* A message for addr that could not be sent: a forward's pass is aborted
+ * (reported to its last stage), anything else is only logged. */
+static void hop_msg_failed(mt_node *n, const char *addr, mt_proto_msg *m, const char *why) {
+    mt_log_as(&n->log, MT_LOG_WARN, "next hop %s: %s of session %016llx: %s", addr,
+              mt_proto_type_name(m->type), (unsigned long long)m->session, why);
+    /* a forward into the hop: it is m->n_hops stages before the last */
+    if (m->type == MT_PROTO_STAGE_FORWARD && m->n_hops > 0) {
+        char text[MT_PROTO_MAX_TEXT + 1];
+        snprintf(text, sizeof text, "next hop %s (layers [%d, %d)) cannot be reached: %.900s", addr,
+                 m->layer_begin, m->layer_end, why);
+        abort_to_last(n, m, m->n_hops, MT_PROTO_ERR_COMPUTE, text);
+    }
+}
+
 static void *hop_main(void *arg) {
     struct {
         mt_node *n;
@@ -136,47 +217,109 @@ static void *hop_main(void *arg) {
     mt_node *n = a->n;
     node_hop *e = a->e;
     free(arg);
+    uint32_t gen = 0; /* the (addr, pk) e->r is connected to */
+    char addr[MT_PROTO_HOP_ADDR_MAX + 1];
+    uint8_t pk[MT_KEYS_PUBLIC_BYTES];
     pthread_mutex_lock(&n->lock);
     for (;;) {
-        while (!e->head && !n->stop) pthread_cond_wait(&n->hop_cv, &n->lock);
-        if (n->stop) break;
+        while (!e->head && !n->stop && !e->retire) pthread_cond_wait(&e->cv, &n->lock);
+        if (n->stop || e->retire) break;
         node_hop_msg *q = e->head;
         e->head = q->next;
         if (!e->head) e->tail = NULL;
+        e->sending = true;
+        n->stats.hop_queued--;
+        const bool moved = gen != e->gen;
+        gen = e->gen;
+        snprintf(addr, sizeof addr, "%s", e->addr);
+        memcpy(pk, e->pk, sizeof pk);
         pthread_mutex_unlock(&n->lock);
-        mt_error err = {{0}};
-        if (hop_send(n, e, &q->msg, &err)) {
-            mt_proto_msg *m = &q->msg;
-            mt_log_as(&n->log, MT_LOG_WARN, "next hop %s: %s: %s", e->addr,
-                      mt_proto_type_name(m->type), err.msg);
-            /* a forward into e: e is m->n_hops stages before the last */
-            if (m->type == MT_PROTO_STAGE_FORWARD && m->n_hops > 0) {
-                char text[MT_PROTO_MAX_TEXT + 1];
-                snprintf(text, sizeof text, "next hop %s (layers [%d, %d)) cannot be reached: %s",
-                         e->addr, m->layer_begin, m->layer_end, err.msg);
-                abort_to_last(n, m, m->n_hops, MT_PROTO_ERR_COMPUTE, text);
-            }
-        } else if (q->msg.type == MT_PROTO_STAGE_FORWARD) {
-            pthread_mutex_lock(&n->lock);
-            n->stats.hop_messages++;
-            pthread_mutex_unlock(&n->lock);
+        if (moved) { /* the hop was given to another (addr, pk) while idle */
+            mt_remote_close(e->r);
+            e->r = NULL;
         }
-        mt_proto_msg_free(&q->msg);
+        mt_error err = {{0}};
+        node_hop_msg *failed = NULL;
+        const bool sent = hop_send(n, e, addr, pk, &q->msg, &err) == 0;
         pthread_mutex_lock(&n->lock);
-        e->queued_bytes -= q->bytes;
-        free(q);
+        if (sent && q->msg.type == MT_PROTO_STAGE_FORWARD) n->stats.hop_messages++;
+        if (!sent) {
+            /* the hop cannot be reached: everything queued for it fails now, rather than
+             * each message waiting for its own connection attempt */
+            q->next = e->head;
+            failed = q;
+            for (node_hop_msg *f = e->head; f; f = f->next) n->stats.hop_queued--;
+            e->head = e->tail = NULL;
+        }
+        pthread_mutex_unlock(&n->lock);
+        uint64_t freed = sent ? q->bytes : 0;
+        int n_failed = 0;
+        for (node_hop_msg *f = failed, *next; f; f = next) {
+            next = f->next;
+            hop_msg_failed(n, addr, &f->msg, err.msg);
+            freed += f->bytes;
+            mt_proto_msg_free(&f->msg);
+            free(f);
+            n_failed++;
+        }
+        if (sent) {
+            mt_proto_msg_free(&q->msg);
+            free(q);
+        }
+        pthread_mutex_lock(&n->lock);
+        n->stats.hop_failed += (uint64_t)n_failed;
+        e->queued_bytes -= freed;
+        e->sending = false;
+        if (!e->head) e->idle_since_ms = mt_mono_ms();
         pthread_cond_broadcast(&n->work_cv); /* jobs waiting for room may go on */
     }
-    /* stopping: what is still queued is dropped */
+    /* stopping, or retired idle: what is still queued is dropped */
     for (node_hop_msg *q = e->head, *next; q; q = next) {
         next = q->next;
         mt_proto_msg_free(&q->msg);
         free(q);
+        n->stats.hop_queued--;
     }
     e->head = e->tail = NULL;
     e->queued_bytes = 0;
     pthread_mutex_unlock(&n->lock);
+    mt_remote_close(e->r);
+    e->r = NULL;
     return NULL;
+}
+
+/* Ends hop e (taken out of the table already, idle or the node stopping):
+ * its sender, its connection, itself. No lock held. */
+static void hop_end(mt_node *n, node_hop *e) {
+    pthread_mutex_lock(&n->lock);
+    e->retire = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&n->lock);
+    if (e->started) pthread_join(e->thread, NULL);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+void node_hops_expire(mt_node *n, int64_t now_ms, int64_t max_idle_ms) {
+    node_hop *old[NODE_MAX_HOPS + NODE_HOP_RESERVE];
+    int n_old = 0;
+    pthread_mutex_lock(&n->lock);
+    for (int i = 0; i < n->n_hops;) {
+        node_hop *e = n->hops[i];
+        if (hop_idle(e) && now_ms - e->idle_since_ms >= max_idle_ms) {
+            e->retire = true;
+            old[n_old++] = e;
+            n->hops[i] = n->hops[--n->n_hops];
+        } else {
+            i++;
+        }
+    }
+    n->stats.hops = n->n_hops;
+    pthread_mutex_unlock(&n->lock);
+    for (int i = 0; i < n_old; i++) hop_end(n, old[i]);
+    if (n_old)
+        mt_log_as(&n->log, MT_LOG_INFO, "%d next hop%s unused for %lld s closed", n_old,
+                  n_old == 1 ? "" : "s", (long long)(max_idle_ms / 1000));
 }
 
 bool node_oneway_hop_full(mt_node *n, const node_job *j) {
@@ -185,8 +328,7 @@ bool node_oneway_hop_full(mt_node *n, const node_job *j) {
     bool full = false;
     pthread_mutex_lock(&n->lock);
     for (int i = 0; i < n->n_hops; i++)
-        if (strcmp(n->hops[i]->addr, m->hops[0].addr) == 0 &&
-            memcmp(n->hops[i]->pk, m->hops[0].pk, MT_KEYS_PUBLIC_BYTES) == 0)
+        if (hop_is(n->hops[i], m->hops[0].addr, m->hops[0].pk))
             full = n->hops[i]->queued_bytes >= (uint64_t)NODE_HOP_QUEUE_MB << 20;
     pthread_mutex_unlock(&n->lock);
     return full;
@@ -194,31 +336,108 @@ bool node_oneway_hop_full(mt_node *n, const node_job *j) {
 
 /* ---- the pass table (last stage) ----------------------------------------------------- */
 
+/* Keyed (SipHash, a random key per node) so that a client choosing
+ * its session and pass ids cannot pile its passes into one chain. */
+static size_t pass_bucket(const mt_node *n, const uint8_t *owner, uint64_t session,
+                          uint64_t pass_id) {
+    uint8_t in[MT_KEYS_PUBLIC_BYTES + 16], h[crypto_shorthash_BYTES];
+    memcpy(in, owner, MT_KEYS_PUBLIC_BYTES);
+    memcpy(in + MT_KEYS_PUBLIC_BYTES, &session, 8);
+    memcpy(in + MT_KEYS_PUBLIC_BYTES + 8, &pass_id, 8);
+    crypto_shorthash(h, in, sizeof in, n->pass_key);
+    uint64_t v;
+    memcpy(&v, h, sizeof v);
+    return (size_t)(v % NODE_PASS_BUCKETS);
+}
+
+static node_origin **origin_slot(const mt_node *n, const uint8_t *pk) {
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, pk, MT_KEYS_PUBLIC_BYTES, n->pass_key);
+    uint64_t v;
+    memcpy(&v, h, sizeof v);
+    node_origin **o = &n->origin_buckets[v % NODE_ORIGIN_BUCKETS];
+    while (*o && memcmp((*o)->pk, pk, MT_KEYS_PUBLIC_BYTES) != 0) o = &(*o)->next;
+    return o; /* the origin's entry, or the end of its chain */
+}
+
+_Static_assert(sizeof((mt_node *)0)->pass_key == crypto_shorthash_KEYBYTES,
+               "mt_node.pass_key is crypto_shorthash's key");
+
+int node_passes_init(mt_node *n, mt_error *err) {
+    if (sodium_init() < 0) return mt_error_set(err, "libsodium cannot be initialised");
+    randombytes_buf(n->pass_key, sizeof n->pass_key);
+    n->pass_buckets = calloc(NODE_PASS_BUCKETS, sizeof *n->pass_buckets);
+    n->origin_buckets = calloc(NODE_ORIGIN_BUCKETS, sizeof *n->origin_buckets);
+    if (!n->pass_buckets || !n->origin_buckets)
+        return mt_error_set(err, "out of memory for the one-way pass table");
+    return 0;
+}
+
 /* The pass (owner, session, pass_id), created when `create` (lock held);
- * NULL when absent or the table is full. */
+ * NULL when absent, or (with `why`) when the table is full or the owner
+ * keeps its share of it already (MT_NODE_PASSES_PER_ORIGIN: one requester
+ * cannot take the room of all the others). */
 static node_pass *pass_get_locked(mt_node *n, const uint8_t *owner, uint64_t session,
-                                  uint64_t pass_id, bool create) {
-    for (node_pass *p = n->passes; p; p = p->next)
+                                  uint64_t pass_id, bool create, char *why, size_t why_size) {
+    node_pass **chain = &n->pass_buckets[pass_bucket(n, owner, session, pass_id)];
+    for (node_pass *p = *chain; p; p = p->next)
         if (p->session == session && p->pass_id == pass_id &&
             memcmp(p->owner, owner, MT_KEYS_PUBLIC_BYTES) == 0)
             return p;
-    if (!create || n->n_passes >= NODE_MAX_PASSES) return NULL;
+    if (!create) return NULL;
+    if (n->n_passes >= NODE_MAX_PASSES) {
+        snprintf(why, why_size,
+                 "this last stage keeps %d one-way passes already (all its requesters'); replay"
+                 " the pass later or on another route",
+                 n->n_passes);
+        return NULL;
+    }
+    node_origin **o = origin_slot(n, owner);
+    if (*o && (*o)->passes >= MT_NODE_PASSES_PER_ORIGIN) {
+        snprintf(why, why_size,
+                 "this requester keeps %d one-way passes on this last stage already, its most;"
+                 " await (or let expire) the passes sent before sending more",
+                 (*o)->passes);
+        return NULL;
+    }
     node_pass *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    if (!p || (!*o && !(*o = calloc(1, sizeof **o)))) {
+        free(p);
+        snprintf(why, why_size, "out of memory for a one-way pass");
+        return NULL;
+    }
+    memcpy((*o)->pk, owner, MT_KEYS_PUBLIC_BYTES);
+    (*o)->passes++;
     memcpy(p->owner, owner, MT_KEYS_PUBLIC_BYTES);
     p->session = session;
     p->pass_id = pass_id;
     p->begin = -1;
     p->created_ms = mt_mono_ms();
-    p->next = n->passes;
-    n->passes = p;
+    p->next = *chain;
+    *chain = p;
     n->n_passes++;
     return p;
 }
 
-static void pass_fail_locked(node_pass *p, uint32_t code, const char *text) {
+/* Takes p out of the table (lock held); its origin's count follows. */
+static void pass_unlink_locked(mt_node *n, node_pass *p) {
+    node_pass **pp = &n->pass_buckets[pass_bucket(n, p->owner, p->session, p->pass_id)];
+    while (*pp != p) pp = &(*pp)->next;
+    *pp = p->next;
+    p->next = NULL;
+    n->n_passes--;
+    node_origin **o = origin_slot(n, p->owner), *gone = *o;
+    if (gone && --gone->passes == 0) {
+        *o = gone->next;
+        free(gone);
+    }
+}
+
+/* p failed at the stage `back` stages before the last (-1: none named). */
+static void pass_fail_locked(node_pass *p, uint32_t code, int32_t back, const char *text) {
     if (p->code) return; /* the first failure is the one to report */
     p->code = code ? code : MT_PROTO_ERR_COMPUTE;
+    p->back = back;
     snprintf(p->text, sizeof p->text, "%s", text);
 }
 
@@ -226,12 +445,7 @@ static void pass_fail_locked(node_pass *p, uint32_t code, const char *text) {
  * the caller answers it with pass_answer. */
 static node_pass *pass_ready_locked(mt_node *n, node_pass *p) {
     if (!p->waiter || !(p->code || (p->begin >= 0 && p->got == p->end - p->begin))) return NULL;
-    for (node_pass **pp = &n->passes; *pp; pp = &(*pp)->next)
-        if (*pp == p) {
-            *pp = p->next;
-            n->n_passes--;
-            break;
-        }
+    pass_unlink_locked(n, p);
     return p;
 }
 
@@ -242,7 +456,7 @@ static void pass_answer(mt_node *n, node_pass *p) {
         node_send_error(c, p->request_id, MT_PROTO_ERR_BAD_REQUEST,
                         "the rows of this pass came from another stage than the one named");
     else if (p->code)
-        node_send_error(c, p->request_id, p->code, "%s", p->text);
+        node_send_stage_error(c, p->request_id, p->code, p->back, p->text);
     else {
         mt_proto_msg r = {.type = MT_PROTO_STAGE_REPLY,
                           .request_id = p->request_id,
@@ -264,22 +478,28 @@ static void pass_answer(mt_node *n, node_pass *p) {
 
 /* The last stage's own failure of a one-way pass (or one reported to it). */
 static void pass_fail(mt_node *n, const uint8_t *owner, uint64_t session, uint64_t pass_id,
-                      uint32_t code, const char *text) {
+                      uint32_t code, int32_t back, const char *text) {
+    char why[256];
     pthread_mutex_lock(&n->lock);
-    node_pass *p = pass_get_locked(n, owner, session, pass_id, true);
-    if (p) pass_fail_locked(p, code, text);
+    node_pass *p = pass_get_locked(n, owner, session, pass_id, true, why, sizeof why);
+    if (p) pass_fail_locked(p, code, back, text);
     node_pass *done = p ? pass_ready_locked(n, p) : NULL;
     pthread_mutex_unlock(&n->lock);
     if (done) pass_answer(n, done);
+    if (!p)
+        mt_log_as(&n->log, MT_LOG_WARN,
+                  "the failure of a one-way pass of session %016llx (%s) is not kept: %s",
+                  (unsigned long long)session, text, why);
 }
 
 void node_oneway_await(node_client *c, mt_proto_msg *m) {
     mt_node *n = c->node;
+    char why[256];
     pthread_mutex_lock(&n->lock);
-    node_pass *p = pass_get_locked(n, c->pk, m->session, m->origin.pass_id, true);
+    node_pass *p = pass_get_locked(n, c->pk, m->session, m->origin.pass_id, true, why, sizeof why);
     const char *bad = NULL;
     if (!p)
-        bad = "this node keeps too many one-way passes; retry later";
+        bad = why;
     else if (p->waiter)
         bad = "this pass is awaited already";
     if (bad) {
@@ -294,7 +514,7 @@ void node_oneway_await(node_client *c, mt_proto_msg *m) {
         snprintf(text, sizeof text,
                  "stage 0 before the last: the pass's rows are positions [%d, %d), not [%d, %d)",
                  p->begin, p->end, m->pass_begin, m->origin.pass_end);
-        pass_fail_locked(p, MT_PROTO_ERR_BAD_REQUEST, text);
+        pass_fail_locked(p, MT_PROTO_ERR_BAD_REQUEST, 0, text);
     }
     c->refs++;
     p->waiter = c;
@@ -312,29 +532,26 @@ void node_oneway_abort(node_client *c, mt_proto_msg *m) {
     snprintf(text, sizeof text, "stage %d before the last: %.990s", m->back, m->text);
     mt_log_as(&n->log, MT_LOG_INFO, "one-way pass of session %016llx aborted by %s: %s",
               (unsigned long long)m->session, c->peer, text);
-    pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, m->code, text);
+    pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, m->code, m->back, text);
     mt_proto_msg_free(m);
 }
 
 void node_passes_expire(mt_node *n, int64_t now_ms, int64_t max_age_ms) {
     node_pass *old = NULL;
     pthread_mutex_lock(&n->lock);
-    for (node_pass **pp = &n->passes; *pp;) {
-        node_pass *p = *pp;
-        if (now_ms - p->created_ms < max_age_ms) {
-            pp = &p->next;
-            continue;
+    for (size_t b = 0; n->pass_buckets && n->n_passes > 0 && b < NODE_PASS_BUCKETS; b++)
+        for (node_pass *p = n->pass_buckets[b], *next; p; p = next) {
+            next = p->next;
+            if (now_ms - p->created_ms < max_age_ms) continue;
+            pass_unlink_locked(n, p);
+            p->next = old;
+            old = p;
         }
-        *pp = p->next;
-        n->n_passes--;
-        p->next = old;
-        old = p;
-    }
     pthread_mutex_unlock(&n->lock);
     for (node_pass *p = old, *next; p; p = next) {
         next = p->next;
         if (p->waiter) {
-            pass_fail_locked(p, MT_PROTO_ERR_BUSY,
+            pass_fail_locked(p, MT_PROTO_ERR_BUSY, -1,
                              "the pass did not arrive whole in time; replay it");
             pass_answer(n, p);
         } else {
@@ -353,7 +570,7 @@ static void abort_to_last(mt_node *n, const mt_proto_msg *m, int32_t back, uint3
     if (m->n_hops == 0) {
         char t[MT_PROTO_MAX_TEXT + 1];
         snprintf(t, sizeof t, "stage %d before the last: %.990s", back, text);
-        pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, code, t);
+        pass_fail(n, m->origin.pk, m->session, m->origin.pass_id, code, back, t);
         return;
     }
     mt_proto_msg a = {.type = MT_PROTO_CHAIN_ABORT,
@@ -363,7 +580,12 @@ static void abort_to_last(mt_node *n, const mt_proto_msg *m, int32_t back, uint3
                       .back = back};
     snprintf(a.text, sizeof a.text, "%s", text);
     const mt_proto_hop *last = &m->hops[m->n_hops - 1];
-    hop_push(n, last->addr, last->pk, &a);
+    char why[256];
+    if (!hop_push(n, last->addr, last->pk, &a, why, sizeof why))
+        mt_log_as(&n->log, MT_LOG_WARN,
+                  "cannot tell the last stage %s that the pass of session %016llx failed (%s):"
+                  " %s; its requester finds out when its wait runs out",
+                  last->addr, (unsigned long long)m->session, text, why);
 }
 
 void node_oneway_fail(mt_node *n, const mt_proto_msg *m, uint32_t code, const char *fmt, ...) {
@@ -399,25 +621,41 @@ void node_oneway_chunk(mt_node *n, node_job *j, int32_t first, int32_t count) {
     const mt_proto_info *in = &n->info;
     if (m->n_hops == 0) { /* the last stage: into the pass table */
         const int32_t C = mt_proto_cols_out(in, m->layer_begin, m->layer_end);
+        char why[256];
         pthread_mutex_lock(&n->lock);
-        node_pass *p = pass_get_locked(n, m->origin.pk, m->session, m->origin.pass_id, true);
+        node_pass *p =
+            pass_get_locked(n, m->origin.pk, m->session, m->origin.pass_id, true, why, sizeof why);
+        /* the rows are sized from pass_end (the requester's, or its AWAIT's): at most one
+         * STAGE_REPLY's rows, within this node's context, before anything is allocated */
+        const int32_t most = mt_proto_max_rows(MT_PROTO_STAGE_REPLY, C, m->dtype);
         if (p && !p->code) {
             const int32_t p0 = m->pos[first];
             if (p->begin < 0) p->begin = p0, p->end = m->origin.pass_end;
-            if (!p->rows && p->begin >= 0 && p->end > p->begin) {
+            if (!p->rows &&
+                (p->end > in->n_ctx || p->end <= p->begin || (int64_t)p->end - p->begin > most)) {
+                char text[300];
+                snprintf(text, sizeof text,
+                         "stage 0 before the last: the pass's positions [%d, %d) (pass_end) are"
+                         " not within this stage's context of %d positions and one reply of %d"
+                         " rows; send longer passes as several",
+                         p->begin, p->end, in->n_ctx, most);
+                pass_fail_locked(p, MT_PROTO_ERR_BAD_REQUEST, 0, text);
+            } else if (!p->rows) {
                 p->cols = C;
                 p->rows = malloc((size_t)(p->end - p->begin) * (size_t)C * sizeof(float));
                 memcpy(p->from, j->client->pk, MT_KEYS_PUBLIC_BYTES);
                 p->dtype = m->dtype;
             }
-            if (!p->rows)
-                pass_fail_locked(p, MT_PROTO_ERR_BUSY, "stage 0 before the last: out of memory");
-            else if (p0 != p->begin + p->got || p0 + count > p->end ||
-                     memcmp(p->from, j->client->pk, MT_KEYS_PUBLIC_BYTES) != 0)
-                pass_fail_locked(p, MT_PROTO_ERR_POSITION,
+            if (p->code) {
+                /* refused above */
+            } else if (!p->rows) {
+                pass_fail_locked(p, MT_PROTO_ERR_BUSY, 0, "stage 0 before the last: out of memory");
+            } else if (p0 != p->begin + p->got || p0 + count > p->end ||
+                       memcmp(p->from, j->client->pk, MT_KEYS_PUBLIC_BYTES) != 0) {
+                pass_fail_locked(p, MT_PROTO_ERR_POSITION, 0,
                                  "stage 0 before the last: a chunk of the pass came out of order"
                                  " or from another stage");
-            else {
+            } else {
                 memcpy(p->rows + (size_t)p->got * (size_t)C, j->out + (size_t)first * (size_t)C,
                        (size_t)count * (size_t)C * sizeof(float));
                 p->got += count;
@@ -426,6 +664,10 @@ void node_oneway_chunk(mt_node *n, node_job *j, int32_t first, int32_t count) {
         node_pass *done = p ? pass_ready_locked(n, p) : NULL;
         pthread_mutex_unlock(&n->lock);
         if (done) pass_answer(n, done);
+        if (!p)
+            mt_log_as(&n->log, MT_LOG_WARN,
+                      "positions [%d, %d) of a one-way pass of session %016llx are dropped: %s",
+                      m->pos[first], m->pos[first] + count, (unsigned long long)m->session, why);
         return;
     }
     /* the next hop gets what its layers need: the stream and the checkpoints banked so far */
@@ -455,20 +697,25 @@ void node_oneway_chunk(mt_node *n, node_job *j, int32_t first, int32_t count) {
     memcpy(f.pos, m->pos + first, (size_t)count * sizeof(int32_t));
     if (f.n_hops) memcpy(f.hops, m->hops + 1, (size_t)f.n_hops * sizeof *f.hops);
     mt_proto_pack_in(in, h->layer_begin, count, j->out + (size_t)first * W, f.rows);
-    hop_push(n, h->addr, h->pk, &f);
+    char why[256];
+    if (!hop_push(n, h->addr, h->pk, &f, why, sizeof why))
+        node_oneway_fail(n, m, MT_PROTO_ERR_BUSY,
+                         "positions [%d, %d) cannot be passed on to next hop %s: %s", m->pos[first],
+                         m->pos[first] + count, h->addr, why);
 }
 
 /* ---- stop ----------------------------------------------------------------------------- */
 
 void node_hops_free(mt_node *n) {
-    pthread_mutex_lock(&n->lock);
-    pthread_cond_broadcast(&n->hop_cv); /* n->stop is set */
-    pthread_mutex_unlock(&n->lock);
-    for (int i = 0; i < n->n_hops; i++) {
-        if (n->hops[i]->started) pthread_join(n->hops[i]->thread, NULL);
-        mt_remote_close(n->hops[i]->r);
-        free(n->hops[i]);
-    }
+    pthread_mutex_lock(&n->lock); /* n->stop is set: no hop is added any more */
+    int k = n->n_hops;
     n->n_hops = 0;
+    n->stats.hops = 0;
+    pthread_mutex_unlock(&n->lock);
+    for (int i = 0; i < k; i++) hop_end(n, n->hops[i]);
     node_passes_expire(n, INT64_MAX, 0);
+    free(n->pass_buckets);
+    free(n->origin_buckets); /* empty: each origin went with its last pass */
+    n->pass_buckets = NULL;
+    n->origin_buckets = NULL;
 }

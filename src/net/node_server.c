@@ -56,6 +56,18 @@ static void handle_frame(node_client *c, void *buf, size_t len) {
         node_send_msg(c, &r);
         return;
     }
+    /* a one-way pass names its origin, whose sessions it runs on every stage: only the
+     * origin itself, or a stage passing the pass on, may name it */
+    if ((m.oneway || m.type == MT_PROTO_CHAIN_ABORT) && !c->forwards &&
+        memcmp(m.origin.pk, c->pk, MT_KEYS_PUBLIC_BYTES) != 0) {
+        node_send_error(c, m.request_id, MT_PROTO_ERR_BAD_REQUEST,
+                        "%s: the origin key is not this connection's; only a stage (this node's"
+                        " own key, or a node certificate) passes on another requester's one-way"
+                        " pass",
+                        mt_proto_type_name(m.type));
+        mt_proto_msg_free(&m);
+        return;
+    }
     if (m.type == MT_PROTO_STAGE_AWAIT) {
         node_oneway_await(c, &m);
         return;
@@ -94,6 +106,8 @@ static void *reader_main(void *arg) {
     mt_keys me;
     node_identity(n, &me);
     mt_conn *conn = mt_conn_server(c->fd, &me, n->authorized, n->cfg.timeout_ms, &err);
+    uint8_t own_pk[MT_KEYS_PUBLIC_BYTES];
+    memcpy(own_pk, me.pk, sizeof own_pk);
     mt_keys_wipe(&me);
     pthread_mutex_lock(&n->lock);
     c->fd = -1; /* owned (or closed) by the transport now */
@@ -109,6 +123,8 @@ static void *reader_main(void *arg) {
         snprintf(c->peer, sizeof c->peer, "%.80s (%s)", mt_conn_peer_name(conn), ip);
         memcpy(c->pk, mt_conn_peer_key(conn), MT_KEYS_PUBLIC_BYTES);
         const mt_cert *pc = mt_conn_peer_cert(conn);
+        c->forwards = memcmp(c->pk, own_pk, MT_KEYS_PUBLIC_BYTES) == 0 ||
+                      (pc && pc->role == MT_CERT_ROLE_NODE);
         if (pc) {
             c->has_cert = true;
             c->cert = *pc;
@@ -308,7 +324,6 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     mt_cond_init_mono(&n->recheck_cv);
     pthread_cond_init(&n->client_cv, NULL);
     pthread_cond_init(&n->done_cv, NULL);
-    pthread_cond_init(&n->hop_cv, NULL);
     snprintf(n->addr, sizeof n->addr, "(starting)");
     mt_log_source_init(&n->log, "node", n->addr, n->cfg.quiet);
     if (n->cfg.max_batch_tokens <= 0) n->cfg.max_batch_tokens = 4096;
@@ -349,6 +364,7 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
         mt_error_set(err, "out of memory");
         goto fail;
     }
+    if (node_passes_init(n, err)) goto fail;
     if (node_setup_experts(n, cfg, err)) goto fail;
     const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:0";
     if (n->listen_fd < 0 && (n->listen_fd = mt_listen_tcp(listen, err)) < 0) goto fail;
@@ -428,7 +444,6 @@ void mt_node_stop(mt_node *n) {
     pthread_cond_destroy(&n->recheck_cv);
     pthread_cond_destroy(&n->client_cv);
     pthread_cond_destroy(&n->done_cv);
-    pthread_cond_destroy(&n->hop_cv);
     pthread_mutex_destroy(&n->lock);
     free(n);
 }

@@ -16,14 +16,18 @@ _Static_assert(sizeof((node_sessions *)0)->hash_key == crypto_shorthash_KEYBYTES
 
 /* Keyed (SipHash, a random key per node) so that a client choosing its
  * session ids cannot pile them into one bucket. */
-static size_t bucket_of(const node_sessions *t, const uint8_t *owner, uint64_t id) {
+uint64_t node_sessions_hash(const node_sessions *t, const uint8_t *owner, uint64_t id) {
     uint8_t in[MT_KEYS_PUBLIC_BYTES + 8], h[crypto_shorthash_BYTES];
     memcpy(in, owner, MT_KEYS_PUBLIC_BYTES);
     memcpy(in + MT_KEYS_PUBLIC_BYTES, &id, 8);
     crypto_shorthash(h, in, sizeof in, t->hash_key);
     uint64_t v;
     memcpy(&v, h, sizeof v);
-    return (size_t)(v & (t->n_buckets - 1));
+    return v;
+}
+
+static size_t bucket_of(const node_sessions *t, const uint8_t *owner, uint64_t id) {
+    return (size_t)(node_sessions_hash(t, owner, id) & (t->n_buckets - 1));
 }
 
 int node_sessions_init(node_sessions *t) {

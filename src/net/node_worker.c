@@ -8,7 +8,8 @@
  * next hop, or into the pass table on the last stage, as each is computed:
  * node_oneway.c). A prompt not finished stays
  * queued, in its place, for the next step. Between steps, and while it waits
- * for work, it drops sessions unused for session_idle_ms (node.h). */
+ * for work, it drops sessions unused for session_idle_ms (node.h), and the
+ * one-way passes and next hops left that long (node_oneway.c). */
 #include "moontail/clock.h"
 #include "node_internal.h"
 
@@ -438,20 +439,33 @@ static double pace_hold(mt_node *n, double now) {
     return mt_node_pace_hold(n->pace_due, k, now, n->pace_prompt_ms);
 }
 
+/* The jobs of one step that name a session, by (owner, session): an
+ * open-addressing set of indices into the step's jobs (-1: empty), twice as
+ * many slots as jobs, so that finding a session's first job is O(1). */
+typedef struct step_firsts {
+    int *slot;
+    size_t mask;
+} step_firsts;
+
 /* Whether all[k] may run in this step: an EXPERT_RUN always; a session's
- * request when it is the first of that session's waiting and the session
- * is not in the middle of another. A session named is kept from being
- * evicted or expired in this step. */
-static bool job_ready(mt_node *n, node_job *const *all, int k) {
+ * request when it is the first of that session's waiting (f: the firsts of
+ * all[0..k)) and the session is not in the middle of another. A session
+ * named is kept from being evicted or expired in this step. */
+static bool job_ready(mt_node *n, node_job *const *all, int k, step_firsts *f) {
     const node_job *j = all[k];
     const mt_proto_msg *m = &j->msg;
     if (m->type == MT_PROTO_EXPERT_RUN) return true;
-    node_session *s = session_find(n, node_job_owner(j), m->session);
+    const uint8_t *owner = node_job_owner(j);
+    node_session *s = session_find(n, owner, m->session);
     if (s) node_session_touch(&n->sessions, s, n->step, mt_mono_ms());
-    for (int i = 0; i < k; i++)
-        if (all[i]->msg.type != MT_PROTO_EXPERT_RUN && all[i]->msg.session == m->session &&
-            memcmp(node_job_owner(all[i]), node_job_owner(j), MT_KEYS_PUBLIC_BYTES) == 0)
-            return false;
+    size_t h = (size_t)node_sessions_hash(&n->sessions, owner, m->session) & f->mask;
+    for (; f->slot[h] >= 0; h = (h + 1) & f->mask) {
+        const node_job *o = all[f->slot[h]];
+        if (o->msg.session == m->session &&
+            memcmp(node_job_owner(o), owner, MT_KEYS_PUBLIC_BYTES) == 0)
+            return false; /* an earlier job of the session waits */
+    }
+    f->slot[h] = k;
     return !s || !s->busy || s->busy == j;
 }
 
@@ -505,13 +519,20 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
     node_job **all = malloc((size_t)count * sizeof *all); /* NULL once answered */
     step_item *items = calloc((size_t)count, sizeof *items);
     bool *ready = malloc((size_t)count * sizeof *ready);
-    if (!all || !items || !ready) { /* retried at the next step */
-        free(all), free(items), free(ready);
+    step_firsts firsts = {0};
+    for (firsts.mask = 1; firsts.mask < 2 * (size_t)count; firsts.mask *= 2) {
+    }
+    firsts.slot = malloc(firsts.mask * sizeof *firsts.slot);
+    firsts.mask--;
+    if (!all || !items || !ready || !firsts.slot) { /* retried at the next step */
+        free(all), free(items), free(ready), free(firsts.slot);
         return list;
     }
+    memset(firsts.slot, 0xff, (firsts.mask + 1) * sizeof *firsts.slot); /* all -1 */
     int k = 0;
     for (node_job *j = list, *next; j; j = next) next = j->next, j->next = NULL, all[k++] = j;
-    for (k = 0; k < count; k++) ready[k] = job_ready(n, all, k);
+    for (k = 0; k < count; k++) ready[k] = job_ready(n, all, k, &firsts);
+    free(firsts.slot);
     int n_items = 0;
     int64_t tokens = 0, rows = 0;
     const int64_t max_tok = n->cfg.max_batch_tokens;
@@ -679,7 +700,7 @@ void *node_worker_main(void *arg) {
                     }
                 }
             }
-        } else if (n->stats.sessions == 0) {
+        } else if (n->stats.sessions == 0 && n->n_hops == 0 && n->n_passes == 0) {
             pthread_cond_wait(&n->work_cv, &n->lock); /* nothing to expire */
         } else {
             struct timespec until = {.tv_sec = next_sweep / 1000,
@@ -691,6 +712,7 @@ void *node_worker_main(void *arg) {
             pthread_mutex_unlock(&n->lock);
             sessions_expire(n, now);
             node_passes_expire(n, now, n->cfg.session_idle_ms);
+            node_hops_expire(n, now, n->cfg.session_idle_ms);
             pthread_mutex_lock(&n->lock);
             next_sweep = now + sweep_interval_ms(n);
         }

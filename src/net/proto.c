@@ -409,8 +409,11 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
         body = 1;
         break;
     case MT_PROTO_ERROR:
+        if (m->has_back && (m->back < 0 || m->back > MT_PROTO_MAX_HOPS))
+            return mt_error_set(err, "%s: back %d is outside [0, %d]", tn, m->back,
+                                MT_PROTO_MAX_HOPS);
         text_len = strnlen(m->text, MT_PROTO_MAX_TEXT);
-        body = 8 + text_len;
+        body = 8 + (m->has_back ? 4 : 0) + text_len;
         break;
     default:
         return mt_error_set(err, "cannot encode message type 0x%04x: unknown", m->type);
@@ -431,6 +434,7 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
                            (m->oneway ? MT_PROTO_FLAG_ONEWAY : 0) |
                            (m->speculative ? MT_PROTO_FLAG_SPECULATIVE : 0) |
                            (m->prompt ? MT_PROTO_FLAG_PROMPT : 0));
+    if (m->type == MT_PROTO_ERROR && m->has_back) flags = MT_PROTO_FLAG_STAGE;
     put_u16(&w, flags);
     put_u64(&w, m->request_id);
     size_t nv = has_rows ? (size_t)m->n * (size_t)m->cols : 0;
@@ -513,6 +517,7 @@ int mt_proto_encode(const mt_proto_msg *m, uint8_t **out, size_t *len, mt_error 
         break;
     case MT_PROTO_ERROR:
         put_u32(&w, m->code);
+        if (m->has_back) put_u32(&w, (uint32_t)m->back);
         put_u32(&w, (uint32_t)text_len);
         put_bytes(&w, m->text, text_len);
         break;
@@ -793,8 +798,16 @@ static int decode_body(rbuf *r, mt_proto_msg *m, uint16_t flags, mt_error *err) 
         return 0;
     }
     case MT_PROTO_ERROR: {
-        if (need(r, 8, tn, "code and text length", err)) return -1;
+        m->has_back = (flags & MT_PROTO_FLAG_STAGE) != 0;
+        if (need(r, m->has_back ? 12 : 8, tn, "code, stage and text length", err)) return -1;
         m->code = get_u32(r);
+        if (m->has_back) {
+            uint32_t back = get_u32(r);
+            if (back > MT_PROTO_MAX_HOPS)
+                return mt_error_set(err, "%s: back %u is outside [0, %d]", tn, back,
+                                    MT_PROTO_MAX_HOPS);
+            m->back = (int32_t)back;
+        }
         return get_text(r, m, get_u32(r), tn, err);
     }
     default:
@@ -817,7 +830,8 @@ int mt_proto_decode(const void *payload, size_t len, mt_proto_msg *out, mt_error
     uint16_t allowed = out->type == MT_PROTO_STAGE_FORWARD
                            ? MT_PROTO_FLAG_HOPS | MT_PROTO_FLAG_ONEWAY | MT_PROTO_FLAG_SPECULATIVE |
                                  MT_PROTO_FLAG_PROMPT
-                           : 0;
+                       : out->type == MT_PROTO_ERROR ? MT_PROTO_FLAG_STAGE
+                                                     : 0;
     if (flags & ~allowed)
         return mt_error_set(err, "%s: header flags 0x%04x are reserved and must be 0",
                             mt_proto_type_name(out->type), flags & ~allowed);

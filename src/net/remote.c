@@ -214,7 +214,8 @@ int mt_remote_stage_send(mt_remote *r, uint64_t session, int32_t layer_begin, in
 
 int mt_remote_stage_await(mt_remote *r, uint64_t session, uint64_t pass_id, int32_t pass_begin,
                           int32_t pass_end, const uint8_t prev_pk[MT_KEYS_PUBLIC_BYTES],
-                          float *hidden, mt_proto_dtype dtype, uint32_t *code, mt_error *err) {
+                          float *hidden, mt_proto_dtype dtype, uint32_t *code, int32_t *back,
+                          mt_error *err) {
     const mt_proto_info *in = &r->info;
     const int32_t a = in->layer_begin, end = in->n_layer, n = pass_end - pass_begin;
     mt_proto_msg req = {.type = MT_PROTO_STAGE_AWAIT,
@@ -225,6 +226,7 @@ int mt_remote_stage_await(mt_remote *r, uint64_t session, uint64_t pass_id, int3
     memcpy(req.prev_pk, prev_pk, sizeof req.prev_pk);
     pthread_mutex_lock(&r->lock);
     int rc = call_locked(r, &req, &reply, code, err);
+    if (back) *back = rc && reply.type == MT_PROTO_ERROR && reply.has_back ? reply.back : -1;
     if (rc == 0 && (rc = check_rows(r, &reply, n, mt_proto_cols_out(in, a, end), dtype, err)) == 0)
         mt_proto_unpack_out(in, a, end, n, reply.rows, hidden);
     mt_proto_msg_free(&reply);

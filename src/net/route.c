@@ -645,7 +645,7 @@ static int probe_stages(mt_route *r, const char *first, mt_error *err) {
 /* One pass through the stages as a one-way pass: the rows go to stage 0,
  * which passes them on (with the later stages as hops), and the last stage
  * answers an AWAIT. An error names the stage that failed: from a
- * CHAIN_ABORT's "stage B before the last", or, when the AWAIT timed out or
+ * CHAIN_ABORT's stage (a field of the AWAIT's ERROR), or, when the AWAIT timed out or
  * its connection broke, from probing every stage. */
 static int route_pass_oneway(mt_route *r, mt_route_session *s, int32_t p0, int32_t n, float *hidden,
                              const int32_t *pos, mt_error *err) {
@@ -680,19 +680,18 @@ static int route_pass_oneway(mt_route *r, mt_route_session *s, int32_t p0, int32
             return PASS_FAIL;
         }
         uint32_t code = 0;
+        int32_t back = -1;
         const int wait_ms = route_call_timeout(r, last, k);
         mt_remote_set_call_timeout(last->r, wait_ms);
         const double t_call = mt_mono_ms_frac();
         if (mt_remote_stage_await(last->r, s->id, o.pass_id, p0 + off, p0 + off + k,
-                                  r->stages[S - 2].peer.pk, h, r->wire, &code, err) == 0) {
+                                  r->stages[S - 2].peer.pk, h, r->wire, &code, &back, err) == 0) {
             route_call_seen(last, k, mt_mono_ms_frac() - t_call);
             continue;
         }
-        if (code != 0) { /* a stage aborted the pass, or the last stage failed it */
-            const char *at = strstr(err->msg, ": stage ");
-            int back = -1;
-            if (!at || sscanf(at + 8, "%d before the last", &back) != 1 || back < 0 || back > S - 1)
-                back = 0;
+        if (code != 0) { /* a stage aborted the pass, or the last stage failed it (or the
+                            AWAIT: no stage named) */
+            if (back < 0 || back > S - 1) back = 0;
             if (code == MT_PROTO_ERR_UNKNOWN_SESSION && p0 > 0) return PASS_REPLAY;
             route_stage *bad = &r->stages[S - 1 - back];
             bad->failed = true;
