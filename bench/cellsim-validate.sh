@@ -48,7 +48,8 @@
 # removed on exit, also on failure or ^C. Environment: ARCH (deepseek2 or
 # kimi-k3), RES_BLOCK, LATENT (kimi-k3), ROUNDS (3), STAGES ("4 8"), USERS
 # ("1 2 4 8"), MODES ("turn oneway"), PROMPT (32), GEN (32), GAP_USERS (4),
-# GAP_GEN (96), GAP_OTHERS_GEN (1: the others send prompts alone; GAP_GEN:
+# GAP_GEN (96), CELLSIM_FLAGS (more cellsim options, e.g. "--no-pacing" with
+# NODE_FLAGS="--no-pacing"), GAP_OTHERS_GEN (1: the others send prompts alone; GAP_GEN:
 # they decode too, and requester 0's steps are shared with their decodes), NODE_FLAGS (more `moontail node` options, e.g. "--prefill-chunk
 # 2"; cellsim is not told), KEEP=DIR (keep the measurements, calibrations and
 # predictions there).
@@ -208,11 +209,12 @@ for r in $(seq 1 "$ROUNDS"); do
             calibrate $((i + 1))
             capacity=$(json 'console.log(o.cpu_capacity.toFixed(3))' <"$tmp/m.json")
             # predicted with the calibrations just before and just after the measurement
+            # shellcheck disable=SC2086 # CELLSIM_FLAGS: several words
             $T "$BUILD/cellsim" --calib "$tmp/cal$i.json" --calib "$tmp/cal$((i + 1)).json" \
                 --calib-time cpu --shape calib --stages "${LAYERS[$n]}" --shared-host \
                 --cores "$CORES" --cpu-share "$capacity" --threads 1 --burst --users "$c" \
                 --prompt "$PROMPT" --gen "$GEN" --overhead-us "$overhead" --latency-us 0 \
-                --gbps 10 --route-mode "$mode" --json >"$tmp/p.json" || die "cellsim"
+                --gbps 10 --route-mode "$mode" ${CELLSIM_FLAGS:-} --json >"$tmp/p.json" || die "cellsim"
             json "o.round = $r; o.mode = '$mode'; console.log(JSON.stringify(o))" <"$tmp/m.json" \
                 >>"$tmp/measured.jsonl"
             json "const x = o.runs[0]; console.log(JSON.stringify({round: $r, stages: $n, users: $c,
