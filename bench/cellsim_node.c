@@ -331,17 +331,8 @@ static bool is_decode(const cs_msg *M) {
 
 /* ---- decode pacing (node_worker.c's pace_note and pace_hold) */
 
-#define PACE_MAX_PERIOD_MS 10000.0
-#define PACE_MAX_SKIPS     2
-
 static void pace_note(cs_session *s, const cs_msg *M, bool decode) {
-    if (!decode) {
-        s->pace = (mt_node_pace_decode){0};
-        return;
-    }
-    const double gap = M->arrived - s->pace.at_ms;
-    s->pace.period_ms = s->pace.at_ms > 0 && gap > 0 && gap <= PACE_MAX_PERIOD_MS ? gap : 0;
-    s->pace.at_ms = M->arrived;
+    mt_node_pace_note(&s->pace, M->arrived, decode);
 }
 
 static double pace_hold(sim *S, cs_node *n, double now) {
@@ -349,7 +340,7 @@ static double pace_hold(sim *S, cs_node *n, double now) {
     int k = 0;
     for (int i = 0; i < n->n_sess; i++) {
         const cs_session *s = &n->sessions[i];
-        if (!s->used || !(s->pace.period_ms > 0) || S->now - s->pace.at_ms > 2 * PACE_MAX_PERIOD_MS)
+        if (!s->used || !(s->pace.period_ms > 0) || S->now - s->pace.at_ms > 2 * MT_NODE_PACE_MAX_PERIOD_MS)
             continue;
         if (!sim_grow((void **)&S->pace_due, &S->cap_pace, k + 1, sizeof *S->pace_due)) {
             sim_oom(S, "a step");
@@ -522,7 +513,7 @@ static void node_start_step(sim *S, int ni) {
                     budget = 0;
                     sim_push(S, n->pace_hold_until, EV_WAKE, ni, ++n->hold_seq);
                 }
-            } else if (n->pace_decode_ms > 0 && n->pace_skips < PACE_MAX_SKIPS &&
+            } else if (n->pace_decode_ms > 0 && n->pace_skips < MT_NODE_PACE_MAX_SKIPS &&
                        pace_hold(S, n, S->now + n->pace_decode_ms) == 0 && n->pace_prompt_ms > 0) {
                 n->pace_skips++;
                 budget = 0;

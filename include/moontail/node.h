@@ -203,6 +203,17 @@ typedef struct mt_node_pace_decode {
     double at_ms, period_ms;
 } mt_node_pace_decode;
 
+/* A decoding session's rhythm is forgotten past this gap between its decodes,
+ * and a step of decodes goes without the prompts waiting at most this many
+ * times in a row. */
+#define MT_NODE_PACE_MAX_PERIOD_MS 10000.0
+#define MT_NODE_PACE_MAX_SKIPS     2
+
+/* A session's request arrived at arrived_ms and is in this step: a decode
+ * records its arrival and the gap since the last one (p->period_ms; 0 past
+ * MT_NODE_PACE_MAX_PERIOD_MS), anything else ends its decoding (*p zeroed). */
+void mt_node_pace_note(mt_node_pace_decode *p, double arrived_ms, bool decode);
+
 /* Whether a step of prompt chunks alone, starting at now_ms and taking about
  * step_ms (0: not measured yet), should wait for a decode: one of d[0..n) is
  * due (at_ms + period_ms) before the step would end, and is not later than

@@ -6,6 +6,16 @@
  * with bench/cellsim's model of the node. */
 #include "moontail/node.h"
 
+void mt_node_pace_note(mt_node_pace_decode *p, double arrived_ms, bool decode) {
+    if (!decode) {
+        *p = (mt_node_pace_decode){0};
+        return;
+    }
+    const double gap = arrived_ms - p->at_ms;
+    p->period_ms = p->at_ms > 0 && gap > 0 && gap <= MT_NODE_PACE_MAX_PERIOD_MS ? gap : 0;
+    p->at_ms = arrived_ms;
+}
+
 double mt_node_pace_hold(const mt_node_pace_decode *d, int n, double now_ms, double step_ms) {
     double until = 0;
     if (!(step_ms > 0)) return 0; /* nothing measured yet */

@@ -391,23 +391,10 @@ static int stage_admit(mt_node *n, node_job *j, node_session **out) {
 
 /* ---- decode pacing (node.h, "Step order"; the rule: node_pace.c) ------------------ */
 
-/* A decoding session's rhythm is forgotten past this gap between its decodes. */
-#define PACE_MAX_PERIOD_MS 10000.0
-
-/* Job j of session s is in this step: a decode records its arrival (and the gap
- * since the last), anything else ends the session's decoding. */
+/* Job j of session s is in this step (mt_node_pace_note). */
 static void pace_note(node_session *s, const node_job *j, bool decode) {
-    if (!decode) {
-        s->pace = (mt_node_pace_decode){0};
-        return;
-    }
-    const double gap = j->arrived_ms - s->pace.at_ms;
-    s->pace.period_ms = s->pace.at_ms > 0 && gap > 0 && gap <= PACE_MAX_PERIOD_MS ? gap : 0;
-    s->pace.at_ms = j->arrived_ms;
+    mt_node_pace_note(&s->pace, j->arrived_ms, decode);
 }
-
-/* Steps in a row whose decodes go without prompt tokens while prompts wait. */
-#define PACE_MAX_SKIPS 2
 
 /* Whether a prompt (a STAGE_FORWARD not a decode) may run in this step. */
 static bool pace_prompts_wait(const mt_node *n, node_job *const *all, const bool *ready,
@@ -426,7 +413,7 @@ static double pace_hold(mt_node *n, double now) {
     if (n->cfg.no_pacing || !(n->pace_prompt_ms > 0)) return 0;
     int k = 0;
     for (node_session *s = n->sessions.newest;
-         s && (double)(now - (double)s->last_used_ms) <= 2 * PACE_MAX_PERIOD_MS; s = s->older) {
+         s && (double)(now - (double)s->last_used_ms) <= 2 * MT_NODE_PACE_MAX_PERIOD_MS; s = s->older) {
         if (!(s->pace.period_ms > 0)) continue;
         if (k == n->pace_cap) {
             int cap = n->pace_cap ? 2 * n->pace_cap : 64;
@@ -580,7 +567,7 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
     /* decode pacing: with no decode in this step, a prompt step is not started when a
      * decode is due before it would end (the worker waits for the decode, or until the
      * hold); with decodes, no prompt tokens join them when a prompt step fits in the gap
-     * after this step (at most PACE_MAX_SKIPS steps in a row, so that prompts advance) */
+     * after this step (at most MT_NODE_PACE_MAX_SKIPS steps in a row, so prompts advance) */
     const double now = mt_mono_ms_frac();
     const bool was_holding = n->pace_hold_until > 0;
     n->pace_hold_until = 0;
@@ -588,7 +575,7 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
         if (tokens == 0) {
             n->pace_hold_until = pace_hold(n, now);
             if (n->pace_hold_until > 0) budget = 0;
-        } else if (n->pace_decode_ms > 0 && n->pace_skips < PACE_MAX_SKIPS &&
+        } else if (n->pace_decode_ms > 0 && n->pace_skips < MT_NODE_PACE_MAX_SKIPS &&
                    pace_hold(n, now + n->pace_decode_ms) == 0 && n->pace_prompt_ms > 0) {
             n->pace_skips++;
             budget = 0;
