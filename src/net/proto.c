@@ -837,7 +837,8 @@ int mt_proto_decode(const void *payload, size_t len, mt_proto_msg *out, mt_error
                             mt_proto_type_name(out->type), flags & ~allowed);
     if (decode_body(&r, out, flags, err) == 0) {
         out->speculative = (flags & MT_PROTO_FLAG_SPECULATIVE) != 0;
-        out->prompt = (flags & MT_PROTO_FLAG_PROMPT) != 0;
+        /* bit 3 is PROMPT on a STAGE_FORWARD, STAGE on an ERROR (decode_body) */
+        out->prompt = out->type == MT_PROTO_STAGE_FORWARD && (flags & MT_PROTO_FLAG_PROMPT);
         if (!(out->speculative && out->prompt)) return 0;
         mt_error_set(err, "STAGE_FORWARD: header flags mark it both speculative and a prompt's"
                           " chunk; one at most");
