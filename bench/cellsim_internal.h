@@ -115,7 +115,8 @@ typedef struct cs_node {
     uint64_t steps;
     /* decode pacing (node_worker.c): the recent time of a step of prompt chunks alone and of
      * decodes alone, and the hold in progress (its EV_WAKE carries hold_seq) */
-    double pace_prompt_ms, pace_decode_ms, pace_hold_until;
+    mt_node_pace_costs pace_costs;
+    double pace_hold_until;
     int pace_skips;
     double spec_tok; /* this step's tokens of speculative passes (KDA snapshots) */
     int step_kind;   /* this step: 1 prompt chunks alone, 2 decodes alone, 0 other */

@@ -286,11 +286,9 @@ static void node_finish_step(sim *S, int ni) {
     n->q_n = kept;
     for (int i = 0; i < n->n_step; i++)
         if (S->msgs[n->step[i].m].finished) sim_msg_free(S, n->step[i].m);
-    if (n->step_kind) { /* node_worker.c: what the next such step will likely take */
-        double *ema = n->step_kind == 1 ? &n->pace_prompt_ms : &n->pace_decode_ms;
-        const double took = S->now - n->step_start;
-        *ema = *ema > 0 ? 0.75 * *ema + 0.25 * took : took;
-    }
+    if (n->step_kind) /* node_worker.c: prompt chunks or decodes alone */
+        mt_node_pace_measured(&n->pace_costs, n->step_kind == 1, S->now - n->step_start,
+                              n->step_tok);
     S->steps++;
     S->step_tok_sum += n->step_tok;
     S->step_ms_sum += S->now - n->step_start;
@@ -335,12 +333,14 @@ static void pace_note(cs_session *s, const cs_msg *M, bool decode) {
     mt_node_pace_note(&s->pace, M->arrived, decode);
 }
 
-static double pace_hold(sim *S, cs_node *n, double now) {
-    if (S->cfg->no_pacing || !(n->pace_prompt_ms > 0)) return 0;
+static double pace_hold(sim *S, cs_node *n, double now, double step_ms, double *due) {
+    *due = 0;
+    if (!(step_ms > 0)) return 0;
     int k = 0;
     for (int i = 0; i < n->n_sess; i++) {
         const cs_session *s = &n->sessions[i];
-        if (!s->used || !(s->pace.period_ms > 0) || S->now - s->pace.at_ms > 2 * MT_NODE_PACE_MAX_PERIOD_MS)
+        if (!s->used || !(s->pace.period_ms > 0) ||
+            S->now - s->pace.at_ms > 2 * MT_NODE_PACE_MAX_PERIOD_MS)
             continue;
         if (!sim_grow((void **)&S->pace_due, &S->cap_pace, k + 1, sizeof *S->pace_due)) {
             sim_oom(S, "a step");
@@ -348,7 +348,7 @@ static double pace_hold(sim *S, cs_node *n, double now) {
         }
         S->pace_due[k++] = s->pace;
     }
-    return mt_node_pace_hold(S->pace_due, k, now, n->pace_prompt_ms);
+    return mt_node_pace_hold(S->pace_due, k, now, step_ms, due);
 }
 
 void cs_node_wake(sim *S, int ni, int64_t seq) {
@@ -497,24 +497,35 @@ static void node_start_step(sim *S, int ni) {
         if (n->st.n_tok > 0)
             budget = fmin(budget, n->st.n_tok); /* node_worker.c: no more
                                                     prompt than decode tokens */
-        /* decode pacing (node_worker.c): no prompt step alone when a decode is due before it
-         * would end; no prompt tokens with decodes when a prompt step fits after them */
+        /* decode pacing (node_worker.c): a prompt step alone takes only the tokens that end
+         * before a decode due, or waits for it; no prompt tokens with decodes when the prompt
+         * step fits after them */
         const bool was_holding = n->pace_hold_until > 0;
         n->pace_hold_until = 0;
-        bool prompts = false;
-        for (int i = 0; i < n->q_n && !prompts && !cfg->no_pacing; i++) {
+        double planned = 0;
+        for (int i = 0; i < n->q_n && planned < budget && !cfg->no_pacing; i++) {
             const cs_msg *M = &S->msgs[n->queue[i]];
-            prompts = S->ready[i] && !M->finished && M->type == M_STAGE_FWD && !is_decode(M);
+            if (S->ready[i] && !M->finished && M->type == M_STAGE_FWD && !is_decode(M))
+                planned += fmin(M->n - M->done, cfg->prefill_chunk);
         }
-        if (budget > 0 && prompts) {
+        planned = fmin(planned, budget);
+        if (planned > 0) {
+            const mt_node_pace_costs *pc = &n->pace_costs;
+            const double step_ms = mt_node_pace_step_ms(pc, planned);
+            double due = 0;
             if (decode_tok == 0) {
-                n->pace_hold_until = pace_hold(S, n, S->now);
-                if (n->pace_hold_until > 0) {
+                const double hold = pace_hold(S, n, S->now, step_ms, &due);
+                const int fit = hold > 0 ? mt_node_pace_fit(pc, due - S->now) : 0;
+                if (hold > 0 && fit >= 1) {
+                    budget = fmin(budget, fit);
+                } else if (hold > 0) {
+                    n->pace_hold_until = hold;
                     budget = 0;
-                    sim_push(S, n->pace_hold_until, EV_WAKE, ni, ++n->hold_seq);
+                    sim_push(S, hold, EV_WAKE, ni, ++n->hold_seq);
                 }
-            } else if (n->pace_decode_ms > 0 && n->pace_skips < MT_NODE_PACE_MAX_SKIPS &&
-                       pace_hold(S, n, S->now + n->pace_decode_ms) == 0 && n->pace_prompt_ms > 0) {
+            } else if (n->pace_skips < MT_NODE_PACE_MAX_SKIPS && step_ms > 0 && pc->decode_ms > 0 &&
+                       pace_hold(S, n, S->now + mt_node_pace_step_ms(pc, decode_tok), step_ms,
+                                 &due) == 0) {
                 n->pace_skips++;
                 budget = 0;
             }

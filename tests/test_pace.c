@@ -4,15 +4,60 @@
  * session's next token (its last arrival + its period) is due before the
  * step would end, until that due time plus the slack (half the period, at
  * most one step, at least 0.5 ms); a decode later than that counts as
- * stopped. The node's use of the rule is measured, not tested, in
+ * stopped; and the line through the recent steps' times that sizes a smaller
+ * prompt step to end before a due decode. The node's use of the rule is
+ * measured, not tested, in
  * bench/cellsim-validate.sh (timings), and modelled in bench/cellsim. */
 #include "check.h"
 #include "moontail/node.h"
 
 static void expect(const mt_node_pace_decode *d, int n, double now, double step, double want,
                    const char *what) {
-    double got = mt_node_pace_hold(d, n, now, step);
+    double due = -1, got = mt_node_pace_hold(d, n, now, step, &due);
     CHECK(fabs(got - want) < 1e-9, "%s: hold until %.3f, wanted %.3f", what, got, want);
+    CHECK(want > 0 ? due > 0 && due < want : due == 0, "%s: due %.3f", what, due);
+}
+
+static void expect_due(const mt_node_pace_decode *d, int n, double now, double step, double want,
+                       const char *what) {
+    double due = -1;
+    mt_node_pace_hold(d, n, now, step, &due);
+    CHECK(fabs(due - want) < 1e-9, "%s: due %.3f, wanted %.3f", what, due, want);
+}
+
+/* The cost line (mt_node_pace_measured, _step_ms, _fit). */
+static void test_costs(void) {
+    mt_node_pace_costs c = {0};
+    CHECK(mt_node_pace_step_ms(&c, 4) == 0 && mt_node_pace_fit(&c, 100) == 0,
+          "nothing measured: no estimate");
+    /* prompt steps alone: 12 ms for 4 tokens, then 20 ms for 4: 0.75 x 12 + 0.25 x 20 = 14 */
+    mt_node_pace_measured(&c, true, 12, 4);
+    CHECK(fabs(mt_node_pace_step_ms(&c, 2) - 6) < 1e-9 && mt_node_pace_fit(&c, 7) == 2,
+          "prompt steps only: 3 ms a token, no fixed part: %.3f ms, %d tokens",
+          mt_node_pace_step_ms(&c, 2), mt_node_pace_fit(&c, 7));
+    mt_node_pace_measured(&c, true, 20, 4);
+    CHECK(fabs(c.prompt_ms - 14) < 1e-9 && fabs(c.prompt_tok - 4) < 1e-9,
+          "moving average: %.3f ms, %.3f tokens", c.prompt_ms, c.prompt_tok);
+    /* with decode steps alone, 9.4 ms for 1 token, and prompt steps of 22 ms for 4: the line
+     * through both, 4.2 ms a token and 5.2 fixed */
+    c = (mt_node_pace_costs){0};
+    mt_node_pace_measured(&c, true, 22, 4);
+    mt_node_pace_measured(&c, false, 9.4, 1);
+    CHECK(fabs(mt_node_pace_step_ms(&c, 4) - 22) < 1e-9 &&
+              fabs(mt_node_pace_step_ms(&c, 2) - 13.6) < 1e-9,
+          "the line: %.3f and %.3f ms", mt_node_pace_step_ms(&c, 4), mt_node_pace_step_ms(&c, 2));
+    CHECK(mt_node_pace_fit(&c, 14) == 2 && mt_node_pace_fit(&c, 9.5) == 1 &&
+              mt_node_pace_fit(&c, 5) == 0,
+          "fits: %d, %d, %d tokens", mt_node_pace_fit(&c, 14), mt_node_pace_fit(&c, 9.5),
+          mt_node_pace_fit(&c, 5));
+    /* two kinds too alike in tokens (4 and 4): the prompt steps' time per token */
+    c = (mt_node_pace_costs){0};
+    mt_node_pace_measured(&c, true, 16, 4);
+    mt_node_pace_measured(&c, false, 10, 4);
+    CHECK(fabs(mt_node_pace_step_ms(&c, 1) - 4) < 1e-9, "alike: %.3f ms",
+          mt_node_pace_step_ms(&c, 1));
+    mt_node_pace_measured(&c, true, 0, 4); /* not a measurement */
+    CHECK(fabs(c.prompt_ms - 16) < 1e-9, "a 0 ms step is ignored: %.3f", c.prompt_ms);
 }
 
 int main(void) {
@@ -43,5 +88,9 @@ int main(void) {
     expect(many, 3, 123.5, 4, 124, "the first late past its end: the next");
     expect(many, 3, 124, 4, 129, "both late: the third is due at 125 -> 125 + 4");
     expect(many, 0, 118, 4, 0, "no decoding session");
+    expect_due(many, 3, 118, 4, 119, "the earliest due of those holding");
+    expect_due(many, 3, 124, 4, 125, "the third, the others late past their ends");
+    expect_due(&one, 1, 110, 5, 0, "none holding: no due");
+    test_costs();
     return check_report("test_pace");
 }

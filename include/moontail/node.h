@@ -40,14 +40,16 @@
  * behind any prompt. Decode pacing (unless no_pacing) shortens that wait:
  * the node learns each decoding session's rhythm (the time between its last
  * two decodes' arrivals) and does not start a step of prompt chunks alone
- * when a session's next decode is due before such a step would end (the
- * recent steps' time): it waits for that decode, a little past its due time
- * at most (mt_node_pace_hold). And a step of decodes takes no prompt tokens
- * when a step of prompt chunks alone fits between its end (the recent
- * decode steps' time) and the next decode due, at most 2 steps in a row
- * while prompts wait (then it takes them as above), so that prompts always
- * advance. A decode then waits behind a prompt only when its arrival comes
- * off its rhythm. A step takes at most one request per session (later
+ * that would still run when a session's next decode is due (the step's time
+ * on the line through the recent steps' times, mt_node_pace_step_ms): it
+ * takes only the prompt tokens that end before the decode is due
+ * (mt_node_pace_fit), or, when not one does, waits for that decode, a little
+ * past its due time at most (mt_node_pace_hold). And a step of decodes takes
+ * no prompt tokens when a step of prompt chunks alone fits between its end
+ * (the recent decode steps' time) and the next decode due, at most 2 steps
+ * in a row while prompts wait (then it takes them as above), so that prompts
+ * always advance. A decode then waits behind a prompt only when its arrival
+ * comes off its rhythm. A step takes at most one request per session (later
  * ones wait until it is answered, so a session's requests run in order) and
  * at most max_batch_tokens tokens of decodes.
  *
@@ -219,8 +221,26 @@ void mt_node_pace_note(mt_node_pace_decode *p, double arrived_ms, bool decode);
  * due (at_ms + period_ms) before the step would end, and is not later than
  * its slack (half its period, at most step_ms, at least 0.5 ms) past due.
  * Returns the time to wait until (the earliest such due time plus its slack;
- * the decode's arrival ends the wait sooner), or 0: start the step. */
-double mt_node_pace_hold(const mt_node_pace_decode *d, int n, double now_ms, double step_ms);
+ * the decode's arrival ends the wait sooner), or 0: start the step.
+ * *due_ms (when not NULL) gets the earliest due time of those (0: none), so
+ * that a smaller step that ends before it may run instead. */
+double mt_node_pace_hold(const mt_node_pace_decode *d, int n, double now_ms, double step_ms,
+                         double *due_ms);
+
+/* What the node's recent steps took (moving averages, recent ones weighing
+ * most): steps of prompt chunks alone and steps of decodes alone, their
+ * time and tokens. */
+typedef struct mt_node_pace_costs {
+    double prompt_ms, prompt_tok, decode_ms, decode_tok;
+} mt_node_pace_costs;
+/* A step of that kind took ms for tokens. */
+void mt_node_pace_measured(mt_node_pace_costs *c, bool prompt, double ms, double tokens);
+/* What a step of `tokens` will take, on the line through the two kinds of
+ * step (a fixed part and a part per token; with one kind only, the prompt
+ * steps' time per token); 0 before any prompt step is measured. */
+double mt_node_pace_step_ms(const mt_node_pace_costs *c, double tokens);
+/* The most tokens whose step takes at most ms on that line (0: none). */
+int mt_node_pace_fit(const mt_node_pace_costs *c, double ms);
 
 /* How many sessions of how many positions a node offers, from the memory it
  * offers. The weights take weight_bytes of memory_bytes; the rest is the KV

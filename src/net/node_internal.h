@@ -237,7 +237,8 @@ struct mt_node {
     /* decode pacing (worker only; node.h "Step order"): the recent time of a step of prompt
      * chunks alone and of one of decodes alone, and when a held prompt step may start at the
      * latest (0: none held) */
-    double pace_prompt_ms, pace_decode_ms, pace_hold_until;
+    mt_node_pace_costs pace_costs;
+    double pace_hold_until;
     int pace_skips; /* steps in a row whose decodes went without the prompts waiting */
     mt_node_pace_decode *pace_due; /* the decoding sessions' rhythms, for mt_node_pace_hold */
     int pace_cap;

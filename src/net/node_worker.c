@@ -396,24 +396,31 @@ static void pace_note(node_session *s, const node_job *j, bool decode) {
     mt_node_pace_note(&s->pace, j->arrived_ms, decode);
 }
 
-/* Whether a prompt (a STAGE_FORWARD not a decode) may run in this step. */
-static bool pace_prompts_wait(const mt_node *n, node_job *const *all, const bool *ready,
-                              int count) {
-    if (n->cfg.no_pacing) return false;
-    for (int k = 0; k < count; k++)
+/* The prompt tokens this step may take (the prompts ready, a chunk each, up to
+ * budget); 0 with pacing off. */
+static int64_t pace_prompt_tokens(const mt_node *n, node_job *const *all, const bool *ready,
+                                  int count, int64_t budget) {
+    int64_t t = 0;
+    if (n->cfg.no_pacing) return 0;
+    for (int k = 0; k < count && t < budget; k++)
         if (all[k] && ready[k] && all[k]->msg.type == MT_PROTO_STAGE_FORWARD &&
-            !node_is_decode(&all[k]->msg))
-            return true;
-    return false;
+            !node_is_decode(&all[k]->msg)) {
+            int64_t c = all[k]->msg.n - all[k]->done;
+            t += c < n->cfg.prefill_chunk ? c : n->cfg.prefill_chunk;
+        }
+    return t < budget ? t : budget;
 }
 
-/* When a step of prompt chunks alone starting at `now` should wait for a decode
- * due (0: it should not): mt_node_pace_hold over the sessions that decoded lately. */
-static double pace_hold(mt_node *n, double now) {
-    if (n->cfg.no_pacing || !(n->pace_prompt_ms > 0)) return 0;
+/* When a step of step_ms starting at `now` should wait for a decode due (0: it
+ * should not; *due: the earliest due): mt_node_pace_hold over the sessions that
+ * decoded lately. */
+static double pace_hold(mt_node *n, double now, double step_ms, double *due) {
+    *due = 0;
+    if (!(step_ms > 0)) return 0;
     int k = 0;
     for (node_session *s = n->sessions.newest;
-         s && (double)(now - (double)s->last_used_ms) <= 2 * MT_NODE_PACE_MAX_PERIOD_MS; s = s->older) {
+         s && (double)(now - (double)s->last_used_ms) <= 2 * MT_NODE_PACE_MAX_PERIOD_MS;
+         s = s->older) {
         if (!(s->pace.period_ms > 0)) continue;
         if (k == n->pace_cap) {
             int cap = n->pace_cap ? 2 * n->pace_cap : 64;
@@ -423,7 +430,7 @@ static double pace_hold(mt_node *n, double now) {
         }
         n->pace_due[k++] = s->pace;
     }
-    return mt_node_pace_hold(n->pace_due, k, now, n->pace_prompt_ms);
+    return mt_node_pace_hold(n->pace_due, k, now, step_ms, due);
 }
 
 /* The jobs of one step that name a session, by (owner, session): an
@@ -564,19 +571,29 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
      * slowly than its tokens), and a prompt that arrives makes its tokens come at most about
      * half as fast, at every stage it crosses (docs/design.md, "Batching") */
     if (tokens > 0 && budget > tokens) budget = tokens;
-    /* decode pacing: with no decode in this step, a prompt step is not started when a
-     * decode is due before it would end (the worker waits for the decode, or until the
-     * hold); with decodes, no prompt tokens join them when a prompt step fits in the gap
-     * after this step (at most MT_NODE_PACE_MAX_SKIPS steps in a row, so prompts advance) */
+    /* decode pacing: with no decode in this step, a prompt step that would still run when
+     * a decode is due takes only the tokens that end before it, or, when not even one
+     * does, is not started (the worker waits for the decode, or until the hold); with
+     * decodes, no prompt tokens join them when the prompt step fits in the gap after this
+     * step (at most MT_NODE_PACE_MAX_SKIPS steps in a row, so that prompts advance) */
     const double now = mt_mono_ms_frac();
     const bool was_holding = n->pace_hold_until > 0;
     n->pace_hold_until = 0;
-    if (budget > 0 && pace_prompts_wait(n, all, ready, count)) {
+    const int64_t planned = budget > 0 ? pace_prompt_tokens(n, all, ready, count, budget) : 0;
+    if (planned > 0) {
+        const mt_node_pace_costs *pc = &n->pace_costs;
+        const double step_ms = mt_node_pace_step_ms(pc, (double)planned);
+        double due = 0;
         if (tokens == 0) {
-            n->pace_hold_until = pace_hold(n, now);
-            if (n->pace_hold_until > 0) budget = 0;
-        } else if (n->pace_decode_ms > 0 && n->pace_skips < MT_NODE_PACE_MAX_SKIPS &&
-                   pace_hold(n, now + n->pace_decode_ms) == 0 && n->pace_prompt_ms > 0) {
+            const double hold = pace_hold(n, now, step_ms, &due);
+            const int fit = hold > 0 ? mt_node_pace_fit(pc, due - now) : 0;
+            if (hold > 0 && fit >= 1)
+                budget = fit < budget ? fit : budget; /* a smaller step ends in time */
+            else if (hold > 0)
+                n->pace_hold_until = hold, budget = 0;
+        } else if (n->pace_skips < MT_NODE_PACE_MAX_SKIPS && step_ms > 0 && pc->decode_ms > 0 &&
+                   pace_hold(n, now + mt_node_pace_step_ms(pc, (double)tokens), step_ms, &due) ==
+                       0) {
             n->pace_skips++;
             budget = 0;
         }
@@ -614,12 +631,9 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
         else
             run_expert_group(n, items + i, n_items - i, m->layer_begin);
     }
-    if (rows == 0 && (prompt_tokens > 0) != (tokens > 0)) {
-        /* a step of prompt chunks or of decodes alone: what the next such step will take */
-        double *ema = prompt_tokens > 0 ? &n->pace_prompt_ms : &n->pace_decode_ms;
-        const double took = mt_mono_ms_frac() - now;
-        *ema = *ema > 0 ? 0.75 * *ema + 0.25 * took : took;
-    }
+    if (rows == 0 && (prompt_tokens > 0) != (tokens > 0)) /* prompt chunks or decodes alone */
+        mt_node_pace_measured(&n->pace_costs, prompt_tokens > 0, mt_mono_ms_frac() - now,
+                              (double)(prompt_tokens > 0 ? prompt_tokens : tokens));
     if (prompt_tokens > 0) n->pace_skips = 0;
     node_job *left = NULL, **tail = &left;
     int n_left = 0;
