@@ -18,4 +18,10 @@
  * temporary file is then removed). */
 int mt_file_write_atomic(const char *path, const void *data, size_t n, mode_t mode, mt_error *err);
 
+/* fsyncs the directory dir, or the one that holds path, so that a file just
+ * created or renamed there survives a crash (best effort: a directory that
+ * cannot be opened is left as it is). */
+void mt_file_sync_dir(const char *dir);
+void mt_file_sync_parent(const char *path);
+
 #endif

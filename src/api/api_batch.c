@@ -111,14 +111,6 @@ static int write_fully(int fd, const char *p, size_t n) {
     return 0;
 }
 
-static void fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 /* ---- the input ---------------------------------------------------------------------------- */
 
 static int cmp_id(const void *a, const void *b, void *ctx) {
@@ -410,7 +402,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *input_
         mt_error_set(err, "%s: cannot open for writing: %s", out, strerror(errno));
         goto fail;
     }
-    fsync_dir(dir);
+    mt_file_sync_dir(dir);
     ok = true;
 fail: /* and the way out of success */
     free(in_copy);

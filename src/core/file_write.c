@@ -10,8 +10,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The directory that holds path, fsync'd: the rename into it is then on disk. */
-static void fsync_parent(const char *path) {
+void mt_file_sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+void mt_file_sync_parent(const char *path) {
     const char *slash = strrchr(path, '/');
     char dir[4096];
     if (!slash)
@@ -22,11 +29,7 @@ static void fsync_parent(const char *path) {
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     else
         return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+    mt_file_sync_dir(dir);
 }
 
 int mt_file_write_atomic(const char *path, const void *data, size_t n, mode_t mode, mt_error *err) {
@@ -61,6 +64,6 @@ int mt_file_write_atomic(const char *path, const void *data, size_t n, mode_t mo
         unlink(tmp);
         return rc;
     }
-    fsync_parent(path);
+    mt_file_sync_parent(path);
     return 0;
 }

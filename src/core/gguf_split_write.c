@@ -8,6 +8,7 @@
  * computed from the tensors' hashes is written as a placeholder first and
  * overwritten in every part once the last tensor has been hashed, so the
  * model is read once. */
+#include "moontail/file_write.h"
 #include "moontail/gguf_stream.h"
 
 #include <errno.h>
@@ -101,7 +102,8 @@ static int write_part(split_job *j, uint32_t k, const char *path, uint64_t *id_a
     gguf_write_opts wo = {.pool = j->o->pool,
                           .hashes = j->hashes ? j->hashes + j->start[k] : NULL,
                           .progress = j->o->progress ? on_progress : NULL,
-                          .progress_ctx = j};
+                          .progress_ctx = j,
+                          .sync = true}; /* on disk before it takes its name */
     if (rc == 0) rc = gguf_writer_write_opts(w, path, &wo, err);
     gguf_writer_free(w);
     return rc;
@@ -111,6 +113,7 @@ static int write_part(split_job *j, uint32_t k, const char *path, uint64_t *id_a
 static int put_id(const char *path, uint64_t at, const char *id, mt_error *err) {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     ssize_t n = fd < 0 ? -1 : pwrite(fd, id, ID_LEN, (off_t)at);
+    if (n == ID_LEN && fdatasync(fd) != 0) n = -1;
     int e = errno;
     if (fd >= 0 && close(fd) != 0 && n == ID_LEN) n = -1, e = errno;
     if (n != ID_LEN)
@@ -191,6 +194,7 @@ int gguf_split_write(const gguf_file *src, uint32_t n_parts, const char *prefix,
             rc = mt_error_set(err, "%s: cannot rename from '%s': %s", final, tmp, strerror(errno));
         if (rc) unlink(tmp);
     }
+    if (rc == 0) mt_file_sync_parent(final); /* the names too */
     if (rc == 0 && o->part_tensors) memcpy(o->part_tensors, start, (n_parts + 1) * sizeof *start);
     gguf_reader_close(j.rd);
     free(j.hashes);
