@@ -327,15 +327,15 @@ static bool is_decode(const cs_msg *M) {
     return !M->prompt && M->p0 > 0 && M->n <= DECODE_MAX_TOKENS;
 }
 
-/* ---- decode pacing (node_worker.c's pace_note and pace_hold) */
+/* ---- decode pacing (node_worker.c's pace_note and pace_gather) */
 
 static void pace_note(cs_session *s, const cs_msg *M, bool decode) {
     mt_node_pace_note(&s->pace, M->arrived, decode);
 }
 
-static double pace_hold(sim *S, cs_node *n, double now, double step_ms, double *due) {
-    *due = 0;
-    if (!(step_ms > 0)) return 0;
+/* The rhythms of the node's decoding sessions, into S->pace_due; their count (-1: out of
+ * memory, the run stopped). */
+static int pace_gather(sim *S, cs_node *n) {
     int k = 0;
     for (int i = 0; i < n->n_sess; i++) {
         const cs_session *s = &n->sessions[i];
@@ -344,11 +344,11 @@ static double pace_hold(sim *S, cs_node *n, double now, double step_ms, double *
             continue;
         if (!sim_grow((void **)&S->pace_due, &S->cap_pace, k + 1, sizeof *S->pace_due)) {
             sim_oom(S, "a step");
-            return 0;
+            return -1;
         }
         S->pace_due[k++] = s->pace;
     }
-    return mt_node_pace_hold(S->pace_due, k, now, step_ms, due);
+    return k;
 }
 
 void cs_node_wake(sim *S, int ni, int64_t seq) {
@@ -510,26 +510,12 @@ static void node_start_step(sim *S, int ni) {
         }
         planned = fmin(planned, budget);
         if (planned > 0) {
-            const mt_node_pace_costs *pc = &n->pace_costs;
-            const double step_ms = mt_node_pace_step_ms(pc, planned);
-            double due = 0;
-            if (decode_tok == 0) {
-                const double hold = pace_hold(S, n, S->now, step_ms, &due);
-                const int fit = hold > 0 ? mt_node_pace_fit(pc, due - S->now) : 0;
-                if (hold > 0 && fit >= 1) {
-                    budget = fmin(budget, fit);
-                } else if (hold > 0) {
-                    n->pace_hold_until = hold;
-                    budget = 0;
-                    sim_push(S, hold, EV_WAKE, ni, ++n->hold_seq);
-                }
-            } else if (n->pace_skips < MT_NODE_PACE_MAX_SKIPS && step_ms > 0 && pc->decode_ms > 0 &&
-                       pace_hold(S, n, S->now + mt_node_pace_step_ms(pc, decode_tok), step_ms,
-                                 &due) == 0) {
-                n->pace_skips++;
-                budget = 0;
-            }
-            if (S->failed) return;
+            const int n_due = pace_gather(S, n);
+            if (n_due < 0) return;
+            budget = fmin(budget,
+                          mt_node_pace_plan(&n->pace_costs, S->pace_due, n_due, S->now, decode_tok,
+                                            planned, &n->pace_skips, &n->pace_hold_until));
+            if (n->pace_hold_until > 0) sim_push(S, n->pace_hold_until, EV_WAKE, ni, ++n->hold_seq);
         }
         if (n->pace_hold_until > 0 && !was_holding) S->paced_holds++;
         const double before = n->st.n_tok;

@@ -60,6 +60,40 @@ static void test_costs(void) {
     CHECK(fabs(c.prompt_ms - 16) < 1e-9, "a 0 ms step is ignored: %.3f", c.prompt_ms);
 }
 
+/* The step's decision (mt_node_pace_plan) on the line of test_costs (5.2 ms + 4.2 ms a token,
+ * so 4 prompt tokens 22 ms, 1 decode 9.4 ms) and one session decoding every 40 ms, the last at
+ * 100: its next is due at 140, slack min(20, 22) = 20. */
+static void test_plan(void) {
+    mt_node_pace_costs c = {0};
+    mt_node_pace_measured(&c, true, 22, 4);
+    mt_node_pace_measured(&c, false, 9.4, 1);
+    const mt_node_pace_decode d = {.at_ms = 100, .period_ms = 40};
+    double hold = -1;
+    int skips = 0;
+    double got = mt_node_pace_plan(&c, &d, 1, 110, 0, 4, &skips, &hold);
+    CHECK(got == 4 && hold == 0, "prompts alone from 110 end at 132: %g tokens, hold %g", got,
+          hold);
+    got = mt_node_pace_plan(&c, &d, 1, 125, 0, 4, &skips, &hold);
+    CHECK(got == 2 && hold == 0, "from 125: 15 ms left, 2 tokens (13.6 ms) fit: %g, hold %g", got,
+          hold);
+    got = mt_node_pace_plan(&c, &d, 1, 136, 0, 4, &skips, &hold);
+    CHECK(got == 0 && hold == 160, "from 136: 4 ms left, none fits: %g, hold until %g", got, hold);
+    got = mt_node_pace_plan(&c, &d, 1, 100, 1, 4, &skips, &hold);
+    CHECK(got == 0 && skips == 1 && hold == 0,
+          "a decode from 100 ends at 109.4, prompts then end at 131.4: none now (%g), skips %d",
+          got, skips);
+    skips = MT_NODE_PACE_MAX_SKIPS;
+    got = mt_node_pace_plan(&c, &d, 1, 100, 1, 4, &skips, &hold);
+    CHECK(got == 4 && skips == MT_NODE_PACE_MAX_SKIPS, "after %d skips the prompts join: %g",
+          MT_NODE_PACE_MAX_SKIPS, got);
+    skips = 0;
+    got = mt_node_pace_plan(&c, &d, 1, 120, 1, 4, &skips, &hold);
+    CHECK(got == 4 && skips == 0, "from 120 the prompts would end at 151.4: they join: %g", got);
+    c = (mt_node_pace_costs){0};
+    got = mt_node_pace_plan(&c, &d, 1, 136, 0, 4, &skips, &hold);
+    CHECK(got == 4 && hold == 0, "nothing measured: no pacing: %g", got);
+}
+
 int main(void) {
     /* last decode at 100 ms, every 20 ms: the next is due at 120 */
     const mt_node_pace_decode one = {.at_ms = 100, .period_ms = 20};
@@ -92,5 +126,6 @@ int main(void) {
     expect_due(many, 3, 124, 4, 125, "the third, the others late past their ends");
     expect_due(&one, 1, 110, 5, 0, "none holding: no due");
     test_costs();
+    test_plan();
     return check_report("test_pace");
 }

@@ -242,6 +242,19 @@ double mt_node_pace_step_ms(const mt_node_pace_costs *c, double tokens);
 /* The most tokens whose step takes at most ms on that line (0: none). */
 int mt_node_pace_fit(const mt_node_pace_costs *c, double ms);
 
+/* Pacing's decision for one step ("Step order"), made the same way by the
+ * node and by bench/cellsim: the step has decode_tokens decodes and could
+ * take `planned` prompt tokens; d[0..n) are the decoding sessions. Returns
+ * the most prompt tokens it takes: planned; fewer, those that end before the
+ * next decode due; or 0, either because a step of prompts alone waits for
+ * that decode (*hold_until: until when, else 0) or because a step of decodes
+ * goes without them, the prompt step fitting in the gap after it (*skips
+ * counts those steps in a row; at MT_NODE_PACE_MAX_SKIPS the prompts join
+ * the decodes; the caller sets it to 0 when prompt tokens ran). */
+double mt_node_pace_plan(const mt_node_pace_costs *c, const mt_node_pace_decode *d, int n,
+                         double now_ms, double decode_tokens, double planned, int *skips,
+                         double *hold_until);
+
 /* How many sessions of how many positions a node offers, from the memory it
  * offers. The weights take weight_bytes of memory_bytes; the rest is the KV
  * budget. A session of c positions keeps fixed + c * per_position bytes

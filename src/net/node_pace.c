@@ -71,6 +71,30 @@ double mt_node_pace_step_ms(const mt_node_pace_costs *c, double tokens) {
     return pace_line(c, &fixed, &per_token) ? fixed + per_token * tokens : 0;
 }
 
+double mt_node_pace_plan(const mt_node_pace_costs *c, const mt_node_pace_decode *d, int n,
+                         double now_ms, double decode_tokens, double planned, int *skips,
+                         double *hold_until) {
+    *hold_until = 0;
+    const double step_ms = mt_node_pace_step_ms(c, planned);
+    double due = 0;
+    if (!(planned > 0) || !(step_ms > 0)) return planned;
+    if (decode_tokens == 0) {
+        const double hold = mt_node_pace_hold(d, n, now_ms, step_ms, &due);
+        if (hold == 0) return planned;
+        const int fit = mt_node_pace_fit(c, due - now_ms);
+        if (fit >= 1) return fit < planned ? fit : planned; /* a smaller step ends in time */
+        *hold_until = hold;
+        return 0;
+    }
+    const double after = now_ms + mt_node_pace_step_ms(c, decode_tokens);
+    if (*skips < MT_NODE_PACE_MAX_SKIPS && c->decode_ms > 0 &&
+        mt_node_pace_hold(d, n, after, step_ms, &due) == 0) {
+        (*skips)++; /* the prompts run in the gap after this step */
+        return 0;
+    }
+    return planned;
+}
+
 int mt_node_pace_fit(const mt_node_pace_costs *c, double ms) {
     double fixed, per_token;
     if (!pace_line(c, &fixed, &per_token) || !(per_token > 0) || ms <= fixed) return 0;

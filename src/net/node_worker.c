@@ -13,6 +13,7 @@
 #include "moontail/clock.h"
 #include "node_internal.h"
 
+#include <math.h>
 #include <sodium.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -411,12 +412,8 @@ static int64_t pace_prompt_tokens(const mt_node *n, node_job *const *all, const 
     return t < budget ? t : budget;
 }
 
-/* When a step of step_ms starting at `now` should wait for a decode due (0: it
- * should not; *due: the earliest due): mt_node_pace_hold over the sessions that
- * decoded lately. */
-static double pace_hold(mt_node *n, double now, double step_ms, double *due) {
-    *due = 0;
-    if (!(step_ms > 0)) return 0;
+/* The rhythms of the sessions that decoded lately, into n->pace_due; their count. */
+static int pace_gather(mt_node *n, double now) {
     int k = 0;
     for (node_session *s = n->sessions.newest;
          s && (double)(now - (double)s->last_used_ms) <= 2 * MT_NODE_PACE_MAX_PERIOD_MS;
@@ -430,7 +427,7 @@ static double pace_hold(mt_node *n, double now, double step_ms, double *due) {
         }
         n->pace_due[k++] = s->pace;
     }
-    return mt_node_pace_hold(n->pace_due, k, now, step_ms, due);
+    return k;
 }
 
 /* The jobs of one step that name a session, by (owner, session): an
@@ -581,22 +578,11 @@ static node_job *worker_step(mt_node *n, node_job *list, bool *did_work) {
     n->pace_hold_until = 0;
     const int64_t planned = budget > 0 ? pace_prompt_tokens(n, all, ready, count, budget) : 0;
     if (planned > 0) {
-        const mt_node_pace_costs *pc = &n->pace_costs;
-        const double step_ms = mt_node_pace_step_ms(pc, (double)planned);
-        double due = 0;
-        if (tokens == 0) {
-            const double hold = pace_hold(n, now, step_ms, &due);
-            const int fit = hold > 0 ? mt_node_pace_fit(pc, due - now) : 0;
-            if (hold > 0 && fit >= 1)
-                budget = fit < budget ? fit : budget; /* a smaller step ends in time */
-            else if (hold > 0)
-                n->pace_hold_until = hold, budget = 0;
-        } else if (n->pace_skips < MT_NODE_PACE_MAX_SKIPS && step_ms > 0 && pc->decode_ms > 0 &&
-                   pace_hold(n, now + mt_node_pace_step_ms(pc, (double)tokens), step_ms, &due) ==
-                       0) {
-            n->pace_skips++;
-            budget = 0;
-        }
+        const int n_due = pace_gather(n, now); /* may move n->pace_due */
+        const double most =
+            mt_node_pace_plan(&n->pace_costs, n->pace_due, n_due, now, (double)tokens,
+                              (double)planned, &n->pace_skips, &n->pace_hold_until);
+        if ((double)budget > most) budget = (int64_t)most;
     }
     if (n->pace_hold_until > 0 && !was_holding) {
         pthread_mutex_lock(&n->lock);
@@ -692,11 +678,7 @@ void *node_worker_main(void *arg) {
                     double wait_ms = 5;
                     if (n->pace_hold_until > 0) wait_ms = n->pace_hold_until - mt_mono_ms_frac();
                     if (wait_ms > 0) {
-                        struct timespec until;
-                        clock_gettime(CLOCK_MONOTONIC, &until);
-                        int64_t ns = (int64_t)until.tv_nsec + (int64_t)(wait_ms * 1e6);
-                        until.tv_sec += (time_t)(ns / 1000000000);
-                        until.tv_nsec = (long)(ns % 1000000000);
+                        struct timespec until = mt_mono_after_ms((int64_t)ceil(wait_ms));
                         pthread_cond_timedwait(&n->work_cv, &n->lock, &until);
                     }
                 }
