@@ -440,6 +440,20 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
     /* one step d = amax/8: the element -max needs quant 16 and gets 15 */
     case MT_TYPE_Q4_0:
         return amax32 / 8 * (1 + 16 * ldexp(1, -11)) + 1e-6 * amax32;
+    /* one step d = amax/16: the element -max needs quant 32 and gets 31 */
+    case MT_TYPE_Q5_0:
+        return amax32 / 16 * (1 + 32 * ldexp(1, -11)) + 1e-6 * amax32;
+    /* half a step d = range/15 (/31), d rounded to f16 (so the top element
+     * may fall 15 (31) f16 roundings of d short), and the f16 rounding of the
+     * minimum m */
+    case MT_TYPE_Q4_1:
+    case MT_TYPE_Q5_1: {
+        const double top = t == MT_TYPE_Q4_1 ? 15 : 31;
+        double lo = INFINITY, hi = -INFINITY;
+        for (int j = 0; j < 32; j++) lo = fmin(lo, x[b32 + j]), hi = fmax(hi, x[b32 + j]);
+        return (hi - lo) / top * (0.5 + (top + 1) * ldexp(1, -11)) + fabs(lo) * ldexp(1, -10) +
+               1e-6 * amax32;
+    }
     case MT_TYPE_MXFP4: { /* half the largest gap (4 units), or the clip above 12 units */
         int k = (int)floor(log2(amax32));
         double unit = ldexp(1, k - 3);
@@ -540,6 +554,45 @@ static void test_convert(void) {
         CHECK(nz == 0, "Q8_0 activations: zero block is not all zero bytes");
     }
 
+    /* Q8_1 (ggml x86 quantize_row_q8_1): d and quants as Q8_0's, then
+     * s = f16(amax/127 * sum(qs)), the product in f32 from the unrounded d */
+    bad = 0;
+    for (int kind = 0; kind < 4; kind++) {
+        fill(x, N, kind);
+        quant_convert_activations(MT_TYPE_Q8_1, x, buf, N);
+        for (int b = 0; b < N / 32; b++) {
+            float amax = 0;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * b + j]));
+            uint16_t d, sh;
+            memcpy(&d, buf + 36 * b, 2);
+            memcpy(&sh, buf + 36 * b + 2, 2);
+            if (d != mt_f32_to_f16(amax / 127.0f)) bad++;
+            float id = 127.0f / amax;
+            int sum = 0;
+            for (int j = 0; j < 32; j++) {
+                int q = (int)nearbyintf(x[32 * b + j] * id);
+                sum += q;
+                if ((int8_t)buf[36 * b + 4 + j] != q) bad++;
+            }
+            if (sh != mt_f32_to_f16(amax / 127.0f * (float)sum)) bad++;
+        }
+    }
+    CHECK(bad == 0, "Q8_1 activations: %d scales, sums or quants differ from ggml's x86 formula",
+          bad);
+    { /* s from the f32 d: amax = 127 * (1 + 2^-12) gives d = 1 + 2^-12 (1 in
+       * f16) and quants 127; 31 of them make s = 3937 * d = 3937.96..., 3938
+       * in f16, where 3937 * (f16 d) would round to 3936 (a tie to even) */
+        for (int j = 0; j < 32; j++) x[j] = 127.0f * (1.0f + 0x1p-12f);
+        x[31] = 0.0f;
+        quant_convert_activations(MT_TYPE_Q8_1, x, buf, 32);
+        uint16_t d, sh;
+        memcpy(&d, buf, 2);
+        memcpy(&sh, buf + 2, 2);
+        CHECK(mt_f16_to_f32(d) == 1.0f && mt_f16_to_f32(sh) == 3938.0f && (int8_t)buf[4] == 127,
+              "Q8_1: d %g, s %g, q %d (want 1, 3938: s from the f32 d; 127)",
+              (double)mt_f16_to_f32(d), (double)mt_f16_to_f32(sh), (int8_t)buf[4]);
+    }
+
     /* Q8_K: max = first element of largest magnitude, iscale = -127/max,
      * q = min(127, rne(iscale*x)), d = 1/iscale, bsums */
     bad = 0;
@@ -592,7 +645,7 @@ static void test_convert(void) {
     quant_convert_activations(MT_TYPE_F32, x, buf, N);
     bad += memcmp(buf, x, sizeof x) != 0;
     CHECK(bad == 0, "F16/BF16/F32 activation conversion: %d mismatches", bad);
-    printf("activations: Q8_0 (x86 formula, ties to even), Q8_K (ref formula, bsums), "
+    printf("activations: Q8_0 and Q8_1 (x86 formula, ties to even; s), Q8_K (ref formula, bsums), "
            "F16/BF16/F32 convert as specified\n");
 }
 
@@ -690,6 +743,33 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc
     return sumf;
 }
 
+/* Q4_1 and Q5_1 meet Q8_1 activations, whose s (f16 of the f32 scale times
+ * the sum of the quants) stands in the dot for dx * sum(qs) of the decoded
+ * block: returns sum_b m_b * (s_b - dx_b * sum(qs_b)) (m at byte 2 of both
+ * weight blocks), the difference to the exact dot of the decoded rows, and
+ * in *bound its stated bound: s and dx are two f16 roundings of the same
+ * product, so |m| * (|s| * 2^-10 * 1.001 + 2^-25) per block. */
+static double q8_1_min_shift(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc,
+                             double *bound) {
+    double shift = 0;
+    *bound = 0;
+    if (quant_vec_dot_type(t) != MT_TYPE_Q8_1) return 0;
+    const int wbytes = mt_type_traits_get(t)->type_size;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *wb = w + b * wbytes, *xb = xc + b * 36;
+        uint16_t mh, dh, sh;
+        memcpy(&mh, wb + 2, 2);
+        memcpy(&dh, xb, 2);
+        memcpy(&sh, xb + 2, 2);
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += (int8_t)xb[4 + j];
+        const double m = mt_f16_to_f32(mh), sx = mt_f16_to_f32(sh);
+        shift += m * (sx - (double)mt_f16_to_f32(dh) * sum);
+        *bound += fabs(m) * (fabs(sx) * ldexp(1, -10) * 1.001 + ldexp(1, -25));
+    }
+    return shift;
+}
+
 static void test_vec_dot(void) {
     enum { N = 4096, OFF = 1 }; /* rows placed at odd addresses on purpose */
     float *w = malloc(N * sizeof *w), *x = malloc(N * sizeof *x);
@@ -716,8 +796,8 @@ static void test_vec_dot(void) {
                 t == MT_TYPE_Q6_K)
                 not_order += f32_bits(dot) != f32_bits(order_dot(t, N, wq, xc));
 
-            /* tight: the exact dot of the decoded operands */
-            double exact = 0, mag = 0;
+            /* tight: the exact dot of the decoded operands (with Q8_1's s) */
+            double s_bound, exact = q8_1_min_shift(t, N, wq, xc, &s_bound), mag = 0;
             for (int i = 0; i < N; i++) {
                 exact += (double)wd[i] * xd[i];
                 mag += fabs((double)wd[i] * xd[i]);
@@ -729,13 +809,14 @@ static void test_vec_dot(void) {
 
             /* loose: against raw f32 activations; bound = sum |w_i| * (the
              * activation rounding bound of element i) + the tight tolerance */
-            double raw = 0, bound = 1e-5 * mag;
+            double raw = 0, bound = 1e-5 * mag + s_bound;
             for (int i = 0; i < N; i++) {
                 raw += (double)wd[i] * x[i];
                 double ax = 0;
                 int blk = vt == MT_TYPE_Q8_K ? 256 : 32;
                 for (int j = 0; j < blk; j++) ax = fmax(ax, fabs(x[i / blk * blk + j]));
-                double dx = vt == MT_TYPE_Q8_0   ? ax / 127 * (0.5 + 127 * ldexp(1, -11) + 1e-4)
+                double dx = vt == MT_TYPE_Q8_0 || vt == MT_TYPE_Q8_1
+                                ? ax / 127 * (0.5 + 127 * ldexp(1, -11) + 1e-4)
                             : vt == MT_TYPE_Q8_K ? ax / 127 * (0.5 + 1e-4)
                             : vt == MT_TYPE_F16  ? fabs(x[i]) * ldexp(1, -11)
                             : vt == MT_TYPE_BF16 ? fabs(x[i]) * ldexp(1, -8)
@@ -827,6 +908,10 @@ static void compare_set(const char *name) {
                 } else {
                     uint16_t h = (uint16_t)(rng_u64() & 0xbbff);
                     memcpy(xb, &h, 2);
+                    if (vt == MT_TYPE_Q8_1) { /* s: finite, some subnormal */
+                        h = (uint16_t)(rng_u64() & 0xbbff);
+                        memcpy(xb + 2, &h, 2);
+                    }
                 }
             }
             quant_kernels_select("reference");
@@ -857,8 +942,8 @@ static void compare_set(const char *name) {
                 if (v == 4) xs[i] = (float)((i % 9) - 4) * 0.5f; /* many ties */
                 if (v == 5 && i % 64 == 0) xs[i] = -xs[i] * 1e6f;
             }
-            const mt_type vts[2] = {MT_TYPE_Q8_0, MT_TYPE_Q8_K};
-            for (int k = 0; k < 2; k++) {
+            const mt_type vts[3] = {MT_TYPE_Q8_0, MT_TYPE_Q8_K, MT_TYPE_Q8_1};
+            for (int k = 0; k < 3; k++) {
                 quant_kernels_select("reference");
                 size_t b1 = quant_convert_activations(vts[k], xs, c1, NS);
                 quant_kernels_select(name);
@@ -866,7 +951,7 @@ static void compare_set(const char *name) {
                 n++;
                 if ((b1 != b2 || memcmp(c1, c2, b1) != 0) && bad++ < 5)
                     fprintf(stderr, "  %s conversion of special values (case %d) differs\n",
-                            k ? "Q8_K" : "Q8_0", v);
+                            mt_type_traits_get(vts[k])->name, v);
             }
         }
     }

@@ -5,7 +5,8 @@
  *     index, sign and sub-scale; finite scales) decode bit for bit the same;
  *   - our quantizer's blocks decode the same in both;
  *   - our dot products (every kernel set) are within 1e-5 of sum |w*x| of the
- *     exact dot of llama.cpp's decoding of the same two rows.
+ *     exact dot of llama.cpp's decoding of the same two rows (for Q8_1
+ *     activations, with each block's s in the min term, as ggml computes).
  * Types the engine does not compute with yet are listed as skipped. */
 #include "check.h"
 #include "lib/ggml_ref.h"
@@ -114,6 +115,19 @@ int main(void) {
                 exact += (double)theirs[k] * xd[k];
                 mag += fabs((double)theirs[k] * xd[k]);
             }
+            if (vt == MT_TYPE_Q8_1) /* the min term takes s where the decoded block has
+                                     * dx * sum(qs) (m at byte 2 of Q4_1 and Q5_1) */
+                for (int b = 0; b < N / 32; b++) {
+                    const uint8_t *wb = q + (size_t)b * tr->type_size, *xb = xc + (size_t)b * 36;
+                    uint16_t mh, dh, sh;
+                    memcpy(&mh, wb + 2, 2);
+                    memcpy(&dh, xb, 2);
+                    memcpy(&sh, xb + 2, 2);
+                    int sum = 0;
+                    for (int j = 0; j < 32; j++) sum += (int8_t)xb[4 + j];
+                    exact += (double)mt_f16_to_f32(mh) *
+                             ((double)mt_f16_to_f32(sh) - (double)mt_f16_to_f32(dh) * sum);
+                }
             for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
                 if (quant_kernels_select(sets[s]) != 0) continue;
                 double err = fabs(quant_vec_dot(t, N, q, xc) - exact) / (mag > 0 ? mag : 1);

@@ -54,6 +54,15 @@ void quant_ref_kernels(quant_kernel_set *ks) {
         quant_q4_k_vec_dot);
     SET(MT_TYPE_Q6_K, quant_q6_k_dequantize, quant_q6_k_quantize, NULL, MT_TYPE_Q8_K,
         quant_q6_k_vec_dot);
+    SET(MT_TYPE_Q4_1, quant_q4_1_dequantize, quant_q4_1_quantize, NULL, MT_TYPE_Q8_1,
+        quant_q4_1_vec_dot);
+    SET(MT_TYPE_Q5_0, quant_q5_0_dequantize, quant_q5_0_quantize, NULL, MT_TYPE_Q8_0,
+        quant_q5_0_vec_dot);
+    SET(MT_TYPE_Q5_1, quant_q5_1_dequantize, quant_q5_1_quantize, NULL, MT_TYPE_Q8_1,
+        quant_q5_1_vec_dot);
+    /* Q8_1, like Q8_K, only ever holds activations */
+    SET(MT_TYPE_Q8_1, quant_q8_1_dequantize, quant_q8_1_convert, quant_q8_1_convert, MT_TYPE_COUNT,
+        NULL);
     /* Q8_K only ever holds activations: "quantizing" to it is the conversion. */
     SET(MT_TYPE_Q8_K, quant_q8_k_dequantize, quant_q8_k_convert, quant_q8_k_convert, MT_TYPE_COUNT,
         NULL);

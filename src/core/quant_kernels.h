@@ -22,6 +22,12 @@
  *    over its 8 sub-blocks s of sc[s] * (products of elements 32s+4l..+3);
  *    lanes accumulate fmaf((float)lane, dw * dx, acc[l]); the mins term
  *    accumulates fmaf(dmin * dx, (float)summ, mins); result hsum8 - mins.
+ *  - Q5_0 (against Q8_0): the Q8_0-family order above, w = q - 16.
+ *  - Q4_1, Q5_1 (against Q8_1): lanes as the Q8_0 family's with the
+ *    unsigned quants q (w = q * d + m), fmaf((float)lane, dw * dx, acc) into
+ *    lane 8 * (b mod 2) + l; the min term apart, in two chains
+ *    mins[b mod 2] = fmaf(m, s_x, mins[b mod 2]) (s_x: the Q8_1 block's s);
+ *    result quant_hsum16(acc) + (mins[0] + mins[1]).
  *  - Q6_K: ggml's generic order (lane = element index mod 8).
  *  - F32, F16, BF16: lane l (0..15) sums (double)w_i * (double)x_i (exact
  *    products) for i = l mod 16 in double, lanes added by quant_hsum16d,
@@ -61,6 +67,24 @@ enum {
     Q6_K_QH = 128,
     Q6_K_SCALES = 192,
     Q6_K_D = 208,
+
+    /* legacy 32-blocks (quant_legacy.c) */
+    Q4_1_BYTES = 20, /* d f16 @0; m f16 @2; qs[16] @4 (nibbles as Q4_0) */
+    Q4_1_M = 2,
+    Q4_1_QS = 4,
+
+    Q5_0_BYTES = 22, /* d f16 @0; qh[4] @2 (bit j: bit 4 of quant j); qs[16] @6 */
+    Q5_0_QH = 2,
+    Q5_0_QS = 6,
+
+    Q5_1_BYTES = 24, /* d f16 @0; m f16 @2; qh[4] @4; qs[16] @8 */
+    Q5_1_M = 2,
+    Q5_1_QH = 4,
+    Q5_1_QS = 8,
+
+    Q8_1_BYTES = 36, /* d f16 @0; s f16 @2 (d * sum of qs); qs[32] int8 @4 */
+    Q8_1_S = 2,
+    Q8_1_QS = 4,
 
     Q8_K_BYTES = 292, /* d f32 @0; qs[256] int8 @4; bsums[16] int16 @260 (sum of each 16 qs) */
     Q8_K_QS = 4,
@@ -241,5 +265,18 @@ size_t quant_q6_k_quantize(const float *src, void *dst, int64_t n);
 float quant_q6_k_vec_dot(int64_t n, const void *w, const void *x);
 void quant_q8_k_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_q8_k_convert(const float *src, void *dst, int64_t n);
+
+/* quant_legacy.c */
+void quant_q4_1_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q4_1_quantize(const float *src, void *dst, int64_t n);
+float quant_q4_1_vec_dot(int64_t n, const void *w, const void *x);
+void quant_q5_0_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q5_0_quantize(const float *src, void *dst, int64_t n);
+float quant_q5_0_vec_dot(int64_t n, const void *w, const void *x);
+void quant_q5_1_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q5_1_quantize(const float *src, void *dst, int64_t n);
+float quant_q5_1_vec_dot(int64_t n, const void *w, const void *x);
+void quant_q8_1_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q8_1_convert(const float *src, void *dst, int64_t n);
 
 #endif

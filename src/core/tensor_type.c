@@ -12,9 +12,9 @@
  * (removed or repacked layouts) are absent. */
 static const mt_type_traits type_table[MT_TYPE_COUNT] = {
     [0] = {"F32", 1, 4, true},          [1] = {"F16", 1, 2, true},
-    [2] = {"Q4_0", 32, 18, true},       [3] = {"Q4_1", 32, 20, false},
-    [6] = {"Q5_0", 32, 22, false},      [7] = {"Q5_1", 32, 24, false},
-    [8] = {"Q8_0", 32, 34, true},       [9] = {"Q8_1", 32, 36, false},
+    [2] = {"Q4_0", 32, 18, true},       [3] = {"Q4_1", 32, 20, true},
+    [6] = {"Q5_0", 32, 22, true},       [7] = {"Q5_1", 32, 24, true},
+    [8] = {"Q8_0", 32, 34, true},       [9] = {"Q8_1", 32, 36, true},
     [10] = {"Q2_K", 256, 84, false},    [11] = {"Q3_K", 256, 110, false},
     [12] = {"Q4_K", 256, 144, true},    [13] = {"Q5_K", 256, 176, false},
     [14] = {"Q6_K", 256, 210, true},    [15] = {"Q8_K", 256, 292, true},

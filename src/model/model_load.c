@@ -77,10 +77,10 @@ static const gguf_tensor *find(binder *b, const char *pattern, int il, bool requ
         return NULL;
     }
     const mt_type_traits *tr = mt_type_traits_get(t->type);
-    if (!tr->supported || t->type == MT_TYPE_Q8_K) {
+    if (!tr->supported || t->type == MT_TYPE_Q8_K || t->type == MT_TYPE_Q8_1) {
         fail(b,
              "tensor '%s' has type %s, which the engine cannot compute with yet (supported: F32,"
-             " F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4)",
+             " F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, MXFP4)",
              name, tr->name);
         return NULL;
     }

@@ -517,7 +517,7 @@ static int parse_mla_layers(synth *s, mt_error *err) {
 
 static int check_type(mt_type t, mt_error *err) {
     const mt_type_traits *tr = mt_type_traits_get(t);
-    if (!tr || !tr->supported || t == MT_TYPE_Q8_K)
+    if (!tr || !tr->supported || t == MT_TYPE_Q8_K || t == MT_TYPE_Q8_1)
         return mt_error_set(err, "mkmodel: type %s cannot be written", tr ? tr->name : "?");
     return 0;
 }
