@@ -7,12 +7,15 @@
  *
  * llama.cpp refuses some mixes without an importance matrix (IQ1_*, IQ2_*,
  * IQ3_XXS, Q2_K_S: tensors it would make IQ1/IQ2/IQ3_XXS, or Q2_K in Q2_K_S).
- * For every mix two comparisons are made:
- *   - "none": llama.cpp without an importance matrix, as mkmodel quantizes;
- *     where it refuses to write, its --dry-run plan (its log lines, the only
- *     place a dry run reports the types) stands in for the file;
- *   - "imat": llama.cpp quantizes with a uniform importance matrix (all ones,
- *     one per tensor), compared with our plan for has_imatrix.
+ * Two comparisons are made:
+ *   - "none", every mix: llama.cpp without an importance matrix, as mkmodel
+ *     quantizes; where it refuses to write, its dry-run plan stands in for the
+ *     file (its log lines, the only place a dry run reports the types; for four
+ *     mixes the dry run's log is checked against the file it writes);
+ *   - "imatrix", for the mixes it refuses without one and those whose choices
+ *     read it: llama.cpp's dry run with a uniform importance matrix (all ones,
+ *     one per tensor) against our plan for has_imatrix. Dry runs, because
+ *     quantizing the IQ1/IQ2 types for real takes minutes.
  * The models: qwen3moe (8 experts: the 8-expert rules), a dense llama of 16
  * layers with 4 queries per KV head (layer-position and grouped-query rules,
  * tensors counted without layer numbers), deepseek2 with DeepSeek/Kimi K2's
@@ -214,35 +217,44 @@ static void compare(const model *md, mt_quant_mix mix, bool imatrix, const gguf_
     free(ours);
 }
 
-/* One mix on one model, without (imatrix false) or with the uniform imatrix. */
-static void run(model *md, mt_quant_mix mix, bool imatrix, tally *ty) {
-    const char *out = check_tmp(".q.gguf");
+/* llama.cpp's dry run of mix on md: its log into *log. Returns its status. */
+static uint32_t dry_run(model *md, mt_quant_mix mix, bool imatrix, dry_log *log) {
     llq_params q = ll_default();
     q.ftype = mt_quant_mix_llama_ftype(mix);
     q.nthread = 2;
     q.imatrix = imatrix ? md->imatrix : NULL;
+    q.dry_run = true;
+    memset(log, 0, sizeof *log);
+    ll_log_set(on_log, log);
+    uint32_t rc = ll_quantize(md->path, check_tmp(".dry.gguf"), &q);
+    ll_log_set(on_log, NULL);
+    CHECK(rc == 0, "%s %s: llama.cpp's dry run failed: %s", md->label, mt_quant_mix_name(mix),
+          log->last);
+    CHECK(rc != 0 || log->n == (int)md->f->n_tensors,
+          "%s %s: the dry run's log names %d of %llu tensors", md->label, mt_quant_mix_name(mix),
+          log->n, (unsigned long long)md->f->n_tensors);
+    return rc;
+}
+
+/* One mix on one model without an importance matrix: llama.cpp's file, or its dry
+ * run where it refuses to write one. With check_log, its dry run must also name
+ * the file's types (the log reader stands in for files only where it is right). */
+static void run(model *md, mt_quant_mix mix, bool check_log, tally *ty) {
     static dry_log log;
+    const char *out = check_tmp(".q.gguf");
+    llq_params q = ll_default();
+    q.ftype = mt_quant_mix_llama_ftype(mix);
+    q.nthread = 2;
     memset(&log, 0, sizeof log);
     ll_log_set(on_log, &log);
     uint32_t rc = ll_quantize(md->path, out, &q);
-    if (rc != 0 && !imatrix) { /* refused without an importance matrix: its dry-run plan */
-        memset(&log, 0, sizeof log);
-        q.dry_run = true;
-        rc = ll_quantize(md->path, out, &q);
-        CHECK(rc == 0, "%s %s: llama.cpp's dry run failed: %s", md->label, mt_quant_mix_name(mix),
-              log.last);
-        CHECK(log.n == (int)md->f->n_tensors, "%s %s: the dry run's log names %d of %llu tensors",
-              md->label, mt_quant_mix_name(mix), log.n, (unsigned long long)md->f->n_tensors);
-        ty->how = 'd';
-        if (rc == 0) compare(md, mix, false, NULL, &log, ty);
-        ll_log_set(on_log, NULL);
-        return;
-    }
     ll_log_set(on_log, NULL);
-    CHECK(rc == 0, "%s %s%s: llama_model_quantize failed: %s", md->label, mt_quant_mix_name(mix),
-          imatrix ? " (imatrix)" : "", log.last);
-    if (rc != 0) {
-        ty->how = '!';
+    if (rc != 0) { /* refused without an importance matrix */
+        CHECK(strstr(log.last, "imatrix") || strstr(log.last, "importance"),
+              "%s %s: llama_model_quantize failed: %s", md->label, mt_quant_mix_name(mix),
+              log.last);
+        ty->how = 'd';
+        if (dry_run(md, mix, false, &log) == 0) compare(md, mix, false, NULL, &log, ty);
         return;
     }
     mt_error err = {{0}};
@@ -252,11 +264,30 @@ static void run(model *md, mt_quant_mix mix, bool imatrix, tally *ty) {
         CHECK(f->n_tensors == md->f->n_tensors, "%s %s: %llu tensors quantized of %llu", md->label,
               mt_quant_mix_name(mix), (unsigned long long)f->n_tensors,
               (unsigned long long)md->f->n_tensors);
-        ty->how = imatrix ? 'i' : 'q';
-        compare(md, mix, imatrix, f, NULL, ty);
+        ty->how = 'q';
+        compare(md, mix, false, f, NULL, ty);
+        if (check_log && dry_run(md, mix, false, &log) == 0)
+            for (uint64_t i = 0; i < f->n_tensors; i++) {
+                int seen = -1;
+                for (int k = 0; k < log.n; k++)
+                    if (strcmp(log.seen[k].name, f->tensors[i].name) == 0) seen = log.seen[k].type;
+                CHECK(seen == (int)f->tensors[i].type,
+                      "%s %s: the dry run's log says %s for %s, the file has %s", md->label,
+                      mt_quant_mix_name(mix),
+                      seen >= 0 ? mt_type_traits_get((uint32_t)seen)->name : "nothing",
+                      f->tensors[i].name, mt_type_traits_get(f->tensors[i].type)->name);
+            }
         gguf_close(f);
     }
     remove(out);
+}
+
+/* The same with a uniform importance matrix, from llama.cpp's dry run (quantizing
+ * the i-quants for real takes minutes). */
+static void run_imatrix(model *md, mt_quant_mix mix, tally *ty) {
+    static dry_log log;
+    ty->how = 'i';
+    if (dry_run(md, mix, true, &log) == 0) compare(md, mix, true, NULL, &log, ty);
 }
 
 static void *sym(void *h, const char *name) {
@@ -354,8 +385,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_models; i++)
         if (make_model(&models[i])) return check_report("test_quant_mix_llama");
 
-    printf("agreeing tensors, ours vs llama.cpp's quantizer (q: its file, d: its dry run where it"
-           " refuses without an imatrix, i: its file with a uniform imatrix)\n");
+    printf("agreeing tensors, ours vs llama.cpp's quantizer (q: its file; d: its dry run, where it"
+           " refuses to write without an imatrix; i: its dry run with a uniform imatrix)\n");
     printf("%-10s", "");
     for (int i = 0; i < n_models; i++) printf(" | %-19s", models[i].label);
     printf("\n%-10s", "mix");
@@ -367,10 +398,13 @@ int main(int argc, char **argv) {
         printf("%-10s", mt_quant_mix_name((mt_quant_mix)mix));
         for (int i = 0; i < n_models; i++) {
             tally a = {0, 0, '-'}, b = {0, 0, '-'};
-            run(&models[i], (mt_quant_mix)mix, false, &a);
+            /* the dry run's log is checked against the files of a few mixes */
+            bool check_log = mix == MT_QUANT_MIX_Q4_K_M || mix == MT_QUANT_MIX_IQ3_M ||
+                             mix == MT_QUANT_MIX_MXFP4_MOE || mix == MT_QUANT_MIX_F16;
+            run(&models[i], (mt_quant_mix)mix, check_log, &a);
             /* with an imatrix where it changes a choice or is the only way to a file */
             if (a.how == 'd' || imatrix_matters((mt_quant_mix)mix))
-                run(&models[i], (mt_quant_mix)mix, true, &b);
+                run_imatrix(&models[i], (mt_quant_mix)mix, &b);
             printf(" | %-9s %-9s", cell(&a), cell(&b));
             agree += a.agree + b.agree;
             total += a.total + b.total;
