@@ -109,7 +109,9 @@ bool mt_quant_mix_quantizes(const mt_quant_mix_tensor *t);
 void mt_quant_mix_begin(mt_quant_mix_state *st, const mt_quant_mix_tensor *tensors, size_t n);
 
 /* The type of tensor t under mix, given the counters of the tensors before it
- * in llama.cpp's order (which it advances). A pure function of its inputs. */
+ * in llama.cpp's order (which it advances). A pure function of its inputs.
+ * MT_TYPE_COUNT for an unknown mix, or when a rule needs the layer number of
+ * an ffn tensor whose name has none ("blk.N."; llama.cpp refuses such a model). */
 mt_type mt_quant_mix_type(mt_quant_mix mix, const mt_quant_mix_model *m, mt_quant_mix_state *st,
                           const mt_quant_mix_tensor *t);
 

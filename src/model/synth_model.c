@@ -629,7 +629,11 @@ static int check_params(const mt_synth_params *p, mt_error *err) {
                             "mkmodel: unknown architecture '%s' (llama, qwen2moe, qwen3moe,"
                             " deepseek2, kimi-linear, kimi-k3)",
                             p->arch);
-    if (check_type(p->type, err) || (p->expert_type >= 0 && check_type(expert_type(p), err)))
+    if (p->ftype && !mt_quant_mix_name(p->ftype))
+        return mt_error_set(err, "mkmodel: quantization mix %d is not one of llama.cpp's",
+                            (int)p->ftype);
+    if (!p->ftype &&
+        (check_type(p->type, err) || (p->expert_type >= 0 && check_type(expert_type(p), err))))
         return -1;
     if (p->n_layer < 1 || p->n_layer > 256 || p->n_embd < 32 || p->n_embd > 16384 ||
         p->n_embd % 32 || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
