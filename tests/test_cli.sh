@@ -78,6 +78,14 @@ n=$("$BIN" tokenize -m "$tmp/m.gguf" --json -p "ab" | json 'console.log(o.tokens
 "$BIN" mkmodel -o "$tmp/q4km.gguf" --ftype Q4_K_M --experts 4 >"$tmp/o" 2>"$tmp/e" &&
     grep -q "Q4_K" "$tmp/o" && grep -q "Q6_K" "$tmp/o" && ok || bad "mkmodel --ftype Q4_K_M: $(cat "$tmp/e" "$tmp/o")"
 "$BIN" eval -m "$tmp/q4km.gguf" --ids 1,2,3 --top 1 >/dev/null 2>"$tmp/e" && ok || bad "eval of the Q4_K_M model: $(cat "$tmp/e")"
+# mixed-type models the engine computes already: MLA's attn_k_b in MXFP4 (a 3-D tensor in
+# MXFP4_MOE), kimi-k3's 16-wide attn_k_b in F16 and its KDA projections in Q8_0 (Q6_K's fallbacks)
+for mix in "deepseek2 MXFP4_MOE" "kimi-k3 Q6_K"; do
+    set -- $mix
+    "$BIN" mkmodel -o "$tmp/mix.gguf" --arch "$1" --ftype "$2" --layers 4 --experts 8 --experts-used 2 \
+        >/dev/null 2>"$tmp/e" && "$BIN" eval -m "$tmp/mix.gguf" --ids 1,2,3 --top 1 >/dev/null 2>>"$tmp/e" &&
+        ok || bad "mkmodel --ftype $2 --arch $1 and eval: $(cat "$tmp/e")"
+done
 "$BIN" mkmodel --dry-run --arch deepseek2 --nope 128 --ftype q4_k_m -o "$tmp/none.gguf" >"$tmp/o" 2>"$tmp/e" &&
     grep -Eq "^blk\.0\.attn_k_b\.weight +128 x 256 x 4 +Q5_0$" "$tmp/o" && [ ! -e "$tmp/none.gguf" ] &&
     ok || bad "mkmodel --dry-run: $(cat "$tmp/e" "$tmp/o")"
