@@ -72,6 +72,24 @@ echo "$out" | json 'if(o.top.length!==3||o.top[0].length!==3||o.top[0][0][1]!==0
 n=$("$BIN" tokenize -m "$tmp/m.gguf" --json -p "ab" | json 'console.log(o.tokens.length)')
 [ "$n" = 3 ] && ok || bad "llama-bpe BOS not added (got $n tokens for 'ab')"
 
+# mkmodel --ftype: llama.cpp's mixes (tests/test_quant_mix*.c check the choices). Q4_K_M on
+# a 4-expert qwen3moe is Q4_K with Q6_K for the head and the last ffn_down (and runs); the
+# dry run of deepseek2 with K2's 128-wide attn_k_b shows its fallback to Q5_0 and writes nothing
+"$BIN" mkmodel -o "$tmp/q4km.gguf" --ftype Q4_K_M --experts 4 >"$tmp/o" 2>"$tmp/e" &&
+    grep -q "Q4_K" "$tmp/o" && grep -q "Q6_K" "$tmp/o" && ok || bad "mkmodel --ftype Q4_K_M: $(cat "$tmp/e" "$tmp/o")"
+"$BIN" eval -m "$tmp/q4km.gguf" --ids 1,2,3 --top 1 >/dev/null 2>"$tmp/e" && ok || bad "eval of the Q4_K_M model: $(cat "$tmp/e")"
+# mixed-type models the engine computes already: MLA's attn_k_b in MXFP4 (a 3-D tensor in
+# MXFP4_MOE), kimi-k3's 16-wide attn_k_b in F16 and its KDA projections in Q8_0 (Q6_K's fallbacks)
+for mix in "deepseek2 MXFP4_MOE" "kimi-k3 Q6_K"; do
+    set -- $mix
+    "$BIN" mkmodel -o "$tmp/mix.gguf" --arch "$1" --ftype "$2" --layers 4 --experts 8 --experts-used 2 \
+        >/dev/null 2>"$tmp/e" && "$BIN" eval -m "$tmp/mix.gguf" --ids 1,2,3 --top 1 >/dev/null 2>>"$tmp/e" &&
+        ok || bad "mkmodel --ftype $2 --arch $1 and eval: $(cat "$tmp/e")"
+done
+"$BIN" mkmodel --dry-run --arch deepseek2 --nope 128 --ftype q4_k_m -o "$tmp/none.gguf" >"$tmp/o" 2>"$tmp/e" &&
+    grep -Eq "^blk\.0\.attn_k_b\.weight +128 x 256 x 4 +Q5_0$" "$tmp/o" && [ ! -e "$tmp/none.gguf" ] &&
+    ok || bad "mkmodel --dry-run: $(cat "$tmp/e" "$tmp/o")"
+
 # kimi-k3 end to end: mkmodel, run --json with the session's recurrent state (4 layers, KDA
 # at 0 and 2: per KDA layer 3 x (K-1) x D conv floats + H x hd x hd delta-rule floats, K 4,
 # H 4, hd 16, D 64), the same greedy text from eval's teacher-forced argmax, and the data
@@ -114,6 +132,8 @@ echo "not a model" >"$tmp/junk.gguf"
 expect_fail 1 "not a GGUF file" "$BIN" tokenize -m "$tmp/junk.gguf" -p x
 expect_fail 1 "exceed --ctx" "$BIN" run -p "Hello" -n 10 --ctx 8
 expect_fail 2 "unknown type" "$BIN" mkmodel -o "$tmp/x.gguf" --type q9_9
+expect_fail 2 "unknown --ftype 'Q4_K_X'" "$BIN" mkmodel -o "$tmp/x.gguf" --ftype Q4_K_X
+expect_fail 2 "without --type" "$BIN" mkmodel -o "$tmp/x.gguf" --ftype Q4_K_M --type q8_0
 # a registry that cannot be used is named with what to check, by every command that asks one
 expect_fail 1 "cannot use the cell of the registry http://127.0.0.1:1 (check" "$BIN" prompt --registry http://127.0.0.1:1 --token abc --key "$tmp/r.key" --cache "$tmp/cache" -p x
 

@@ -10,15 +10,20 @@
 #define MOONTAIL_SYNTH_MODEL_H
 
 #include "moontail/error.h"
+#include "moontail/quant_mix.h"
 #include "moontail/tensor_type.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct mt_synth_params {
     const char *arch;    /* llama | qwen2moe | qwen3moe | deepseek2 | kimi-linear | kimi-k3 */
     mt_type type;        /* type of the large matrices (1-D tensors and routers stay F32) */
     int32_t expert_type; /* type of the routed experts (ffn_*_exps): an mt_type, -1 = type */
+    mt_quant_mix ftype;  /* NONE: the types above; else every tensor's type as llama.cpp's
+                            quantizer gives it from F32 under this mix (quant_mix.h), and
+                            type and expert_type are ignored */
     uint64_t seed;
     const char *vocab; /* "bytes" or the path of a Hugging Face tokenizer.json */
     const char *pre;   /* pre-tokenizer name; NULL = per architecture/vocab default */
@@ -69,7 +74,21 @@ typedef struct mt_synth_params {
  * experts, 16 used, MXFP4 experts) at tiny widths (n_embd 64). */
 mt_synth_params mt_synth_default_params(const char *arch);
 
-/* Writes the model to path. Returns 0 or -1 with err filled. */
+/* Writes the model to path. Returns 0 or -1 with err filled (with ftype, also
+ * when a tensor's type is one the engine cannot quantize to yet). */
 int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err);
+
+/* One tensor of a model as mt_synth_plan describes it. */
+typedef struct mt_synth_tensor {
+    char name[96];
+    int n_dims;
+    int64_t ne[3];
+    mt_type type; /* the type it is written in */
+} mt_synth_tensor;
+
+/* The tensors mt_synth_write would write, in file order, with their types,
+ * without making or quantizing any weights (so also for types the engine cannot
+ * quantize yet). *tensors is malloc'd (free it). Returns 0 or -1 with err filled. */
+int mt_synth_plan(const mt_synth_params *p, mt_synth_tensor **tensors, size_t *n, mt_error *err);
 
 #endif

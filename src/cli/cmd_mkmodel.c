@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "moontail/gguf.h"
 #include "moontail/progress.h"
+#include "moontail/quant_mix.h"
 #include "moontail/synth_model.h"
 
 #include <stdio.h>
@@ -12,7 +13,9 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: moontail mkmodel -o FILE [--arch ARCH] [--type TYPE] [--seed N] [options]\n"
+    "usage: moontail mkmodel -o FILE [--arch ARCH] [--type TYPE | --ftype MIX] [--seed N] "
+    "[options]\n"
+    "       moontail mkmodel --dry-run [--arch ARCH] [--type TYPE | --ftype MIX] [options]\n"
     "\n"
     "  -o FILE              where to write the model\n"
     "  --arch ARCH          llama | qwen2moe | qwen3moe | deepseek2 | kimi-linear | kimi-k3\n"
@@ -20,6 +23,13 @@ static const char usage[] =
     "  --type TYPE          f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q6_k mxfp4\n"
     "                       (default f32)\n"
     "  --expert-type TYPE   type of the routed experts (default: --type; kimi-k3: mxfp4)\n"
+    "  --ftype MIX          instead of --type: each tensor's type as llama.cpp's llama-quantize\n"
+    "                       gives it from F32 under the mix MIX (no importance matrix), with its\n"
+    "                       fallbacks for rows that are not whole blocks: F32 F16 BF16 Q4_0 Q4_1\n"
+    "                       Q5_0 Q5_1 Q8_0 Q2_K Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S\n"
+    "                       Q5_K_M Q6_K IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS\n"
+    "                       IQ3_S IQ3_M IQ4_NL IQ4_XS TQ1_0 TQ2_0 MXFP4_MOE\n"
+    "  --dry-run            print each tensor's shape and type, write nothing (-o not needed)\n"
     "  --seed N             weight seed (default 1)\n"
     "  --vocab V            'bytes' (default) or the path of a tokenizer.json\n"
     "  --pre NAME           pre-tokenizer name written to the vocabulary\n"
@@ -82,6 +92,39 @@ static void on_progress(void *ctx, bool writing, uint64_t done, uint64_t total) 
         mt_progress_count(&m->bar, done, total, "layers");
 }
 
+/* --dry-run: the tensors the model would have, one a line, then the count per type. */
+static int print_plan(const mt_synth_params *p) {
+    mt_synth_tensor *t;
+    size_t n;
+    mt_error err = {{0}};
+    if (mt_synth_plan(p, &t, &n, &err)) {
+        fprintf(stderr, "moontail mkmodel: %s\n", err.msg);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char shape[64];
+        int k = snprintf(shape, sizeof shape, "%lld", (long long)t[i].ne[0]);
+        for (int d = 1; d < t[i].n_dims && k > 0 && (size_t)k < sizeof shape; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, " x %lld", (long long)t[i].ne[d]);
+        printf("%-36s %-18s %s\n", t[i].name, shape, mt_type_traits_get(t[i].type)->name);
+    }
+    printf("%s, %s: %zu tensors:", p->arch,
+           p->ftype ? mt_quant_mix_name(p->ftype) : mt_type_traits_get(p->type)->name, n);
+    const char *sep = " ";
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++) seen = t[j].type == t[i].type;
+        if (seen) continue;
+        size_t c = 0;
+        for (size_t j = i; j < n; j++) c += t[j].type == t[i].type;
+        printf("%s%zu %s", sep, c, mt_type_traits_get(t[i].type)->name);
+        sep = ", ";
+    }
+    printf("\n");
+    free(t);
+    return 0;
+}
+
 /* What the file at path holds, read back from it: one line on stdout. */
 static int print_written(const char *path) {
     mt_error err = {{0}};
@@ -127,6 +170,7 @@ int cmd_mkmodel(int argc, char **argv) {
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--arch") == 0) arch = argv[i + 1];
     mt_synth_params p = mt_synth_default_params(arch);
+    bool dry_run = false, typed = false;
     const char *added[32];
     bool control[32];
     char *tmpl = NULL;
@@ -206,12 +250,25 @@ int cmd_mkmodel(int argc, char **argv) {
                 goto usage_error;
             }
             p.type = (mt_type)t;
+            typed = true;
         } else if (strcmp(a, "--expert-type") == 0) {
             if (!(v = cli_value(argc, argv, &i))) goto usage_error;
             if ((p.expert_type = mt_type_from_name(v)) < 0) {
                 fprintf(stderr, "moontail mkmodel: unknown type '%s'\n", v);
                 goto usage_error;
             }
+            typed = true;
+        } else if (strcmp(a, "--ftype") == 0) {
+            if (!(v = cli_value(argc, argv, &i))) goto usage_error;
+            if (!(p.ftype = mt_quant_mix_from_name(v))) {
+                fprintf(stderr,
+                        "moontail mkmodel: unknown --ftype '%s'; the mixes are those of"
+                        " llama-quantize, e.g. Q4_K_M (see 'moontail mkmodel --help')\n",
+                        v);
+                goto usage_error;
+            }
+        } else if (strcmp(a, "--dry-run") == 0) {
+            dry_run = true;
         } else if (strcmp(a, "--mla-layers") == 0) {
             if (!(p.mla_layers = cli_value(argc, argv, &i))) goto usage_error;
         } else if (strcmp(a, "--seed") == 0) {
@@ -262,12 +319,22 @@ int cmd_mkmodel(int argc, char **argv) {
             goto usage_error;
         }
     }
-    if (!out) {
+    if (p.ftype && typed) {
+        fprintf(stderr, "moontail mkmodel: --ftype chooses every tensor's type; give it without"
+                        " --type and --expert-type\n");
+        goto usage_error;
+    }
+    if (!out && !dry_run) {
         fprintf(stderr, "moontail mkmodel: -o FILE is required\n");
         goto usage_error;
     }
     p.added_tokens = added;
     p.added_control = control;
+    if (dry_run) {
+        int rc = print_plan(&p);
+        free(tmpl);
+        return rc;
+    }
     mk_progress prog = {.path = out};
     p.progress = on_progress;
     p.progress_ctx = &prog;

@@ -131,6 +131,13 @@ typedef struct synth {
     char arch_key[64];
     bool kimi, k3;
     bool mla[256]; /* kimi: layer il is an MLA (full attention) layer, else KDA */
+    /* planning: list the tensors (name, shape, type) instead of making them */
+    bool listing;
+    mt_synth_tensor *list;
+    size_t n_list, cap_list;
+    /* with a quantization mix: the type of each tensor, in the order they are added */
+    const mt_type *types;
+    size_t next;
 } synth;
 
 static const char *akey(synth *s, const char *suffix) {
@@ -149,6 +156,33 @@ static mt_type expert_type(const mt_synth_params *p) {
     return p->expert_type < 0 ? p->type : (mt_type)p->expert_type;
 }
 
+/* Planning: notes a tensor. Returns true when the tensor is only to be listed. */
+static bool listed(synth *s, const char *name, mt_type type, int n_dims, const int64_t ne[3]) {
+    if (!s->listing) return false;
+    if (s->n_list == s->cap_list) {
+        size_t cap = s->cap_list ? 2 * s->cap_list : 256;
+        mt_synth_tensor *l = realloc(s->list, cap * sizeof *l);
+        if (!l) {
+            s->failed = mt_error_set(s->err, "mkmodel: out of memory for the tensor list");
+            return true;
+        }
+        s->list = l;
+        s->cap_list = cap;
+    }
+    mt_synth_tensor *t = &s->list[s->n_list++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    memcpy(t->ne, ne, sizeof t->ne);
+    t->type = type;
+    return true;
+}
+
+/* The type tensor `name` is written in: the mix's choice (planned in the same
+ * order as the tensors are added), else the requested type if it fits. */
+static mt_type written_type(synth *s, mt_type want, int64_t ne0) {
+    return s->types ? s->types[s->next++] : fit_type(want, ne0);
+}
+
 /* Adds a tensor of shape ne (n_dims <= 3) filled with offset + U(-scale, scale),
  * row r further multiplied by row_scale[r] when row_scale is given. */
 static void add_scaled(synth *s, const char *name, mt_type type, int n_dims, int64_t ne0,
@@ -156,7 +190,8 @@ static void add_scaled(synth *s, const char *name, mt_type type, int n_dims, int
                        const float *row_scale) {
     if (s->failed) return;
     int64_t ne[3] = {ne0, ne1, ne2};
-    type = fit_type(type, ne0);
+    if (listed(s, name, fit_type(type, ne0), n_dims, ne)) return;
+    type = written_type(s, type, ne0);
     int64_t rows = ne1 * ne2;
     size_t row_bytes = mt_type_row_size(type, ne0);
     float *row = malloc((size_t)ne0 * sizeof(float));
@@ -247,7 +282,12 @@ static void add_mla(synth *s, int il) {
  * rounded, so a libm's last-bit differences do not reach the stored float. */
 static void add_kda_a(synth *s, const char *name, int n_dims, int64_t ne0, int64_t ne1) {
     if (s->failed) return;
-    int64_t ne[2] = {ne0, ne1};
+    int64_t ne[3] = {ne0, ne1, 1};
+    if (listed(s, name, MT_TYPE_F32, n_dims, ne)) return;
+    if (written_type(s, MT_TYPE_F32, ne0) != MT_TYPE_F32) { /* llama.cpp keeps it */
+        s->failed = mt_error_set(s->err, "mkmodel: %s must stay F32", name);
+        return;
+    }
     float *a = malloc((size_t)(ne0 * ne1) * sizeof *a);
     if (!a) {
         s->failed = mt_error_set(s->err, "mkmodel: out of memory for tensor '%s'", name);
@@ -589,7 +629,11 @@ static int check_params(const mt_synth_params *p, mt_error *err) {
                             "mkmodel: unknown architecture '%s' (llama, qwen2moe, qwen3moe,"
                             " deepseek2, kimi-linear, kimi-k3)",
                             p->arch);
-    if (check_type(p->type, err) || (p->expert_type >= 0 && check_type(expert_type(p), err)))
+    if (p->ftype && !mt_quant_mix_name(p->ftype))
+        return mt_error_set(err, "mkmodel: quantization mix %d is not one of llama.cpp's",
+                            (int)p->ftype);
+    if (!p->ftype &&
+        (check_type(p->type, err) || (p->expert_type >= 0 && check_type(expert_type(p), err))))
         return -1;
     if (p->n_layer < 1 || p->n_layer > 256 || p->n_embd < 32 || p->n_embd > 16384 ||
         p->n_embd % 32 || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
@@ -626,21 +670,22 @@ static void written(void *ctx, uint64_t done, uint64_t total) {
     p->progress(p->progress_ctx, true, done, total);
 }
 
-int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
-    if (check_params(p, err)) return -1;
-    synth s = {.p = p, .err = err};
-    s.kimi = is_kimi(p->arch);
-    s.k3 = strcmp(p->arch, "kimi-k3") == 0;
-    if (s.kimi && parse_mla_layers(&s, err)) return -1;
-    if (!(s.w = gguf_writer_new())) return mt_error_set(err, "mkmodel: out of memory");
+/* Makes the model's keys and tensors in a new writer (s->w), or only lists the
+ * tensors when s->listing. Returns 0 or -1 with s->err filled. */
+static int build(synth *s) {
+    const mt_synth_params *p = s->p;
+    if (!(s->w = gguf_writer_new())) return mt_error_set(s->err, "mkmodel: out of memory");
     bool llama = strcmp(p->arch, "llama") == 0;
-    gguf_writer_set_string(s.w, "general.architecture", p->arch_name ? p->arch_name : p->arch);
+    gguf_writer_set_string(s->w, "general.architecture", p->arch_name ? p->arch_name : p->arch);
     char name[96];
     snprintf(name, sizeof name, "moontail-synthetic-%s-%s", p->arch,
-             mt_type_traits_get(p->type)->name);
-    gguf_writer_set_string(s.w, "general.name", name);
-    gguf_writer_set_u32(s.w, "general.quantization_version", 2);
-    write_hparams(&s);
+             p->ftype ? mt_quant_mix_name(p->ftype) : mt_type_traits_get(p->type)->name);
+    gguf_writer_set_string(s->w, "general.name", name);
+    gguf_writer_set_u32(s->w, "general.quantization_version", 2);
+    if (p->ftype) /* as llama.cpp's quantizer marks its files */
+        gguf_writer_set_u32(s->w, "general.file_type",
+                            (uint32_t)mt_quant_mix_llama_ftype(p->ftype));
+    write_hparams(s);
 
     int32_t n_vocab;
     if (strcmp(p->vocab, "bytes") == 0) {
@@ -652,22 +697,19 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
                 toks[3 + i] = p->added_tokens[i];
                 control[3 + i] = p->added_control[i];
             }
-            n_vocab = mt_vocab_write_bytes_typed(s.w, pre, llama, toks, control, 3 + p->n_added);
+            n_vocab = mt_vocab_write_bytes_typed(s->w, pre, llama, toks, control, 3 + p->n_added);
         } else {
-            n_vocab = mt_vocab_write_bytes(s.w, pre, llama);
+            n_vocab = mt_vocab_write_bytes(s->w, pre, llama);
         }
         if (p->chat_template)
-            gguf_writer_set_string(s.w, "tokenizer.chat_template", p->chat_template);
+            gguf_writer_set_string(s->w, "tokenizer.chat_template", p->chat_template);
     } else {
-        n_vocab = mt_vocab_write_hf_json(s.w, p->vocab, p->pre ? p->pre : "qwen2", err);
-        if (n_vocab < 0) {
-            gguf_writer_free(s.w);
-            return -1;
-        }
+        n_vocab = mt_vocab_write_hf_json(s->w, p->vocab, p->pre ? p->pre : "qwen2", s->err);
+        if (n_vocab < 0) return -1;
     }
 
-    add(&s, "token_embd.weight", p->type, 2, p->n_embd, n_vocab, 1, 1.0f, 0.0f);
-    add_f32(&s, "output_norm.weight", p->n_embd, 0.2f, 1.0f);
+    add(s, "token_embd.weight", p->type, 2, p->n_embd, n_vocab, 1, 1.0f, 0.0f);
+    add_f32(s, "output_norm.weight", p->n_embd, 0.2f, 1.0f);
     if (!p->tied_output) {
         float *rs = NULL;
         if (p->readable && strcmp(p->vocab, "bytes") == 0 &&
@@ -675,20 +717,118 @@ int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
             for (int32_t i = 0; i < n_vocab; i++)
                 rs[i] = i < 256 && (isalnum(i) || strchr(" .,'!?", i)) && i != 0 ? 1.0f : 0.05f;
         }
-        add_scaled(&s, "output.weight", p->type, 2, p->n_embd, n_vocab, 1,
+        add_scaled(s, "output.weight", p->type, 2, p->n_embd, n_vocab, 1,
                    matrix_scale(p->logit_gain, p->n_embd), 0.0f, rs);
         free(rs);
     }
-    if (p->rope_freqs && llama) add_f32(&s, "rope_freqs.weight", p->head_dim / 2, 3.5f, 4.5f);
-    if (s.k3 && p->res_block > 0) add_res_score(&s, "output_res_score.weight");
-    for (int il = 0; il < p->n_layer && !s.failed; il++) {
-        add_layer(&s, il);
-        if (p->progress)
+    if (p->rope_freqs && llama) add_f32(s, "rope_freqs.weight", p->head_dim / 2, 3.5f, 4.5f);
+    if (s->k3 && p->res_block > 0) add_res_score(s, "output_res_score.weight");
+    for (int il = 0; il < p->n_layer && !s->failed; il++) {
+        add_layer(s, il);
+        if (p->progress && !s->listing)
             p->progress(p->progress_ctx, false, (uint64_t)il + 1, (uint64_t)p->n_layer);
     }
-    if (p->extra_tensor) add_f32(&s, p->extra_tensor, p->n_embd, -1.0f, 1.0f);
+    if (p->extra_tensor) add_f32(s, p->extra_tensor, p->n_embd, -1.0f, 1.0f);
+    return s->failed ? -1 : 0;
+}
+
+/* What the quantization rules read of the model, as llama.cpp loads it. */
+static mt_quant_mix_model mix_model(const synth *s) {
+    const mt_synth_params *p = s->p;
+    mt_quant_mix_model m = {.arch = p->arch, .n_layer = p->n_layer, .n_head = p->n_head};
+    if (s->kimi)
+        m.n_head_kv = s->mla[0] ? 1 : 0;
+    else
+        m.n_head_kv = p->mla_legacy ? p->n_head : p->n_head_kv;
+    m.n_expert = p->dense ? 0 : p->n_expert;
+    return m;
+}
+
+/* Lists the tensors of p (types as --type gives them), and with a mix plans
+ * their types. On success s->list holds them; the caller frees it. */
+static int list_tensors(synth *s, const mt_synth_params *p, mt_error *err) {
+    *s = (synth){.p = p, .err = err, .listing = true};
+    s->kimi = is_kimi(p->arch);
+    s->k3 = strcmp(p->arch, "kimi-k3") == 0;
+    if (s->kimi && parse_mla_layers(s, err)) return -1;
+    int rc = build(s);
+    gguf_writer_free(s->w);
+    s->w = NULL;
+    if (rc || !p->ftype) return rc;
+    mt_quant_mix_tensor *t = calloc(s->n_list ? s->n_list : 1, sizeof *t);
+    mt_type *types = malloc((s->n_list ? s->n_list : 1) * sizeof *types);
+    if (!t || !types) {
+        free(t);
+        free(types);
+        return mt_error_set(err, "mkmodel: out of memory");
+    }
+    for (size_t i = 0; i < s->n_list; i++) {
+        t[i].name = s->list[i].name;
+        for (int d = 0; d < 4; d++) t[i].ne[d] = d < 3 ? s->list[i].ne[d] : 1;
+        t[i].type = MT_TYPE_F32; /* mkmodel makes every weight in F32 first */
+    }
+    mt_quant_mix_model m = mix_model(s);
+    rc = mt_quant_mix_plan(p->ftype, &m, t, s->n_list, types, err);
+    for (size_t i = 0; i < s->n_list && !rc; i++) s->list[i].type = types[i];
+    free(t);
+    free(types);
+    return rc;
+}
+
+/* The parameters a mix writes with: every weight made in F32, then quantized. */
+static mt_synth_params mix_params(const mt_synth_params *p) {
+    mt_synth_params q = *p;
+    if (q.ftype) {
+        q.type = MT_TYPE_F32;
+        q.expert_type = -1;
+    }
+    return q;
+}
+
+int mt_synth_plan(const mt_synth_params *p, mt_synth_tensor **tensors, size_t *n, mt_error *err) {
+    *tensors = NULL;
+    *n = 0;
+    if (check_params(p, err)) return -1;
+    mt_synth_params q = mix_params(p);
+    synth s;
+    if (list_tensors(&s, &q, err)) {
+        free(s.list);
+        return -1;
+    }
+    *tensors = s.list;
+    *n = s.n_list;
+    return 0;
+}
+
+int mt_synth_write(const mt_synth_params *p, const char *path, mt_error *err) {
+    if (check_params(p, err)) return -1;
+    mt_synth_params q = mix_params(p);
+    mt_type *types = NULL;
+    if (q.ftype) {
+        synth l;
+        int rc = list_tensors(&l, &q, err);
+        for (size_t i = 0; i < l.n_list && !rc; i++) {
+            const mt_type_traits *tr = mt_type_traits_get(l.list[i].type);
+            if (!tr->supported)
+                rc = mt_error_set(err,
+                                  "mkmodel: --ftype %s: the engine cannot quantize to %s yet"
+                                  " (%s is one); --dry-run lists every tensor's type",
+                                  mt_quant_mix_name(q.ftype), tr->name, l.list[i].name);
+        }
+        if (!rc && !(types = malloc((l.n_list ? l.n_list : 1) * sizeof *types)))
+            rc = mt_error_set(err, "mkmodel: out of memory");
+        for (size_t i = 0; i < l.n_list && !rc; i++) types[i] = l.list[i].type;
+        free(l.list);
+        if (rc) return -1;
+    }
+    synth s = {.p = &q, .err = err, .types = types};
+    s.kimi = is_kimi(q.arch);
+    s.k3 = strcmp(q.arch, "kimi-k3") == 0;
+    int rc = s.kimi ? parse_mla_layers(&s, err) : 0;
+    if (!rc) rc = build(&s);
     gguf_write_opts o = {.progress = written, .progress_ctx = (void *)p};
-    int rc = s.failed ? -1 : gguf_writer_write_opts(s.w, path, p->progress ? &o : NULL, err);
+    if (!rc) rc = gguf_writer_write_opts(s.w, path, p->progress ? &o : NULL, err);
     gguf_writer_free(s.w);
+    free(types);
     return rc;
 }
