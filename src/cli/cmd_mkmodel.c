@@ -17,7 +17,7 @@ static const char usage[] =
     "  -o FILE              where to write the model\n"
     "  --arch ARCH          llama | qwen2moe | qwen3moe | deepseek2 | kimi-linear | kimi-k3\n"
     "                       (default qwen3moe)\n"
-    "  --type TYPE          f32 f16 bf16 q8_0 q4_0 q4_k q6_k mxfp4 (default f32)\n"
+    "  --type TYPE          f32 f16 bf16 q8_0 q4_0 q2_k q3_k q4_k q5_k q6_k mxfp4 (default f32)\n"
     "  --expert-type TYPE   type of the routed experts (default: --type; kimi-k3: mxfp4)\n"
     "  --seed N             weight seed (default 1)\n"
     "  --vocab V            'bytes' (default) or the path of a tokenizer.json\n"
