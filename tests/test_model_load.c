@@ -19,7 +19,7 @@ typedef struct mutation {
     const char *drop_tensor; /* leave this tensor out */
     const char *reshape;     /* give this tensor shape {ne0, ne1} (zeros) */
     int64_t ne0, ne1;
-    const char *retype; /* store this tensor as Q5_K (zeros) */
+    const char *retype; /* store this tensor as NVFP4 (zeros), a type without kernels */
     const char *drop_key;
     const char *key;     /* set this key ... */
     uint32_t key_u32;    /* ... to this u32 */
@@ -69,7 +69,7 @@ static void copy_with(const gguf_file *f, const char *dst, const mutation *mu) {
             free(z);
         } else if (mu->retype && strcmp(t->name, mu->retype) == 0) {
             void *z = calloc(t->nbytes, 1);
-            CHECK(gguf_writer_add_tensor(w, t->name, (mt_type)13 /* Q5_K */, t->n_dims, t->ne, z,
+            CHECK(gguf_writer_add_tensor(w, t->name, (mt_type)40 /* NVFP4 */, t->n_dims, t->ne, z,
                                          &err) == 0,
                   "%s", err.msg);
             free(z);
@@ -221,7 +221,7 @@ int main(void) {
                       "missing");
     expect_load_error(f, &(mutation){.reshape = "blk.0.attn_q.weight", .ne0 = 256, .ne1 = 128},
                       "blk.0.attn_q.weight", "shape");
-    expect_load_error(f, &(mutation){.retype = "blk.1.attn_v.weight"}, "Q5_K", "cannot compute");
+    expect_load_error(f, &(mutation){.retype = "blk.1.attn_v.weight"}, "NVFP4", "cannot compute");
     expect_load_error(f, &(mutation){.drop_key = "qwen3moe.block_count"}, "qwen3moe.block_count",
                       "missing");
     expect_load_error(f, &(mutation){.key = "qwen3moe.embedding_length", .key_str = "256"},

@@ -421,7 +421,8 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
     double amax32 = 0, amax16 = 0, amax256 = 0, lo256 = 0, hi256 = -INFINITY;
     for (int j = 0; j < 32; j++) amax32 = fmax(amax32, fabs(x[b32 + j]));
     for (int j = 0; j < 16; j++) amax16 = fmax(amax16, fabs(x[b16 + j]));
-    if (t == MT_TYPE_Q4_K || t == MT_TYPE_Q6_K)
+    if (t == MT_TYPE_Q4_K || t == MT_TYPE_Q6_K || t == MT_TYPE_Q2_K || t == MT_TYPE_Q3_K ||
+        t == MT_TYPE_Q5_K)
         for (int j = 0; j < 256; j++) {
             amax256 = fmax(amax256, fabs(x[b256 + j]));
             lo256 = fmin(lo256, x[b256 + j]);
@@ -466,6 +467,17 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
     /* half a step amax16/31 plus half a super-block step amax256/(31*127) */
     case MT_TYPE_Q6_K:
         return amax16 / 62 * 1.002 + amax256 / (62.0 * 127) * 1.01 + 1e-7 * amax256;
+    /* Q2_K: half a step; the step is at most (range + a min step)/3 plus
+     * one super-block step, range * 0.3794 with the f16 round-ups */
+    case MT_TYPE_Q2_K:
+        return (hi256 - lo256) / 5.2 + 1e-6 * amax256;
+    /* Q5_K: as Q4_K with 31 steps: half of range * 0.0333 */
+    case MT_TYPE_Q5_K:
+        return (hi256 - lo256) / 62 * 1.05 + 1e-6 * amax256;
+    /* Q3_K: one step (an element of the other sign near amax16 clamps to
+     * 3), the step at most amax16/4 plus a super-block step amax256/124 */
+    case MT_TYPE_Q3_K:
+        return amax16 / 4 * 1.002 + amax256 / 124 * 1.01 + 1e-6 * amax256;
     default:
         return 0;
     }

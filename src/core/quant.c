@@ -63,6 +63,12 @@ void quant_ref_kernels(quant_kernel_set *ks) {
     /* Q8_1, like Q8_K, only ever holds activations */
     SET(MT_TYPE_Q8_1, quant_q8_1_dequantize, quant_q8_1_convert, quant_q8_1_convert, MT_TYPE_COUNT,
         NULL);
+    SET(MT_TYPE_Q2_K, quant_q2_k_dequantize, quant_q2_k_quantize, NULL, MT_TYPE_Q8_K,
+        quant_q2_k_vec_dot);
+    SET(MT_TYPE_Q3_K, quant_q3_k_dequantize, quant_q3_k_quantize, NULL, MT_TYPE_Q8_K,
+        quant_q3_k_vec_dot);
+    SET(MT_TYPE_Q5_K, quant_q5_k_dequantize, quant_q5_k_quantize, NULL, MT_TYPE_Q8_K,
+        quant_q5_k_vec_dot);
     /* Q8_K only ever holds activations: "quantizing" to it is the conversion. */
     SET(MT_TYPE_Q8_K, quant_q8_k_dequantize, quant_q8_k_convert, quant_q8_k_convert, MT_TYPE_COUNT,
         NULL);

@@ -28,6 +28,15 @@
  *    lane 8 * (b mod 2) + l; the min term apart, in two chains
  *    mins[b mod 2] = fmaf(m, s_x, mins[b mod 2]) (s_x: the Q8_1 block's s);
  *    result quant_hsum16(acc) + (mins[0] + mins[1]).
+ *  - Q2_K, Q3_K, Q5_K (against Q8_K; quant_kq.c): Q4_K's order. Lane l of
+ *    a super-block is the exact int32 sum over its elements i with
+ *    (i mod 32) / 4 = l of S(i) * u(i) * x(i): u the unsigned quant (Q2_K
+ *    0..3; Q3_K q3 + 4, 0..7; Q5_K 0..31), S its group's integer scale
+ *    (Q3_K: code - 32); lanes accumulate fmaf((float)lane, dw * dx, acc[l]);
+ *    the exact correction C (Q2_K, Q5_K: sum of bsums[j] * min of group j;
+ *    Q3_K: 4 * sum bsums[g] * (code[g] - 32)) accumulates
+ *    fmaf(dm * dx, (float)C, mins) with dm = dmin (Q3_K: d); result
+ *    hsum8 - mins.
  *  - Q6_K: ggml's generic order (lane = element index mod 8).
  *  - F32, F16, BF16: lane l (0..15) sums (double)w_i * (double)x_i (exact
  *    products) for i = l mod 16 in double, lanes added by quant_hsum16d,
@@ -85,6 +94,22 @@ enum {
     Q8_1_BYTES = 36, /* d f16 @0; s f16 @2 (d * sum of qs); qs[32] int8 @4 */
     Q8_1_S = 2,
     Q8_1_QS = 4,
+    /* group kq (quant_kq.c) */
+    Q2_K_BYTES = 84, /* scales[16] @0 (scale low nibble, min high); qs[64] @16; d @80; dmin @82 */
+    Q2_K_QS = 16,
+    Q2_K_D = 80,
+    Q2_K_DMIN = 82,
+
+    Q3_K_BYTES = 110, /* hmask[32] @0; qs[64] @32; scales[12] @96 (16 x 6 bits); d f16 @108 */
+    Q3_K_QS = 32,
+    Q3_K_SCALES = 96,
+    Q3_K_D = 108,
+
+    Q5_K_BYTES = 176, /* d f16 @0; dmin f16 @2; scales[12] @4 (as Q4_K); qh[32] @16; qs[128] @48 */
+    Q5_K_DMIN = 2,
+    Q5_K_SCALES = 4,
+    Q5_K_QH = 16,
+    Q5_K_QS = 48,
 
     Q8_K_BYTES = 292, /* d f32 @0; qs[256] int8 @4; bsums[16] int16 @260 (sum of each 16 qs) */
     Q8_K_QS = 4,
@@ -179,6 +204,14 @@ static inline void quant_k4_scale_min(const uint8_t *scales, int s, int *sc, int
         *sc = (scales[s + 4] & 0xF) | ((scales[s - 4] >> 6) << 4);
         *m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
     }
+}
+
+/* Q3_K: the 6-bit scale code (0..63, the scale is code - 32) of group g
+ * (0..15) from scales[12]: the low 4 bits are the low (g < 8) or high nibble
+ * of byte g % 8, the top 2 bits are bits 2*(g/4) of byte 8 + g % 4. */
+static inline int quant_k3_scale(const uint8_t *scales, int g) {
+    const int lo = g < 8 ? scales[g] & 0xF : scales[g - 8] >> 4;
+    return lo | (((scales[8 + g % 4] >> (2 * (g / 4))) & 3) << 4);
 }
 
 /* One Q4_K block against one Q8_K block: unpacks the 8 sub-block scales and
@@ -278,5 +311,15 @@ size_t quant_q5_1_quantize(const float *src, void *dst, int64_t n);
 float quant_q5_1_vec_dot(int64_t n, const void *w, const void *x);
 void quant_q8_1_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_q8_1_convert(const float *src, void *dst, int64_t n);
+/* quant_kq.c (group kq: Q2_K, Q3_K, Q5_K against Q8_K) */
+void quant_q2_k_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q2_k_quantize(const float *src, void *dst, int64_t n);
+float quant_q2_k_vec_dot(int64_t n, const void *w, const void *x);
+void quant_q3_k_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q3_k_quantize(const float *src, void *dst, int64_t n);
+float quant_q3_k_vec_dot(int64_t n, const void *w, const void *x);
+void quant_q5_k_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_q5_k_quantize(const float *src, void *dst, int64_t n);
+float quant_q5_k_vec_dot(int64_t n, const void *w, const void *x);
 
 #endif

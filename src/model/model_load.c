@@ -78,10 +78,18 @@ static const gguf_tensor *find(binder *b, const char *pattern, int il, bool requ
     }
     const mt_type_traits *tr = mt_type_traits_get(t->type);
     if (!tr->supported || t->type == MT_TYPE_Q8_K || t->type == MT_TYPE_Q8_1) {
-        fail(b,
-             "tensor '%s' has type %s, which the engine cannot compute with yet (supported: F32,"
-             " F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, MXFP4)",
-             name, tr->name);
+        /* the list from the type table, so it follows the kernels */
+        char list[320];
+        size_t len = 0;
+        list[0] = 0;
+        for (uint32_t k = 0; k < MT_TYPE_COUNT && len < sizeof list; k++) {
+            const mt_type_traits *s = mt_type_traits_get(k);
+            if (!s || !s->supported || k == MT_TYPE_Q8_K || k == MT_TYPE_Q8_1) continue;
+            len +=
+                (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", s->name);
+        }
+        fail(b, "tensor '%s' has type %s, which the engine cannot compute with yet (supported: %s)",
+             name, tr->name, list);
         return NULL;
     }
     return t;
