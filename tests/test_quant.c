@@ -5,7 +5,8 @@
  *     built from frexp/ldexp (all 65536 half patterns, every rounding tie);
  *   - hand-built blocks whose values follow from docs/engine-reference.md;
  *   - quantize -> dequantize error bounds per type;
- *   - activation conversion (ggml's x86 Q8_0 rounding, Q8_K with bsums);
+ *   - activation conversion (ggml's x86 Q8_0 and Q8_1 rounding, Q8_1's s, Q8_K
+ *     with bsums);
  *   - vec_dot: bit-exact against MoonTail's reduction order (quant_kernels.h)
  *     re-derived here from the spec's element decoding, close to a double
  *     dot of the decoded operands, and within a stated bound of the dot with
