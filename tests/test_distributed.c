@@ -7,8 +7,10 @@
  *   (c) a paired layer: a stage holding attention and half the experts,
  *       whose partner holds the other half,
  * gives logits bit-identical to the whole model, for every architecture, on
- * F32 and quantized weights (and a llama-3 style model whose RoPE divisors
- * every stage needs), with the prompt evaluated in one batch and the
+ * F32 and quantized weights, on models of mixed tensor types as published
+ * quants have them (mkmodel --ftype Q3_K_M, Q2_K, Q5_K_M: K-quants and their
+ * fallbacks side by side), and a llama-3 style model whose RoPE divisors
+ * every stage needs, with the prompt evaluated in one batch and the
  * last token decoded on its own (so KV caches carry over). The network
  * transport only moves these same f32 rows. Also: the dispatcher reports
  * the first failing holder's error, in holder order. */
@@ -169,11 +171,9 @@ static void check_first_error(const mt_hparams *hp, mt_pool *pool) {
 
 /* ---- the model, cut every way ---------------------------------------------------------- */
 
-static void check_model(const char *arch, mt_type type, bool dense, bool rope_freqs) {
-    mt_synth_params p = mt_synth_default_params(arch);
-    p.type = type;
-    p.dense = dense;
-    p.rope_freqs = rope_freqs;
+static void check_params(const mt_synth_params *pp) {
+    mt_synth_params p = *pp;
+    const char *arch = p.arch;
     p.n_layer = N_LAYER;
     p.seed = 5;
     const char *path = check_tmp(".gguf");
@@ -183,7 +183,7 @@ static void check_model(const char *arch, mt_type type, bool dense, bool rope_fr
     CHECK(whole != NULL, "%s: %s", arch, err.msg);
     unlink(path);
     if (!whole) return;
-    const char *tn = mt_type_traits_get(type)->name;
+    const char *tn = p.ftype ? mt_quant_mix_name(p.ftype) : mt_type_traits_get(p.type)->name;
     float *ref = reference(whole);
     mt_pool *pool = mt_pool_create(2);
     const gguf_file *g = whole->gguf;
@@ -195,13 +195,13 @@ static void check_model(const char *arch, mt_type type, bool dense, bool rope_fr
         stage[i] = write_and_load(g, (mt_shard_spec){i, i + 1, true, false, NULL, -1}, "stage");
     bool ok = head && stage[0] && stage[1] && stage[2] && stage[3];
     /* a llama-3 style model's RoPE divisors go with every stage, not just the head */
-    for (int i = 0; ok && rope_freqs && i < N_LAYER; i++)
+    for (int i = 0; ok && p.rope_freqs && i < N_LAYER; i++)
         CHECK(stage[i]->rope_freqs != NULL, "%s: stage %d has no rope_freqs", arch, i);
     CHECK(ok && same_as_reference(ref, head, stage, N_LAYER, NULL, pool),
           "%s %s: 4-stage pipeline logits differ from the whole model", arch, tn);
     for (int i = 0; i < N_LAYER; i++) mt_model_free(stage[i]);
 
-    if (!dense) {
+    if (!p.dense) {
         const int32_t X = whole->hp.n_expert;
         int32_t ids[256];
         for (int32_t e = 0; e < X; e++) ids[e] = e;
@@ -274,6 +274,24 @@ static void check_model(const char *arch, mt_type type, bool dense, bool rope_fr
     mt_model_free(whole);
 }
 
+static void check_model(const char *arch, mt_type type, bool dense, bool rope_freqs) {
+    mt_synth_params p = mt_synth_default_params(arch);
+    p.type = type;
+    p.dense = dense;
+    p.rope_freqs = rope_freqs;
+    check_params(&p);
+}
+
+/* A model whose tensors take llama.cpp's types under a quantization mix: the
+ * K-quants where rows are whole super-blocks, fallbacks (Q4_0, Q5_0, IQ4_NL,
+ * Q8_0) where not, F32 norms and routers, so shards hold mixed types. */
+static void check_mix(const char *arch, const char *mix) {
+    mt_synth_params p = mt_synth_default_params(arch);
+    p.ftype = mt_quant_mix_from_name(mix);
+    CHECK(p.ftype != MT_QUANT_MIX_NONE, "mix %s unknown", mix);
+    check_params(&p);
+}
+
 int main(void) {
     main_thread = pthread_self();
     static const char *archs[] = {"qwen3moe", "qwen2moe", "deepseek2", "llama"};
@@ -284,5 +302,8 @@ int main(void) {
     check_model("llama", MT_TYPE_Q8_0, true, false);
     check_model("llama", MT_TYPE_F32, false, true);
     check_model("llama", MT_TYPE_Q8_0, true, true);
+    check_mix("qwen3moe", "Q3_K_M");
+    check_mix("deepseek2", "Q2_K");
+    check_mix("deepseek2", "Q5_K_M");
     return check_report("test_distributed");
 }

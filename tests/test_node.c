@@ -25,6 +25,9 @@
  * chunks travels on chunk by chunk (the held last stage has them all queued
  * while the pass is not over), and a session evicted on a middle stage is
  * replayed (CHAIN_ABORT to the last stage) with the same logits.
+ * Mixed tensor types (deepseek2 Q3_K_M, kimi-k3 Q4_K_M, as mkmodel --ftype
+ * writes them: K-quants, their fallbacks and F32 side by side) through a
+ * 4-stage cell, as calls and as one-way passes: bit-identical too.
  * Spot-checks (route.h check_rate): a stage checked on an honest replica
  * gives the same logits with every pass compared; a replica or a stage that
  * corrupts its output (--misbehave) fails the eval with the mismatch named
@@ -104,6 +107,9 @@ static void write_shard(const gguf_file *g, mt_shard_spec spec, char *out, const
           err.msg);
 }
 
+/* make_set: a quantization mix instead of F32 weights (check_mixed_types) */
+static mt_quant_mix set_mix;
+
 static bool make_set(model_set *s, const char *arch) {
     memset(s, 0, sizeof *s);
     s->arch = arch;
@@ -114,6 +120,12 @@ static bool make_set(model_set *s, const char *arch) {
     /* smaller than the defaults, so that the ASan build stays quick */
     p.n_embd = 128, p.head_dim = 32, p.n_ff = 128, p.n_ff_exp = 64;
     p.q_lora = 64, p.kv_lora = 64, p.qk_nope = 32, p.qk_rope = 16, p.v_dim = 32;
+    if (set_mix != MT_QUANT_MIX_NONE) {
+        /* rows of whole 256-element super-blocks where the mix's K-/IQ-types apply, 32-wide
+         * MLA heads and kimi's latent experts where its fallbacks do */
+        p.ftype = set_mix;
+        p.n_embd = 256, p.n_ff = 256, p.n_ff_exp = 256, p.q_lora = 256, p.kv_lora = 256;
+    }
     if (strncmp(arch, "kimi", 4) == 0) {
         /* the defaults' layer pattern (KDA at 0-2, MLA at 3; kimi-k3: a checkpoint banked
          * at layers 0 and 2, latent experts of 32) with 16 experts instead of 896 */
@@ -2522,6 +2534,52 @@ done:
     free_set(&s);
 }
 
+/* Shards of a model whose tensors have the mixed types of a published quant (the mix's K- or
+ * i-quant where rows are whole super-blocks, its fallbacks elsewhere, F32 norms and routers):
+ * through a 4-stage cell, as calls and as one-way passes, the logits are the whole model's
+ * bit for bit. */
+static void check_mixed_types(const char *arch, const char *mix) {
+    set_mix = mt_quant_mix_from_name(mix);
+    CHECK(set_mix != MT_QUANT_MIX_NONE, "mix %s unknown", mix);
+    model_set s;
+    bool made = set_mix != MT_QUANT_MIX_NONE && make_set(&s, arch);
+    set_mix = MT_QUANT_MIX_NONE;
+    if (!made) return;
+    /* the shards hold several types */
+    bool seen[MT_TYPE_COUNT] = {false};
+    int n_types = 0;
+    for (size_t i = 0; i < s.whole->gguf->n_tensors; i++) {
+        uint32_t t = s.whole->gguf->tensors[i].type;
+        if (t < MT_TYPE_COUNT && !seen[t]) seen[t] = true, n_types++;
+    }
+    CHECK(n_types >= 3, "%s %s: only %d tensor types in the model", arch, mix, n_types);
+    float *ref = reference(s.whole, base_prompt);
+    mt_node *st[N_LAYER];
+    mt_route_peer sp[N_LAYER];
+    for (int i = 0; i < N_LAYER; i++) {
+        st[i] = start_node(s.stage[i], NULL, 0, 16);
+        if (st[i]) sp[i] = peer_of(st[i]);
+    }
+    if (st[0] && st[1] && st[2] && st[3]) {
+        char what[128];
+        for (int chain = 0; chain < 2; chain++) {
+            chain_mode = chain;
+            snprintf(what, sizeof what, "%s %s (%d types), %s", arch, mix, n_types,
+                     chain ? "one-way passes" : "pipeline");
+            mt_route *r = open_route(s.head, NULL, sp, N_LAYER, NULL, 0, MT_PROTO_F32, what);
+            if (r) run_route(r, base_prompt, ref, N - 1, what);
+            mt_route_close(r);
+        }
+        chain_mode = false;
+        printf("  %s %s: %d tensor types; 4-stage cell logits bit-identical to the whole model\n",
+               arch, mix, n_types);
+    }
+    for (int i = 0; i < N_LAYER; i++)
+        if (st[i]) mt_node_stop(st[i]);
+    free(ref);
+    free_set(&s);
+}
+
 int main(void) {
     mt_error err = {{0}};
     if (mt_keys_generate(&k_node, &err) || mt_keys_generate(&k_req, &err) ||
@@ -2558,6 +2616,8 @@ int main(void) {
     check_speculative("kimi-k3");
     check_hostile();
     check_oneway_limits();
+    check_mixed_types("deepseek2", "Q3_K_M");
+    check_mixed_types("kimi-k3", "Q4_K_M");
     mt_keys_authorized_free(auth);
     return check_report("test_node");
 }
