@@ -62,18 +62,13 @@ static float signed_max(const float *x, int n) {
     return max;
 }
 
-/* The IQ4 code whose value is nearest to t (the lower one on a tie). */
+/* The IQ4 code whose value is nearest to t (the lower one on a tie): the
+ * number of midpoints between neighbouring values that t exceeds. */
 static int iq4_code(float t) {
-    int best = 0;
-    float best_err = fabsf(t - (float)quant_iq4_values[0]);
-    for (int k = 1; k < 16; k++) {
-        const float err = fabsf(t - (float)quant_iq4_values[k]);
-        if (err < best_err) {
-            best = k;
-            best_err = err;
-        }
-    }
-    return best;
+    int k = 0;
+    for (int j = 0; j < 15; j++)
+        k += t > 0.5f * (float)(quant_iq4_values[j] + quant_iq4_values[j + 1]);
+    return k;
 }
 
 /* The codes of 32 values x at step dl (dl = 0: code 8, value +1 * 0),
