@@ -422,8 +422,7 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
     double amax32 = 0, amax16 = 0, amax256 = 0, lo256 = 0, hi256 = -INFINITY;
     for (int j = 0; j < 32; j++) amax32 = fmax(amax32, fabs(x[b32 + j]));
     for (int j = 0; j < 16; j++) amax16 = fmax(amax16, fabs(x[b16 + j]));
-    if (t == MT_TYPE_Q4_K || t == MT_TYPE_Q6_K || t == MT_TYPE_Q2_K || t == MT_TYPE_Q3_K ||
-        t == MT_TYPE_Q5_K)
+    if (mt_type_traits_get((uint32_t)t)->blck == 256)
         for (int j = 0; j < 256; j++) {
             amax256 = fmax(amax256, fabs(x[b256 + j]));
             lo256 = fmin(lo256, x[b256 + j]);
@@ -479,6 +478,23 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
      * 3), the step at most amax16/4 plus a super-block step amax256/124 */
     case MT_TYPE_Q3_K:
         return amax16 / 4 * 1.002 + amax256 / 124 * 1.01 + 1e-6 * amax256;
+    /* 14 steps: 113 is the largest positive table value, so an element of
+     * the other sign than the block's max (which maps to -127) may clip
+     * there; elsewhere half the largest gap (12). Step d = amax/127 rounded
+     * up to f16 (2^-10 relative, or a subnormal's 2^-24). */
+    case MT_TYPE_IQ4_NL:
+        return 14 * (amax32 / 127 * (1 + ldexp(1, -10)) + ldexp(1, -24)) + 1e-6 * amax32;
+    /* as IQ4_NL with the step d * l, l = ceil(ds / d) <= ds / d + 1: at most
+     * the sub-block's ds = amax32/127 plus the super-block step
+     * d = amax256/(127 * 31), rounded up to f16 */
+    case MT_TYPE_IQ4_XS:
+        return 14 * (amax32 / 127 + amax256 / (127.0 * 31) * (1 + ldexp(1, -10)) + ldexp(1, -24)) *
+                   (1 + 1e-5) +
+               1e-6 * amax256;
+    /* ternary: half the step d = amax256 (rounded up to f16) */
+    case MT_TYPE_TQ1_0:
+    case MT_TYPE_TQ2_0:
+        return 0.5 * (amax256 * (1 + ldexp(1, -10)) + ldexp(1, -24)) + 1e-6 * amax256;
     default:
         return 0;
     }

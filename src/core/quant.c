@@ -69,6 +69,14 @@ void quant_ref_kernels(quant_kernel_set *ks) {
         quant_q3_k_vec_dot);
     SET(MT_TYPE_Q5_K, quant_q5_k_dequantize, quant_q5_k_quantize, NULL, MT_TYPE_Q8_K,
         quant_q5_k_vec_dot);
+    SET(MT_TYPE_IQ4_NL, quant_iq4_nl_dequantize, quant_iq4_nl_quantize, NULL, MT_TYPE_Q8_0,
+        quant_iq4_nl_vec_dot);
+    SET(MT_TYPE_IQ4_XS, quant_iq4_xs_dequantize, quant_iq4_xs_quantize, NULL, MT_TYPE_Q8_K,
+        quant_iq4_xs_vec_dot);
+    SET(MT_TYPE_TQ1_0, quant_tq1_0_dequantize, quant_tq1_0_quantize, NULL, MT_TYPE_Q8_K,
+        quant_tq1_0_vec_dot);
+    SET(MT_TYPE_TQ2_0, quant_tq2_0_dequantize, quant_tq2_0_quantize, NULL, MT_TYPE_Q8_K,
+        quant_tq2_0_vec_dot);
     /* Q8_K only ever holds activations: "quantizing" to it is the conversion. */
     SET(MT_TYPE_Q8_K, quant_q8_k_dequantize, quant_q8_k_convert, quant_q8_k_convert, MT_TYPE_COUNT,
         NULL);

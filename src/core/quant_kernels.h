@@ -38,6 +38,12 @@
  *    fmaf(dm * dx, (float)C, mins) with dm = dmin (Q3_K: d); result
  *    hsum8 - mins.
  *  - Q6_K: ggml's generic order (lane = element index mod 8).
+ *  - IQ4_NL (against Q8_0): the Q8_0 order, with table values as weights.
+ *  - IQ4_XS, TQ1_0, TQ2_0 (against Q8_K): Q4_K's order without the mins:
+ *    lane l of a super-block is the exact int32 sum over its 32-value chunks
+ *    c of sc[c] * (products of elements 32c+4l..+3), where sc is IQ4_XS's
+ *    sub-block scale ls - 32 and 1 for TQ1_0/TQ2_0 (whose weights are the
+ *    trits t - 1); fmaf((float)lane, dw * dx, acc[l]); result hsum8.
  *  - F32, F16, BF16: lane l (0..15) sums (double)w_i * (double)x_i (exact
  *    products) for i = l mod 16 in double, lanes added by quant_hsum16d,
  *    rounded to f32 once. */
@@ -94,6 +100,7 @@ enum {
     Q8_1_BYTES = 36, /* d f16 @0; s f16 @2 (d * sum of qs); qs[32] int8 @4 */
     Q8_1_S = 2,
     Q8_1_QS = 4,
+
     /* group kq (quant_kq.c) */
     Q2_K_BYTES = 84, /* scales[16] @0 (scale low nibble, min high); qs[64] @16; d @80; dmin @82 */
     Q2_K_QS = 16,
@@ -110,6 +117,19 @@ enum {
     Q5_K_SCALES = 4,
     Q5_K_QH = 16,
     Q5_K_QS = 48,
+
+    /* group iq4t (quant_iq4t.c) */
+    IQ4_NL_BYTES = 18, /* d f16 @0; qs[16] @2 (low nibbles: j, high nibbles: j+16) */
+    IQ4_NL_QS = 2,
+    IQ4_XS_BYTES = 136, /* d f16 @0; scales_h u16 @2; scales_l[4] @4; qs[128] @8 */
+    IQ4_XS_SCALES_H = 2,
+    IQ4_XS_SCALES_L = 4,
+    IQ4_XS_QS = 8,
+    TQ1_0_BYTES = 54, /* qs[48] @0 (5 trits a byte); qh[4] @48 (4 trits a byte); d f16 @52 */
+    TQ1_0_QH = 48,
+    TQ1_0_D = 52,
+    TQ2_0_BYTES = 66, /* qs[64] @0 (4 2-bit quants a byte); d f16 @64 */
+    TQ2_0_D = 64,
 
     Q8_K_BYTES = 292, /* d f32 @0; qs[256] int8 @4; bsums[16] int16 @260 (sum of each 16 qs) */
     Q8_K_QS = 4,
@@ -194,6 +214,17 @@ static inline double quant_hsum16d(const double a[16]) {
 
 /* Doubled E2M1 values of the 16 FP4 codes. */
 extern const int8_t quant_mxfp4_values[16];
+
+/* The 16 values of the IQ4_NL / IQ4_XS codes (quant_iq4t.c). */
+extern const int8_t quant_iq4_values[16];
+
+/* IQ4_XS: the signed scale ls - 32 (-32..31) of sub-block s (0..7). */
+static inline int quant_iq4_xs_scale(const uint8_t *b, int s) {
+    uint16_t h;
+    memcpy(&h, b + IQ4_XS_SCALES_H, 2);
+    const int lo = (b[IQ4_XS_SCALES_L + s / 2] >> (4 * (s % 2))) & 0xF;
+    return (lo | (((h >> (2 * s)) & 3) << 4)) - 32;
+}
 
 /* Q4_K / Q5_K: 6-bit scale and min of sub-block s (0..7) from scales[12]. */
 static inline void quant_k4_scale_min(const uint8_t *scales, int s, int *sc, int *m) {
@@ -311,6 +342,7 @@ size_t quant_q5_1_quantize(const float *src, void *dst, int64_t n);
 float quant_q5_1_vec_dot(int64_t n, const void *w, const void *x);
 void quant_q8_1_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_q8_1_convert(const float *src, void *dst, int64_t n);
+
 /* quant_kq.c (group kq: Q2_K, Q3_K, Q5_K against Q8_K) */
 void quant_q2_k_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_q2_k_quantize(const float *src, void *dst, int64_t n);
@@ -321,5 +353,19 @@ float quant_q3_k_vec_dot(int64_t n, const void *w, const void *x);
 void quant_q5_k_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_q5_k_quantize(const float *src, void *dst, int64_t n);
 float quant_q5_k_vec_dot(int64_t n, const void *w, const void *x);
+
+/* quant_iq4t.c (group iq4t) */
+void quant_iq4_nl_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq4_nl_quantize(const float *src, void *dst, int64_t n);
+float quant_iq4_nl_vec_dot(int64_t n, const void *w, const void *x);
+void quant_iq4_xs_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq4_xs_quantize(const float *src, void *dst, int64_t n);
+float quant_iq4_xs_vec_dot(int64_t n, const void *w, const void *x);
+void quant_tq1_0_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_tq1_0_quantize(const float *src, void *dst, int64_t n);
+float quant_tq1_0_vec_dot(int64_t n, const void *w, const void *x);
+void quant_tq2_0_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_tq2_0_quantize(const float *src, void *dst, int64_t n);
+float quant_tq2_0_vec_dot(int64_t n, const void *w, const void *x);
 
 #endif

