@@ -421,7 +421,8 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
     double amax32 = 0, amax16 = 0, amax256 = 0, lo256 = 0, hi256 = -INFINITY;
     for (int j = 0; j < 32; j++) amax32 = fmax(amax32, fabs(x[b32 + j]));
     for (int j = 0; j < 16; j++) amax16 = fmax(amax16, fabs(x[b16 + j]));
-    if (t == MT_TYPE_Q4_K || t == MT_TYPE_Q6_K)
+    if (t == MT_TYPE_Q4_K || t == MT_TYPE_Q6_K || t == MT_TYPE_IQ3_XXS || t == MT_TYPE_IQ3_S ||
+        t == MT_TYPE_IQ1_S || t == MT_TYPE_IQ1_M)
         for (int j = 0; j < 256; j++) {
             amax256 = fmax(amax256, fabs(x[b256 + j]));
             lo256 = fmin(lo256, x[b256 + j]);
@@ -452,6 +453,18 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
     /* half a step amax16/31 plus half a super-block step amax256/(31*127) */
     case MT_TYPE_Q6_K:
         return amax16 / 62 * 1.002 + amax256 / (62.0 * 127) * 1.01 + 1e-7 * amax256;
+    /* grid i-quants: a group takes the nearest grid entry, which may be far
+     * from the element (and IQ3_XXS flips one sign per odd group), so the
+     * bound is the element plus the largest value the quantizer lets it
+     * decode to: the top level times a sub-block step of at most 1.1
+     * (IQ3) or 1.25 (IQ1: level 1 + 1/8) times amax256 over the top level,
+     * grown by the f16 rounding of d */
+    case MT_TYPE_IQ3_XXS:
+    case MT_TYPE_IQ3_S:
+        return amax32 + 1.1 * 1.002 * amax256;
+    case MT_TYPE_IQ1_S:
+    case MT_TYPE_IQ1_M:
+        return amax32 + 1.25 * 1.002 * amax256;
     default:
         return 0;
     }
