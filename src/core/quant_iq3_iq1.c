@@ -280,10 +280,14 @@ static uint16_t f16_scale(float d) {
 static int iq3_group(const uint8_t *levels, const uint16_t *grid, const uint16_t *map,
                      const float *a, float db, float *err) {
     int code = 0;
+    const float inv = 1.0f / db, step = (float)(levels[7] - levels[0]) / 7.0f;
     for (int j = 0; j < 4; j++) {
-        const float t = a[j] / db;
-        int c = 0;
+        const float t = a[j] * inv;
+        /* a guess from the mean level step, then to the nearest level */
+        float g = (t - (float)levels[0]) / step + 0.5f;
+        int c = g > 0.0f ? (g < 7.0f ? (int)g : 7) : 0; /* NaN: 0 */
         while (c < 7 && t > 0.5f * (float)(levels[c] + levels[c + 1])) c++;
+        while (c > 0 && t <= 0.5f * (float)(levels[c - 1] + levels[c])) c--;
         code |= c << (3 * j);
     }
     const int idx = map[code];
@@ -398,10 +402,10 @@ size_t quant_iq3_s_quantize(const float *src, void *dst, int64_t n) {
 /* A group of 8 elements x at step dl with delta sign ds (+1 / -1): the grid
  * entry chosen and its squared error. */
 static int iq1_group(const float *x, float dl, int ds, float *err) {
-    const float delta = 0.125f * (float)ds;
+    const float delta = 0.125f * (float)ds, inv = 1.0f / dl;
     int code = 0;
     for (int j = 7; j >= 0; j--) {
-        const float t = x[j] / dl - delta;
+        const float t = x[j] * inv - delta;
         code = 3 * code + (t < -0.5f ? 0 : t > 0.5f ? 2 : 1);
     }
     const int idx = map_1[code];
