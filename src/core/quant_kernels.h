@@ -23,6 +23,12 @@
  *    lanes accumulate fmaf((float)lane, dw * dx, acc[l]); the mins term
  *    accumulates fmaf(dmin * dx, (float)summ, mins); result hsum8 - mins.
  *  - Q6_K: ggml's generic order (lane = element index mod 8).
+ *  - IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (against Q8_K): each element is
+ *    d * sc * w * k with integer sc (2c + 1 of its sub-block or IQ1_M half)
+ *    and w (IQ3: signed grid magnitude; IQ1: 8g +- 1, the delta folded in),
+ *    k = 1/4, 1, 1/8, 1/8; lane l (0..7) of a super-block is the exact int32
+ *    sum of sc * w * x over elements e with e mod 32 in [4l, 4l + 4); lanes
+ *    accumulate fmaf((float)lane, dw * dx, acc[l]); result k * hsum8(acc).
  *  - F32, F16, BF16: lane l (0..15) sums (double)w_i * (double)x_i (exact
  *    products) for i = l mod 16 in double, lanes added by quant_hsum16d,
  *    rounded to f32 once. */
