@@ -495,6 +495,18 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
     case MT_TYPE_TQ1_0:
     case MT_TYPE_TQ2_0:
         return 0.5 * (amax256 * (1 + ldexp(1, -10)) + ldexp(1, -24)) + 1e-6 * amax256;
+    /* grid i-quants: a group takes the nearest grid entry, which may be far
+     * from the element (and IQ3_XXS flips one sign per odd group), so the
+     * bound is the element plus the largest value the quantizer lets it
+     * decode to: the top level times a sub-block step of at most 1.1
+     * (IQ3) or 1.25 (IQ1: level 1 + 1/8) times amax256 over the top level,
+     * grown by the f16 rounding of d */
+    case MT_TYPE_IQ3_XXS:
+    case MT_TYPE_IQ3_S:
+        return amax32 + 1.1 * 1.002 * amax256;
+    case MT_TYPE_IQ1_S:
+    case MT_TYPE_IQ1_M:
+        return amax32 + 1.25 * 1.002 * amax256;
     default:
         return 0;
     }

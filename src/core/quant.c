@@ -77,6 +77,14 @@ void quant_ref_kernels(quant_kernel_set *ks) {
         quant_tq1_0_vec_dot);
     SET(MT_TYPE_TQ2_0, quant_tq2_0_dequantize, quant_tq2_0_quantize, NULL, MT_TYPE_Q8_K,
         quant_tq2_0_vec_dot);
+    SET(MT_TYPE_IQ3_XXS, quant_iq3_xxs_dequantize, quant_iq3_xxs_quantize, NULL, MT_TYPE_Q8_K,
+        quant_iq3_xxs_vec_dot);
+    SET(MT_TYPE_IQ3_S, quant_iq3_s_dequantize, quant_iq3_s_quantize, NULL, MT_TYPE_Q8_K,
+        quant_iq3_s_vec_dot);
+    SET(MT_TYPE_IQ1_S, quant_iq1_s_dequantize, quant_iq1_s_quantize, NULL, MT_TYPE_Q8_K,
+        quant_iq1_s_vec_dot);
+    SET(MT_TYPE_IQ1_M, quant_iq1_m_dequantize, quant_iq1_m_quantize, NULL, MT_TYPE_Q8_K,
+        quant_iq1_m_vec_dot);
     /* Q8_K only ever holds activations: "quantizing" to it is the conversion. */
     SET(MT_TYPE_Q8_K, quant_q8_k_dequantize, quant_q8_k_convert, quant_q8_k_convert, MT_TYPE_COUNT,
         NULL);

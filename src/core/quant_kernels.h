@@ -44,6 +44,12 @@
  *    c of sc[c] * (products of elements 32c+4l..+3), where sc is IQ4_XS's
  *    sub-block scale ls - 32 and 1 for TQ1_0/TQ2_0 (whose weights are the
  *    trits t - 1); fmaf((float)lane, dw * dx, acc[l]); result hsum8.
+ *  - IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (against Q8_K): each element is
+ *    d * sc * w * k with integer sc (2c + 1 of its sub-block or IQ1_M half)
+ *    and w (IQ3: signed grid magnitude; IQ1: 8g +- 1, the delta folded in),
+ *    k = 1/4, 1, 1/8, 1/8; lane l (0..7) of a super-block is the exact int32
+ *    sum of sc * w * x over elements e with e mod 32 in [4l, 4l + 4); lanes
+ *    accumulate fmaf((float)lane, dw * dx, acc[l]); result k * hsum8(acc).
  *  - F32, F16, BF16: lane l (0..15) sums (double)w_i * (double)x_i (exact
  *    products) for i = l mod 16 in double, lanes added by quant_hsum16d,
  *    rounded to f32 once. */
@@ -130,6 +136,18 @@ enum {
     TQ1_0_D = 52,
     TQ2_0_BYTES = 66, /* qs[64] @0 (4 2-bit quants a byte); d f16 @64 */
     TQ2_0_D = 64,
+    /* the grid i-quants IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (quant_iq3_iq1.c) */
+    IQ3_XXS_BYTES = 98, /* d f16 @0; qs[64] grid indices @2; 8 x u32 signs+scale @66 */
+    IQ3_XXS_SAS = 66,
+    IQ3_S_BYTES = 110, /* d f16 @0; qs[64] @2; qh[8] @66; signs[32] @74; scales[4] @106 */
+    IQ3_S_QH = 66,
+    IQ3_S_SIGNS = 74,
+    IQ3_S_SCALES = 106,
+    IQ1_S_BYTES = 50, /* d f16 @0; qs[32] @2; qh[8] u16 @34 */
+    IQ1_S_QH = 34,
+    IQ1_M_BYTES = 56, /* qs[32] @0; qh[16] @32; scales[4] u16 @48 (f16 d in top nibbles) */
+    IQ1_M_QH = 32,
+    IQ1_M_SCALES = 48,
 
     Q8_K_BYTES = 292, /* d f32 @0; qs[256] int8 @4; bsums[16] int16 @260 (sum of each 16 qs) */
     Q8_K_QS = 4,
@@ -367,5 +385,41 @@ float quant_tq1_0_vec_dot(int64_t n, const void *w, const void *x);
 void quant_tq2_0_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_tq2_0_quantize(const float *src, void *dst, int64_t n);
 float quant_tq2_0_vec_dot(int64_t n, const void *w, const void *x);
+
+/* quant_iq3_iq1.c, quant_iq3_iq1_grids.c: IQ3_XXS, IQ3_S, IQ1_S, IQ1_M */
+extern const uint8_t quant_iq3xxs_levels[8], quant_iq3s_levels[8];
+extern const uint16_t quant_iq3xxs_grid[256], quant_iq3s_grid[512], quant_iq1s_grid[2048];
+
+/* IQ3_XXS signs: a 7-bit index gives the signs of elements 0-6 of a group
+ * of 8 (bit j set: element j negative); element 7 is negative when the
+ * index has an odd number of set bits, so every group has an even number
+ * of negative elements. Returns the 8 sign bits. */
+static inline uint8_t quant_iq3xxs_signs(unsigned idx7) {
+    unsigned p = idx7 ^ (idx7 >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return (uint8_t)((idx7 & 127) | ((p & 1) << 7));
+}
+
+/* IQ1_M: the f16 super-block scale from the top nibbles of the 4 words. */
+static inline uint16_t quant_iq1m_d_bits(const uint8_t *b) {
+    uint16_t sc[4];
+    memcpy(sc, b + IQ1_M_SCALES, 8);
+    return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
+                      (sc[3] & 0xf000));
+}
+
+void quant_iq3_xxs_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq3_xxs_quantize(const float *src, void *dst, int64_t n);
+float quant_iq3_xxs_vec_dot(int64_t n, const void *w, const void *x);
+void quant_iq3_s_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq3_s_quantize(const float *src, void *dst, int64_t n);
+float quant_iq3_s_vec_dot(int64_t n, const void *w, const void *x);
+void quant_iq1_s_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq1_s_quantize(const float *src, void *dst, int64_t n);
+float quant_iq1_s_vec_dot(int64_t n, const void *w, const void *x);
+void quant_iq1_m_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq1_m_quantize(const float *src, void *dst, int64_t n);
+float quant_iq1_m_vec_dot(int64_t n, const void *w, const void *x);
 
 #endif
