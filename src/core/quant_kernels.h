@@ -23,6 +23,12 @@
  *    lanes accumulate fmaf((float)lane, dw * dx, acc[l]); the mins term
  *    accumulates fmaf(dmin * dx, (float)summ, mins); result hsum8 - mins.
  *  - Q6_K: ggml's generic order (lane = element index mod 8).
+ *  - IQ2_XXS, IQ2_XS, IQ2_S (against Q8_K): lane l of a super-block is the
+ *    exact int32 sum over its 8 sub-blocks of ls * (products of elements
+ *    32s+4l..+3), ls = 2 * (4-bit scale) + 1 of those elements (one per 32
+ *    for XXS; lanes 0-3 and 4-7 have their own for XS and S); lanes
+ *    accumulate fmaf((float)lane, (0.125f * dw) * dx, acc[l]) (the 1/8 of
+ *    the format's (0.5 + sc) / 4 folded into dw, exactly); result hsum8.
  *  - F32, F16, BF16: lane l (0..15) sums (double)w_i * (double)x_i (exact
  *    products) for i = l mod 16 in double, lanes added by quant_hsum16d,
  *    rounded to f32 once. */
@@ -61,6 +67,18 @@ enum {
     Q6_K_QH = 128,
     Q6_K_SCALES = 192,
     Q6_K_D = 208,
+
+    /* IQ2 (quant_iq2.c): d f16 @0 in each */
+    IQ2_XXS_BYTES = 66, /* qs @2: per 32: 4 grid index bytes, u32 signs + scale */
+    IQ2_XXS_QS = 2,
+    IQ2_XS_BYTES = 74, /* qs[32] u16 @2 (index 9 bits | sign index << 9); scales[8] @66 */
+    IQ2_XS_QS = 2,
+    IQ2_XS_SCALES = 66,
+    IQ2_S_BYTES = 82, /* qs[32] @2; signs[32] @34; qh[8] @66; scales[8] @74 */
+    IQ2_S_QS = 2,
+    IQ2_S_SIGNS = 34,
+    IQ2_S_QH = 66,
+    IQ2_S_SCALES = 74,
 
     Q8_K_BYTES = 292, /* d f32 @0; qs[256] int8 @4; bsums[16] int16 @260 (sum of each 16 qs) */
     Q8_K_QS = 4,
@@ -241,5 +259,33 @@ size_t quant_q6_k_quantize(const float *src, void *dst, int64_t n);
 float quant_q6_k_vec_dot(int64_t n, const void *w, const void *x);
 void quant_q8_k_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_q8_k_convert(const float *src, void *dst, int64_t n);
+
+/* ---------------------------------------------------- IQ2 (quant_iq2.c) */
+
+/* quant_iq2_grids.c (generated, measured from llama.cpp): the magnitudes 8,
+ * 25, 43 and, per grid entry, 2-bit codes into them (element j: bits 2j..). */
+extern const uint8_t quant_iq2_levels[3];
+extern const uint16_t quant_iq2xxs_grid[256];
+extern const uint16_t quant_iq2xs_grid[512];
+extern const uint16_t quant_iq2s_grid[1024];
+/* Filled by quant_iq2_tables_init (called by quant_ref_kernels): the grids
+ * as 8 magnitude bytes per entry; the sign byte of a 7-bit sign index (the
+ * parity rule); per sign byte, 8 bytes of +1 (bit clear) or -1 (bit set). */
+extern uint64_t quant_iq2xxs_grid64[256];
+extern uint64_t quant_iq2xs_grid64[512];
+extern uint64_t quant_iq2s_grid64[1024];
+extern uint8_t quant_iq2_sign7[128];
+extern uint64_t quant_iq2_signs64[256];
+extern uint64_t quant_iq2_signs64_7[128]; /* quant_iq2_signs64 of quant_iq2_sign7 */
+void quant_iq2_tables_init(void);
+void quant_iq2_xxs_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq2_xxs_quantize(const float *src, void *dst, int64_t n);
+float quant_iq2_xxs_vec_dot(int64_t n, const void *w, const void *x);
+void quant_iq2_xs_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq2_xs_quantize(const float *src, void *dst, int64_t n);
+float quant_iq2_xs_vec_dot(int64_t n, const void *w, const void *x);
+void quant_iq2_s_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq2_s_quantize(const float *src, void *dst, int64_t n);
+float quant_iq2_s_vec_dot(int64_t n, const void *w, const void *x);
 
 #endif
