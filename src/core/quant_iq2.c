@@ -171,7 +171,7 @@ float quant_iq2_s_vec_dot(int64_t n, const void *w, const void *x) {
 /* The search: for each of the 3^8 patterns of per-element levels, the
  * NEAR grid entries closest to it (squared distance of the magnitudes),
  * built on first use for each grid. */
-enum { NEAR = 6, PATTERNS = 6561 };
+enum { NEAR = 4, PATTERNS = 6561 };
 
 typedef struct iq2_search {
     const uint64_t *grid;
@@ -251,9 +251,10 @@ static float quantize_group(const iq2_search *s, bool parity, const float *x, fl
         }
     }
     int p = 0;
+    const float inv = D > 0 ? 1.0f / D : 0.0f;
     const float m0 = quant_iq2_levels[0], m1 = quant_iq2_levels[1], m2 = quant_iq2_levels[2];
     for (int j = 7; j >= 0; j--) {
-        const float u = D > 0 ? t[j] / D : 0.0f;
+        const float u = t[j] * inv;
         const int lv = u < 0.5f * (m0 + m1) ? 0 : u < 0.5f * (m1 + m2) ? 1 : 2;
         p = 3 * p + lv;
     }
@@ -305,7 +306,7 @@ static float best_step(const iq2_search *s, bool parity, const float *x, int len
     float amax = 0.0f;
     for (int i = 0; i < len; i++) amax = fmaxf(amax, fabsf(x[i]));
     if (!(amax > 0.0f)) return 0.0f;
-    static const float f[] = {0.55f, 0.65f, 0.75f, 0.85f, 0.95f, 1.05f, 1.2f};
+    static const float f[] = {0.6f, 0.75f, 0.9f, 1.05f};
     float bestD = amax / quant_iq2_levels[2], beste = INFINITY;
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
         const float D = amax / quant_iq2_levels[2] * f[k];
@@ -318,8 +319,8 @@ static float best_step(const iq2_search *s, bool parity, const float *x, int len
 
 /* No importance matrix: per scale group (32 elements for XXS, 16 for XS
  * and S) the best step by a small search, the block scale d so that the
- * largest step is 31/8 d (4-bit code 15), each code then the best of the
- * three nearest, every group its nearest candidate grid entry. A zero
+ * largest step is 31/8 d (4-bit code 15), each code then the better of the
+ * two nearest, every group its nearest candidate grid entry. A zero
  * block is all zero bytes (it decodes to zeros). Deterministic. */
 static size_t quantize(mt_type t, const float *src, uint8_t *b, int64_t n) {
     const iq2_search *s = search_for(t);
@@ -341,10 +342,10 @@ static size_t quantize(mt_type t, const float *src, uint8_t *b, int64_t n) {
         memcpy(b, &d_bits, 2);
         for (int k = 0; k < ngr; k++) {
             const float *x = src + len * k;
-            const int c0 = quant_nearest_int((D[k] * 8.0f / d - 1.0f) * 0.5f);
+            const int c0 = (int)floorf((D[k] * 8.0f / d - 1.0f) * 0.5f);
             int sc = 0;
             float beste = INFINITY;
-            for (int c = c0 - 1; c <= c0 + 1; c++) {
+            for (int c = c0; c <= c0 + 1; c++) {
                 if (c < 0 || c > 15) continue;
                 const float e = group_error(s, parity, x, len, d * (0.5f + (float)c) * 0.25f);
                 if (e < beste) beste = e, sc = c;
