@@ -40,6 +40,7 @@ uint64_t quant_iq2s_grid64[1024];
 uint8_t quant_iq2_sign7[128];
 uint64_t quant_iq2_signs64[256];
 uint64_t quant_iq2_signs64_7[128];
+_Alignas(32) int16_t quant_iq2_ls16[256][16];
 
 static void expand(const uint16_t *codes, uint64_t *out, int n) {
     for (int i = 0; i < n; i++) {
@@ -65,6 +66,9 @@ void quant_iq2_tables_init(void) {
         quant_iq2_signs64[s] = v;
     }
     for (int s = 0; s < 128; s++) quant_iq2_signs64_7[s] = quant_iq2_signs64[quant_iq2_sign7[s]];
+    for (int b = 0; b < 256; b++)
+        for (int w = 0; w < 16; w++)
+            quant_iq2_ls16[b][w] = (int16_t)(2 * (w < 8 ? b & 15 : b >> 4) + 1);
 }
 
 /* ------------------------------------------------------- group access */

@@ -277,6 +277,8 @@ extern uint64_t quant_iq2s_grid64[1024];
 extern uint8_t quant_iq2_sign7[128];
 extern uint64_t quant_iq2_signs64[256];
 extern uint64_t quant_iq2_signs64_7[128]; /* quant_iq2_signs64 of quant_iq2_sign7 */
+/* per scale byte (two 4-bit scales): 8 words 2 * low + 1, 8 words 2 * high + 1 */
+extern _Alignas(32) int16_t quant_iq2_ls16[256][16];
 void quant_iq2_tables_init(void);
 void quant_iq2_xxs_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_iq2_xxs_quantize(const float *src, void *dst, int64_t n);
