@@ -507,6 +507,14 @@ static double err_bound(mt_type t, const float *x, int64_t i) {
     case MT_TYPE_IQ1_S:
     case MT_TYPE_IQ1_M:
         return amax32 + 1.25 * 1.002 * amax256;
+    /* 2-bit codebooks (3 magnitudes, 256-1024 of the 6561 patterns of 8):
+     * no rounding step to bound by; what the quantizer keeps is an error
+     * below the scale group's largest magnitude (the one sign the parity
+     * rule may force costs |x| plus the smallest level, 8 of 43) */
+    case MT_TYPE_IQ2_XXS:
+    case MT_TYPE_IQ2_XS:
+    case MT_TYPE_IQ2_S:
+        return amax32;
     default:
         return 0;
     }

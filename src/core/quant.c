@@ -85,6 +85,13 @@ void quant_ref_kernels(quant_kernel_set *ks) {
         quant_iq1_s_vec_dot);
     SET(MT_TYPE_IQ1_M, quant_iq1_m_dequantize, quant_iq1_m_quantize, NULL, MT_TYPE_Q8_K,
         quant_iq1_m_vec_dot);
+    quant_iq2_tables_init();
+    SET(MT_TYPE_IQ2_XXS, quant_iq2_xxs_dequantize, quant_iq2_xxs_quantize, NULL, MT_TYPE_Q8_K,
+        quant_iq2_xxs_vec_dot);
+    SET(MT_TYPE_IQ2_XS, quant_iq2_xs_dequantize, quant_iq2_xs_quantize, NULL, MT_TYPE_Q8_K,
+        quant_iq2_xs_vec_dot);
+    SET(MT_TYPE_IQ2_S, quant_iq2_s_dequantize, quant_iq2_s_quantize, NULL, MT_TYPE_Q8_K,
+        quant_iq2_s_vec_dot);
     /* Q8_K only ever holds activations: "quantizing" to it is the conversion. */
     SET(MT_TYPE_Q8_K, quant_q8_k_dequantize, quant_q8_k_convert, quant_q8_k_convert, MT_TYPE_COUNT,
         NULL);

@@ -50,6 +50,12 @@
  *    k = 1/4, 1, 1/8, 1/8; lane l (0..7) of a super-block is the exact int32
  *    sum of sc * w * x over elements e with e mod 32 in [4l, 4l + 4); lanes
  *    accumulate fmaf((float)lane, dw * dx, acc[l]); result k * hsum8(acc).
+ *  - IQ2_XXS, IQ2_XS, IQ2_S (against Q8_K): lane l of a super-block is the
+ *    exact int32 sum over its 8 sub-blocks of ls * (products of elements
+ *    32s+4l..+3), ls = 2 * (4-bit scale) + 1 of those elements (one per 32
+ *    for XXS; lanes 0-3 and 4-7 have their own for XS and S); lanes
+ *    accumulate fmaf((float)lane, (0.125f * dw) * dx, acc[l]) (the 1/8 of
+ *    the format's (0.5 + sc) / 4 folded into dw, exactly); result hsum8.
  *  - F32, F16, BF16: lane l (0..15) sums (double)w_i * (double)x_i (exact
  *    products) for i = l mod 16 in double, lanes added by quant_hsum16d,
  *    rounded to f32 once. */
@@ -148,6 +154,17 @@ enum {
     IQ1_M_BYTES = 56, /* qs[32] @0; qh[16] @32; scales[4] u16 @48 (f16 d in top nibbles) */
     IQ1_M_QH = 32,
     IQ1_M_SCALES = 48,
+    /* IQ2 (quant_iq2.c): d f16 @0 in each */
+    IQ2_XXS_BYTES = 66, /* qs @2: per 32: 4 grid index bytes, u32 signs + scale */
+    IQ2_XXS_QS = 2,
+    IQ2_XS_BYTES = 74, /* qs[32] u16 @2 (index 9 bits | sign index << 9); scales[8] @66 */
+    IQ2_XS_QS = 2,
+    IQ2_XS_SCALES = 66,
+    IQ2_S_BYTES = 82, /* qs[32] @2; signs[32] @34; qh[8] @66; scales[8] @74 */
+    IQ2_S_QS = 2,
+    IQ2_S_SIGNS = 34,
+    IQ2_S_QH = 66,
+    IQ2_S_SCALES = 74,
 
     Q8_K_BYTES = 292, /* d f32 @0; qs[256] int8 @4; bsums[16] int16 @260 (sum of each 16 qs) */
     Q8_K_QS = 4,
@@ -421,5 +438,34 @@ float quant_iq1_s_vec_dot(int64_t n, const void *w, const void *x);
 void quant_iq1_m_dequantize(const void *src, float *dst, int64_t n);
 size_t quant_iq1_m_quantize(const float *src, void *dst, int64_t n);
 float quant_iq1_m_vec_dot(int64_t n, const void *w, const void *x);
+/* ---------------------------------------------------- IQ2 (quant_iq2.c) */
+
+/* quant_iq2_grids.c (generated, measured from llama.cpp): the magnitudes 8,
+ * 25, 43 and, per grid entry, 2-bit codes into them (element j: bits 2j..). */
+extern const uint8_t quant_iq2_levels[3];
+extern const uint16_t quant_iq2xxs_grid[256];
+extern const uint16_t quant_iq2xs_grid[512];
+extern const uint16_t quant_iq2s_grid[1024];
+/* Filled by quant_iq2_tables_init (called by quant_ref_kernels): the grids
+ * as 8 magnitude bytes per entry; the sign byte of a 7-bit sign index (the
+ * parity rule); per sign byte, 8 bytes of +1 (bit clear) or -1 (bit set). */
+extern uint64_t quant_iq2xxs_grid64[256];
+extern uint64_t quant_iq2xs_grid64[512];
+extern uint64_t quant_iq2s_grid64[1024];
+extern uint8_t quant_iq2_sign7[128];
+extern uint64_t quant_iq2_signs64[256];
+extern uint64_t quant_iq2_signs64_7[128]; /* quant_iq2_signs64 of quant_iq2_sign7 */
+/* per scale byte (two 4-bit scales): 8 words 2 * low + 1, 8 words 2 * high + 1 */
+extern _Alignas(32) int16_t quant_iq2_ls16[256][16];
+void quant_iq2_tables_init(void);
+void quant_iq2_xxs_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq2_xxs_quantize(const float *src, void *dst, int64_t n);
+float quant_iq2_xxs_vec_dot(int64_t n, const void *w, const void *x);
+void quant_iq2_xs_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq2_xs_quantize(const float *src, void *dst, int64_t n);
+float quant_iq2_xs_vec_dot(int64_t n, const void *w, const void *x);
+void quant_iq2_s_dequantize(const void *src, float *dst, int64_t n);
+size_t quant_iq2_s_quantize(const float *src, void *dst, int64_t n);
+float quant_iq2_s_vec_dot(int64_t n, const void *w, const void *x);
 
 #endif
