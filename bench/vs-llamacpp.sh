@@ -6,10 +6,11 @@
 #                        [--only NAME[,NAME...]] [MODEL...]
 #
 # Without MODEL arguments it uses (and first writes, if missing, with
-# `moontail mkmodel`) seven models in DIR (default $TMPDIR/moontail-bench, never
+# `moontail mkmodel`) twelve models in DIR (default $TMPDIR/moontail-bench, never
 # the repository): a qwen3moe shape (Qwen3-30B-A3B's widths, 6 layers) and a
 # deepseek2 shape (DeepSeek-V2-Lite's widths with a V3-style q_lora, 1 dense + 3 MoE layers), each in
-# Q8_0, Q4_K and MXFP4, and k3-mxfp4, a kimi-k3 shape (K2/K3's ratios at
+# Q8_0, Q4_K and MXFP4; the qwen3moe shape also as llama.cpp's mixes Q2_K, Q3_K_M, Q5_K_M,
+# IQ2_XXS and IQ4_XS (`mkmodel --ftype`: the names in capitals); and k3-mxfp4, a kimi-k3 shape (K2/K3's ratios at
 # n_embd 2048: 8 layers, KDA with MLA at layers 3 and 7, attention residuals,
 # 192 latent MXFP4 experts, 16 used, the rest Q8_0), 1-2 GB apiece, so
 # decoding streams weights from RAM. --only picks some of them by name
@@ -83,7 +84,8 @@ if [ ${#MODELS[@]} -gt 0 ] && [ -n "$ONLY" ]; then
 fi
 if [ ${#MODELS[@]} -eq 0 ]; then
     mkdir -p "$DIR"
-    for name in q3-q8_0 q3-q4_k q3-mxfp4 ds2-q8_0 ds2-q4_k ds2-mxfp4 k3-mxfp4; do
+    for name in q3-q8_0 q3-q4_k q3-mxfp4 q3-Q2_K q3-Q3_K_M q3-Q5_K_M q3-IQ2_XXS q3-IQ4_XS \
+        ds2-q8_0 ds2-q4_k ds2-mxfp4 k3-mxfp4; do
         shape=${name%%-*} type=${name#*-}
         if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* && ",$ONLY," != *",$shape,"* ]]; then
             continue
@@ -91,8 +93,11 @@ if [ ${#MODELS[@]} -eq 0 ]; then
         f="$DIR/$name.gguf"
         if [ ! -f "$f" ]; then
             echo "writing $f" >&2
+            # a mix (capitals) sets every tensor's type as llama-quantize would
+            tflag=--type
+            [[ $type == *[A-Z]* ]] && tflag=--ftype
             case $shape in
-                q3) opts="--type $type $Q3" ;;
+                q3) opts="$tflag $type $Q3" ;;
                 ds2) opts="--type $type $DS" ;;
                 k3) opts="--type q8_0 --expert-type $type $K3" ;;
             esac
@@ -102,8 +107,9 @@ if [ ${#MODELS[@]} -eq 0 ]; then
         MODELS+=("$f")
     done
     if [ ${#MODELS[@]} -eq 0 ]; then
-        echo "vs-llamacpp.sh: --only $ONLY names none of q3-q8_0 q3-q4_k q3-mxfp4 ds2-q8_0" \
-            "ds2-q4_k ds2-mxfp4 k3-mxfp4 (or the shapes q3, ds2, k3)" >&2
+        echo "vs-llamacpp.sh: --only $ONLY names none of q3-q8_0 q3-q4_k q3-mxfp4 q3-Q2_K" \
+            "q3-Q3_K_M q3-Q5_K_M q3-IQ2_XXS q3-IQ4_XS ds2-q8_0 ds2-q4_k ds2-mxfp4 k3-mxfp4" \
+            "(or the shapes q3, ds2, k3)" >&2
         exit 2
     fi
 fi
