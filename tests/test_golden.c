@@ -6,8 +6,10 @@
  * pre-tokenizers; tests/golden/kimi.json the same for kimi-k3 and
  * kimi-linear models; tests/golden/kv.json models run with F16 and BF16 KV
  * caches (no flash attention) and Q8_0 (flash attention), each entry's
- * "context" naming the cache type, which the session here then uses
- * (tools/golden/regen.sh made all three). For each model this test
+ * "context" naming the cache type, which the session here then uses;
+ * tests/golden/types.json every further tensor type (Q4_1 ... IQ1_M, TQ2_0)
+ * and llama.cpp's quantization mixes (mkmodel --ftype) on qwen3moe,
+ * deepseek2 and kimi-k3 (tools/golden/regen.sh made all four). For each model this test
  * rebuilds the identical file with `moontail mkmodel` (sha256 checked), then:
  *   - tokenization: ids (with and without BOS) must equal llama.cpp's exactly,
  *     and detokenization must give llama.cpp's bytes (qwen2 pre, lossless);
@@ -432,7 +434,7 @@ int main(void) {
                 qwen3_json);
         return 1;
     }
-    static const char *const sets[] = {"llamacpp.json", "kimi.json", "kv.json"};
+    static const char *const sets[] = {"llamacpp.json", "kimi.json", "kv.json", "types.json"};
     for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
         if (check_set(bin, src, sets[si])) return 1;
     CHECK(rounded_outliers <= MAX_OUTLIERS_ALL * rounded_positions,
