@@ -23,12 +23,6 @@
 
 static uint64_t rng = 0x51ED2701ull;
 
-static float gauss(void) {
-    double u = ((double)(quant_random_u64(&rng) >> 11) + 0.5) * 0x1p-53;
-    double v = ((double)(quant_random_u64(&rng) >> 11) + 0.5) * 0x1p-53;
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
-
 /* Bitwise equal, or both NaN. */
 static int same_floats(const float *a, const float *b, int64_t n, int64_t *first) {
     for (int64_t i = 0; i < n; i++)
@@ -99,8 +93,10 @@ int main(void) {
         double worst = 0;
         static const char *const sets[] = {"reference", "avx2", "avx512"};
         for (int trial = 0; trial < 10; trial++) {
-            for (int i = 0; i < N; i++) w[i] = gauss() * (trial % 3 == 0 ? 1e-3f : 1.0f);
-            for (int i = 0; i < N; i++) x[i] = gauss() * (i % 97 == 3 ? 20.0f : 1.0f);
+            for (int i = 0; i < N; i++)
+                w[i] = quant_random_gauss(&rng) * (trial % 3 == 0 ? 1e-3f : 1.0f);
+            for (int i = 0; i < N; i++)
+                x[i] = quant_random_gauss(&rng) * (i % 97 == 3 ? 20.0f : 1.0f);
             quant_quantize_row(t, w, q, N);
             quant_dequantize_row(t, q, ours, N);
             ref(q, theirs, N);
@@ -117,19 +113,8 @@ int main(void) {
                 exact += (double)theirs[k] * xd[k];
                 mag += fabs((double)theirs[k] * xd[k]);
             }
-            if (vt == MT_TYPE_Q8_1) /* the min term takes s where the decoded block has
-                                     * dx * sum(qs) (m at byte 2 of Q4_1 and Q5_1) */
-                for (int b = 0; b < N / 32; b++) {
-                    const uint8_t *wb = q + (size_t)b * tr->type_size, *xb = xc + (size_t)b * 36;
-                    uint16_t mh, dh, sh;
-                    memcpy(&mh, wb + 2, 2);
-                    memcpy(&dh, xb, 2);
-                    memcpy(&sh, xb + 2, 2);
-                    int sum = 0;
-                    for (int j = 0; j < 32; j++) sum += (int8_t)xb[4 + j];
-                    exact += (double)mt_f16_to_f32(mh) *
-                             ((double)mt_f16_to_f32(sh) - (double)mt_f16_to_f32(dh) * sum);
-                }
+            double s_bound; /* for Q8_1 activations: each block's s in the min term */
+            exact += quant_q8_1_min_shift(t, N, q, xc, &s_bound);
             for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
                 if (quant_kernels_select(sets[s]) != 0) continue;
                 double err = fabs(quant_vec_dot(t, N, q, xc) - exact) / (mag > 0 ? mag : 1);

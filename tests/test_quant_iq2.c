@@ -32,12 +32,6 @@ static uint64_t rng = 0x1A2B3C4D5E6F7081ull;
 static const mt_type types[3] = {MT_TYPE_IQ2_XXS, MT_TYPE_IQ2_XS, MT_TYPE_IQ2_S};
 static const char *const sets[3] = {"reference", "avx2", "avx512"};
 
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static int block_size(mt_type t) {
     return (int)mt_type_traits_get((uint32_t)t)->type_size;
 }
@@ -97,7 +91,7 @@ static void test_hand_built(void) {
             if (g == 5 && (j == 0 || j == 7)) want = -14.0f;
             if (g == 9 && (j == 0 || j == 1)) want = -14.0f;
             if (t == MT_TYPE_IQ2_XXS ? g / 4 == 3 : g / 2 == 6) want = 2.0f;
-            bad += bits(y[e]) != bits(want);
+            bad += quant_f32_bits(y[e]) != quant_f32_bits(want);
         }
         CHECK(bad == 0, "%s hand-built block: %d elements differ from the layout's values",
               mt_type_traits_get((uint32_t)t)->name, bad);
@@ -130,7 +124,8 @@ static void test_every_index(void *lib) {
         quant_dequantize_row(t, q, ours, 256 * nblocks);
         ref(q, theirs, 256 * nblocks);
         int bad = 0;
-        for (int e = 0; e < 256 * nblocks; e++) bad += bits(ours[e]) != bits(theirs[e]);
+        for (int e = 0; e < 256 * nblocks; e++)
+            bad += quant_f32_bits(ours[e]) != quant_f32_bits(theirs[e]);
         CHECK(bad == 0, "%s: %d elements of the every-index blocks differ from llama.cpp", name,
               bad);
         printf("%-8s every grid index (%d), sign pattern (%d) and scale (16): equal to "
@@ -220,7 +215,7 @@ static void test_order(void *lib) {
                         const float d =
                             quant_vec_dot(t, N, w + wrow * (size_t)r, x + xrow * (size_t)k);
                         cases++;
-                        if (bits(d) != bits(want[k * ROWS + r]) &&
+                        if (quant_f32_bits(d) != quant_f32_bits(want[k * ROWS + r]) &&
                             !(isnan(d) && isnan(want[k * ROWS + r])) && bad_dot++ < 3)
                             fprintf(stderr, "%s %s row %d tok %d: %a, order %a\n", name, sets[s], r,
                                     k, (double)d, (double)want[k * ROWS + r]);
@@ -230,7 +225,8 @@ static void test_order(void *lib) {
                     if (nt == 4) continue;
                     quant_tile(t, N, w, wrow, ROWS, x, xrow, nt, y, ROWS);
                     for (int i = 0; i < ROWS * nt; i++)
-                        bad_tile += bits(y[i]) != bits(want[i]) && !(isnan(y[i]) && isnan(want[i]));
+                        bad_tile += quant_f32_bits(y[i]) != quant_f32_bits(want[i]) &&
+                                    !(isnan(y[i]) && isnan(want[i]));
                 }
             }
             quant_kernels_select("reference");
@@ -265,9 +261,7 @@ static void test_quantizer(void) {
         /* gaussian: relative RMS error, and the same bytes twice */
         double se = 0, ss = 0;
         for (int i = 0; i < N; i++) {
-            double u = ((double)(quant_random_u64(&rng) >> 11) + 0.5) * 0x1p-53;
-            double v = ((double)(quant_random_u64(&rng) >> 11) + 0.5) * 0x1p-53;
-            x[i] = (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+            x[i] = quant_random_gauss(&rng);
         }
         quant_quantize_row(t, x, q, N);
         quant_quantize_row(t, x, q2, N);

@@ -27,18 +27,6 @@
 
 static uint64_t rng = 0x1A3C0FFEEull;
 
-static float gauss(void) {
-    double u = ((double)(quant_random_u64(&rng) >> 11) + 0.5) * 0x1p-53;
-    double v = ((double)(quant_random_u64(&rng) >> 11) + 0.5) * 0x1p-53;
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
-
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static const mt_type types[] = {MT_TYPE_IQ3_XXS, MT_TYPE_IQ3_S, MT_TYPE_IQ1_S, MT_TYPE_IQ1_M};
 static const char *const sets[] = {"reference", "avx2", "avx512"};
 enum { N_TYPES = 4 };
@@ -114,7 +102,7 @@ static void test_against_llama(void *lib) {
             quant_dequantize_row(t, row, ours, NBLK * 256);
             ref(row, theirs, NBLK * 256);
             for (int i = 0; i < NBLK * 256; i++)
-                if (bits_of(ours[i]) != bits_of(theirs[i]) && bad++ < 3)
+                if (quant_f32_bits(ours[i]) != quant_f32_bits(theirs[i]) && bad++ < 3)
                     fprintf(stderr, "%s pass %d: element %d is %a here, %a in llama.cpp\n", name,
                             pass, i, (double)ours[i], (double)theirs[i]);
         }
@@ -300,7 +288,7 @@ static void test_order(void) {
                     for (int b = 0; b < N / 256; b++)
                         for (int e = 0; e < 256; e++) xk[b * 292 + 4 + e] = e % 3 ? 0x80 : 0x7F;
                 for (int b = 0; b < N / 256; b++) {
-                    const float d = gauss();
+                    const float d = quant_random_gauss(&rng);
                     memcpy(xk + b * 292, &d, 4);
                 }
             }
@@ -312,8 +300,8 @@ static void test_order(void) {
                 for (int r = 0; r < ROWS; r++) {
                     const float v = quant_vec_dot(t, N, w + r * wrow, x);
                     cases++;
-                    if (bits_of(v) != bits_of(want[r]) && !(isnan(v) && isnan(want[r])) &&
-                        bad++ < 3)
+                    if (quant_f32_bits(v) != quant_f32_bits(want[r]) &&
+                        !(isnan(v) && isnan(want[r])) && bad++ < 3)
                         fprintf(stderr, "%s %s row %d: dot %a, the order gives %a\n", name, sets[s],
                                 r, (double)v, (double)want[r]);
                 }
@@ -322,7 +310,7 @@ static void test_order(void) {
                     quant_tile(t, N, w, wrow, ROWS, x, xrow, nt, got, ROWS);
                     cases++;
                     for (int i = 0; i < ROWS * nt; i++)
-                        if (bits_of(got[i]) != bits_of(want[i]) &&
+                        if (quant_f32_bits(got[i]) != quant_f32_bits(want[i]) &&
                             !(isnan(got[i]) && isnan(want[i]))) {
                             if (bad++ < 3)
                                 fprintf(stderr, "%s %s tile %d x %d: element %d differs\n", name,
@@ -385,7 +373,7 @@ static void test_quantizers(void *lib) {
          * and deterministic */
         for (int i = 0; i < N; i++) {
             const int blk = i / 256;
-            const float v = gauss();
+            const float v = quant_random_gauss(&rng);
             x[i] = blk % 4 == 0   ? v * 3e38f
                    : blk % 4 == 1 ? v * 1e-40f /* f32 subnormal */
                    : blk % 4 == 2 ? (i % 256 == 7 ? -3.4e38f : v)
@@ -400,7 +388,7 @@ static void test_quantizers(void *lib) {
         CHECK(inf == 0, "%s: %d extreme inputs decode to inf or NaN", name, inf);
         /* error against llama.cpp's own quantizer (no importance: IQ3 without
          * an imatrix; IQ1, which requires one, with equal weights) */
-        for (int i = 0; i < N; i++) x[i] = gauss() * (i % 61 == 3 ? 4.0f : 1.0f);
+        for (int i = 0; i < N; i++) x[i] = quant_random_gauss(&rng) * (i % 61 == 3 ? 4.0f : 1.0f);
         quant_quantize_row(t, x, q, N);
         quant_dequantize_row(t, q, y, N);
         const double ours = rel_rms(t, x, y, N);

@@ -31,12 +31,6 @@
 
 static uint64_t rng = 0x1A4715ull;
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static void put_f16(uint8_t *p, uint16_t h) {
     memcpy(p, &h, 2);
 }
@@ -81,8 +75,9 @@ static void test_iq4_nl_blocks(void) {
                 float y[32];
                 quant_dequantize_row(MT_TYPE_IQ4_NL, b, y, 32);
                 for (int j = 0; j < 16; j++) {
-                    bad += f32_bits(y[j]) != f32_bits(d * (float)T[(j + shift) % 16]);
-                    bad += f32_bits(y[j + 16]) != f32_bits(d * (float)T[(j + 3 * shift) % 16]);
+                    bad += quant_f32_bits(y[j]) != quant_f32_bits(d * (float)T[(j + shift) % 16]);
+                    bad += quant_f32_bits(y[j + 16]) !=
+                           quant_f32_bits(d * (float)T[(j + 3 * shift) % 16]);
                 }
             }
         }
@@ -122,7 +117,7 @@ static void test_iq4_xs_blocks(void) {
                 const uint8_t byte = wb[8 + 16 * sb + j % 16];
                 const int code = j < 16 ? byte & 15 : byte >> 4;
                 const float dl = d * (float)(ls[e / 32] - 32);
-                bad += f32_bits(y[e]) != f32_bits(dl * (float)T[code]);
+                bad += quant_f32_bits(y[e]) != quant_f32_bits(dl * (float)T[code]);
             }
         }
     }
@@ -146,7 +141,8 @@ static void test_tq2_blocks(void) {
             const float d = mt_f16_to_f32(ds[k]);
             float y[256];
             quant_dequantize_row(MT_TYPE_TQ2_0, b, y, 256);
-            for (int e = 0; e < 256; e++) bad += f32_bits(y[e]) != f32_bits((float)(q[e] - 1) * d);
+            for (int e = 0; e < 256; e++)
+                bad += quant_f32_bits(y[e]) != quant_f32_bits((float)(q[e] - 1) * d);
         }
     CHECK(bad == 0, "TQ2_0: %d values differ from (q - 1) * d", bad);
 }
@@ -184,7 +180,8 @@ static void test_tq1_blocks(void) {
         const float d = mt_f16_to_f32(dh);
         float y[256];
         quant_dequantize_row(MT_TYPE_TQ1_0, b, y, 256);
-        for (int e = 0; e < 256; e++) bad += f32_bits(y[e]) != f32_bits((float)(trit[e] - 1) * d);
+        for (int e = 0; e < 256; e++)
+            bad += quant_f32_bits(y[e]) != quant_f32_bits((float)(trit[e] - 1) * d);
         blocks++;
     }
     CHECK(bad == 0, "TQ1_0: %d values of %d blocks differ from the base-3 digits", bad, blocks);
@@ -378,7 +375,7 @@ static void test_dots(void) {
                     for (int c = 0; c < R; c++) {
                         const float got = quant_vec_dot(t, N, w + r * wrow, x + c * xrow);
                         cases++;
-                        if (f32_bits(got) != f32_bits(want[c][r]) && bad++ < 3)
+                        if (quant_f32_bits(got) != quant_f32_bits(want[c][r]) && bad++ < 3)
                             fprintf(stderr, "%s %s trial %d row %d token %d: %a, order gives %a\n",
                                     name, sets[s], trial, r, c, (double)got, (double)want[c][r]);
                     }
@@ -389,7 +386,8 @@ static void test_dots(void) {
                         for (int r = 0; r < nr; r++)
                             for (int c = 0; c < nt; c++) {
                                 cases++;
-                                if (f32_bits(y[c * R + r]) != f32_bits(want[c][r]) && bad++ < 3)
+                                if (quant_f32_bits(y[c * R + r]) != quant_f32_bits(want[c][r]) &&
+                                    bad++ < 3)
                                     fprintf(stderr, "%s %s tile %dx%d: (%d,%d) differs\n", name,
                                             sets[s], nr, nt, r, c);
                             }

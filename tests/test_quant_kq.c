@@ -22,12 +22,6 @@
 
 static uint64_t rng = 0x6b71ull;
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static void put_h(uint8_t *p, uint16_t h) {
     memcpy(p, &h, 2);
 }
@@ -273,7 +267,7 @@ static void test_order(void) {
                 for (int r = 0; r < ROWS; r++) {
                     cases++;
                     float got = quant_vec_dot(t, NB * 256, w[r], x[r % TOK]);
-                    if (f32_bits(got) != f32_bits(want[r % TOK][r]) && bad++ < 5)
+                    if (quant_f32_bits(got) != quant_f32_bits(want[r % TOK][r]) && bad++ < 5)
                         fprintf(stderr, "%s %s trial %d row %d: %a, order gives %a\n", name,
                                 sets[s], trial, r, (double)got, (double)want[r % TOK][r]);
                 }
@@ -285,7 +279,8 @@ static void test_order(void) {
                     for (int k = 0; k < nt; k++)
                         for (int r = 0; r < ROWS; r++) {
                             cases++;
-                            if (f32_bits(y[k * ROWS + r]) != f32_bits(want[k][r]) && bad++ < 5)
+                            if (quant_f32_bits(y[k * ROWS + r]) != quant_f32_bits(want[k][r]) &&
+                                bad++ < 5)
                                 fprintf(stderr, "%s %s tile %d x %d: row %d token %d differs\n",
                                         name, sets[s], ROWS, nt, r, k);
                         }

@@ -28,18 +28,6 @@
 
 static uint64_t rng = 0x1E6AC7ull;
 
-static float gauss(void) {
-    double u = ((double)(quant_random_u64(&rng) >> 11) + 0.5) * 0x1p-53;
-    double v = ((double)(quant_random_u64(&rng) >> 11) + 0.5) * 0x1p-53;
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
-
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static float f16_at(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
@@ -127,9 +115,9 @@ static void test_decode(void) {
                         want = p + f16_at(b + l->m);
                     }
                     n++;
-                    CHECK(bits(y[j]) == bits(want), "%s d=%g m=%g: y[%d] = %a, want %a (q %d)",
-                          l->name, (double)dm[k][0], (double)dm[k][1], j, (double)y[j],
-                          (double)want, q[j]);
+                    CHECK(quant_f32_bits(y[j]) == quant_f32_bits(want),
+                          "%s d=%g m=%g: y[%d] = %a, want %a (q %d)", l->name, (double)dm[k][0],
+                          (double)dm[k][1], j, (double)y[j], (double)want, q[j]);
                 }
             }
     }
@@ -181,13 +169,13 @@ static void test_quantize(void) {
                     x[j] = -3.0f;
                     break;
                 case 2:
-                    x[j] = gauss() * 1e-9f;
+                    x[j] = quant_random_gauss(&rng) * 1e-9f;
                     break;
                 case 3:
                     x[j] = (j & 1) ? 65000.0f : -65000.0f * (float)j / 31.0f;
                     break;
                 case 4:
-                    x[j] = j == 9 ? 4000.0f : gauss() * 0.01f;
+                    x[j] = j == 9 ? 4000.0f : quant_random_gauss(&rng) * 0.01f;
                     break;
                 default:
                     x[j] = (j & 1) ? 60000.0f : -60000.0f;
@@ -259,8 +247,10 @@ static void test_order(void) {
               (int)vt);
         for (int trial = 0; trial < 60; trial++) {
             quant_kernels_select("reference");
-            for (int i = 0; i < N; i++) wf[i] = gauss() * (trial % 5 == 0 ? 1e-3f : 1.0f);
-            for (int i = 0; i < N; i++) xf[i] = gauss() * (i % 61 == 3 ? 30.0f : 1.0f);
+            for (int i = 0; i < N; i++)
+                wf[i] = quant_random_gauss(&rng) * (trial % 5 == 0 ? 1e-3f : 1.0f);
+            for (int i = 0; i < N; i++)
+                xf[i] = quant_random_gauss(&rng) * (i % 61 == 3 ? 30.0f : 1.0f);
             quant_quantize_row(l->t, wf, w, N);
             if (trial % 2) quant_random_blocks(l->t, w, N, &rng);
             quant_convert_activations(vt, xf, x, N);
@@ -272,7 +262,8 @@ static void test_order(void) {
                 if (quant_kernels_select(sets[s]) != 0) continue;
                 const float got = quant_vec_dot(l->t, N, w, x);
                 n++;
-                if (bits(got) != bits(want) && !(isnan(got) && isnan(want)) && bad++ < 5)
+                if (quant_f32_bits(got) != quant_f32_bits(want) && !(isnan(got) && isnan(want)) &&
+                    bad++ < 5)
                     fprintf(stderr, "  %s trial %d (%s): %a, order %a\n", l->name, trial, sets[s],
                             (double)got, (double)want);
             }
@@ -343,8 +334,9 @@ static void test_ggml(void) {
     for (int trial = 0; trial < 40; trial++) {
         const float scale = trial % 4 == 1 ? 1e-30f : trial % 4 == 2 ? 1e30f : 1.0f;
         for (int i = 0; i < N; i++) {
-            xf[i] = gauss() * scale;
-            if (trial % 4 == 3) xf[i] = i % 32 == 0 ? 127.0f : (float)((int)(gauss() * 60)) * 0.5f;
+            xf[i] = quant_random_gauss(&rng) * scale;
+            if (trial % 4 == 3)
+                xf[i] = i % 32 == 0 ? 127.0f : (float)((int)(quant_random_gauss(&rng) * 60)) * 0.5f;
             if (trial % 5 == 4 && (i / 32) % 3 == 0) xf[i] = 0.0f;
         }
         q8_1(xf, theirs, N);
@@ -369,8 +361,10 @@ static void test_ggml(void) {
         const layout *l = &L[li];
         const mt_type vt = quant_vec_dot_type(l->t);
         for (int trial = 0; trial < 20; trial++) {
-            for (int i = 0; i < N; i++) wf[i] = gauss() * (trial % 3 == 0 ? 1e-3f : 1.0f);
-            for (int i = 0; i < N; i++) xf[i] = gauss() * (i % 97 == 3 ? 20.0f : 1.0f);
+            for (int i = 0; i < N; i++)
+                wf[i] = quant_random_gauss(&rng) * (trial % 3 == 0 ? 1e-3f : 1.0f);
+            for (int i = 0; i < N; i++)
+                xf[i] = quant_random_gauss(&rng) * (i % 97 == 3 ? 20.0f : 1.0f);
             quant_kernels_select("reference");
             quant_quantize_row(l->t, wf, w, N);
             quant_convert_activations(vt, xf, ours, N);

@@ -233,6 +233,29 @@ static inline float quant_hsum8(const float a[8]) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+/* One block of the Q8_0-family order (the top of this file): 8 exact int32
+ * sums of 4 consecutive products w[j] * x[j], each added to its lane float
+ * as fmaf(sum, d, lane); block i into lanes 0-7 when even, 8-15 when odd. */
+static inline void quant_q8_family_block(float acc[16], int64_t i, const int8_t w[32],
+                                         const int8_t *x, float d) {
+    float *lane = acc + 8 * (i & 1);
+    for (int l = 0; l < 8; l++) {
+        int32_t s = 0;
+        for (int j = 4 * l; j < 4 * l + 4; j++) s += (int32_t)w[j] * x[j];
+        lane[l] = fmaf((float)s, d, lane[l]);
+    }
+}
+
+/* The 32 values of a block of 16 nibble bytes through a 16-entry table:
+ * element j < 16 from the low nibble of qs[j], j >= 16 from the high nibble
+ * of qs[j - 16]. */
+static inline void quant_nibbles32(const uint8_t *qs, const int8_t table[16], int8_t out[32]) {
+    for (int j = 0; j < 16; j++) {
+        out[j] = table[qs[j] & 0xF];
+        out[j + 16] = table[qs[j] >> 4];
+    }
+}
+
 /* 16 lanes: lane l and l + 8 first, then quant_hsum8. */
 static inline float quant_hsum16(const float a[16]) {
     float b[8];

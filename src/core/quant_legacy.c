@@ -29,13 +29,14 @@
 
 /* ------------------------------------------------------------ decode */
 
-/* The 32 quants of a Q4_1 (qh NULL) or Q5_0 / Q5_1 block, in element order. */
-static void unpack32(const uint8_t *qs, const uint8_t *qh, int q[QK_32]) {
+/* The 32 quants of a Q4_1 (qh NULL) or Q5_0 / Q5_1 block less `offset`, in
+ * element order. */
+static void unpack32(const uint8_t *qs, const uint8_t *qh, int offset, int8_t q[QK_32]) {
     uint32_t h = 0;
     if (qh) memcpy(&h, qh, 4);
     for (int j = 0; j < QK_32 / 2; j++) {
-        q[j] = (qs[j] & 0xF) | (int)((h >> j) & 1) << 4;
-        q[j + QK_32 / 2] = (qs[j] >> 4) | (int)((h >> (j + 16)) & 1) << 4;
+        q[j] = (int8_t)(((qs[j] & 0xF) | (int)((h >> j) & 1) << 4) - offset);
+        q[j + QK_32 / 2] = (int8_t)(((qs[j] >> 4) | (int)((h >> (j + 16)) & 1) << 4) - offset);
     }
 }
 
@@ -43,8 +44,8 @@ void quant_q4_1_dequantize(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_32; i++, b += Q4_1_BYTES, dst += QK_32) {
         const float d = quant_load_f16(b), m = quant_load_f16(b + Q4_1_M);
-        int q[QK_32];
-        unpack32(b + Q4_1_QS, NULL, q);
+        int8_t q[QK_32];
+        unpack32(b + Q4_1_QS, NULL, 0, q);
         for (int j = 0; j < QK_32; j++) {
             const float p = (float)q[j] * d; /* two roundings, as llama.cpp */
             dst[j] = p + m;
@@ -56,9 +57,9 @@ void quant_q5_0_dequantize(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_32; i++, b += Q5_0_BYTES, dst += QK_32) {
         const float d = quant_load_f16(b);
-        int q[QK_32];
-        unpack32(b + Q5_0_QS, b + Q5_0_QH, q);
-        for (int j = 0; j < QK_32; j++) dst[j] = (float)(q[j] - 16) * d;
+        int8_t q[QK_32];
+        unpack32(b + Q5_0_QS, b + Q5_0_QH, 16, q);
+        for (int j = 0; j < QK_32; j++) dst[j] = (float)q[j] * d;
     }
 }
 
@@ -66,8 +67,8 @@ void quant_q5_1_dequantize(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / QK_32; i++, b += Q5_1_BYTES, dst += QK_32) {
         const float d = quant_load_f16(b), m = quant_load_f16(b + Q5_1_M);
-        int q[QK_32];
-        unpack32(b + Q5_1_QS, b + Q5_1_QH, q);
+        int8_t q[QK_32];
+        unpack32(b + Q5_1_QS, b + Q5_1_QH, 0, q);
         for (int j = 0; j < QK_32; j++) {
             const float p = (float)q[j] * d;
             dst[j] = p + m;
@@ -197,13 +198,9 @@ float quant_q5_0_vec_dot(int64_t n, const void *w, const void *x) {
     for (int64_t i = 0; i < n / QK_32; i++, wb += Q5_0_BYTES, xb += Q8_0_BYTES) {
         const int8_t *xq = (const int8_t *)(xb + Q8_0_QS);
         const float d = quant_load_f16(wb) * quant_load_f16(xb);
-        int q[QK_32];
-        unpack32(wb + Q5_0_QS, wb + Q5_0_QH, q);
-        for (int l = 0; l < 8; l++) {
-            int32_t s = 0;
-            for (int j = 4 * l; j < 4 * l + 4; j++) s += (q[j] - 16) * xq[j];
-            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
-        }
+        int8_t q[QK_32];
+        unpack32(wb + Q5_0_QS, wb + Q5_0_QH, 16, q);
+        quant_q8_family_block(acc, i, q, xq, d);
     }
     return quant_hsum16(acc);
 }
@@ -215,13 +212,9 @@ static float dot_min(int64_t n, const uint8_t *wb, const uint8_t *xb, int wbytes
     for (int64_t i = 0; i < n / QK_32; i++, wb += wbytes, xb += Q8_1_BYTES) {
         const int8_t *xq = (const int8_t *)(xb + Q8_1_QS);
         const float d = quant_load_f16(wb) * quant_load_f16(xb);
-        int q[QK_32];
-        unpack32(wb + qs_off, qh_off ? wb + qh_off : NULL, q);
-        for (int l = 0; l < 8; l++) {
-            int32_t s = 0;
-            for (int j = 4 * l; j < 4 * l + 4; j++) s += q[j] * xq[j];
-            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
-        }
+        int8_t q[QK_32];
+        unpack32(wb + qs_off, qh_off ? wb + qh_off : NULL, 0, q);
+        quant_q8_family_block(acc, i, q, xq, d);
         mins[i & 1] = fmaf(quant_load_f16(wb + 2), quant_load_f16(xb + Q8_1_S), mins[i & 1]);
     }
     return quant_hsum16(acc) + (mins[0] + mins[1]);

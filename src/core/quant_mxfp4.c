@@ -74,16 +74,9 @@ float quant_mxfp4_vec_dot(int64_t n, const void *w, const void *x) {
     float acc[16] = {0};
     for (int64_t i = 0; i < n / QK_32; i++, wb += MXFP4_BYTES, xb += Q8_0_BYTES) {
         const float d = quant_load_f16(xb) * quant_e8m0_half(wb[0]);
-        const uint8_t *wq = wb + MXFP4_QS;
-        const int8_t *xq = (const int8_t *)(xb + Q8_0_QS);
-        for (int l = 0; l < 8; l++) {
-            int32_t s = 0;
-            for (int j = 4 * l; j < 4 * l + 4; j++) {
-                const int q = j < 16 ? (wq[j] & 0xF) : (wq[j - 16] >> 4);
-                s += xq[j] * quant_mxfp4_values[q];
-            }
-            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
-        }
+        int8_t q[QK_32];
+        quant_nibbles32(wb + MXFP4_QS, quant_mxfp4_values, q);
+        quant_q8_family_block(acc, i, q, (const int8_t *)(xb + Q8_0_QS), d);
     }
     return quant_hsum16(acc);
 }

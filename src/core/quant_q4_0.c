@@ -61,17 +61,11 @@ float quant_q4_0_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
     float acc[16] = {0};
     for (int64_t i = 0; i < n / QK_32; i++, wb += Q4_0_BYTES, xb += Q8_0_BYTES) {
-        const uint8_t *wq = wb + Q4_0_QS;
-        const int8_t *xq = (const int8_t *)(xb + Q8_0_QS);
+        static const int8_t minus8[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+        int8_t q[QK_32];
+        quant_nibbles32(wb + Q4_0_QS, minus8, q);
         const float d = quant_load_f16(wb) * quant_load_f16(xb);
-        for (int l = 0; l < 8; l++) {
-            int32_t s = 0;
-            for (int j = 4 * l; j < 4 * l + 4; j++) {
-                const int q = j < 16 ? (wq[j] & 0xF) : (wq[j - 16] >> 4);
-                s += (q - 8) * xq[j];
-            }
-            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
-        }
+        quant_q8_family_block(acc, i, q, (const int8_t *)(xb + Q8_0_QS), d);
     }
     return quant_hsum16(acc);
 }

@@ -82,14 +82,9 @@ float quant_q8_0_vec_dot(int64_t n, const void *w, const void *x) {
     const uint8_t *wb = w, *xb = x;
     float acc[16] = {0};
     for (int64_t i = 0; i < n / QK_32; i++, wb += Q8_0_BYTES, xb += Q8_0_BYTES) {
-        const int8_t *wq = (const int8_t *)(wb + Q8_0_QS);
-        const int8_t *xq = (const int8_t *)(xb + Q8_0_QS);
         const float d = quant_load_f16(wb) * quant_load_f16(xb);
-        for (int l = 0; l < 8; l++) {
-            int32_t s = 0;
-            for (int j = 4 * l; j < 4 * l + 4; j++) s += (int32_t)wq[j] * xq[j];
-            acc[8 * (i & 1) + l] = fmaf((float)s, d, acc[8 * (i & 1) + l]);
-        }
+        quant_q8_family_block(acc, i, (const int8_t *)(wb + Q8_0_QS),
+                              (const int8_t *)(xb + Q8_0_QS), d);
     }
     return quant_hsum16(acc);
 }

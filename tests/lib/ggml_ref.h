@@ -43,24 +43,28 @@ static inline void ggml_ref_type_name(const char *name, char *out, size_t cap) {
     if (i >= 2 && out[i - 2] == '_' && out[i - 1] == 'k') out[i - 1] = 'K';
 }
 
-/* dequantize_row_<type> of the library, or NULL if it has none. */
-static inline ggml_ref_dequantize_fn ggml_ref_dequantize(void *h, const char *type_name) {
+/* The library's function `prefix`<type>`suffix` (as a data pointer), or
+ * NULL if it has none. */
+static inline void *ggml_ref_sym(void *h, const char *prefix, const char *type_name,
+                                 const char *suffix) {
     char t[32], sym[64];
     ggml_ref_type_name(type_name, t, sizeof t);
-    snprintf(sym, sizeof sym, "dequantize_row_%s", t);
+    snprintf(sym, sizeof sym, "%s%s%s", prefix, t, suffix);
+    return dlsym(h, sym);
+}
+
+/* dequantize_row_<type> of the library, or NULL if it has none. */
+static inline ggml_ref_dequantize_fn ggml_ref_dequantize(void *h, const char *type_name) {
+    void *p = ggml_ref_sym(h, "dequantize_row_", type_name, "");
     ggml_ref_dequantize_fn f;
-    void *p = dlsym(h, sym);
     memcpy(&f, &p, sizeof f);
     return f;
 }
 
 /* quantize_row_<type>_ref of the library, or NULL if it has none. */
 static inline ggml_ref_quantize_fn ggml_ref_quantize(void *h, const char *type_name) {
-    char t[32], sym[64];
-    ggml_ref_type_name(type_name, t, sizeof t);
-    snprintf(sym, sizeof sym, "quantize_row_%s_ref", t);
+    void *p = ggml_ref_sym(h, "quantize_row_", type_name, "_ref");
     ggml_ref_quantize_fn f;
-    void *p = dlsym(h, sym);
     memcpy(&f, &p, sizeof f);
     return f;
 }

@@ -1,10 +1,13 @@
 /* quant_random.h - random-byte blocks of any quantized type for the quant
  * tests: every quant, grid index, sign and sub-scale pattern a block can
  * hold, with only its f16/f32 scale fields kept finite (some subnormal), so
- * that kernels and decoders can be compared bit for bit. Header-only. */
+ * that kernels and decoders can be compared bit for bit; and the small
+ * helpers the quant tests share (normal samples, float bits, the Q8_1 min
+ * term). Header-only. */
 #ifndef MOONTAIL_TEST_QUANT_RANDOM_H
 #define MOONTAIL_TEST_QUANT_RANDOM_H
 
+#include "moontail/quant.h"
 #include "moontail/tensor_type.h"
 
 #include <math.h>
@@ -16,6 +19,20 @@ static inline uint64_t quant_random_u64(uint64_t *state) { /* splitmix64 */
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+
+/* A standard normal sample (Box-Muller over two uniform doubles). */
+static inline float quant_random_gauss(uint64_t *state) {
+    double u = ((double)(quant_random_u64(state) >> 11) + 0.5) * 0x1p-53;
+    double v = ((double)(quant_random_u64(state) >> 11) + 0.5) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* The bits of f, for bit-for-bit comparisons. */
+static inline uint32_t quant_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
 }
 
 /* Byte offsets of the f16 scale fields in a block of type t (docs/
@@ -74,6 +91,33 @@ static inline void quant_random_blocks(mt_type t, uint8_t *row, int64_t len, uin
             memcpy(wb, &d, 4);
         }
     }
+}
+
+/* Q4_1 and Q5_1 meet Q8_1 activations, whose s (f16 of the f32 scale times
+ * the sum of the quants) stands in the dot for dx * sum(qs) of the decoded
+ * block: returns sum_b m_b * (s_b - dx_b * sum(qs_b)) (m at byte 2 of both
+ * weight blocks), the difference to the exact dot of the decoded rows, and
+ * in *bound its stated bound: s and dx are two f16 roundings of the same
+ * product, so |m| * (|s| * 2^-10 * 1.001 + 2^-25) per block. */
+static inline double quant_q8_1_min_shift(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc,
+                                          double *bound) {
+    double shift = 0;
+    *bound = 0;
+    if (quant_vec_dot_type(t) != MT_TYPE_Q8_1) return 0;
+    const int wbytes = mt_type_traits_get(t)->type_size;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *wb = w + b * wbytes, *xb = xc + b * 36;
+        uint16_t mh, dh, sh;
+        memcpy(&mh, wb + 2, 2);
+        memcpy(&dh, xb, 2);
+        memcpy(&sh, xb + 2, 2);
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += (int8_t)xb[4 + j];
+        const double m = mt_f16_to_f32(mh), sx = mt_f16_to_f32(sh);
+        shift += m * (sx - (double)mt_f16_to_f32(dh) * sum);
+        *bound += fabs(m) * (fabs(sx) * ldexp(1, -10) * 1.001 + ldexp(1, -25));
+    }
+    return shift;
 }
 
 #endif
