@@ -51,12 +51,6 @@ static float bits_f32(uint32_t u) {
     return f;
 }
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* Fills x with one of several value shapes used for quantizer tests. */
 static void fill(float *x, int64_t n, int kind) {
     for (int64_t i = 0; i < n; i++) {
@@ -160,7 +154,7 @@ static uint16_t ref_f32_to_f16(float f) {
 
 static uint16_t ref_f32_to_bf16(float f) {
     uint16_t sign = signbit(f) ? 0x8000 : 0;
-    if (isnan(f)) return (uint16_t)((f32_bits(f) >> 16) | 0x40);
+    if (isnan(f)) return (uint16_t)((quant_f32_bits(f) >> 16) | 0x40);
     return (uint16_t)(sign | ref_round_bits(fabs((double)f), 7, -126, 127));
 }
 
@@ -181,18 +175,43 @@ static void test_f16(void) {
     }
     CHECK(bad_decode == 0, "f16 decode: %d of 65536 patterns differ from the IEEE value",
           bad_decode);
-    { /* the kernels' own (inline) decode, through an F16 row of every pattern */
-        static uint16_t all[65536];
-        static float dec[65536];
+    { /* every kernel set's F16 rows: each pattern decoded, and floats of every
+       * kind (all decoded halves, ties, NaN, infinities, random bits)
+       * encoded, as mt_f16_to_f32 and mt_f32_to_f16 do, in rows whose
+       * lengths leave SIMD tails */
+        enum { NF = 65536 + 4096 };
+        static uint16_t all[65536], enc[NF];
+        static float dec[65536], src[NF];
         for (uint32_t h = 0; h < 65536; h++) all[h] = (uint16_t)h;
-        quant_dequantize_row(MT_TYPE_F16, all, dec, 65536);
-        int bad_row = 0;
-        for (uint32_t h = 0; h < 65536; h++) {
-            float want = mt_f16_to_f32((uint16_t)h);
-            bad_row += memcmp(&dec[h], &want, 4) != 0;
+        for (uint32_t h = 0; h < 65536; h++) src[h] = mt_f16_to_f32((uint16_t)(h * 40503u));
+        for (int i = 65536; i < NF; i++) {
+            const uint32_t u = (uint32_t)rng_u64();
+            src[i] = i % 3 ? bits_f32(u)
+                           : ldexpf(1.0f + (float)(u & 0xfff) / 2048.0f, (int)(u >> 28) - 20);
         }
-        CHECK(bad_row == 0, "F16 row decode: %d of 65536 patterns differ from mt_f16_to_f32",
-              bad_row);
+        const char *start = quant_kernel_name();
+        static const char *const kernel_sets[] = {"reference", "avx2", "avx512"};
+        for (int k = 0; k < 3; k++) {
+            if (quant_kernels_select(kernel_sets[k]) != 0) continue;
+            int bad_row = 0, bad_enc = 0;
+            for (int64_t off = 0; off < 65536; off += 16381) {
+                const int64_t len = off + 16381 <= 65536 ? 16381 : 65536 - off;
+                quant_dequantize_row(MT_TYPE_F16, all + off, dec + off, len);
+            }
+            for (uint32_t h = 0; h < 65536; h++) {
+                float want = mt_f16_to_f32((uint16_t)h);
+                bad_row += memcmp(&dec[h], &want, 4) != 0;
+            }
+            quant_quantize_row(MT_TYPE_F16, src, enc, NF - 3);
+            for (int i = 0; i < NF - 3; i++) bad_enc += enc[i] != mt_f32_to_f16(src[i]);
+            CHECK(bad_row == 0,
+                  "F16 row decode (%s kernels): %d of 65536 patterns differ from mt_f16_to_f32",
+                  kernel_sets[k], bad_row);
+            CHECK(bad_enc == 0,
+                  "F16 row encode (%s kernels): %d of %d floats differ from mt_f32_to_f16",
+                  kernel_sets[k], bad_enc, NF - 3);
+        }
+        quant_kernels_select(start);
     }
     CHECK(bad_trip == 0, "f16 round trip: %d patterns do not survive f16->f32->f16", bad_trip);
 
@@ -241,7 +260,7 @@ static void test_f16(void) {
 static void test_bf16(void) {
     int bad_decode = 0;
     for (uint32_t h = 0; h < 65536; h++)
-        if (f32_bits(mt_bf16_to_f32((uint16_t)h)) != h << 16) bad_decode++;
+        if (quant_f32_bits(mt_bf16_to_f32((uint16_t)h)) != h << 16) bad_decode++;
     CHECK(bad_decode == 0, "bf16 decode: %d patterns are not the top 16 bits", bad_decode);
 
     int bad = 0, n = 0;
@@ -313,10 +332,10 @@ static void test_blocks(void) {
     }
     mx[0] = 0;
     quant_dequantize_row(MT_TYPE_MXFP4, mx, y, 32);
-    CHECK(y[1] == ldexpf(1.0f, -128) && f32_bits(y[1]) == 0x00200000u, "MXFP4 e=0 scale");
+    CHECK(y[1] == ldexpf(1.0f, -128) && quant_f32_bits(y[1]) == 0x00200000u, "MXFP4 e=0 scale");
     mx[0] = 1;
     quant_dequantize_row(MT_TYPE_MXFP4, mx, y, 32);
-    CHECK(f32_bits(y[1]) == 0x00400000u && y[7] == 12.0f * ldexpf(1.0f, -127), "MXFP4 e=1");
+    CHECK(quant_f32_bits(y[1]) == 0x00400000u && y[7] == 12.0f * ldexpf(1.0f, -127), "MXFP4 e=1");
 
     /* Q4_K: random scale bytes; sc/m unpacked by the spec formulas for s < 4
      * and s >= 4; d and dmin powers of two so every value is exact. */
@@ -657,7 +676,7 @@ static void test_convert(void) {
                 if (fabsf(xb[j]) > amax) amax = fabsf(xb[j]), max = xb[j];
             float iscale = -127.0f / max, d;
             memcpy(&d, kb, 4);
-            if (f32_bits(d) != f32_bits(1.0f / iscale)) bad++;
+            if (quant_f32_bits(d) != quant_f32_bits(1.0f / iscale)) bad++;
             if (max > 0 && d < 0) sign_flipped++;
             const int8_t *qs = (const int8_t *)(kb + 4);
             for (int j = 0; j < 256; j++) {
@@ -792,33 +811,6 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc
     return sumf;
 }
 
-/* Q4_1 and Q5_1 meet Q8_1 activations, whose s (f16 of the f32 scale times
- * the sum of the quants) stands in the dot for dx * sum(qs) of the decoded
- * block: returns sum_b m_b * (s_b - dx_b * sum(qs_b)) (m at byte 2 of both
- * weight blocks), the difference to the exact dot of the decoded rows, and
- * in *bound its stated bound: s and dx are two f16 roundings of the same
- * product, so |m| * (|s| * 2^-10 * 1.001 + 2^-25) per block. */
-static double q8_1_min_shift(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc,
-                             double *bound) {
-    double shift = 0;
-    *bound = 0;
-    if (quant_vec_dot_type(t) != MT_TYPE_Q8_1) return 0;
-    const int wbytes = mt_type_traits_get(t)->type_size;
-    for (int64_t b = 0; b < n / 32; b++) {
-        const uint8_t *wb = w + b * wbytes, *xb = xc + b * 36;
-        uint16_t mh, dh, sh;
-        memcpy(&mh, wb + 2, 2);
-        memcpy(&dh, xb, 2);
-        memcpy(&sh, xb + 2, 2);
-        int sum = 0;
-        for (int j = 0; j < 32; j++) sum += (int8_t)xb[4 + j];
-        const double m = mt_f16_to_f32(mh), sx = mt_f16_to_f32(sh);
-        shift += m * (sx - (double)mt_f16_to_f32(dh) * sum);
-        *bound += fabs(m) * (fabs(sx) * ldexp(1, -10) * 1.001 + ldexp(1, -25));
-    }
-    return shift;
-}
-
 static void test_vec_dot(void) {
     enum { N = 4096, OFF = 1 }; /* rows placed at odd addresses on purpose */
     float *w = malloc(N * sizeof *w), *x = malloc(N * sizeof *x);
@@ -843,10 +835,10 @@ static void test_vec_dot(void) {
                   weight_types[ti].name);
             if (t == MT_TYPE_Q8_0 || t == MT_TYPE_Q4_0 || t == MT_TYPE_MXFP4 || t == MT_TYPE_Q4_K ||
                 t == MT_TYPE_Q6_K)
-                not_order += f32_bits(dot) != f32_bits(order_dot(t, N, wq, xc));
+                not_order += quant_f32_bits(dot) != quant_f32_bits(order_dot(t, N, wq, xc));
 
             /* tight: the exact dot of the decoded operands (with Q8_1's s) */
-            double s_bound, exact = q8_1_min_shift(t, N, wq, xc, &s_bound), mag = 0;
+            double s_bound, exact = quant_q8_1_min_shift(t, N, wq, xc, &s_bound), mag = 0;
             for (int i = 0; i < N; i++) {
                 exact += (double)wd[i] * xd[i];
                 mag += fabs((double)wd[i] * xd[i]);
@@ -930,8 +922,8 @@ static void compare_set(const char *name) {
             float d2 = quant_vec_dot(t, len, wq, xc1);
             quant_dequantize_row(t, wq, y2, len);
             n++;
-            if (f32_bits(d1) != f32_bits(d2) || xb1 != xb2 || memcmp(xc1, xc2, xb1) != 0 ||
-                memcmp(y1, y2, (size_t)len * sizeof *y1) != 0) {
+            if (quant_f32_bits(d1) != quant_f32_bits(d2) || xb1 != xb2 ||
+                memcmp(xc1, xc2, xb1) != 0 || memcmp(y1, y2, (size_t)len * sizeof *y1) != 0) {
                 if (bad++ < 5)
                     fprintf(stderr, "  %s trial %d: reference %a, %s %a\n", weight_types[ti].name,
                             trial, (double)d1, name, (double)d2);
@@ -968,7 +960,7 @@ static void compare_set(const char *name) {
             quant_kernels_select(name);
             float d2 = quant_vec_dot(t, N, wq, xc1);
             n++;
-            if (f32_bits(d1) != f32_bits(d2) && !(isnan(d1) && isnan(d2))) {
+            if (quant_f32_bits(d1) != quant_f32_bits(d2) && !(isnan(d1) && isnan(d2))) {
                 if (bad++ < 5)
                     fprintf(stderr, "  %s random bytes %d: reference %a, %s %a\n",
                             weight_types[ti].name, trial, (double)d1, name, (double)d2);
@@ -1040,7 +1032,7 @@ static void compare_set(const char *name) {
                     bool same = true;
                     for (int r = 0; r < nr; r++)
                         for (int k = 0; k < nt; k++)
-                            same &= f32_bits(yt[k * 9 + r]) == f32_bits(yr[k * 9 + r]);
+                            same &= quant_f32_bits(yt[k * 9 + r]) == quant_f32_bits(yr[k * 9 + r]);
                     if (!same && bad++ < 5)
                         fprintf(stderr,
                                 "  %s tile %d x %d (%s weights): an element differs from vec_dot\n",

@@ -348,6 +348,7 @@ static void test_orders(void) {
                 for (int32_t s = 0; s < P; s++)
                     outr[d] = outr[d] + (scr[s] * inv) * kk[s * stride + d];
             }
+            memset(out, 0, (size_t)dk * sizeof *out);
             mt_vec_attn_mix(scr, inv, kk, stride, dk, P, out);
             bad += !same_floats(out, outr, dk);
         }
@@ -397,6 +398,7 @@ static void run_all(const vec_case *c, int off, float *o, double *r) {
     const float max = mt_vec_attn_scores(in_t, x, c->stride, c->dk, c->np, c->s, sc);
     r[2] = max;
     r[3] = mt_vec_exp_sum(sc, c->np, max);
+    memset(mix, 0, (size_t)c->dk * sizeof *mix);
     mt_vec_attn_mix(sc, (float)(1.0 / r[3]), w, c->stride, c->dk, c->np, mix);
     /* sigmoid, SiLU, situ with and without the linear bound, K3's decay */
     mt_vec_sigmoid(x, o + 6 * MAXN, n);

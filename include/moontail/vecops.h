@@ -42,8 +42,9 @@ void mt_vec_rope_norm(float *x, const float *cs, const float *sn, int32_t half);
 float mt_vec_attn_scores(const float *q, const float *k, size_t k_stride, int32_t dk, int32_t n_pos,
                          float scale, float *scores);
 
-/* out[d] = sum over s < n_pos, in order, of (p[s] * inv) * v_s[d] for
- * d < dv, v_s = v + s * v_stride floats. */
+/* out[d] = out[d] + (p[s] * inv) * v_s[d] for s < n_pos in order, for
+ * d < dv, v_s = v + s * v_stride floats: a mix from zero when out starts
+ * zeroed, and one mix when a long one is split into runs of positions. */
 void mt_vec_attn_mix(const float *p, float inv, const float *v, size_t v_stride, int32_t dv,
                      int32_t n_pos, float *out);
 

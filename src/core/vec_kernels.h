@@ -177,7 +177,7 @@ typedef struct vec_kernel_set {
      * returns the largest score (-inf if none is larger) */
     float (*attn_scores)(const float *q, const float *k, size_t k_stride, int32_t dk, int32_t n_pos,
                          float scale, float *scores);
-    /* out[d] = sum over s in order of (p[s] * inv) * v_s[d], from 0 */
+    /* out[d] = out[d] + (p[s] * inv) * v_s[d] for s in order */
     void (*attn_mix)(const float *p, float inv, const float *v, size_t v_stride, int32_t dv,
                      int32_t n_pos, float *out);
     /* y[i] = vec_sigmoid1(x[i]) */

@@ -60,7 +60,6 @@ static float ref_attn_scores(const float *q, const float *k, size_t k_stride, in
 
 static void ref_attn_mix(const float *p, float inv, const float *v, size_t v_stride, int32_t dv,
                          int32_t n_pos, float *out) {
-    for (int32_t d = 0; d < dv; d++) out[d] = 0.0f;
     for (int32_t s = 0; s < n_pos; s++) {
         const float ps = p[s] * inv;
         const float *vs = v + (size_t)s * v_stride;

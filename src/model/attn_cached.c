@@ -27,17 +27,17 @@ void mt_kv_store(mt_kv_type t, const float *x, int64_t n, uint8_t *dst) {
 
 int mt_attend_work_init(mt_attend_work *w, int32_t max_pos, int32_t max_dim) {
     w->scores = malloc((size_t)max_pos * sizeof(float));
-    w->row = malloc((size_t)max_dim * sizeof(float));
+    w->rows = malloc((size_t)MT_ATTEND_RUN * (size_t)max_dim * sizeof(float));
     /* a converted query is at most 4 bytes a value (f32), weights 2 a position */
     w->conv = malloc((size_t)max_dim * 4 + (size_t)max_pos * 2 + 64);
-    if (w->scores && w->row && w->conv) return 0;
+    if (w->scores && w->rows && w->conv) return 0;
     mt_attend_work_free(w);
     return -1;
 }
 
 void mt_attend_work_free(mt_attend_work *w) {
-    free(w->scores), free(w->row), free(w->conv);
-    w->scores = w->row = NULL;
+    free(w->scores), free(w->rows), free(w->conv);
+    w->scores = w->rows = NULL;
     w->conv = NULL;
 }
 
@@ -64,10 +64,13 @@ void mt_attend_cached(mt_kv_type t, const float *q, const uint8_t *k, size_t k_s
         quant_convert_activations(rt, scores, wq, n_pos);
         quant_dequantize_row(rt, wq, scores, n_pos);
     }
+    /* out[d] += p_s * v_s[d] in position order, a run of decoded rows at a
+     * time (mt_vec_attn_mix with inv 1 multiplies by p_s exactly) */
     memset(out, 0, (size_t)dv * sizeof(float));
-    for (int32_t s = 0; s < n_pos; s++) {
-        const float p = scores[s];
-        quant_dequantize_row(rt, v + (size_t)s * v_stride, w->row, dv);
-        for (int32_t d = 0; d < dv; d++) out[d] += p * w->row[d];
+    for (int32_t s0 = 0; s0 < n_pos; s0 += MT_ATTEND_RUN) {
+        const int32_t run = n_pos - s0 < MT_ATTEND_RUN ? n_pos - s0 : MT_ATTEND_RUN;
+        for (int32_t s = 0; s < run; s++)
+            quant_dequantize_row(rt, v + (size_t)(s0 + s) * v_stride, w->rows + (size_t)s * dv, dv);
+        mt_vec_attn_mix(scores + s0, 1.0f, w->rows, (size_t)dv, dv, run, out);
     }
 }

@@ -62,10 +62,12 @@ static inline size_t mt_kv_offset(mt_kv_type t, int64_t i) {
 }
 
 /* Working memory of mt_attend_cached for contexts up to max_pos positions
- * and heads up to max_dim wide. */
+ * and heads up to max_dim wide. V rows of a quantized cache are decoded
+ * MT_ATTEND_RUN positions at a time. */
+enum { MT_ATTEND_RUN = 16 };
 typedef struct mt_attend_work {
     float *scores; /* max_pos */
-    float *row;    /* max_dim: a decoded V row */
+    float *rows;   /* MT_ATTEND_RUN x max_dim: a run of decoded V rows */
     uint8_t *conv; /* the query converted to the cache's partner format; also
                       the rounded weights (max_pos 16-bit values) */
 } mt_attend_work;

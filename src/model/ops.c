@@ -5,6 +5,8 @@
 #include "model_internal.h"
 #include "moontail/vecops.h"
 
+#include <string.h>
+
 /* rmsnorm(x, w) = x / sqrt(mean(x^2) + eps) * w */
 void mt_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out) {
     const double sum = mt_vec_sum_squares(x, n); /* in double, as ggml's rms_norm */
@@ -20,5 +22,6 @@ void mt_attend_one(const float *q, const float *k, size_t k_stride, int32_t dk, 
                    float *out) {
     const float max = mt_vec_attn_scores(q, k, k_stride, dk, n_pos, scale, scores);
     const double sum = mt_vec_exp_sum(scores, n_pos, max);
+    memset(out, 0, (size_t)dv * sizeof *out);
     mt_vec_attn_mix(scores, (float)(1.0 / sum), v, v_stride, dv, n_pos, out);
 }
