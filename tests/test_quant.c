@@ -18,6 +18,7 @@
 #include "lib/quant_random.h"
 #include "moontail/quant.h"
 #include "moontail/tensor_type.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -756,7 +757,7 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc
             float dx = mt_f16_to_f32(dxh);
             float d = t == MT_TYPE_MXFP4 ? dx * ldexpf(1.0f, wb[0] - 128) : mt_f16_to_f32(dwh) * dx;
             float *a = acc + 8 * (b % 2);
-            for (int l = 0; l < 8; l++) a[l] = fmaf((float)lane[l], d, a[l]);
+            for (int l = 0; l < 8; l++) a[l] = mt_fmaf((float)lane[l], d, a[l]);
         }
         float sum8[8];
         for (int l = 0; l < 8; l++) sum8[l] = acc[l] + acc[l + 8];
@@ -788,8 +789,8 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *xc
             memcpy(&dh, wb, 2);
             memcpy(&dminh, wb + 2, 2);
             float d = mt_f16_to_f32(dh) * dx;
-            for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
-            mins = fmaf(mt_f16_to_f32(dminh) * dx, (float)summ, mins);
+            for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
+            mins = mt_fmaf(mt_f16_to_f32(dminh) * dx, (float)summ, mins);
         } else {
             const uint8_t *wb = w + 210 * b;
             for (int i = 0; i < 256; i++) {

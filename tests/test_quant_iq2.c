@@ -20,6 +20,7 @@
 #include "lib/quant_random.h"
 #include "moontail/quant.h"
 #include "moontail/tensor_type.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -162,7 +163,7 @@ static float order_dot(ggml_ref_dequantize_fn ref, mt_type t, int64_t n, const u
         float dx;
         memcpy(&dx, xb, 4);
         const float d = (0.125f * mt_f16_to_f32(h)) * dx;
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
     }
     return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
            ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));

@@ -18,6 +18,7 @@
 #include "lib/quant_random.h"
 #include "moontail/quant.h"
 #include "moontail/tensor_type.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -262,7 +263,7 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *x)
             const int32_t sw = (int32_t)(y[e] / k); /* exact: y is k times an integer */
             acc[(e % 32) / 4] += sw * (int8_t)xb[4 + e];
         }
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d * dx, lanes[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d * dx, lanes[l]);
     }
     const float h = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
                     ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));

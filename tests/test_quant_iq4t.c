@@ -22,6 +22,7 @@
 #include "lib/quant_random.h"
 #include "moontail/quant.h"
 #include "moontail/tensor_type.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -299,7 +300,7 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *x)
             for (int l = 0; l < 8; l++) {
                 int s = 0;
                 for (int j = 4 * l; j < 4 * l + 4; j++) s += wi[32 * b + j] * (int8_t)xb[2 + j];
-                acc[8 * (b % 2) + l] = fmaf((float)s, d, acc[8 * (b % 2) + l]);
+                acc[8 * (b % 2) + l] = mt_fmaf((float)s, d, acc[8 * (b % 2) + l]);
             }
         }
         float s8[8];
@@ -318,7 +319,7 @@ static float order_dot(mt_type t, int64_t n, const uint8_t *w, const uint8_t *x)
         for (int l = 0; l < 8; l++) {
             CHECK(lane[l] == (int32_t)lane[l], "lane sum %lld does not fit int32",
                   (long long)lane[l]);
-            lanes[l] = fmaf((float)lane[l], dw[b] * dx, lanes[l]);
+            lanes[l] = mt_fmaf((float)lane[l], dw[b] * dx, lanes[l]);
         }
     }
     return tree8(lanes);

@@ -14,6 +14,7 @@
 #include "lib/quant_random.h"
 #include "moontail/quant.h"
 #include "moontail/tensor_type.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -210,8 +211,8 @@ static float order_dot(mt_type t, int nb, const fields *f, const uint8_t *xc) {
         const float dw = mt_f16_to_f32(f[b].d) * dx;
         const float dm =
             (t == MT_TYPE_Q3_K ? mt_f16_to_f32(f[b].d) : mt_f16_to_f32(f[b].dmin)) * dx;
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)lane[l], dw, lanes[l]);
-        mins = fmaf(dm, (float)corr, mins);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)lane[l], dw, lanes[l]);
+        mins = mt_fmaf(dm, (float)corr, mins);
     }
     float s = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
               ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));

@@ -19,6 +19,7 @@
 #include "lib/quant_random.h"
 #include "moontail/quant.h"
 #include "moontail/tensor_type.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -228,8 +229,8 @@ static float order_dot(const layout *l, int64_t n, const uint8_t *w, const uint8
         }
         const float d = f16_at(wb) * f16_at(xb);
         for (int k = 0; k < 8; k++)
-            acc[8 * (b % 2) + k] = fmaf((float)lane[k], d, acc[8 * (b % 2) + k]);
-        if (l->m >= 0) mins[b % 2] = fmaf(f16_at(wb + l->m), f16_at(xb + 2), mins[b % 2]);
+            acc[8 * (b % 2) + k] = mt_fmaf((float)lane[k], d, acc[8 * (b % 2) + k]);
+        if (l->m >= 0) mins[b % 2] = mt_fmaf(f16_at(wb + l->m), f16_at(xb + 2), mins[b % 2]);
     }
     const float s = tree16(acc);
     return l->m >= 0 ? s + (mins[0] + mins[1]) : s;

@@ -239,6 +239,64 @@ static int check_kda(int32_t hd, int kind) {
 
 /* Each kernel (of the set in use) against vec_kernels.h's order written
  * out again here. */
+/* mt_fmaf against glibc's fmaf, which rounds a * b + c once (the C
+ * standard's fma; an independent implementation): random floats of every
+ * exponent and products that nearly cancel c, so that the sum's last bits
+ * and ties are exercised, plus every pair of edge values. (Other C
+ * libraries' fmaf is not always fused, so the comparison needs glibc.) */
+static void test_fmaf(void) {
+#ifdef __GLIBC__
+    long bad = 0, cases = 0;
+    for (long i = 0; i < 4000000; i++) {
+        uint32_t ua = next_u32() ^ next_u32() << 9, ub = next_u32() ^ next_u32() << 9;
+        float a, b, c;
+        memcpy(&a, &ua, 4);
+        memcpy(&b, &ub, 4);
+        if (i % 2) { /* c near -a * b: cancellation, exact halfway cases */
+            c = -(a * b) * (1.0f + (float)(int)(next_u32() % 64 - 32) * 0x1p-23f);
+            if (i % 4 == 1) c = -(float)((double)a * b) + (float)(next_u32() % 3) * 0x1p-30f * c;
+        } else {
+            uint32_t uc = next_u32() ^ next_u32() << 9;
+            memcpy(&c, &uc, 4);
+        }
+        const float got = mt_fmaf(a, b, c), want = fmaf(a, b, c);
+        cases++;
+        if (f32_bits(got) != f32_bits(want) && !(isnan(got) && isnan(want)) && bad++ < 3)
+            fprintf(stderr, "  mt_fmaf(%a, %a, %a) = %a, fmaf %a\n", (double)a, (double)b,
+                    (double)c, (double)got, (double)want);
+    }
+    /* exact sums just below a midpoint between two floats, the lower one odd,
+     * whose last term is lost when the sum is rounded to double first: (1 +
+     * 2^-j) * 2^e (1 - 2^-j) + 2^(e+24) + 2^(e+1) = c + 2^e - 2^(e-2j) */
+    for (int j = 15; j <= 23; j++)
+        for (int e = -100; e <= 100; e += 5)
+            for (int sg = 0; sg < 2; sg++) {
+                const float sgn = sg ? -1.0f : 1.0f, a = 1.0f + ldexpf(1.0f, -j);
+                const float b = sgn * ldexpf(1.0f - ldexpf(1.0f, -j), e);
+                const float c = sgn * (ldexpf(1.0f, e + 24) + ldexpf(1.0f, e + 1));
+                const float got = mt_fmaf(a, b, c), want = fmaf(a, b, c);
+                cases++;
+                if (f32_bits(got) != f32_bits(want)) bad++;
+            }
+    const size_t ne = sizeof edge_bits / sizeof edge_bits[0];
+    for (size_t i = 0; i < ne; i++)
+        for (size_t j = 0; j < ne; j++)
+            for (size_t k = 0; k < ne; k++) {
+                float a, b, c;
+                memcpy(&a, &edge_bits[i], 4);
+                memcpy(&b, &edge_bits[j], 4);
+                memcpy(&c, &edge_bits[k], 4);
+                const float got = mt_fmaf(a, b, c), want = fmaf(a, b, c);
+                cases++;
+                if (f32_bits(got) != f32_bits(want) && !(isnan(got) && isnan(want))) bad++;
+            }
+    CHECK(bad == 0, "mt_fmaf differs from glibc's fmaf in %ld of %ld cases", bad, cases);
+    printf("mt_fmaf: %ld cases equal glibc's fmaf\n", cases);
+#else
+    printf("mt_fmaf: not compared (glibc's fmaf is the oracle)\n");
+#endif
+}
+
 static void test_orders(void) {
     enum { N = 301 };
     static float x[N], w[N], y[N], v[N], ref[N], g[N], cs[N], sn[N];
@@ -462,6 +520,7 @@ static void test_set(const char *name) {
 int main(void) {
     printf("kernels: %s\n", quant_kernel_name());
     test_expf();
+    test_fmaf();
     static const char *const sets[] = {"reference", "avx2", "avx512"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         if (quant_kernels_select(sets[i]) != 0) {

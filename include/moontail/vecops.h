@@ -13,10 +13,33 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* e^x within 1 ulp, the same bits on every machine (libm's expf may differ
  * between the variants glibc picks per CPU). */
 float mt_expf(float x);
+
+/* a * b + c rounded once: the fused multiply-add of IEEE 754, on every
+ * platform (the fmaf that mingw-w64 builds link is not fused: it differs
+ * from the exact result in about a quarter of random cases). The product of
+ * two floats is exact in double; the sum is rounded to double with round to
+ * odd (the TwoSum error decides the last bit), and a double rounded to odd
+ * then to float rounds as the exact value would (53 >= 24 + 2 bits). */
+static inline float mt_fmaf(float a, float b, float c) {
+    const double p = (double)a * (double)b, s = p + (double)c;
+    if (!(s - s == 0.0)) return (float)s; /* infinite or NaN */
+    const double bp = s - p, e = (p - (s - bp)) + ((double)c - bp);
+    uint64_t u;
+    memcpy(&u, &s, 8);
+    if (e != 0.0 &&
+        !(u & 1)) { /* inexact and even: step to the odd neighbour toward the exact sum */
+        u += (e > 0.0) == (s > 0.0) ? 1 : (uint64_t)-1;
+        double r;
+        memcpy(&r, &u, 8);
+        return (float)r;
+    }
+    return (float)s;
+}
 
 /* Sum of x[i]^2 (each square rounded to float) accumulated in double. */
 double mt_vec_sum_squares(const float *x, int64_t n);

@@ -155,7 +155,7 @@ static float vec_dot(mt_type t, int64_t n, const uint8_t *wb, const uint8_t *xb)
             }
         }
         const float d = (0.125f * quant_load_f16(wb)) * quant_load_f32(xb);
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
     }
     return quant_hsum8(lanes);
 }

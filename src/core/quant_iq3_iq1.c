@@ -204,7 +204,7 @@ static float iq_vec_dot(int kind, int64_t n, const void *w, const void *x) {
         int32_t acc[8] = {0};
         for (int e = 0; e < QK_K; e++) acc[(e % 32) / 4] += sc[e / 16] * (q[e] * xq[e]);
         const float d = dw * quant_load_f32(xb);
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
     }
     return k[kind] * quant_hsum8(lanes);
 }

@@ -207,7 +207,7 @@ float quant_iq4_xs_vec_dot(int64_t n, const void *w, const void *x) {
             }
         }
         const float d = quant_load_f16(wb) * quant_load_f32(xb);
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
     }
     return quant_hsum8(lanes);
 }
@@ -268,7 +268,7 @@ float quant_tq2_0_vec_dot(int64_t n, const void *w, const void *x) {
         int32_t acc[8] = {0};
         for (int e = 0; e < QK_K; e++) acc[(e % 32) / 4] += (tq2_quant(wb, e) - 1) * xq[e];
         const float d = quant_load_f16(wb + TQ2_0_D) * quant_load_f32(xb);
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
     }
     return quant_hsum8(lanes);
 }
@@ -342,7 +342,7 @@ float quant_tq1_0_vec_dot(int64_t n, const void *w, const void *x) {
                 if (e >= 0) acc[(e % 32) / 4] += (tq1_trit(wb[k], t) - 1) * xq[e];
             }
         const float d = quant_load_f16(wb + TQ1_0_D) * quant_load_f32(xb);
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
     }
     return quant_hsum8(lanes);
 }

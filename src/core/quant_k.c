@@ -139,9 +139,9 @@ float quant_q4_k_vec_dot(int64_t n, const void *w, const void *x) {
         }
         const float dx = quant_load_f32(xb);
         const float d = quant_load_f16(wb) * dx;
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
         const float dmin = quant_load_f16(wb + Q4_K_DMIN) * dx;
-        mins = fmaf(dmin, (float)summ, mins);
+        mins = mt_fmaf(dmin, (float)summ, mins);
     }
     return quant_hsum8(lanes) - mins;
 }

@@ -64,6 +64,7 @@
 
 #include "moontail/quant.h"
 #include "moontail/tensor_type.h"
+#include "moontail/vecops.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -242,7 +243,7 @@ static inline void quant_q8_family_block(float acc[16], int64_t i, const int8_t 
     for (int l = 0; l < 8; l++) {
         int32_t s = 0;
         for (int j = 4 * l; j < 4 * l + 4; j++) s += (int32_t)w[j] * x[j];
-        lane[l] = fmaf((float)s, d, lane[l]);
+        lane[l] = mt_fmaf((float)s, d, lane[l]);
     }
 }
 

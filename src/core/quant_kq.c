@@ -145,8 +145,8 @@ float quant_q2_k_vec_dot(int64_t n, const void *w, const void *x) {
         for (int g = 0; g < 16; g++) summ += load_bsum(xb, g) * (wb[g] >> 4);
         const float dx = quant_load_f32(xb);
         const float d = quant_load_f16(wb + Q2_K_D) * dx;
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
-        mins = fmaf(quant_load_f16(wb + Q2_K_DMIN) * dx, (float)summ, mins);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
+        mins = mt_fmaf(quant_load_f16(wb + Q2_K_DMIN) * dx, (float)summ, mins);
     }
     return quant_hsum8(lanes) - mins;
 }
@@ -231,8 +231,8 @@ float quant_q3_k_vec_dot(int64_t n, const void *w, const void *x) {
         for (int g = 0; g < 16; g++) summ += load_bsum(xb, g) * sc[g];
         summ *= 4;
         const float d = quant_load_f16(wb + Q3_K_D) * quant_load_f32(xb);
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
-        mins = fmaf(d, (float)summ, mins);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
+        mins = mt_fmaf(d, (float)summ, mins);
     }
     return quant_hsum8(lanes) - mins;
 }
@@ -303,8 +303,8 @@ float quant_q5_k_vec_dot(int64_t n, const void *w, const void *x) {
         for (int j = 0; j < 16; j++) summ += load_bsum(xb, j) * m[j / 2];
         const float dx = quant_load_f32(xb);
         const float d = quant_load_f16(wb) * dx;
-        for (int l = 0; l < 8; l++) lanes[l] = fmaf((float)acc[l], d, lanes[l]);
-        mins = fmaf(quant_load_f16(wb + Q5_K_DMIN) * dx, (float)summ, mins);
+        for (int l = 0; l < 8; l++) lanes[l] = mt_fmaf((float)acc[l], d, lanes[l]);
+        mins = mt_fmaf(quant_load_f16(wb + Q5_K_DMIN) * dx, (float)summ, mins);
     }
     return quant_hsum8(lanes) - mins;
 }

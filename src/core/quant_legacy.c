@@ -215,7 +215,7 @@ static float dot_min(int64_t n, const uint8_t *wb, const uint8_t *xb, int wbytes
         int8_t q[QK_32];
         unpack32(wb + qs_off, qh_off ? wb + qh_off : NULL, 0, q);
         quant_q8_family_block(acc, i, q, xq, d);
-        mins[i & 1] = fmaf(quant_load_f16(wb + 2), quant_load_f16(xb + Q8_1_S), mins[i & 1]);
+        mins[i & 1] = mt_fmaf(quant_load_f16(wb + 2), quant_load_f16(xb + Q8_1_S), mins[i & 1]);
     }
     return quant_hsum16(acc) + (mins[0] + mins[1]);
 }
