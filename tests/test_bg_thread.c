@@ -6,8 +6,10 @@
  * thread polling a socket beside the wake descriptor serves the socket and
  * ends on the stop; stopping a thread never started, or twice, is harmless.
  * The clocks agree with clock_gettime and time(2); a condition variable from
- * mt_cond_init_mono times out on the monotonic clock. No time limits: a stop
- * that did not wake its thread would hang the test (CTest's timeout). */
+ * mt_cond_init_mono times out on the monotonic clock; sleeps last their time;
+ * a timed join gives up on a busy thread and joins one that ends; calendar
+ * time in UTC. No time limits: a stop that did not wake its thread would
+ * hang the test (CTest's timeout). */
 #include "check.h"
 #include "moontail/bg_thread.h"
 #include "moontail/clock.h"
@@ -20,12 +22,6 @@
 #include <time.h>
 
 enum { HOUR_MS = 3600 * 1000 };
-
-static double realtime_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static double monotonic_ms(void) {
     struct timespec ts;
@@ -51,16 +47,10 @@ static void test_clocks(void) {
     CHECK(w >= (int64_t)t0 * 1000 && w < ((int64_t)t1 + 1) * 1000,
           "mt_wall_ms %lld outside the second(s) time(2) gave: %lld..%lld", (long long)w,
           (long long)t0, (long long)t1);
-    double r0 = realtime_ms();
-    struct timespec at = mt_realtime_after_ms(1500);
-    double r1 = realtime_ms(), at_ms = (double)at.tv_sec * 1e3 + at.tv_nsec / 1e6;
-    CHECK(at.tv_nsec >= 0 && at.tv_nsec < 1000000000L && at_ms >= r0 + 1500 - 1e-3 &&
-              at_ms <= r1 + 1500 + 1e-3,
-          "mt_realtime_after_ms(1500) = %f, not 1500 ms after [%f, %f]", at_ms, r0, r1);
     m0 = monotonic_ms();
-    at = mt_mono_after_ms(1500);
+    struct timespec at = mt_mono_after_ms(1500);
     m1 = monotonic_ms();
-    at_ms = (double)at.tv_sec * 1e3 + at.tv_nsec / 1e6;
+    double at_ms = (double)at.tv_sec * 1e3 + at.tv_nsec / 1e6;
     CHECK(at.tv_nsec >= 0 && at.tv_nsec < 1000000000L && at_ms >= m0 + 1500 - 1e-3 &&
               at_ms <= m1 + 1500 + 1e-3,
           "mt_mono_after_ms(1500) = %f, not 1500 ms after [%f, %f]", at_ms, m0, m1);
@@ -78,12 +68,53 @@ static void test_mono_cond(void) {
     double t0 = monotonic_ms();
     struct timespec at = mt_mono_after_ms(40);
     int rc = 0;
-    while (rc == 0) rc = pthread_cond_timedwait(&cv, &mu, &at); /* spurious wakes: wait again */
+    while (rc == 0) rc = mt_cond_wait_until(&cv, &mu, &at); /* spurious wakes: wait again */
     double waited = monotonic_ms() - t0;
     pthread_mutex_unlock(&mu);
     CHECK(rc == ETIMEDOUT && waited >= 40 - 1e-3, "a 40 ms monotonic wait: rc %d after %.2f ms", rc,
           waited);
     pthread_cond_destroy(&cv);
+}
+
+static void *sleep_300(void *arg) {
+    (void)arg;
+    mt_sleep_ms(300);
+    return NULL;
+}
+
+/* mt_sleep_ms lasts at least its time; mt_thread_join_ms gives up on a thread
+ * still running (which stays joinable) and joins one that ends in time. */
+static void test_sleep_join(void) {
+    double t0 = monotonic_ms();
+    mt_sleep_ms(30);
+    double slept = monotonic_ms() - t0;
+    CHECK(slept >= 30 - 1e-3, "mt_sleep_ms(30) returned after %.2f ms", slept);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, sleep_300, NULL) == 0, "pthread_create");
+    t0 = monotonic_ms();
+    int rc = mt_thread_join_ms(t, 20);
+    double waited = monotonic_ms() - t0;
+    CHECK(rc == ETIMEDOUT && waited >= 20 - 1e-3,
+          "joining a thread busy for 300 ms within 20 ms: rc %d after %.2f ms", rc, waited);
+    rc = mt_thread_join_ms(t, 60000);
+    waited = monotonic_ms() - t0;
+    CHECK(rc == 0 && waited >= 300 - 1e-3, "joining it within 60 s: rc %d after %.2f ms", rc,
+          waited);
+}
+
+/* Calendar time: 951,782,400 s after the epoch is 2000-02-29 00:00:00 UTC (a
+ * leap day of a century leap year), 253,402,300,799 is 9999-12-31 23:59:59. */
+static void test_utc_tm(void) {
+    struct tm tm;
+    CHECK(mt_utc_tm((time_t)951782400, &tm) && tm.tm_year == 100 && tm.tm_mon == 1 &&
+              tm.tm_mday == 29 && tm.tm_hour == 0 && tm.tm_min == 0 && tm.tm_sec == 0 &&
+              tm.tm_wday == 2,
+          "mt_utc_tm(951782400) = %d-%d-%d %d:%d:%d wday %d", tm.tm_year + 1900, tm.tm_mon + 1,
+          tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, tm.tm_wday);
+    CHECK(mt_utc_tm((time_t)253402300799LL, &tm) && tm.tm_year == 8099 && tm.tm_mon == 11 &&
+              tm.tm_mday == 31 && tm.tm_hour == 23 && tm.tm_min == 59 && tm.tm_sec == 59,
+          "mt_utc_tm(253402300799) = %d-%d-%d %d:%d:%d", tm.tm_year + 1900, tm.tm_mon + 1,
+          tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 /* ---- sleeping threads ----------------------------------------------------------------------- */
@@ -241,6 +272,8 @@ static void test_poller(void) {
 int main(void) {
     test_clocks();
     test_mono_cond();
+    test_sleep_join();
+    test_utc_tm();
     test_stop_wakes();
     test_wake_then_stop();
     test_wakes_kept();

@@ -7,6 +7,7 @@
 #include "moontail/clock.h"
 #include "moontail/file_write.h"
 #include "moontail/json_line.h"
+#include "moontail/compat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -230,7 +231,7 @@ static int parse_input(api_batch *b, const char *name, char *data, size_t len, c
         b->n++;
         p = nl ? nl + 1 : end;
     }
-    qsort_r(b->by_id, (size_t)b->n, sizeof *b->by_id, cmp_id, b->req);
+    mt_qsort_r(b->by_id, (size_t)b->n, sizeof *b->by_id, cmp_id, b->req);
     for (int64_t i = 1; i < b->n; i++) {
         const batch_req *x = &b->req[b->by_id[i - 1]], *y = &b->req[b->by_id[i]];
         if (strcmp(x->custom_id, y->custom_id) == 0) {
@@ -285,7 +286,7 @@ static int load_results(api_batch *b, const char *path, mt_error *err) {
         json_t *id = json_object_get(o, "custom_id"), *resp = json_object_get(o, "response");
         int64_t i = json_is_string(id) ? find_id(b, json_string_value(id)) : -1;
         if (i >= 0 && !b->req[i].result && json_is_object(resp)) {
-            b->req[i].result = strndup(p, (size_t)(nl - p + 1));
+            b->req[i].result = mt_strndup(p, (size_t)(nl - p + 1));
             if (!b->req[i].result) abort(); /* one line: too small to report */
             json_t *sc = json_object_get(resp, "status_code");
             b->req[i].ok = json_is_integer(sc) && json_integer_value(sc) == 200;
@@ -503,7 +504,7 @@ static void collect(void *ctx, int status, json_t *body) {
 /* Waits on b->cv for at most 0.2 s (b->mu held): *stop is polled. */
 static void wait_a_little(api_batch *b) {
     struct timespec ts = mt_mono_after_ms(200);
-    pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+    mt_cond_wait_until(&b->cv, &b->mu, &ts);
 }
 
 static bool should_stop(api_batch *b, const bool *stop) {

@@ -2,6 +2,7 @@
  * (api_multipart.h): the boundary from the Content-Type, then the parts with their
  * Content-Disposition and Content-Type, refusing anything the header does not list. */
 #include "api_multipart.h"
+#include "moontail/compat.h"
 
 #include <string.h>
 #include <strings.h>
@@ -212,7 +213,7 @@ int api_multipart_parse(const char *content_type, const char *body, size_t len, 
         api_part *pt = &parts[n];
         memset(pt, 0, sizeof *pt);
         if (headers(pt, &p, end, n + 1, err)) return -1;
-        const char *d = memmem(p, (size_t)(end - p), delim, dn);
+        const char *d = mt_memmem(p, (size_t)(end - p), delim, dn);
         if (!d) return mt_error_set(err, "part %d is not ended by the boundary", n + 1);
         pt->data = p;
         pt->len = (size_t)(d - p);

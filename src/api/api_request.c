@@ -7,6 +7,7 @@
  * (user, store, metadata, ...) are accepted. Unknown fields are refused, as
  * OpenAI does ("Unrecognized request argument supplied"). */
 #include "api_openai.h"
+#include "moontail/compat.h"
 
 #include <math.h>
 #include <sodium.h>
@@ -208,7 +209,7 @@ static int parse_stop(api_request *rq, api_error *e) {
             return bad_request(e, "stop",
                                "Invalid 'stop': each stop string must hold 1 to 1000 bytes"
                                " (and no NUL)");
-        if (!(rq->stop[rq->n_stop] = strndup(json_string_value(s), len)))
+        if (!(rq->stop[rq->n_stop] = mt_strndup(json_string_value(s), len)))
             return api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         rq->n_stop++;
     }

@@ -21,6 +21,7 @@
 #include "moontail/progress.h"
 #include "moontail/requester.h"
 #include "moontail/transport.h"
+#include "moontail/compat.h"
 
 #include <sodium.h>
 #include <stdio.h>
@@ -474,7 +475,7 @@ static char *stem(const char *path) {
     b = b ? b + 1 : path;
     const char *dot = strrchr(b, '.');
     size_t n = dot && dot != b ? (size_t)(dot - b) : strlen(b);
-    return strndup(b, n);
+    return mt_strndup(b, n);
 }
 
 static int check_config(const mt_api_config *c, mt_error *err) {

@@ -4,6 +4,7 @@
  * visible to other users in `ps`), how they read a secret from a file, and
  * how they take stop signals. */
 #include "cli.h"
+#include "moontail/compat.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,7 +24,7 @@ char *cli_secret_file(const char *cmd, const char *option, const char *path, con
     char *t = NULL;
     size_t cap = 0;
     errno = 0;
-    ssize_t n = getline(&t, &cap, f);
+    ssize_t n = mt_getline(&t, &cap, f);
     int why = ferror(f) || !t ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (why) {

@@ -96,7 +96,7 @@ static int spawn(demo *d, const char *name, char *const *args, char *addr, size_
             d->pids[--d->n_pids] = 0;
             break;
         }
-        usleep(50000);
+        mt_sleep_ms(50);
     }
     fprintf(stderr, "moontail demo: %s did not start; its log is %s\n", name, log);
     return -1;
@@ -106,7 +106,7 @@ static void stop_all(demo *d) {
     for (int i = d->n_pids - 1; i >= 0; i--) kill(d->pids[i], SIGTERM);
     for (int i = d->n_pids - 1; i >= 0; i--) {
         int st;
-        for (int k = 0; k < 100 && waitpid(d->pids[i], &st, WNOHANG) == 0; k++) usleep(50000);
+        for (int k = 0; k < 100 && waitpid(d->pids[i], &st, WNOHANG) == 0; k++) mt_sleep_ms(50);
         if (waitpid(d->pids[i], &st, WNOHANG) == 0) {
             kill(d->pids[i], SIGKILL);
             waitpid(d->pids[i], &st, 0);
@@ -142,7 +142,7 @@ static int wait_ready(const char *url, int n_nodes, int want) {
                 said = mt_mono_s();
             }
         }
-        usleep(200000);
+        mt_sleep_ms(200);
     }
     return -1;
 }

@@ -12,6 +12,7 @@
 #include "moontail/log.h"
 #include "moontail/node.h"
 #include "moontail/progress.h"
+#include "moontail/compat.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -87,7 +88,7 @@ static int parse_partners(const cli_list *l, mt_node_partner *out, char **addrs)
             fprintf(stderr, "moontail node: --partner %s: %s\n", v, err.msg);
             return -1;
         }
-        addrs[n] = strndup(v, (size_t)(eq - v));
+        addrs[n] = mt_strndup(v, (size_t)(eq - v));
         if (!addrs[n]) return -1;
         out[n].addr = addrs[n];
     }

@@ -11,6 +11,7 @@
  * account for the next setup. */
 #include "cli.h"
 #include "cli_config.h"
+#include "moontail/clock.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
 #include "moontail/node_agent.h"
@@ -460,7 +461,7 @@ static int start_background(const cli_config *c, const char *self) {
                    (int)pid, log);
             return 0;
         }
-        usleep(50000);
+        mt_sleep_ms(50);
     }
     printf("volunteering: node started (pid %d) but has not joined yet; see %s\n", (int)pid, log);
     return 0;
@@ -492,7 +493,7 @@ static int stop_background(void) {
         fprintf(stderr, "moontail setup: cannot stop pid %ld: %s\n", pid, strerror(errno));
         return 1;
     }
-    for (int i = 0; i < 100 && kill((pid_t)pid, 0) == 0; i++) usleep(50000);
+    for (int i = 0; i < 100 && kill((pid_t)pid, 0) == 0; i++) mt_sleep_ms(50);
     unlink(pidf);
     printf("stopped the node (pid %ld)\n", pid);
     return 0;

@@ -18,6 +18,7 @@
 #include "moontail/http.h"
 #include "moontail/requester.h"
 #include "moontail/text_buf.h"
+#include "moontail/compat.h"
 
 #include <editline/readline.h>
 #include <signal.h>
@@ -206,7 +207,7 @@ static char *read_line(bool tty) {
     if (tty) return readline("you> ");
     char *line = NULL;
     size_t cap = 0;
-    ssize_t n = getline(&line, &cap, stdin);
+    ssize_t n = mt_getline(&line, &cap, stdin);
     if (n < 0) {
         free(line);
         return NULL;

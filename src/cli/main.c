@@ -1,5 +1,6 @@
 /* main.c - the `moontail` command: dispatches to one subcommand per file. */
 #include "cli.h"
+#include "moontail/clock.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +43,7 @@ static const char usage[] =
     "registry prints at start; `setup` keeps it) or --ca-file FILE (a CA-signed one).\n";
 
 int main(int argc, char **argv) {
+    mt_clock_init();
 #ifdef __GLIBC__
     /* A forward pass allocates scratch buffers of a few MB per layer and
      * frees them again. By default glibc returns such blocks to the kernel

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,7 +179,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* Frees s and its TLS copies (the key wiped first). */
 static void free_server(mt_http_server *s) {
-    if (s->tls_key) explicit_bzero(s->tls_key, strlen(s->tls_key));
+    if (s->tls_key) sodium_memzero(s->tls_key, strlen(s->tls_key));
     free(s->tls_key);
     free(s->tls_cert);
     free(s);

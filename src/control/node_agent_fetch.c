@@ -146,8 +146,7 @@ bool agent_fetch_join(mt_agent *a) {
     if (!a->fetch_joinable) return true;
     /* a fetch may be waiting on a slow peer: 5 s, then it is left running rather than keep
      * a stopping node waiting for minutes */
-    struct timespec ts = mt_realtime_after_ms(5000);
-    if (pthread_timedjoin_np(a->fetch_thread, NULL, &ts) == 0) {
+    if (mt_thread_join_ms(a->fetch_thread, 5000) == 0) {
         a->fetch_joinable = false;
         return true;
     }

@@ -1,5 +1,6 @@
 /* registry_nodes.c - node rows: loading them for the planner and the API,
  * saving assignments, and what state a node is in. */
+#include "moontail/clock.h"
 #include "moontail/schedule.h"
 #include "registry_internal.h"
 
@@ -185,7 +186,7 @@ static bool scheduled_pause(const reg_node *n, int64_t now_ms) {
     if (mt_schedule_parse(n->schedule, &s, NULL)) return false;
     time_t t = (time_t)(now_ms / 1000);
     struct tm tm;
-    localtime_r(&t, &tm);
+    mt_local_tm(t, &tm);
     return mt_schedule_active(&s, &tm);
 }
 

@@ -608,7 +608,7 @@ static void *relay_main(void *arg) {
         if (need > pf_cap) {
             struct pollfd *np = realloc(pf, need * sizeof *np);
             if (!np) {
-                usleep(100000);
+                mt_sleep_ms(100);
                 continue;
             }
             pf = np;
@@ -633,7 +633,7 @@ static void *relay_main(void *arg) {
         int rc = poll(pf, k, 1000);
         if (rc < 0 && errno != EINTR) {
             mt_log_as(&r->log, MT_LOG_ERROR, "poll failed: %s", strerror(errno));
-            usleep(100000);
+            mt_sleep_ms(100);
         }
         if (rc > 0) {
             if (pf[0].revents) mt_bg_thread_clear(&r->bg);

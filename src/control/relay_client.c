@@ -490,8 +490,7 @@ int mt_relay_client_wait(mt_relay_client *c, int timeout_ms, char *out, size_t s
     struct timespec ts = mt_mono_after_ms(timeout_ms);
     pthread_mutex_lock(&c->lock);
     int rc = 0;
-    while (!c->addr[0] && !stopping(c) && rc == 0)
-        rc = pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+    while (!c->addr[0] && !stopping(c) && rc == 0) rc = mt_cond_wait_until(&c->cond, &c->lock, &ts);
     snprintf(out, size, "%s", c->addr);
     if (!c->addr[0])
         mt_error_set(err, "no public address from the relay at %s within %d s%s%s", c->relay,

@@ -218,10 +218,7 @@ static int open_route(mt_requester *q, mt_error *err) {
         json_int_t wait = json_integer_value(json_object_get(out, "retry_ms"));
         json_decref(out);
         out = NULL;
-        struct timespec ts = {0, (long)(wait < 100 ? 100 : wait > 5000 ? 5000 : wait) * 1000000L};
-        if (ts.tv_nsec >= 1000000000L)
-            ts.tv_sec = ts.tv_nsec / 1000000000L, ts.tv_nsec %= 1000000000L;
-        nanosleep(&ts, NULL);
+        mt_sleep_ms(wait < 100 ? 100 : wait > 5000 ? 5000 : wait);
     }
     json_decref(body);
     if (st != 200 || !json_is_object(out)) {
@@ -305,8 +302,7 @@ static int open_first_route(mt_requester *q, mt_error *err) {
         if (open_route(q, err) == 0) return 0;
         if (q->n_avoid == avoided || attempt >= 7 || mt_mono_ms_frac() - t0 > 20000) return -1;
         mt_log_as(&q->log, MT_LOG_WARN, "%s; asking for a route without that node", err->msg);
-        struct timespec ts = {0, 250 * 1000000L};
-        nanosleep(&ts, NULL);
+        mt_sleep_ms(250);
     }
 }
 
@@ -440,8 +436,7 @@ static json_t *report_mismatch(mt_requester *q, const mt_route_mismatch *m, int6
             if (st != 200) json_decref(out), out = NULL;
             break;
         }
-        struct timespec ts = {0, (long)wait * 1000000L};
-        nanosleep(&ts, NULL);
+        mt_sleep_ms(wait);
     }
     json_decref(body);
     return out;
@@ -542,8 +537,7 @@ static int req_eval(mt_requester *q, const int32_t *ids, int32_t n, bool specula
         if (q->s) mt_route_session_end(q->route, q->s);
         q->s = NULL;
         if (attempt > 0) {
-            struct timespec ts = {0, 250 * 1000000L};
-            nanosleep(&ts, NULL);
+            mt_sleep_ms(250);
         }
         /* nodes avoided for long may be back (restarted): after a few refusals the registry,
          * which knows who is alive, decides alone */

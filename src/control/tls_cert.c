@@ -4,6 +4,7 @@
  * SubjectPublicKeyInfo, base64, after "sha256//"; libsodium). */
 #include "moontail/tls_cert.h"
 #include "moontail/file_write.h"
+#include "moontail/compat.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -255,8 +256,8 @@ static int generate(mt_tls_identity *id, const char *host, mt_error *err) {
                                                &kd)) < 0) {
         mt_error_set(err, "cannot make a self-signed TLS certificate: %s", gnutls_strerror(g));
     } else {
-        id->cert_pem = strndup((const char *)cd.data, cd.size);
-        id->key_pem = strndup((const char *)kd.data, kd.size);
+        id->cert_pem = mt_strndup((const char *)cd.data, cd.size);
+        id->key_pem = mt_strndup((const char *)kd.data, kd.size);
         if (!id->cert_pem || !id->key_pem) mt_error_set(err, "out of memory");
     }
     if (kd.data) {

@@ -190,7 +190,7 @@ static bool reap(pid_t pid, int ms, int *status) {
         pid_t r = waitpid(pid, status, WNOHANG);
         if (r == pid || (r < 0 && errno == ECHILD)) return true;
         if (mt_mono_ms() >= until) return false;
-        usleep(20000);
+        mt_sleep_ms(20);
     }
 }
 
@@ -408,8 +408,7 @@ int mt_tunnel_wait(mt_tunnel *t, int timeout_ms, char *out, size_t size, mt_erro
     struct timespec ts = mt_mono_after_ms(timeout_ms);
     pthread_mutex_lock(&t->lock);
     int rc = 0;
-    while (!t->addr[0] && !stopping(t) && rc == 0)
-        rc = pthread_cond_timedwait(&t->cond, &t->lock, &ts);
+    while (!t->addr[0] && !stopping(t) && rc == 0) rc = mt_cond_wait_until(&t->cond, &t->lock, &ts);
     snprintf(out, size, "%s", t->addr);
     int ok = t->addr[0] ? 0 : -1;
     if (ok) {

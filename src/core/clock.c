@@ -1,4 +1,5 @@
-/* clock.c - the shared time helpers of clock.h. */
+/* clock.c - the clocks of clock.h, the same on every platform (the POSIX
+ * clock_gettime, which Windows' pthreads library provides too). */
 #include "moontail/clock.h"
 
 int64_t mt_mono_ms(void) {
@@ -25,29 +26,11 @@ int64_t mt_wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int mt_cond_init_mono(pthread_cond_t *c) {
-    pthread_condattr_t ca;
-    int rc = pthread_condattr_init(&ca);
-    if (rc) return rc;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    rc = pthread_cond_init(c, &ca);
-    pthread_condattr_destroy(&ca);
-    return rc;
-}
-
-static struct timespec after_ms(clockid_t clock, int64_t ms) {
+struct timespec mt_mono_after_ms(int64_t ms) {
     struct timespec ts;
-    clock_gettime(clock, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += (time_t)(ms / 1000);
     ts.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     return ts;
-}
-
-struct timespec mt_mono_after_ms(int64_t ms) {
-    return after_ms(CLOCK_MONOTONIC, ms);
-}
-
-struct timespec mt_realtime_after_ms(int64_t ms) {
-    return after_ms(CLOCK_REALTIME, ms);
 }

@@ -12,6 +12,7 @@
  * carry the tensors' hashes, known only once their bytes have passed. */
 #include "moontail/gguf.h"
 #include "moontail/gguf_stream.h"
+#include "moontail/compat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -568,7 +569,7 @@ int gguf_writer_write_opts(gguf_writer *w, const char *path, const gguf_write_op
         order[i] = i;
         j.total += w->t[i].nbytes;
     }
-    qsort_r(order, w->n_t, sizeof *order, by_size_desc, w);
+    mt_qsort_r(order, w->n_t, sizeof *order, by_size_desc, w);
     j.fd = fd;
     j.data_start = h.n;
     j.off = off;

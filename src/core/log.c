@@ -134,7 +134,7 @@ static void format_time(char out[32]) {
     int64_t ms = mt_wall_ms();
     time_t s = (time_t)(ms / 1000);
     struct tm tm;
-    gmtime_r(&s, &tm);
+    mt_utc_tm(s, &tm);
     size_t k = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(out + k, 32 - k, ".%03dZ", (int)(ms % 1000));
 }

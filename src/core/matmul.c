@@ -20,6 +20,7 @@
 #include "moontail/matmul.h"
 
 #include "moontail/quant.h"
+#include "moontail/compat.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -244,7 +245,7 @@ void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool) {
     if (cap > 512 && !(chunks = malloc((size_t)cap * sizeof *chunks)))
         out_of_memory("mt_matmul_tasks", (size_t)cap * sizeof *chunks);
     if (n > 64 && (!(slice0 = malloc((size_t)(n + 1) * sizeof *slice0)) ||
-                   !(claims = aligned_alloc(64, (size_t)n * sizeof *claims))))
+                   !(claims = mt_aligned_alloc(64, (size_t)n * sizeof *claims))))
         out_of_memory("mt_matmul_tasks", (size_t)n * (sizeof *slice0 + sizeof *claims));
     const int nc = make_chunks(tasks, n_tasks, total, n, chunks, cap, slice0);
     if (nc < 0) abort(); /* cap bounds the chunk count; a bug otherwise */
@@ -253,7 +254,7 @@ void mt_matmul_tasks(const mt_matmul_task *tasks, int n_tasks, mt_pool *pool) {
     tasks_job j = {tasks, chunks, n, nc, slice0, claims};
     mt_pool_run(pool, n, run_slices, &j);
     if (chunks != stack_chunks) free(chunks);
-    if (slice0 != stack_slice0) free(slice0), free(claims);
+    if (slice0 != stack_slice0) free(slice0), mt_aligned_free(claims);
 }
 
 /* ------------------------------------------------------------ one matrix */

@@ -9,6 +9,7 @@
  * machine pages sit near the thread that uses them. */
 #include "moontail/membw.h"
 #include "moontail/clock.h"
+#include "moontail/compat.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -93,9 +94,9 @@ int mt_membw_measure(mt_pool *pool, size_t array_bytes, int reps, mt_membw *out)
     j.n = (int64_t)(array_bytes / sizeof(double));
     j.n_ranges = mt_pool_size(pool);
     j.s = 3.0;
-    j.a = aligned_alloc(64, (size_t)j.n * sizeof(double) + 64);
-    j.b = aligned_alloc(64, (size_t)j.n * sizeof(double) + 64);
-    j.c = aligned_alloc(64, (size_t)j.n * sizeof(double) + 64);
+    j.a = mt_aligned_alloc(64, (size_t)j.n * sizeof(double) + 64);
+    j.b = mt_aligned_alloc(64, (size_t)j.n * sizeof(double) + 64);
+    j.c = mt_aligned_alloc(64, (size_t)j.n * sizeof(double) + 64);
     j.partial = calloc((size_t)j.n_ranges, sizeof(double));
     int rc = -1;
     if (!j.a || !j.b || !j.c || !j.partial || j.n <= 0) goto done;
@@ -117,6 +118,6 @@ int mt_membw_measure(mt_pool *pool, size_t array_bytes, int reps, mt_membw *out)
     out->array_bytes = (size_t)j.n * sizeof(double);
     rc = 0;
 done:
-    free(j.a), free(j.b), free(j.c), free(j.partial);
+    mt_aligned_free(j.a), mt_aligned_free(j.b), mt_aligned_free(j.c), free(j.partial);
     return rc;
 }

@@ -8,6 +8,7 @@
  * regrouped. FMA is used only where the reference calls fmaf. */
 #include "quant_kernels.h"
 #include "vec_kernels.h"
+#include "moontail/compat.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 

@@ -7,6 +7,7 @@
  * bit-identical to the reference kernels (see quant_x86.inc). */
 #include "quant_kernels.h"
 #include "vec_kernels.h"
+#include "moontail/compat.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 

@@ -12,6 +12,7 @@
  * chat_template_kwargs. tests/test_api.c holds the texts the real templates
  * give (tools/chat/render_templates.py). */
 #include "moontail/chat_format.h"
+#include "moontail/compat.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -179,7 +180,7 @@ static void plain(seglist *l, const char *p, size_t n) {
 static const char *find(const char *p, size_t n, const char *s, bool last) {
     const size_t sl = strlen(s);
     const char *hit = NULL;
-    for (const char *q = p; (q = memmem(q, n - (size_t)(q - p), s, sl)); q++) {
+    for (const char *q = p; (q = mt_memmem(q, n - (size_t)(q - p), s, sl)); q++) {
         hit = q;
         if (!last) break;
     }

@@ -2,6 +2,7 @@
  * text through jinja.h with transformers' variables, the C families of
  * chat_format.c when that cannot run, and tokenizing with data spans. */
 #include "moontail/chat_template.h"
+#include "moontail/compat.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -39,7 +40,7 @@ static char *token_text(const mt_vocab *v, int32_t id) {
     char buf[256];
     int64_t n = mt_token_to_bytes(v, id, true, buf, sizeof buf);
     if (n <= 0 || (size_t)n >= sizeof buf) return NULL;
-    return strndup(buf, (size_t)n);
+    return mt_strndup(buf, (size_t)n);
 }
 
 mt_chat_template *mt_chat_template_new(const char *text, const mt_vocab *vocab,

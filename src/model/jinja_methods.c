@@ -6,6 +6,8 @@
  * and calling it is an error. Case mapping knows ASCII, Latin-1, Latin
  * Extended-A, Greek and Cyrillic letters (Python knows all of Unicode). */
 #include "jinja_internal.h"
+#include "moontail/clock.h"
+#include "moontail/compat.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,8 +145,9 @@ jstr *jpy_replace(jrender *r, const jstr *s, const jstr *old, const jstr *rep, i
     } else {
         size_t i = 0;
         while (i < s->len) {
-            const char *hit =
-                count >= 0 && done >= count ? NULL : memmem(s->p + i, s->len - i, old->p, old->len);
+            const char *hit = count >= 0 && done >= count
+                                  ? NULL
+                                  : mt_memmem(s->p + i, s->len - i, old->p, old->len);
             if (!hit) break;
             size_t at = (size_t)(hit - s->p);
             jout_put_str(&r->fail, &o, js_sub(&r->fail, s, i, at - i));
@@ -342,7 +345,7 @@ static jv split(jrender *r, const jstr *s, jv sepv, int64_t maxsplit, bool right
         for (;;) {
             const char *hit = maxsplit >= 0 && done >= maxsplit
                                   ? NULL
-                                  : memmem(s->p + i, s->len - i, sep->p, sep->len);
+                                  : mt_memmem(s->p + i, s->len - i, sep->p, sep->len);
             if (!hit) break;
             size_t at = (size_t)(hit - s->p);
             jlb_push(&r->fail, &out, jv_str(js_sub(&r->fail, s, i, at - i)));
@@ -511,7 +514,7 @@ static jv str_method(jrender *r, const char *m, const jstr *s, jv *pos, size_t n
             if (!sub->len) return jv_int((int64_t)js_ncp(s) + 1);
             int64_t n = 0;
             for (size_t i = 0; i + sub->len <= s->len;) {
-                const char *hit = memmem(s->p + i, s->len - i, sub->p, sub->len);
+                const char *hit = mt_memmem(s->p + i, s->len - i, sub->p, sub->len);
                 if (!hit) break;
                 n++;
                 i = (size_t)(hit - s->p) + sub->len;
@@ -527,7 +530,7 @@ static jv str_method(jrender *r, const char *m, const jstr *s, jv *pos, size_t n
                         break;
                     }
         } else {
-            const char *hit = sub->len ? memmem(s->p, s->len, sub->p, sub->len) : s->p;
+            const char *hit = sub->len ? mt_memmem(s->p, s->len, sub->p, sub->len) : s->p;
             if (hit) at = cp_index(s, (size_t)(hit - s->p));
         }
         if (at < 0 && (!strcmp(m, "index") || !strcmp(m, "rindex")))
@@ -850,7 +853,7 @@ jv jr_global_call(jrender *r, const jfunc *fn, jv *pos, size_t npos, const char 
         if (npos != 1 || pos[0].kind != JV_STR) arg_error(r, "strftime_now(format) takes a string");
         time_t now = r->opt->now ? r->opt->now : time(NULL);
         struct tm tm;
-        localtime_r(&now, &tm);
+        mt_local_tm(now, &tm);
         char buf[512];
         size_t n = pos[0].u.s->len < 200 ? strftime(buf, sizeof buf, pos[0].u.s->p, &tm) : 0;
         return jv_str(js_new(&r->fail, buf, n, false));

@@ -5,6 +5,7 @@
  * come before its keys for `d.name`, keys before methods for `d['name']`,
  * and a missing key or index is undefined rather than an error. */
 #include "jinja_internal.h"
+#include "moontail/compat.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -272,7 +273,7 @@ bool jv_contains(jrender *r, jv c, jv item) {
                      jv_type_name(item));
         }
         if (!item.u.s->len) return true;
-        return memmem(c.u.s->p, c.u.s->len, item.u.s->p, item.u.s->len) != NULL;
+        return mt_memmem(c.u.s->p, c.u.s->len, item.u.s->p, item.u.s->len) != NULL;
     case JV_LIST:
         for (size_t i = 0; i < c.u.l->n; i++)
             if (jv_equal(r, c.u.l->v[i], item)) return true;

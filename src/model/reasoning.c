@@ -11,6 +11,7 @@
  *   done         everything is dropped
  * In each state it hands out the bytes that can no longer be the start of a marker. */
 #include "moontail/reasoning.h"
+#include "moontail/compat.h"
 #include "text_match_internal.h"
 
 #include <stdlib.h>
@@ -91,7 +92,7 @@ bool mt_reasoning_prompt_opens(const mt_reasoning *r, const mt_vocab *v, const i
     }
     if (!buf) return false;
     const char *last = NULL;
-    for (const char *p = buf; (p = memmem(p, len - (size_t)(p - buf), r->open, olen)); p++)
+    for (const char *p = buf; (p = mt_memmem(p, len - (size_t)(p - buf), r->open, olen)); p++)
         last = p;
     if (last) {
         opens = true;

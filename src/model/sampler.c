@@ -27,14 +27,14 @@
  * PRNG: xoshiro256** (Blackman & Vigna), its 256-bit state filled from the
  * seed with splitmix64. Same seed + same logits + same accepted tokens =
  * same draws, on every platform. Seed 0xFFFFFFFF asks for a random seed
- * from getrandom(2). NaN logits count as -infinity. */
+ * from the system (libsodium). NaN logits count as -infinity. */
 #include "moontail/sampler.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
+#include <sodium.h>
 #include <time.h>
 
 #define MT_SEED_RANDOM 0xFFFFFFFFull
@@ -102,12 +102,11 @@ mt_sampler_params mt_sampler_default_params(void) {
     return p;
 }
 
+/* libsodium's system randomness: getrandom(2) on Linux, RtlGenRandom on Windows */
 static uint64_t random_seed(void) {
     uint64_t s;
-    if (getrandom(&s, sizeof s, 0) == (ssize_t)sizeof s) return s;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&s;
+    randombytes_buf(&s, sizeof s);
+    return s;
 }
 
 mt_sampler *mt_sampler_new(const mt_sampler_params *p, int32_t n_vocab) {

@@ -9,6 +9,7 @@
  * the caller gives one: looked up first, stored once computed. */
 #include "shard_internal.h"
 #include "moontail/clock.h"
+#include "moontail/compat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -316,7 +317,7 @@ int shard_hash_slices(gguf_reader *rd, const shard_slice *s, size_t n, mt_shard_
         else
             todo[j.n_todo++] = i, j.total += bytes[i];
     }
-    qsort_r(todo, j.n_todo, sizeof *todo, by_bytes_desc, bytes);
+    mt_qsort_r(todo, j.n_todo, sizeof *todo, by_bytes_desc, bytes);
     j.todo = todo;
     double t0 = mt_mono_s();
     if (j.n_todo > 0) {

@@ -13,6 +13,7 @@
  * Cost: one memmem pass over the raw fragments per special token, i.e.
  * O(n_special * text length) in the worst case. */
 #include "vocab_internal.h"
+#include "moontail/compat.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +110,7 @@ static int64_t partition(const mt_vocab *v, const char *text, size_t len, bool p
             const bool control = v->attr[id] & (MT_ATTR_CONTROL | MT_ATTR_UNKNOWN);
             size_t from = pos; /* where the search goes on (past a match in plain text) */
             for (;;) {
-                const char *m = memmem(text + from, end - from, tt, tl);
+                const char *m = mt_memmem(text + from, end - from, tt, tl);
                 if (!m) break;
                 size_t at = (size_t)(m - text);
                 if (control && n_plain && overlaps_plain(plain, n_plain, at, tl)) {

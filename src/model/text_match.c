@@ -1,6 +1,7 @@
 /* text_match.c - the first of several strings in a text, and the tail of the
  * text that may begin one (text_match_internal.h). */
 #include "text_match_internal.h"
+#include "moontail/compat.h"
 
 #include <string.h>
 
@@ -8,7 +9,7 @@ long mt_text_match_first(const char *p, size_t n, const char *const *strs, int n
     long best = -1;
     for (int i = 0; i < n_strs; i++) {
         const size_t sl = strlen(strs[i]);
-        const char *hit = sl && n ? memmem(p, n, strs[i], sl) : NULL;
+        const char *hit = sl && n ? mt_memmem(p, n, strs[i], sl) : NULL;
         if (hit && (best < 0 || hit - p < best)) {
             best = hit - p;
             if (which) *which = i;

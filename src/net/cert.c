@@ -4,6 +4,7 @@
  * must pass (each failure with its own message), and the certificate file.
  * The exact bytes are specified in cert.h. */
 #include "moontail/cert.h"
+#include "moontail/clock.h"
 #include "moontail/file_write.h"
 #include "moontail/keys.h"
 #include "net_internal.h"
@@ -73,7 +74,7 @@ void mt_cert_time_str(uint64_t t, char out[32]) {
     /* 253402300799 = 9999-12-31 23:59:59 UTC: beyond it gmtime's year overflows 4 digits */
     struct tm tm;
     time_t tt = (time_t)t;
-    if (t > 253402300799ull || !gmtime_r(&tt, &tm)) {
+    if (t > 253402300799ull || !mt_utc_tm(tt, &tm)) {
         snprintf(out, 32, "unix time %llu", (unsigned long long)t); /* at most 30 chars */
         return;
     }

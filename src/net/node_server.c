@@ -165,7 +165,7 @@ static void *accept_main(void *arg) {
         int pr = poll(p, 2, -1);
         if (pr < 0 && errno != EINTR) {
             mt_log_as(&n->log, MT_LOG_ERROR, "waiting for connections: poll: %s", strerror(errno));
-            usleep(100 * 1000);
+            mt_sleep_ms(100);
         }
         if (pr <= 0 || p[1].revents) continue; /* woken: the loop checks stop */
         mt_error err = {{0}};
@@ -174,7 +174,7 @@ static void *accept_main(void *arg) {
         if (fd == -2) continue; /* the client gave up meanwhile */
         if (fd < 0) {
             mt_log_as(&n->log, MT_LOG_ERROR, "accept: %s", err.msg);
-            usleep(100 * 1000);
+            mt_sleep_ms(100);
             continue;
         }
         node_client *c = calloc(1, sizeof *c);

@@ -29,7 +29,7 @@ static void wait_until(mt_node *n, double until) {
         if (now >= until) return;
         struct timespec ts = {.tv_sec = (time_t)until,
                               .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
-        pthread_cond_timedwait(&n->recheck_cv, &n->lock, &ts);
+        mt_cond_wait_until(&n->recheck_cv, &n->lock, &ts);
     }
 }
 

@@ -679,7 +679,7 @@ void *node_worker_main(void *arg) {
                     if (n->pace_hold_until > 0) wait_ms = n->pace_hold_until - mt_mono_ms_frac();
                     if (wait_ms > 0) {
                         struct timespec until = mt_mono_after_ms((int64_t)ceil(wait_ms));
-                        pthread_cond_timedwait(&n->work_cv, &n->lock, &until);
+                        mt_cond_wait_until(&n->work_cv, &n->lock, &until);
                     }
                 }
             }
@@ -688,7 +688,7 @@ void *node_worker_main(void *arg) {
         } else {
             struct timespec until = {.tv_sec = next_sweep / 1000,
                                      .tv_nsec = (long)(next_sweep % 1000) * 1000000L};
-            pthread_cond_timedwait(&n->work_cv, &n->lock, &until); /* woken or timed out */
+            mt_cond_wait_until(&n->work_cv, &n->lock, &until); /* woken or timed out */
         }
         int64_t now = mt_mono_ms();
         if (now >= next_sweep && !n->stop) {

@@ -191,7 +191,7 @@ route_check_outcome route_check_wait(route_check *k, double deadline_ms, route_c
         double left = deadline_ms - mt_mono_ms_frac();
         if (left <= 0) break;
         struct timespec ts = mt_mono_after_ms((int64_t)left + 1);
-        pthread_cond_timedwait(&k->cv, &k->lock, &ts);
+        mt_cond_wait_until(&k->cv, &k->lock, &ts);
     }
     route_check_outcome o = ROUTE_CHECK_LOST;
     if (k->failed)
