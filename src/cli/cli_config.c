@@ -12,6 +12,7 @@
  * Commands take their defaults from it, so that after setup `moontail
  * prompt "..."` and `moontail status` need no options. */
 #include "cli_config.h"
+#include "moontail/sysinfo.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -21,11 +22,7 @@
 #include <sys/stat.h>
 
 int cli_home(char *out, size_t cap) {
-    const char *h = getenv("MOONTAIL_HOME");
-    if (h && *h) return snprintf(out, cap, "%s", h) < (int)cap ? 0 : -1;
-    const char *home = getenv("HOME");
-    if (!home || !*home) return -1;
-    return snprintf(out, cap, "%s/.moontail", home) < (int)cap ? 0 : -1;
+    return mt_sys_home_dir(out, cap);
 }
 
 void cli_home_path(const char *home, const char *name, char *out, size_t cap) {

@@ -17,6 +17,7 @@
 #include "moontail/node_agent.h"
 #include "moontail/tls_cert.h"
 #include "moontail/transport.h"
+#include "moontail/sysinfo.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -265,8 +266,8 @@ static int get_token(cli_config *c, const char *token_file) {
         return rc;
     }
     if (c->has_token) return 0;
-    char url[400], who[128], host[64] = "host";
-    gethostname(host, sizeof host - 1);
+    char url[400], who[128], host[64];
+    if (mt_sys_host_name(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
     const char *user = getenv("USER");
     snprintf(who, sizeof who, "%s@%s-%lx", user && *user ? user : "volunteer", host,
              (unsigned long)getpid());

@@ -12,6 +12,7 @@
 #include "http_guard.h"
 #include "moontail/bg_thread.h"
 #include "moontail/clock.h"
+#include "moontail/sysinfo.h"
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -164,15 +165,9 @@ static void *deadline_thread(void *arg) {
 static void fit_open_files(mt_http_limits *l) {
     const rlim_t spare = 256; /* the process's other files: database, model, sockets */
     rlim_t want = (rlim_t)l->max_conns + (rlim_t)l->reserved_conns + EVICT_SLACK + spare;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-        rlim_t to = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
-        struct rlimit nr = {to, rl.rlim_max};
-        if (setrlimit(RLIMIT_NOFILE, &nr) == 0) rl.rlim_cur = to;
-    }
-    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) return;
-    rlim_t room = rl.rlim_cur > spare + 32 ? rl.rlim_cur - spare : 32;
+    int64_t have = mt_sys_open_files((int64_t)want);
+    if (have >= (int64_t)want) return;
+    rlim_t room = (rlim_t)have > spare + 32 ? (rlim_t)have - spare : 32;
     rlim_t reserved = room / 3 > 16 ? room / 3 : 16;
     if (reserved < (rlim_t)l->reserved_conns) l->reserved_conns = (int)reserved;
     /* the public side may use what the reserved one leaves, when that was set lower */

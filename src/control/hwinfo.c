@@ -1,76 +1,22 @@
 /* hwinfo.c - the node's machine as the registry sees it (hwinfo.h). */
 #include "moontail/hwinfo.h"
 #include "moontail/clock.h"
+#include "moontail/sysinfo.h"
 
-#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <time.h>
-#include <unistd.h>
-
-static int64_t meminfo(const char *key) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    int64_t v = 0;
-    size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0 && line[n] == ':') {
-            v = strtoll(line + n + 1, NULL, 10) * 1024;
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
-/* The first GPU: NVIDIA from its driver's /proc entry, others (amdgpu
- * reports VRAM) from /sys/class/drm. */
-static void find_gpu(mt_hwinfo *hw) {
-    DIR *d = opendir("/proc/driver/nvidia/gpus");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[512], line[256];
-        snprintf(path, sizeof path, "/proc/driver/nvidia/gpus/%s/information", e->d_name);
-        FILE *f = fopen(path, "r");
-        while (f && fgets(line, sizeof line, f))
-            if (strncmp(line, "Model:", 6) == 0) {
-                char *m = line + 6;
-                while (*m == ' ' || *m == '\t') m++;
-                m[strcspn(m, "\n")] = 0;
-                snprintf(hw->gpu, sizeof hw->gpu, "%.63s", m);
-                for (char *c = hw->gpu; *c; c++) /* the registry refuses control characters */
-                    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
-            }
-        if (f) fclose(f);
-        if (hw->gpu[0]) break;
-    }
-    if (d) closedir(d);
-    for (int k = 0; k < 8 && !hw->gpu[0]; k++) {
-        char path[128];
-        snprintf(path, sizeof path, "/sys/class/drm/card%d/device/mem_info_vram_total", k);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        long long v = 0;
-        if (fscanf(f, "%lld", &v) == 1 && v > 0) {
-            hw->vram = v;
-            snprintf(hw->gpu, sizeof hw->gpu, "drm card%d", k);
-        }
-        fclose(f);
-    }
-}
 
 void mt_hwinfo_detect(const char *dir, mt_hwinfo *hw) {
     memset(hw, 0, sizeof *hw);
-    hw->ram_total = meminfo("MemTotal");
-    hw->ram_available = meminfo("MemAvailable");
-    struct statvfs sv;
-    if (dir && statvfs(dir, &sv) == 0) hw->disk_free = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    hw->cores = c > 0 ? (int32_t)c : 1;
+    hw->ram_total = mt_sys_ram_total();
+    int64_t avail = mt_sys_ram_available();
+    hw->ram_available = avail > 0 ? avail : 0;
+    int64_t disk = dir ? mt_sys_disk_free(dir) : -1;
+    hw->disk_free = disk > 0 ? disk : 0;
+    hw->cores = mt_sys_cpus();
     const char *simd = "generic";
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -82,7 +28,9 @@ void mt_hwinfo_detect(const char *dir, mt_hwinfo *hw) {
         simd = "sse4.2";
 #endif
     snprintf(hw->simd, sizeof hw->simd, "%s", simd);
-    find_gpu(hw);
+    mt_sys_gpu(hw->gpu, sizeof hw->gpu, &hw->vram);
+    for (char *c = hw->gpu; *c; c++) /* the registry refuses control characters */
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
 }
 
 typedef struct bw_part {

@@ -18,6 +18,7 @@
 #include "moontail/tunnel.h"
 #include "node_agent_internal.h"
 #include "relay_internal.h"
+#include "moontail/sysinfo.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -596,10 +597,8 @@ static int load_or_make_key(mt_agent *a, bool *made, mt_error *err) {
 }
 
 void mt_agent_default_name(const uint8_t pk[32], char *out, size_t cap) {
-    char host[64] = "node";
-    if (gethostname(host, sizeof host) != 0 || !host[0]) snprintf(host, sizeof host, "node");
-    host[sizeof host - 1] = 0;
-    host[strcspn(host, ".")] = 0; /* "pc7.lab.example" -> "pc7" */
+    char host[64];
+    if (mt_sys_host_name(host, sizeof host) != 0) snprintf(host, sizeof host, "node");
     snprintf(out, cap, "%.50s-%02x%02x", host, pk[0], pk[1]);
 }
 

@@ -2,6 +2,7 @@
 #include "moontail/progress.h"
 #include "moontail/clock.h"
 #include "moontail/gguf.h"
+#include "moontail/sysinfo.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -113,14 +114,7 @@ void mt_progress_update(mt_progress *p, uint64_t done, uint64_t total, double ra
 
 /* Memory the kernel could hand out now, page cache included (MemAvailable). */
 static double available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb >= 0) return (double)kb * 1024;
-    return (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return (double)mt_sys_ram_available();
 }
 
 void mt_progress_preload(const char *path, FILE *out) {

@@ -8,6 +8,7 @@
 #include "moontail/shard_fetch.h"
 #include "moontail/clock.h"
 #include "moontail/http.h"
+#include "moontail/sysinfo.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +19,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,8 +244,8 @@ static void fail_no_space(fetch *f, const char *part, const char *map, const cha
     unlink(map);
     char dir[4096];
     dir_of(f->cfg->out, dir, sizeof dir);
-    struct statvfs sv;
-    uint64_t avail = statvfs(dir, &sv) == 0 ? (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize : 0;
+    int64_t free_bytes = mt_sys_disk_free(dir);
+    uint64_t avail = free_bytes > 0 ? (uint64_t)free_bytes : 0;
     mt_error_set(err,
                  "fetching shard '%s': no space left in %s for its %llu bytes (%s; %llu bytes"
                  " free there once the partial file was removed)",

@@ -10,6 +10,7 @@
  * Runs from different threads are serialized. A run started from inside a
  * work function of the same pool executes inline (no deadlock). */
 #include "moontail/threadpool.h"
+#include "moontail/sysinfo.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -124,8 +125,7 @@ static void stop_workers(mt_pool *pool, int n_started) {
 
 mt_pool *mt_pool_create(int n_threads) {
     if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
+        n_threads = mt_sys_cpus();
     }
     mt_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return NULL;

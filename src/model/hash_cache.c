@@ -9,6 +9,8 @@
  * cache; nothing in it is precious (losing it costs one read of a model),
  * so writes are not synced to disk one by one. */
 #include "moontail/hash_cache.h"
+#include "moontail/file.h"
+#include "moontail/sysinfo.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -70,19 +72,11 @@ const char *mt_hash_cache_path(const mt_hash_cache *c) {
 }
 
 int mt_hash_cache_default_path(char *out, size_t cap, mt_error *err) {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[PATH_MAX];
-    if (xdg && xdg[0] == '/')
-        snprintf(dir, sizeof dir, "%s", xdg);
-    else if (home && home[0])
-        snprintf(dir, sizeof dir, "%s/.cache", home);
-    else
-        return mt_error_set(err, "neither XDG_CACHE_HOME nor HOME is set; give --hash-cache PATH");
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return mt_error_set(err, "%s: cannot make the cache directory: %s", dir, strerror(errno));
-    size_t n = strlen(dir);
-    snprintf(dir + n, sizeof dir - n, "/moontail");
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+    if (mt_sys_cache_dir(dir, sizeof dir) != 0)
+        return mt_error_set(err, "no per-user cache directory (neither XDG_CACHE_HOME nor HOME is"
+                                 " set); give --hash-cache PATH");
+    if (mt_dir_make_all(dir, true) != 0)
         return mt_error_set(err, "%s: cannot make the cache directory: %s", dir, strerror(errno));
     if ((size_t)snprintf(out, cap, "%s/hashes.sqlite", dir) >= cap)
         return mt_error_set(err, "%s: path too long", dir);
