@@ -7,7 +7,6 @@
 #include "moontail/error.h"
 
 #include <stddef.h>
-#include <sys/types.h>
 
 /* Writes n bytes to path through a temporary file beside it (path.tmp; one
  * writer of a path at a time, as the callers keep):
@@ -16,12 +15,6 @@
  * or the new one, never a part, and the new one survives a crash once this
  * returns. Returns 0, or -1 with err naming the file and the problem (the
  * temporary file is then removed). */
-int mt_file_write_atomic(const char *path, const void *data, size_t n, mode_t mode, mt_error *err);
-
-/* fsyncs the directory dir, or the one that holds path, so that a file just
- * created or renamed there survives a crash (best effort: a directory that
- * cannot be opened is left as it is). */
-void mt_file_sync_dir(const char *dir);
-void mt_file_sync_parent(const char *path);
+int mt_file_write_atomic(const char *path, const void *data, size_t n, int mode, mt_error *err);
 
 #endif

@@ -5,6 +5,7 @@
  * function (api_server.c's, the same checks and engine as /v1/chat/completions). */
 #include "api_batch.h"
 #include "moontail/clock.h"
+#include "moontail/file.h"
 #include "moontail/file_write.h"
 #include "moontail/json_line.h"
 #include "moontail/compat.h"
@@ -403,7 +404,7 @@ api_batch *api_batch_open(const char *dir, const char *input, const char *input_
         mt_error_set(err, "%s: cannot open for writing: %s", out, strerror(errno));
         goto fail;
     }
-    mt_file_sync_dir(dir);
+    mt_dir_sync(dir);
     ok = true;
 fail: /* and the way out of success */
     free(in_copy);

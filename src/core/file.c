@@ -30,3 +30,19 @@ int mt_dir_make_all(const char *path, bool private_) {
     }
     return 0;
 }
+
+void mt_dir_sync_parent(const char *path) {
+    const char *sep = NULL;
+    for (const char *p = path; *p; p++)
+        if (mt_path_sep(*p)) sep = p;
+    char dir[4096];
+    if (!sep)
+        snprintf(dir, sizeof dir, ".");
+    else if (sep == path)
+        snprintf(dir, sizeof dir, "/");
+    else if ((size_t)(sep - path) < sizeof dir)
+        snprintf(dir, sizeof dir, "%.*s", (int)(sep - path), path);
+    else
+        return;
+    mt_dir_sync(dir);
+}

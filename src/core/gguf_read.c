@@ -7,14 +7,11 @@
  * them out, none overlapping another (gguf_layout.c). Errors read
  * "<file>: <what> ...". */
 #include "gguf_internal.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Keys and names longer than this are rejected as corrupt (ggml itself caps
  * tensor names at 63 bytes; keys are short dotted paths). */
@@ -445,37 +442,43 @@ gguf_file *gguf_open_buffer(const void *buf, size_t size, const char *name, mt_e
 }
 
 gguf_file *gguf_open_single(const char *path, mt_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = mt_file_open(path, MT_O_READ, 0);
     if (fd < 0) {
         mt_error_set(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    mt_file_info st;
+    if (mt_file_fstat(fd, &st) != 0 || !st.regular) {
         mt_error_set(err, "%s: not a regular file", path);
-        close(fd);
+        mt_file_close(fd);
         return NULL;
     }
-    if (st.st_size == 0) {
+    if (st.size == 0) {
         mt_error_set(err, "%s: file is empty, not a GGUF model", path);
-        close(fd);
+        mt_file_close(fd);
         return NULL;
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
+    if (st.size > SIZE_MAX) {
+        mt_error_set(err, "%s: %llu bytes do not fit this machine's address space", path,
+                     (unsigned long long)st.size);
+        mt_file_close(fd);
+        return NULL;
+    }
+    const void *map = mt_map_file(fd, st.size);
+    mt_file_close(fd);
+    if (!map) {
         mt_error_set(err, "%s: cannot map: %s", path, strerror(errno));
         return NULL;
     }
     gguf_file_priv *fp = calloc(1, sizeof *fp);
     if (!fp || !(fp->pub.path = strdup(path))) {
         free(fp);
-        munmap(map, (size_t)st.st_size);
+        mt_map_release(map, st.size);
         mt_error_set(err, "out of memory");
         return NULL;
     }
     fp->pub.base = map;
-    fp->pub.size = (size_t)st.st_size;
+    fp->pub.size = (size_t)st.size;
     fp->pub.mapped = true;
     return open_common(fp, err);
 }
@@ -502,7 +505,7 @@ void gguf_close(gguf_file *f) {
     free(f->tensors);
     free(fp->kv_ix.slots);
     free(fp->tensor_ix.slots);
-    if (f->mapped) munmap((void *)f->base, f->size);
+    if (f->mapped) mt_map_release(f->base, f->size);
     free(f->path);
     free(fp);
 }

@@ -12,14 +12,11 @@
  *         pages if touched again), so residency stays one piece;
  *   MEM   a model opened from a buffer: straight from memory. */
 #include "moontail/gguf_stream.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Bytes at the start of a file compared with the mapping on open: the
  * header, where a replaced file would differ first. */
@@ -46,7 +43,7 @@ uint64_t gguf_tensor_file_offset(const gguf_file *f, const gguf_tensor *t) {
 void gguf_reader_close(gguf_reader *r) {
     if (!r) return;
     for (uint32_t p = 0; r->fd && p < r->n_parts; p++)
-        if (r->fd[p] >= 0) close(r->fd[p]);
+        if (r->fd[p] >= 0) mt_file_close(r->fd[p]);
     free(r->fd);
     free(r->how);
     free(r->id);
@@ -57,7 +54,7 @@ void gguf_reader_close(gguf_reader *r) {
 static int pread_all(int fd, void *dst, size_t n, uint64_t off) {
     uint8_t *p = dst;
     while (n > 0) {
-        ssize_t k = pread(fd, p, n, (off_t)off);
+        ssize_t k = mt_file_pread(fd, p, n, off);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             if (k == 0) errno = 0;
@@ -68,10 +65,8 @@ static int pread_all(int fd, void *dst, size_t n, uint64_t off) {
     return 0;
 }
 
-static gguf_file_id id_of(const struct stat *sb) {
-    return (gguf_file_id){(uint64_t)sb->st_dev, (uint64_t)sb->st_ino, (uint64_t)sb->st_size,
-                          (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec,
-                          (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec};
+static gguf_file_id id_of(const mt_file_info *sb) {
+    return (gguf_file_id){sb->dev, sb->ino, sb->size, sb->mtime_ns, sb->ctime_ns};
 }
 
 /* Opens part p for pread when its path still leads to the file that was
@@ -80,29 +75,28 @@ static gguf_file_id id_of(const struct stat *sb) {
 static int open_part(gguf_reader *r, uint32_t p, mt_error *err) {
     const gguf_part *part = &r->f->parts[p];
     r->how[p] = READ_MAP;
-    int fd = open(part->path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
+    int fd = mt_file_open(part->path, MT_O_READ | MT_O_SEQUENTIAL, 0); /* read-ahead: a hint */
+    mt_file_info sb;
     if (fd < 0) return 0;
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != part->size) {
-        close(fd);
+    if (mt_file_fstat(fd, &sb) != 0 || sb.size != part->size) {
+        mt_file_close(fd);
         return 0;
     }
     size_t n = part->size < SAME_PREFIX ? part->size : SAME_PREFIX;
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) {
-        close(fd);
+        mt_file_close(fd);
         return mt_error_set(err, "out of memory");
     }
     int same = pread_all(fd, buf, n, 0) == 0 && memcmp(buf, part->base, n) == 0;
     free(buf);
     if (!same) {
-        close(fd);
+        mt_file_close(fd);
         return 0;
     }
     r->fd[p] = fd;
     r->how[p] = READ_FILE;
     r->id[p] = id_of(&sb);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* larger read-ahead; a hint only */
     return 0;
 }
 
@@ -139,12 +133,7 @@ int gguf_reader_read(gguf_reader *r, uint32_t part, uint64_t offset, void *dst, 
                             (unsigned long long)offset, (unsigned long long)(offset + n), pt->size);
     if (r->how[part] != READ_FILE) {
         memcpy(dst, pt->base + offset, n);
-        if (r->how[part] == READ_MAP) { /* give back the pages wholly read */
-            uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-            uintptr_t a = ((uintptr_t)(pt->base + offset) + page - 1) & ~(page - 1);
-            uintptr_t b = ((uintptr_t)(pt->base + offset) + n) & ~(page - 1);
-            if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
-        }
+        if (r->how[part] == READ_MAP) mt_map_drop(pt->base + offset, n); /* the pages wholly read */
         return 0;
     }
     if (pread_all(r->fd[part], dst, n, offset) == 0) return 0;
@@ -163,8 +152,8 @@ const uint8_t *gguf_reader_memory(const gguf_reader *r, uint32_t part, uint64_t 
 }
 
 bool gguf_reader_unchanged(const gguf_reader *r, uint32_t part) {
-    struct stat sb;
-    if (part >= r->n_parts || r->how[part] != READ_FILE || fstat(r->fd[part], &sb) != 0)
+    mt_file_info sb;
+    if (part >= r->n_parts || r->how[part] != READ_FILE || mt_file_fstat(r->fd[part], &sb) != 0)
         return false;
     gguf_file_id now = id_of(&sb);
     return memcmp(&now, &r->id[part], sizeof now) == 0;

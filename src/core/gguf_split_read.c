@@ -10,12 +10,12 @@
  * gguf_file (gguf.h). gguf_open, the entry point for any model path, is here:
  * it opens the file given and joins its set when it is a part of one. */
 #include "gguf_internal.h"
+#include "moontail/file.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* "-00002-of-00005.gguf": '-', 5 digits, "-of-", 5 digits, ".gguf" */
 #define SUFFIX_LEN 20
@@ -130,8 +130,8 @@ static int check_part(gguf_file *const *sub, uint32_t i, uint32_t count, uint32_
 /* Opens part i, telling a missing file from a bad one. */
 static gguf_file *open_part(const char *path, uint32_t i, uint32_t count, const char *given,
                             mt_error *err) {
-    struct stat sb;
-    if (stat(path, &sb) != 0 && errno == ENOENT) {
+    mt_file_info sb;
+    if (mt_file_stat(path, &sb) != 0 && errno == ENOENT) {
         mt_error_set(err,
                      "%s: part %u of %u of the split model is missing (%s is part of it); put all"
                      " %u files gguf-split wrote in one directory",

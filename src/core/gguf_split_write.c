@@ -8,15 +8,14 @@
  * computed from the tensors' hashes is written as a placeholder first and
  * overwritten in every part once the last tensor has been hashed, so the
  * model is read once. */
+#include "moontail/file.h"
 #include "moontail/file_write.h"
 #include "moontail/gguf_stream.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define ALIGN  GGUF_DEFAULT_ALIGNMENT
 #define ID_LEN GGUF_SPLIT_SOURCE_ID_LEN
@@ -111,11 +110,11 @@ static int write_part(split_job *j, uint32_t k, const char *path, uint64_t *id_a
 
 /* Overwrites the placeholder at `at` of the written part with the id. */
 static int put_id(const char *path, uint64_t at, const char *id, mt_error *err) {
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    ssize_t n = fd < 0 ? -1 : pwrite(fd, id, ID_LEN, (off_t)at);
-    if (n == ID_LEN && fdatasync(fd) != 0) n = -1;
+    int fd = mt_file_open(path, MT_O_WRITE, 0);
+    ssize_t n = fd < 0 ? -1 : mt_file_pwrite(fd, id, ID_LEN, at);
+    if (n == ID_LEN && mt_file_sync(fd, true) != 0) n = -1;
     int e = errno;
-    if (fd >= 0 && close(fd) != 0 && n == ID_LEN) n = -1, e = errno;
+    if (fd >= 0 && mt_file_close(fd) != 0 && n == ID_LEN) n = -1, e = errno;
     if (n != ID_LEN)
         return mt_error_set(err, "%s: cannot write the model's identity into it: %s", path,
                             n < 0 ? strerror(e) : "short write");
@@ -190,11 +189,11 @@ int gguf_split_write(const gguf_file *src, uint32_t n_parts, const char *prefix,
     /* every part is complete: only now do they take their names */
     for (uint32_t k = 0; k < written; k++) {
         part_names(final, tmp, cap, prefix, k, n_parts);
-        if (rc == 0 && rename(tmp, final) != 0)
+        if (rc == 0 && mt_file_replace(tmp, final) != 0)
             rc = mt_error_set(err, "%s: cannot rename from '%s': %s", final, tmp, strerror(errno));
-        if (rc) unlink(tmp);
+        if (rc) mt_file_remove(tmp);
     }
-    if (rc == 0) mt_file_sync_parent(final); /* the names too */
+    if (rc == 0) mt_dir_sync_parent(final); /* the names too */
     if (rc == 0 && o->part_tensors) memcpy(o->part_tensors, start, (n_parts + 1) * sizeof *start);
     gguf_reader_close(j.rd);
     free(j.hashes);

@@ -13,16 +13,15 @@
 #include "moontail/gguf.h"
 #include "moontail/gguf_stream.h"
 #include "moontail/compat.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------------- buffers */
 
@@ -435,7 +434,7 @@ static void job_fail(copy_job *j, const mt_error *e) {
 static int pwrite_all(copy_job *j, const void *src, size_t n, uint64_t at, mt_error *e) {
     const uint8_t *p = src;
     while (n > 0) {
-        ssize_t k = pwrite(j->fd, p, n, (off_t)at);
+        ssize_t k = mt_file_pwrite(j->fd, p, n, at);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
             return mt_error_set(e, "%s: write failed: %s", j->path,
@@ -466,7 +465,7 @@ static int copy_piece(copy_job *j, const wtensor *t, const uint8_t *p, uint64_t 
     if (pwrite_all(j, p, n, at, e)) return -1;
     /* a file to be flushed anyway: start writing it out now (a hint, without waiting),
      * so that the disk works while we read, and the final fsync has little left to do */
-    if (j->o->sync) sync_file_range(j->fd, (off_t)at, (off_t)n, SYNC_FILE_RANGE_WRITE);
+    if (j->o->sync) mt_file_start_writeback(j->fd, at, n);
     advance(j, n);
     return 0;
 }
@@ -560,7 +559,7 @@ int gguf_writer_write_opts(gguf_writer *w, const char *path, const gguf_write_op
         mt_error_prefix(err, "%s", path);
         goto done;
     }
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    fd = mt_file_open(path, MT_O_WRITE | MT_O_CREATE | MT_O_TRUNC, 0666);
     if (fd < 0) {
         mt_error_set(err, "%s: cannot create: %s", path, strerror(errno));
         goto done;
@@ -588,13 +587,13 @@ int gguf_writer_write_opts(gguf_writer *w, const char *path, const gguf_write_op
             memcpy(h.p + hash_at[i], hex, 64);
         }
     if (pwrite_all(&j, h.p, h.n, 0, err)) goto done;
-    if (o->sync && fsync(fd) != 0) {
+    if (o->sync && mt_file_sync(fd, false) != 0) {
         mt_error_set(err, "%s: cannot flush to disk: %s", path, strerror(errno));
         goto done;
     }
     rc = 0;
 done:
-    if (fd >= 0 && close(fd) != 0 && rc == 0)
+    if (fd >= 0 && mt_file_close(fd) != 0 && rc == 0)
         rc = mt_error_set(err, "%s: write failed: %s", path, strerror(errno));
     pthread_mutex_destroy(&j.lock);
     free(h.p);

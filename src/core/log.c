@@ -6,9 +6,9 @@
 #include "moontail/log.h"
 #include "moontail/json_line.h"
 #include "moontail/clock.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -69,7 +69,7 @@ bool mt_log_enabled(mt_log_level level) {
 }
 
 static int open_append(const char *path, mt_error *err) {
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    int fd = mt_file_open(path, MT_O_WRITE | MT_O_APPEND | MT_O_CREATE, 0600);
     if (fd < 0)
         mt_error_set(err, "cannot open the log file %s to append to it: %s", path, strerror(errno));
     return fd;
@@ -84,7 +84,7 @@ static void set_destination(int fd, char *path) {
     log_fd = fd;
     log_path = path;
     pthread_mutex_unlock(&log_lock);
-    if (old_fd != STDERR_FILENO) close(old_fd);
+    if (old_fd != STDERR_FILENO) mt_file_close(old_fd);
     free(old_path);
 }
 
@@ -143,7 +143,7 @@ static void format_time(char out[32]) {
 static void write_line(const char *s, size_t n) {
     pthread_mutex_lock(&log_lock);
     while (n > 0) {
-        ssize_t w = write(log_fd, s, n);
+        ssize_t w = mt_file_write(log_fd, s, n);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) break; /* nowhere to report it */
         s += w;

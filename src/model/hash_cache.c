@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 struct mt_hash_cache {
     sqlite3 *db;
@@ -103,7 +102,7 @@ static int step_done(mt_hash_cache *c, sqlite3_stmt *st, mt_error *err) {
 int64_t mt_hash_cache_file(mt_hash_cache *c, const char *path, const gguf_file_id *id,
                            mt_error *err) {
     char real[PATH_MAX];
-    if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
+    if (mt_path_real(path, real, sizeof real) != 0) snprintf(real, sizeof real, "%s", path);
     sqlite3_stmt *st =
         prepare(c, "SELECT id, size, mtime_ns, ctime_ns FROM files WHERE dev = ? AND ino = ?", err);
     if (!st) return -1;

@@ -20,11 +20,11 @@
  * counting all of it as committed up front. Sanitizer builds keep calloc,
  * so that AddressSanitizer still checks every access. */
 #include "model_internal.h"
+#include "moontail/file.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define KV_USE_MMAP 0
@@ -40,9 +40,7 @@
 /* n bytes, zeroed; NULL when out of memory. */
 static void *kv_array_new(size_t n) {
 #if KV_USE_MMAP
-    void *p =
-        mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return mt_mem_zeroed(n);
 #else
     return calloc(n, 1);
 #endif
@@ -51,7 +49,7 @@ static void *kv_array_new(size_t n) {
 static void kv_array_free(void *a, size_t n) {
     if (!a) return;
 #if KV_USE_MMAP
-    munmap(a, n);
+    mt_mem_release(a, n);
 #else
     (void)n;
     free(a);

@@ -10,18 +10,16 @@
 #include "shard_internal.h"
 #include "moontail/clock.h"
 #include "moontail/compat.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 /* Picks the fastest BLAKE2b code; safe to call again and from any thread. */
 static void hash_init(void) {
@@ -421,23 +419,22 @@ int mt_shard_source_id(const gguf_file *f, char out[MT_SHARD_HASH_HEX],
 /* Hashes one file in chunks, adding to *done for progress. */
 static int hash_file(const char *path, uint8_t *buf, uint8_t out[32],
                      void (*advance)(void *ctx, uint64_t n), void *ctx, mt_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = mt_file_open(path, MT_O_READ | MT_O_SEQUENTIAL, 0);
     if (fd < 0) return mt_error_set(err, "%s: cannot open: %s", path, strerror(errno));
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);
     ssize_t k;
-    while ((k = read(fd, buf, GGUF_STREAM_CHUNK)) != 0) {
+    while ((k = mt_file_read(fd, buf, GGUF_STREAM_CHUNK)) != 0) {
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) {
             int e = errno;
-            close(fd);
+            mt_file_close(fd);
             return mt_error_set(err, "%s: read error: %s", path, strerror(e));
         }
         crypto_generichash_update(&st, buf, (size_t)k);
         if (advance) advance(ctx, (uint64_t)k);
     }
-    close(fd);
+    mt_file_close(fd);
     crypto_generichash_final(&st, out, 32);
     return 0;
 }
@@ -492,8 +489,8 @@ int shard_hash_files(const char *const *paths, size_t n, mt_shard_io *io, const 
     fj.h.what = what;
     fj.h.err = err;
     for (size_t i = 0; i < n; i++) {
-        struct stat sb;
-        if (stat(paths[i], &sb) == 0) fj.h.total += (uint64_t)sb.st_size;
+        mt_file_info sb;
+        if (mt_file_stat(paths[i], &sb) == 0) fj.h.total += sb.size;
     }
     bool owned;
     mt_pool *pool = shard_io_pool(io, &owned, err);

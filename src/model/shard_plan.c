@@ -9,13 +9,13 @@
  * The manifest format is described at mt_plan_write in moontail/shard.h;
  * mt_plan_check (shard_check.c) reads it back. */
 #include "shard_internal.h"
+#include "moontail/file.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* ---------------------------------------------------------------- names */
 
@@ -223,7 +223,7 @@ static json_t *spec_json(const mt_shard_spec *s) {
 
 int mt_plan_write_io(const gguf_file *model, const mt_plan *plan, const char *out_dir,
                      char *manifest_path, size_t cap, mt_shard_io *io_in, mt_error *err) {
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
+    if (mt_dir_make(out_dir, false) != 0 && errno != EEXIST)
         return mt_error_set(err, "%s: cannot create the output directory: %s", out_dir,
                             strerror(errno));
     mt_shard_layout l;

@@ -11,13 +11,12 @@
  * the way; the header with those hashes is written last. */
 #include "moontail/model.h"
 #include "shard_internal.h"
+#include "moontail/file.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------ classification */
 
@@ -331,8 +330,8 @@ int shard_write(const gguf_file *f, const mt_shard_layout *l, const char *source
         return -1;
     }
     /* the shard replaces out_path by a rename: never a device (/dev/null) or a directory */
-    struct stat sb;
-    if (stat(out_path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    mt_file_info sb;
+    if (mt_file_stat(out_path, &sb) == 0 && !sb.regular)
         return mt_error_set(err,
                             "%s exists and is not a regular file; give the path of a shard file to"
                             " write",
@@ -419,15 +418,15 @@ int shard_write(const gguf_file *f, const mt_shard_layout *l, const char *source
     /* write next to the target and rename, so a crash never leaves a half shard */
     sprintf(tmp, "%s.part", out_path);
     if (gguf_writer_write_opts(w, tmp, &o, err)) {
-        unlink(tmp);
+        mt_file_remove(tmp);
         goto done;
     }
-    if (rename(tmp, out_path) != 0) {
+    if (mt_file_replace(tmp, out_path) != 0) {
         mt_error_set(err, "%s: cannot rename from '%s': %s", out_path, tmp, strerror(errno));
-        unlink(tmp);
+        mt_file_remove(tmp);
         goto done;
     }
-    if (io && stat(out_path, &sb) == 0) io->bytes_written += (uint64_t)sb.st_size;
+    if (io && mt_file_stat(out_path, &sb) == 0) io->bytes_written += sb.size;
     /* what was learnt about the model's bytes, for the next shard or check */
     uint64_t m = 0;
     for (uint64_t j = 0; j < k; j++)
