@@ -18,6 +18,7 @@
 #define MOONTAIL_BG_THREAD_H
 
 #include "moontail/error.h"
+#include "moontail/sock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,7 +29,7 @@ typedef struct mt_bg_thread {
     pthread_t thread;
     bool started;     /* thread runs (joined by mt_bg_thread_stop) */
     atomic_bool stop; /* asked to stop */
-    int wake_fd;      /* eventfd, readable after a wake or the stop; -1 before init */
+    mt_wake wake;     /* readable after a wake or the stop; MT_WAKE_NONE before init */
 } mt_bg_thread;
 
 /* Why mt_bg_thread_sleep returned. */
@@ -54,7 +55,7 @@ mt_bg_wake mt_bg_thread_sleep_full(mt_bg_thread *t, int64_t ms);
 void mt_bg_thread_wake(mt_bg_thread *t);
 /* The descriptor a thread polling sockets adds to its poll set (POLLIN):
  * readable after a wake or the stop; mt_bg_thread_clear consumes the wakes. */
-int mt_bg_thread_wake_fd(const mt_bg_thread *t);
+mt_sock mt_bg_thread_wake_fd(const mt_bg_thread *t);
 void mt_bg_thread_clear(mt_bg_thread *t);
 /* Asks the thread to stop, wakes it and joins it (if it was started); not
  * from the thread itself. t may still be woken afterwards. */

@@ -6,10 +6,15 @@
 #ifndef MOONTAIL_FILE_H
 #define MOONTAIL_FILE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#ifndef EDQUOT
+#define EDQUOT ENOSPC /* Windows has no quota errno: a full quota reads as a full disk */
+#endif
 
 enum {
     MT_O_READ = 1,        /* read (alone, or with MT_O_WRITE) */
@@ -59,10 +64,14 @@ typedef struct mt_file_info {
     int64_t mtime_ns, ctime_ns; /* last data change, last change of any kind */
     bool regular, dir;
     bool private_; /* nobody but the owner (and, on Windows, SYSTEM/Administrators) may read it */
+    int mode;      /* POSIX permission bits (Windows: 0600 when private_, else 0644) */
 } mt_file_info;
 
 int mt_file_stat(const char *path, mt_file_info *info);
 int mt_file_fstat(int fd, mt_file_info *info);
+/* The command that makes path private, for an error message: "chmod 600
+ * PATH", or on Windows an icacls line that leaves the user alone. */
+const char *mt_file_private_fix(const char *path, char *buf, size_t cap);
 /* Renames from over to, replacing to if it exists (also on Windows). */
 int mt_file_replace(const char *from, const char *to);
 /* Removes a file / an empty directory. */

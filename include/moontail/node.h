@@ -94,6 +94,7 @@
 #include "moontail/keys.h"
 #include "moontail/model.h"
 #include "moontail/proto.h"
+#include "moontail/sock.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -123,9 +124,9 @@ typedef struct mt_node_config {
     const mt_keys_authorized *authorized; /* who may connect: keys and authorities (kept, not
                                              copied; may be added to while the node runs) */
     const char *listen;                   /* NULL: "127.0.0.1:0" */
-    int listen_fd; /* > 0: a listening socket (mt_listen_tcp) on `listen`'s host to serve on
-                      instead of binding `listen`; the node owns it from the call on (it is
-                      closed when the node stops or fails to start) */
+    mt_sock listen_fd; /* not 0 or MT_SOCK_NONE: a listening socket (mt_listen_tcp) on `listen`'s
+                      host to serve on instead of binding `listen`; the node owns it from the call
+                      on (it is closed when the node stops or fails to start) */
     const mt_node_partner *partners; /* paired layers: holders of the other experts */
     int n_partners;
     int max_sessions;      /* > 0: at most this many sessions at once (besides memory);

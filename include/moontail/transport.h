@@ -96,6 +96,7 @@
 #include "moontail/cert.h"
 #include "moontail/error.h"
 #include "moontail/keys.h"
+#include "moontail/sock.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -114,13 +115,13 @@ typedef struct mt_conn mt_conn;
  * connection owns fd from here on (it is closed on failure too). If pinned_pk is
  * not NULL the server must prove that identity. timeout_ms bounds the whole
  * handshake and then each wait of send/recv (<= 0: wait forever). */
-mt_conn *mt_conn_client(int fd, const mt_keys *me, const uint8_t *pinned_pk, int timeout_ms,
+mt_conn *mt_conn_client(mt_sock fd, const mt_keys *me, const uint8_t *pinned_pk, int timeout_ms,
                         mt_error *err);
 
 /* The server side: the client must prove an identity that is in `authorized`
  * or present a certificate from one of its authorities (the set may be
  * shared by many threads at once). */
-mt_conn *mt_conn_server(int fd, const mt_keys *me, const mt_keys_authorized *authorized,
+mt_conn *mt_conn_server(mt_sock fd, const mt_keys *me, const mt_keys_authorized *authorized,
                         int timeout_ms, mt_error *err);
 
 /* Sends one frame with a payload of len bytes (0 allowed, at most the max
@@ -173,9 +174,9 @@ void mt_conn_close(mt_conn *c);
  * 1-65535 (0 allowed to listen: the system picks a free port). Sockets are
  * close-on-exec; connected ones have TCP_NODELAY. */
 
-/* A listening socket, or -1 with err (and errno set, e.g. EADDRINUSE when another
- * socket holds the port). */
-int mt_listen_tcp(const char *addr, mt_error *err);
+/* A listening socket, or MT_SOCK_NONE with err (and errno set, e.g. EADDRINUSE
+ * when another socket holds the port). */
+mt_sock mt_listen_tcp(const char *addr, mt_error *err);
 /* Whether addr can be listened on now, found by listening on it and closing the
  * socket again (before a long start, so that a port another process holds is
  * reported at once): 0 free (a port 0, any free one, is not tried); 1 another
@@ -186,13 +187,14 @@ int mt_listen_probe(const char *addr, mt_error *err);
  * localhost or an empty host. (0.0.0.0 and [::] are every interface.) */
 bool mt_addr_loopback(const char *addr);
 /* The port a socket is bound to (after listening on port 0), or -1. */
-int mt_listen_port(int fd);
-/* Waits up to timeout_ms (<= 0: forever) for a connection. Returns its fd and
- * writes the peer's "ip:port" into peer (if not NULL); -2 on timeout, -1 on
- * error (err set in both cases). */
-int mt_accept_tcp(int listen_fd, int timeout_ms, char *peer, size_t peer_size, mt_error *err);
+int mt_listen_port(mt_sock fd);
+/* Waits up to timeout_ms (<= 0: forever) for a connection. Returns its socket
+ * and writes the peer's "ip:port" into peer (if not NULL); MT_SOCK_NONE on a
+ * timeout (errno ETIMEDOUT) or an error (err set in both cases). */
+mt_sock mt_accept_tcp(mt_sock listen_fd, int timeout_ms, char *peer, size_t peer_size,
+                      mt_error *err);
 /* Connects to "host:port", trying each address the name resolves to, each for
  * up to timeout_ms (<= 0: the system's limit). Returns the fd or -1 with err. */
-int mt_connect_tcp(const char *addr, int timeout_ms, mt_error *err);
+mt_sock mt_connect_tcp(const char *addr, int timeout_ms, mt_error *err);
 
 #endif

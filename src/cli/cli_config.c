@@ -13,6 +13,7 @@
  * prompt "..."` and `moontail status` need no options. */
 #include "cli_config.h"
 #include "moontail/sysinfo.h"
+#include "moontail/file.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -37,8 +38,8 @@ int cli_config_load(cli_config *c) {
     cli_home_path(c->home, "requester.key", c->requester_key, sizeof c->requester_key);
     cli_home_path(c->home, "data", c->data_dir, sizeof c->data_dir);
     cli_home_path(c->home, "cache", c->cache_dir, sizeof c->cache_dir);
-    struct stat sb;
-    c->has_token = stat(c->token_file, &sb) == 0;
+    mt_file_info sb;
+    c->has_token = mt_file_stat(c->token_file, &sb) == 0;
     char path[700];
     cli_home_path(c->home, "config.json", path, sizeof path);
     json_error_t je;
@@ -68,7 +69,8 @@ int cli_config_save(const cli_config *c) {
     char path[700], tmp[720];
     cli_home_path(c->home, "config.json", path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.part", path);
-    int rc = json_dump_file(j, tmp, JSON_INDENT(2)) == 0 && rename(tmp, path) == 0 ? 0 : -1;
+    int rc =
+        json_dump_file(j, tmp, JSON_INDENT(2)) == 0 && mt_file_replace(tmp, path) == 0 ? 0 : -1;
     json_decref(j);
     return rc;
 }
@@ -78,7 +80,7 @@ void cli_requester_paths(cli_config *c, const char **key, const char **cache) {
     bool dkey = strcmp(*key, CLI_DEFAULT_REQUESTER_KEY) == 0,
          dcache = strcmp(*cache, CLI_DEFAULT_CACHE) == 0;
     if (!dkey && !dcache) return;
-    if (mkdir(c->home, 0700) != 0 && errno != EEXIST) return;
+    if (mt_dir_make(c->home, true) != 0 && errno != EEXIST) return;
     if (dkey) *key = c->requester_key;
     if (dcache) *cache = c->cache_dir;
 }

@@ -5,9 +5,12 @@
 #include "model_source.h"
 #include "moontail/progress.h"
 #include "moontail/synth_model.h"
+#include "moontail/file.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 int cli_write_builtin_model(const char *path, mt_error *err) {
@@ -35,17 +38,17 @@ mt_model *cli_open_model(const char *path, mt_error *err) {
         mt_progress_preload(path, isatty(2) || mt_progress_env() > 0 ? stderr : NULL);
         return mt_model_load(path, err);
     }
-    const char *dir = getenv("TMPDIR");
     char tmp[512];
-    snprintf(tmp, sizeof tmp, "%s/moontail-default-XXXXXX", dir && *dir ? dir : "/tmp");
-    int fd = mkstemp(tmp);
+    int fd = mt_file_temp("moontail-default", tmp, sizeof tmp);
     if (fd < 0) {
-        mt_error_set(err, "cannot create a temporary file for the built-in model in %s",
-                     dir && *dir ? dir : "/tmp");
+        mt_error_set(err, "cannot create a temporary file for the built-in model: %s",
+                     strerror(errno));
         return NULL;
     }
-    close(fd);
+    mt_file_close(fd);
     mt_model *m = cli_write_builtin_model(tmp, err) == 0 ? mt_model_load(tmp, err) : NULL;
-    unlink(tmp); /* the mapping stays valid after the name is gone */
+    /* the mapping stays valid after the name is gone (Windows may refuse to remove a mapped
+     * file: it then stays in the temporary directory) */
+    mt_file_remove(tmp);
     return m;
 }

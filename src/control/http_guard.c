@@ -194,7 +194,7 @@ http_guard *http_guard_new(const mt_http_limits *limits, void (*on_overload)(voi
     g->on_overload = on_overload;
     g->ctx = ctx;
     pthread_mutex_init(&g->mu, NULL);
-    g->deadlines.wake_fd = -1; /* http_guard_free may run before the init */
+    g->deadlines.wake = MT_WAKE_NONE; /* http_guard_free may run before the init */
     if (mt_bg_thread_init(&g->deadlines, err) != 0 ||
         mt_bg_thread_start(&g->deadlines, deadline_thread, g, err) != 0) {
         mt_error_prefix(err,

@@ -5,14 +5,13 @@
  * (http_server.c) and its streams (http_stream.c) both send through here. */
 #include "http_internal.h"
 #include "moontail/json_line.h"
+#include "moontail/file.h"
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 void mt_http_error(mt_http_response *resp, int status, const char *fmt, ...) {
@@ -128,16 +127,16 @@ static int parse_range(const char *h, uint64_t n, uint64_t *from, uint64_t *to) 
 
 static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, int status,
                                   json_t *headers, json_t *(*error_body)(int, const char *)) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        if (fd >= 0) close(fd);
+    int fd = mt_file_open(path, MT_O_READ, 0);
+    mt_file_info sb;
+    if (fd < 0 || mt_file_fstat(fd, &sb) != 0) {
+        if (fd >= 0) mt_file_close(fd);
         return queue_error(c, 404, "file not found", NULL, error_body);
     }
-    uint64_t n = (uint64_t)sb.st_size, from = 0, to = n ? n - 1 : 0;
+    uint64_t n = sb.size, from = 0, to = n ? n - 1 : 0;
     int pr = parse_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), n, &from, &to);
     if (pr < 0) {
-        close(fd);
+        mt_file_close(fd);
         char cr[64];
         snprintf(cr, sizeof cr, "bytes */%" PRIu64, n);
         struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
@@ -150,7 +149,7 @@ static enum MHD_Result queue_file(struct MHD_Connection *c, const char *path, in
     uint64_t len = n ? to - from + 1 : 0;
     struct MHD_Response *r = MHD_create_response_from_fd_at_offset64(len, fd, from);
     if (!r) {
-        close(fd);
+        mt_file_close(fd);
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/octet-stream");

@@ -19,16 +19,15 @@
 #include "node_agent_internal.h"
 #include "relay_internal.h"
 #include "moontail/sysinfo.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,8 +56,8 @@ static void shard_handler(void *ctx, const mt_http_request *req, mt_http_respons
         return mt_http_error(resp, 404, "this node serves GET /v1/shards/<name> only");
     /* only whole, verified shards are ever at <name>.gguf (fetches write .part) */
     char *path = agent_shard_path(a, p + 11);
-    struct stat sb;
-    if (!path || stat(path, &sb) != 0) {
+    mt_file_info sb;
+    if (!path || mt_file_stat(path, &sb) != 0) {
         free(path);
         return mt_http_error(resp, 404, "this node does not hold shard '%s'", p + 11);
     }
@@ -97,14 +96,15 @@ static void stop_node(mt_agent *a) {
 }
 
 /* mt_listen_tcp with the socket above descriptor 0 (a closed stdin frees 0), since
- * mt_node_config.listen_fd takes descriptors > 0 only; errno is kept on failure. */
-static int listen_above_0(const char *addr, mt_error *err) {
-    int fd = mt_listen_tcp(addr, err);
+ * mt_node_config.listen_fd takes sockets other than 0 only; errno is kept on failure. */
+static mt_sock listen_above_0(const char *addr, mt_error *err) {
+    mt_sock fd = mt_listen_tcp(addr, err);
     if (fd != 0) return fd;
-    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 1), e = errno;
-    close(fd);
-    if (moved < 0) {
-        mt_error_set(err, "listen on %s: %s", addr, strerror(e));
+    mt_sock moved = mt_sock_dup(fd);
+    int e = errno;
+    mt_sock_close(fd);
+    if (moved == MT_SOCK_NONE) {
+        mt_error_set(err, "listen on %s: %s", addr, mt_sock_strerror(e));
         errno = e;
     }
     return moved;
@@ -118,21 +118,21 @@ static int listen_above_0(const char *addr, mt_error *err) {
  * long; it moves to a new port instead, and its heartbeats tell the registry (which hands
  * the new address to requesters and to the stages this node is a partner of). A port given
  * on the command line stays: the error says that another process holds it. */
-static int data_plane_socket(mt_agent *a, mt_error *err) {
-    int fd = listen_above_0(a->listen, err);
-    if (fd >= 0 || errno != EADDRINUSE || !a->listen_auto || a->nat) return fd;
+static mt_sock data_plane_socket(mt_agent *a, mt_error *err) {
+    mt_sock fd = listen_above_0(a->listen, err);
+    if (fd != MT_SOCK_NONE || errno != EADDRINUSE || !a->listen_auto || a->nat) return fd;
     int hl = (int)(strrchr(a->listen, ':') - a->listen); /* fix_listen made it HOST:PORT */
     char any[160], was[160];
     snprintf(any, sizeof any, "%.*s:0", hl, a->listen);
     snprintf(was, sizeof was, "%s", a->listen);
     mt_error e2 = {{0}};
     fd = listen_above_0(any, &e2);
-    if (fd < 0) {
+    if (fd == MT_SOCK_NONE) {
         mt_error_set(err,
                      "listen on %s: another process holds the port, and no other port is"
                      " free either: %s",
                      was, e2.msg);
-        return -1;
+        return MT_SOCK_NONE;
     }
     snprintf(a->listen, sizeof a->listen, "%.*s:%d", hl, was, mt_listen_port(fd));
     a->listen_moved = true;
@@ -147,11 +147,11 @@ static int data_plane_socket(mt_agent *a, mt_error *err) {
 static int start_node(mt_agent *a, const char *name, const partner_set *ps, mt_error *err) {
     stop_node(a);
     /* first: a port in use fails here, before the shard is loaded and partners are called */
-    int fd = data_plane_socket(a, err);
-    if (fd < 0) return -1;
+    mt_sock fd = data_plane_socket(a, err);
+    if (fd == MT_SOCK_NONE) return -1;
     char *path = agent_shard_path(a, name);
     if (!path) {
-        close(fd);
+        mt_sock_close(fd);
         return mt_error_set(err, "out of memory");
     }
     partner_set local = *ps;
@@ -442,8 +442,8 @@ static void heartbeat(mt_agent *a) {
          * which layers, not which model): it is served only once checked
          * against the registry's manifest, which the fetch thread does first */
         char *path = agent_shard_path(a, a->want);
-        struct stat sb;
-        bool have = path && stat(path, &sb) == 0 && strcmp(a->verified, a->want) == 0;
+        mt_file_info sb;
+        bool have = path && mt_file_stat(path, &sb) == 0 && strcmp(a->verified, a->want) == 0;
         free(path);
         if (have) {
             mt_error e2 = {{0}};
@@ -504,10 +504,10 @@ static int fix_listen(mt_agent *a, const char *listen, mt_error *err) {
         return 0;
     }
     a->listen_auto = true;
-    int fd = mt_listen_tcp(listen, err);
-    if (fd < 0) return -1;
+    mt_sock fd = mt_listen_tcp(listen, err);
+    if (fd == MT_SOCK_NONE) return -1;
     int port = mt_listen_port(fd);
-    close(fd);
+    mt_sock_close(fd);
     snprintf(a->listen, sizeof a->listen, "%.*s:%d", (int)(colon - listen),
              colon == listen ? "127.0.0.1" : listen, port);
     return 0;
@@ -587,9 +587,9 @@ static int start_relay(mt_agent *a, mt_error *err) {
 
 /* The node's identity from a->key_path, made there when there is none (*made says so). */
 static int load_or_make_key(mt_agent *a, bool *made, mt_error *err) {
-    struct stat sb;
+    mt_file_info sb;
     *made = false;
-    if (stat(a->key_path, &sb) == 0) return mt_keys_load(&a->keys, a->key_path, err);
+    if (mt_file_stat(a->key_path, &sb) == 0) return mt_keys_load(&a->keys, a->key_path, err);
     if (errno != ENOENT) return mt_error_set(err, "%s: %s", a->key_path, strerror(errno));
     if (mt_keys_generate(&a->keys, err) || mt_keys_save(&a->keys, a->key_path, err)) return -1;
     *made = true;
@@ -634,7 +634,7 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
     /* the address first: a port another process holds stops the node before it makes
      * anything */
     if ((a->nat && check_loopback(cfg->listen, err)) || fix_listen(a, cfg->listen, err)) goto fail;
-    if (mkdir(a->data_dir, 0755) != 0 && errno != EEXIST) {
+    if (mt_dir_make(a->data_dir, false) != 0 && errno != EEXIST) {
         mt_error_set(err, "data directory %s: %s", a->data_dir, strerror(errno));
         goto fail;
     }

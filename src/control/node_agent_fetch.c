@@ -5,12 +5,12 @@
  * small for the shard lowers the capacity the node offers. */
 #include "node_agent_internal.h"
 #include "moontail/clock.h"
+#include "moontail/file.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 /* Keeps the figures for heartbeats and shows progress (a bar on a terminal). */
 static void on_progress(void *ctx, const mt_fetch_progress *p) {
@@ -29,8 +29,8 @@ static void disk_full(mt_agent *a, const char *name, const mt_fetch_progress *fi
                       const char *why) {
     int64_t held = 0;
     char *path = a->serving[0] ? agent_shard_path(a, a->serving) : NULL;
-    struct stat sb;
-    if (path && stat(path, &sb) == 0) held = (int64_t)sb.st_size;
+    mt_file_info sb;
+    if (path && mt_file_stat(path, &sb) == 0) held = (int64_t)sb.size;
     free(path);
     int64_t was = agent_offered_capacity(a), fits = (int64_t)fin->disk_free + held;
     if (fits < 1) fits = 1; /* the registry's smallest capacity: nothing fits */

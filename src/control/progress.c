@@ -3,11 +3,10 @@
 #include "moontail/clock.h"
 #include "moontail/gguf.h"
 #include "moontail/sysinfo.h"
+#include "moontail/file.h"
 
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,29 +138,28 @@ void mt_progress_preload(const char *path, FILE *out) {
 }
 
 int mt_progress_warm(const char *path, mt_progress *p) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        if (fd >= 0) close(fd);
+    int fd = mt_file_open(path, MT_O_READ | MT_O_SEQUENTIAL, 0);
+    mt_file_info sb;
+    if (fd < 0 || mt_file_fstat(fd, &sb) != 0) {
+        if (fd >= 0) mt_file_close(fd);
         return -1;
     }
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     const size_t chunk = 4u << 20;
     char *buf = malloc(chunk);
     if (!buf) {
-        close(fd);
+        mt_file_close(fd);
         return -1;
     }
-    uint64_t total = (uint64_t)sb.st_size, done = 0;
+    uint64_t total = sb.size, done = 0;
     double t0 = mt_mono_s();
     ssize_t k;
-    while ((k = read(fd, buf, chunk)) > 0) {
+    while ((k = mt_file_read(fd, buf, chunk)) > 0) {
         done += (uint64_t)k;
         double dt = mt_mono_s() - t0, rate = dt > 0 ? (double)done / dt : 0;
         mt_progress_update(p, done, total, rate, rate > 0 ? (double)(total - done) / rate : -1);
     }
     if (total == 0) mt_progress_update(p, 0, 0, 0, -1);
     free(buf);
-    close(fd);
+    mt_file_close(fd);
     return k < 0 ? -1 : 0;
 }

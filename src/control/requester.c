@@ -10,6 +10,7 @@
 #include "moontail/progress.h"
 #include "moontail/route.h"
 #include "moontail/shard_fetch.h"
+#include "moontail/file.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -17,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 enum { MAX_AVOID = 256 };
@@ -332,11 +332,11 @@ mt_requester *mt_requester_open(const mt_requester_config *cfg, mt_error *err) {
     q->token = strdup(cfg->token);
     q->cache_dir = strdup(cfg->cache_dir);
     randombytes_buf(&q->session_hint, sizeof q->session_hint);
-    struct stat sb;
+    mt_file_info sb;
     int rc = 0;
-    if (mkdir(q->cache_dir, 0755) != 0 && errno != EEXIST)
+    if (mt_dir_make(q->cache_dir, false) != 0 && errno != EEXIST)
         rc = mt_error_set(err, "cache directory %s: %s", q->cache_dir, strerror(errno));
-    else if (stat(cfg->key_path, &sb) == 0)
+    else if (mt_file_stat(cfg->key_path, &sb) == 0)
         rc = mt_keys_load(&q->keys, cfg->key_path, err);
     else
         rc = mt_keys_generate(&q->keys, err) || mt_keys_save(&q->keys, cfg->key_path, err);

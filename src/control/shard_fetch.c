@@ -9,16 +9,14 @@
 #include "moontail/clock.h"
 #include "moontail/http.h"
 #include "moontail/sysinfo.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -212,7 +210,7 @@ static int get_piece(fetch *f, int i, uint8_t *buf, bool *from_seed, mt_error *e
 static int write_all_at(int fd, const void *data, size_t n, uint64_t off) {
     const uint8_t *p = data;
     while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        ssize_t w = mt_file_pwrite(fd, p, n, off);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) return errno;
         if (w == 0) return ENOSPC;
@@ -224,7 +222,9 @@ static int write_all_at(int fd, const void *data, size_t n, uint64_t off) {
 /* The directory part of path ("." when it has none). */
 static void dir_of(const char *path, char *out, size_t cap) {
     snprintf(out, cap, "%s", path);
-    char *slash = strrchr(out, '/');
+    char *slash = NULL;
+    for (char *c = out; *c; c++)
+        if (mt_path_sep(*c)) slash = c;
     if (slash == out)
         out[1] = 0;
     else if (slash)
@@ -238,10 +238,10 @@ static void dir_of(const char *path, char *out, size_t cap) {
 static void fail_no_space(fetch *f, const char *part, const char *map, const char *why,
                           mt_error *err) {
     /* closed first: an open file keeps its blocks, and the free space is measured next */
-    if (f->fd >= 0) close(f->fd), f->fd = -1;
-    if (f->map_fd >= 0) close(f->map_fd), f->map_fd = -1;
-    unlink(part);
-    unlink(map);
+    if (f->fd >= 0) mt_file_close(f->fd), f->fd = -1;
+    if (f->map_fd >= 0) mt_file_close(f->map_fd), f->map_fd = -1;
+    mt_file_remove(part);
+    mt_file_remove(map);
     char dir[4096];
     dir_of(f->cfg->out, dir, sizeof dir);
     int64_t free_bytes = mt_sys_disk_free(dir);
@@ -275,7 +275,7 @@ static void *worker(void *arg) {
         int rc = get_piece(f, i, buf, &seed, &err);
         if (rc == 0) {
             int e = write_all_at(f->fd, buf, piece_len(f, i), (uint64_t)i * f->piece);
-            if (e == 0 && fdatasync(f->fd) != 0) e = errno;
+            if (e == 0 && mt_file_sync(f->fd, true) != 0) e = errno;
             full = e == ENOSPC || e == EDQUOT || e == EFBIG;
             if (e) rc = mt_error_set(&err, "writing piece %d: %s", i, strerror(e));
         }
@@ -316,12 +316,12 @@ static void reuse_pieces(fetch *f) {
     if (!buf) return;
     for (int i = 0; i < f->n_pieces; i++) {
         uint8_t m = 0;
-        if (pread(f->map_fd, &m, 1, i) != 1 || m != 1) continue;
-        if (pread(f->fd, buf, piece_len(f, i), (off_t)((uint64_t)i * f->piece)) !=
+        if (mt_file_pread(f->map_fd, &m, 1, (uint64_t)i) != 1 || m != 1) continue;
+        if (mt_file_pread(f->fd, buf, piece_len(f, i), (uint64_t)i * f->piece) !=
                 (ssize_t)piece_len(f, i) ||
             !piece_ok(f, i, buf)) {
             uint8_t zero = 0;
-            if (pwrite(f->map_fd, &zero, 1, i) != 1) break;
+            if (mt_file_pwrite(f->map_fd, &zero, 1, (uint64_t)i) != 1) break;
             continue;
         }
         f->have[i] = 1;
@@ -339,22 +339,21 @@ static void reuse_pieces(fetch *f) {
 static int open_locked(const char *path, bool *waited) {
     *waited = false;
     for (;;) {
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        int fd = mt_file_open(path, MT_O_READ | MT_O_WRITE | MT_O_CREATE, 0644);
         if (fd < 0) return -1;
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            *waited = true;
-            if (flock(fd, LOCK_EX) != 0) {
-                int e = errno;
-                close(fd);
-                errno = e;
-                return -1;
-            }
+        bool w = false;
+        if (mt_file_lock(fd, &w) != 0) {
+            int e = errno;
+            mt_file_close(fd);
+            errno = e;
+            return -1;
         }
-        struct stat held, now;
-        if (fstat(fd, &held) == 0 && stat(path, &now) == 0 && held.st_ino == now.st_ino &&
-            held.st_dev == now.st_dev)
+        *waited = *waited || w;
+        mt_file_info held, now;
+        if (mt_file_fstat(fd, &held) == 0 && mt_file_stat(path, &now) == 0 && held.ino == now.ino &&
+            held.dev == now.dev)
             return fd;
-        close(fd);
+        mt_file_close(fd);
     }
 }
 
@@ -389,15 +388,15 @@ int mt_shard_fetch(const mt_fetch_config *c, mt_fetch_progress *stats, mt_error 
         goto done;
     }
     if (waited && mt_shard_file_matches(c->out, c->manifest)) { /* fetched meanwhile */
-        unlink(map);
+        mt_file_remove(map);
         f.p.bytes_done = f.p.bytes_reused = f.total;
         f.p.pieces_done = f.n_pieces;
         rc = 0;
         goto done;
     }
-    f.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (f.fd < 0 || f.map_fd < 0 || ftruncate(f.fd, (off_t)f.total) != 0 ||
-        ftruncate(f.map_fd, f.n_pieces) != 0) {
+    f.fd = mt_file_open(part, MT_O_READ | MT_O_WRITE | MT_O_CREATE, 0644);
+    if (f.fd < 0 || f.map_fd < 0 || mt_file_resize(f.fd, f.total) != 0 ||
+        mt_file_resize(f.map_fd, (uint64_t)f.n_pieces) != 0) {
         int e = errno;
         if (e == ENOSPC || e == EDQUOT || e == EFBIG)
             fail_no_space(&f, part, map, strerror(e), err);
@@ -407,7 +406,7 @@ int mt_shard_fetch(const mt_fetch_config *c, mt_fetch_progress *stats, mt_error 
     }
     /* reserve the room now: a disk too small fails here, not after most of the download
      * (file systems without fallocate get the sparse file and fail on a write instead) */
-    int fe = f.total > 0 && fallocate(f.fd, 0, 0, (off_t)f.total) != 0 ? errno : 0;
+    int fe = f.total > 0 && mt_file_reserve(f.fd, f.total) != 0 ? errno : 0;
     if (fe == ENOSPC || fe == EDQUOT || fe == EFBIG) {
         fail_no_space(&f, part, map, strerror(fe), err);
         goto done;
@@ -431,24 +430,24 @@ int mt_shard_fetch(const mt_fetch_config *c, mt_fetch_progress *stats, mt_error 
                      f.error, f.p.pieces_done, f.n_pieces);
         goto done;
     }
-    close(f.fd), f.fd = -1;
+    mt_file_close(f.fd), f.fd = -1;
     if (!mt_shard_file_matches(part, c->manifest)) {
         /* every piece matched, so only a changed manifest or disk can get here */
-        unlink(map);
-        unlink(part);
+        mt_file_remove(map);
+        mt_file_remove(part);
         mt_error_set(err, "fetching shard '%s': the whole file does not match its hash", f.name);
         goto done;
     }
-    if (rename(part, c->out) != 0) {
+    if (mt_file_replace(part, c->out) != 0) {
         mt_error_set(err, "%s: %s", c->out, strerror(errno));
         goto done;
     }
-    unlink(map);
+    mt_file_remove(map);
     rc = 0;
 done:
     if (stats) *stats = f.p;
-    if (f.fd >= 0) close(f.fd);
-    if (f.map_fd >= 0) close(f.map_fd);
+    if (f.fd >= 0) mt_file_close(f.fd);
+    if (f.map_fd >= 0) mt_file_close(f.map_fd);
     pthread_mutex_destroy(&f.lock);
     free(part);
     free(map);

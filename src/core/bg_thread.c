@@ -1,28 +1,24 @@
 /* bg_thread.c - a background thread's start, sleep, wake and stop
- * (bg_thread.h). The wakes are an eventfd's counter: a wake adds to it, a
- * sleep that sees it readable reads it back to 0; the stop flag is set
+ * (bg_thread.h). The wakes are an mt_wake (sock.h): a wake makes it
+ * readable, a sleep that sees it readable clears it; the stop flag is set
  * before the wake that announces it, so a woken sleeper always sees it. */
 #include "moontail/bg_thread.h"
 #include "moontail/clock.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 int mt_bg_thread_init(mt_bg_thread *t, mt_error *err) {
     memset(t, 0, sizeof *t);
     atomic_init(&t->stop, false);
-    t->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (t->wake_fd < 0)
-        return mt_error_set(err, "cannot make an eventfd for a background thread: %s",
-                            strerror(errno));
+    if (mt_wake_init(&t->wake) != 0)
+        return mt_error_set(err, "cannot make the wake of a background thread: %s",
+                            mt_sock_strerror(errno));
     return 0;
 }
 
 int mt_bg_thread_start(mt_bg_thread *t, void *(*fn)(void *), void *arg, mt_error *err) {
-    if (t->wake_fd < 0) return mt_error_set(err, "a background thread without its eventfd");
+    if (!mt_wake_ok(&t->wake)) return mt_error_set(err, "a background thread without its wake");
     int rc = pthread_create(&t->thread, NULL, fn, arg);
     if (rc != 0) return mt_error_set(err, "cannot start a background thread: %s", strerror(rc));
     t->started = true;
@@ -34,18 +30,15 @@ bool mt_bg_thread_stopping(mt_bg_thread *t) {
 }
 
 void mt_bg_thread_wake(mt_bg_thread *t) {
-    uint64_t one = 1;
-    /* EAGAIN (the counter is full) leaves it readable, which is all a wake needs */
-    if (t->wake_fd >= 0) (void)!write(t->wake_fd, &one, sizeof one);
+    mt_wake_signal(&t->wake);
 }
 
-int mt_bg_thread_wake_fd(const mt_bg_thread *t) {
-    return t->wake_fd;
+mt_sock mt_bg_thread_wake_fd(const mt_bg_thread *t) {
+    return mt_wake_sock(&t->wake);
 }
 
 void mt_bg_thread_clear(mt_bg_thread *t) {
-    uint64_t n;
-    if (t->wake_fd >= 0) (void)!read(t->wake_fd, &n, sizeof n);
+    mt_wake_clear(&t->wake);
 }
 
 mt_bg_wake mt_bg_thread_sleep(mt_bg_thread *t, int64_t ms) {
@@ -53,8 +46,8 @@ mt_bg_wake mt_bg_thread_sleep(mt_bg_thread *t, int64_t ms) {
     for (;;) {
         if (mt_bg_thread_stopping(t)) return MT_BG_STOP;
         int64_t left = until - mt_mono_ms();
-        struct pollfd p = {.fd = t->wake_fd, .events = POLLIN};
-        int rc = poll(&p, 1, left <= 0 ? 0 : left > 1 << 30 ? 1 << 30 : (int)left);
+        mt_pollfd p = {.fd = mt_wake_sock(&t->wake), .events = MT_POLLIN};
+        int rc = mt_poll(&p, 1, left <= 0 ? 0 : left > 1 << 30 ? 1 << 30 : (int)left);
         if (rc > 0) {
             mt_bg_thread_clear(t);
             return mt_bg_thread_stopping(t) ? MT_BG_STOP : MT_BG_WOKEN;
@@ -80,6 +73,5 @@ void mt_bg_thread_stop(mt_bg_thread *t) {
 }
 
 void mt_bg_thread_destroy(mt_bg_thread *t) {
-    if (t->wake_fd >= 0) close(t->wake_fd);
-    t->wake_fd = -1;
+    mt_wake_destroy(&t->wake);
 }

@@ -102,6 +102,12 @@ static void info_of(const struct stat *sb, mt_file_info *i) {
     i->regular = S_ISREG(sb->st_mode);
     i->dir = S_ISDIR(sb->st_mode);
     i->private_ = (sb->st_mode & 077) == 0;
+    i->mode = (int)(sb->st_mode & 07777);
+}
+
+const char *mt_file_private_fix(const char *path, char *buf, size_t cap) {
+    snprintf(buf, cap, "chmod 600 '%s'", path);
+    return buf;
 }
 
 int mt_file_stat(const char *path, mt_file_info *info) {

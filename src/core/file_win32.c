@@ -281,7 +281,13 @@ static int info_of(HANDLE h, mt_file_info *i) {
     i->dir = (bh.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) != 0;
     i->regular = !i->dir && !(bh.dwFileAttributes & FILE_ATTRIBUTE_DEVICE);
     i->private_ = dacl_private(h);
+    i->mode = i->private_ ? 0600 : 0644;
     return 0;
+}
+
+const char *mt_file_private_fix(const char *path, char *buf, size_t cap) {
+    snprintf(buf, cap, "icacls \"%s\" /inheritance:r /grant:r \"%%USERNAME%%\":F", path);
+    return buf;
 }
 
 int mt_file_fstat(int fd, mt_file_info *info) {

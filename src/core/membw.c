@@ -41,8 +41,9 @@ static void job_init(void *ctx, int64_t begin, int64_t end) {
 /* Built for AVX2 too (picked at load time where the CPU has it): wide loads
  * are what the decode kernels use, and narrow ones understate the memory.
  * Not under ThreadSanitizer: its instrumented ifunc resolver runs while the
- * dynamic loader relocates, before the TSan runtime exists, and crashes. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
+ * dynamic loader relocates, before the TSan runtime exists, and crashes. Not
+ * on Windows, whose loader has no ifunc. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && !defined(_WIN32)
 #define WIDE __attribute__((target_clones("avx2", "default")))
 #else
 #define WIDE

@@ -10,12 +10,10 @@
 #include "net_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -237,7 +235,7 @@ int mt_cert_save(const uint8_t cert[MT_CERT_BYTES], const char *path, mt_error *
 int mt_cert_load(const char *path, uint8_t cert[MT_CERT_BYTES], mt_cert *out_fields,
                  mt_error *err) {
     if (net_sodium_init(err)) return -1;
-    struct stat st;
+    mt_file_info st;
     size_t len = 0;
     if (err) err->msg[0] = 0;
     char *text = net_read_small_file(path, CERT_FILE_MAX, "certificate file", &st, &len, err);

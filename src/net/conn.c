@@ -6,29 +6,24 @@
 #include "moontail/transport.h"
 #include "net_internal.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 /* ---- life cycle ----------------------------------------------------------- */
 
-static mt_conn *conn_new(int fd, int timeout_ms, bool is_client, mt_error *err) {
-    if (fd < 0) {
-        mt_error_set(err, "no socket: file descriptor %d is invalid", fd);
+static mt_conn *conn_new(mt_sock fd, int timeout_ms, bool is_client, mt_error *err) {
+    if (fd == MT_SOCK_NONE) {
+        mt_error_set(err, "no socket: the connection was not made");
         return NULL;
     }
     if (net_sodium_init(err)) {
-        close(fd);
+        mt_sock_close(fd);
         return NULL;
     }
     mt_conn *c = calloc(1, sizeof *c);
     if (!c) {
         mt_error_set(err, "out of memory for a connection");
-        close(fd);
+        mt_sock_close(fd);
         return NULL;
     }
     c->fd = fd;
@@ -36,8 +31,7 @@ static mt_conn *conn_new(int fd, int timeout_ms, bool is_client, mt_error *err) 
     c->max_payload = MT_CONN_DEFAULT_MAX_PAYLOAD;
     c->is_client = is_client;
     pthread_mutex_init(&c->lock, NULL);
-    int one = 1; /* frames are whole messages: do not wait to coalesce them (not TCP: ignored) */
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    mt_sock_nodelay(fd); /* frames are whole messages: do not wait to coalesce them */
     return c;
 }
 
@@ -48,13 +42,13 @@ static mt_conn *conn_finish(mt_conn *c, int rc, mt_error *err) {
     return NULL;
 }
 
-mt_conn *mt_conn_client(int fd, const mt_keys *me, const uint8_t *pinned_pk, int timeout_ms,
+mt_conn *mt_conn_client(mt_sock fd, const mt_keys *me, const uint8_t *pinned_pk, int timeout_ms,
                         mt_error *err) {
     mt_conn *c = conn_new(fd, timeout_ms, true, err);
     return c ? conn_finish(c, net_handshake_client(c, me, pinned_pk, err), err) : NULL;
 }
 
-mt_conn *mt_conn_server(int fd, const mt_keys *me, const mt_keys_authorized *authorized,
+mt_conn *mt_conn_server(mt_sock fd, const mt_keys *me, const mt_keys_authorized *authorized,
                         int timeout_ms, mt_error *err) {
     mt_conn *c = conn_new(fd, timeout_ms, false, err);
     return c ? conn_finish(c, net_handshake_server(c, me, authorized, err), err) : NULL;
@@ -62,8 +56,8 @@ mt_conn *mt_conn_server(int fd, const mt_keys *me, const mt_keys_authorized *aut
 
 void mt_conn_close(mt_conn *c) {
     if (!c) return;
-    shutdown(c->fd, SHUT_RDWR);
-    close(c->fd);
+    mt_sock_shutdown(c->fd, MT_SHUT_RDWR);
+    mt_sock_close(c->fd);
     pthread_mutex_destroy(&c->lock);
     sodium_memzero(c, sizeof *c);
     free(c);
@@ -78,7 +72,7 @@ static int conn_break(mt_conn *c, mt_error *err) {
     if (!c->broken) {
         c->broken = true;
         snprintf(c->reason, sizeof c->reason, "%s", err ? err->msg : "connection failed");
-        shutdown(c->fd, SHUT_RDWR);
+        mt_sock_shutdown(c->fd, MT_SHUT_RDWR);
     }
     pthread_mutex_unlock(&c->lock);
     return -1;
@@ -100,8 +94,8 @@ bool mt_conn_is_open(mt_conn *c) {
 }
 
 bool mt_conn_peer_closed(mt_conn *c) {
-    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
-    bool gone = poll(&p, 1, 0) > 0; /* readable, hung up or an error (a failed poll, e.g.
+    mt_pollfd p = {.fd = c->fd, .events = MT_POLLIN | MT_POLLRDHUP};
+    bool gone = mt_poll(&p, 1, 0) > 0; /* readable, hung up or an error (a failed poll, e.g.
                                         EINTR, says nothing about the peer) */
     if (gone) {
         mt_error e = {{0}};

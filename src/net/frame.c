@@ -38,7 +38,7 @@ uint8_t *net_frame_seal(net_dir *d, const void *payload, size_t len, size_t *fra
     return f;
 }
 
-int net_frame_recv(int fd, net_dir *d, size_t min_payload, size_t max_payload, net_wait w,
+int net_frame_recv(mt_sock fd, net_dir *d, size_t min_payload, size_t max_payload, net_wait w,
                    void **out, size_t *len, bool *midframe, mt_error *err) {
     uint8_t hdr[NET_FRAME_HEADER];
     size_t got = 0;

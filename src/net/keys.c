@@ -3,14 +3,13 @@
  * authorized-keys set is keys_authorized.c. Formats are documented in keys.h. */
 #include "moontail/keys.h"
 #include "net_internal.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define SECRET_MAGIC    "moontail-secret-key v1"
@@ -30,7 +29,7 @@ void mt_keys_wipe(mt_keys *k) {
 }
 
 int mt_keys_save(const mt_keys *k, const char *path, mt_error *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = mt_file_open(path, MT_O_WRITE | MT_O_CREATE | MT_O_EXCL, 0600);
     if (fd < 0) {
         if (errno == EEXIST)
             return mt_error_set(err,
@@ -49,39 +48,41 @@ int mt_keys_save(const mt_keys *k, const char *path, mt_error *err) {
     size_t off = 0;
     int rc = 0;
     /* umask may have removed bits, never added them; make sure it is exactly 0600. */
-    if (fchmod(fd, 0600) < 0) rc = mt_error_set(err, "%s: chmod 600: %s", path, strerror(errno));
+    if (mt_file_make_private(fd) < 0)
+        rc = mt_error_set(err, "%s: cannot make it private: %s", path, strerror(errno));
     while (rc == 0 && off < n) {
-        ssize_t w = write(fd, text + off, n - off);
+        ssize_t w = mt_file_write(fd, text + off, n - off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0)
             rc = mt_error_set(err, "%s: cannot write: %s", path, strerror(errno));
         else
             off += (size_t)w;
     }
-    if (rc == 0 && fsync(fd) < 0)
+    if (rc == 0 && mt_file_sync(fd, false) < 0)
         rc = mt_error_set(err, "%s: cannot sync to disk: %s", path, strerror(errno));
-    if (close(fd) < 0 && rc == 0)
+    if (mt_file_close(fd) < 0 && rc == 0)
         rc = mt_error_set(err, "%s: cannot close: %s", path, strerror(errno));
     sodium_memzero(text, sizeof text);
-    if (rc) unlink(path);
+    if (rc) mt_file_remove(path);
     return rc;
 }
 
 int mt_keys_load(mt_keys *k, const char *path, mt_error *err) {
     if (net_sodium_init(err)) return -1;
-    struct stat st;
+    mt_file_info st;
     size_t len = 0;
     if (err) err->msg[0] = 0;
     memset(k, 0, sizeof *k);
     char *text = net_read_small_file(path, SECRET_FILE_MAX, "secret key file", &st, &len, err);
     if (!text) return -1;
     int rc = 0;
-    if (st.st_mode & 077) {
+    if (!st.private_) {
+        char fix[600];
         rc = mt_error_set(err,
                           "%s: secret key file is accessible by other users (mode %04o); "
-                          "refusing to use it. Run 'chmod 600 %s' (and consider the key "
+                          "refusing to use it. Run %s (and consider the key "
                           "exposed if others could read it)",
-                          path, (unsigned)(st.st_mode & 07777), path);
+                          path, (unsigned)st.mode, mt_file_private_fix(path, fix, sizeof fix));
         goto done;
     }
     /* Line 1: the magic; line 2: 128 hex digits; an optional final newline

@@ -5,12 +5,10 @@
 #include "net_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define AUTH_FILE_MAX (16u << 20) /* an authorized-keys file is at most 16 MiB */
@@ -240,7 +238,7 @@ static int auth_parse_line(mt_keys_authorized *set, char *s, size_t len, int lin
 }
 
 mt_keys_authorized *mt_keys_authorized_load(const char *path, mt_error *err) {
-    struct stat st;
+    mt_file_info st;
     size_t len = 0;
     if (err) err->msg[0] = 0;
     char *text = net_read_small_file(path, AUTH_FILE_MAX, "authorized-keys file", &st, &len, err);

@@ -4,14 +4,13 @@
  * size bounded and its status returned for permission checks. */
 #include "moontail/keys.h"
 #include "net_internal.h"
+#include "moontail/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- libsodium start-up -------------------------------------------------- */
@@ -52,31 +51,31 @@ int mt_keys_pk_from_hex(uint8_t pk[MT_KEYS_PUBLIC_BYTES], const char *hex, mt_er
 
 /* ---- small files ----------------------------------------------------- */
 
-char *net_read_small_file(const char *path, size_t max, const char *what, struct stat *st,
+char *net_read_small_file(const char *path, size_t max, const char *what, mt_file_info *st,
                           size_t *len, mt_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = mt_file_open(path, MT_O_READ, 0);
     if (fd < 0) {
         mt_error_set(err, "%s: cannot open %s: %s", path, what, strerror(errno));
         return NULL;
     }
-    if (fstat(fd, st) < 0) {
+    if (mt_file_fstat(fd, st) < 0) {
         mt_error_set(err, "%s: cannot stat %s: %s", path, what, strerror(errno));
-        close(fd);
+        mt_file_close(fd);
         return NULL;
     }
-    if (!S_ISREG(st->st_mode) || (uint64_t)st->st_size > max) {
-        if (!S_ISREG(st->st_mode))
+    if (!st->regular || st->size > max) {
+        if (!st->regular)
             mt_error_set(err, "%s: %s is not a regular file", path, what);
         else
             mt_error_set(err, "%s: %s is %lld bytes, larger than any valid one (%zu)", path, what,
-                         (long long)st->st_size, max);
-        close(fd);
+                         (long long)st->size, max);
+        mt_file_close(fd);
         return NULL;
     }
     char *buf = malloc(max + 1);
     size_t n = 0;
     while (buf && n <= max) {
-        ssize_t r = read(fd, buf + n, max + 1 - n);
+        ssize_t r = mt_file_read(fd, buf + n, max + 1 - n);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             mt_error_set(err, "%s: cannot read %s: %s", path, what, strerror(errno));
@@ -86,7 +85,7 @@ char *net_read_small_file(const char *path, size_t max, const char *what, struct
         if (r <= 0) break;
         n += (size_t)r;
     }
-    close(fd);
+    mt_file_close(fd);
     if (!buf) {
         if (err && !err->msg[0]) mt_error_set(err, "%s: out of memory reading %s", path, what);
         return NULL;

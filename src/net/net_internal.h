@@ -7,13 +7,14 @@
 
 #include "moontail/error.h"
 #include "moontail/keys.h"
+#include "moontail/file.h"
+#include "moontail/sock.h"
 
 #include <pthread.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/stat.h>
 
 /* ---- libsodium ----------------------------------------------------------- */
 
@@ -28,7 +29,7 @@ bool net_hex_decode(uint8_t *out, size_t n, const char *s, size_t len);
 /* Reads a whole regular file of at most max bytes into a NUL-terminated heap
  * buffer; NULL with "path: problem" naming it as `what`. *st receives the
  * file's status (permission checks). */
-char *net_read_small_file(const char *path, size_t max, const char *what, struct stat *st,
+char *net_read_small_file(const char *path, size_t max, const char *what, mt_file_info *st,
                           size_t *len, mt_error *err);
 
 /* ---- socket I/O (net_io.c) -----------------------------------------------
@@ -45,9 +46,9 @@ enum { NET_OK = 0, NET_EOF = 1, NET_TIMEOUT = -2, NET_ERR = -1 };
 
 /* Reads exactly n bytes. NET_OK; NET_EOF if the peer closed first (*got says
  * how many bytes came); NET_TIMEOUT or NET_ERR with err set. */
-int net_read_full(int fd, void *buf, size_t n, net_wait w, size_t *got, mt_error *err);
+int net_read_full(mt_sock fd, void *buf, size_t n, net_wait w, size_t *got, mt_error *err);
 /* Writes exactly n bytes: NET_OK, NET_TIMEOUT or NET_ERR (err set). */
-int net_write_full(int fd, const void *buf, size_t n, net_wait w, mt_error *err);
+int net_write_full(mt_sock fd, const void *buf, size_t n, net_wait w, mt_error *err);
 /* "64 MiB", "1.5 KiB" or "100 bytes": sizes in messages. */
 const char *net_size_str(uint64_t bytes, char *buf, size_t size);
 
@@ -72,7 +73,7 @@ uint8_t *net_frame_seal(net_dir *d, const void *payload, size_t len, size_t *fra
  * peer closed cleanly before the first header byte; otherwise NET_TIMEOUT /
  * NET_ERR with err set. *midframe tells whether any byte of this frame had
  * arrived when it failed (the stream is then out of step). */
-int net_frame_recv(int fd, net_dir *d, size_t min_payload, size_t max_payload, net_wait w,
+int net_frame_recv(mt_sock fd, net_dir *d, size_t min_payload, size_t max_payload, net_wait w,
                    void **out, size_t *len, bool *midframe, mt_error *err);
 
 /* ---- the connection object ----------------------------------------------- */
@@ -80,7 +81,7 @@ int net_frame_recv(int fd, net_dir *d, size_t min_payload, size_t max_payload, n
     (MT_KEYS_HEX_SIZE > MT_KEYS_NAME_MAX + 1 ? MT_KEYS_HEX_SIZE : MT_KEYS_NAME_MAX + 1)
 
 struct mt_conn {
-    int fd;
+    mt_sock fd;
     int timeout_ms;     /* idle limit per wait; <= 0: none */
     size_t max_payload; /* largest payload accepted or sent */
     bool is_client;

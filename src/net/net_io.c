@@ -1,15 +1,13 @@
 /* net_io.c - blocking "read exactly n bytes" / "write exactly n bytes" on a
  * socket with an idle limit and an absolute deadline, via poll(). The socket's
- * own blocking flag is not changed: every call uses MSG_DONTWAIT, and
- * MSG_NOSIGNAL so that a peer that went away gives EPIPE instead of SIGPIPE. */
+ * own blocking flag is not changed: mt_sock_recv/send never block, and a peer
+ * that went away gives EPIPE instead of SIGPIPE (sock.h). */
 #include "moontail/clock.h"
 #include "net_internal.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 const char *net_size_str(uint64_t bytes, char *buf, size_t size) {
@@ -23,7 +21,7 @@ const char *net_size_str(uint64_t bytes, char *buf, size_t size) {
 }
 
 /* Waits until fd is ready for `events`. NET_OK, NET_TIMEOUT or NET_ERR. */
-static int wait_ready(int fd, short events, net_wait w, mt_error *err) {
+static int wait_ready(mt_sock fd, short events, net_wait w, mt_error *err) {
     for (;;) {
         int ms = w.idle_ms > 0 ? w.idle_ms : -1;
         if (w.deadline_ms >= 0) {
@@ -31,25 +29,25 @@ static int wait_ready(int fd, short events, net_wait w, mt_error *err) {
             if (left <= 0) return NET_TIMEOUT;
             if (ms < 0 || left < ms) ms = (int)left;
         }
-        struct pollfd p = {.fd = fd, .events = events};
-        int r = poll(&p, 1, ms);
+        mt_pollfd p = {.fd = fd, .events = events};
+        int r = mt_poll(&p, 1, ms);
         if (r > 0) return NET_OK; /* readable, writable, or an error the next call reports */
         if (r == 0) {
             if (w.deadline_ms >= 0 && mt_mono_ms() < w.deadline_ms && w.idle_ms <= 0) continue;
             return NET_TIMEOUT;
         }
         if (errno != EINTR) {
-            mt_error_set(err, "poll on socket failed: %s", strerror(errno));
+            mt_error_set(err, "poll on socket failed: %s", mt_sock_strerror(errno));
             return NET_ERR;
         }
     }
 }
 
-int net_read_full(int fd, void *buf, size_t n, net_wait w, size_t *got, mt_error *err) {
+int net_read_full(mt_sock fd, void *buf, size_t n, net_wait w, size_t *got, mt_error *err) {
     size_t off = 0;
     int rc = NET_OK;
     while (off < n) {
-        ssize_t r = recv(fd, (char *)buf + off, n - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t r = mt_sock_recv(fd, (char *)buf + off, n - off);
         if (r > 0) {
             off += (size_t)r;
             continue;
@@ -60,7 +58,7 @@ int net_read_full(int fd, void *buf, size_t n, net_wait w, size_t *got, mt_error
         }
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            rc = wait_ready(fd, POLLIN, w, err);
+            rc = wait_ready(fd, MT_POLLIN, w, err);
             if (rc == NET_OK) continue;
             if (rc == NET_TIMEOUT)
                 mt_error_set(err,
@@ -73,7 +71,7 @@ int net_read_full(int fd, void *buf, size_t n, net_wait w, size_t *got, mt_error
             rc = NET_EOF; /* a reset is a (rude) close */
             break;
         }
-        mt_error_set(err, "cannot read from the socket: %s", strerror(errno));
+        mt_error_set(err, "cannot read from the socket: %s", mt_sock_strerror(errno));
         rc = NET_ERR;
         break;
     }
@@ -81,17 +79,17 @@ int net_read_full(int fd, void *buf, size_t n, net_wait w, size_t *got, mt_error
     return rc;
 }
 
-int net_write_full(int fd, const void *buf, size_t n, net_wait w, mt_error *err) {
+int net_write_full(mt_sock fd, const void *buf, size_t n, net_wait w, mt_error *err) {
     size_t off = 0;
     while (off < n) {
-        ssize_t r = send(fd, (const char *)buf + off, n - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t r = mt_sock_send(fd, (const char *)buf + off, n - off);
         if (r > 0) {
             off += (size_t)r;
             continue;
         }
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_ready(fd, POLLOUT, w, err);
+            int rc = wait_ready(fd, MT_POLLOUT, w, err);
             if (rc == NET_OK) continue;
             if (rc == NET_TIMEOUT)
                 mt_error_set(err,
@@ -103,7 +101,8 @@ int net_write_full(int fd, const void *buf, size_t n, net_wait w, mt_error *err)
         if (r < 0 && (errno == EPIPE || errno == ECONNRESET))
             return mt_error_set(err, "the peer closed the connection (%zu of %zu bytes sent)", off,
                                 n);
-        return mt_error_set(err, "cannot write to the socket: %s", r < 0 ? strerror(errno) : "0");
+        return mt_error_set(err, "cannot write to the socket: %s",
+                            r < 0 ? mt_sock_strerror(errno) : "0");
     }
     return NET_OK;
 }

@@ -57,8 +57,8 @@ enum {
 
 typedef struct node_client {
     struct mt_node *node;
-    int fd;      /* the socket until the handshake ends (owned by mt_conn_server from then) */
-    int wake_fd; /* dup of the socket: shutdown() on it wakes the reader at stop */
+    mt_sock fd;      /* the socket until the handshake ends (owned by mt_conn_server from then) */
+    mt_sock wake_fd; /* a second handle on it: shutting it down wakes the reader at stop */
     mt_conn *conn;
     pthread_mutex_t send_lock;
     int refs, inflight;      /* guarded by node->lock */
@@ -206,8 +206,8 @@ struct mt_node {
     int n_partners;
     mt_expert_dispatch dispatch;
     bool use_dispatch;
-    int listen_fd;
-    int wake[2]; /* a pipe: writing to wake[1] ends the accept thread's wait */
+    mt_sock listen_fd;
+    mt_wake wake; /* ends the accept thread's wait */
     char addr[96];
     mt_log_source log; /* "node: ADDR: ..." lines (none when cfg.quiet) */
 

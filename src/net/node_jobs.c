@@ -98,7 +98,7 @@ void node_client_unref_locked(node_client *c) {
         n->clients = c->next;
     if (c->next) c->next->prev = c->prev;
     if (c->conn) mt_conn_close(c->conn);
-    if (c->wake_fd >= 0) close(c->wake_fd);
+    if (c->wake_fd != MT_SOCK_NONE) mt_sock_close(c->wake_fd);
     pthread_mutex_destroy(&c->send_lock);
     free(c);
 }

@@ -9,8 +9,6 @@
 #include "node_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +90,11 @@ static void handle_frame(node_client *c, void *buf, size_t len) {
     }
 }
 
+/* Whether a configuration holds a listening socket (0 and MT_SOCK_NONE: none). */
+static bool given(mt_sock s) {
+    return s != 0 && s != MT_SOCK_NONE;
+}
+
 static bool stopping(mt_node *n) {
     pthread_mutex_lock(&n->lock);
     bool s = n->stop;
@@ -110,7 +113,7 @@ static void *reader_main(void *arg) {
     memcpy(own_pk, me.pk, sizeof own_pk);
     mt_keys_wipe(&me);
     pthread_mutex_lock(&n->lock);
-    c->fd = -1; /* owned (or closed) by the transport now */
+    c->fd = MT_SOCK_NONE; /* owned (or closed) by the transport now */
     c->conn = conn;
     if (conn) n->stats.connections++;
     pthread_mutex_unlock(&n->lock);
@@ -160,19 +163,20 @@ static void *reader_main(void *arg) {
 static void *accept_main(void *arg) {
     mt_node *n = arg;
     while (!stopping(n)) {
-        struct pollfd p[2] = {{.fd = n->listen_fd, .events = POLLIN},
-                              {.fd = n->wake[0], .events = POLLIN}};
-        int pr = poll(p, 2, -1);
+        mt_pollfd p[2] = {{.fd = n->listen_fd, .events = MT_POLLIN},
+                          {.fd = mt_wake_sock(&n->wake), .events = MT_POLLIN}};
+        int pr = mt_poll(p, 2, -1);
         if (pr < 0 && errno != EINTR) {
-            mt_log_as(&n->log, MT_LOG_ERROR, "waiting for connections: poll: %s", strerror(errno));
+            mt_log_as(&n->log, MT_LOG_ERROR, "waiting for connections: poll: %s",
+                      mt_sock_strerror(errno));
             mt_sleep_ms(100);
         }
         if (pr <= 0 || p[1].revents) continue; /* woken: the loop checks stop */
         mt_error err = {{0}};
         char peer[64];
-        int fd = mt_accept_tcp(n->listen_fd, 50, peer, sizeof peer, &err);
-        if (fd == -2) continue; /* the client gave up meanwhile */
-        if (fd < 0) {
+        mt_sock fd = mt_accept_tcp(n->listen_fd, 50, peer, sizeof peer, &err);
+        if (fd == MT_SOCK_NONE && errno == ETIMEDOUT) continue; /* the client gave up meanwhile */
+        if (fd == MT_SOCK_NONE) {
             mt_log_as(&n->log, MT_LOG_ERROR, "accept: %s", err.msg);
             mt_sleep_ms(100);
             continue;
@@ -185,12 +189,12 @@ static void *accept_main(void *arg) {
             mt_log_as(&n->log, MT_LOG_WARN, "connection from %s refused: %d connections already",
                       peer, NODE_MAX_CLIENTS);
             free(c);
-            close(fd);
+            mt_sock_close(fd);
             continue;
         }
         c->node = n;
         c->fd = fd;
-        c->wake_fd = dup(fd);
+        c->wake_fd = mt_sock_dup(fd);
         c->refs = 1;
         snprintf(c->peer, sizeof c->peer, "%s", peer);
         pthread_mutex_init(&c->send_lock, NULL);
@@ -206,7 +210,7 @@ static void *accept_main(void *arg) {
         if (pthread_create(&th, &attr, reader_main, c) != 0) {
             n->n_readers--;
             node_client_unref_locked(c); /* closes wake_fd; fd is still ours */
-            close(fd);
+            mt_sock_close(fd);
             mt_log_as(&n->log, MT_LOG_ERROR, "connection from %s dropped: cannot start a thread",
                       peer);
         }
@@ -299,13 +303,13 @@ static int size_sessions(mt_node *n, mt_error *err) {
 
 mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     if (!cfg->shard_path || !cfg->keys || !cfg->authorized) {
-        if (cfg->listen_fd > 0) close(cfg->listen_fd); /* ours from the call on */
+        if (given(cfg->listen_fd)) mt_sock_close(cfg->listen_fd); /* ours from the call on */
         mt_error_set(err, "node: a shard, a key and an authorized-keys set are required");
         return NULL;
     }
     mt_node *n = calloc(1, sizeof *n);
     if (!n) {
-        if (cfg->listen_fd > 0) close(cfg->listen_fd);
+        if (given(cfg->listen_fd)) mt_sock_close(cfg->listen_fd);
         mt_error_set(err, "out of memory");
         return NULL;
     }
@@ -316,8 +320,9 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     n->keys = *cfg->keys;
     pthread_mutex_init(&n->id_lock, NULL);
     n->authorized = cfg->authorized;
-    n->listen_fd = cfg->listen_fd > 0 ? cfg->listen_fd : -1; /* closed by mt_node_stop */
-    n->wake[0] = n->wake[1] = -1;
+    n->listen_fd =
+        given(cfg->listen_fd) ? cfg->listen_fd : MT_SOCK_NONE; /* closed by mt_node_stop */
+    n->wake = MT_WAKE_NONE;
     pthread_mutex_init(&n->lock, NULL);
     /* the worker's timed waits (session expiry, re-checks) measure the monotonic clock */
     mt_cond_init_mono(&n->work_cv);
@@ -367,9 +372,10 @@ mt_node *mt_node_start(const mt_node_config *cfg, mt_error *err) {
     if (node_passes_init(n, err)) goto fail;
     if (node_setup_experts(n, cfg, err)) goto fail;
     const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:0";
-    if (n->listen_fd < 0 && (n->listen_fd = mt_listen_tcp(listen, err)) < 0) goto fail;
-    if (pipe2(n->wake, O_CLOEXEC) != 0) {
-        mt_error_set(err, "cannot create a pipe: %s", strerror(errno));
+    if (n->listen_fd == MT_SOCK_NONE && (n->listen_fd = mt_listen_tcp(listen, err)) == MT_SOCK_NONE)
+        goto fail;
+    if (mt_wake_init(&n->wake) != 0) {
+        mt_error_set(err, "cannot make the accept thread's wake: %s", mt_sock_strerror(errno));
         goto fail;
     }
     const char *colon = strrchr(listen, ':');
@@ -402,10 +408,7 @@ void mt_node_stop(mt_node *n) {
     pthread_cond_broadcast(&n->work_cv);
     pthread_cond_broadcast(&n->client_cv);
     pthread_mutex_unlock(&n->lock);
-    if (n->wake[1] >= 0) {
-        ssize_t w = write(n->wake[1], "x", 1);
-        (void)w; /* a full pipe would be a wake-up already */
-    }
+    mt_wake_signal(&n->wake);
     if (n->accept_started) pthread_join(n->accept_thread, NULL);
     if (n->worker_started) pthread_join(n->worker_thread, NULL);
     node_recheck_stop(n);
@@ -424,12 +427,11 @@ void mt_node_stop(mt_node *n) {
     }
     pthread_mutex_lock(&n->lock);
     for (node_client *c = n->clients; c; c = c->next)
-        if (c->wake_fd >= 0) shutdown(c->wake_fd, SHUT_RDWR);
+        if (c->wake_fd != MT_SOCK_NONE) mt_sock_shutdown(c->wake_fd, MT_SHUT_RDWR);
     while (n->n_readers > 0) pthread_cond_wait(&n->done_cv, &n->lock);
     pthread_mutex_unlock(&n->lock);
-    if (n->listen_fd >= 0) close(n->listen_fd);
-    for (int i = 0; i < 2; i++)
-        if (n->wake[i] >= 0) close(n->wake[i]);
+    if (n->listen_fd != MT_SOCK_NONE) mt_sock_close(n->listen_fd);
+    mt_wake_destroy(&n->wake);
     node_sessions_free(&n->sessions);
     free(n->pace_due);
     if (n->use_dispatch) mt_expert_dispatch_free(&n->dispatch); /* its threads, then partners */

@@ -291,8 +291,8 @@ mt_remote *mt_remote_connect(const char *addr, const uint8_t pk[MT_KEYS_PUBLIC_B
     pthread_mutex_init(&r->lock, NULL);
     r->next_id = 1;
     snprintf(r->addr, sizeof r->addr, "%s", addr);
-    int fd = mt_connect_tcp(addr, timeout_ms, err);
-    if (fd < 0 || !(r->conn = mt_conn_client(fd, me, pk, timeout_ms, err))) {
+    mt_sock fd = mt_connect_tcp(addr, timeout_ms, err);
+    if (fd == MT_SOCK_NONE || !(r->conn = mt_conn_client(fd, me, pk, timeout_ms, err))) {
         mt_error_prefix(err, "node %s", addr);
         mt_remote_close(r);
         return NULL;

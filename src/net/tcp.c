@@ -5,18 +5,10 @@
 #include "moontail/transport.h"
 #include "net_internal.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 /* ---- addresses ------------------------------------------------------------- */
 
@@ -128,11 +120,6 @@ static void addr_format(const struct sockaddr *sa, char *out, size_t size) {
     }
 }
 
-static void set_nodelay(int fd) {
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
 /* ---- listen / accept ------------------------------------------------------- */
 
 bool mt_addr_loopback(const char *addr) {
@@ -144,9 +131,9 @@ bool mt_addr_loopback(const char *addr) {
            IN6_IS_ADDR_LOOPBACK((struct in6_addr *)ip);
 }
 
-int mt_listen_tcp(const char *addr, mt_error *err) {
+mt_sock mt_listen_tcp(const char *addr, mt_error *err) {
     net_addr a;
-    if (addr_parse(addr, true, &a, err)) return -1;
+    if (addr_parse(addr, true, &a, err)) return MT_SOCK_NONE;
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     socklen_t sl;
@@ -163,24 +150,21 @@ int mt_listen_tcp(const char *addr, mt_error *err) {
         inet_pton(AF_INET6, a.host, &s6->sin6_addr);
         sl = sizeof *s6;
     }
-    int fd = socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return mt_error_set(err, "listen on %s: cannot create a socket: %s", addr, strerror(errno));
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (a.family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    /* the kernel's largest accept queue (net.core.somaxconn): a burst of connections
-     * (a cell's nodes at once, a flood the relay must shed) waits there instead of having
-     * its handshakes dropped and retried seconds later */
-    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, SOMAXCONN) < 0) {
+    mt_sock fd = mt_sock_open(a.family, SOCK_STREAM, 0, false);
+    if (fd == MT_SOCK_NONE) {
+        mt_error_set(err, "listen on %s: cannot create a socket: %s", addr,
+                     mt_sock_strerror(errno));
+        return MT_SOCK_NONE;
+    }
+    if (mt_sock_bind_listen(fd, (struct sockaddr *)&ss, sl) != 0) {
         int e = errno;
-        close(fd);
-        mt_error_set(err, "listen on %s: %s%s", addr, strerror(e),
+        mt_sock_close(fd);
+        mt_error_set(err, "listen on %s: %s%s", addr, mt_sock_strerror(e),
                      e == EADDRINUSE      ? " (another process holds this port; pick another)"
                      : e == EADDRNOTAVAIL ? " (no interface of this machine has that address)"
                                           : "");
         errno = e; /* callers tell a port in use from other failures */
-        return -1;
+        return MT_SOCK_NONE;
     }
     return fd;
 }
@@ -189,24 +173,20 @@ int mt_listen_probe(const char *addr, mt_error *err) {
     net_addr a;
     if (addr_parse(addr, true, &a, err)) return -1;
     if (strcmp(a.port, "0") == 0) return 0;
-    int fd = mt_listen_tcp(addr, err);
-    if (fd >= 0) {
-        close(fd);
+    mt_sock fd = mt_listen_tcp(addr, err);
+    if (fd != MT_SOCK_NONE) {
+        mt_sock_close(fd);
         return 0;
     }
     return errno == EADDRINUSE ? 1 : -1;
 }
 
-int mt_listen_port(int fd) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) return -1;
-    if (ss.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    if (ss.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    return -1;
+int mt_listen_port(mt_sock fd) {
+    return mt_sock_port(fd);
 }
 
-int mt_accept_tcp(int listen_fd, int timeout_ms, char *peer, size_t peer_size, mt_error *err) {
+mt_sock mt_accept_tcp(mt_sock listen_fd, int timeout_ms, char *peer, size_t peer_size,
+                      mt_error *err) {
     int64_t deadline = timeout_ms > 0 ? mt_mono_ms() + timeout_ms : -1;
     for (;;) {
         int ms = -1;
@@ -214,30 +194,34 @@ int mt_accept_tcp(int listen_fd, int timeout_ms, char *peer, size_t peer_size, m
             int64_t left = deadline - mt_mono_ms();
             if (left <= 0) {
                 mt_error_set(err, "no connection within %d ms", timeout_ms);
-                return -2;
+                errno = ETIMEDOUT;
+                return MT_SOCK_NONE;
             }
             ms = (int)left;
         }
-        struct pollfd p = {.fd = listen_fd, .events = POLLIN};
-        int r = poll(&p, 1, ms);
+        mt_pollfd p = {.fd = listen_fd, .events = MT_POLLIN};
+        int r = mt_poll(&p, 1, ms);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return mt_error_set(err, "waiting for connections: poll: %s", strerror(errno));
+        if (r < 0) {
+            mt_error_set(err, "waiting for connections: poll: %s", mt_sock_strerror(errno));
+            return MT_SOCK_NONE;
+        }
         if (r == 0) continue; /* the deadline check above reports it */
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = accept4(listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
+        mt_sock fd = mt_sock_accept(listen_fd, &ss, &sl);
+        if (fd == MT_SOCK_NONE) {
             /* Another thread took it, or the client gave up before we got to it. */
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
                 continue;
-            return mt_error_set(err, "accepting a connection: %s%s", strerror(errno),
-                                errno == EMFILE || errno == ENFILE
-                                    ? " (out of file descriptors; raise 'ulimit -n')"
-                                    : "");
+            int e = errno;
+            mt_error_set(
+                err, "accepting a connection: %s%s", mt_sock_strerror(e),
+                e == EMFILE || e == ENFILE ? " (out of file descriptors; raise 'ulimit -n')" : "");
+            errno = e;
+            return MT_SOCK_NONE;
         }
-        /* blocking again: the transport waits in poll and never needs O_NONBLOCK */
-        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-        set_nodelay(fd);
+        mt_sock_nodelay(fd);
         if (peer && peer_size) addr_format((struct sockaddr *)&ss, peer, peer_size);
         return fd;
     }
@@ -245,65 +229,78 @@ int mt_accept_tcp(int listen_fd, int timeout_ms, char *peer, size_t peer_size, m
 
 /* ---- connect ------------------------------------------------------------------ */
 
-/* One connect attempt with a timeout; fd or -1 with err. */
-static int connect_one(const struct addrinfo *ai, int timeout_ms, const char *addr, mt_error *err) {
+/* One connect attempt with a timeout; the socket or MT_SOCK_NONE with err. */
+static mt_sock connect_one(const struct addrinfo *ai, int timeout_ms, const char *addr,
+                           mt_error *err) {
     char where[INET6_ADDRSTRLEN + 16];
     addr_format(ai->ai_addr, where, sizeof where);
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0)
-        return mt_error_set(err, "connect to %s: cannot create a socket: %s", addr,
-                            strerror(errno));
+    mt_sock fd = mt_sock_open(ai->ai_family, ai->ai_socktype, ai->ai_protocol, true);
+    if (fd == MT_SOCK_NONE) {
+        mt_error_set(err, "connect to %s: cannot create a socket: %s", addr,
+                     mt_sock_strerror(errno));
+        return MT_SOCK_NONE;
+    }
     int e = 0;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+    if (mt_sock_connect(fd, ai->ai_addr, (socklen_t)ai->ai_addrlen) < 0) {
         e = errno;
-        if (e == EINPROGRESS) {
-            int64_t deadline = timeout_ms > 0 ? mt_mono_ms() + timeout_ms : -1;
-            for (;;) {
-                int ms = deadline >= 0 ? (int)(deadline - mt_mono_ms()) : -1;
-                if (deadline >= 0 && ms <= 0) {
-                    e = ETIMEDOUT;
-                    break;
-                }
-                struct pollfd p = {.fd = fd, .events = POLLOUT};
-                int r = poll(&p, 1, ms);
-                if (r < 0 && errno == EINTR) continue;
-                if (r < 0) {
-                    e = errno;
-                    break;
-                }
-                if (r == 0) continue;
-                socklen_t el = sizeof e;
-                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0) e = errno;
+    } else {
+        int64_t deadline = timeout_ms > 0 ? mt_mono_ms() + timeout_ms : -1;
+        for (;;) {
+            int ms = deadline >= 0 ? (int)(deadline - mt_mono_ms()) : -1;
+            if (deadline >= 0 && ms <= 0) {
+                e = ETIMEDOUT;
                 break;
             }
+            mt_pollfd p = {.fd = fd, .events = MT_POLLOUT};
+            int r = mt_poll(&p, 1, ms);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) {
+                e = errno;
+                break;
+            }
+            if (r == 0) continue;
+            e = mt_sock_error(fd);
+            break;
         }
     }
     if (e) {
-        close(fd);
-        return mt_error_set(err, "cannot connect to %s (%s): %s%s", addr, where, strerror(e),
-                            e == ECONNREFUSED ? " (is the node running and listening there?)"
-                            : e == ETIMEDOUT  ? " (no answer; check the address and firewalls)"
-                                              : "");
+        mt_sock_close(fd);
+        mt_error_set(err, "cannot connect to %s (%s): %s%s", addr, where, mt_sock_strerror(e),
+                     e == ECONNREFUSED ? " (is the node running and listening there?)"
+                     : e == ETIMEDOUT  ? " (no answer; check the address and firewalls)"
+                                       : "");
+        return MT_SOCK_NONE;
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    set_nodelay(fd);
+    /* blocking again on POSIX: the transport waits in poll and never needs O_NONBLOCK */
+    mt_sock_set_nonblock(fd, false);
+    mt_sock_nodelay(fd);
     return fd;
 }
 
-int mt_connect_tcp(const char *addr, int timeout_ms, mt_error *err) {
+mt_sock mt_connect_tcp(const char *addr, int timeout_ms, mt_error *err) {
     net_addr a;
-    if (addr_parse(addr, false, &a, err)) return -1;
+    if (addr_parse(addr, false, &a, err)) return MT_SOCK_NONE;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = a.family;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV | (a.family != AF_UNSPEC ? AI_NUMERICHOST : 0);
+    if (mt_sock_init() != 0) {
+        mt_error_set(err, "connect to %s: the socket library did not start", addr);
+        return MT_SOCK_NONE;
+    }
     int g = getaddrinfo(a.host, a.port, &hints, &res);
-    if (g != 0)
-        return mt_error_set(err, "cannot resolve '%s' in address '%s': %s", a.host, addr,
-                            g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
-    int fd = -1;
-    for (const struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+    if (g != 0) {
+#ifdef EAI_SYSTEM
+        const char *why = g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g);
+#else
+        const char *why = gai_strerror(g);
+#endif
+        mt_error_set(err, "cannot resolve '%s' in address '%s': %s", a.host, addr, why);
+        return MT_SOCK_NONE;
+    }
+    mt_sock fd = MT_SOCK_NONE;
+    for (const struct addrinfo *ai = res; ai && fd == MT_SOCK_NONE; ai = ai->ai_next)
         fd = connect_one(ai, timeout_ms, addr, err);
     freeaddrinfo(res);
     return fd;
