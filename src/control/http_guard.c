@@ -13,15 +13,13 @@
 #include "moontail/bg_thread.h"
 #include "moontail/clock.h"
 #include "moontail/sysinfo.h"
+#include "moontail/sock.h"
 
-#include <netinet/in.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
 
 #define GUARD_BUCKETS 1024
 #define GUARD_KEY_MAX 20
@@ -52,7 +50,7 @@ typedef enum conn_phase {
 typedef struct guard_conn {
     struct guard_conn *prev, *next;
     http_guard *g;
-    int fd;
+    mt_sock fd;
     guard_key *addr;
     bool reserved; /* counted in reserved_conns */
     bool shut;     /* shut down by a deadline: libmicrohttpd will close it */
@@ -138,7 +136,7 @@ static void *deadline_thread(void *arg) {
             /* libmicrohttpd sees the end of the stream and closes the connection itself
              * (it calls the CLOSED notification, which takes this lock, before close(),
              * so the descriptor is still this connection's) */
-            shutdown(c->fd, SHUT_RDWR);
+            mt_sock_shutdown(c->fd, MT_SHUT_RDWR);
             c->shut = true;
             if (c->phase == PHASE_HEADERS)
                 g->closed_headers++;
@@ -163,16 +161,16 @@ static void *deadline_thread(void *arg) {
  * is raised towards the hard one, and the limits shrink to what fits (a
  * third of it reserved); they never grow past what was set. */
 static void fit_open_files(mt_http_limits *l) {
-    const rlim_t spare = 256; /* the process's other files: database, model, sockets */
-    rlim_t want = (rlim_t)l->max_conns + (rlim_t)l->reserved_conns + EVICT_SLACK + spare;
-    int64_t have = mt_sys_open_files((int64_t)want);
-    if (have >= (int64_t)want) return;
-    rlim_t room = (rlim_t)have > spare + 32 ? (rlim_t)have - spare : 32;
-    rlim_t reserved = room / 3 > 16 ? room / 3 : 16;
-    if (reserved < (rlim_t)l->reserved_conns) l->reserved_conns = (int)reserved;
+    const int64_t spare = 256; /* the process's other files: database, model, sockets */
+    int64_t want = (int64_t)l->max_conns + (int64_t)l->reserved_conns + EVICT_SLACK + spare;
+    int64_t have = mt_sys_open_files(want);
+    if (have >= want) return;
+    int64_t room = have > spare + 32 ? have - spare : 32;
+    int64_t reserved = room / 3 > 16 ? room / 3 : 16;
+    if (reserved < (int64_t)l->reserved_conns) l->reserved_conns = (int)reserved;
     /* the public side may use what the reserved one leaves, when that was set lower */
-    rlim_t left = room - (rlim_t)l->reserved_conns, max = left > 16 ? left : 16;
-    if (max < (rlim_t)l->max_conns) l->max_conns = (int)max;
+    int64_t left = room - (int64_t)l->reserved_conns, max = left > 16 ? left : 16;
+    if (max < (int64_t)l->max_conns) l->max_conns = (int)max;
 }
 
 http_guard *http_guard_new(const mt_http_limits *limits, void (*on_overload)(void *), void *ctx,
@@ -243,7 +241,7 @@ static bool evict_for(http_guard *g, int have) {
         if (!victim || c->addr->conns > victim->addr->conns) victim = c;
     }
     if (!victim) return false;
-    shutdown(victim->fd, SHUT_RDWR);
+    mt_sock_shutdown(victim->fd, MT_SHUT_RDWR);
     victim->shut = true;
     g->closed_headers++;
     return true;
@@ -284,7 +282,7 @@ static void conn_started(http_guard *g, struct MHD_Connection *c, void **socket_
     guard_conn *gc = calloc(1, sizeof *gc);
     if (!gc) return;
     gc->g = g;
-    gc->fd = fd->connect_fd;
+    gc->fd = (mt_sock)fd->connect_fd;
     pthread_mutex_lock(&g->mu);
     int64_t now = mt_mono_ms();
     gc->addr = find(g, key, kl, true);

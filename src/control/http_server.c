@@ -5,20 +5,19 @@
 #include "http_guard.h"
 #include "http_internal.h"
 #include "moontail/transport.h"
+#include "moontail/sock.h"
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 struct mt_http_server {
     struct MHD_Daemon *d;
-    int fd; /* the listen socket; MHD owns it once started */
+    mt_sock fd; /* the listen socket; MHD owns it once started */
     char addr[160];
     size_t max_body; /* a request's body limit when admit gives none */
     mt_http_handler handler;
@@ -244,7 +243,7 @@ mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *cfg, mt_er
         return NULL;
     }
     s->fd = mt_listen_tcp(addr, err);
-    if (s->fd < 0) {
+    if (s->fd == MT_SOCK_NONE) {
         http_guard_free(s->guard);
         pthread_mutex_destroy(&s->mu);
         free_server(s);
@@ -259,14 +258,15 @@ mt_http_server *mt_http_server_start_cfg(const mt_http_server_config *cfg, mt_er
      * TLS (tls_setup): the flag, and the certificate and key as an option array */
     const unsigned tls_flag = s->tls_cert ? MHD_USE_TLS : 0;
     s->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | tls_flag, 0,
-        http_guard_accept, s->guard, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd,
+        /* MHD_USE_AUTO: epoll on Linux, poll or select where there is none (Windows) */
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | tls_flag, 0,
+        http_guard_accept, s->guard, on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 4),
         MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_NOTIFY_CONNECTION, http_guard_notify,
         s->guard, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT,
         http_guard_mhd_limit(s->guard), MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->d) { /* MHD leaves a listen socket it was given open when it cannot start */
-        close(s->fd);
+        mt_sock_close(s->fd);
         http_guard_free(s->guard);
         pthread_mutex_destroy(&s->mu);
         free_server(s);

@@ -226,7 +226,7 @@ static int try_bind(mt_relay *r, int port) {
     char a[160];
     snprintf(a, sizeof a, "%s:%d", r->bind_host, port);
     int fd = mt_listen_tcp(a, NULL);
-    if (fd >= 0) relay_set_nonblock(fd);
+    if (fd >= 0) mt_sock_set_nonblock(fd, true);
     return fd;
 }
 
@@ -726,7 +726,7 @@ mt_relay *mt_relay_start(const mt_relay_config *cfg, mt_error *err) {
         mt_error_prefix(err, "relay");
         goto fail;
     }
-    relay_set_nonblock(r->lfd);
+    mt_sock_set_nonblock(r->lfd, true);
     snprintf(r->addr, sizeof r->addr, "%s:%d", r->public_host, mt_listen_port(r->lfd));
     if (mt_bg_thread_start(&r->bg, relay_main, r, err)) {
         mt_error_prefix(err, "relay");

@@ -16,13 +16,11 @@
 #include "relay_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,8 +47,8 @@ struct mt_relay_client {
     int64_t last_note_ms;
     /* opens in progress and finished ones the main thread has not taken yet */
     int inflight, n_ready;
-    int (*ready)[2];  /* (relay fd, local fd), max_conns entries */
-    uint64_t session; /* the control connection opens belong to (stale ones are closed) */
+    mt_sock (*ready)[2]; /* (relay socket, local socket), max_conns entries */
+    uint64_t session;    /* the control connection opens belong to (stale ones are closed) */
 };
 
 typedef struct open_job {
@@ -75,7 +73,8 @@ static void set_addr(mt_relay_client *c, const char *addr, const char *error) {
 
 /* Closes the finished opens nobody will take (caller holds c->lock). */
 static void drop_ready(mt_relay_client *c) {
-    for (int i = 0; i < c->n_ready; i++) close(c->ready[i][0]), close(c->ready[i][1]);
+    for (int i = 0; i < c->n_ready; i++)
+        mt_sock_close(c->ready[i][0]), mt_sock_close(c->ready[i][1]);
     c->n_ready = 0;
 }
 
@@ -90,7 +89,7 @@ static void printable(char *out, size_t size, const uint8_t *b, size_t n) {
 /* ---- the control connection ------------------------------------------------------------ */
 
 /* Reads the relay hello from fd; 0 or -1 with why. */
-static int read_relay_hello(mt_relay_client *c, int fd, uint8_t challenge[32], char *why,
+static int read_relay_hello(mt_relay_client *c, mt_sock fd, uint8_t challenge[32], char *why,
                             size_t wsize) {
     uint8_t h[MT_RELAY_HELLO_BYTES];
     if (relay_read_full(fd, h, sizeof h, CONNECT_MS)) {
@@ -108,17 +107,18 @@ static int read_relay_hello(mt_relay_client *c, int fd, uint8_t challenge[32], c
     return 0;
 }
 
-/* Connects, proves the node, reads WELCOME. The fd, or -1 with why. */
-static int connect_control(mt_relay_client *c, char *pub, size_t psize, char *why, size_t wsize) {
+/* Connects, proves the node, reads WELCOME. The socket, or MT_SOCK_NONE with why. */
+static mt_sock connect_control(mt_relay_client *c, char *pub, size_t psize, char *why,
+                               size_t wsize) {
     mt_error err = {{0}};
-    int fd = mt_connect_tcp(c->relay, CONNECT_MS, &err);
-    if (fd < 0) {
+    mt_sock fd = mt_connect_tcp(c->relay, CONNECT_MS, &err);
+    if (fd == MT_SOCK_NONE) {
         snprintf(why, wsize, "cannot reach the relay: %.300s", err.msg);
-        return -1;
+        return MT_SOCK_NONE;
     }
     uint8_t challenge[32], hello[MT_RELAY_CONTROL_BYTES], proof[32];
     if (read_relay_hello(c, fd, challenge, why, wsize)) {
-        close(fd);
+        mt_sock_close(fd);
         return -1;
     }
     pthread_mutex_lock(&c->lock);
@@ -132,14 +132,14 @@ static int connect_control(mt_relay_client *c, char *pub, size_t psize, char *wh
     if (relay_write_full(fd, hello, sizeof hello, CONNECT_MS) ||
         relay_read_full(fd, m, 2, CONNECT_MS) || relay_read_full(fd, m + 2, m[1], CONNECT_MS)) {
         snprintf(why, wsize, "the relay at %s closed or went silent during the hello", c->relay);
-        close(fd);
+        mt_sock_close(fd);
         return -1;
     }
     char text[260];
     printable(text, sizeof text, m + 2, m[1]);
     if (m[0] == MT_RELAY_MSG_REFUSED) {
         snprintf(why, wsize, "the relay refused this node: %s", text);
-        close(fd);
+        mt_sock_close(fd);
         return -1;
     }
     if (m[0] != MT_RELAY_MSG_WELCOME || m[1] == 0 || m[1] > 127 || !relay_addr_ok(text)) {
@@ -147,21 +147,21 @@ static int connect_control(mt_relay_client *c, char *pub, size_t psize, char *wh
                  "the relay answered the hello with message type %u length %u, not a WELCOME"
                  " with a HOST:PORT",
                  m[0], m[1]);
-        close(fd);
+        mt_sock_close(fd);
         return -1;
     }
     snprintf(pub, psize, "%.127s", text); /* checked: 1..127 bytes */
-    relay_set_nonblock(fd);
+    mt_sock_set_nonblock(fd, true);
     return fd;
 }
 
 /* A data connection for cookie (*rfd) and a connection to the local server
  * (*lfd); 0, or -1 with why. */
-static int open_data(mt_relay_client *c, const uint8_t *cookie, int *rfd, int *lfd, char *why,
-                     size_t wsize) {
+static int open_data(mt_relay_client *c, const uint8_t *cookie, mt_sock *rfd, mt_sock *lfd,
+                     char *why, size_t wsize) {
     mt_error err = {{0}};
-    int fd = mt_connect_tcp(c->relay, OPEN_MS, &err);
-    if (fd < 0) {
+    mt_sock fd = mt_connect_tcp(c->relay, OPEN_MS, &err);
+    if (fd == MT_SOCK_NONE) {
         snprintf(why, wsize, "data connection to the relay: %.300s", err.msg);
         return -1;
     }
@@ -170,14 +170,14 @@ static int open_data(mt_relay_client *c, const uint8_t *cookie, int *rfd, int *l
     if (read_relay_hello(c, fd, challenge, why, wsize) ||
         relay_write_full(fd, hello, sizeof hello, OPEN_MS)) {
         if (!why[0]) snprintf(why, wsize, "data connection: the relay closed during the hello");
-        close(fd);
+        mt_sock_close(fd);
         return -1;
     }
     /* if this node's server is down the peer is closed at once instead of waiting */
     *lfd = mt_connect_tcp(c->local, OPEN_MS, &err);
-    if (*lfd < 0) {
+    if (*lfd == MT_SOCK_NONE) {
         snprintf(why, wsize, "this node's own server %s: %.200s", c->local, err.msg);
-        close(fd);
+        mt_sock_close(fd);
         return -1;
     }
     *rfd = fd;
@@ -188,7 +188,7 @@ static void *open_main(void *arg) {
     open_job *j = arg;
     mt_relay_client *c = j->c;
     char why[400] = "";
-    int rfd = -1, lfd = -1;
+    mt_sock rfd = MT_SOCK_NONE, lfd = MT_SOCK_NONE;
     int rc = open_data(c, j->cookie, &rfd, &lfd, why, sizeof why);
     pthread_mutex_lock(&c->lock);
     bool take =
@@ -198,8 +198,8 @@ static void *open_main(void *arg) {
         c->ready[c->n_ready][1] = lfd;
         c->n_ready++;
     } else if (rc == 0) {
-        close(rfd);
-        close(lfd);
+        mt_sock_close(rfd);
+        mt_sock_close(lfd);
     }
     bool note = rc != 0 && mt_mono_ms() - c->last_note_ms > 5000;
     if (note) c->last_note_ms = mt_mono_ms();
@@ -251,7 +251,7 @@ static void start_open(mt_relay_client *c, const uint8_t *cookie, int n) {
 
 /* One message from the relay (already checked to be complete); n = pairs
  * relayed now. 0, or -1 with why. */
-static int on_message(mt_relay_client *c, int ctl, const uint8_t *m, int n, char *why,
+static int on_message(mt_relay_client *c, mt_sock ctl, const uint8_t *m, int n, char *why,
                       size_t wsize) {
     switch (m[0]) {
     case MT_RELAY_MSG_PING: {
@@ -283,10 +283,10 @@ static bool header_ok(uint8_t type, uint8_t len) {
 }
 
 /* Runs the control connection until it ends; why says how. */
-static void serve(mt_relay_client *c, int ctl, char *why, size_t wsize) {
+static void serve(mt_relay_client *c, mt_sock ctl, char *why, size_t wsize) {
     int max = c->cfg.max_conns;
     relay_pipe *pairs = calloc((size_t)max, sizeof *pairs);
-    struct pollfd *pf = calloc(2 + 2 * (size_t)max, sizeof *pf);
+    mt_pollfd *pf = calloc(2 + 2 * (size_t)max, sizeof *pf);
     uint8_t in[2 + 255];
     size_t in_len = 0;
     int n = 0;
@@ -301,31 +301,31 @@ static void serve(mt_relay_client *c, int ctl, char *why, size_t wsize) {
             snprintf(why, wsize, "the node is stopping");
             break;
         }
-        pf[0] = (struct pollfd){.fd = mt_bg_thread_wake_fd(&c->bg), .events = POLLIN};
-        pf[1] = (struct pollfd){.fd = ctl, .events = POLLIN};
+        pf[0] = (mt_pollfd){.fd = mt_bg_thread_wake_fd(&c->bg), .events = MT_POLLIN};
+        pf[1] = (mt_pollfd){.fd = ctl, .events = MT_POLLIN};
         for (int i = 0; i < n; i++) relay_pipe_poll(&pairs[i], pf + 2 + 2 * i);
         int np = n;
-        int rc = poll(pf, 2 + 2 * (nfds_t)np, 1000);
+        int rc = mt_poll(pf, 2 + 2 * (size_t)np, 1000);
         int64_t now = mt_mono_ms();
         if (rc < 0 && errno != EINTR) {
-            snprintf(why, wsize, "poll: %s", strerror(errno));
+            snprintf(why, wsize, "poll: %s", mt_sock_strerror(errno));
             break;
         }
         if (rc > 0 && pf[0].revents) { /* finished opens become relayed pairs */
             mt_bg_thread_clear(&c->bg);
             pthread_mutex_lock(&c->lock);
             for (int i = 0; i < c->n_ready; i++) {
-                int *fds = c->ready[i];
+                mt_sock *fds = c->ready[i];
                 if (n < max && relay_pipe_init(&pairs[n], fds[0], fds[1], BUF_BYTES, now) == 0)
                     n++;
                 else
-                    close(fds[0]), close(fds[1]);
+                    mt_sock_close(fds[0]), mt_sock_close(fds[1]);
             }
             c->n_ready = 0;
             pthread_mutex_unlock(&c->lock);
         }
-        if (rc > 0 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            ssize_t got = recv(ctl, in + in_len, sizeof in - in_len, 0);
+        if (rc > 0 && (pf[1].revents & (MT_POLLIN | MT_POLLHUP | MT_POLLERR))) {
+            ssize_t got = mt_sock_recv(ctl, in + in_len, sizeof in - in_len);
             if (got == 0 ||
                 (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
                 snprintf(why, wsize, "the relay closed the control connection");
@@ -354,16 +354,15 @@ static void serve(mt_relay_client *c, int ctl, char *why, size_t wsize) {
             if (bad) break;
         }
         for (int i = 0; i < np; i++) {
-            struct pollfd *q = pf + 2 + 2 * i;
+            mt_pollfd *q = pf + 2 + 2 * i;
             if (((q[0].revents | q[1].revents) && relay_pipe_step(&pairs[i], q, now)) ||
                 now - pairs[i].last_ms > IDLE_MS) {
-                relay_pipe_close(&pairs[i]);
-                pairs[i].fd[0] = -2; /* removed below */
+                relay_pipe_close(&pairs[i]); /* its fds are MT_SOCK_NONE now: removed below */
             }
         }
         int k = 0;
         for (int i = 0; i < n; i++)
-            if (pairs[i].fd[0] != -2) pairs[k++] = pairs[i];
+            if (pairs[i].fd[0] != MT_SOCK_NONE) pairs[k++] = pairs[i];
         n = k;
         if (now - last_rx > DEAD_MS) {
             snprintf(why, wsize, "no word from the relay for %d s", DEAD_MS / 1000);
@@ -373,7 +372,7 @@ static void serve(mt_relay_client *c, int ctl, char *why, size_t wsize) {
     for (int i = 0; pairs && i < n; i++) relay_pipe_close(&pairs[i]);
     free(pairs);
     free(pf);
-    close(ctl);
+    mt_sock_close(ctl);
     pthread_mutex_lock(&c->lock);
     c->session++;
     drop_ready(c);
@@ -385,8 +384,8 @@ static void *client_main(void *arg) {
     int backoff = 1000, failures = 0;
     while (!stopping(c)) {
         char why[400] = "", pub[160] = "";
-        int fd = connect_control(c, pub, sizeof pub, why, sizeof why);
-        if (fd < 0) {
+        mt_sock fd = connect_control(c, pub, sizeof pub, why, sizeof why);
+        if (fd == MT_SOCK_NONE) {
             set_addr(c, "", why);
             if (failures++ % 10 == 0)
                 mt_log_as(&c->log, MT_LOG_WARN, "%s; trying again in %d s", why, backoff / 1000);

@@ -8,37 +8,29 @@
 #include "moontail/relay.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
-int relay_set_nonblock(int fd) {
-    int fl = fcntl(fd, F_GETFL);
-    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-static int wait_fd(int fd, short ev, int64_t deadline) {
+static int wait_fd(mt_sock fd, short ev, int64_t deadline) {
     for (;;) {
         int64_t left = deadline - mt_mono_ms();
         if (left <= 0) return -1;
-        struct pollfd p = {.fd = fd, .events = ev};
-        int r = poll(&p, 1, (int)left);
+        mt_pollfd p = {.fd = fd, .events = ev};
+        int r = mt_poll(&p, 1, (int)left);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return -1;
         return 0;
     }
 }
 
-int relay_read_full(int fd, void *buf, size_t n, int timeout_ms) {
+int relay_read_full(mt_sock fd, void *buf, size_t n, int timeout_ms) {
     int64_t deadline = mt_mono_ms() + timeout_ms;
     size_t got = 0;
     while (got < n) {
-        if (wait_fd(fd, POLLIN, deadline)) return -1;
-        ssize_t r = recv(fd, (uint8_t *)buf + got, n - got, 0);
+        if (wait_fd(fd, MT_POLLIN, deadline)) return -1;
+        ssize_t r = mt_sock_recv(fd, (uint8_t *)buf + got, n - got);
         if (r == 0) return -1;
         if (r < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
@@ -49,12 +41,12 @@ int relay_read_full(int fd, void *buf, size_t n, int timeout_ms) {
     return 0;
 }
 
-int relay_write_full(int fd, const void *buf, size_t n, int timeout_ms) {
+int relay_write_full(mt_sock fd, const void *buf, size_t n, int timeout_ms) {
     int64_t deadline = mt_mono_ms() + timeout_ms;
     size_t put = 0;
     while (put < n) {
-        if (wait_fd(fd, POLLOUT, deadline)) return -1;
-        ssize_t r = send(fd, (const uint8_t *)buf + put, n - put, MSG_NOSIGNAL);
+        if (wait_fd(fd, MT_POLLOUT, deadline)) return -1;
+        ssize_t r = mt_sock_send(fd, (const uint8_t *)buf + put, n - put);
         if (r < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
             return -1;
@@ -108,7 +100,7 @@ void mt_relay_proof(const uint8_t key[32], const uint8_t challenge[MT_RELAY_CHAL
 
 /* ---- pipes ------------------------------------------------------------------------------- */
 
-int relay_pipe_init(relay_pipe *p, int a, int b, size_t cap, int64_t now_ms) {
+int relay_pipe_init(relay_pipe *p, mt_sock a, mt_sock b, size_t cap, int64_t now_ms) {
     memset(p, 0, sizeof *p);
     p->fd[0] = a;
     p->fd[1] = b;
@@ -123,30 +115,31 @@ int relay_pipe_init(relay_pipe *p, int a, int b, size_t cap, int64_t now_ms) {
         p->buf[0] = p->buf[1] = NULL;
         return -1;
     }
-    relay_set_nonblock(a);
-    relay_set_nonblock(b);
+    mt_sock_set_nonblock(a, true);
+    mt_sock_set_nonblock(b, true);
     return 0;
 }
 
-void relay_pipe_poll(const relay_pipe *p, struct pollfd pf[2]) {
+void relay_pipe_poll(const relay_pipe *p, mt_pollfd pf[2]) {
     short ev[2] = {0, 0};
     for (int i = 0; i < 2; i++) {
-        if (!p->eof[i] && p->len[i] < p->cap) ev[i] |= POLLIN;
-        if (p->len[i] > p->off[i]) ev[1 - i] |= POLLOUT;
+        if (!p->eof[i] && p->len[i] < p->cap) ev[i] |= MT_POLLIN;
+        if (p->len[i] > p->off[i]) ev[1 - i] |= MT_POLLOUT;
     }
     for (int i = 0; i < 2; i++) {
-        pf[i].fd = ev[i] ? p->fd[i] : -1;
+        pf[i].fd = ev[i] ? p->fd[i] : MT_SOCK_NONE;
         pf[i].events = ev[i];
         pf[i].revents = 0;
     }
 }
 
-int relay_pipe_step(relay_pipe *p, const struct pollfd pf[2], int64_t now_ms) {
+int relay_pipe_step(relay_pipe *p, const mt_pollfd pf[2], int64_t now_ms) {
     for (int i = 0; i < 2; i++) {
         int j = 1 - i;
-        if ((pf[i].revents & (POLLIN | POLLHUP | POLLERR)) && !p->eof[i] && p->len[i] < p->cap) {
+        if ((pf[i].revents & (MT_POLLIN | MT_POLLHUP | MT_POLLERR)) && !p->eof[i] &&
+            p->len[i] < p->cap) {
             if (p->off[i] == p->len[i]) p->off[i] = p->len[i] = 0;
-            ssize_t r = recv(p->fd[i], p->buf[i] + p->len[i], p->cap - p->len[i], 0);
+            ssize_t r = mt_sock_recv(p->fd[i], p->buf[i] + p->len[i], p->cap - p->len[i]);
             if (r > 0) {
                 p->len[i] += (size_t)r;
                 p->moved[i] += (uint64_t)r;
@@ -158,7 +151,7 @@ int relay_pipe_step(relay_pipe *p, const struct pollfd pf[2], int64_t now_ms) {
             }
         }
         if (p->len[i] > p->off[i]) { /* non-blocking: EAGAIN just waits for POLLOUT */
-            ssize_t w = send(p->fd[j], p->buf[i] + p->off[i], p->len[i] - p->off[i], MSG_NOSIGNAL);
+            ssize_t w = mt_sock_send(p->fd[j], p->buf[i] + p->off[i], p->len[i] - p->off[i]);
             if (w > 0) {
                 p->off[i] += (size_t)w;
                 p->last_ms = now_ms;
@@ -168,7 +161,7 @@ int relay_pipe_step(relay_pipe *p, const struct pollfd pf[2], int64_t now_ms) {
             }
         }
         if (p->eof[i] && p->off[i] == p->len[i] && !p->shut[i]) {
-            shutdown(p->fd[j], SHUT_WR);
+            mt_sock_shutdown(p->fd[j], MT_SHUT_WR);
             p->shut[i] = true;
         }
     }
@@ -177,8 +170,8 @@ int relay_pipe_step(relay_pipe *p, const struct pollfd pf[2], int64_t now_ms) {
 
 void relay_pipe_close(relay_pipe *p) {
     for (int i = 0; i < 2; i++) {
-        if (p->fd[i] >= 0) close(p->fd[i]);
-        p->fd[i] = -1;
+        if (p->fd[i] != MT_SOCK_NONE) mt_sock_close(p->fd[i]);
+        p->fd[i] = MT_SOCK_NONE;
         free(p->buf[i]);
         p->buf[i] = NULL;
     }

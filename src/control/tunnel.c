@@ -178,7 +178,7 @@ static pid_t spawn(mt_tunnel *t, int *out_fd) {
     }
     setpgid(pid, pid); /* also here, so a kill right after fork reaches the group */
     close(p[1]);
-    relay_set_nonblock(p[0]);
+    mt_sock_set_nonblock(p[0], true);
     *out_fd = p[0];
     return pid;
 }
