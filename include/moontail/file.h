@@ -96,6 +96,9 @@ int mt_dir_make(const char *path, bool private_);
 /* mt_dir_make of path and of every missing directory above it: 0, or -1 with
  * errno. A directory already there is fine. */
 int mt_dir_make_all(const char *path, bool private_);
+/* Sets exactly mode on the file or directory path (chmod; on Windows only
+ * "private or not": an owner-only ACL when mode has no group/other bits). */
+int mt_path_set_mode(const char *path, int mode);
 /* Whether c separates directories in a path here ('/', and '\\' on Windows). */
 bool mt_path_sep(char c);
 

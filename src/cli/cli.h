@@ -5,6 +5,7 @@
 
 #include "moontail/http.h"
 #include "moontail/model.h"
+#include "moontail/proc.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -90,11 +91,6 @@ const char *cli_value(int argc, char **argv, int *i);
 int cli_take_all(int *argc, char **argv, const char *name, const char **out);
 /* Reads a whole file into a NUL-terminated heap buffer; NULL with a message on error. */
 char *cli_read_file(const char *path, size_t *len);
-/* For daemons that wait with sigwait: blocks SIGINT and SIGTERM (and SIGHUP
- * when hup) in this thread and every thread started after, into *sigs, and
- * ignores SIGPIPE (a peer that goes away is an error return, not a death). */
-#include <signal.h>
-void cli_block_stop_signals(sigset_t *sigs, bool hup);
 
 /* Replaces "--config FILE" in argv by the options the file holds (see
  * cli_config_file.c), before the command line's own. 0, or -1 after saying
@@ -159,10 +155,10 @@ typedef struct cli_log_opts {
     "                        {\"ts\", \"level\", \"component\", \"msg\"} object per line\n"
 /* Sets the process log from o; false after saying what is wrong. */
 bool cli_log_setup(const char *cmd, const cli_log_opts *o);
-/* Waits for a signal of sigs (cli_block_stop_signals) and returns it; a
- * SIGHUP among them opens the log file again (logged as component) and
- * waits on. */
-int cli_wait_stop(const sigset_t *sigs, const char *component);
+/* Waits for a stop request (mt_stop_catch, before any thread starts) and
+ * returns it; a reload request opens the log file again (logged as
+ * component) and waits on. */
+mt_stop_why cli_wait_stop(const char *component);
 /* Opens the log file again (SIGHUP), saying so in the log as component. */
 void cli_log_reopen(const char *component);
 

@@ -1,14 +1,11 @@
 /* cli_daemon.c - helpers the long-running commands share: where they find an
  * account token (--token-file FILE, then the MOONTAIL_TOKEN environment
  * variable, then --token TOKEN, last since a token on the command line is
- * visible to other users in `ps`), how they read a secret from a file, and
- * how they take stop signals. */
+ * visible to other users in `ps`) and how they read a secret from a file. */
 #include "cli.h"
 #include "moontail/compat.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,13 +53,4 @@ char *cli_token(const char *cmd, const char *token, const char *token_file) {
             " create an account with 'moontail account new NAME --registry URL'\n",
             cmd);
     return NULL;
-}
-
-void cli_block_stop_signals(sigset_t *sigs, bool hup) {
-    sigemptyset(sigs);
-    sigaddset(sigs, SIGINT);
-    sigaddset(sigs, SIGTERM);
-    if (hup) sigaddset(sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
 }

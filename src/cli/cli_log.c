@@ -43,11 +43,10 @@ void cli_log_reopen(const char *component) {
         mt_log(MT_LOG_INFO, component, "SIGHUP: log file opened again");
 }
 
-int cli_wait_stop(const sigset_t *sigs, const char *component) {
+mt_stop_why cli_wait_stop(const char *component) {
     for (;;) {
-        int sig = 0;
-        if (sigwait(sigs, &sig) != 0) continue;
-        if (sig != SIGHUP) return sig;
+        mt_stop_why why = mt_stop_wait(-1);
+        if (why != MT_STOP_RELOAD) return why;
         cli_log_reopen(component);
     }
 }

@@ -74,12 +74,11 @@ static void progress(void *ctx, long long done, long long total, long long faile
 }
 
 static void *signal_thread(void *arg) {
-    const sigset_t *sigs = arg;
-    int sig = 0;
-    sigwait(sigs, &sig);
+    (void)arg;
+    mt_stop_why why = mt_stop_wait(-1);
     __atomic_store_n(&stop_flag, true, __ATOMIC_RELAXED);
     fprintf(stderr, "moontail batch: %s: no more requests start; those in flight finish\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM");
+            mt_stop_name(why));
     return NULL;
 }
 
@@ -133,8 +132,7 @@ int cmd_batch(int argc, char **argv) {
                        .no_http = true,
                        .batch_parallel = (int)parallel};
     if (!cli_api_backend_apply("batch", &be, &c)) return 2;
-    sigset_t sigs;
-    cli_block_stop_signals(&sigs, false);
+    mt_stop_catch(false);
     mt_error err = {{0}};
     mt_api_server *s = mt_api_server_start(&c, &err);
     cli_api_backend_free(&be);
@@ -143,7 +141,7 @@ int cmd_batch(int argc, char **argv) {
         return 1;
     }
     pthread_t sig_thread;
-    pthread_create(&sig_thread, NULL, signal_thread, &sigs);
+    pthread_create(&sig_thread, NULL, signal_thread, NULL);
     pthread_detach(sig_thread);
     progress_state ps = {0};
     mt_api_batch_config bc = {.input = in,

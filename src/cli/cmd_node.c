@@ -16,7 +16,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,10 +233,9 @@ int cmd_node(int argc, char **argv) {
         mt_keys_wipe(&keys);
         goto out_pk;
     }
-    /* SIGINT/SIGTERM (stop) and SIGHUP (reread --cert) are taken with sigwait
-     * below: block them before any thread starts */
-    sigset_t sigs;
-    cli_block_stop_signals(&sigs, true);
+    /* SIGINT/SIGTERM (stop) and SIGHUP (reread --cert) are waited for below: caught
+     * before any thread starts */
+    mt_stop_catch(true);
     mt_progress_preload(shard, stderr);
     cli_shard_io vio; /* progress of the shard's hash check */
     cli_shard_io_open(&vio, "node", "none", false, (int)threads);
@@ -280,15 +278,14 @@ int cmd_node(int argc, char **argv) {
                in->n_expert, in->n_ctx);
     printf("listening on %s\n", mt_node_addr(node));
     fflush(stdout);
-    int sig = 0;
+    mt_stop_why why = MT_STOP_NONE;
     char bad[512];
     for (;;) {
         /* each second: has the background check found the shard changed on disk? */
-        struct timespec second = {1, 0};
-        sig = sigtimedwait(&sigs, NULL, &second);
-        if (sig < 0 && mt_node_shard_error(node, bad, sizeof bad)) break;
-        if (sig < 0) continue;
-        if (sig != SIGHUP) break;
+        why = mt_stop_wait(1000);
+        if (why == MT_STOP_NONE && mt_node_shard_error(node, bad, sizeof bad)) break;
+        if (why == MT_STOP_NONE) continue;
+        if (why != MT_STOP_RELOAD) break;
         cli_log_reopen("node");
         if (!cert_path) {
             if (!quiet && !log_opts.file)
@@ -302,13 +299,13 @@ int cmd_node(int argc, char **argv) {
             mt_log(MT_LOG_ERROR, "node", "SIGHUP: %s", err.msg);
         mt_keys_wipe(&k2);
     }
-    if (sig < 0)
+    if (why == MT_STOP_NONE)
         mt_log(MT_LOG_ERROR, "node", "stopping: the shard changed on disk while served: %s", bad);
     else if (!quiet)
-        mt_log(MT_LOG_INFO, "node", "%s, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        mt_log(MT_LOG_INFO, "node", "%s, stopping", mt_stop_name(why));
     mt_node_stop(node);
     mt_keys_authorized_free(auth);
-    rc = sig < 0 ? 1 : 0;
+    rc = why == MT_STOP_NONE ? 1 : 0;
 out_pk:
     free(auth_pk);
 out:

@@ -114,8 +114,7 @@ int cmd_node_agent(int argc, char **argv) {
     }
     char *tok = cli_token("node", token, token_file);
     if (!tok) return 2;
-    sigset_t sigs;
-    cli_block_stop_signals(&sigs, log_opts.file != NULL);
+    mt_stop_catch(log_opts.file != NULL);
     mt_agent_config c = {.registry = registry,
                          .token = tok,
                          .key_path = key,
@@ -150,8 +149,8 @@ int cmd_node_agent(int argc, char **argv) {
     mt_agent_get_state(a, &st);
     printf("listening on %s\n", st.addr);
     fflush(stdout);
-    int sig = cli_wait_stop(&sigs, "node");
-    if (!quiet) mt_log(MT_LOG_INFO, "node", "%s, leaving", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    mt_stop_why why = cli_wait_stop("node");
+    if (!quiet) mt_log(MT_LOG_INFO, "node", "%s, leaving", mt_stop_name(why));
     mt_agent_stop(a);
     return 0;
 }

@@ -258,8 +258,7 @@ int cmd_registry(int argc, char **argv) {
             snprintf(cert_what, sizeof cert_what, "self-signed, %s %s",
                      id.generated ? "made now:" : "kept in", pair.cert);
     }
-    sigset_t sigs;
-    cli_block_stop_signals(&sigs, log_opts.file != NULL);
+    mt_stop_catch(log_opts.file != NULL);
     mt_registry_config c = {.model = model,
                             .db = db,
                             .key = key,
@@ -320,9 +319,8 @@ int cmd_registry(int argc, char **argv) {
     if (mt_registry_relay_addr(r)) printf("relay on %s\n", mt_registry_relay_addr(r));
     printf("listening on %s\n", mt_registry_url(r));
     fflush(stdout);
-    int sig = cli_wait_stop(&sigs, "registry");
-    if (!quiet)
-        mt_log(MT_LOG_INFO, "registry", "%s, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    mt_stop_why why = cli_wait_stop("registry");
+    if (!quiet) mt_log(MT_LOG_INFO, "registry", "%s, stopping", mt_stop_name(why));
     mt_registry_stop(r);
     return 0;
 }

@@ -128,8 +128,7 @@ int cmd_serve(int argc, char **argv) {
                        .max_file = (size_t)max_file_mb << 20,
                        .draft_k = draft ? (int)draft_k : 0};
     if (!cli_api_backend_apply("serve", &be, &c)) return 2;
-    sigset_t sigs;
-    cli_block_stop_signals(&sigs, log_opts.file != NULL);
+    mt_stop_catch(log_opts.file != NULL);
     mt_error err = {{0}};
     mt_api_server *s = mt_api_server_start(&c, &err);
     cli_api_backend_free(&be);
@@ -139,8 +138,8 @@ int cmd_serve(int argc, char **argv) {
     }
     printf("listening on %s\n", mt_api_server_url(s));
     fflush(stdout);
-    int sig = cli_wait_stop(&sigs, "serve");
-    if (!quiet) mt_log(MT_LOG_INFO, "serve", "%s, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    mt_stop_why why = cli_wait_stop("serve");
+    if (!quiet) mt_log(MT_LOG_INFO, "serve", "%s, stopping", mt_stop_name(why));
     mt_api_server_stop(s);
     return 0;
 }

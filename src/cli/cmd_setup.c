@@ -18,21 +18,16 @@
 #include "moontail/tls_cert.h"
 #include "moontail/transport.h"
 #include "moontail/sysinfo.h"
+#include "moontail/file.h"
+#include "moontail/proc.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 static const char usage[] =
     "usage: moontail setup --accept-terms --registry URL [options]\n"
@@ -95,10 +90,11 @@ static struct {
 /* Before path is created or overwritten: records how to undo it. */
 static void note_made(const char *path, bool dir) {
     if (made.n == MAX_MADE) return;
-    struct stat sb;
+    mt_file_info sb;
     size_t len = 0;
     char *old = NULL;
-    if (stat(path, &sb) == 0) { /* there before: a directory stays, a file gets its text back */
+    if (mt_file_stat(path, &sb) ==
+        0) { /* there before: a directory stays, a file gets its text back */
         if (dir || !(old = cli_read_file(path, &len))) return;
     }
     snprintf(made.path[made.n], sizeof made.path[0], "%s", path);
@@ -117,9 +113,9 @@ static void undo_made(void) {
             }
             free(made.old[i]);
         } else if (made.dir[i]) {
-            rmdir(made.path[i]);
+            mt_dir_remove(made.path[i]);
         } else {
-            unlink(made.path[i]);
+            mt_file_remove(made.path[i]);
         }
     }
     made.n = 0;
@@ -143,18 +139,18 @@ static void keep_made(void) {
     made.n = 0;
 }
 
-static int make_dir(const char *path, mode_t mode) {
+static int make_dir(const char *path, int mode) {
     note_made(path, true);
-    if (mkdir(path, mode) != 0 && errno != EEXIST) {
+    if (mt_dir_make(path, (mode & 077) == 0) != 0 && errno != EEXIST) {
         fprintf(stderr, "moontail setup: cannot create %s: %s\n", path, strerror(errno));
         return -1;
     }
-    return chmod(path, mode);
+    return mt_path_set_mode(path, mode);
 }
 
 static int ensure_key(const char *path) {
-    struct stat sb;
-    if (stat(path, &sb) == 0) return 0;
+    mt_file_info sb;
+    if (mt_file_stat(path, &sb) == 0) return 0;
     note_made(path, false);
     mt_keys k;
     mt_error err = {{0}};
@@ -166,14 +162,15 @@ static int ensure_key(const char *path) {
 
 static int write_secret(const char *path, const char *text) {
     note_made(path, false);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || dprintf(fd, "%s\n", text) < 0) {
+    int fd = mt_file_open(path, MT_O_WRITE | MT_O_CREATE | MT_O_TRUNC, 0600);
+    size_t n = strlen(text);
+    if (fd < 0 || mt_file_write(fd, text, n) != (ssize_t)n || mt_file_write(fd, "\n", 1) != 1) {
         fprintf(stderr, "moontail setup: %s: %s\n", path, strerror(errno));
-        if (fd >= 0) close(fd);
+        if (fd >= 0) mt_file_close(fd);
         return -1;
     }
-    fchmod(fd, 0600);
-    return close(fd);
+    mt_file_make_private(fd);
+    return mt_file_close(fd);
 }
 
 /* How the https:// registry in c is trusted from now on (c->registry_pin /
@@ -199,7 +196,7 @@ static int registry_trust(cli_config *c, const char *prev_registry) {
     if (pin || ca) { /* checked and applied already (cli_trust.c) */
         /* kept as an absolute path: the node and later commands start in other directories */
         char abs[PATH_MAX];
-        if (ca && !realpath(ca, abs)) {
+        if (ca && mt_path_real(ca, abs, sizeof abs) != 0) {
             fprintf(stderr, "moontail setup: --ca-file %s: %s\n", ca, strerror(errno));
             return -1;
         }
@@ -299,25 +296,13 @@ static int get_token(cli_config *c, const char *token_file) {
 static bool systemd_user(void) {
     if (!getenv("XDG_RUNTIME_DIR") || getenv("MOONTAIL_NO_SYSTEMD")) return false;
     char *args[] = {"systemctl", "--user", "is-system-running", NULL};
-    pid_t pid;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawnp(&pid, "systemctl", &fa, NULL, args, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    int st = 0;
-    if (rc != 0 || waitpid(pid, &st, 0) < 0) return false;
+    int code = mt_proc_run(args, true);
     /* "running" or "degraded": a user manager is there */
-    return WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 1);
+    return code == 0 || code == 1;
 }
 
 static int run_cmd(char *const *args) {
-    pid_t pid;
-    int st = 0;
-    if (posix_spawnp(&pid, args[0], NULL, NULL, args, environ) != 0 || waitpid(pid, &st, 0) < 0)
-        return -1;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    return mt_proc_run(args, false) == 0 ? 0 : -1;
 }
 
 /* The node's command line (argv for exec, and one quoted line for a unit file). */
@@ -362,9 +347,9 @@ static int start_service(const cli_config *c, const char *self) {
     snprintf(mk, sizeof mk, "%s/.config/systemd", home ? home : ".");
     char parent[600];
     snprintf(parent, sizeof parent, "%s/.config", home ? home : ".");
-    note_made(parent, true), mkdir(parent, 0755);
-    note_made(mk, true), mkdir(mk, 0755);
-    note_made(dir, true), mkdir(dir, 0755);
+    note_made(parent, true), mt_dir_make(parent, false);
+    note_made(mk, true), mt_dir_make(mk, false);
+    note_made(dir, true), mt_dir_make(dir, false);
     snprintf(unit, sizeof unit, "%s/moontail-node.service", dir);
     note_made(unit, false);
     FILE *f = fopen(unit, "w");
@@ -395,12 +380,12 @@ static int start_service(const cli_config *c, const char *self) {
 
 /* The last line of the log past byte from that starts with prefix, into line (without its
  * newline); false when there is none. */
-static bool log_line(const char *log, off_t from, const char *prefix, char *line, size_t cap) {
+static bool log_line(const char *log, int64_t from, const char *prefix, char *line, size_t cap) {
     FILE *f = fopen(log, "r");
     if (!f) return false;
     bool found = false;
     char buf[600];
-    if (fseeko(f, from, SEEK_SET) == 0)
+    if (fseeko(f, (off_t)from, SEEK_SET) == 0)
         while (fgets(buf, sizeof buf, f))
             if (strncmp(buf, prefix, strlen(prefix)) == 0) {
                 snprintf(line, cap, "%s", buf);
@@ -418,53 +403,49 @@ static int start_background(const cli_config *c, const char *self) {
     cli_home_path(c->home, "node.pid", pidf, sizeof pidf);
     /* a log kept from before stays as it is, and the node appends to it: only what is past
      * its end now is this node's */
-    struct stat sb;
-    off_t from = 0;
-    if (stat(log, &sb) == 0)
-        from = sb.st_size;
+    mt_file_info sb;
+    int64_t from = 0;
+    if (mt_file_stat(log, &sb) == 0)
+        from = (int64_t)sb.size;
     else
         note_made(log, false);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID); /* outlives this terminal */
-    pid_t pid;
-    int rc = posix_spawn(&pid, self, &fa, &at, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    if (rc != 0) {
-        fprintf(stderr, "moontail setup: cannot start the node: %s\n", strerror(rc));
+    mt_proc *node = mt_proc_detach(argv, log); /* outlives this terminal */
+    if (!node) {
+        fprintf(stderr, "moontail setup: cannot start the node: %s\n", strerror(errno));
         return -1;
     }
+    int pid = mt_proc_id(node);
     char pidtext[32];
-    snprintf(pidtext, sizeof pidtext, "%d", (int)pid);
-    if (write_secret(pidf, pidtext)) return -1;
+    snprintf(pidtext, sizeof pidtext, "%d", pid);
+    if (write_secret(pidf, pidtext)) {
+        mt_proc_free(node);
+        return -1;
+    }
     /* it says "listening on" once it has joined; a refusal ends it */
     for (int i = 0; i < 200; i++) {
         int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
+        if (mt_proc_exited(node, &st)) {
             /* why, from its log (which goes too if this run made it) */
             char why[600];
             bool said = log_line(log, from, "moontail node: ", why, sizeof why);
             fprintf(stderr, "moontail setup: the node stopped at once: %s\n",
                     said ? why + 15 : "it said nothing");
-            unlink(pidf);
+            mt_file_remove(pidf);
+            mt_proc_free(node);
             return -1;
         }
         char line[600];
         if (log_line(log, from, "listening on ", line, sizeof line)) {
             printf("volunteering: node running in the background (pid %d)\n"
                    "  log: %s   stop: moontail setup --stop\n",
-                   (int)pid, log);
+                   pid, log);
+            mt_proc_free(node);
             return 0;
         }
         mt_sleep_ms(50);
     }
-    printf("volunteering: node started (pid %d) but has not joined yet; see %s\n", (int)pid, log);
+    printf("volunteering: node started (pid %d) but has not joined yet; see %s\n", pid, log);
+    mt_proc_free(node);
     return 0;
 }
 
@@ -490,12 +471,11 @@ static int stop_background(void) {
         fprintf(stderr, "moontail setup: %s does not hold a pid\n", pidf);
         return 1;
     }
-    if (kill((pid_t)pid, SIGTERM) != 0 && errno != ESRCH) {
+    if (mt_pid_stop((int)pid, 5000) != 0) {
         fprintf(stderr, "moontail setup: cannot stop pid %ld: %s\n", pid, strerror(errno));
         return 1;
     }
-    for (int i = 0; i < 100 && kill((pid_t)pid, 0) == 0; i++) mt_sleep_ms(50);
-    unlink(pidf);
+    mt_file_remove(pidf);
     printf("stopped the node (pid %ld)\n", pid);
     return 0;
 }
@@ -504,12 +484,12 @@ static int stop_background(void) {
 static bool node_running(const cli_config *c) {
     char pidf[700];
     cli_home_path(c->home, "node.pid", pidf, sizeof pidf);
-    struct stat sb;
-    if (stat(pidf, &sb) != 0) return false;
+    mt_file_info sb;
+    if (mt_file_stat(pidf, &sb) != 0) return false;
     char *t = cli_read_file(pidf, NULL);
     long pid = t ? strtol(t, NULL, 10) : 0;
     free(t);
-    if (pid <= 1 || kill((pid_t)pid, 0) != 0) return false;
+    if (pid <= 1 || !mt_pid_alive((int)pid)) return false;
     fprintf(stderr,
             "moontail setup: a node that setup started still runs here (pid %ld); stop it"
             " first with 'moontail setup --stop', then run setup again\n",
@@ -563,21 +543,19 @@ static int setup_files(cli_config *c, const char *prev_registry, const char *tok
 static int start_node(const cli_config *c, bool foreground) {
     printf("set up %s: registry %s, node '%s' listening on %s\n", c->home, c->registry, c->name,
            c->listen);
-    char self[512];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (k <= 0) {
+    char self[4096];
+    if (mt_self_exe(self, sizeof self) != 0) {
         fprintf(stderr, "moontail setup: cannot find this program's path\n");
         return 1;
     }
-    self[k] = 0;
-    if (foreground) {
+    if (foreground) { /* the node command, in this process (there is no exec on Windows) */
         keep_made();
         fflush(stdout);
         char *args[24], capmb[32];
         node_args(c, self, capmb, args);
-        execv(self, args);
-        fprintf(stderr, "moontail setup: cannot run the node: %s\n", strerror(errno));
-        return 1;
+        int n = 0;
+        while (args[n]) n++;
+        return cmd_node(n - 1, args + 1);
     }
     return (systemd_user() ? start_service(c, self) : start_background(c, self)) ? 1 : 0;
 }
@@ -634,6 +612,7 @@ int cmd_setup(int argc, char **argv) {
         rc = 1;
     }
     if (rc == 0 && !no_start) rc = start_node(&c, foreground);
+    if (rc == 0 && !no_start && foreground) return 0; /* the node ran here and has stopped */
     if (rc) {
         undo_made();
         if (new_account[0])

@@ -6,8 +6,8 @@
 #include "moontail/clock.h"
 #include "moontail/draft.h"
 #include "moontail/text_buf.h"
+#include "moontail/proc.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,11 +85,7 @@ int cli_gen_parse(const char *cmd, int argc, char **argv, cli_gen *g, const cli_
 
 /* ---- the output ------------------------------------------------------------------------- */
 
-static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig) {
-    (void)sig;
-    interrupted = 1;
-}
+static volatile sig_atomic_t interrupted; /* the first Ctrl-C (mt_interrupt_catch) */
 
 /* Why the output cancelled the loop (mt_gen_result.cancel). */
 enum { CANCEL_CTRL_C = 1, CANCEL_NO_MEMORY = -1 };
@@ -232,16 +228,11 @@ static int generate_on(const cli_gen *g, mt_gen_backend *b, void *slot, const mt
     const mt_gen_sink sink = {.text = out_text, .token = out_token, .ctx = &o};
     /* Ctrl-C stops after the token being computed, so the sequence is ended on every node
      * and usage is reported; a second Ctrl-C ends the process at once */
-    struct sigaction sa = {0}, old_sa;
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = (int)(SA_RESETHAND | SA_RESTART);
-    sigemptyset(&sa.sa_mask);
-    interrupted = 0;
-    sigaction(SIGINT, &sa, &old_sa);
+    mt_interrupt_catch(&interrupted);
     const double t_gen = mt_mono_ms_frac();
     mt_gen_result r;
     mt_generate(b, slot, vocab, &p, &sink, &r);
-    sigaction(SIGINT, &old_sa, NULL);
+    mt_interrupt_release();
     const bool ctrl_c = r.finish == MT_GEN_CANCELLED && r.cancel == CANCEL_CTRL_C;
     if (r.finish == MT_GEN_FAILED) {
         *err = r.err;

@@ -6,24 +6,19 @@
 #include "moontail/bg_thread.h"
 #include "moontail/clock.h"
 #include "moontail/log.h"
+#include "moontail/proc.h"
 #include "relay_internal.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 /* HOST:PORT standing alone (see tunnel.h); group 1 is the address. */
 static const char default_pattern[] =
@@ -149,64 +144,10 @@ static void on_line(mt_tunnel *t, char *line, bool *have_addr) {
 
 /* ---- one run of the program -------------------------------------------------------------- */
 
-static pid_t spawn(mt_tunnel *t, int *out_fd) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) return -1;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(p[0]);
-        close(p[1]);
-        return -1;
-    }
-    if (pid == 0) { /* only async-signal-safe calls until exec */
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* the node died without stopping us */
-        if (getppid() != parent) _exit(1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL); /* the node blocks SIGINT/SIGTERM in its threads */
-        struct sigaction dfl = {.sa_handler = SIG_DFL};
-        sigaction(SIGPIPE, &dfl, NULL);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
-        dup2(p[1], 1);
-        dup2(p[1], 2);
-        close_range(3, ~0U, 0); /* no socket of the node leaks into the tunnel */
-        execl("/bin/sh", "sh", "-c", t->command, (char *)NULL);
-        _exit(127);
-    }
-    setpgid(pid, pid); /* also here, so a kill right after fork reaches the group */
-    close(p[1]);
-    mt_sock_set_nonblock(p[0], true);
-    *out_fd = p[0];
-    return pid;
-}
-
-/* Waits for pid (already signalled) up to ms; true when reaped. */
-static bool reap(pid_t pid, int ms, int *status) {
-    int64_t until = mt_mono_ms() + ms;
-    for (;;) {
-        pid_t r = waitpid(pid, status, WNOHANG);
-        if (r == pid || (r < 0 && errno == ECHILD)) return true;
-        if (mt_mono_ms() >= until) return false;
-        mt_sleep_ms(20);
-    }
-}
-
-static void kill_group(pid_t pid, int *status) {
-    kill(-pid, SIGTERM);
-    if (!reap(pid, 3000, status)) {
-        kill(-pid, SIGKILL);
-        reap(pid, 3000, status);
-    }
-    kill(-pid, SIGKILL); /* whatever else of the group is left */
-}
-
 /* Runs the program until it exits (then reads what it printed last, for up
  * to 1 s) or the tunnel stops; *status as waitpid's. A program that closes
  * its output but keeps running is left running. */
-static void run_once(mt_tunnel *t, pid_t pid, int fd, int *status) {
+static void run_once(mt_tunnel *t, mt_proc *pr, int *status) {
     char buf[LINE_MAX_BYTES + 1];
     size_t have = 0;
     bool have_addr = false, exited = false, eof = false, noted = false;
@@ -214,14 +155,14 @@ static void run_once(mt_tunnel *t, pid_t pid, int fd, int *status) {
     *status = 0;
     for (;;) {
         if (stopping(t)) {
-            if (!exited) kill_group(pid, status);
+            if (!exited) mt_proc_stop(pr, status);
             break;
         }
-        struct pollfd p[2] = {{.fd = eof ? -1 : fd, .events = POLLIN},
-                              {.fd = mt_bg_thread_wake_fd(&t->bg), .events = POLLIN}};
-        poll(p, 2, 200);
+        mt_pollfd p[2] = {{.fd = eof ? MT_SOCK_NONE : mt_proc_output(pr), .events = MT_POLLIN},
+                          {.fd = mt_bg_thread_wake_fd(&t->bg), .events = MT_POLLIN}};
+        mt_poll(p, 2, 200);
         while (!eof) {
-            ssize_t n = read(fd, buf + have, LINE_MAX_BYTES - have);
+            ssize_t n = mt_proc_read(pr, buf + have, LINE_MAX_BYTES - have);
             if (n == 0) eof = true;
             if (n <= 0) break;
             have += (size_t)n;
@@ -241,10 +182,10 @@ static void run_once(mt_tunnel *t, pid_t pid, int fd, int *status) {
             memmove(buf, buf + from, have - from);
             have -= from;
         }
-        if (!exited && waitpid(pid, status, WNOHANG) == pid) {
+        if (!exited && mt_proc_exited(pr, status)) {
             exited = true;
             exited_at = mt_mono_ms();
-            kill(-pid, SIGTERM); /* what it left behind in its group */
+            mt_proc_end_group(pr); /* what it left behind in its group */
         }
         if (exited && (eof || mt_mono_ms() - exited_at > 1000))
             break; /* or something keeps the pipe */
@@ -259,42 +200,33 @@ static void run_once(mt_tunnel *t, pid_t pid, int fd, int *status) {
         buf[have] = 0;
         on_line(t, buf, &have_addr);
     }
-    close(fd);
-}
-
-static void describe_status(int status, char *out, size_t size) {
-    if (WIFEXITED(status))
-        snprintf(out, size, "exit status %d", WEXITSTATUS(status));
-    else if (WIFSIGNALED(status))
-        snprintf(out, size, "signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else
-        snprintf(out, size, "status %d", status);
 }
 
 static void *tunnel_main(void *arg) {
     mt_tunnel *t = arg;
     int backoff = t->cfg.min_backoff_ms;
     while (!stopping(t)) {
-        int fd = -1;
         int64_t started = mt_mono_ms();
-        pid_t pid = spawn(t, &fd);
-        if (pid < 0) {
-            mt_log_as(&t->log, MT_LOG_ERROR, "cannot start /bin/sh: %s; trying again in %.0f s",
+        mt_proc *pr = mt_proc_shell(t->command);
+        if (!pr) {
+            mt_log_as(&t->log, MT_LOG_ERROR,
+                      "cannot start the system's shell: %s; trying again in %.0f s",
                       strerror(errno), backoff / 1000.0);
         } else {
             pthread_mutex_lock(&t->lock);
             t->starts++;
             pthread_mutex_unlock(&t->lock);
-            mt_log_as(&t->log, MT_LOG_INFO, "started (process group %d): %s", (int)pid, t->command);
+            mt_log_as(&t->log, MT_LOG_INFO, "started (process group %d): %s", mt_proc_id(pr),
+                      t->command);
             int status = 0;
-            run_once(t, pid, fd, &status);
-            kill(-pid, SIGKILL); /* nothing of this run outlives it (TERM was sent already) */
+            run_once(t, pr, &status);
+            mt_proc_free(pr); /* nothing of this run outlives it (TERM was sent already) */
             set_addr(t, "");
             if (stopping(t)) break;
             int64_t up = mt_mono_ms() - started;
             if (up >= t->cfg.stable_ms) backoff = t->cfg.min_backoff_ms;
             char st[96];
-            describe_status(status, st, sizeof st);
+            mt_proc_describe(status, st, sizeof st);
             pthread_mutex_lock(&t->lock);
             char last[KEEP_LINE_BYTES] = "";
             if (t->n_lines) snprintf(last, sizeof last, "%s", t->lines[t->n_lines - 1]);

@@ -169,6 +169,10 @@ int mt_dir_make(const char *path, bool private_) {
     return mkdir(path, private_ ? 0700 : 0755);
 }
 
+int mt_path_set_mode(const char *path, int mode) {
+    return chmod(path, (mode_t)mode);
+}
+
 bool mt_path_sep(char c) {
     return c == '/';
 }

@@ -392,6 +392,34 @@ int mt_dir_make(const char *path, bool private_) {
     return -1;
 }
 
+int mt_path_set_mode(const char *path, int mode) {
+    if (mode & 077) return 0;
+    wchar_t *w = win32_wide(path);
+    if (!w) return -1;
+    HANDLE h = CreateFileW(w, READ_CONTROL | WRITE_DAC,
+                           FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
+                           OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, NULL);
+    DWORD e = GetLastError();
+    free(w);
+    if (h == INVALID_HANDLE_VALUE) {
+        errno = file_errno(e);
+        return -1;
+    }
+    PACL dacl;
+    PSECURITY_DESCRIPTOR sd = private_sd(&dacl);
+    DWORD rc = sd ? SetSecurityInfo(h, SE_FILE_OBJECT,
+                                    DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
+                                    NULL, NULL, dacl, NULL)
+                  : GetLastError();
+    LocalFree(sd);
+    CloseHandle(h);
+    if (rc != ERROR_SUCCESS) {
+        errno = file_errno(rc);
+        return -1;
+    }
+    return 0;
+}
+
 bool mt_path_sep(char c) {
     return c == '/' || c == '\\';
 }

@@ -8,13 +8,12 @@
 #include "moontail/clock.h"
 #include "moontail/shard.h"
 #include "node_internal.h"
+#include "moontail/proc.h"
 
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,10 +88,9 @@ static void pace_progress(void *ctx, const char *what, uint64_t done, uint64_t t
 
 static void *recheck_main(void *arg) {
     mt_node *n = arg;
-    /* low priority for this thread and the hashing thread it starts (nice is inherited) */
-    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0) {
-        /* not fatal: the rate limit still bounds the work */
-    }
+    /* low priority for this thread and the hashing thread it starts (on Linux nice is
+     * inherited; the rate limit bounds the work anyway) */
+    mt_thread_background();
     const mt_shard_info *info = n->shard_info;
     uint64_t next = randombytes_uniform(
         (uint32_t)(info->n_tensors < UINT32_MAX ? info->n_tensors : UINT32_MAX));

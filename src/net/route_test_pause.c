@@ -9,9 +9,9 @@
  * replay after a failover passes position N again without stopping. */
 #include "route_test_pause.h"
 #include "moontail/log.h"
+#include "moontail/proc.h"
 
 #include <limits.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,5 +45,5 @@ void route_test_pause(int32_t p_before, int32_t p_after) {
     mt_log(MT_LOG_INFO, "route",
            "stopped at position %ld for a test (MOONTAIL_TEST_PAUSE_AT_POSITION)", at);
     fflush(NULL); /* what the process printed so far, for the test to read while it is stopped */
-    raise(SIGSTOP);
+    mt_test_freeze();
 }
