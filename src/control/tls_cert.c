@@ -1,7 +1,8 @@
 /* tls_cert.c - the registry's TLS certificate (tls_cert.h): loads an
  * operator's certificate and key, or makes and keeps a self-signed pair,
- * with GnuTLS; and computes the pin clients check (SHA-256 of the DER
- * SubjectPublicKeyInfo, base64, after "sha256//"; libsodium). */
+ * with GnuTLS, and computes its pin (SHA-256 of the DER SubjectPublicKeyInfo,
+ * base64, after "sha256//"; libsodium). The pin of a PEM text and the pin
+ * check, which the node side needs without GnuTLS, are tls_pin.c's. */
 #include "moontail/tls_cert.h"
 #include "moontail/file_write.h"
 #include "moontail/compat.h"
@@ -82,29 +83,6 @@ static int pin_of_crt(gnutls_x509_crt_t crt, char pin[MT_TLS_PIN_SIZE], mt_error
     gnutls_pubkey_deinit(pub);
     if (rc) return mt_error_set(err, "the certificate's public key: %s", gnutls_strerror(rc));
     return 0;
-}
-
-int mt_tls_pin_of_pem(const char *pem, size_t len, char pin[MT_TLS_PIN_SIZE], mt_error *err) {
-    if (!pem || len == 0 || len > PEM_MAX)
-        return mt_error_set(err, "a TLS certificate: no PEM text (or more than 1 MiB)");
-    gnutls_x509_crt_t crt;
-    if (gnutls_x509_crt_init(&crt) < 0) return mt_error_set(err, "GnuTLS: out of memory");
-    gnutls_datum_t d = {(unsigned char *)pem, (unsigned)len};
-    int rc = gnutls_x509_crt_import(crt, &d, GNUTLS_X509_FMT_PEM);
-    rc = rc < 0 ? mt_error_set(err, "not a PEM certificate: %s", gnutls_strerror(rc))
-                : pin_of_crt(crt, pin, err);
-    gnutls_x509_crt_deinit(crt);
-    return rc;
-}
-
-bool mt_tls_pin_valid(const char *s) {
-    if (!s || strncmp(s, "sha256//", 8) != 0 || strlen(s) != MT_TLS_PIN_SIZE - 1) return false;
-    unsigned char h[crypto_hash_sha256_BYTES + 1];
-    size_t n = 0;
-    const char *end = NULL;
-    return sodium_base642bin(h, sizeof h, s + 8, strlen(s + 8), NULL, &n, &end,
-                             sodium_base64_VARIANT_ORIGINAL) == 0 &&
-           n == crypto_hash_sha256_BYTES && end && *end == 0;
 }
 
 void mt_tls_identity_free(mt_tls_identity *id) {
