@@ -3,7 +3,7 @@
  * because of the stop (not a timeout) and is joined; a wake ends a sleep
  * early and is not lost when made before the sleep; wakes coalesce; a sleep
  * without a wake lasts at least its time (measured with clock_gettime); a
- * thread polling a socket beside the wake descriptor serves the socket and
+ * thread polling a loopback socket beside the wake descriptor serves it and
  * ends on the stop; stopping a thread never started, or twice, is harmless.
  * The clocks agree with clock_gettime and time(2); a condition variable from
  * mt_cond_init_mono times out on the monotonic clock; sleeps last their time;
@@ -14,11 +14,11 @@
 #include "moontail/bg_thread.h"
 #include "moontail/clock.h"
 
+#include "moontail/transport.h"
+
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <sys/socket.h>
 #include <time.h>
 
 enum { HOUR_MS = 3600 * 1000 };
@@ -142,10 +142,7 @@ static void *sleeper_main(void *arg) {
 }
 
 static void wait_phase(sleeper *s, int phase) {
-    while (atomic_load(&s->phase) < phase) {
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-    }
+    while (atomic_load(&s->phase) < phase) mt_sleep_ms(1);
 }
 
 static void test_stop_wakes(void) {
@@ -201,10 +198,10 @@ static void test_wakes_kept(void) {
     double slept = monotonic_ms() - t0;
     CHECK(w == MT_BG_TIMEOUT && slept >= 30, "a 30 ms sleep returned %d after %.2f ms", w, slept);
     mt_bg_thread_wake(&t);
-    struct pollfd p = {.fd = mt_bg_thread_wake_fd(&t), .events = POLLIN};
-    CHECK(poll(&p, 1, 0) == 1 && (p.revents & POLLIN), "the wake descriptor is readable");
+    mt_pollfd p = {.fd = mt_bg_thread_wake_fd(&t), .events = MT_POLLIN};
+    CHECK(mt_poll(&p, 1, 1000) == 1 && (p.revents & MT_POLLIN), "the wake descriptor is readable");
     mt_bg_thread_clear(&t);
-    CHECK(poll(&p, 1, 0) == 0, "and not once cleared");
+    CHECK(mt_poll(&p, 1, 0) == 0, "and not once cleared");
     /* the stop, asked before the sleep: the sleep returns at once, whatever its length */
     mt_bg_thread_stop(&t); /* never started: nothing to join */
     CHECK(mt_bg_thread_sleep(&t, HOUR_MS) == MT_BG_STOP, "a sleep after the stop returns STOP");
@@ -216,18 +213,24 @@ static void test_wakes_kept(void) {
 
 typedef struct echo {
     mt_bg_thread bg;
-    int fd;
+    mt_sock fd;
     atomic_int served;
     bool ended_by_stop;
 } echo;
+
+/* One byte from s, waiting for it (the sockets may be non-blocking): 1, or 0. */
+static int get_byte(mt_sock s, char *c) {
+    mt_pollfd p = {.fd = s, .events = MT_POLLIN};
+    return mt_poll(&p, 1, 10000) == 1 && mt_sock_recv(s, c, 1) == 1;
+}
 
 /* Echoes each byte +1 until stopped (the wake descriptor tells it). */
 static void *echo_main(void *arg) {
     echo *e = arg;
     for (;;) {
-        struct pollfd p[2] = {{.fd = mt_bg_thread_wake_fd(&e->bg), .events = POLLIN},
-                              {.fd = e->fd, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) continue;
+        mt_pollfd p[2] = {{.fd = mt_bg_thread_wake_fd(&e->bg), .events = MT_POLLIN},
+                          {.fd = e->fd, .events = MT_POLLIN}};
+        if (mt_poll(p, 2, -1) < 0) continue;
         if (p[0].revents) {
             mt_bg_thread_clear(&e->bg);
             if (mt_bg_thread_stopping(&e->bg)) {
@@ -235,38 +238,45 @@ static void *echo_main(void *arg) {
                 return NULL;
             }
         }
-        if (p[1].revents & POLLIN) {
+        if (p[1].revents & MT_POLLIN) {
             char c;
-            if (read(e->fd, &c, 1) != 1) return NULL;
+            if (mt_sock_recv(e->fd, &c, 1) != 1) return NULL;
             c++;
-            if (write(e->fd, &c, 1) == 1) atomic_fetch_add(&e->served, 1);
+            if (mt_sock_send(e->fd, &c, 1) == 1) atomic_fetch_add(&e->served, 1);
         }
     }
 }
 
 static void test_poller(void) {
-    int sv[2];
-    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+    mt_error err0 = {{0}};
+    mt_sock l = mt_listen_tcp("127.0.0.1:0", &err0), sv[2] = {MT_SOCK_NONE, MT_SOCK_NONE};
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", mt_listen_port(l));
+    if (l != MT_SOCK_NONE) sv[0] = mt_connect_tcp(addr, 5000, &err0);
+    if (sv[0] != MT_SOCK_NONE) sv[1] = mt_accept_tcp(l, 5000, NULL, 0, &err0);
+    CHECK(sv[1] != MT_SOCK_NONE, "a loopback connection: %s", err0.msg);
+    if (sv[1] == MT_SOCK_NONE) return;
     echo e = {.fd = sv[1]};
     mt_error err = {{0}};
     CHECK(mt_bg_thread_init(&e.bg, &err) == 0, "init: %s", err.msg);
     CHECK(mt_bg_thread_start(&e.bg, echo_main, &e, &err) == 0, "start: %s", err.msg);
     for (char c = 'a'; c < 'e'; c++) {
         char got = 0;
-        CHECK(write(sv[0], &c, 1) == 1 && read(sv[0], &got, 1) == 1 && got == c + 1,
+        CHECK(mt_sock_send(sv[0], &c, 1) == 1 && get_byte(sv[0], &got) && got == c + 1,
               "echo of '%c': '%c'", c, got);
     }
     mt_bg_thread_wake(&e.bg); /* a wake alone does not end it */
     char c = 'x', got = 0;
-    CHECK(write(sv[0], &c, 1) == 1 && read(sv[0], &got, 1) == 1 && got == 'y',
+    CHECK(mt_sock_send(sv[0], &c, 1) == 1 && get_byte(sv[0], &got) && got == 'y',
           "still serving after a wake: '%c'", got);
     mt_bg_thread_stop(&e.bg);
     CHECK(e.ended_by_stop && atomic_load(&e.served) == 5,
           "the poller ended by the stop (%d) after serving %d bytes", e.ended_by_stop,
           atomic_load(&e.served));
     mt_bg_thread_destroy(&e.bg);
-    close(sv[0]);
-    close(sv[1]);
+    mt_sock_close(sv[0]);
+    mt_sock_close(sv[1]);
+    mt_sock_close(l);
 }
 
 int main(void) {

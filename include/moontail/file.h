@@ -88,6 +88,10 @@ int mt_path_real(const char *path, char *out, size_t cap);
  * directory and opens it for writing; its path into out. */
 int mt_file_temp(const char *stem, char *out, size_t cap);
 
+/* Makes a new directory, only this user's, named after stem in base (NULL:
+ * the system's temporary directory, $TMPDIR or /tmp, %TEMP% on Windows);
+ * its path into out. 0, or -1 with errno. */
+int mt_dir_temp(const char *base, const char *stem, char *out, size_t cap);
 /* Makes the directory path: 0, or -1 with errno (EEXIST when it is there
  * already). private_: only this user may enter it (mode 0700 on POSIX; on
  * Windows it keeps the permissions it inherits, which under %LOCALAPPDATA%

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 int cli_home(char *out, size_t cap) {
     return mt_sys_home_dir(out, cap);

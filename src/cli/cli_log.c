@@ -5,7 +5,6 @@
 #include "cli.h"
 #include "moontail/log.h"
 
-#include <signal.h>
 #include <stdio.h>
 
 bool cli_log_setup(const char *cmd, const cli_log_opts *o) {

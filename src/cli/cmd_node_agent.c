@@ -8,7 +8,6 @@
 #include "moontail/node_agent.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

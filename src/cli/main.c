@@ -58,19 +58,31 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (cli_expand_config(&argc, &argv) || cli_registry_trust(&argc, argv)) return 2;
+#ifdef _WIN32
+    if (argc < 2 || argv[1][0] == '-') { /* no command: what there is */
+        fputs(usage, stderr);
+        return 2;
+    }
+#else
     /* no command (perhaps options): a chat in the terminal */
     if (argc < 2 || argv[1][0] == '-') return cmd_shell(argc, argv);
+#endif
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } cmds[] = {{"run", cmd_run},           {"tokenize", cmd_tokenize}, {"eval", cmd_eval},
-                {"bench", cmd_bench},       {"mkmodel", cmd_mkmodel},   {"split", cmd_split},
-                {"plan", cmd_plan},         {"keygen", cmd_keygen},     {"node", cmd_node},
-                {"prompt", cmd_prompt},     {"check", cmd_check},       {"cert", cmd_cert},
-                {"registry", cmd_registry}, {"account", cmd_account},   {"status", cmd_status},
-                {"cell", cmd_cell},         {"pause", cmd_pause},       {"demo", cmd_demo},
-                {"setup", cmd_setup},       {"serve", cmd_serve},       {"shell", cmd_shell},
-                {"template", cmd_template}, {"batch", cmd_batch}};
+    } cmds[] = {
+        {"run", cmd_run},           {"tokenize", cmd_tokenize}, {"eval", cmd_eval},
+        {"bench", cmd_bench},       {"mkmodel", cmd_mkmodel},   {"split", cmd_split},
+        {"plan", cmd_plan},         {"keygen", cmd_keygen},     {"node", cmd_node},
+        {"prompt", cmd_prompt},     {"check", cmd_check},       {"cert", cmd_cert},
+        {"status", cmd_status},     {"pause", cmd_pause},       {"setup", cmd_setup},
+        {"template", cmd_template},
+#ifndef _WIN32 /* the Windows build is a node's: no registry, API server or terminal chat */
+        {"registry", cmd_registry}, {"account", cmd_account},   {"cell", cmd_cell},
+        {"demo", cmd_demo},         {"serve", cmd_serve},       {"shell", cmd_shell},
+        {"batch", cmd_batch},
+#endif
+    };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "moontail: unknown command '%s'; try 'moontail --help'\n", argv[1]);

@@ -165,6 +165,16 @@ int mt_file_temp(const char *stem, char *out, size_t cap) {
     return fd;
 }
 
+int mt_dir_temp(const char *base, const char *stem, char *out, size_t cap) {
+    const char *env = getenv("TMPDIR");
+    if (!base) base = env && *env ? env : "/tmp";
+    if (snprintf(out, cap, "%s/%s-XXXXXX", base, stem) >= (int)cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return mkdtemp(out) ? 0 : -1;
+}
+
 int mt_dir_make(const char *path, bool private_) {
     return mkdir(path, private_ ? 0700 : 0755);
 }

@@ -380,6 +380,30 @@ int mt_file_temp(const char *stem, char *out, size_t cap) {
     return -1;
 }
 
+int mt_dir_temp(const char *base, const char *stem, char *out, size_t cap) {
+    char dir[4 * MAX_PATH];
+    wchar_t wdir[MAX_PATH + 1];
+    if (!base) {
+        DWORD n = GetTempPathW(sizeof wdir / sizeof wdir[0], wdir);
+        if (n == 0 || n > MAX_PATH || win32_utf8(wdir, dir, sizeof dir) != 0) return fail();
+        size_t k = strlen(dir);
+        if (k && mt_path_sep(dir[k - 1])) dir[k - 1] = '\0';
+        base = dir;
+    }
+    for (int attempt = 0; attempt < 100; attempt++) {
+        unsigned r = (unsigned)GetTickCount() ^ (unsigned)GetCurrentProcessId() * 2654435761u ^
+                     (unsigned)attempt * 40503u;
+        if (snprintf(out, cap, "%s\\%s-%08x", base, stem, r) >= (int)cap) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if (mt_dir_make(out, true) == 0) return 0;
+        if (errno != EEXIST) return -1;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
 int mt_dir_make(const char *path, bool private_) {
     (void)private_; /* inherits the parent's permissions (see file.h) */
     wchar_t *w = win32_wide(path);

@@ -10,6 +10,7 @@
 #include "moontail/route.h"
 #include "moontail/session.h"
 #include "moontail/shard.h"
+#include "moontail/file.h"
 
 #include <errno.h>
 #include <math.h>
@@ -30,12 +31,9 @@ typedef struct scratch {
 
 static int scratch_open(scratch *s, const char *tmp_dir, mt_error *err) {
     memset(s, 0, sizeof *s);
-    const char *env = getenv("TMPDIR");
-    const char *base = tmp_dir ? tmp_dir : env && *env ? env : "/tmp";
-    snprintf(s->dir, sizeof s->dir, "%s/moontail-check-XXXXXX", base);
-    if (!mkdtemp(s->dir))
-        return mt_error_set(err, "cannot create a temporary directory in %s: %s", base,
-                            strerror(errno));
+    if (mt_dir_temp(tmp_dir, "moontail-check", s->dir, sizeof s->dir) != 0)
+        return mt_error_set(err, "cannot create a temporary directory in %s: %s",
+                            tmp_dir ? tmp_dir : "the temporary directory", strerror(errno));
     return 0;
 }
 
@@ -49,8 +47,8 @@ static const char *scratch_file(scratch *s, const char *name) {
 }
 
 static void scratch_close(scratch *s) {
-    for (int i = 0; i < s->n_files; i++) unlink(s->files[i]);
-    if (s->dir[0]) rmdir(s->dir);
+    for (int i = 0; i < s->n_files; i++) mt_file_remove(s->files[i]);
+    if (s->dir[0]) mt_dir_remove(s->dir);
 }
 
 /* ---- comparing logits ------------------------------------------------------------------ */
