@@ -12,7 +12,8 @@
 #                   build-win/deps-src (both under build*/, which .gitignore covers)
 #     --check       after building (instant when cached), compile the smoke programs in
 #                   tools/win-deps/ against the prefix (static, -static) and run them
-#                   under wine: the test that the prefix works
+#                   under wine, and build tools/win-deps/cmake-check with
+#                   cmake/mingw-w64.cmake and run its test: the test that the prefix works
 #     --rebuild     ignore the stamps and build every library again
 #     --jobs N      make -jN (default: WIN_DEPS_JOBS or nproc)
 #   WIN_DEPS_STRICT=1  build only the Debian revisions pinned below (see "Pins")
@@ -80,9 +81,9 @@ pin libmicrohttpd 0.9.75 libmicrohttpd_0.9.75.orig.tar.xz \
 # Host tools: the cross compiler (posix and win32 variants come together), wine for
 # --check and cmake's emulator, dpkg-source, autotools (libsodium's and jansson's orig
 # tarballs are git snapshots without configure), tclsh and a native gcc for sqlite's
-# amalgamation, pkg-config for the smoke programs.
+# amalgamation, pkg-config, cmake and ninja for the smoke checks.
 APT_PKGS=(gcc-mingw-w64-x86-64 wine dpkg-dev make patch xz-utils autoconf automake libtool
-  pkgconf tcl gcc libc6-dev)
+  pkgconf tcl gcc libc6-dev cmake ninja-build)
 
 msg() { printf 'win-deps: %s\n' "$*" >&2; }
 die() {
@@ -270,8 +271,9 @@ fetch() {
   [ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root) # as apt would, without the warning
   DEBVER=
   for v in "${cands[@]}"; do
-    if (cd "$WORK/dl" && apt-get "${sandbox[@]}" source --download-only -q "$name=$v") \
-      >>"$LOGS/$name.fetch.log" 2>&1; then
+    # one apt-get at a time (the build lanes fetch concurrently)
+    if (cd "$WORK/dl" && flock "$WORK/dl/.lock" apt-get "${sandbox[@]}" source --download-only \
+      -q "$name=$v") >>"$LOGS/$name.fetch.log" 2>&1; then
       DEBVER=$v
       break
     fi
@@ -461,29 +463,35 @@ stamp_key() {
   } | sha256sum | cut -c1-32
 }
 
-declare -A TIMES
+is_cached() {
+  local stamp=$STAMPS/$1.stamp
+  [ $REBUILD = 0 ] && [ -f "$stamp" ] && [ "$(head -n1 "$stamp")" = "$(stamp_key "$1")" ] &&
+    [ -e "$PREFIX/${ARTIFACT[$1]}" ]
+}
+
 build_one() {
-  local name=$1 stamp=$STAMPS/$1.stamp key t0
+  local name=$1 stamp=$STAMPS/$1.stamp key t0 secs cpu
   key=$(stamp_key "$name")
-  if [ $REBUILD = 0 ] && [ -f "$stamp" ] && [ "$(head -n1 "$stamp")" = "$key" ] &&
-    [ -e "$PREFIX/${ARTIFACT[$name]}" ]; then
-    TIMES[$name]=cached
-    return 0
-  fi
   t0=$(now)
   rm -f "$stamp"
   : >"$LOGS/$name.log"
+  : >"$LOGS/$name.fetch.log"
   msg "$name: fetching"
   fetch "$name"
   unpack "$name"
   msg "$name $DEBVER: building (log: $LOGS/$name.log)"
-  # not under `if`, where bash would ignore set -e inside the build function
+  # not under `if`, where bash would ignore set -e inside the build function; each traced
+  # command carries the seconds since the build started
   local rc=0
   set +e
   (
+    # shellcheck disable=SC2034 # read by PS4
+    T0=${EPOCHREALTIME%[.,]*}
+    PS4='+ [$((${EPOCHREALTIME%[.,]*} - T0))s] '
     set -ex
     cd "$SRC"
     "build_$name"
+    times >"$WORK/src/$name.times" # the CPU time of the build's processes, on line 2
   ) >>"$LOGS/$name.log" 2>&1
   rc=$?
   set -e
@@ -492,15 +500,55 @@ build_one() {
     die "$name: build failed: see $LOGS/$name.log"
   fi
   [ -e "$PREFIX/${ARTIFACT[$name]}" ] || die "$name: ${ARTIFACT[$name]} missing after the build"
-  TIMES[$name]="$(elapsed "$t0") s"
+  secs=$(elapsed "$t0")
+  cpu=$(awk 'NR == 2 { n = split($0, t, /[ms ]+/); printf "%.0f", t[1] * 60 + t[2] + t[3] * 60 + t[4] }' \
+    "$WORK/src/$name.times")
   {
     echo "$key"
     echo "debian=$DEBVER"
     echo "dsc_sha256=$(sha256_of "$WORK/dl/${name}_${DEBVER#*:}.dsc")"
     echo "orig_sha256=${PIN_SHA[$name]}"
-    echo "seconds=${TIMES[$name]% s}"
+    echo "seconds=$secs"
+    echo "cpu_seconds=$cpu"
   } >"$stamp"
-  msg "$name $DEBVER: built in ${TIMES[$name]}"
+  msg "$name $DEBVER: built in $secs s ($cpu s of CPU)"
+}
+
+# Two lanes when there are two cores: configure scripts run on one core, and curl's alone
+# takes about as long as the other five libraries' builds together. The weights are
+# seconds of a cold build here, for a greedy split (curl + jansson | the rest).
+declare -A WEIGHT=([libsodium]=35 [jansson]=10 [pcre2]=15 [sqlite3]=30 [curl]=100
+  [libmicrohttpd]=20)
+build_all() {
+  local -a need=() lane_a=() lane_b=()
+  local lib wa=0 wb=0
+  for lib in "${LIBS[@]}"; do is_cached "$lib" || need+=("$lib"); done
+  [ ${#need[@]} -eq 0 ] && return 0
+  # apt's lists, once, before any lane needs them
+  ensure_sources
+  for lib in "${need[@]}"; do
+    listed_versions "$lib" | grep -q . || apt_update
+  done
+  if [ "$JOBS" -lt 2 ] || [ ${#need[@]} -lt 2 ]; then
+    for lib in "${need[@]}"; do build_one "$lib"; done
+    return 0
+  fi
+  while read -r lib; do
+    if [ $wa -le $wb ]; then
+      lane_a+=("$lib") wa=$((wa + WEIGHT[$lib]))
+    else
+      lane_b+=("$lib") wb=$((wb + WEIGHT[$lib]))
+    fi
+  done < <(for lib in "${need[@]}"; do echo "${WEIGHT[$lib]} $lib"; done | sort -rn | cut -d' ' -f2)
+  msg "building in two lanes: ${lane_a[*]} | ${lane_b[*]}"
+  local pa pb ra=0 rb=0
+  (for lib in "${lane_a[@]}"; do build_one "$lib"; done) &
+  pa=$!
+  (for lib in "${lane_b[@]}"; do build_one "$lib"; done) &
+  pb=$!
+  wait $pa || ra=$?
+  wait $pb || rb=$?
+  if [ $ra != 0 ] || [ $rb != 0 ]; then die "a build failed (see above)"; fi
 }
 
 # ---- smoke check ----
@@ -546,6 +594,19 @@ run_check() {
       fail=$((fail + 1))
     fi
   done
+  # cmake/mingw-w64.cmake: pkg_check_modules, Threads and ctest's wine emulator
+  local cb=$out/cmake-check
+  rm -rf "$cb"
+  if cmake -G Ninja -S "$SMOKE_DIR/cmake-check" -B "$cb" -DMT_WIN_PREFIX="$PREFIX" \
+    -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/mingw-w64.cmake" >"$cb.log" 2>&1 &&
+    cmake --build "$cb" >>"$cb.log" 2>&1 && (cd "$cb" && ctest -V) >>"$cb.log" 2>&1; then
+    sed -n 's/^1: ok: /  ok: /p' "$cb.log"
+    pass=$((pass + 1))
+  else
+    echo "FAIL cmake toolchain check: $cb.log"
+    tail -n 20 "$cb.log" | sed 's/^/  /'
+    fail=$((fail + 1))
+  fi
   # what the DLL and the exe that uses it need from Windows (no MinGW runtime DLLs)
   local dll
   for dll in "$PREFIX/bin/libmicrohttpd-12.dll" "$out/smoke_mhd.exe"; do
@@ -564,8 +625,19 @@ run_check() {
 T_START=$(now)
 ensure_host_tools
 command -v "$CC" >/dev/null || die "$CC not found (package gcc-mingw-w64-x86-64-posix)"
-for lib in "${LIBS[@]}"; do build_one "$lib"; done
-for lib in "${LIBS[@]}"; do printf '  %-14s %s\n' "$lib" "${TIMES[$lib]}"; done
+declare -A WAS_CACHED
+for lib in "${LIBS[@]}"; do is_cached "$lib" && WAS_CACHED[$lib]=1; done
+build_all
+for lib in "${LIBS[@]}"; do
+  if [ -n "${WAS_CACHED[$lib]:-}" ]; then
+    printf '  %-14s cached\n' "$lib"
+  else
+    printf '  %-14s %-20s %6s s, %4s s of CPU\n' "$lib" \
+      "$(sed -n 's/^debian=//p' "$STAMPS/$lib.stamp")" \
+      "$(sed -n 's/^seconds=//p' "$STAMPS/$lib.stamp")" \
+      "$(sed -n 's/^cpu_seconds=//p' "$STAMPS/$lib.stamp")"
+  fi
+done
 msg "prefix $PREFIX ready in $(elapsed "$T_START") s"
 if [ $CHECK = 1 ]; then
   run_check
