@@ -12,8 +12,10 @@
 #                   build-win/deps-src (both under build*/, which .gitignore covers)
 #     --check       after building (instant when cached), compile the smoke programs in
 #                   tools/win-deps/ against the prefix (static, -static) and run them
-#                   under wine, and build tools/win-deps/cmake-check with
-#                   cmake/mingw-w64.cmake and run its test: the test that the prefix works
+#                   under wine (one of them against an HTTPS server on 127.0.0.1, to
+#                   prove Schannel's key pinning and certinfo), and build
+#                   tools/win-deps/cmake-check with cmake/mingw-w64.cmake and run its
+#                   test: the test that the prefix works
 #     --rebuild     ignore the stamps and build every library again
 #     --jobs N      make -jN (default: WIN_DEPS_JOBS or nproc)
 #   WIN_DEPS_STRICT=1  build only the Debian revisions pinned below (see "Pins")
@@ -81,9 +83,10 @@ pin libmicrohttpd 0.9.75 libmicrohttpd_0.9.75.orig.tar.xz \
 # Host tools: the cross compiler (posix and win32 variants come together), wine for
 # --check and cmake's emulator, dpkg-source, autotools (libsodium's and jansson's orig
 # tarballs are git snapshots without configure), tclsh and a native gcc for sqlite's
-# amalgamation, pkg-config, cmake and ninja for the smoke checks.
+# amalgamation, pkg-config, cmake and ninja for the smoke checks, python3 and openssl for
+# the smoke check's HTTPS server.
 APT_PKGS=(gcc-mingw-w64-x86-64 wine dpkg-dev make patch xz-utils autoconf automake libtool
-  pkgconf tcl gcc libc6-dev cmake ninja-build)
+  pkgconf tcl gcc libc6-dev cmake ninja-build python3 openssl)
 
 msg() { printf 'win-deps: %s\n' "$*" >&2; }
 die() {
@@ -553,6 +556,36 @@ build_all() {
 
 # ---- smoke check ----
 SMOKE_DIR=$ROOT/tools/win-deps
+
+# An HTTPS server on 127.0.0.1 (tools/win-deps/tls_server.py, which stops by itself after
+# 60 s) with a fresh self-signed certificate; sets TLS_PORT, TLS_PIN, TLS_PID.
+TLS_PID=
+start_tls_server() {
+  local dir=$1 i
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout "$dir/tls-key.pem" \
+    -out "$dir/tls-cert.pem" >"$dir/tls-server.log" 2>&1 || return 1
+  TLS_PIN=sha256//$(openssl x509 -in "$dir/tls-cert.pem" -pubkey -noout |
+    openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64)
+  python3 "$SMOKE_DIR/tls_server.py" "$dir/tls-cert.pem" "$dir/tls-key.pem" >"$dir/tls-port" \
+    2>>"$dir/tls-server.log" &
+  TLS_PID=$!
+  for ((i = 0; i < 100; i++)); do
+    TLS_PORT=$(head -n1 "$dir/tls-port")
+    [ -n "$TLS_PORT" ] && return 0
+    kill -0 "$TLS_PID" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+stop_tls_server() {
+  if [ -n "$TLS_PID" ]; then
+    kill "$TLS_PID" 2>/dev/null || true
+    wait "$TLS_PID" 2>/dev/null || true
+    TLS_PID=
+  fi
+}
+trap stop_tls_server EXIT
 run_check() {
   local out=$WORK/smoke pass=0 fail=0 name pcs src exe log expect
   mkdir -p "$out"
@@ -560,7 +593,7 @@ run_check() {
   # libmicrohttpd-12.dll is found through WINEPATH (z: is wine's view of /)
   export WINEPATH="Z:${PREFIX//\//\\}\\bin"
   expect=$(printf abc | sha256sum | cut -d' ' -f1)
-  for name in sodium jansson pcre2 sqlite curl mhd; do
+  for name in sodium jansson pcre2 sqlite curl mhd tls; do
     case $name in
       sodium) pcs=libsodium ;;
       jansson) pcs=jansson ;;
@@ -568,6 +601,7 @@ run_check() {
       sqlite) pcs=sqlite3 ;;
       curl) pcs=libcurl ;;
       mhd) pcs="libmicrohttpd libcurl" ;;
+      tls) pcs=libcurl ;;
     esac
     src=$SMOKE_DIR/smoke_$name.c exe=$out/smoke_$name.exe log=$out/smoke_$name.log
     local flags
@@ -584,6 +618,14 @@ run_check() {
     fi
     local args=()
     [ $name = sodium ] && args=("$expect")
+    if [ $name = tls ]; then
+      start_tls_server "$out" || {
+        echo "FAIL tls: the HTTPS server on 127.0.0.1 did not start: $(cat "$out/tls-server.log")"
+        fail=$((fail + 1))
+        continue
+      }
+      args=("https://127.0.0.1:$TLS_PORT/" "$TLS_PIN")
+    fi
     if timeout 120 wine "$exe" "${args[@]}" 2>&1 </dev/null | tr -d '\r' >"$log" &&
       grep -q '^ok: ' "$log"; then
       sed 's/^/  /' "$log"
@@ -593,6 +635,7 @@ run_check() {
       sed 's/^/  /' "$log"
       fail=$((fail + 1))
     fi
+    stop_tls_server
   done
   # cmake/mingw-w64.cmake: pkg_check_modules, Threads and ctest's wine emulator
   local cb=$out/cmake-check
@@ -616,6 +659,7 @@ run_check() {
       echo "FAIL ${dll##*/} needs a MinGW runtime DLL"
       fail=$((fail + 1))
     fi
+    stop_tls_server
   done
   echo "win-deps smoke: $pass passed, $fail failed"
   [ $fail = 0 ]
