@@ -274,9 +274,8 @@ fetch() {
   [ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root) # as apt would, without the warning
   DEBVER=
   for v in "${cands[@]}"; do
-    # one apt-get at a time (the build lanes fetch concurrently)
-    if (cd "$WORK/dl" && flock "$WORK/dl/.lock" apt-get "${sandbox[@]}" source --download-only \
-      -q "$name=$v") >>"$LOGS/$name.fetch.log" 2>&1; then
+    if (cd "$WORK/dl" && apt-get "${sandbox[@]}" source --download-only -q "$name=$v") \
+      >>"$LOGS/$name.fetch.log" 2>&1; then
       DEBVER=$v
       break
     fi
@@ -478,9 +477,7 @@ build_one() {
   t0=$(now)
   rm -f "$stamp"
   : >"$LOGS/$name.log"
-  : >"$LOGS/$name.fetch.log"
-  msg "$name: fetching"
-  fetch "$name"
+  DEBVER=${DEBVER_OF[$name]}
   unpack "$name"
   msg "$name $DEBVER: building (log: $LOGS/$name.log)"
   # not under `if`, where bash would ignore set -e inside the build function; each traced
@@ -520,6 +517,7 @@ build_one() {
 # Two lanes when there are two cores: configure scripts run on one core, and curl's alone
 # takes about as long as the other five libraries' builds together. The weights are
 # seconds of a cold build here, for a greedy split (curl + jansson | the rest).
+declare -A DEBVER_OF
 declare -A WEIGHT=([libsodium]=35 [jansson]=10 [pcre2]=15 [sqlite3]=30 [curl]=100
   [libmicrohttpd]=20)
 build_all() {
@@ -527,10 +525,12 @@ build_all() {
   local lib wa=0 wb=0
   for lib in "${LIBS[@]}"; do is_cached "$lib" || need+=("$lib"); done
   [ ${#need[@]} -eq 0 ] && return 0
-  # apt's lists, once, before any lane needs them
-  ensure_sources
+  # every download and pin check before any build, so a stale pin stops the run at once
   for lib in "${need[@]}"; do
-    listed_versions "$lib" | grep -q . || apt_update
+    : >"$LOGS/$lib.fetch.log"
+    fetch "$lib"
+    DEBVER_OF[$lib]=$DEBVER
+    msg "$lib: fetched $DEBVER"
   done
   if [ "$JOBS" -lt 2 ] || [ ${#need[@]} -lt 2 ]; then
     for lib in "${need[@]}"; do build_one "$lib"; done
