@@ -17,7 +17,8 @@
 #                   tools/win-deps/cmake-check with cmake/mingw-w64.cmake and run its
 #                   test: the test that the prefix works
 #     --rebuild     ignore the stamps and build every library again
-#     --jobs N      make -jN (default: WIN_DEPS_JOBS or nproc)
+#     --jobs N      make -jN, and with N >= 2 two libraries build at once (default:
+#                   WIN_DEPS_JOBS or nproc)
 #   WIN_DEPS_STRICT=1  build only the Debian revisions pinned below (see "Pins")
 #   WIN_DEPS_NO_APT=1  never call apt-get install (it is skipped anyway when not root)
 #
@@ -42,6 +43,11 @@
 # version that downloads is used, with a warning when it is not the tested one;
 # WIN_DEPS_STRICT=1 refuses that. A changed orig tarball, or a pinned upstream version
 # gone from bookworm, stops the build with a message naming the fix.
+#
+# Debian's patches are applied (dpkg-source -x), all of them but two of curl's:
+# 90_gnutls.patch and 99_nss.patch rename the library to make Debian's GnuTLS and NSS
+# flavours (its rules pop them for the plain one). The Linux-only ones are harmless here
+# (sqlite's lemon and Makefile patches only touch the native amalgamation step).
 #
 # Caching: a stamp per library in PREFIX/share/win-deps/ keyed by its pin, its build
 # function, the shared build helpers and the compiler's version; a rerun with nothing
@@ -500,6 +506,7 @@ build_one() {
     die "$name: build failed: see $LOGS/$name.log"
   fi
   [ -e "$PREFIX/${ARTIFACT[$name]}" ] || die "$name: ${ARTIFACT[$name]} missing after the build"
+  rm -f "$PREFIX"/lib/*.la # libtool's, with absolute paths; nothing here reads them
   secs=$(elapsed "$t0")
   cpu=$(awk 'NR == 2 { n = split($0, t, /[ms ]+/); printf "%.0f", t[1] * 60 + t[2] + t[3] * 60 + t[4] }' \
     "$WORK/src/$name.times")
