@@ -7,6 +7,8 @@
  *   y[j + 16] = T[qs[j] >> 4]  * scale */
 #include "quant_kernels.h"
 
+#include "moontail/mathf.h"
+
 const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* ------------------------------------------------------------ decode */
@@ -42,7 +44,8 @@ static int nearest_code(float x, float d) {
 /* As ggml's reference quantizer: e = floor(log2(amax)) - 2 + 127, so the
  * block maximum lands in the top binade [4, 8) * scale of the doubled table
  * (values up to 2^(k+1) are clipped to 12 * scale = 1.5 * 2^k); each element
- * takes the nearest code. e is clamped to [0, 254] (ggml does not clamp). */
+ * takes the nearest code. e is clamped to [0, 254] (ggml does not clamp).
+ * log2 is mt_math_log2f (mathf.h), the same on every platform. */
 size_t quant_mxfp4_quantize(const float *src, void *dst, int64_t n) {
     uint8_t *b = dst;
     for (int64_t i = 0; i < n / QK_32; i++, b += MXFP4_BYTES, src += QK_32) {
@@ -51,7 +54,7 @@ size_t quant_mxfp4_quantize(const float *src, void *dst, int64_t n) {
             if (fabsf(src[j]) > amax) amax = fabsf(src[j]);
         int e = 0;
         if (amax > 0.0f && isfinite(amax)) {
-            float fe = floorf(log2f(amax)) - 2.0f + 127.0f;
+            float fe = floorf(mt_math_log2f(amax)) - 2.0f + 127.0f;
             e = fe < 0.0f ? 0 : fe > 254.0f ? 254 : (int)fe;
         }
         const float d = quant_e8m0_half((uint8_t)e);

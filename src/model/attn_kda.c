@@ -24,6 +24,7 @@
  * lane per value channel: the state is stored key-major so that a key
  * channel's row of S is contiguous. */
 #include "model_internal.h"
+#include "moontail/mathf.h"
 #include "moontail/quant.h"
 #include "moontail/vecops.h"
 
@@ -148,7 +149,7 @@ static void kda_heads(void *ctx, int64_t begin, int64_t end) {
             } else {
                 for (int32_t i = 0; i < hd; i++) {
                     const float z = g[i] + dt[i];
-                    ex[i] = mt_expf((z > 20.0f ? z : logf(1.0f + mt_expf(z))) * A);
+                    ex[i] = mt_expf((z > 20.0f ? z : mt_math_logf(1.0f + mt_expf(z))) * A);
                 }
             }
             const float beta = sigmoid(j->beta[(size_t)t * H + h]);

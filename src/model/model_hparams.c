@@ -2,6 +2,7 @@
  * metadata (`<arch>.*` keys), applying llama.cpp's defaults, and derives the
  * RoPE/YaRN and attention scales the forward pass needs. */
 #include "model_internal.h"
+#include "moontail/mathf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -147,7 +148,7 @@ static bool get_bool(hp_reader *r, const char *suffix, bool *out) {
 /* YaRN ramp/mscale conventions as llama.cpp applies them (see
  * docs/engine-reference.md, RoPE): get_mscale(s, m) = 1 + 0.1*m*ln s for s > 1. */
 static float get_mscale(float s, float m) {
-    return s <= 1.0f ? 1.0f : 0.1f * m * logf(s) + 1.0f;
+    return s <= 1.0f ? 1.0f : 0.1f * m * mt_math_logf(s) + 1.0f;
 }
 
 /* kimi-linear and kimi-k3: KDA sizes, nope MLA, deepseek2-style routing and
@@ -372,10 +373,10 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
         } else {
             attn_factor = get_mscale(s, 1.0f);
         }
-        attn_factor *= 1.0f / (1.0f + 0.1f * logf(s));
+        attn_factor *= 1.0f / (1.0f + 0.1f * mt_math_logf(s));
     }
     attn_factor *= rope_attn_factor;
-    hp->rope_mscale = hp->rope_yarn ? attn_factor * (1.0f + 0.1f * logf(s)) : attn_factor;
+    hp->rope_mscale = hp->rope_yarn ? attn_factor * (1.0f + 0.1f * mt_math_logf(s)) : attn_factor;
 
     /* FFN and routing */
     get_int(&r, "feed_forward_length", &hp->n_ff, false);
@@ -485,8 +486,8 @@ int mt_hparams_read(const gguf_file *f, int64_t n_vocab, mt_hparams *hp, mt_erro
     if (kimi) {
         hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
     } else if (hp->arch == MT_ARCH_DEEPSEEK2) {
-        float attn_factor_org = attn_factor * (1.0f + 0.1f * logf(s));
-        float mscale = attn_factor_org * (1.0f + 0.1f * log_mul * logf(s));
+        float attn_factor_org = attn_factor * (1.0f + 0.1f * mt_math_logf(s));
+        float mscale = attn_factor_org * (1.0f + 0.1f * log_mul * mt_math_logf(s));
         hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_k);
     } else {
         hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);

@@ -7,15 +7,18 @@
  * hp->rope_mscale. NORM mode rotates (x[2i], x[2i+1]); NEOX mode rotates
  * (x[i], x[i + n_rot/2]). Dims past n_rot are left alone. The table of a
  * position is made once and serves every head of q and k; the rotation is a
- * vector kernel (vecops.h). */
+ * vector kernel (vecops.h). ln, pow, sin and cos are mathf.h's, not libm's,
+ * whose last bits differ between platforms (and so would the tables). */
 #include "model_internal.h"
+#include "moontail/mathf.h"
 #include "moontail/vecops.h"
 
 #include <math.h>
 
 /* Dimension at which a wavelength spans n_ctx_orig / (2 pi b) turns. */
 static float yarn_corr_dim(int32_t n_rot, int32_t n_ctx_orig, float b, float base) {
-    return (float)n_rot * logf((float)n_ctx_orig / (b * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+    return (float)n_rot * mt_math_logf((float)n_ctx_orig / (b * 2.0f * (float)M_PI)) /
+           (2.0f * mt_math_logf(base));
 }
 
 void mt_rope_table(const mt_hparams *hp, const float *freq_divisors, int32_t pos, float *cs,
@@ -28,7 +31,7 @@ void mt_rope_table(const mt_hparams *hp, const float *freq_divisors, int32_t pos
         if (low < 0.0f) low = 0.0f;
         if (high > (float)(n_rot - 1)) high = (float)(n_rot - 1);
     }
-    const float theta_scale = powf(hp->rope_base, -2.0f / (float)n_rot);
+    const float theta_scale = mt_math_powf(hp->rope_base, -2.0f / (float)n_rot);
     float theta_base = (float)pos;
     for (int32_t i = 0; i < half; i++) {
         float theta_extrap = freq_divisors ? theta_base / freq_divisors[i] : theta_base;
@@ -38,8 +41,10 @@ void mt_rope_table(const mt_hparams *hp, const float *freq_divisors, int32_t pos
             float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
             theta = theta * (1.0f - ramp) + theta_extrap * ramp;
         }
-        cs[i] = cosf(theta) * hp->rope_mscale;
-        sn[i] = sinf(theta) * hp->rope_mscale;
+        float s, c;
+        mt_math_sincosf(theta, &s, &c);
+        cs[i] = c * hp->rope_mscale;
+        sn[i] = s * hp->rope_mscale;
         theta_base *= theta_scale;
     }
 }

@@ -26,9 +26,11 @@
  *
  * PRNG: xoshiro256** (Blackman & Vigna), its 256-bit state filled from the
  * seed with splitmix64. Same seed + same logits + same accepted tokens =
- * same draws, on every platform. Seed 0xFFFFFFFF asks for a random seed
- * from the system (libsodium). NaN logits count as -infinity. */
+ * same draws, on every platform (exp and ln are mathf.h's, not libm's).
+ * Seed 0xFFFFFFFF asks for a random seed from the system (libsodium). NaN
+ * logits count as -infinity. */
 #include "moontail/sampler.h"
+#include "moontail/mathf.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -216,10 +218,10 @@ static void top_k_select(cand *c, int32_t n, int32_t k) {
 /* Keeps the shortest prefix of the sorted c[0..n) with probability >= p. */
 static int32_t top_p_cut(const cand *c, int32_t n, float p) {
     double sum = 0;
-    for (int32_t i = 0; i < n; i++) sum += exp((double)c[i].z - (double)c[0].z);
+    for (int32_t i = 0; i < n; i++) sum += mt_math_exp((double)c[i].z - (double)c[0].z);
     float cum = 0; /* float, like llama.cpp's cumulative sum */
     for (int32_t i = 0; i < n; i++) {
-        cum += (float)(exp((double)c[i].z - (double)c[0].z) / sum);
+        cum += (float)(mt_math_exp((double)c[i].z - (double)c[0].z) / sum);
         if (cum >= p) return i + 1;
     }
     return n;
@@ -253,7 +255,7 @@ int32_t mt_sampler_sample(mt_sampler *s, const float *logits) {
 
     if (s->p.top_p < 1.0f) n = top_p_cut(c, n, s->p.top_p);
     if (s->p.min_p > 0.0f) {
-        float thr = c[0].z + logf(s->p.min_p);
+        float thr = c[0].z + mt_math_logf(s->p.min_p);
         int32_t k = 1;
         while (k < n && c[k].z >= thr) k++;
         n = k;
@@ -261,10 +263,10 @@ int32_t mt_sampler_sample(mt_sampler *s, const float *logits) {
 
     /* Temperature, softmax and draw, in double for the cumulative walk. */
     double zmax = (double)(c[0].z / s->p.temp), sum = 0;
-    for (int32_t i = 0; i < n; i++) sum += exp((double)(c[i].z / s->p.temp) - zmax);
+    for (int32_t i = 0; i < n; i++) sum += mt_math_exp((double)(c[i].z / s->p.temp) - zmax);
     double r = uniform01(s->rng) * sum, acc = 0;
     for (int32_t i = 0; i < n; i++) {
-        acc += exp((double)(c[i].z / s->p.temp) - zmax);
+        acc += mt_math_exp((double)(c[i].z / s->p.temp) - zmax);
         if (r < acc) return c[i].id;
     }
     return c[n - 1].id;

@@ -13,6 +13,7 @@
 #include "moontail/synth_model.h"
 #include "moontail/gguf.h"
 #include "moontail/gguf_stream.h"
+#include "moontail/mathf.h"
 #include "moontail/quant.h"
 #include "moontail/tokenizer.h"
 
@@ -278,8 +279,8 @@ static void add_mla(synth *s, int il) {
 }
 
 /* A KDA layer's A = -exp(A_log) (folded as the converters do), A_log ~ U(-1, 1):
- * every head decays, at rates between 0.37 and 2.7. Computed in double and
- * rounded, so a libm's last-bit differences do not reach the stored float. */
+ * every head decays, at rates between 0.37 and 2.7. Computed in double by
+ * mt_math_exp and rounded, so the file is the same on every platform. */
 static void add_kda_a(synth *s, const char *name, int n_dims, int64_t ne0, int64_t ne1) {
     if (s->failed) return;
     int64_t ne[3] = {ne0, ne1, 1};
@@ -294,7 +295,7 @@ static void add_kda_a(synth *s, const char *name, int n_dims, int64_t ne0, int64
         return;
     }
     uint64_t st = stream_seed(s->p->seed, name);
-    for (int64_t i = 0; i < ne0 * ne1; i++) a[i] = (float)-exp((double)uniform(&st));
+    for (int64_t i = 0; i < ne0 * ne1; i++) a[i] = (float)-mt_math_exp((double)uniform(&st));
     if (gguf_writer_add_tensor(s->w, name, MT_TYPE_F32, (uint32_t)n_dims, ne, a, s->err))
         s->failed = 1;
     free(a);
