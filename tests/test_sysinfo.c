@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <stdint.h>
-#include <sys/stat.h>
 #ifndef _WIN32
 #include <sys/statvfs.h>
 #endif
@@ -78,10 +77,10 @@ static void test_dirs(void) {
     snprintf(base, sizeof base, "%s", check_tmp("-dirs"));
     snprintf(deep, sizeof deep, "%s/a/b/c/", base);
     CHECK(mt_dir_make_all(deep, true) == 0, "mt_dir_make_all(%s): %s", deep, strerror(errno));
-    struct stat st;
-    CHECK(stat(deep, &st) == 0 && S_ISDIR(st.st_mode), "%s is not a directory", deep);
+    mt_file_info st;
+    CHECK(mt_file_stat(deep, &st) == 0 && st.dir && !st.regular, "%s is not a directory", deep);
 #ifndef _WIN32
-    CHECK((st.st_mode & 0777) == 0700, "%s has mode %o, not 0700", deep, st.st_mode & 0777);
+    CHECK(st.mode == 0700, "%s has mode %o, not 0700", deep, (unsigned)st.mode);
 #endif
     CHECK(mt_dir_make_all(deep, true) == 0, "mt_dir_make_all again: %s", strerror(errno));
     errno = 0;
