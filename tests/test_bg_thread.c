@@ -8,8 +8,8 @@
  * The clocks agree with clock_gettime and time(2); a condition variable from
  * mt_cond_init_mono times out on the monotonic clock; sleeps last their time;
  * a timed join gives up on a busy thread and joins one that ends; calendar
- * time in UTC. No time limits: a stop that did not wake its thread would
- * hang the test (CTest's timeout). */
+ * time in UTC, on two fixed dates and against glibc's gmtime_r. No time limits: a stop that did not
+ * wake its thread would hang the test (CTest's timeout). */
 #include "check.h"
 #include "moontail/bg_thread.h"
 #include "moontail/clock.h"
@@ -115,6 +115,20 @@ static void test_utc_tm(void) {
               tm.tm_mday == 31 && tm.tm_hour == 23 && tm.tm_min == 59 && tm.tm_sec == 59,
           "mt_utc_tm(253402300799) = %d-%d-%d %d:%d:%d", tm.tm_year + 1900, tm.tm_mon + 1,
           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+#ifdef __GLIBC__
+    /* glibc's gmtime_r, an independent calendar, over the years 1 to 9999 */
+    int differ = 0, n = 0;
+    for (long long t = -62135596800LL; t <= 253402300799LL; t += 86400LL * 37 + 3601 + (t & 7777)) {
+        struct tm a, b;
+        time_t tt = (time_t)t;
+        n++;
+        differ += !gmtime_r(&tt, &a) || !mt_utc_tm(tt, &b) || a.tm_sec != b.tm_sec ||
+                  a.tm_min != b.tm_min || a.tm_hour != b.tm_hour || a.tm_mday != b.tm_mday ||
+                  a.tm_mon != b.tm_mon || a.tm_year != b.tm_year || a.tm_wday != b.tm_wday ||
+                  a.tm_yday != b.tm_yday;
+    }
+    CHECK(differ == 0 && n > 90000, "mt_utc_tm differs from gmtime_r at %d of %d times", differ, n);
+#endif
 }
 
 /* ---- sleeping threads ----------------------------------------------------------------------- */

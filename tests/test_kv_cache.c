@@ -19,12 +19,18 @@
  * agreement with llama.cpp in test_golden.c (tests/golden/kv.json). */
 #include "../src/model/model_internal.h"
 #include "check.h"
+#include "moontail/sysinfo.h"
 #include "moontail/session.h"
 #include "moontail/synth_model.h"
 
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _WIN32
+#include <windows.h>
+
+#include <psapi.h>
+#endif
 
 static void check_hadamard(void) {
     for (int32_t n = 64; n <= 256; n *= 2) {
@@ -150,15 +156,20 @@ static void check_attend(void) {
     }
 }
 
-/* Resident memory of this process in bytes (/proc/self/statm). */
+/* Resident memory of this process in bytes (/proc/self/statm; the working
+ * set on Windows). */
 static uint64_t resident(void) {
+#ifdef _WIN32
+    PROCESS_MEMORY_COUNTERS pm = {.cb = sizeof pm};
+    return K32GetProcessMemoryInfo(GetCurrentProcess(), &pm, sizeof pm) ? pm.WorkingSetSize : 0;
+#endif
     FILE *f = fopen("/proc/self/statm", "r");
     unsigned long long size = 0, res = 0;
     if (f) {
         if (fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
         fclose(f);
     }
-    return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+    return (uint64_t)res * (uint64_t)mt_sys_page_size();
 }
 
 static mt_model *synth(const char *arch, bool legacy, int32_t layers, const char **path) {

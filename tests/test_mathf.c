@@ -42,7 +42,7 @@ static double uniform(double a, double b) { /* in [a, b) */
 
 /* A magnitude spread evenly over the binades of [a, b), a random sign when
  * sign is set. */
-static double log_uniform(double a, double b, bool sign) {
+__attribute__((unused)) static double log_uniform(double a, double b, bool sign) {
     const double x = exp(uniform(log(a), log(b)));
     return sign && (next_u64() & 1) ? -x : x;
 }
@@ -59,7 +59,7 @@ static uint32_t f32_bits(float f) {
     return u;
 }
 
-static float bits_f32(uint32_t u) {
+__attribute__((unused)) static float bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
@@ -83,7 +83,7 @@ static double ulp_double(double v) {
 }
 
 /* The ulp of the float nearest to v (2^-149 among subnormals). */
-static double ulp_float(double v) {
+__attribute__((unused)) static double ulp_float(double v) {
     v = fabs(v);
     if (v < FLT_MIN) return ldexp(1.0, -149);
     int e;

@@ -14,11 +14,13 @@
  * logits and byte-identical shards; one part opened alone is refused for
  * slicing. */
 #include "check.h"
+#include "moontail/file.h"
 #include "moontail/session.h"
 #include "moontail/model.h"
 #include "moontail/shard.h"
 #include "moontail/synth_model.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <sys/stat.h>
 
@@ -59,14 +61,25 @@ static char *tmp_dir(void) {
     static int k;
     const char *p = check_tmp("-dir");
     snprintf(buf[k & 7], sizeof buf[0], "%s", p);
-    mkdir(buf[k & 7], 0777);
+    mt_dir_make(buf[k & 7], false);
     return buf[k++ & 7];
 }
 
+/* Removes dir and what it holds (files and directories, any depth). */
 static void rm_dir(const char *dir) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0, "cannot remove %s", dir);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        mt_file_info fi;
+        if (mt_file_stat(p, &fi) == 0 && fi.dir)
+            rm_dir(p);
+        else
+            mt_file_remove(p);
+    }
+    if (d) closedir(d);
+    CHECK(mt_dir_remove(dir) == 0, "cannot remove %s", dir);
 }
 
 /* Copies a file, flipping the byte at `at` (no flip when at < 0). */

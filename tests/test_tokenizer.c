@@ -13,6 +13,7 @@
 
 #include "../src/model/vocab_internal.h"
 #include "check.h"
+#include "moontail/file.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -982,7 +983,7 @@ static void test_hf_json(void) {
     char dir[256];
     snprintf(dir, sizeof dir, "%s", check_tmp("-hf"));
     char p_tok[300], p_cfg[300], p_tcfg[300];
-    CHECK(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+    CHECK(mt_dir_make(dir, true) == 0, "mkdir %s", dir);
     snprintf(p_tok, sizeof p_tok, "%s/tokenizer.json", dir);
     snprintf(p_tcfg, sizeof p_tcfg, "%s/tokenizer_config.json", dir);
     snprintf(p_cfg, sizeof p_cfg, "%s/config.json", dir);

@@ -35,8 +35,9 @@ int mt_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, const struct times
 int mt_thread_join_ms(pthread_t t, int64_t ms);
 /* Sleeps ms milliseconds (ms <= 0: returns at once). */
 void mt_sleep_ms(int64_t ms);
-/* The calendar time of t in UTC / in the local time zone; false if t does
- * not fit one. */
+/* The calendar time of t in UTC (computed here, the same everywhere: Windows'
+ * own stops at the year 3000) / in the local time zone (the C library's);
+ * false if t does not fit one. */
 bool mt_utc_tm(time_t t, struct tm *out);
 bool mt_local_tm(time_t t, struct tm *out);
 /* Once, at the start of main: on Windows asks for a 1 ms timer resolution

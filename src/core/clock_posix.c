@@ -33,10 +33,6 @@ void mt_sleep_ms(int64_t ms) {
     }
 }
 
-bool mt_utc_tm(time_t t, struct tm *out) {
-    return gmtime_r(&t, out) != NULL;
-}
-
 bool mt_local_tm(time_t t, struct tm *out) {
     return localtime_r(&t, out) != NULL;
 }

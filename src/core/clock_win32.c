@@ -39,10 +39,6 @@ void mt_sleep_ms(int64_t ms) {
     if (ms > 0) Sleep((DWORD)ms);
 }
 
-bool mt_utc_tm(time_t t, struct tm *out) {
-    return gmtime_s(out, &t) == 0;
-}
-
 bool mt_local_tm(time_t t, struct tm *out) {
     return localtime_s(out, &t) == 0;
 }

@@ -202,25 +202,6 @@ int mt_file_lock(int fd, bool *waited) {
     return LockFileEx(h, LOCKFILE_EXCLUSIVE_LOCK, 0, MAXDWORD, MAXDWORD, &ov) ? 0 : fail();
 }
 
-int mt_file_make_private(int fd) {
-    PACL dacl;
-    PSECURITY_DESCRIPTOR sd = private_sd(&dacl);
-    if (!sd) return fail();
-    DWORD rc = SetSecurityInfo(handle_of(fd), SE_FILE_OBJECT,
-                               DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
-                               NULL, NULL, dacl, NULL);
-    LocalFree(sd);
-    if (rc != ERROR_SUCCESS) {
-        errno = file_errno(rc);
-        return -1;
-    }
-    return 0;
-}
-
-int mt_file_set_mode(int fd, int mode) {
-    return (mode & 077) == 0 ? mt_file_make_private(fd) : 0;
-}
-
 /* Whether no ACE lets anyone but the owner, the current user, SYSTEM or the
  * Administrators read the file (an absent DACL lets everyone). */
 static bool dacl_private(HANDLE h) {
@@ -259,6 +240,28 @@ static bool dacl_private(HANDLE h) {
     }
     LocalFree(sd);
     return ok;
+}
+
+int mt_file_make_private(int fd) {
+    /* a file created private already is left as it is (wine, replacing such a DACL, reads
+     * back one that lets everyone in) */
+    if (dacl_private(handle_of(fd))) return 0;
+    PACL dacl;
+    PSECURITY_DESCRIPTOR sd = private_sd(&dacl);
+    if (!sd) return fail();
+    DWORD rc = SetSecurityInfo(handle_of(fd), SE_FILE_OBJECT,
+                               DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
+                               NULL, NULL, dacl, NULL);
+    LocalFree(sd);
+    if (rc != ERROR_SUCCESS) {
+        errno = file_errno(rc);
+        return -1;
+    }
+    return 0;
+}
+
+int mt_file_set_mode(int fd, int mode) {
+    return (mode & 077) == 0 ? mt_file_make_private(fd) : 0;
 }
 
 /* 100 ns ticks since 1601 -> ns since 1970 */
