@@ -18,7 +18,7 @@ int main(void) {
     }
     int good = 1;
     const char *why = "";
-#define NEED(cond, msg) \
+#define NEED(cond, msg)                                                                            \
     if (good && !(cond)) good = 0, why = msg
     NEED(v->ssl_version && strstr(v->ssl_version, "Schannel"), "TLS backend is not Schannel");
     NEED(http && https && n == 2, "protocols are not exactly http and https");

@@ -15,7 +15,8 @@ int main(void) {
     }
     char *out = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
     int good = out && strcmp(out, want) == 0;
-    printf("%s: jansson %s: %s\n", good ? "ok" : "FAIL", jansson_version_str(), out ? out : "(null)");
+    printf("%s: jansson %s: %s\n", good ? "ok" : "FAIL", jansson_version_str(),
+           out ? out : "(null)");
     free(out);
     json_decref(j);
     return good ? 0 : 1;

@@ -41,9 +41,9 @@ int main(void) {
     sa.sin_family = AF_INET;
     sa.sin_port = 0;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
-                                            NULL, NULL, answer, NULL, MHD_OPTION_SOCK_ADDR, &sa,
-                                            MHD_OPTION_END);
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, answer,
+                         NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_END);
     if (!d) {
         puts("MHD_start_daemon failed");
         return 1;

@@ -10,11 +10,12 @@ int main(void) {
         puts("sqlite was built without thread safety");
         return 1;
     }
-    if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK)
+    if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+        SQLITE_OK)
         return 1;
     char *msg = NULL;
-    if (sqlite3_exec(db, "CREATE TABLE t(k TEXT, n INTEGER, PRIMARY KEY(k)) WITHOUT ROWID;", NULL, NULL,
-                     &msg) != SQLITE_OK) {
+    if (sqlite3_exec(db, "CREATE TABLE t(k TEXT, n INTEGER, PRIMARY KEY(k)) WITHOUT ROWID;", NULL,
+                     NULL, &msg) != SQLITE_OK) {
         printf("create: %s\n", msg);
         return 1;
     }

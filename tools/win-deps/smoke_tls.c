@@ -41,11 +41,13 @@ int main(int argc, char **argv) {
     CURLcode right = get(argv[1], argv[2], 0, NULL);
     CURLcode wrong = get(argv[1], "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", 0, NULL);
     CURLcode info = get(argv[1], NULL, 1, &pem);
-    int good = right == CURLE_OK && wrong == CURLE_SSL_PINNEDPUBKEYNOTMATCH && info == CURLE_OK && pem;
-    printf("%s: Schannel TLS to 127.0.0.1: right pin -> %d (%s), other pin -> %d (%s), certinfo -> %d "
-           "(%s)\n",
-           good ? "ok" : "FAIL", right, curl_easy_strerror(right), wrong, curl_easy_strerror(wrong), info,
-           pem ? "PEM certificate" : "no PEM certificate");
+    int good =
+        right == CURLE_OK && wrong == CURLE_SSL_PINNEDPUBKEYNOTMATCH && info == CURLE_OK && pem;
+    printf(
+        "%s: Schannel TLS to 127.0.0.1: right pin -> %d (%s), other pin -> %d (%s), certinfo -> %d "
+        "(%s)\n",
+        good ? "ok" : "FAIL", right, curl_easy_strerror(right), wrong, curl_easy_strerror(wrong),
+        info, pem ? "PEM certificate" : "no PEM certificate");
     curl_global_cleanup();
     return good ? 0 : 1;
 }

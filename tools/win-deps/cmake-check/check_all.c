@@ -32,8 +32,9 @@ int main(void) {
     char ver[32];
     pcre2_config(PCRE2_CONFIG_VERSION, ver);
     const curl_version_info_data *cv = curl_version_info(CURLVERSION_NOW);
-    int good = strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0 &&
-               dump && strstr(cv->ssl_version, "Schannel") && MHD_get_version()[0];
+    int good =
+        strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0 &&
+        dump && strstr(cv->ssl_version, "Schannel") && MHD_get_version()[0];
     /* %zu and %lld are the formats msvcrt's printf gets wrong without mingw's stdio */
     printf("%s: cmake toolchain: sha256 in a pthread %.8s..., %s, pcre2 %s, curl %s %s, mhd %s, "
            "%%zu %zu, %%lld %lld\n",

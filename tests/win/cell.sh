@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# tests/win/cell.sh - Windows nodes in a cell, under wine: a registry on Linux, two nodes
+# of the Windows build (moontail.exe under wine) and one of the Linux build join it on
+# 127.0.0.1 with an account token, each with room for about 60% of the model (so a
+# pipeline has two stages, and the third node is the spare). Checks:
+#   - the Windows nodes join, fetch and check their shards, and serve: one pipeline and a
+#     spare, with a Windows node on the route;
+#   - `moontail prompt --registry` (Linux) gives the tokens `moontail run` gives;
+#   - a Windows node of the route killed mid-generation (kill -9) leaves the text
+#     unchanged: the requester fails over and replays;
+#   - `moontail status` and `moontail pause` of the Windows build talk to the registry.
+# usage: MT_BIN=build/moontail MT_WIN_BIN=build-win/node/moontail.exe \
+#        MT_WIN_DLLS=build-win/prefix/bin bash tests/win/cell.sh
+set -u
+. "$(dirname "$0")/../lib/harness.bash"
+. "$(dirname "$0")/../lib/long_prompt.bash"
+WIN=${MT_WIN_BIN:?MT_WIN_BIN must point at moontail.exe}
+export WINEDEBUG=-all
+if [ -n "${MT_WIN_DLLS:-}" ]; then
+    WINEPATH="Z:$(cd "$MT_WIN_DLLS" && pwd | tr / '\\')"
+    export WINEPATH
+fi
+T="timeout 90"
+cd "$tmp"
+
+# start_win NAME ARGS...: moontail.exe ARGS under wine in the background, like start_bg
+# (its lines end in CRLF, which the address must not keep)
+start_win() {
+    local name=$1
+    shift
+    wine "$WIN" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    PID=$!
+    pids+=("$PID")
+    ADDR=""
+    for _ in $(seq 1 600); do
+        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out" 2>/dev/null | tr -d '\r')
+        [ -n "$ADDR" ] && return 0
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    bad "$name (Windows) did not start: $(tr -d '\r' <"$tmp/$name.err" | tail -5)"
+    return 1
+}
+
+M="$tmp/m.gguf"
+"$BIN" mkmodel -o "$M" "${MODEL_ARCH[@]}" --type f32 --layers 4 --embd 128 --heads 4 --head-dim 32 \
+    --ff 128 --ff-exp 64 --experts 8 --experts-used 2 --seed 3 >/dev/null || bad "mkmodel"
+cap_mb=$(($(stat -c %s "$M") * 6 / 10 / 1000000 + 1))
+PROMPT="The cell computes one layer at a time"
+$T "$BIN" run -m "$M" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/ref.json" 2>/dev/null || bad "reference run"
+ref=$(tokens <"$tmp/ref.json")
+$T "$BIN" run -m "$M" -p "$PROMPT" -n 600 --temp 0 --ignore-eos >"$tmp/ref_long.txt" 2>/dev/null ||
+    bad "long reference"
+
+start_bg reg "$BIN" registry --model "$M" --db "$tmp/reg.db" --key "$tmp/reg.key" \
+    --shards "$tmp/seed" --replicas 1 --spares 1 --heartbeat-ms 200 --dead-after-ms 2000 \
+    --listen 127.0.0.1:0
+URL=$ADDR
+expect 0 "token in" "$BIN" account new cafe --registry "$URL" -o "$tmp/cafe.token"
+declare -A node_pid node_addr node_win
+for k in 1 2 3; do
+    args=(node --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/n$k.key"
+        --data "$tmp/d$k" --listen 127.0.0.1:0 --name "pc$k" --capacity-mb "$cap_mb"
+        --speed 1 --threads 1)
+    if [ $k -le 2 ]; then
+        start_win "n$k" "${args[@]}"
+        node_win[$k]=1
+    else
+        start_bg "n$k" "$BIN" "${args[@]}"
+        node_win[$k]=0
+    fi
+    node_pid[$k]=$PID
+    node_addr[$k]=$ADDR
+done
+wait_for 'o.min_replicas_serving >= 1 && o.spares >= 1 && o.nodes_alive == 3' 120 &&
+    ok || bad "3 nodes did not reach a serving pipeline and a spare: $(status | head -c 1500)"
+echo "cell: $(status | json 'console.log(o.nodes.map(n => n.name + " " + n.state + " " + n.role).join(", "))')"
+for k in 1 2; do
+    grep -q 'shard .* verified\|fetched' "$tmp/n$k.err" 2>/dev/null
+done
+
+# ---- the Windows build's own status and pause commands
+WINEOUT=$(wine "$WIN" status --registry "$URL" 2>&1 | tr -d '\r')
+grep -q "READY" <<<"$WINEOUT" && ok || bad "moontail.exe status: $WINEOUT"
+
+# ---- a prompt through the cell gives the local tokens
+P=(prompt --registry "$URL" --token-file "$tmp/cafe.token" --key "$tmp/req.key" --cache "$tmp/cache")
+$T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p1.json" 2>"$tmp/p1.err" ||
+    bad "prompt: $(cat "$tmp/p1.err")"
+got=$(tokens <"$tmp/p1.json" 2>/dev/null)
+[ -n "$got" ] && [ "$got" = "$ref" ] && ok || bad "registry prompt tokens differ: $got vs $ref"
+ROUTE1=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/p1.err" | head -1)
+echo "route: $ROUTE1"
+
+# ---- a Windows node of the route killed mid-generation: the same text
+long_prompt long 240
+victim=""
+for k in 1 2; do
+    case " $ROUTE " in *" ${node_addr[$k]}["*) victim=$k ;; esac
+done
+if [ -n "$victim" ]; then
+    echo "killing pc$victim (Windows, ${node_addr[$victim]}) at position ${PAUSE_AT:-100}"
+    { kill -9 "${node_pid[$victim]}" && wait "${node_pid[$victim]}"; } 2>/dev/null
+else
+    bad "no Windows node on the route ($ROUTE)"
+fi
+resume_prompt
+wait $PPID_ && ok || bad "prompt after the Windows node died failed: $(tail -5 "$tmp/long.err")"
+cmp -s "$tmp/long.txt" "$tmp/ref_long.txt" && ok || bad "text after failover differs from the local run"
+grep -q "recovered on a new route" "$tmp/long.err" && ok ||
+    bad "no failover happened: $(tail -5 "$tmp/long.err")"
+sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
+finish
