@@ -21,3 +21,23 @@ foreach(name ${MT_WIN_TESTS})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT
                        "MT_BIN=$<TARGET_FILE:moontail>;MT_SRC=${CMAKE_SOURCE_DIR}")
 endforeach()
+
+# The installer an operator pushes to the cell's PCs (docs/windows.md): a zip of the stripped
+# moontail.exe, the libmicrohttpd DLL from the prefix, install.cmd and README.txt.
+find_file(MT_MHD_DLL libmicrohttpd-12.dll PATHS ${MT_WIN_PREFIX}/bin NO_DEFAULT_PATH
+          NO_CMAKE_FIND_ROOT_PATH REQUIRED)
+set(MT_ZIP_DIR ${CMAKE_BINARY_DIR}/moontail-node-win64)
+add_custom_command(
+  OUTPUT ${CMAKE_BINARY_DIR}/moontail-node-win64.zip
+  COMMAND ${CMAKE_COMMAND} -E rm -rf ${MT_ZIP_DIR}
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${MT_ZIP_DIR}
+  COMMAND ${CMAKE_STRIP} -o ${MT_ZIP_DIR}/moontail.exe $<TARGET_FILE:moontail>
+  COMMAND ${CMAKE_COMMAND} -E copy ${MT_MHD_DLL} ${CMAKE_SOURCE_DIR}/packaging/windows/install.cmd
+          ${CMAKE_SOURCE_DIR}/packaging/windows/README.txt ${MT_ZIP_DIR}
+  COMMAND ${CMAKE_COMMAND} -E chdir ${CMAKE_BINARY_DIR} ${CMAKE_COMMAND} -E tar cf
+          moontail-node-win64.zip --format=zip moontail-node-win64
+  DEPENDS moontail ${CMAKE_SOURCE_DIR}/packaging/windows/install.cmd
+          ${CMAKE_SOURCE_DIR}/packaging/windows/README.txt
+  COMMENT "Packing moontail-node-win64.zip"
+  VERBATIM)
+add_custom_target(win_zip ALL DEPENDS ${CMAKE_BINARY_DIR}/moontail-node-win64.zip)

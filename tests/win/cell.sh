@@ -8,7 +8,9 @@
 #   - `moontail prompt --registry` (Linux) gives the tokens `moontail run` gives;
 #   - a Windows node of the route killed mid-generation (kill -9) leaves the text
 #     unchanged: the requester fails over and replays;
-#   - `moontail status` and `moontail pause` of the Windows build talk to the registry.
+#   - `moontail.exe status` reads the cell;
+#   - with MT_WIN_ZIP (the installer zip): install.cmd from it sets a fourth PC up with
+#     `setup`, whose node joins in the background, and `setup --stop` stops it cleanly.
 # usage: MT_BIN=build/moontail MT_WIN_BIN=build-win/node/moontail.exe \
 #        MT_WIN_DLLS=build-win/prefix/bin bash tests/win/cell.sh
 set -u
@@ -110,4 +112,27 @@ cmp -s "$tmp/long.txt" "$tmp/ref_long.txt" && ok || bad "text after failover dif
 grep -q "recovered on a new route" "$tmp/long.err" && ok ||
     bad "no failover happened: $(tail -5 "$tmp/long.err")"
 sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/failover: \1/p' "$tmp/long.err"
+
+# ---- the installer an operator pushes to the PCs: install.cmd from the zip joins a PC
+if [ -n "${MT_WIN_ZIP:-}" ]; then
+    (cd "$tmp" && unzip -q "$MT_WIN_ZIP") || bad "cannot unpack $MT_WIN_ZIP"
+    INST="$tmp/moontail-node-win64"
+    export MOONTAIL_HOME="$tmp/pc4-home" # setup's home: not this machine's wine profile
+    # install.cmd runs setup, which starts the node in the background and returns
+    (cd "$INST" && timeout 120 wine cmd /c install.cmd "$URL" "$tmp/cafe.token" pc4) \
+        >"$tmp/install.out" 2>&1 && ok || bad "install.cmd: $(tr -d '\r' <"$tmp/install.out")"
+    grep -q "volunteering: node running in the background" "$tmp/install.out" && ok ||
+        bad "install.cmd did not start the node: $(tr -d '\r' <"$tmp/install.out")"
+    wait_for 'o.nodes.some(n => n.name == "pc4" && n.alive !== false)' 60 && ok ||
+        bad "the installed node did not join: $(status | head -c 1500)"
+    [ -f "$MOONTAIL_HOME/config.json" ] && [ -f "$MOONTAIL_HOME/node.key" ] && ok ||
+        bad "setup wrote no config or key in $MOONTAIL_HOME: $(ls "$MOONTAIL_HOME" 2>&1)"
+    # setup --stop sets the node's stop event; the node leaves
+    timeout 60 wine "$INST/moontail.exe" setup --stop >"$tmp/stop.out" 2>&1 && ok ||
+        bad "setup --stop: $(tr -d '\r' <"$tmp/stop.out")"
+    grep -q "stopped the node" "$tmp/stop.out" && ok || bad "setup --stop: $(tr -d '\r' <"$tmp/stop.out")"
+    tr -d '\r' <"$MOONTAIL_HOME/node.log" | grep -q "a stop request, leaving" && ok ||
+        bad "the installed node did not stop cleanly: $(tr -d '\r' <"$MOONTAIL_HOME/node.log" | tail -3)"
+    unset MOONTAIL_HOME
+fi
 finish
