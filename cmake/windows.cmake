@@ -2,7 +2,9 @@
 # cross-builds with cmake/mingw-w64.cmake (./dev win, docs/windows.md): moontail.exe with the
 # node-side commands, and the C tests that run under wine (CTest starts them through the
 # toolchain file's CMAKE_CROSSCOMPILING_EMULATOR).
-add_executable(moontail ${MT_CLI_SRC})
+enable_language(RC)
+# the application manifest: UTF-8 as the ANSI code page, so the C runtime takes UTF-8 paths
+add_executable(moontail ${MT_CLI_SRC} packaging/windows/moontail.rc)
 target_link_libraries(moontail PRIVATE mt_control mt_model mt_net)
 
 enable_testing()

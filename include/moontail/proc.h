@@ -31,6 +31,11 @@ mt_proc *mt_proc_detach(char *const argv[], const char *log);
 /* Runs argv[0] (looked up in PATH) with argv and waits for it: its exit code,
  * or -1 when it could not run or was killed. quiet: its output is dropped. */
 int mt_proc_run(char *const argv[], bool quiet);
+/* Once, first thing in main: on Windows, argv again from the UTF-16 command
+ * line as UTF-8 (the C runtime's argv is in the ANSI code page, which loses
+ * what it cannot spell) and the console's code pages set to UTF-8; nothing
+ * on POSIX, where argv is already the bytes given. */
+void mt_proc_args_utf8(int *argc, char ***argv);
 /* The process id. */
 int mt_proc_id(const mt_proc *p);
 /* What mt_poll waits on (MT_POLLIN) for the shell child's output. */

@@ -1,6 +1,7 @@
 /* main.c - the `moontail` command: dispatches to one subcommand per file. */
 #include "cli.h"
 #include "moontail/clock.h"
+#include "moontail/proc.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +44,7 @@ static const char usage[] =
     "registry prints at start; `setup` keeps it) or --ca-file FILE (a CA-signed one).\n";
 
 int main(int argc, char **argv) {
+    mt_proc_args_utf8(&argc, &argv);
     mt_clock_init();
 #ifdef __GLIBC__
     /* A forward pass allocates scratch buffers of a few MB per layer and

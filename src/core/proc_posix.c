@@ -115,6 +115,10 @@ int mt_proc_run(char *const argv[], bool quiet) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+void mt_proc_args_utf8(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+}
+
 int mt_proc_id(const mt_proc *p) {
     return (int)p->pid;
 }

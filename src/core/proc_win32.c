@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <tlhelp32.h>
 #include <windows.h>
+
+#include <shellapi.h>
+#include <tlhelp32.h>
 
 struct mt_proc {
     HANDLE process, job; /* job: NULL for a detached process */
@@ -286,6 +288,30 @@ int mt_proc_run(char *const argv[], bool quiet) {
     if (nul_out != INVALID_HANDLE_VALUE) CloseHandle(nul_out);
     free(cmd);
     return code;
+}
+
+void mt_proc_args_utf8(int *argc, char ***argv) {
+    SetConsoleOutputCP(CP_UTF8);
+    SetConsoleCP(CP_UTF8);
+    int n = 0;
+    wchar_t **w = CommandLineToArgvW(GetCommandLineW(), &n);
+    if (!w || n <= 0) return;
+    /* kept for the life of the process, as argv is */
+    char **out = calloc((size_t)n + 1, sizeof *out);
+    for (int i = 0; out && i < n; i++) {
+        int len = WideCharToMultiByte(CP_UTF8, 0, w[i], -1, NULL, 0, NULL, NULL);
+        if (len <= 0 || !(out[i] = malloc((size_t)len))) { /* keep the C runtime's argv */
+            for (int j = 0; j < i; j++) free(out[j]);
+            free(out);
+            out = NULL;
+            break;
+        }
+        WideCharToMultiByte(CP_UTF8, 0, w[i], -1, out[i], len, NULL, NULL);
+    }
+    LocalFree(w);
+    if (!out) return;
+    *argc = n;
+    *argv = out;
 }
 
 int mt_proc_id(const mt_proc *p) {
