@@ -11,6 +11,7 @@
  * account for the next setup. */
 #include "cli.h"
 #include "cli_config.h"
+#include "cli_service.h"
 #include "moontail/clock.h"
 #include "moontail/http.h"
 #include "moontail/keys.h"
@@ -293,20 +294,7 @@ static int get_token(cli_config *c, const char *token_file) {
     return rc;
 }
 
-static bool systemd_user(void) {
-    if (!getenv("XDG_RUNTIME_DIR") || getenv("MOONTAIL_NO_SYSTEMD")) return false;
-    char *args[] = {"systemctl", "--user", "is-system-running", NULL};
-    int code = mt_proc_run(args, true);
-    /* "running" or "degraded": a user manager is there */
-    return code == 0 || code == 1;
-}
-
-static int run_cmd(char *const *args) {
-    return mt_proc_run(args, false) == 0 ? 0 : -1;
-}
-
-/* The node's command line (argv for exec, and one quoted line for a unit file). */
-static void node_args(const cli_config *c, const char *self, char capmb[32], char **argv) {
+void cli_node_args(const cli_config *c, const char *self, char capmb[32], char **argv) {
     int k = 0;
     argv[k++] = (char *)self;
     argv[k++] = "node";
@@ -337,47 +325,6 @@ static void node_args(const cli_config *c, const char *self, char capmb[32], cha
     argv[k] = NULL;
 }
 
-static int start_service(const cli_config *c, const char *self) {
-    char *argv[24], capmb[32];
-    node_args(c, self, capmb, argv);
-    const char *home = getenv("HOME");
-    char dir[600], unit[700];
-    snprintf(dir, sizeof dir, "%s/.config/systemd/user", home ? home : ".");
-    char mk[700];
-    snprintf(mk, sizeof mk, "%s/.config/systemd", home ? home : ".");
-    char parent[600];
-    snprintf(parent, sizeof parent, "%s/.config", home ? home : ".");
-    note_made(parent, true), mt_dir_make(parent, false);
-    note_made(mk, true), mt_dir_make(mk, false);
-    note_made(dir, true), mt_dir_make(dir, false);
-    snprintf(unit, sizeof unit, "%s/moontail-node.service", dir);
-    note_made(unit, false);
-    FILE *f = fopen(unit, "w");
-    if (!f) {
-        fprintf(stderr, "moontail setup: %s: %s\n", unit, strerror(errno));
-        return -1;
-    }
-    fprintf(f,
-            "# written by moontail setup\n[Unit]\nDescription=MoonTail node (volunteering "
-            "to %s)\nAfter=network-online.target\n\n[Service]\nExecStart=",
-            c->registry);
-    for (int i = 0; argv[i]; i++) fprintf(f, "%s\"%s\"", i ? " " : "", argv[i]);
-    fprintf(f,
-            "\nRestart=on-failure\nRestartSec=5\nNice=10\n\n[Install]\nWantedBy=default.target\n");
-    fclose(f);
-    char *reload[] = {"systemctl", "--user", "daemon-reload", NULL};
-    char *enable[] = {"systemctl", "--user", "enable", "--now", "moontail-node.service", NULL};
-    if (run_cmd(reload) || run_cmd(enable)) {
-        fprintf(stderr, "moontail setup: systemctl --user could not start %s\n", unit);
-        return -1;
-    }
-    printf("volunteering: systemd user service moontail-node (%s)\n"
-           "  logs: journalctl --user -u moontail-node   stop: systemctl --user stop "
-           "moontail-node\n",
-           unit);
-    return 0;
-}
-
 /* The last line of the log past byte from that starts with prefix, into line (without its
  * newline); false when there is none. */
 static bool log_line(const char *log, int64_t from, const char *prefix, char *line, size_t cap) {
@@ -398,7 +345,7 @@ static bool log_line(const char *log, int64_t from, const char *prefix, char *li
 
 static int start_background(const cli_config *c, const char *self) {
     char *argv[24], capmb[32], log[700], pidf[700];
-    node_args(c, self, capmb, argv);
+    cli_node_args(c, self, capmb, argv);
     cli_home_path(c->home, "node.log", log, sizeof log);
     cli_home_path(c->home, "node.pid", pidf, sizeof pidf);
     /* a log kept from before stays as it is, and the node appends to it: only what is past
@@ -538,8 +485,8 @@ static int setup_files(cli_config *c, const char *prev_registry, const char *tok
     return 0;
 }
 
-/* Starts the node: in this terminal (exec), as a systemd user service, or in the
- * background. 0, or 1 (said why). */
+/* Starts the node: in this terminal, as a per-user service (systemd; on Windows a
+ * logon task and the background), or in the background. 0, or 1 (said why). */
 static int start_node(const cli_config *c, bool foreground) {
     printf("set up %s: registry %s, node '%s' listening on %s\n", c->home, c->registry, c->name,
            c->listen);
@@ -552,12 +499,16 @@ static int start_node(const cli_config *c, bool foreground) {
         keep_made();
         fflush(stdout);
         char *args[24], capmb[32];
-        node_args(c, self, capmb, args);
+        cli_node_args(c, self, capmb, args);
         int n = 0;
         while (args[n]) n++;
         return cmd_node(n - 1, args + 1);
     }
-    return (systemd_user() ? start_service(c, self) : start_background(c, self)) ? 1 : 0;
+    if (cli_service_available()) {
+        int sv = cli_service_start(c, self, note_made);
+        if (sv <= 0) return sv ? 1 : 0;
+    }
+    return start_background(c, self) ? 1 : 0;
 }
 
 int cmd_setup(int argc, char **argv) {

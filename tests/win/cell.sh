@@ -10,7 +10,8 @@
 #     unchanged: the requester fails over and replays;
 #   - `moontail.exe status` reads the cell;
 #   - with MT_WIN_ZIP (the installer zip): install.cmd from it sets a fourth PC up with
-#     `setup`, whose node joins in the background, and `setup --stop` stops it cleanly.
+#     `setup`, which makes the node start at each logon and starts it in the background;
+#     it joins, and `setup --stop` stops it cleanly.
 # usage: MT_BIN=build/moontail MT_WIN_BIN=build-win/node/moontail.exe \
 #        MT_WIN_DLLS=build-win/prefix/bin bash tests/win/cell.sh
 set -u
@@ -123,6 +124,16 @@ if [ -n "${MT_WIN_ZIP:-}" ]; then
         >"$tmp/install.out" 2>&1 && ok || bad "install.cmd: $(tr -d '\r' <"$tmp/install.out")"
     grep -q "volunteering: node running in the background" "$tmp/install.out" && ok ||
         bad "install.cmd did not start the node: $(tr -d '\r' <"$tmp/install.out")"
+    # the node starts again at logon: a scheduled task, or (as under wine, whose schtasks
+    # makes no logon tasks) the user's Run key
+    grep -q "volunteering: starts at each logon" "$tmp/install.out" && ok ||
+        bad "install.cmd registered nothing to start at logon: $(tr -d '\r' <"$tmp/install.out")"
+    wine reg query 'HKCU\Software\Microsoft\Windows\CurrentVersion\Run' /v "MoonTail node" 2>&1 |
+        tr -d '\r' | grep -q 'moontail.exe" setup --accept-terms' ||
+        wine schtasks /Query /TN "MoonTail node" >/dev/null 2>&1 && ok ||
+        bad "no logon task or Run value for the node"
+    wine reg delete 'HKCU\Software\Microsoft\Windows\CurrentVersion\Run' /v "MoonTail node" /f \
+        >/dev/null 2>&1
     wait_for 'o.nodes.some(n => n.name == "pc4" && n.alive !== false)' 60 && ok ||
         bad "the installed node did not join: $(status | head -c 1500)"
     [ -f "$MOONTAIL_HOME/config.json" ] && [ -f "$MOONTAIL_HOME/node.key" ] && ok ||
