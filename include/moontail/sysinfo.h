@@ -6,6 +6,7 @@
 #ifndef MOONTAIL_SYSINFO_H
 #define MOONTAIL_SYSINFO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,11 @@ int64_t mt_sys_disk_free(const char *dir);
 void mt_sys_gpu(char *name, size_t cap, int64_t *vram);
 /* The machine's name (up to the first '.'), or -1 with out = "". */
 int mt_sys_host_name(char *out, size_t cap);
+/* Whether this machine's firewall is likely to refuse other machines'
+ * connections to this program (Windows: Windows Firewall has no inbound rule
+ * named "MoonTail node"), with what to do about it in hint. Always false on
+ * POSIX, whose firewalls MoonTail leaves to the operator. */
+bool mt_sys_firewall_blocks(char *hint, size_t cap);
 /* Raises the number of files and sockets this process may hold open towards
  * want and returns what it may hold now (want or more: no limit below it). */
 int64_t mt_sys_open_files(int64_t want);

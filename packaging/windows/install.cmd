@@ -24,6 +24,10 @@ copy /y "%~dp0moontail.exe" "%BIN%\moontail.exe" >nul
 if errorlevel 1 goto :nocopy
 copy /y "%~dp0libmicrohttpd-12.dll" "%BIN%\libmicrohttpd-12.dll" >nul
 if errorlevel 1 goto :nocopy
+rem other PCs of the cell connect to this one: a Windows Firewall rule for the program
+rem (this needs an administrator; without one, Windows asks when the node first listens)
+netsh advfirewall firewall add rule name="MoonTail node" dir=in action=allow program="%BIN%\moontail.exe" enable=yes profile=private,domain >nul 2>&1
+if errorlevel 1 echo install.cmd: no Windows Firewall rule made (not an administrator?); allow moontail.exe when Windows asks 1>&2
 if "%~3"=="" (
     "%BIN%\moontail.exe" setup --accept-terms --registry "%~1" --token-file "%~f2"
 ) else (

@@ -647,6 +647,11 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
     mt_log_source_init(&a->log, "node", a->name, cfg->quiet);
     snprintf(a->log_name, sizeof a->log_name, "node %s", a->name);
     if (made_key) mt_log_as(&a->log, MT_LOG_INFO, "created identity %s", a->key_path);
+    /* peers on other machines connect to this one: how to let them through a firewall
+     * that would refuse them (Windows Firewall) */
+    char hint[1400];
+    if (!a->nat && !mt_addr_loopback(a->listen) && mt_sys_firewall_blocks(hint, sizeof hint))
+        mt_log_as(&a->log, MT_LOG_WARN, "%s", hint);
     a->auth = mt_keys_authorized_new();
     if (!a->auth) {
         mt_error_set(err, "out of memory");

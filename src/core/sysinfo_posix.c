@@ -106,6 +106,11 @@ int mt_sys_host_name(char *out, size_t cap) {
     return 0;
 }
 
+bool mt_sys_firewall_blocks(char *hint, size_t cap) {
+    if (cap) hint[0] = '\0';
+    return false;
+}
+
 int64_t mt_sys_open_files(int64_t want) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return want;

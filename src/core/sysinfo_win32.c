@@ -4,6 +4,7 @@
 #define COBJMACROS
 #include "moontail/sysinfo.h"
 #include "text_win32.h"
+#include "moontail/proc.h"
 
 #include <dxgi.h>
 #include <errno.h>
@@ -78,6 +79,20 @@ int mt_sys_host_name(char *out, size_t cap) {
     }
     out[strcspn(out, ".")] = '\0';
     return 0;
+}
+
+bool mt_sys_firewall_blocks(char *hint, size_t cap) {
+    char *show[] = {"netsh", "advfirewall", "firewall", "show", "rule", "name=MoonTail node", NULL};
+    if (mt_proc_run(show, true) == 0) return false; /* the rule install.cmd makes is there */
+    char self[1024] = "moontail.exe";
+    mt_self_exe(self, sizeof self);
+    snprintf(hint, cap,
+             "Windows Firewall may refuse the other PCs of the cell: allow them in, as an"
+             " administrator: netsh advfirewall firewall add rule name=\"MoonTail node\" dir=in"
+             " action=allow program=\"%s\" enable=yes profile=private,domain (or allow"
+             " moontail.exe when Windows asks)",
+             self);
+    return true;
 }
 
 /* Windows limits handles and sockets only by memory */
