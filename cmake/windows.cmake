@@ -15,7 +15,7 @@ set(MT_WIN_TESTS
     test_determinism test_model_load test_gguf test_kv_cache test_matmul test_sampler
     test_proto test_pace test_relay_hello test_quant_iq4t test_quant_kq test_quant_mix
     test_generate test_speculative test_tokenizer test_chat_kimi_k3 test_jinja
-    test_gen_turns test_file_write test_distributed test_shard)
+    test_gen_turns test_file_write test_distributed test_shard test_portable)
 foreach(name ${MT_WIN_TESTS})
   add_executable(${name} tests/${name}.c)
   target_link_libraries(${name} PRIVATE mt_control mt_model mt_net)

@@ -3,6 +3,10 @@
  * replaced or removed while another handle reads it, not inherited) and
  * handed to the C runtime as binary descriptors; "private" is an ACL that
  * grants the owner (and SYSTEM) alone; mappings are file-mapping views. */
+/* the rename with POSIX semantics (FileRenameInfoEx) is Windows 10 1607's: declared only for
+ * that target, and tried at run time before the older MoveFileExW */
+#undef _WIN32_WINNT
+#define _WIN32_WINNT 0x0A000002
 #include "moontail/file.h"
 #include "text_win32.h"
 
@@ -314,13 +318,41 @@ int mt_file_stat(const char *path, mt_file_info *info) {
     return rc;
 }
 
+/* Renames from over to with POSIX semantics (Windows 10 1607 and later): an
+ * existing target that is open elsewhere is replaced all the same, as rename(2)
+ * does; false where that is not offered (the caller then tries MoveFileExW). */
+static bool rename_posix(const wchar_t *from, const wchar_t *to) {
+    wchar_t full[32768];
+    DWORD n = GetFullPathNameW(to, sizeof full / sizeof full[0], full, NULL);
+    if (n == 0 || n >= sizeof full / sizeof full[0]) return false;
+    HANDLE h = CreateFileW(from, DELETE | SYNCHRONIZE,
+                           FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
+                           OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, NULL);
+    if (h == INVALID_HANDLE_VALUE) return false;
+    size_t size = sizeof(FILE_RENAME_INFO) + (size_t)n * sizeof(wchar_t);
+    FILE_RENAME_INFO *ri = calloc(1, size);
+    BOOL ok = FALSE;
+    if (ri) {
+        ri->Flags = FILE_RENAME_FLAG_REPLACE_IF_EXISTS | FILE_RENAME_FLAG_POSIX_SEMANTICS;
+        ri->FileNameLength = (DWORD)(n * sizeof(wchar_t));
+        memcpy(ri->FileName, full, (size_t)n * sizeof(wchar_t));
+        ok = SetFileInformationByHandle(h, FileRenameInfoEx, ri, (DWORD)size);
+    }
+    DWORD e = GetLastError();
+    free(ri);
+    CloseHandle(h);
+    SetLastError(e);
+    return ok;
+}
+
 /* One call on one or two UTF-16 paths. */
 static int path_call(const char *a, const char *b, int which) {
     wchar_t *wa = win32_wide(a), *wb = b ? win32_wide(b) : NULL;
     BOOL ok = FALSE;
     if (wa && (!b || wb)) {
         if (which == 0)
-            ok = MoveFileExW(wa, wb, MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH);
+            ok = rename_posix(wa, wb) ||
+                 MoveFileExW(wa, wb, MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH);
         else if (which == 1)
             ok = DeleteFileW(wa);
         else
