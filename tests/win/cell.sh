@@ -116,7 +116,7 @@ sed -n 's/^[^ ]* [a-z]* requester: \(recovered.*\)/failover: \1/p' "$tmp/long.er
 
 # ---- the installer an operator pushes to the PCs: install.cmd from the zip joins a PC
 if [ -n "${MT_WIN_ZIP:-}" ]; then
-    (cd "$tmp" && unzip -q "$MT_WIN_ZIP") || bad "cannot unpack $MT_WIN_ZIP"
+    (cd "$tmp" && cmake -E tar xf "$MT_WIN_ZIP") || bad "cannot unpack $MT_WIN_ZIP"
     INST="$tmp/moontail-node-win64"
     export MOONTAIL_HOME="$tmp/pc4-home" # setup's home: not this machine's wine profile
     # install.cmd runs setup, which starts the node in the background and returns
