@@ -304,6 +304,7 @@ int cmd_node(int argc, char **argv) {
     else if (!quiet)
         mt_log(MT_LOG_INFO, "node", "%s, stopping", mt_stop_name(why));
     mt_node_stop(node);
+    mt_stop_done(); /* a console closing (Windows) waits for this clean stop */
     mt_keys_authorized_free(auth);
     rc = why == MT_STOP_NONE ? 1 : 0;
 out_pk:

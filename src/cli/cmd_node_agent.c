@@ -151,5 +151,6 @@ int cmd_node_agent(int argc, char **argv) {
     mt_stop_why why = cli_wait_stop("node");
     if (!quiet) mt_log(MT_LOG_INFO, "node", "%s, leaving", mt_stop_name(why));
     mt_agent_stop(a);
+    mt_stop_done(); /* a console closing (Windows) waits for this clean stop */
     return 0;
 }

@@ -297,7 +297,7 @@ static int get_token(cli_config *c, const char *token_file) {
 /* The last line of the log past byte from that starts with prefix, into line (without its
  * newline); false when there is none. */
 static bool log_line(const char *log, int64_t from, const char *prefix, char *line, size_t cap) {
-    FILE *f = fopen(log, "r");
+    FILE *f = fopen(log, "rb"); /* byte offsets: no text-mode translation (Windows) */
     if (!f) return false;
     bool found = false;
     char buf[600];
