@@ -246,14 +246,14 @@ static bool dacl_private(HANDLE h) {
     return ok;
 }
 
-int mt_file_make_private(int fd) {
-    /* a file created private already is left as it is (wine, replacing such a DACL, reads
-     * back one that lets everyone in) */
-    if (dacl_private(handle_of(fd))) return 0;
+/* Gives h the owner-and-SYSTEM DACL, unless it is private already (wine, replacing such a
+ * DACL, reads back one that lets everyone in). */
+static int set_private(HANDLE h) {
+    if (dacl_private(h)) return 0;
     PACL dacl;
     PSECURITY_DESCRIPTOR sd = private_sd(&dacl);
     if (!sd) return fail();
-    DWORD rc = SetSecurityInfo(handle_of(fd), SE_FILE_OBJECT,
+    DWORD rc = SetSecurityInfo(h, SE_FILE_OBJECT,
                                DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
                                NULL, NULL, dacl, NULL);
     LocalFree(sd);
@@ -262,6 +262,10 @@ int mt_file_make_private(int fd) {
         return -1;
     }
     return 0;
+}
+
+int mt_file_make_private(int fd) {
+    return set_private(handle_of(fd));
 }
 
 int mt_file_set_mode(int fd, int mode) {
@@ -301,18 +305,22 @@ int mt_file_fstat(int fd, mt_file_info *info) {
     return info_of(handle_of(fd), info);
 }
 
-int mt_file_stat(const char *path, mt_file_info *info) {
+/* A handle on the file or directory path for its metadata (access), shared every way;
+ * INVALID_HANDLE_VALUE with errno. */
+static HANDLE open_path(const char *path, DWORD access) {
     wchar_t *w = win32_wide(path);
-    if (!w) return -1;
-    HANDLE h = CreateFileW(w, FILE_READ_ATTRIBUTES | READ_CONTROL,
-                           FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
+    if (!w) return INVALID_HANDLE_VALUE;
+    HANDLE h = CreateFileW(w, access, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
                            OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, NULL);
     DWORD e = GetLastError();
     free(w);
-    if (h == INVALID_HANDLE_VALUE) {
-        errno = file_errno(e);
-        return -1;
-    }
+    if (h == INVALID_HANDLE_VALUE) errno = file_errno(e);
+    return h;
+}
+
+int mt_file_stat(const char *path, mt_file_info *info) {
+    HANDLE h = open_path(path, FILE_READ_ATTRIBUTES | READ_CONTROL);
+    if (h == INVALID_HANDLE_VALUE) return -1;
     int rc = info_of(h, info);
     CloseHandle(h);
     return rc;
@@ -453,30 +461,11 @@ int mt_dir_make(const char *path, bool private_) {
 
 int mt_path_set_mode(const char *path, int mode) {
     if (mode & 077) return 0;
-    wchar_t *w = win32_wide(path);
-    if (!w) return -1;
-    HANDLE h = CreateFileW(w, READ_CONTROL | WRITE_DAC,
-                           FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
-                           OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, NULL);
-    DWORD e = GetLastError();
-    free(w);
-    if (h == INVALID_HANDLE_VALUE) {
-        errno = file_errno(e);
-        return -1;
-    }
-    PACL dacl;
-    PSECURITY_DESCRIPTOR sd = private_sd(&dacl);
-    DWORD rc = sd ? SetSecurityInfo(h, SE_FILE_OBJECT,
-                                    DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
-                                    NULL, NULL, dacl, NULL)
-                  : GetLastError();
-    LocalFree(sd);
+    HANDLE h = open_path(path, READ_CONTROL | WRITE_DAC);
+    if (h == INVALID_HANDLE_VALUE) return -1;
+    int rc = set_private(h);
     CloseHandle(h);
-    if (rc != ERROR_SUCCESS) {
-        errno = file_errno(rc);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
 bool mt_path_sep(char c) {
