@@ -18,6 +18,10 @@ set -u
 . "$(dirname "$0")/../lib/harness.bash"
 . "$(dirname "$0")/../lib/long_prompt.bash"
 WIN=${MT_WIN_BIN:?MT_WIN_BIN must point at moontail.exe}
+# the paths given may be relative to where the script started; it works in $tmp
+BIN=$(realpath "$BIN") WIN=$(realpath "$WIN")
+[ -n "${MT_WIN_ZIP:-}" ] && MT_WIN_ZIP=$(realpath "$MT_WIN_ZIP")
+[ -n "${MT_WIN_DLLS:-}" ] && MT_WIN_DLLS=$(realpath "$MT_WIN_DLLS")
 export WINEDEBUG=-all
 if [ -n "${MT_WIN_DLLS:-}" ]; then
     WINEPATH="Z:$(cd "$MT_WIN_DLLS" && pwd | tr / '\\')"
