@@ -40,13 +40,6 @@ static double uniform(double a, double b) { /* in [a, b) */
     return a + (b - a) * ((double)(next_u64() >> 11) * 0x1p-53);
 }
 
-/* A magnitude spread evenly over the binades of [a, b), a random sign when
- * sign is set. */
-__attribute__((unused)) static double log_uniform(double a, double b, bool sign) {
-    const double x = exp(uniform(log(a), log(b)));
-    return sign && (next_u64() & 1) ? -x : x;
-}
-
 static uint64_t f64_bits(double d) {
     uint64_t u;
     memcpy(&u, &d, 8);
@@ -57,12 +50,6 @@ static uint32_t f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
-}
-
-__attribute__((unused)) static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 static bool same_double(double a, double b) {
@@ -82,8 +69,25 @@ static double ulp_double(double v) {
     return ldexp(1.0, e - 53);
 }
 
+/* -------------------------------------------------- double functions */
+
+#ifdef __GLIBC__
+
+/* A magnitude spread evenly over the binades of [a, b), a random sign when
+ * sign is set. */
+static double log_uniform(double a, double b, bool sign) {
+    const double x = exp(uniform(log(a), log(b)));
+    return sign && (next_u64() & 1) ? -x : x;
+}
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* The ulp of the float nearest to v (2^-149 among subnormals). */
-__attribute__((unused)) static double ulp_float(double v) {
+static double ulp_float(double v) {
     v = fabs(v);
     if (v < FLT_MIN) return ldexp(1.0, -149);
     int e;
@@ -91,9 +95,6 @@ __attribute__((unused)) static double ulp_float(double v) {
     return ldexp(1.0, e - 24);
 }
 
-/* -------------------------------------------------- double functions */
-
-#ifdef __GLIBC__
 /* The angle of pair i at position pos: pos * base^(-2i / n_rot), for the
  * bases and rotary sizes of real models, positions up to 2^20. */
 static double rope_angle(void) {

@@ -7,6 +7,7 @@
 #   json JS                 runs JS with o = the JSON object read from stdin
 #   tokens                  prints [prompt_tokens, tokens] of a run/prompt --json
 #   wait_listening NAME PID waits for "listening on ADDR" in $tmp/NAME.out, sets ADDR
+#                           (LISTEN_TRIES x 50 ms, default 200: 10 s)
 #   start_bg NAME CMD...    CMD in the background (output in $tmp/NAME.out and
 #                           .err, pid added to `pids`); waits for its "listening
 #                           on ADDR" line; sets ADDR and PID
@@ -92,8 +93,9 @@ tokens() { json 'console.log(JSON.stringify([o.prompt_tokens, o.tokens]))'; }
 wait_listening() {
     local name=$1 pid=$2
     ADDR=""
-    for _ in $(seq 1 200); do
-        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out" 2>/dev/null) # may not exist yet
+    for _ in $(seq 1 "${LISTEN_TRIES:-200}"); do
+        # may not exist yet; a Windows program under wine ends its lines in CRLF
+        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out" 2>/dev/null | tr -d '\r')
         [ -n "$ADDR" ] && return 0
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.05

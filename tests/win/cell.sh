@@ -30,23 +30,12 @@ fi
 T="timeout 90"
 cd "$tmp"
 
-# start_win NAME ARGS...: moontail.exe ARGS under wine in the background, like start_bg
-# (its lines end in CRLF, which the address must not keep)
+# start_win NAME ARGS...: moontail.exe ARGS under wine in the background, as start_bg
+# (a node under wine takes longer to join: up to 60 s)
 start_win() {
     local name=$1
     shift
-    wine "$WIN" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    PID=$!
-    pids+=("$PID")
-    ADDR=""
-    for _ in $(seq 1 600); do
-        ADDR=$(sed -n 's/^listening on //p' "$tmp/$name.out" 2>/dev/null | tr -d '\r')
-        [ -n "$ADDR" ] && return 0
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    bad "$name (Windows) did not start: $(tr -d '\r' <"$tmp/$name.err" | tail -5)"
-    return 1
+    LISTEN_TRIES=1200 start_bg "$name" wine "$WIN" "$@"
 }
 
 M="$tmp/m.gguf"
