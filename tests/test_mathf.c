@@ -29,17 +29,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static uint64_t next_u64(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return rng;
-}
-
-static double uniform(double a, double b) { /* in [a, b) */
-    return a + (b - a) * ((double)(next_u64() >> 11) * 0x1p-53);
-}
-
 static uint64_t f64_bits(double d) {
     uint64_t u;
     memcpy(&u, &d, 8);
@@ -72,6 +61,17 @@ static double ulp_double(double v) {
 /* -------------------------------------------------- double functions */
 
 #ifdef __GLIBC__
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint64_t next_u64(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+static double uniform(double a, double b) { /* in [a, b) */
+    return a + (b - a) * ((double)(next_u64() >> 11) * 0x1p-53);
+}
 
 /* A magnitude spread evenly over the binades of [a, b), a random sign when
  * sign is set. */
