@@ -673,6 +673,7 @@ mt_agent *mt_agent_start(const mt_agent_config *cfg, mt_error *err) {
         a->shards = mt_http_server_start(sl, 2, 4096, shard_handler, a, err);
         if (!a->shards) goto fail;
         snprintf(a->shard_addr, sizeof a->shard_addr, "%s", mt_http_server_addr(a->shards));
+        mt_log_as(&a->log, MT_LOG_INFO, "peers fetch shards from http://%s", a->shard_addr);
     }
     mt_log_as(&a->log, MT_LOG_INFO, "%.1f GB offered, speed %.2f (%.1f GB/s reads), %d cores, %s",
               a->capacity / 1e9, a->speed, a->speed * 10, a->hw.cores, a->hw.simd);
