@@ -5,13 +5,19 @@
 # pipeline has two stages, and the third node is the spare). Checks:
 #   - the Windows nodes join, fetch and check their shards, and serve: one pipeline and a
 #     spare, with a Windows node on the route;
+#   - each Windows node logs a checked fetch, and its shard server hands out the shard it
+#     holds (equal to the seed's) and 404 for one it lacks;
 #   - `moontail prompt --registry` (Linux) gives the tokens `moontail run` gives;
+#   - `moontail.exe pause` on a Windows node of the route: it drains, the prompt goes
+#     around it with the same tokens, and `--resume` gives it work again;
 #   - a Windows node of the route killed mid-generation (kill -9) leaves the text
 #     unchanged: the requester fails over and replays;
 #   - `moontail.exe status` reads the cell;
 #   - with MT_WIN_ZIP (the installer zip): install.cmd from it sets a fourth PC up with
 #     `setup`, which makes the node start at each logon and starts it in the background;
-#     it joins, and `setup --stop` stops it cleanly.
+#     it joins, and `setup --stop` stops it cleanly;
+#   - a Windows node behind NAT (--relay) registers the relay's address, and a prompt
+#     through a second registry's relay to it gives `moontail run`'s tokens.
 # usage: MT_BIN=build/moontail MT_WIN_BIN=build-win/node/moontail.exe \
 #        MT_WIN_DLLS=build-win/prefix/bin bash tests/win/cell.sh
 set -u
@@ -71,11 +77,29 @@ done
 wait_for 'o.min_replicas_serving >= 1 && o.spares >= 1 && o.nodes_alive == 3' 120 &&
     ok || bad "3 nodes did not reach a serving pipeline and a spare: $(status | head -c 1500)"
 echo "cell: $(status | json 'console.log(o.nodes.map(n => n.name + " " + n.state + " " + n.role).join(", "))')"
+# each Windows node fetched its shard whole and checked (the line comes after the check)
 for k in 1 2; do
-    grep -q 'shard .* verified\|fetched' "$tmp/n$k.err" 2>/dev/null
+    tr -d '\r' <"$tmp/n$k.err" | grep -q "shard .*: [0-9]* pieces from peers, [0-9]* from the seed" &&
+        ok || bad "pc$k (Windows) logged no checked shard fetch: $(tr -d '\r' <"$tmp/n$k.err" | tail -5)"
 done
 
-# ---- the Windows build's own status and pause commands
+# ---- a Windows node's shard server (libmicrohttpd's DLL) hands peers the shard it holds
+peer_url=$(tr -d '\r' <"$tmp/n1.err" | sed -n 's/.*peers fetch shards from \(http:[^ ]*\).*/\1/p' | head -1)
+shard=$(cd "$tmp/d1" && ls -- *.gguf 2>/dev/null | head -1)
+shard=${shard%.gguf}
+if [ -n "$peer_url" ] && [ -n "$shard" ]; then
+    curl -sf "$peer_url/v1/shards/$shard" -o "$tmp/peer_copy.gguf" &&
+        cmp -s "$tmp/peer_copy.gguf" "$tmp/d1/$shard.gguf" && ok ||
+        bad "GET $peer_url/v1/shards/$shard did not give pc1's shard"
+    [ -f "$tmp/seed/$shard.gguf" ] && cmp -s "$tmp/peer_copy.gguf" "$tmp/seed/$shard.gguf" && ok ||
+        bad "pc1's shard $shard differs from the seed's (or the seed has none: $(ls "$tmp/seed" | head))"
+    code=$(curl -s -o /dev/null -w '%{http_code}' "$peer_url/v1/shards/no-such-shard")
+    [ "$code" = 404 ] && ok || bad "a shard pc1 lacks gave HTTP $code, not 404"
+else
+    bad "pc1 logged no shard server ($peer_url) or holds no shard ($(ls "$tmp/d1"))"
+fi
+
+# ---- the Windows build's own status command
 WINEOUT=$(wine "$WIN" status --registry "$URL" 2>&1 | tr -d '\r')
 grep -q "READY" <<<"$WINEOUT" && ok || bad "moontail.exe status: $WINEOUT"
 
@@ -87,6 +111,40 @@ got=$(tokens <"$tmp/p1.json" 2>/dev/null)
 [ -n "$got" ] && [ "$got" = "$ref" ] && ok || bad "registry prompt tokens differ: $got vs $ref"
 ROUTE1=$(sed -n 's/^[^ ]* [a-z]* requester: route: //p' "$tmp/p1.err" | head -1)
 echo "route: $ROUTE1"
+
+# ---- moontail.exe pause on a Windows node of the route: it drains, the spare takes its
+# stage, a prompt avoids it and gives the same tokens; --resume makes it a spare again
+paused=""
+for k in 1 2; do
+    case " $ROUTE1 " in *" ${node_addr[$k]}["*) paused=$k ;; esac
+done
+if [ -n "$paused" ]; then
+    pid_json=$(status | json "console.log(o.nodes.find(n => n.name == 'pc$paused').node_id)")
+    WINEOUT=$(wine "$WIN" pause --registry "$URL" --node "$pid_json" --token-file "$tmp/cafe.token" 2>&1 |
+        tr -d '\r')
+    grep -q "draining\|paused" <<<"$WINEOUT" && ok || bad "moontail.exe pause: $WINEOUT"
+    wait_for "o.nodes.find(n => n.name == 'pc$paused').role == 'none' && o.min_replicas_serving >= 1" 60 &&
+        ok || bad "paused pc$paused kept its work, or no pipeline formed without it: $(status | head -c 1500)"
+    for _ in $(seq 1 300); do
+        tr -d '\r' <"$tmp/n$paused.err" | grep -q "draining: no more work here" && break
+        sleep 0.2
+    done
+    tr -d '\r' <"$tmp/n$paused.err" | grep -q "draining: no more work here" && ok ||
+        bad "paused pc$paused (Windows) did not drain: $(tr -d '\r' <"$tmp/n$paused.err" | tail -3)"
+    $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p2.json" 2>"$tmp/p2.err" ||
+        bad "prompt with pc$paused paused: $(cat "$tmp/p2.err")"
+    json "if (o.route.includes('${node_addr[$paused]}')) process.exit(1)" <"$tmp/p2.json" && ok ||
+        bad "paused pc$paused was routed to: $(cat "$tmp/p2.json")"
+    [ "$(tokens <"$tmp/p2.json" 2>/dev/null)" = "$ref" ] && ok || bad "tokens with pc$paused paused differ"
+    echo "paused pc$paused (Windows); route around it: $(json 'console.log(o.route)' <"$tmp/p2.json" 2>/dev/null)"
+    WINEOUT=$(wine "$WIN" pause --registry "$URL" --node "$pid_json" --token-file "$tmp/cafe.token" \
+        --resume 2>&1 | tr -d '\r')
+    grep -q "node $pid_json:" <<<"$WINEOUT" && ok || bad "moontail.exe pause --resume: $WINEOUT"
+    wait_for "o.nodes.find(n => n.name == 'pc$paused').role != 'none' && o.spares >= 1 && o.min_replicas_serving >= 1" 60 &&
+        ok || bad "pc$paused took no work after --resume: $(status | head -c 1500)"
+else
+    bad "no Windows node on the route ($ROUTE1)"
+fi
 
 # ---- a Windows node of the route killed mid-generation: the same text
 long_prompt long 240
@@ -139,4 +197,30 @@ if [ -n "${MT_WIN_ZIP:-}" ]; then
         bad "the installed node did not stop cleanly: $(tr -d '\r' <"$MOONTAIL_HOME/node.log" | tail -3)"
     unset MOONTAIL_HOME
 fi
+
+# ---- a Windows node behind NAT: with --relay, peers reach it through the registry's relay.
+# A second registry with a relay, and one Windows node with room for the whole model: every
+# prompt goes through the relay to it.
+start_bg rreg "$BIN" registry --model "$M" --db "$tmp/rreg.db" --key "$tmp/rreg.key" \
+    --shards "$tmp/rseed" --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 2000 \
+    --listen 127.0.0.1:0 --relay-listen 127.0.0.1:0
+URL=$ADDR
+RELAY=$(sed -n 's/^relay on //p' "$tmp/rreg.out")
+expect 0 "token in" "$BIN" account new nat --registry "$URL" -o "$tmp/nat.token"
+start_win r1 node --registry "$URL" --token-file "$tmp/nat.token" --key "$tmp/r1.key" \
+    --data "$tmp/dr1" --listen 127.0.0.1:0 --name natpc --capacity-mb $((cap_mb * 2)) \
+    --speed 1 --threads 1 --relay
+own=$(tr -d '\r' <"$tmp/r1.err" | sed -n 's/.*own server on \([0-9.:]*\) (loopback).*/\1/p')
+[ -n "$RELAY" ] && [ -n "$ADDR" ] && [ "$ADDR" != "$own" ] && [ "${ADDR%:*}" = "${RELAY%:*}" ] && ok ||
+    bad "relayed Windows node: public '$ADDR', own server '$own', relay '$RELAY'"
+wait_for 'o.ready && o.nodes_serving == 1' 120 && ok ||
+    bad "the relayed Windows node did not serve: $(status | head -c 1500)"
+$T "$BIN" prompt --registry "$URL" --token-file "$tmp/nat.token" --key "$tmp/req.key" \
+    --cache "$tmp/rcache" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/r.json" 2>"$tmp/r.err" ||
+    bad "prompt through the relay: $(tail -5 "$tmp/r.err")"
+[ "$(tokens <"$tmp/r.json" 2>/dev/null)" = "$ref" ] && ok ||
+    bad "tokens through the relayed Windows node differ from run's: $(tail -5 "$tmp/r.err")"
+json "process.exit(o.route.includes('$ADDR') ? 0 : 1)" <"$tmp/r.json" 2>/dev/null && ok ||
+    bad "the route does not go through the relay ($ADDR): $(cat "$tmp/r.json")"
+echo "relayed Windows node: own server $own, public $ADDR (relay $RELAY)"
 finish
