@@ -43,3 +43,7 @@ add_custom_command(
   COMMENT "Packing moontail-node-win64.zip"
   VERBATIM)
 add_custom_target(win_zip ALL DEPENDS ${CMAKE_BINARY_DIR}/moontail-node-win64.zip)
+
+# A stand-in for a tunnel program that tests/win/cell.sh gives a Windows node's --tunnel.
+add_executable(fake_tunnel tests/win/fake_tunnel.c)
+target_link_libraries(fake_tunnel PRIVATE mt_core)

@@ -17,7 +17,10 @@
 #     `setup`, which makes the node start at each logon and starts it in the background;
 #     it joins, and `setup --stop` stops it cleanly;
 #   - a Windows node behind NAT (--relay) registers the relay's address, and a prompt
-#     through a second registry's relay to it gives `moontail run`'s tokens.
+#     through a second registry's relay to it gives `moontail run`'s tokens;
+#   - a Windows node behind a tunnel program (--tunnel, tests/win/fake_tunnel.c through
+#     cmd.exe): prompts through the tunnel give run's tokens, a killed tunnel is started
+#     again on a new address, and the tunnel dies with its node (the job object).
 # usage: MT_BIN=build/moontail MT_WIN_BIN=build-win/node/moontail.exe \
 #        MT_WIN_DLLS=build-win/prefix/bin bash tests/win/cell.sh
 set -u
@@ -35,6 +38,8 @@ if [ -n "${MT_WIN_DLLS:-}" ]; then
 fi
 T="timeout 90"
 cd "$tmp"
+# a tunnel program left by a failed check (a node's job object ends it with the node)
+extra_cleanup() { pkill -9 -f 'fake_tunnel\.exe [0-9]+$'; }
 
 # start_win NAME ARGS...: moontail.exe ARGS under wine in the background, as start_bg
 # (a node under wine takes longer to join: up to 60 s)
@@ -223,4 +228,49 @@ $T "$BIN" prompt --registry "$URL" --token-file "$tmp/nat.token" --key "$tmp/req
 json "process.exit(o.route.includes('$ADDR') ? 0 : 1)" <"$tmp/r.json" 2>/dev/null && ok ||
     bad "the route does not go through the relay ($ADDR): $(cat "$tmp/r.json")"
 echo "relayed Windows node: own server $own, public $ADDR (relay $RELAY)"
+
+# ---- a Windows node behind NAT with a tunnel program: --tunnel runs tests/win/fake_tunnel.c
+# through cmd.exe, in a job object. A third registry and one Windows node, as above.
+TUNNEL_EXE=$(dirname "$WIN")/fake_tunnel.exe
+tunnel_pids() { pgrep -f 'fake_tunnel\.exe [0-9]+$'; }
+start_bg treg "$BIN" registry --model "$M" --db "$tmp/treg.db" --key "$tmp/treg.key" \
+    --shards "$tmp/tseed" --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 2000 \
+    --listen 127.0.0.1:0
+URL=$ADDR
+expect 0 "token in" "$BIN" account new tun --registry "$URL" -o "$tmp/tun.token"
+start_win t1 node --registry "$URL" --token-file "$tmp/tun.token" --key "$tmp/t1.key" \
+    --data "$tmp/dt1" --listen 127.0.0.1:0 --name tunpc --capacity-mb $((cap_mb * 2)) \
+    --speed 1 --threads 1 --tunnel "$(winepath -w "$TUNNEL_EXE") {port}"
+TUN_NODE=$PID TADDR1=$ADDR
+own=$(tr -d '\r' <"$tmp/t1.err" | sed -n 's/.*own server on \([0-9.:]*\) (loopback).*/\1/p')
+[ -n "$ADDR" ] && [ -n "$own" ] && [ "$ADDR" != "$own" ] && ok ||
+    bad "tunneled Windows node: public '$ADDR', own server '$own': $(tr -d '\r' <"$tmp/t1.err" | tail -5)"
+tr -d '\r' <"$tmp/t1.err" | grep -q "forwarding to $own" && ok ||
+    bad "{port} was not replaced by the node's port: $(tr -d '\r' <"$tmp/t1.err" | grep -i tunnel)"
+wait_for 'o.ready && o.nodes_serving == 1' 120 && ok ||
+    bad "the tunneled Windows node did not serve: $(status | head -c 1500)"
+# tprompt TAG ADDR: a prompt through the tunnel at ADDR gives run's tokens
+tprompt() {
+    $T "$BIN" prompt --registry "$URL" --token-file "$tmp/tun.token" --key "$tmp/req.key" \
+        --cache "$tmp/tcache" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/$1.json" 2>"$tmp/$1.err" ||
+        bad "$1: prompt through the tunnel: $(tail -5 "$tmp/$1.err")"
+    [ "$(tokens <"$tmp/$1.json" 2>/dev/null)" = "$ref" ] && ok || bad "$1: tokens through the tunnel differ"
+    json "process.exit(o.route.includes('$2') ? 0 : 1)" <"$tmp/$1.json" 2>/dev/null && ok ||
+        bad "$1: the route does not go through the tunnel at $2: $(cat "$tmp/$1.json")"
+}
+tprompt t1 "$TADDR1"
+# the tunnel program killed: the supervisor starts it again, and it comes up on a new port
+old_tunnel=$(tunnel_pids)
+[ -n "$old_tunnel" ] && kill -9 $old_tunnel
+wait_for "o.ready && o.nodes[0].addr != '$TADDR1' && o.nodes[0].addr != ''" 60 && ok ||
+    bad "no new tunnel address after the tunnel was killed: $(tr -d '\r' <"$tmp/t1.err" | grep -i tunnel | tail -5)"
+TADDR2=$(status | json 'console.log(o.nodes[0].addr)')
+tr -d '\r' <"$tmp/t1.err" | grep -q "starting it again in 1 s" && ok ||
+    bad "the node did not log the tunnel's restart: $(tr -d '\r' <"$tmp/t1.err" | grep -i tunnel | tail -5)"
+tprompt t2 "$TADDR2"
+echo "tunneled Windows node: own server $own, public $TADDR1, then $TADDR2 after the tunnel was killed"
+# the node killed: its job object closes and ends the tunnel program with it
+{ kill -9 "$TUN_NODE" && wait "$TUN_NODE"; } 2>/dev/null
+for _ in $(seq 1 100); do [ -z "$(tunnel_pids)" ] && break; sleep 0.1; done
+[ -z "$(tunnel_pids)" ] && ok || bad "the tunnel program outlived its node (kill-on-close job)"
 finish
