@@ -124,8 +124,8 @@ for k in 1 2; do
     case " $ROUTE1 " in *" ${node_addr[$k]}["*) paused=$k ;; esac
 done
 if [ -n "$paused" ]; then
-    pid_json=$(status | json "console.log(o.nodes.find(n => n.name == 'pc$paused').node_id)")
-    WINEOUT=$(wine "$WIN" pause --registry "$URL" --node "$pid_json" --token-file "$tmp/cafe.token" 2>&1 |
+    paused_id=$(status | json "console.log(o.nodes.find(n => n.name == 'pc$paused').node_id)")
+    WINEOUT=$(wine "$WIN" pause --registry "$URL" --node "$paused_id" --token-file "$tmp/cafe.token" 2>&1 |
         tr -d '\r')
     grep -q "draining\|paused" <<<"$WINEOUT" && ok || bad "moontail.exe pause: $WINEOUT"
     wait_for "o.nodes.find(n => n.name == 'pc$paused').role == 'none' && o.min_replicas_serving >= 1" 60 &&
@@ -142,9 +142,9 @@ if [ -n "$paused" ]; then
         bad "paused pc$paused was routed to: $(cat "$tmp/p2.json")"
     [ "$(tokens <"$tmp/p2.json" 2>/dev/null)" = "$ref" ] && ok || bad "tokens with pc$paused paused differ"
     echo "paused pc$paused (Windows); route around it: $(json 'console.log(o.route)' <"$tmp/p2.json" 2>/dev/null)"
-    WINEOUT=$(wine "$WIN" pause --registry "$URL" --node "$pid_json" --token-file "$tmp/cafe.token" \
+    WINEOUT=$(wine "$WIN" pause --registry "$URL" --node "$paused_id" --token-file "$tmp/cafe.token" \
         --resume 2>&1 | tr -d '\r')
-    grep -q "node $pid_json:" <<<"$WINEOUT" && ok || bad "moontail.exe pause --resume: $WINEOUT"
+    grep -q "node $paused_id:" <<<"$WINEOUT" && ok || bad "moontail.exe pause --resume: $WINEOUT"
     wait_for "o.nodes.find(n => n.name == 'pc$paused').role != 'none' && o.spares >= 1 && o.min_replicas_serving >= 1" 60 &&
         ok || bad "pc$paused took no work after --resume: $(status | head -c 1500)"
 else
@@ -261,7 +261,7 @@ tprompt() {
 tprompt t1 "$TADDR1"
 # the tunnel program killed: the supervisor starts it again, and it comes up on a new port
 old_tunnel=$(tunnel_pids)
-[ -n "$old_tunnel" ] && kill -9 $old_tunnel
+[ -n "$old_tunnel" ] && kill -9 $old_tunnel && ok || bad "no tunnel program to kill (pgrep found none)"
 wait_for "o.ready && o.nodes[0].addr != '$TADDR1' && o.nodes[0].addr != ''" 60 && ok ||
     bad "no new tunnel address after the tunnel was killed: $(tr -d '\r' <"$tmp/t1.err" | grep -i tunnel | tail -5)"
 TADDR2=$(status | json 'console.log(o.nodes[0].addr)')
