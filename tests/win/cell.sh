@@ -38,8 +38,12 @@ if [ -n "${MT_WIN_DLLS:-}" ]; then
 fi
 T="timeout 90"
 cd "$tmp"
-# a tunnel program left by a failed check (a node's job object ends it with the node)
-extra_cleanup() { pkill -9 -f 'fake_tunnel\.exe [0-9]+$'; }
+# the tunnel stand-in's processes (not the cmd.exe that starts them); one left by a failed
+# check is killed (a node's job object ends it with the node)
+TUNNEL_RE='fake_tunnel\.exe [0-9]+$'
+extra_cleanup() { pkill -9 -f "$TUNNEL_RE"; }
+# wlog NAME: what background process NAME wrote on stderr, without wine's CRs
+wlog() { tr -d '\r' <"$tmp/$1.err"; }
 
 # start_win NAME ARGS...: moontail.exe ARGS under wine in the background, as start_bg
 # (a node under wine takes longer to join: up to 60 s)
@@ -84,12 +88,12 @@ wait_for 'o.min_replicas_serving >= 1 && o.spares >= 1 && o.nodes_alive == 3' 12
 echo "cell: $(status | json 'console.log(o.nodes.map(n => n.name + " " + n.state + " " + n.role).join(", "))')"
 # each Windows node fetched its shard whole and checked (the line comes after the check)
 for k in 1 2; do
-    tr -d '\r' <"$tmp/n$k.err" | grep -q "shard .*: [0-9]* pieces from peers, [0-9]* from the seed" &&
-        ok || bad "pc$k (Windows) logged no checked shard fetch: $(tr -d '\r' <"$tmp/n$k.err" | tail -5)"
+    wlog "n$k" | grep -q "shard .*: [0-9]* pieces from peers, [0-9]* from the seed" &&
+        ok || bad "pc$k (Windows) logged no checked shard fetch: $(wlog "n$k" | tail -5)"
 done
 
 # ---- a Windows node's shard server (libmicrohttpd's DLL) hands peers the shard it holds
-peer_url=$(tr -d '\r' <"$tmp/n1.err" | sed -n 's/.*peers fetch shards from \(http:[^ ]*\).*/\1/p' | head -1)
+peer_url=$(wlog n1 | sed -n 's/.*peers fetch shards from \(http:[^ ]*\).*/\1/p' | head -1)
 shard=$(cd "$tmp/d1" && ls -- *.gguf 2>/dev/null | head -1)
 shard=${shard%.gguf}
 if [ -n "$peer_url" ] && [ -n "$shard" ]; then
@@ -131,11 +135,11 @@ if [ -n "$paused" ]; then
     wait_for "o.nodes.find(n => n.name == 'pc$paused').role == 'none' && o.min_replicas_serving >= 1" 60 &&
         ok || bad "paused pc$paused kept its work, or no pipeline formed without it: $(status | head -c 1500)"
     for _ in $(seq 1 300); do
-        tr -d '\r' <"$tmp/n$paused.err" | grep -q "draining: no more work here" && break
+        wlog "n$paused" | grep -q "draining: no more work here" && break
         sleep 0.2
     done
-    tr -d '\r' <"$tmp/n$paused.err" | grep -q "draining: no more work here" && ok ||
-        bad "paused pc$paused (Windows) did not drain: $(tr -d '\r' <"$tmp/n$paused.err" | tail -3)"
+    wlog "n$paused" | grep -q "draining: no more work here" && ok ||
+        bad "paused pc$paused (Windows) did not drain: $(wlog "n$paused" | tail -3)"
     $T "$BIN" "${P[@]}" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/p2.json" 2>"$tmp/p2.err" ||
         bad "prompt with pc$paused paused: $(cat "$tmp/p2.err")"
     json "if (o.route.includes('${node_addr[$paused]}')) process.exit(1)" <"$tmp/p2.json" && ok ||
@@ -203,74 +207,70 @@ if [ -n "${MT_WIN_ZIP:-}" ]; then
     unset MOONTAIL_HOME
 fi
 
-# ---- a Windows node behind NAT: with --relay, peers reach it through the registry's relay.
-# A second registry with a relay, and one Windows node with room for the whole model: every
-# prompt goes through the relay to it.
-start_bg rreg "$BIN" registry --model "$M" --db "$tmp/rreg.db" --key "$tmp/rreg.key" \
-    --shards "$tmp/rseed" --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 2000 \
-    --listen 127.0.0.1:0 --relay-listen 127.0.0.1:0
-URL=$ADDR
-RELAY=$(sed -n 's/^relay on //p' "$tmp/rreg.out")
-expect 0 "token in" "$BIN" account new nat --registry "$URL" -o "$tmp/nat.token"
-start_win r1 node --registry "$URL" --token-file "$tmp/nat.token" --key "$tmp/r1.key" \
-    --data "$tmp/dr1" --listen 127.0.0.1:0 --name natpc --capacity-mb $((cap_mb * 2)) \
-    --speed 1 --threads 1 --relay
-own=$(tr -d '\r' <"$tmp/r1.err" | sed -n 's/.*own server on \([0-9.:]*\) (loopback).*/\1/p')
-[ -n "$RELAY" ] && [ -n "$ADDR" ] && [ "$ADDR" != "$own" ] && [ "${ADDR%:*}" = "${RELAY%:*}" ] && ok ||
-    bad "relayed Windows node: public '$ADDR', own server '$own', relay '$RELAY'"
-wait_for 'o.ready && o.nodes_serving == 1' 120 && ok ||
-    bad "the relayed Windows node did not serve: $(status | head -c 1500)"
-$T "$BIN" prompt --registry "$URL" --token-file "$tmp/nat.token" --key "$tmp/req.key" \
-    --cache "$tmp/rcache" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/r.json" 2>"$tmp/r.err" ||
-    bad "prompt through the relay: $(tail -5 "$tmp/r.err")"
-[ "$(tokens <"$tmp/r.json" 2>/dev/null)" = "$ref" ] && ok ||
-    bad "tokens through the relayed Windows node differ from run's: $(tail -5 "$tmp/r.err")"
-json "process.exit(o.route.includes('$ADDR') ? 0 : 1)" <"$tmp/r.json" 2>/dev/null && ok ||
-    bad "the route does not go through the relay ($ADDR): $(cat "$tmp/r.json")"
-echo "relayed Windows node: own server $own, public $ADDR (relay $RELAY)"
-
-# ---- a Windows node behind NAT with a tunnel program: --tunnel runs tests/win/fake_tunnel.c
-# through cmd.exe, in a job object. A third registry and one Windows node, as above.
-TUNNEL_EXE=$(dirname "$WIN")/fake_tunnel.exe
-tunnel_pids() { pgrep -f 'fake_tunnel\.exe [0-9]+$'; }
-start_bg treg "$BIN" registry --model "$M" --db "$tmp/treg.db" --key "$tmp/treg.key" \
-    --shards "$tmp/tseed" --replicas 1 --spares 0 --heartbeat-ms 200 --dead-after-ms 2000 \
-    --listen 127.0.0.1:0
-URL=$ADDR
-expect 0 "token in" "$BIN" account new tun --registry "$URL" -o "$tmp/tun.token"
-start_win t1 node --registry "$URL" --token-file "$tmp/tun.token" --key "$tmp/t1.key" \
-    --data "$tmp/dt1" --listen 127.0.0.1:0 --name tunpc --capacity-mb $((cap_mb * 2)) \
-    --speed 1 --threads 1 --tunnel "$(winepath -w "$TUNNEL_EXE") {port}"
-TUN_NODE=$PID TADDR1=$ADDR
-own=$(tr -d '\r' <"$tmp/t1.err" | sed -n 's/.*own server on \([0-9.:]*\) (loopback).*/\1/p')
-[ -n "$ADDR" ] && [ -n "$own" ] && [ "$ADDR" != "$own" ] && ok ||
-    bad "tunneled Windows node: public '$ADDR', own server '$own': $(tr -d '\r' <"$tmp/t1.err" | tail -5)"
-tr -d '\r' <"$tmp/t1.err" | grep -q "forwarding to $own" && ok ||
-    bad "{port} was not replaced by the node's port: $(tr -d '\r' <"$tmp/t1.err" | grep -i tunnel)"
-wait_for 'o.ready && o.nodes_serving == 1' 120 && ok ||
-    bad "the tunneled Windows node did not serve: $(status | head -c 1500)"
-# tprompt TAG ADDR: a prompt through the tunnel at ADDR gives run's tokens
-tprompt() {
-    $T "$BIN" prompt --registry "$URL" --token-file "$tmp/tun.token" --key "$tmp/req.key" \
-        --cache "$tmp/tcache" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/$1.json" 2>"$tmp/$1.err" ||
-        bad "$1: prompt through the tunnel: $(tail -5 "$tmp/$1.err")"
-    [ "$(tokens <"$tmp/$1.json" 2>/dev/null)" = "$ref" ] && ok || bad "$1: tokens through the tunnel differ"
-    json "process.exit(o.route.includes('$2') ? 0 : 1)" <"$tmp/$1.json" 2>/dev/null && ok ||
-        bad "$1: the route does not go through the tunnel at $2: $(cat "$tmp/$1.json")"
+# ---- Windows nodes behind NAT. Each gets a registry of its own (one replica, no spare)
+# and room for the whole model, so every prompt goes to it through the relay or tunnel.
+# nat_cell NAME ARGS...: the registry NAME (ARGS added) and an account NAME; sets URL
+nat_cell() {
+    local name=$1
+    shift
+    start_bg "$name" "$BIN" registry --model "$M" --db "$tmp/$name.db" --key "$tmp/$name.key" \
+        --shards "$tmp/$name-seed" --replicas 1 --spares 0 --heartbeat-ms 200 \
+        --dead-after-ms 2000 --listen 127.0.0.1:0 "$@"
+    URL=$ADDR
+    expect 0 "token in" "$BIN" account new "$name" --registry "$URL" -o "$tmp/$name.token"
 }
-tprompt t1 "$TADDR1"
+# nat_node CELL NAME ARGS...: the Windows node NAME of CELL (ARGS added); sets ADDR (its
+# public address), PID, and OWN (its own server's, on loopback)
+nat_node() {
+    local cell=$1 name=$2
+    shift 2
+    start_win "$name" node --registry "$URL" --token-file "$tmp/$cell.token" --key "$tmp/$name.key" \
+        --data "$tmp/d$name" --listen 127.0.0.1:0 --name "$name" --capacity-mb $((cap_mb * 2)) \
+        --speed 1 --threads 1 "$@"
+    OWN=$(wlog "$name" | sed -n 's/.*own server on \([0-9.:]*\) (loopback).*/\1/p')
+    wait_for 'o.ready && o.nodes_serving == 1' 120 && ok ||
+        bad "Windows node $name did not serve: $(status | head -c 1500)"
+}
+# nat_prompt CELL TAG VIA: a prompt through CELL gives run's tokens, on a route through VIA
+nat_prompt() {
+    $T "$BIN" prompt --registry "$URL" --token-file "$tmp/$1.token" --key "$tmp/req.key" \
+        --cache "$tmp/$1-cache" -p "$PROMPT" -n 24 --temp 0 --json >"$tmp/$2.json" 2>"$tmp/$2.err" ||
+        bad "$2: prompt: $(tail -5 "$tmp/$2.err")"
+    [ "$(tokens <"$tmp/$2.json" 2>/dev/null)" = "$ref" ] && ok || bad "$2: tokens differ from run's"
+    json "process.exit(o.route.includes('$3') ? 0 : 1)" <"$tmp/$2.json" 2>/dev/null && ok ||
+        bad "$2: the route does not go through $3: $(cat "$tmp/$2.json")"
+}
+
+# --relay: peers reach the node through the registry's relay
+nat_cell relayed --relay-listen 127.0.0.1:0
+RELAY=$(sed -n 's/^relay on //p' "$tmp/relayed.out")
+nat_node relayed natpc --relay
+[ -n "$RELAY" ] && [ -n "$ADDR" ] && [ "$ADDR" != "$OWN" ] && [ "${ADDR%:*}" = "${RELAY%:*}" ] && ok ||
+    bad "relayed Windows node: public '$ADDR', own server '$OWN', relay '$RELAY'"
+nat_prompt relayed relay1 "$ADDR"
+echo "relayed Windows node: own server $OWN, public $ADDR (relay $RELAY)"
+
+# --tunnel: the node runs tests/win/fake_tunnel.c through cmd.exe, in a job object
+nat_cell tunneled
+nat_node tunneled tunpc --tunnel "$(winepath -w "$(dirname "$WIN")/fake_tunnel.exe") {port}"
+TUN_NODE=$PID TADDR1=$ADDR
+[ -n "$ADDR" ] && [ -n "$OWN" ] && [ "$ADDR" != "$OWN" ] && ok ||
+    bad "tunneled Windows node: public '$ADDR', own server '$OWN': $(wlog tunpc | tail -5)"
+wlog tunpc | grep -q "forwarding to $OWN" && ok ||
+    bad "{port} was not replaced by the node's port: $(wlog tunpc | grep -i tunnel)"
+nat_prompt tunneled tunnel1 "$TADDR1"
 # the tunnel program killed: the supervisor starts it again, and it comes up on a new port
-old_tunnel=$(tunnel_pids)
+old_tunnel=$(pgrep -f "$TUNNEL_RE")
 [ -n "$old_tunnel" ] && kill -9 $old_tunnel && ok || bad "no tunnel program to kill (pgrep found none)"
 wait_for "o.ready && o.nodes[0].addr != '$TADDR1' && o.nodes[0].addr != ''" 60 && ok ||
-    bad "no new tunnel address after the tunnel was killed: $(tr -d '\r' <"$tmp/t1.err" | grep -i tunnel | tail -5)"
+    bad "no new tunnel address after the tunnel was killed: $(wlog tunpc | grep -i tunnel | tail -5)"
 TADDR2=$(status | json 'console.log(o.nodes[0].addr)')
-tr -d '\r' <"$tmp/t1.err" | grep -q "starting it again in 1 s" && ok ||
-    bad "the node did not log the tunnel's restart: $(tr -d '\r' <"$tmp/t1.err" | grep -i tunnel | tail -5)"
-tprompt t2 "$TADDR2"
-echo "tunneled Windows node: own server $own, public $TADDR1, then $TADDR2 after the tunnel was killed"
+wlog tunpc | grep -q "starting it again in 1 s" && ok ||
+    bad "the node did not log the tunnel's restart: $(wlog tunpc | grep -i tunnel | tail -5)"
+nat_prompt tunneled tunnel2 "$TADDR2"
+echo "tunneled Windows node: own server $OWN, public $TADDR1, then $TADDR2 after the tunnel was killed"
 # the node killed: its job object closes and ends the tunnel program with it
 { kill -9 "$TUN_NODE" && wait "$TUN_NODE"; } 2>/dev/null
-for _ in $(seq 1 100); do [ -z "$(tunnel_pids)" ] && break; sleep 0.1; done
-[ -z "$(tunnel_pids)" ] && ok || bad "the tunnel program outlived its node (kill-on-close job)"
+for _ in $(seq 1 100); do pgrep -f "$TUNNEL_RE" >/dev/null || break; sleep 0.1; done
+pgrep -f "$TUNNEL_RE" >/dev/null && bad "the tunnel program outlived its node (kill-on-close job)" || ok
 finish
